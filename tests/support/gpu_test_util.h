@@ -1,0 +1,49 @@
+#pragma once
+// GPU-test helpers (CUDA builds only): a typed device array that uploads from and downloads to
+// std::vector, poisoned on creation so unwritten elements are visible.
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/cuda_check.h"
+#include "support/test_util.h"
+
+namespace es::test {
+
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t count)
+      : count_(count), buffer_(Buffer::allocate(MemorySpace::kDevice, sizeof(T) * count)) {
+    poison();
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+
+  T* get() const { return buffer_.as<T>(); }
+  size_t size() const { return count_; }
+
+  void poison() {
+    if (count_) ES_CUDA_CHECK(cudaMemset(buffer_.data(), kPoisonByte, sizeof(T) * count_));
+  }
+  void upload(const std::vector<T>& host) {
+    if (host.size() != count_) ES_THROW(Error, "DeviceArray::upload: size mismatch");
+    if (count_)
+      ES_CUDA_CHECK(cudaMemcpy(buffer_.data(), host.data(), sizeof(T) * count_,
+                               cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    ES_CUDA_CHECK(cudaDeviceSynchronize());
+    if (count_)
+      ES_CUDA_CHECK(cudaMemcpy(host.data(), buffer_.data(), sizeof(T) * count_,
+                               cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t count_;
+  Buffer buffer_;
+};
+
+}  // namespace es::test

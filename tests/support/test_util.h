@@ -1,0 +1,27 @@
+#pragma once
+// Helpers shared by the tests.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/buffer.h"
+
+namespace es::test {
+
+// Skips the current test (GTEST_SKIP) when no CUDA device is usable; GPU tests call this first.
+#define ES_SKIP_IF_NO_GPU()                                           \
+  do {                                                                \
+    if (::es::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+// Directory of small committed fixtures (tests/data), from ES_TEST_DATA_DIR set by CTest.
+std::string test_data_dir();
+
+// Byte pattern used to poison outputs before a kernel or reference runs, so that an element
+// nobody wrote is detectable. 0xA5 repeated: not 0, not -1, an implausible float.
+constexpr uint8_t kPoisonByte = 0xA5;
+int32_t poison_i32();
+
+}  // namespace es::test
