@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/buffer.h"
+#include "common/errors.h"
 
 namespace es::test {
 
@@ -23,5 +24,16 @@ std::string test_data_dir();
 // nobody wrote is detectable. 0xA5 repeated: not 0, not -1, an implausible float.
 constexpr uint8_t kPoisonByte = 0xA5;
 int32_t poison_i32();
+
+// Expects f() to throw es::InvalidArgument whose message names `argument` (as 'argument').
+template <typename F>
+void expectInvalidArgument(F&& f, const std::string& argument) {
+  try {
+    f();
+    ADD_FAILURE() << "expected InvalidArgument naming '" << argument << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + argument + "'"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace es::test
