@@ -2,11 +2,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/inspect.h"
+
 namespace es::cli {
 
 int run(int argc, char** argv) {
   CLI::App app{"edgespec: paged-KV LLM runtime with DFlash speculative decoding"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "edgespec 0.1.0");
+  addInspectCommand(app);
+  // Errors from a subcommand propagate to main(), which prints one line and exits non-zero.
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

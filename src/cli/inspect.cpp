@@ -1,0 +1,113 @@
+#include "cli/inspect.h"
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "kv/kv_cache_plan.h"
+
+namespace es::cli {
+namespace {
+
+struct ModelShape {
+  int32_t layers;
+  int32_t kvHeads;
+  int32_t headDim;
+};
+
+// Attention shapes of public checkpoints (from their config.json files).
+const std::map<std::string, ModelShape>& presets() {
+  static const std::map<std::string, ModelShape> table = {
+      {"qwen3-0.6b", {28, 8, 128}},   {"qwen3-1.7b", {28, 8, 128}},
+      {"qwen3-4b", {36, 8, 128}},     {"qwen3-8b", {36, 8, 128}},
+      {"llama-3.1-8b", {32, 8, 128}}, {"smollm2-135m", {30, 3, 64}},
+  };
+  return table;
+}
+
+struct InspectOptions {
+  std::string preset = "qwen3-8b";
+  int32_t layers = 0, kvHeads = 0, headDim = 0;  // 0 = from the preset
+  int32_t draftLayers = 0;
+  int32_t maxBatch = 1;
+  int32_t maxSeqLen = 4096;
+  int32_t slidingWindow = 0;
+  std::vector<int32_t> swaLayers;
+  int64_t numPages = 0;
+  std::string dtype = "bf16";
+  bool json = false;
+};
+
+DType parseDtype(const std::string& name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f16" || name == "fp16") return DType::kF16;
+  if (name == "f32" || name == "fp32") return DType::kF32;
+  ES_THROW(InvalidArgument, "inspect: argument '--dtype' = ", name, " must be bf16, f16 or f32");
+}
+
+void runInspect(const InspectOptions& o) {
+  const auto it = presets().find(o.preset);
+  if (it == presets().end()) {
+    ES_THROW(InvalidArgument, "inspect: argument '--preset' = ", o.preset, " is not a known preset");
+  }
+  ModelShape shape = it->second;
+  if (o.layers) shape.layers = o.layers;
+  if (o.kvHeads) shape.kvHeads = o.kvHeads;
+  if (o.headDim) shape.headDim = o.headDim;
+  ES_CHECK_ARG(shape.layers > 0 && shape.layers <= 4096, "inspect", "--layers", shape.layers,
+               "must be in [1, 4096]");
+
+  kv::KvCacheConfig config;
+  config.maxBatchSize = o.maxBatch;
+  config.maxSequenceLength = o.maxSeqLen;
+  config.dtype = parseDtype(o.dtype);
+  config.numPages = o.numPages;
+  config.baseLayers.assign(static_cast<size_t>(shape.layers),
+                           kv::KvLayerShape{shape.kvHeads, shape.headDim, 0});
+  for (int32_t layer : o.swaLayers) {
+    ES_CHECK_ARG(layer >= 0 && layer < shape.layers, "inspect", "--swa-layers", layer,
+                 "must name a layer in [0, ", shape.layers, ")");
+    ES_CHECK_ARG(o.slidingWindow > 0, "inspect", "--sliding-window", o.slidingWindow,
+                 "must be > 0 when --swa-layers is given");
+    config.baseLayers[static_cast<size_t>(layer)].kvCacheCapacity = o.slidingWindow;
+  }
+  config.draftLayers.assign(static_cast<size_t>(o.draftLayers),
+                            kv::KvLayerShape{shape.kvHeads, shape.headDim, 0});
+  const kv::KvCachePlan plan = kv::planKvCache(config);
+  if (o.json) {
+    std::printf("%s\n", plan.toJson().dump(2).c_str());
+  } else {
+    std::printf("model shape: %s, %d layers, %d KV heads, head dim %d\n%s", o.preset.c_str(),
+                shape.layers, shape.kvHeads, shape.headDim, plan.describe().c_str());
+  }
+}
+
+}  // namespace
+
+void addInspectCommand(CLI::App& app) {
+  auto options = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Print the paged KV cache plan for a model shape");
+  std::vector<std::string> names;
+  for (const auto& [name, _] : presets()) names.push_back(name);
+  cmd->add_option("--preset", options->preset, "Model shape")
+      ->check(CLI::IsMember(names))
+      ->capture_default_str();
+  cmd->add_option("--layers", options->layers, "Override: attention layers");
+  cmd->add_option("--kv-heads", options->kvHeads, "Override: KV heads");
+  cmd->add_option("--head-dim", options->headDim, "Override: head dimension");
+  cmd->add_option("--draft-layers", options->draftLayers, "DFlash draft layers (0 = no draft)")
+      ->capture_default_str();
+  cmd->add_option("--max-batch", options->maxBatch, "Concurrent sequences")->capture_default_str();
+  cmd->add_option("--max-seq-len", options->maxSeqLen, "Tokens per sequence")->capture_default_str();
+  cmd->add_option("--sliding-window", options->slidingWindow, "Window of the --swa-layers");
+  cmd->add_option("--swa-layers", options->swaLayers, "Sliding-window layer ids")->delimiter(',');
+  cmd->add_option("--num-pages", options->numPages, "Pool pages (0 = minimum)");
+  cmd->add_option("--dtype", options->dtype, "KV element type: bf16, f16, f32")->capture_default_str();
+  cmd->add_flag("--json", options->json, "Print the plan as JSON on stdout");
+  cmd->callback([options] { runInspect(*options); });
+}
+
+}  // namespace es::cli

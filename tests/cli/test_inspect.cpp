@@ -1,0 +1,44 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "common/errors.h"
+
+namespace es::cli {
+namespace {
+
+int runCli(std::vector<std::string> args) {
+  args.insert(args.begin(), "edgespec");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return run(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(CliInspect, JsonPlanOnStdout) {
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(runCli({"inspect", "--preset", "qwen3-8b", "--max-batch", "8", "--max-seq-len", "4096",
+                    "--json"}),
+            0);
+  const nlohmann::json plan = nlohmann::json::parse(testing::internal::GetCapturedStdout());
+  EXPECT_EQ(plan["num_pages"], 256);
+  EXPECT_EQ(plan["base_layers"].size(), 36u);
+  EXPECT_EQ(plan["total_bytes"], int64_t{36} * (int64_t{128} << 20));
+}
+
+TEST(CliInspect, BadInputIsAnErrorNamingTheArgument) {
+  try {
+    runCli({"inspect", "--max-batch", "-2"});
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("maxBatchSize"), std::string::npos);
+  }
+  EXPECT_THROW(runCli({"inspect", "--swa-layers", "99", "--sliding-window", "512"}), InvalidArgument);
+  EXPECT_THROW(runCli({"inspect", "--swa-layers", "1"}), InvalidArgument);  // no window given
+  EXPECT_NE(runCli({"inspect", "--preset", "no-such-model"}), 0);          // parse error exit code
+}
+
+}  // namespace
+}  // namespace es::cli

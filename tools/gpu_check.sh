@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The one script to run on the GPU machine, in stages that each fit one 10-minute device call:
+#
+#   tools/gpu_check.sh build      configure + build with all cores, ctest -L gpu (and -L cpu)
+#   tools/gpu_check.sh sanitize   compute-sanitizer memcheck over every GPU test binary
+#   tools/gpu_check.sh bench      every bench/bench_*_gpu binary, then the PyTorch anchors
+#   tools/gpu_check.sh build sanitize bench   (several stages in one call, in order)
+#
+# Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
+# short summary table last. Dependencies missing on the GPU machine come from .deps/
+# (tools/stage_device_deps.sh; carry ".deps" with the call).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source tools/env.sh
+out="${OUT:-$PWD/out}"
+mkdir -p "$out"
+build_dir="${BUILD_DIR:-build-gpu}"
+summary=()
+
+build() {
+  local prefix=()
+  [ -d .deps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.deps")
+  local t0=$SECONDS
+  if cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix[@]}" >"$out/configure.log" 2>&1 &&
+     ninja -C "$build_dir" -j "$(nproc)" >"$out/build.log" 2>&1; then
+    summary+=("build                 ok       $((SECONDS - t0)) s")
+    return 0
+  fi
+  tail -40 "$out/build.log" "$out/configure.log"
+  summary+=("build                 FAILED   see build.log")
+  return 1
+}
+
+stage_build() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
+  cat "$out/gpu.txt"
+  (cd "$build_dir" && ctest -L gpu --output-on-failure --timeout 300) >"$out/ctest_gpu.log" 2>&1
+  local rc=$?
+  grep -E "tests passed|tests failed|Failed|\*\*\*|Not Run" "$out/ctest_gpu.log" | tail -20
+  summary+=("ctest -L gpu          $([ $rc -eq 0 ] && echo ok || echo FAILED)       $(grep -Eo '[0-9]+% tests passed.*' "$out/ctest_gpu.log")")
+  (cd "$build_dir" && ctest -L cpu --timeout 300 -j 8) >"$out/ctest_cpu.log" 2>&1
+  rc=$?
+  summary+=("ctest -L cpu          $([ $rc -eq 0 ] && echo ok || echo FAILED)       $(grep -Eo '[0-9]+% tests passed.*' "$out/ctest_cpu.log")")
+  # Skipped GPU tests on a GPU machine mean a broken device check: list them.
+  grep -h "SKIPPED \]" "$build_dir"/Testing/Temporary/LastTest*.log 2>/dev/null | sort -u | head -5
+}
+
+stage_sanitize() {
+  local status=0
+  for bin in "$build_dir"/tests/test_*_gpu; do
+    local name
+    name=$(basename "$bin")
+    local t0=$SECONDS
+    if compute-sanitizer --tool memcheck --error-exitcode 99 --leak-check full "$bin" \
+        --gtest_brief=1 >"$out/memcheck_$name.log" 2>&1; then
+      summary+=("memcheck $(printf '%-28s' "$name") ok       $((SECONDS - t0)) s")
+    else
+      status=1
+      tail -30 "$out/memcheck_$name.log"
+      summary+=("memcheck $(printf '%-28s' "$name") FAILED   memcheck_$name.log")
+    fi
+  done
+  return $status
+}
+
+stage_bench() {
+  for bin in "$build_dir"/bench/bench_*_gpu; do
+    [ -x "$bin" ] || continue
+    local name
+    name=$(basename "$bin")
+    if "$bin" >"$out/$name.txt" 2>&1; then
+      summary+=("$(printf '%-30s' "$name") ok       $name.txt")
+    else
+      summary+=("$(printf '%-30s' "$name") FAILED   $name.txt")
+    fi
+    tail -25 "$out/$name.txt"
+  done
+  if python3 tools/torch_anchor.py --sampling >"$out/anchor_sampling.json" 2>"$out/anchor_sampling.err"; then
+    summary+=("torch anchor --sampling        ok       anchor_sampling.json")
+    cat "$out/anchor_sampling.json"
+  else
+    summary+=("torch anchor --sampling        FAILED   anchor_sampling.err")
+  fi
+}
+
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(build)
+status=0
+if build; then
+  for s in "${stages[@]}"; do
+    case "$s" in
+      build) stage_build || status=1 ;;
+      sanitize) stage_sanitize || status=1 ;;
+      bench) stage_bench || status=1 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench)" >&2; status=2 ;;
+    esac
+  done
+else
+  status=1
+fi
+echo
+echo "== gpu_check summary ($(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')) =="
+printf '%s\n' "${summary[@]}"
+exit $status

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what edgespec builds with on a fresh Debian/Ubuntu machine (apt-get), and puts the CUDA
+# toolkit on PATH when it is installed under /usr/local/cuda. Idempotent and quiet when all is there.
+set -euo pipefail
+packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev python3)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "install_deps: apt-get install ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
