@@ -117,14 +117,23 @@ std::string KvCachePlan::describe() const {
   os << "  full pool: " << numPages << " pages";
   if (numSwaPages > 0) os << "; sliding-window pool: " << numSwaPages << " pages (window " << slidingWindow << ")";
   os << "\n";
-  os << "  layer       kind   kv_heads  head_dim  pages       MiB\n";
-  auto rows = [&](const std::vector<KvLayerPlan>& layers, const char* prefix) {
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const KvLayerPlan& l = layers[i];
-      os << "  " << std::left << std::setw(10) << (prefix + std::to_string(i)) << "  "
-         << std::setw(5) << (l.reduced ? "swa" : "full") << std::right << std::setw(10)
-         << l.numKvHeads << std::setw(10) << l.headDim << std::setw(7) << l.numPages
-         << std::setw(10) << std::fixed << std::setprecision(2) << mib(l.bytes) << "\n";
+  os << "  layers          kind   kv_heads  head_dim  pages  MiB/layer\n";
+  // Consecutive layers of identical shape share one row.
+  auto rows = [&](const std::vector<KvLayerPlan>& layers, const std::string& prefix) {
+    for (size_t first = 0; first < layers.size();) {
+      const KvLayerPlan& l = layers[first];
+      size_t last = first;
+      while (last + 1 < layers.size() && layers[last + 1].reduced == l.reduced &&
+             layers[last + 1].numKvHeads == l.numKvHeads && layers[last + 1].headDim == l.headDim) {
+        ++last;
+      }
+      const std::string name = prefix + std::to_string(first) +
+                               (last > first ? "-" + std::to_string(last) : std::string());
+      os << "  " << std::left << std::setw(14) << name << "  " << std::setw(5)
+         << (l.reduced ? "swa" : "full") << std::right << std::setw(10) << l.numKvHeads
+         << std::setw(10) << l.headDim << std::setw(7) << l.numPages << std::setw(11)
+         << std::fixed << std::setprecision(2) << mib(l.bytes) << "\n";
+      first = last + 1;
     }
   };
   rows(base, "base.");
