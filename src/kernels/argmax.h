@@ -1,0 +1,33 @@
+#pragma once
+// Row argmax: logits rows -> int32 ids, ties to the lower index (spec §3.2). Consumed by the
+// DFlash greedy accept kernel. NaN counts as larger than every number (torch.argmax), so a row
+// with NaN returns its first NaN. Plain C++ header.
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "common/stream.h"
+
+namespace es {
+
+struct ArgmaxParams {
+  const void* logits = nullptr;  // [rows, vocab] dtype, row r starts at r * row_stride elements
+  DType dtype = DType::kF32;     // kF32, kF16 or kBF16
+  int32_t rows = 0;
+  int32_t vocab = 0;
+  int64_t row_stride = 0;        // elements between rows; 0 means vocab
+  int32_t* out = nullptr;        // [rows] i32
+};
+
+void validate_argmax_params(const ArgmaxParams& p, const char* where);
+
+namespace kernel {
+// Batch 1..few: a thread-block cluster of up to 8 CTAs splits each row (distributed shared
+// memory merges the partial maxima); larger batches: one CTA per row. No workspace.
+void argmax_rows(const ArgmaxParams& p, cudaStream_t stream);
+}  // namespace kernel
+
+namespace ref {
+void argmax_rows(const ArgmaxParams& p);  // host pointers
+}  // namespace ref
+
+}  // namespace es

@@ -1,0 +1,85 @@
+#pragma once
+// Logits -> filtered probabilities (temperature, top-k, top-p nucleus/truncate) and sampling of
+// rows from counter-based uniforms (spec §3.1-3.6, §3.8). Plain C++ header: no CUDA includes.
+//
+// Paths: 0 < V <= 4096 uses the small-vocab path (one CTA per row, row in shared memory, MSB
+// radix select + bitonic sort); otherwise the general path (row split across CTAs, per-chunk
+// radix select of candidates, then one CTA per row; or a multi-pass radix threshold search when
+// top-k is off / k > 512). `path` overrides the choice for tests. Semantics: docs/sampling.md.
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "common/stream.h"
+
+namespace es {
+
+enum class TopPMode : int32_t {
+  kNucleus = 0,   // smallest descending prefix whose mass reaches p, renormalised (default)
+  kTruncate = 1,  // budget p*S, boundary token partially kept, renormalised by the budget
+};
+
+enum class SamplingPath : int32_t { kAuto = 0, kGeneral = 1, kSmallVocab = 2 };
+
+inline constexpr int32_t kSmallVocabMax = 4096;  // small-vocab path serves 0 < V <= this
+inline constexpr int32_t kMaxCandidateTopK = 512;  // candidate (sorted) mode serves k <= this
+
+struct SamplingParams {
+  const void* logits = nullptr;  // [batch, vocab] logits_dtype (rows contiguous)
+  DType logits_dtype = DType::kF32;  // kF32 or kF16
+  int32_t batch = 0;
+  int32_t vocab = 0;
+
+  // Scalars used for every row whose per-row array is null.
+  float temperature = 1.0f;  // >= 0; < 1e-3 means greedy
+  int32_t top_k = 0;         // <= 0 or >= vocab: off
+  float top_p = 1.0f;        // (0, 1]; >= 1 - 1e-6: off
+  const float* temperatures = nullptr;  // [batch] f32 or null
+  const int32_t* top_ks = nullptr;      // [batch] i32 or null
+  const float* top_ps = nullptr;        // [batch] f32 or null
+  TopPMode top_p_mode = TopPMode::kNucleus;
+
+  // Uniforms for the inverse CDF: either given, or computed as
+  // request_uniform(seeds[b], positions[b], RngPurpose::kTarget, 0) (same bits host and device).
+  const float* uniforms = nullptr;     // [batch] f32 in (0, 1), or null
+  const uint64_t* seeds = nullptr;     // [batch] u64 (used when uniforms is null)
+  const int64_t* positions = nullptr;  // [batch] i64 absolute position of the last token
+
+  int32_t* tokens = nullptr;  // [batch] i32 out, or null (probabilities only)
+  float* probs = nullptr;     // [batch, vocab] f32 out, or null (tokens only)
+
+  // Device scratch of sampling_workspace_bytes(*this) bytes (general path); no initialisation
+  // needed, nothing kept between calls. May be null when that size is 0.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+
+  SamplingPath path = SamplingPath::kAuto;
+};
+
+// Throws es::InvalidArgument naming `where`, the argument, its value and the limit.
+// `device_pointers` false skips nothing: both host (reference) and device calls use it.
+void validate_sampling_params(const SamplingParams& p, const char* where);
+
+// Bytes of device workspace sample_rows() needs for these parameters (depends on batch, vocab,
+// path and whether top_k is per-row). Host function, every build.
+size_t sampling_workspace_bytes(const SamplingParams& p);
+
+namespace kernel {
+// Launch on `stream` (CUDA builds only). Validates first; never synchronises.
+void sample_rows(const SamplingParams& p, cudaStream_t stream);
+}  // namespace kernel
+
+namespace ref {
+// CPU reference with the same parameters on host pointers (workspace and path ignored).
+void sample_rows(const SamplingParams& p);
+
+// One row, exposed for the verification reference and the tests.
+// Writes probs[vocab]; returns true when the row took the uniform fallback.
+bool row_probs(const float* logits_f32, int32_t vocab, float temperature, int32_t top_k,
+               float top_p, TopPMode mode, float* probs);
+// Inverse CDF of spec §3.5 (fp32 running sum in index order, strict >, skip <= 0, fallback to
+// the last positive index). Returns -1 only for a row with no positive entry.
+int32_t sample_from_probs(const float* probs, int32_t vocab, float u);
+}  // namespace ref
+
+}  // namespace es

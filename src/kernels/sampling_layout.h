@@ -1,0 +1,33 @@
+#pragma once
+// Launch plan of the general sampling path, shared by the host workspace-size function (every
+// build) and the CUDA launcher, so both agree on chunking and workspace layout. Plain C++.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/sampling.h"
+
+namespace es::sampling {
+
+inline constexpr int32_t kThreads = 512;           // every sampling CTA; the canonical CDF tile
+inline constexpr int32_t kItems = 4;               // consecutive entries per thread in a CDF tile
+inline constexpr int32_t kTile = kThreads * kItems;
+inline constexpr int32_t kMinChunk = 2048;         // general path: entries per chunk CTA, at least
+inline constexpr int32_t kMaxChunk = 4096;         // ... and at most (staged in shared memory)
+inline constexpr int32_t kMaxFinalCandidates = 8192;  // chunk candidates merged by one CTA
+inline constexpr int32_t kTargetCtas = 264;        // ~2 CTAs per H200 SM for the chunk stage
+inline constexpr int32_t kEarlyStopCandidates = 128;  // radix select stops at this many
+
+struct GeneralPlan {
+  bool any_candidate = false;  // some rows may take the candidate mode (chunk + final kernels)
+  bool any_full = false;       // some rows may take the full-row mode
+  int32_t chunks = 0;          // chunk CTAs per row (candidate mode)
+  int32_t chunk_len = 0;       // entries per chunk (the last one may be shorter)
+  int32_t kcap = 0;            // largest effective top-k a candidate row may have
+  size_t workspace_bytes = 0;  // [batch][chunks] x (min(kcap, chunk_len) u64 + flag u64)
+};
+
+// Rows with effective top-k kk use the candidate mode iff
+//   any_candidate && kk <= kcap (then chunks * min(kk, chunk_len) <= kMaxFinalCandidates).
+GeneralPlan plan_general(const SamplingParams& p);
+
+}  // namespace es::sampling

@@ -1,0 +1,163 @@
+#pragma once
+// Arithmetic shared bit-for-bit by the CPU reference and both GPU sampling paths (spec §3).
+//
+// Why a shared header: the tests demand identical tokens from the reference and the kernels on
+// the same uniforms. That holds only if every float the decision depends on is produced by the
+// same IEEE operations in the same order on host and device. So:
+//  * float mul/add/sub/div go through fmul_rn & co.: on the device these are the _rn intrinsics,
+//    which nvcc never contracts into an FMA (a plain `a * b + c` may be contracted there);
+//  * exp is our own polynomial (exp_nonpos) built from fmaf, correctly rounded on both sides, so
+//    the device's expf (2 ulp) and glibc's expf (1 ulp) never disagree;
+//  * masses are exact fixed-point integers (mass_of), so sums in any order agree exactly: the
+//    top-k / top-p boundaries are the same whatever the reduction tree.
+// Only the fp32 running sum of the inverse CDF over a *whole row* (top-k off or k > 512) is
+// summed in a different order on the GPU; that is the documented CDF-boundary tolerance
+// (docs/sampling.md).
+#include <cstdint>
+#include <cstring>
+
+#include "common/host_device.h"
+
+namespace es::sampling {
+
+inline constexpr float kGreedyTemperature = 1e-3f;   // T below this: greedy (top-k 1)
+inline constexpr float kTopPOffAbove = 1.0f - 1e-6f;  // top-p active when p < this
+inline constexpr float kMassScale = 1099511627776.0f;  // 2^40: fixed-point unit of a mass
+inline constexpr int32_t kMaxVocab = (1 << 24) - 1;   // keeps V * 2^40 below 2^64
+inline constexpr float kResidualMassFloor = 1e-20f;   // spec §3.7
+inline constexpr float kDraftProbFloor = 1e-20f;      // q <= this: alpha = 1
+
+#if defined(__CUDA_ARCH__)
+ES_HOST_DEVICE ES_FORCE_INLINE float fmul_rn(float a, float b) { return __fmul_rn(a, b); }
+ES_HOST_DEVICE ES_FORCE_INLINE float fadd_rn(float a, float b) { return __fadd_rn(a, b); }
+ES_HOST_DEVICE ES_FORCE_INLINE float fsub_rn(float a, float b) { return __fsub_rn(a, b); }
+ES_HOST_DEVICE ES_FORCE_INLINE float fdiv_rn(float a, float b) { return __fdiv_rn(a, b); }
+ES_HOST_DEVICE ES_FORCE_INLINE double ddiv_rn(double a, double b) { return __ddiv_rn(a, b); }
+ES_HOST_DEVICE ES_FORCE_INLINE double dmul_rn(double a, double b) { return __dmul_rn(a, b); }
+ES_HOST_DEVICE ES_FORCE_INLINE float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+ES_HOST_DEVICE ES_FORCE_INLINE float d2f_rn(double a) { return __double2float_rn(a); }
+#else
+// Host: x86-64 without -mfma never contracts; volatile-free plain operators are IEEE here.
+inline float fmul_rn(float a, float b) { return a * b; }
+inline float fadd_rn(float a, float b) { return a + b; }
+inline float fsub_rn(float a, float b) { return a - b; }
+inline float fdiv_rn(float a, float b) { return a / b; }
+inline double ddiv_rn(double a, double b) { return a / b; }
+inline double dmul_rn(double a, double b) { return a * b; }
+inline float fma_rn(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+inline float d2f_rn(double a) { return static_cast<float>(a); }
+#endif
+
+ES_HOST_DEVICE ES_FORCE_INLINE uint32_t f2u(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof(u));
+  return u;
+}
+ES_HOST_DEVICE ES_FORCE_INLINE float u2f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// Order-preserving uint32 key of a non-NaN float (larger float -> larger key). -0 maps to +0 so
+// that the two zeros tie (and then resolve to the lower index like every other tie).
+ES_HOST_DEVICE ES_FORCE_INLINE uint32_t order_key(float f) {
+  uint32_t b = f2u(f);
+  if ((b & 0x7fffffffu) == 0) b = 0;
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+ES_HOST_DEVICE ES_FORCE_INLINE float key_value(uint32_t key) {
+  return u2f((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+// Unique 64-bit rank of entry `index`: larger key first, then lower index first. 0 never occurs
+// (it would need index 0xffffffff), so 0 is a safe padding sentinel for descending sorts.
+ES_HOST_DEVICE ES_FORCE_INLINE uint64_t composite(uint32_t key, uint32_t index) {
+  return (static_cast<uint64_t>(key) << 32) | static_cast<uint32_t>(~index);
+}
+ES_HOST_DEVICE ES_FORCE_INLINE uint32_t composite_key(uint64_t c) { return static_cast<uint32_t>(c >> 32); }
+ES_HOST_DEVICE ES_FORCE_INLINE uint32_t composite_index(uint64_t c) { return ~static_cast<uint32_t>(c); }
+
+// exp(d) for d <= 0 (d = logit - max), from fmaf only, so host and device agree bit for bit.
+// Cody-Waite reduction d = j*ln2 + f, |f| <= ln2/2, degree-7 polynomial for exp(f) (coefficients
+// after N. Juffa's public expf), then scaling by 2^j in two exact steps so subnormals round once.
+// Max relative error vs exp() ~2e-7 (checked in test_sampling.cpp). exp(0) == 1 exactly.
+ES_HOST_DEVICE inline float exp_nonpos(float d) {
+  if (!(d > -104.0f)) return 0.0f;  // also -inf; exp(-104) < 2^-149/2
+  const float j = fsub_rn(fma_rn(1.442695f, d, 12582912.0f), 12582912.0f);  // rint(d/ln2)
+  float f = fma_rn(j, -6.93145752e-1f, d);
+  f = fma_rn(j, -1.42860677e-6f, f);
+  float r = 1.37805939e-3f;
+  r = fma_rn(r, f, 8.37312452e-3f);
+  r = fma_rn(r, f, 4.16695364e-2f);
+  r = fma_rn(r, f, 1.66664720e-1f);
+  r = fma_rn(r, f, 4.99999851e-1f);
+  r = fma_rn(r, f, 1.0f);
+  r = fma_rn(r, f, 1.0f);
+  const int32_t i = static_cast<int32_t>(j);  // in [-150, 0]
+  // 2^i = 2^(i+64) * 2^-64 when i < -126 keeps both factors normal.
+  if (i >= -126) return fmul_rn(r, u2f(static_cast<uint32_t>(i + 127) << 23));
+  const float a = fmul_rn(r, u2f(static_cast<uint32_t>(i + 64 + 127) << 23));
+  return fmul_rn(a, u2f(static_cast<uint32_t>(-64 + 127) << 23));
+}
+
+// Fixed-point mass of an exp weight e in [0, 1]: floor(e * 2^40). Exact (power-of-two scale,
+// truncating conversion); weights below 2^-40 of the row maximum count as zero.
+ES_HOST_DEVICE ES_FORCE_INLINE uint64_t mass_of(float e) {
+  return static_cast<uint64_t>(fmul_rn(e, kMassScale));
+}
+
+// Scaled logit (spec §3.1): greedy rows keep the raw logit (only the order matters then).
+ES_HOST_DEVICE ES_FORCE_INLINE float scale_logit(float x, float inv_t, bool greedy) {
+  return greedy ? x : fmul_rn(x, inv_t);
+}
+
+// Per-row parameters after the documented sanitising (see docs/sampling.md): the host validates
+// scalar parameters; per-row device arrays cannot be validated there, so out-of-range values get
+// a defined meaning here instead (NaN or < 1e-3 temperature: greedy; NaN or <= 0 top-p: keep the
+// top token only; top-p >= 1 - 1e-6: off).
+struct RowParams {
+  bool greedy;
+  float inv_t;
+  int32_t k;      // effective top-k in [1, V]; V means off
+  bool top_p_on;
+  float top_p;
+};
+
+ES_HOST_DEVICE inline RowParams make_row_params(float temperature, int32_t top_k, float top_p,
+                                                int32_t vocab) {
+  RowParams r;
+  r.greedy = !(temperature >= kGreedyTemperature);
+  r.inv_t = r.greedy ? 1.0f : fdiv_rn(1.0f, temperature);
+  r.k = (top_k <= 0 || top_k >= vocab) ? vocab : top_k;
+  if (r.greedy) r.k = 1;
+  r.top_p_on = !(top_p >= kTopPOffAbove);
+  r.top_p = (top_p > 0.0f) ? top_p : 0.0f;  // NaN -> 0 -> budget clamps to one unit
+  return r;
+}
+
+// Top-p budget Bp = floor(p * S) in mass units, at least 1 so the top token always survives.
+ES_HOST_DEVICE inline uint64_t top_p_budget(float p, uint64_t total) {
+  const double b = dmul_rn(static_cast<double>(p), static_cast<double>(total));
+  const uint64_t v = static_cast<uint64_t>(b);
+  return v == 0 ? 1 : v;
+}
+
+ES_HOST_DEVICE ES_FORCE_INLINE float prob_of(uint64_t w, uint64_t total) {
+  return d2f_rn(ddiv_rn(static_cast<double>(w), static_cast<double>(total)));
+}
+
+// Sample of a uniform-fallback row: the exact inverse CDF of the uniform distribution.
+ES_HOST_DEVICE inline int32_t uniform_row_token(float u, int32_t vocab) {
+  int64_t t = static_cast<int64_t>(dmul_rn(static_cast<double>(u), static_cast<double>(vocab)));
+  if (t >= vocab) t = vocab - 1;
+  if (t < 0) t = 0;
+  return static_cast<int32_t>(t);
+}
+
+// A scaled logit that makes the row fall back to uniform (spec §3.3): NaN or +inf. (A row whose
+// every entry is -inf also falls back; callers check the maximum for that.)
+ES_HOST_DEVICE ES_FORCE_INLINE bool poisons_row(float s) {
+  return !(s < u2f(0x7f800000u));
+}
+
+}  // namespace es::sampling

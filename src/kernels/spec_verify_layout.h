@@ -1,0 +1,26 @@
+#pragma once
+// Workspace plan of the verification launcher, shared by the host size function and the
+// CUDA launcher. Plain C++.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/sampling_layout.h"
+#include "kernels/spec_verify.h"
+
+namespace es::spec_verify {
+
+inline size_t align(size_t x) { return (x + 255) & ~size_t{255}; }
+
+struct VerifyPlan {
+  int64_t rows = 0;                // batch * (num_draft + 1) target rows
+  sampling::GeneralPlan general;   // chunking of the target rows (general path)
+  size_t sparse_offset = 0, sparse_bytes = 0;  // per row: status/count u64 + 512 x (i32, f32)
+  size_t dense_offset = 0, dense_bytes = 0;    // [rows, vocab] f32, or none
+  size_t workspace_bytes = 0;
+};
+
+// The target rows as one sampling batch (probabilities only).
+SamplingParams target_sampling_params(const SpecVerifyParams& p);
+VerifyPlan plan(const SpecVerifyParams& p);
+
+}  // namespace es::spec_verify

@@ -1,0 +1,36 @@
+// CPU reference of row argmax: first index of the maximum; NaN beats every number.
+#include <cmath>
+
+#include "common/dtype.h"
+#include "kernels/argmax.h"
+
+namespace es::ref {
+
+namespace {
+float load(const ArgmaxParams& p, int64_t i) {
+  switch (p.dtype) {
+    case DType::kF16: return to_float(static_cast<const fp16*>(p.logits)[i]);
+    case DType::kBF16: return to_float(static_cast<const bf16*>(p.logits)[i]);
+    default: return static_cast<const float*>(p.logits)[i];
+  }
+}
+}  // namespace
+
+void argmax_rows(const ArgmaxParams& p) {
+  validate_argmax_params(p, "ref::argmax_rows");
+  const int64_t stride = p.row_stride ? p.row_stride : p.vocab;
+  for (int32_t r = 0; r < p.rows; ++r) {
+    int32_t best = 0;
+    float best_v = load(p, r * stride);
+    for (int32_t i = 1; i < p.vocab && !std::isnan(best_v); ++i) {
+      const float v = load(p, r * stride + i);
+      if (std::isnan(v) || v > best_v) {
+        best = i;
+        best_v = v;
+      }
+    }
+    p.out[r] = best;
+  }
+}
+
+}  // namespace es::ref

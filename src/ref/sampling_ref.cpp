@@ -1,0 +1,130 @@
+// CPU reference of spec §3.1-3.6: plain loops, straight from the definitions.
+//
+// Precision: scaled logits and exp weights in fp32 through kernels/sampling_math.h (the same
+// operations the kernels use); masses are exact 2^-40 fixed-point integers, so "prefix mass
+// reaches p*S" is an exact comparison; a probability is w / W rounded once (double division,
+// then to float); the inverse CDF is the fp32 running sum in index order the spec prescribes.
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/rng.h"
+#include "kernels/sampling.h"
+#include "kernels/sampling_math.h"
+
+namespace es::ref {
+
+using namespace es::sampling;
+
+bool row_probs(const float* logits, int32_t vocab, float temperature, int32_t top_k, float top_p,
+               TopPMode mode, float* probs) {
+  const RowParams rp = make_row_params(temperature, top_k, top_p, vocab);
+  std::vector<float> s(vocab);
+  bool poisoned = false;
+  for (int32_t i = 0; i < vocab; ++i) {
+    s[i] = scale_logit(logits[i], rp.inv_t, rp.greedy);
+    poisoned = poisoned || poisons_row(s[i]);
+  }
+  // Descending order, ties to the lower index: the composite rank is unique and encodes both.
+  std::vector<uint64_t> order(vocab);
+  if (!poisoned) {
+    for (int32_t i = 0; i < vocab; ++i) order[i] = composite(order_key(s[i]), i);
+    std::sort(order.begin(), order.end(), std::greater<uint64_t>());
+  }
+  const float row_max = poisoned ? 0.0f : s[composite_index(order[0])];
+  if (poisoned || row_max == -__builtin_huge_valf()) {
+    const float uniform = fdiv_rn(1.0f, static_cast<float>(vocab));
+    for (int32_t i = 0; i < vocab; ++i) probs[i] = uniform;
+    return true;
+  }
+  const int32_t kept = rp.k;  // top-k set: the first `kept` entries of the order
+  std::vector<uint64_t> mass(kept), prefix(kept);
+  uint64_t running = 0;
+  for (int32_t j = 0; j < kept; ++j) {
+    const float d = fsub_rn(s[composite_index(order[j])], row_max);
+    mass[j] = mass_of(exp_nonpos(d));
+    running += mass[j];
+    prefix[j] = running;
+  }
+  const uint64_t total = running;  // S >= 2^40: the maximum itself has weight exactly 1
+  int32_t cut = kept;              // entries [0, cut) survive
+  uint64_t norm = total;
+  uint64_t last_weight = mass[kept - 1];
+  if (rp.top_p_on) {
+    const uint64_t budget = top_p_budget(rp.top_p, total);
+    cut = 0;
+    while (prefix[cut] < budget) ++cut;  // terminates: prefix[kept-1] = S > budget
+    ++cut;                               // smallest prefix whose mass reaches the budget
+    if (mode == TopPMode::kNucleus) {
+      norm = prefix[cut - 1];
+      last_weight = mass[cut - 1];
+    } else {
+      norm = budget;
+      last_weight = budget - (cut >= 2 ? prefix[cut - 2] : 0);
+    }
+  } else {
+    last_weight = mass[cut - 1];
+  }
+  for (int32_t i = 0; i < vocab; ++i) probs[i] = 0.0f;
+  for (int32_t j = 0; j < cut; ++j) {
+    const uint64_t w = (j == cut - 1) ? last_weight : mass[j];
+    probs[composite_index(order[j])] = prob_of(w, norm);
+  }
+  return false;
+}
+
+int32_t sample_from_probs(const float* probs, int32_t vocab, float u) {
+  float total = 0.0f;
+  int32_t last_positive = -1;
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (probs[i] > 0.0f) {
+      total = fadd_rn(total, probs[i]);
+      last_positive = i;
+    }
+  }
+  const float threshold = fmul_rn(u, total);
+  float running = 0.0f;
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (!(probs[i] > 0.0f)) continue;
+    running = fadd_rn(running, probs[i]);
+    if (running > threshold) return i;
+  }
+  return last_positive;
+}
+
+namespace {
+std::vector<float> row_as_f32(const SamplingParams& p, int32_t b) {
+  std::vector<float> row(p.vocab);
+  const size_t base = static_cast<size_t>(b) * p.vocab;
+  if (p.logits_dtype == DType::kF32) {
+    const float* x = static_cast<const float*>(p.logits) + base;
+    std::copy(x, x + p.vocab, row.begin());
+  } else {
+    const fp16* x = static_cast<const fp16*>(p.logits) + base;
+    for (int32_t i = 0; i < p.vocab; ++i) row[i] = to_float(x[i]);
+  }
+  return row;
+}
+}  // namespace
+
+void sample_rows(const SamplingParams& p) {
+  validate_sampling_params(p, "ref::sample_rows");
+  std::vector<float> probs(p.vocab);
+  for (int32_t b = 0; b < p.batch; ++b) {
+    const std::vector<float> row = row_as_f32(p, b);
+    const float t = p.temperatures ? p.temperatures[b] : p.temperature;
+    const int32_t k = p.top_ks ? p.top_ks[b] : p.top_k;
+    const float tp = p.top_ps ? p.top_ps[b] : p.top_p;
+    float* out = p.probs ? p.probs + static_cast<size_t>(b) * p.vocab : probs.data();
+    const bool uniform = row_probs(row.data(), p.vocab, t, k, tp, p.top_p_mode, out);
+    if (p.tokens) {
+      const float u = p.uniforms ? p.uniforms[b]
+                                 : request_uniform(p.seeds[b], p.positions[b], RngPurpose::kTarget, 0);
+      p.tokens[b] = uniform ? uniform_row_token(u, p.vocab) : sample_from_probs(out, p.vocab, u);
+    }
+  }
+}
+
+}  // namespace es::ref
