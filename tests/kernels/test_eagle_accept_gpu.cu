@@ -1,0 +1,96 @@
+// GPU parity of the greedy EAGLE accept kernel against its CPU reference: random trees (parents
+// drawn among earlier nodes) and linear chains, S up to 70 (more than one 32-lane scan per step),
+// small vocabularies so that long accepted paths occur, random and absent budgets, B up to 64.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/eagle_accept.h"
+#include "support/gpu_test_util.h"
+
+namespace es {
+namespace {
+
+using I32 = std::vector<int32_t>;
+
+I32 poisoned(size_t n) { return I32(n, test::poison_i32()); }
+
+TEST(EagleAcceptGpu, MatchesReferenceOnRandomTreesAndChains) {
+  ES_SKIP_IF_NO_GPU();
+  std::mt19937 rng(31);
+  int64_t total_accepted = 0, sequences = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int32_t batch = trial == 0 ? 64 : std::uniform_int_distribution<int32_t>(1, 64)(rng);
+    const int32_t sizes[] = {1, 5, 16, 33, std::uniform_int_distribution<int32_t>(2, 70)(rng)};
+    const int32_t s = sizes[trial % 5];
+    const bool tree = trial % 2 == 1, with_budget = trial % 3 != 0;
+    const int32_t vocab = 1 + trial % 3;  // 1..3 token values: matches are common
+    SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s << " tree " << tree
+                                      << " budget " << with_budget);
+    const size_t n = size_t(batch) * s;
+    std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+    I32 top(n), verify(n), parents(n), budget(batch);
+    for (size_t i = 0; i < n; ++i) {
+      top[i] = token(rng);
+      verify[i] = token(rng);
+      const int32_t node = static_cast<int32_t>(i % s);
+      parents[i] = node == 0 ? -1 : std::uniform_int_distribution<int32_t>(0, node - 1)(rng);
+    }
+    for (auto& b : budget) b = std::uniform_int_distribution<int32_t>(-1, s + 1)(rng);
+
+    I32 tokens = poisoned(n), nodes = poisoned(n), lengths = poisoned(batch);
+    kernel::EagleAcceptParams p;
+    p.targetTopIds = top.data();
+    p.verifyTokenIds = verify.data();
+    p.treeParentIds = tree ? parents.data() : nullptr;
+    p.remainingBudget = with_budget ? budget.data() : nullptr;
+    p.acceptedTokens = tokens.data();
+    p.acceptedNodeIds = nodes.data();
+    p.acceptLengths = lengths.data();
+    p.batchSize = batch;
+    p.verifySize = s;
+    ref::eagleAccept(p);
+
+    test::DeviceArray<int32_t> d_top(top), d_verify(verify), d_parents(parents), d_budget(budget),
+        d_tokens(n), d_nodes(n), d_lengths(batch);
+    kernel::EagleAcceptParams q = p;
+    q.targetTopIds = d_top.get();
+    q.verifyTokenIds = d_verify.get();
+    q.treeParentIds = tree ? d_parents.get() : nullptr;
+    q.remainingBudget = with_budget ? d_budget.get() : nullptr;
+    q.acceptedTokens = d_tokens.get();
+    q.acceptedNodeIds = d_nodes.get();
+    q.acceptLengths = d_lengths.get();
+    kernel::launchEagleAccept(q, nullptr);
+    EXPECT_EQ(d_lengths.download(), lengths);
+    EXPECT_EQ(d_tokens.download(), tokens);
+    EXPECT_EQ(d_nodes.download(), nodes);
+    for (int32_t l : lengths) total_accepted += l;
+    sequences += batch;
+  }
+  // The random cases must exercise multi-token paths, or they would not test the walk.
+  EXPECT_GT(double(total_accepted) / double(sequences), 1.5);
+}
+
+TEST(EagleAcceptGpu, ValidatesBeforeLaunching) {
+  ES_SKIP_IF_NO_GPU();
+  test::DeviceArray<int32_t> buf(16);
+  kernel::EagleAcceptParams p;
+  p.targetTopIds = buf.get();
+  p.verifyTokenIds = buf.get();
+  p.acceptedTokens = buf.get();
+  p.acceptedNodeIds = buf.get();
+  p.acceptLengths = nullptr;
+  p.batchSize = 1;
+  p.verifySize = 4;
+  EXPECT_THROW(kernel::launchEagleAccept(p, nullptr), InvalidArgument);
+  p.batchSize = 0;
+  kernel::launchEagleAccept(p, nullptr);
+  EXPECT_EQ(buf.download(), poisoned(16));
+}
+
+}  // namespace
+}  // namespace es
