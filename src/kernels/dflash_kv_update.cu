@@ -91,10 +91,19 @@ __global__ void __launch_bounds__(kThreads)
       const int32_t j = first_half ? d0 : d0 - half;
       partner = load_chunk<VEC>(k_delta, src + (first_half ? half : -half));
       const float* row = cos_sin + token * rotary_dim;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        c[e] = __ldg(row + j + e);
-        s[e] = __ldg(row + half + j + e);
+      if constexpr (VEC == 8) {
+        // 32-byte aligned: rotary_dim % 16 == 0 and j % 8 == 0 on this path.
+        const float4 c0 = __ldg(reinterpret_cast<const float4*>(row + j));
+        const float4 c1 = __ldg(reinterpret_cast<const float4*>(row + j + 4));
+        const float4 s0 = __ldg(reinterpret_cast<const float4*>(row + half + j));
+        const float4 s1 = __ldg(reinterpret_cast<const float4*>(row + half + j + 4));
+        c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w, c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
+        s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w, s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
+      } else {
+        for (int e = 0; e < VEC; ++e) {
+          c[e] = __ldg(row + j + e);
+          s[e] = __ldg(row + half + j + e);
+        }
       }
     }
 
