@@ -99,6 +99,7 @@ else
   status=1
 fi
 echo
-echo "== gpu_check summary ($(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')) =="
+commit=$(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo '?')
+echo "== gpu_check summary ($(date -u +%FT%TZ), commit $commit) =="
 printf '%s\n' "${summary[@]}"
 exit $status
