@@ -64,7 +64,7 @@ GeneralPlan plan_general(const SamplingParams& p) {
                                         p.vocab);
     const bool greedy_all = p.temperatures == nullptr && r.greedy;
     const int32_t k = greedy_all ? 1 : r.k;
-    if (k > kMaxCandidateTopK || k >= p.vocab) {
+    if (k > kMaxCandidateTopK) {
       // Only greedy rows (per-row temperatures) could use candidates; keep it simple: full rows
       // unless every row is greedy.
       plan.any_candidate = false;

@@ -1,0 +1,525 @@
+// Sampling kernels (spec §3.1-3.6, §3.8) and their launcher.
+//
+//  small_vocab_kernel  V <= 4096: one CTA per row, the row's order keys in shared memory.
+//                      k <= 512: radix select + candidate bitonic sort; else a full bitonic sort.
+//  chunk_kernel        general path, k <= kcap: the row is split into chunks (one CTA each, so
+//                      batch 1 spreads over ~75 SMs for V = 151936); each writes its local top-k
+//                      candidates (sorted composites) to the workspace.
+//  final_kernel        one CTA per row merges the chunk candidates (radix select again), then the
+//                      same finalisation and emission as the small-vocab candidate mode.
+//  full_row_kernel     general path, top-k off or k > kcap: one CTA per row, radix threshold
+//                      searches over the row (4 passes each, by count for top-k and by exact
+//                      fixed-point mass for top-p), never O(k) passes.
+// All paths share kernels/sampling_device.h, so they produce bit-identical probabilities.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "common/dtype.h"
+#include "common/errors.h"
+#include "common/rng.h"
+#include "kernels/sampling.h"
+#include "kernels/sampling_device.h"
+#include "kernels/sampling_rows.h"
+
+namespace es::sampling {
+namespace {
+
+using namespace es::sampling::dev;
+
+__device__ __forceinline__ float load_logit(const float* x, int i) { return x[i]; }
+__device__ __forceinline__ float load_logit(const fp16* x, int i) { return to_float(x[i]); }
+
+__device__ __forceinline__ RowParams row_params(const RowsArgs& a, int row) {
+  const int pi = row / a.rows_per_param;
+  const float t = a.temperatures ? a.temperatures[pi] : a.temperature;
+  const int32_t k = a.top_ks ? a.top_ks[pi] : a.top_k;
+  const float p = a.top_ps ? a.top_ps[pi] : a.top_p;
+  return make_row_params(t, k, p, a.vocab);
+}
+
+__device__ __forceinline__ float row_uniform(const RowsArgs& a, int row) {
+  return a.uniforms ? a.uniforms[row]
+                    : request_uniform(a.seeds[row], a.positions[row], RngPurpose::kTarget, 0);
+}
+
+// Key of -inf: a row whose maximum is this has no finite entry (uniform fallback).
+constexpr uint32_t kMinusInfKey = 0x007fffffu;
+
+// Shared memory of the candidate modes.
+struct CandShared {
+  uint64_t cand[kMaxCandidateTopK];  // sorted composites
+  uint64_t aux[kMaxCandidateTopK];   // prefix masses, then (index, prob) packs
+  float prob[kMaxCandidateTopK];     // by sorted position
+  int32_t idx_sorted[kMaxCandidateTopK];  // kept entries by index
+  float val_sorted[kMaxCandidateTopK];
+};
+
+__device__ void emit_uniform(const RowsArgs& a, int row) {
+  const int V = a.vocab;
+  if (a.probs) {
+    const float pu = fdiv_rn(1.0f, static_cast<float>(V));
+    float* out = a.probs + static_cast<size_t>(row) * V;
+    for (int i = threadIdx.x; i < V; i += kThreads) out[i] = pu;
+  }
+  if (threadIdx.x == 0) {
+    if (a.tokens) a.tokens[row] = uniform_row_token(row_uniform(a, row), V);
+    if (a.sparse) {
+      a.sparse[row].status = kUniform;
+      a.sparse[row].count = 0;
+    }
+  }
+}
+
+// Outputs of a candidate-mode row: entries [0, cut) of `sorted` with probabilities prob[].
+__device__ void emit_candidates(const RowsArgs& a, int row, const uint64_t* sorted, int cut,
+                                CandShared& cs) {
+  const int np = pow2_ceil(cut);
+  for (int i = threadIdx.x; i < np; i += kThreads) {
+    cs.aux[i] = i < cut ? (static_cast<uint64_t>(composite_index(sorted[i])) << 32) | f2u(cs.prob[i])
+                        : ~0ull;
+  }
+  bitonic_sort(cs.aux, np, false);  // by index ascending
+  for (int i = threadIdx.x; i < cut; i += kThreads) {
+    cs.idx_sorted[i] = static_cast<int32_t>(cs.aux[i] >> 32);
+    cs.val_sorted[i] = u2f(static_cast<uint32_t>(cs.aux[i]));
+  }
+  __syncthreads();
+  const int V = a.vocab;
+  if (a.probs && a.dense_for_sparse_rows) {
+    float* out = a.probs + static_cast<size_t>(row) * V;
+    for (int i = threadIdx.x; i < V; i += kThreads) out[i] = 0.0f;
+    __syncthreads();  // zeros before the scatter (same addresses, other threads)
+    for (int i = threadIdx.x; i < cut; i += kThreads) out[cs.idx_sorted[i]] = cs.val_sorted[i];
+  }
+  if (a.sparse) {
+    SparseRow& r = a.sparse[row];
+    for (int i = threadIdx.x; i < cut; i += kThreads) {
+      r.index[i] = cs.idx_sorted[i];
+      r.prob[i] = cs.val_sorted[i];
+    }
+    if (threadIdx.x == 0) {
+      r.status = kSparse;
+      r.count = cut;
+    }
+  }
+  if (a.tokens && warp_id() == 0) {
+    const int token = sample_sorted_list_warp(cs.idx_sorted, cs.val_sorted, cut, row_uniform(a, row));
+    if (lane_id() == 0) a.tokens[row] = token;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small-vocab path.
+
+__host__ __device__ inline size_t align8(size_t x) { return (x + 7) & ~size_t{7}; }
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int full_cap) {
+  extern __shared__ __align__(16) uint8_t dyn[];
+  __shared__ CandShared cs;
+  __shared__ SelectShared ss;
+  __shared__ BlockScratch scratch;
+  const int row = blockIdx.x, V = a.vocab;
+  const RowParams rp = row_params(a, row);
+  const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
+  uint32_t* keys = reinterpret_cast<uint32_t*>(dyn);  // [V]
+  uint64_t local = 0;
+  for (int i = threadIdx.x; i < V; i += kThreads) {
+    const float s = scale_logit(load_logit(x, i), rp.inv_t, rp.greedy);
+    const uint32_t key = order_key(s);
+    keys[i] = key;
+    local = umax64(local, (poisons_row(s) ? (1ull << 32) : 0ull) | key);
+  }
+  const uint64_t red = block_max_u64(local, scratch);  // also publishes keys[]
+  if ((red >> 32) != 0 || static_cast<uint32_t>(red) == kMinusInfKey) {
+    emit_uniform(a, row);
+    return;
+  }
+  const int kept = rp.k;
+  if (kept <= kMaxCandidateTopK) {
+    select_top_candidates([&](int i) { return composite(keys[i], static_cast<uint32_t>(i)); }, V,
+                          kept, cs.cand, ss, scratch);
+    const int cut = finalize_sorted(cs.cand, kept, rp, a.mode, cs.aux, cs.prob, scratch);
+    emit_candidates(a, row, cs.cand, cut, cs);
+    return;
+  }
+  // Full sort of the row (top-k off or k > 512); full_cap = pow2 >= V was provisioned.
+  uint64_t* sorted = reinterpret_cast<uint64_t*>(dyn + align8(static_cast<size_t>(V) * 4));
+  uint64_t* mass = sorted + full_cap;
+  float* prob = reinterpret_cast<float*>(mass + V);
+  for (int i = threadIdx.x; i < full_cap; i += kThreads) {
+    sorted[i] = i < V ? composite(keys[i], static_cast<uint32_t>(i)) : 0;
+  }
+  bitonic_sort(sorted, full_cap, true);  // starts with a barrier: keys[] reads are done after it
+  const int cut = finalize_sorted(sorted, kept, rp, a.mode, mass, prob, scratch);
+  float* by_index = reinterpret_cast<float*>(keys);
+  for (int i = threadIdx.x; i < V; i += kThreads) by_index[i] = 0.0f;
+  __syncthreads();
+  for (int j = threadIdx.x; j < cut; j += kThreads) by_index[composite_index(sorted[j])] = prob[j];
+  __syncthreads();
+  if (a.probs) {
+    float* out = a.probs + static_cast<size_t>(row) * V;
+    for (int i = threadIdx.x; i < V; i += kThreads) out[i] = by_index[i];
+  }
+  if (a.sparse && threadIdx.x == 0) {
+    a.sparse[row].status = kDense;
+    a.sparse[row].count = cut;
+  }
+  if (a.tokens) {
+    const int token = full_row_sample([&](int i) { return by_index[i]; }, V, row_uniform(a, row), scratch);
+    if (threadIdx.x == 0) a.tokens[row] = token;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// General path, candidate mode.
+
+__device__ __forceinline__ bool candidate_row(const RowsArgs& a, const RowParams& rp) {
+  return a.plan.any_candidate && rp.k <= a.plan.kcap;
+}
+__device__ __forceinline__ size_t chunk_stride(const RowsArgs& a) {  // u64 words per chunk record
+  return static_cast<size_t>(min(a.plan.kcap, a.plan.chunk_len)) + 1;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) chunk_kernel(RowsArgs a) {
+  __shared__ uint32_t keys[kMaxChunk];
+  __shared__ uint64_t cand[kMaxCandidateTopK];
+  __shared__ SelectShared ss;
+  __shared__ BlockScratch scratch;
+  const int row = blockIdx.y, chunk = blockIdx.x, V = a.vocab;
+  const RowParams rp = row_params(a, row);
+  if (!candidate_row(a, rp)) return;
+  const int start = chunk * a.plan.chunk_len;
+  const int len = min(a.plan.chunk_len, V - start);
+  const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V + start;
+  uint64_t local = 0;
+  for (int i = threadIdx.x; i < len; i += kThreads) {
+    const float s = scale_logit(load_logit(x, i), rp.inv_t, rp.greedy);
+    keys[i] = order_key(s);
+    local |= poisons_row(s) ? 1ull : 0ull;
+  }
+  const uint64_t poisoned = block_max_u64(local, scratch);
+  const int kc = min(rp.k, len);
+  select_top_candidates(
+      [&](int i) { return composite(keys[i], static_cast<uint32_t>(start + i)); }, len, kc, cand,
+      ss, scratch);
+  uint64_t* out = static_cast<uint64_t*>(a.workspace) +
+                  (static_cast<size_t>(row) * a.plan.chunks + chunk) * chunk_stride(a);
+  for (int j = threadIdx.x; j < kc; j += kThreads) out[j] = cand[j];
+  if (threadIdx.x == 0) out[chunk_stride(a) - 1] = poisoned;
+}
+
+__global__ void __launch_bounds__(kThreads) final_kernel(RowsArgs a) {
+  extern __shared__ __align__(16) uint8_t dyn[];
+  __shared__ CandShared cs;
+  __shared__ SelectShared ss;
+  __shared__ BlockScratch scratch;
+  const int row = blockIdx.x, V = a.vocab;
+  const RowParams rp = row_params(a, row);
+  if (!candidate_row(a, rp)) return;
+  uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
+  const int chunks = a.plan.chunks;
+  const int kfull = min(rp.k, a.plan.chunk_len);
+  const int klast = min(rp.k, V - (chunks - 1) * a.plan.chunk_len);
+  const int n = (chunks - 1) * kfull + klast;
+  const size_t stride = chunk_stride(a);
+  const uint64_t* ws = static_cast<const uint64_t*>(a.workspace) + static_cast<size_t>(row) * chunks * stride;
+  uint64_t local = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const int c = i / kfull;
+    const uint64_t v = ws[c * stride + (i - c * kfull)];
+    buf[i] = v;
+    local = umax64(local, static_cast<uint64_t>(composite_key(v)));
+  }
+  for (int c = threadIdx.x; c < chunks; c += kThreads) {
+    if (ws[c * stride + stride - 1] != 0) local |= 1ull << 32;
+  }
+  const uint64_t red = block_max_u64(local, scratch);  // also publishes buf[]
+  if ((red >> 32) != 0 || static_cast<uint32_t>(red) == kMinusInfKey) {
+    emit_uniform(a, row);
+    return;
+  }
+  select_top_candidates([&](int i) { return buf[i]; }, n, rp.k, cs.cand, ss, scratch);
+  const int cut = finalize_sorted(cs.cand, rp.k, rp, a.mode, cs.aux, cs.prob, scratch);
+  emit_candidates(a, row, cs.cand, cut, cs);
+}
+
+// ---------------------------------------------------------------------------------------------
+// General path, full-row mode.
+
+struct FullShared {
+  uint64_t hist[256];
+  uint64_t gt;
+  uint32_t bin;
+  int found;
+};
+
+// Threshold search by weight: the key K with W(key > K) < target <= W(key >= K), where W sums
+// weight_at over entries (0 = excluded). 4 passes of 8-bit digits over the row.
+template <typename KeyWeight>
+__device__ void radix_select_weighted(KeyWeight key_weight, int n, uint64_t target,
+                                      FullShared& fs, uint32_t* out_key, uint64_t* out_above) {
+  uint32_t prefix = 0;
+  uint64_t above = 0;
+  for (int d = 0; d < 4; ++d) {
+    const int shift = 24 - 8 * d;
+    for (int i = threadIdx.x; i < 256; i += kThreads) fs.hist[i] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      uint32_t key;
+      const uint64_t w = key_weight(i, &key);
+      if (w != 0 && (d == 0 || (key >> (shift + 8)) == prefix)) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(&fs.hist[(key >> shift) & 0xffu]),
+                  static_cast<unsigned long long>(w));
+      }
+    }
+    __syncthreads();
+    if (warp_id() == 0) {
+      uint64_t c[8], sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        c[j] = fs.hist[255 - 8 * lane_id() - j];
+        sum += c[j];
+      }
+      uint64_t incl = sum;
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint64_t y = __shfl_up_sync(kFull, incl, o);
+        if (lane_id() >= o) incl += y;
+      }
+      uint64_t run = incl - sum;
+      const uint64_t need = target - above;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (run < need && need <= run + c[j]) {
+          fs.bin = 255 - 8 * lane_id() - j;
+          fs.gt = run;
+        }
+        run += c[j];
+      }
+    }
+    __syncthreads();
+    above += fs.gt;
+    prefix = (prefix << 8) | fs.bin;
+    __syncthreads();
+  }
+  *out_key = prefix;
+  *out_above = above;
+}
+
+// Index of the j-th (1-based) entry in index order for which match(i) holds.
+template <typename Match>
+__device__ int jth_in_index_order(Match match, int n, uint64_t j, FullShared& fs,
+                                  BlockScratch& scratch) {
+  if (threadIdx.x == 0) fs.found = -1;
+  __syncthreads();
+  uint64_t carry = 0;
+  for (int base = 0; base < n; base += kTile) {
+    const int start = base + threadIdx.x * kItems;
+    uint64_t count = 0;
+#pragma unroll
+    for (int r = 0; r < kItems; ++r) count += (start + r < n && match(start + r)) ? 1 : 0;
+    uint64_t tile_total;
+    const uint64_t before = carry + block_exclusive_scan_u64(count, scratch, &tile_total);
+    if (before < j && j <= before + count) {
+      uint64_t c = before;
+      for (int r = 0; r < kItems; ++r) {
+        if (start + r < n && match(start + r) && ++c == j) {
+          fs.found = start + r;
+          break;
+        }
+      }
+    }
+    carry += tile_total;
+    __syncthreads();
+    if (fs.found >= 0) break;
+  }
+  const int found = fs.found;
+  __syncthreads();
+  return found;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
+  __shared__ FullShared fs;
+  __shared__ BlockScratch scratch;
+  const int row = blockIdx.x, V = a.vocab;
+  const RowParams rp = row_params(a, row);
+  if (candidate_row(a, rp)) return;
+  const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
+  auto scaled = [&](int i) { return scale_logit(load_logit(x, i), rp.inv_t, rp.greedy); };
+  uint64_t local = 0;
+  for (int i = threadIdx.x; i < V; i += kThreads) {
+    const float s = scaled(i);
+    local = umax64(local, (poisons_row(s) ? (1ull << 32) : 0ull) | order_key(s));
+  }
+  const uint64_t red = block_max_u64(local, scratch);
+  if ((red >> 32) != 0 || static_cast<uint32_t>(red) == kMinusInfKey) {
+    emit_uniform(a, row);
+    return;
+  }
+  const float row_max = key_value(static_cast<uint32_t>(red));
+  auto mass_at = [&](float s) { return mass_of(exp_nonpos(fsub_rn(s, row_max))); };
+
+  // Top-k set: composite ranks >= ck.
+  uint64_t ck = 0;
+  if (rp.k < V) {
+    uint32_t kkey;
+    uint64_t above;
+    radix_select_weighted(
+        [&](int i, uint32_t* key) {
+          *key = order_key(scaled(i));
+          return uint64_t{1};
+        },
+        V, static_cast<uint64_t>(rp.k), fs, &kkey, &above);
+    const int idx = jth_in_index_order([&](int i) { return order_key(scaled(i)) == kkey; }, V,
+                                       static_cast<uint64_t>(rp.k) - above, fs, scratch);
+    ck = composite(kkey, static_cast<uint32_t>(idx));
+  }
+  uint64_t s_local = 0;
+  for (int i = threadIdx.x; i < V; i += kThreads) {
+    const float s = scaled(i);
+    if (composite(order_key(s), static_cast<uint32_t>(i)) >= ck) s_local += mass_at(s);
+  }
+  const uint64_t total = block_sum_u64(s_local, scratch);
+
+  uint64_t cc = ck, norm = total, last = 0;
+  bool partial = false;
+  if (rp.top_p_on) {
+    const uint64_t budget = top_p_budget(rp.top_p, total);
+    uint32_t pkey;
+    uint64_t above;
+    radix_select_weighted(
+        [&](int i, uint32_t* key) {
+          const float s = scaled(i);
+          *key = order_key(s);
+          return composite(*key, static_cast<uint32_t>(i)) >= ck ? mass_at(s) : uint64_t{0};
+        },
+        V, budget, fs, &pkey, &above);
+    const uint64_t qk = mass_at(key_value(pkey));  // > 0: the crossing bin has mass
+    const uint64_t j = (budget - above + qk - 1) / qk;
+    const int idx = jth_in_index_order(
+        [&](int i) {
+          const uint32_t key = order_key(scaled(i));
+          return key == pkey && composite(key, static_cast<uint32_t>(i)) >= ck;
+        },
+        V, j, fs, scratch);
+    cc = composite(pkey, static_cast<uint32_t>(idx));
+    if (a.mode == TopPMode::kNucleus) {
+      norm = above + j * qk;
+    } else {
+      norm = budget;
+      last = budget - (above + (j - 1) * qk);
+      partial = true;
+    }
+  }
+  auto prob_at = [&](int i) {
+    const float s = scaled(i);
+    const uint64_t c = composite(order_key(s), static_cast<uint32_t>(i));
+    if (c < cc) return 0.0f;
+    return prob_of((partial && c == cc) ? last : mass_at(s), norm);
+  };
+  if (a.probs) {
+    float* out = a.probs + static_cast<size_t>(row) * V;
+    for (int i = threadIdx.x; i < V; i += kThreads) out[i] = prob_at(i);
+  }
+  if (a.sparse && threadIdx.x == 0) {
+    a.sparse[row].status = kDense;
+    a.sparse[row].count = -1;
+  }
+  if (a.tokens) {
+    const int token = full_row_sample(prob_at, V, row_uniform(a, row), scratch);
+    if (threadIdx.x == 0) a.tokens[row] = token;
+  }
+}
+
+template <typename Kernel>
+void allow_dynamic_smem(Kernel kernel, size_t bytes) {
+  if (bytes > 48 * 1024) {
+    ES_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+  }
+}
+
+template <typename T>
+void launch_typed(const RowsArgs& a, cudaStream_t stream) {
+  if (a.small_vocab) {
+    const RowParams scalar = make_row_params(1.0f, a.top_k, 1.0f, a.vocab);
+    const bool full_possible = a.top_ks != nullptr || scalar.k > kMaxCandidateTopK;
+    int cap = 1;
+    while (cap < a.vocab) cap <<= 1;
+    const size_t bytes = align8(static_cast<size_t>(a.vocab) * 4) +
+                         (full_possible ? static_cast<size_t>(cap) * 8 + static_cast<size_t>(a.vocab) * 12 : 0);
+    allow_dynamic_smem(small_vocab_kernel<T>, bytes);
+    small_vocab_kernel<T><<<a.rows, kThreads, bytes, stream>>>(a, full_possible ? cap : 0);
+    ES_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (a.plan.any_candidate) {
+    ES_CHECK_ARG(a.rows <= 65535, "sample_rows", "rows", a.rows,
+                 "must be <= 65535 for the general path's chunked launch");
+    chunk_kernel<T><<<dim3(a.plan.chunks, a.rows), kThreads, 0, stream>>>(a);
+    ES_CUDA_CHECK_LAUNCH();
+    const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
+    allow_dynamic_smem(final_kernel, bytes);
+    final_kernel<<<a.rows, kThreads, bytes, stream>>>(a);
+    ES_CUDA_CHECK_LAUNCH();
+  }
+  if (a.plan.any_full || !a.plan.any_candidate) {
+    full_row_kernel<T><<<a.rows, kThreads, 0, stream>>>(a);
+    ES_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+void launch_rows(const RowsArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  if (a.dtype == DType::kF32) {
+    launch_typed<float>(a, stream);
+  } else {
+    launch_typed<fp16>(a, stream);
+  }
+}
+
+}  // namespace es::sampling
+
+namespace es::kernel {
+
+void sample_rows(const SamplingParams& p, cudaStream_t stream) {
+  validate_sampling_params(p, "kernel::sample_rows");
+  if (p.batch == 0) return;
+  sampling::RowsArgs a;
+  a.logits = p.logits;
+  a.dtype = p.logits_dtype;
+  a.rows = p.batch;
+  a.vocab = p.vocab;
+  a.temperature = p.temperature;
+  a.top_k = p.top_k;
+  a.top_p = p.top_p;
+  a.temperatures = p.temperatures;
+  a.top_ks = p.top_ks;
+  a.top_ps = p.top_ps;
+  a.mode = p.top_p_mode;
+  a.uniforms = p.uniforms;
+  a.seeds = p.seeds;
+  a.positions = p.positions;
+  a.tokens = p.tokens;
+  a.probs = p.probs;
+  a.small_vocab = p.path == SamplingPath::kSmallVocab ||
+                  (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
+  if (!a.small_vocab) {
+    a.plan = sampling::plan_general(p);
+    ES_CHECK_ARG(p.workspace_bytes >= a.plan.workspace_bytes, "kernel::sample_rows",
+                 "workspace_bytes", p.workspace_bytes, "must be >= ", a.plan.workspace_bytes,
+                 " (sampling_workspace_bytes)");
+    ES_CHECK_ARG(a.plan.workspace_bytes == 0 || p.workspace != nullptr, "kernel::sample_rows",
+                 "workspace", "null", "must be non-null");
+    a.workspace = p.workspace;
+  }
+  sampling::launch_rows(a, stream);
+}
+
+}  // namespace es::kernel

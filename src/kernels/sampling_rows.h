@@ -1,0 +1,51 @@
+#pragma once
+// Internal launcher of the sampling kernels, shared by sample_rows() and spec_verify()
+// (CUDA builds; plain C++ declarations). Rows are described once; the outputs say what to write.
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "common/stream.h"
+#include "kernels/sampling.h"
+#include "kernels/sampling_layout.h"
+
+namespace es::sampling {
+
+// Compact per-row target probabilities for verification: a status, the kept count and, for
+// status kSparse, the kept (index, prob) pairs sorted by index.
+struct SparseRow {
+  int32_t status;  // kSparse, kDense (probabilities in the dense buffer), kUniform (fallback)
+  int32_t count;
+  int32_t index[kMaxCandidateTopK];
+  float prob[kMaxCandidateTopK];
+};
+inline constexpr int32_t kSparse = 0, kDense = 1, kUniform = 2;
+
+struct RowsArgs {
+  const void* logits = nullptr;  // [rows, vocab] dtype
+  DType dtype = DType::kF32;
+  int32_t rows = 0;
+  int32_t vocab = 0;
+  int32_t rows_per_param = 1;  // per-row parameter arrays are indexed by row / rows_per_param
+  float temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  const float* temperatures = nullptr;
+  const int32_t* top_ks = nullptr;
+  const float* top_ps = nullptr;
+  TopPMode mode = TopPMode::kNucleus;
+  const float* uniforms = nullptr;  // [rows] or null
+  const uint64_t* seeds = nullptr;  // [rows]
+  const int64_t* positions = nullptr;
+  int32_t* tokens = nullptr;        // [rows] or null
+  float* probs = nullptr;           // [rows, vocab] or null
+  bool dense_for_sparse_rows = true;  // false: rows with <= 512 kept entries skip `probs`
+  SparseRow* sparse = nullptr;      // [rows] or null
+  void* workspace = nullptr;        // general-path chunk candidates (plan.workspace_bytes)
+  bool small_vocab = false;
+  GeneralPlan plan;                 // general path only
+};
+
+void launch_rows(const RowsArgs& a, cudaStream_t stream);
+
+}  // namespace es::sampling
