@@ -7,7 +7,8 @@
 //   (c) the KV update at the decode shape T = 16 x B for B = 1 and 64, in us;
 //   (d) one DFlash step's metadata prep (proposal inputs, delta metadata, gather delta rope, base
 //       verify inputs, linear verify inputs) captured in one CUDA graph, replay time at B = 64
-//       (target <= 10 us), plus the greedy accept at B = 64 for reference.
+//       (target <= 10 us), both as one serial chain and forked into independent branches, plus
+//       eager launches and the greedy accept at B = 64 for scale.
 // A compact summary table is printed last.
 #include <cuda_runtime_api.h>
 
@@ -151,44 +152,74 @@ void bench_metadata_graph(cudaStream_t stream, int32_t batch) {
          vmask = device(i4 * batch * bs), vpos = device(i4 * batch * bs), vselect = device(8 * batch * bs),
          vctx = device(i4 * batch), draft = device(i4 * batch * bs), vtokens = device(i4 * batch * bs),
          vtree = device(int64_t{batch} * bs * bs);
-  auto step = [&] {
+  // The five launches; `side1`/`side2` let independent ones run on forked capture streams.
+  auto step = [&](cudaStream_t main, cudaStream_t side1, cudaStream_t side2) {
+    kernel::launchDFlashPrepareDeltaMetadata(d_lens.as<int32_t>(), d_delta.as<int32_t>(), width,
+                                             delta_pos.as<int32_t>(), delta_own.as<int32_t>(),
+                                             batch, main);
+    kernel::launchDFlashGatherDeltaRope(rope_src.as<float>(), rope_out.as<float>(),
+                                        delta_pos.as<int32_t>(), delta_own.as<int32_t>(), nullptr,
+                                        tokens, batch, 1, capacity, rotary, main);
     kernel::launchDFlashPrepareProposalInputs(
         d_lens.as<int32_t>(), d_delta.as<int32_t>(), bs, mask.as<int32_t>(), pos_id.as<int32_t>(),
         ctx.as<int32_t>(), positions.as<int32_t>(), qstart.as<int32_t>(), qlen.as<int32_t>(),
-        past.as<int32_t>(), seqlen.as<int32_t>(), d_state.as<int32_t>(), false, batch, stream);
-    kernel::launchDFlashPrepareDeltaMetadata(d_lens.as<int32_t>(), d_delta.as<int32_t>(), width,
-                                             delta_pos.as<int32_t>(), delta_own.as<int32_t>(),
-                                             batch, stream);
-    kernel::launchDFlashGatherDeltaRope(rope_src.as<float>(), rope_out.as<float>(),
-                                        delta_pos.as<int32_t>(), delta_own.as<int32_t>(), nullptr,
-                                        tokens, batch, 1, capacity, rotary, stream);
+        past.as<int32_t>(), seqlen.as<int32_t>(), d_state.as<int32_t>(), false, batch, side1);
     kernel::launchDFlashPrepareBaseVerifyInputs(d_lens.as<int32_t>(), bs, vmask.as<int32_t>(),
                                                 vpos.as<int32_t>(), vselect.as<int64_t>(),
-                                                vctx.as<int32_t>(), batch, stream);
+                                                vctx.as<int32_t>(), batch, side1);
     kernel::launchDFlashBuildLinearVerifyInputs(d_anchor.as<int32_t>(), draft.as<int32_t>(),
                                                 vtokens.as<int32_t>(), vtree.as<int8_t>(), batch,
-                                                bs - 1, bs, bs, stream);
+                                                bs - 1, bs, bs, side2);
   };
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  ES_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  step();
-  ES_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  ES_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  char shape[64];
-  std::snprintf(shape, sizeof(shape), "B=%d BS=16, 5 kernels", batch);
-  const double single = median_us(stream, 20, 500, [&](int) { ES_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
-  // Back-to-back replays: GPU time per replay without the per-launch event pair.
-  constexpr int kBatch = 200;
-  const double burst = median_us(stream, 2, 20, [&](int) {
-                         for (int i = 0; i < kBatch; ++i) ES_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-                       }) / kBatch;
-  const double eager = median_us(stream, 20, 500, [&](int) { step(); });
-  ES_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  ES_CUDA_CHECK(cudaGraphDestroy(graph));
-  g_rows.push_back({"metadata graph (one replay)", shape, single, -1, -1});
-  g_rows.push_back({"metadata graph (200 back-to-back)", shape, burst, -1, -1});
-  g_rows.push_back({"metadata eager launches", shape, eager, -1, -1});
+  cudaStream_t side1, side2;
+  ES_CUDA_CHECK(cudaStreamCreateWithFlags(&side1, cudaStreamNonBlocking));
+  ES_CUDA_CHECK(cudaStreamCreateWithFlags(&side2, cudaStreamNonBlocking));
+  cudaEvent_t fork, join1, join2;
+  ES_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  ES_CUDA_CHECK(cudaEventCreateWithFlags(&join1, cudaEventDisableTiming));
+  ES_CUDA_CHECK(cudaEventCreateWithFlags(&join2, cudaEventDisableTiming));
+
+  // serial: one chain of five kernel nodes; forked: delta -> gather on one branch, the three
+  // independent block-shaped kernels on two others (critical path of two kernels).
+  for (const bool forked : {false, true}) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ES_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    if (forked) {
+      ES_CUDA_CHECK(cudaEventRecord(fork, stream));
+      ES_CUDA_CHECK(cudaStreamWaitEvent(side1, fork, 0));
+      ES_CUDA_CHECK(cudaStreamWaitEvent(side2, fork, 0));
+      step(stream, side1, side2);
+      ES_CUDA_CHECK(cudaEventRecord(join1, side1));
+      ES_CUDA_CHECK(cudaEventRecord(join2, side2));
+      ES_CUDA_CHECK(cudaStreamWaitEvent(stream, join1, 0));
+      ES_CUDA_CHECK(cudaStreamWaitEvent(stream, join2, 0));
+    } else {
+      step(stream, stream, stream);
+    }
+    ES_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    ES_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    char shape[64];
+    std::snprintf(shape, sizeof(shape), "B=%d BS=16, 5 kernels %s", batch, forked ? "forked" : "serial");
+    const double single =
+        median_us(stream, 20, 500, [&](int) { ES_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+    // Back-to-back replays: GPU time per replay without the per-launch event pair.
+    constexpr int kBurst = 200;
+    const double burst = median_us(stream, 2, 20, [&](int) {
+                           for (int i = 0; i < kBurst; ++i) ES_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+                         }) / kBurst;
+    ES_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    ES_CUDA_CHECK(cudaGraphDestroy(graph));
+    g_rows.push_back({"metadata graph (one replay)", shape, single, -1, -1});
+    g_rows.push_back({"metadata graph (200 back-to-back)", shape, burst, -1, -1});
+  }
+  const double eager = median_us(stream, 20, 500, [&](int) { step(stream, stream, stream); });
+  g_rows.push_back({"metadata eager launches", "B=64 BS=16, 5 kernels", eager, -1, -1});
+  ES_CUDA_CHECK(cudaEventDestroy(fork));
+  ES_CUDA_CHECK(cudaEventDestroy(join1));
+  ES_CUDA_CHECK(cudaEventDestroy(join2));
+  ES_CUDA_CHECK(cudaStreamDestroy(side1));
+  ES_CUDA_CHECK(cudaStreamDestroy(side2));
 
   // Greedy accept on the same batch (not part of the graph above; here for scale).
   std::vector<int32_t> top(size_t(batch) * bs), verify(size_t(batch) * bs);
@@ -227,13 +258,13 @@ int run() {
   bench_metadata_graph(stream, 64);
   ES_CUDA_CHECK(cudaStreamDestroy(stream));
 
-  std::printf("\n%-34s %-32s %12s %10s %8s\n", "kernel", "shape", "median us", "GB/s", "% copy");
+  std::printf("\n%-34s %-36s %12s %10s %8s\n", "kernel", "shape", "median us", "GB/s", "% copy");
   for (const Row& r : g_rows) {
     if (r.gbps >= 0) {
-      std::printf("%-34s %-32s %12.2f %10.1f %7.1f%%\n", r.name.c_str(), r.shape.c_str(), r.us,
+      std::printf("%-34s %-36s %12.2f %10.1f %7.1f%%\n", r.name.c_str(), r.shape.c_str(), r.us,
                   r.gbps, r.pct);
     } else {
-      std::printf("%-34s %-32s %12.2f %10s %8s\n", r.name.c_str(), r.shape.c_str(), r.us, "-", "-");
+      std::printf("%-34s %-36s %12.2f %10s %8s\n", r.name.c_str(), r.shape.c_str(), r.us, "-", "-");
     }
   }
   return 0;
