@@ -1,0 +1,119 @@
+// Row argmax (ties to the lower index, NaN largest). Each CTA reduces a slice of a row with
+// 16-byte loads to a composite rank (order key << 32 | ~index), so "max" means larger value
+// then lower index. For small batches a row is split over a thread-block cluster of 8 CTAs whose
+// partial maxima meet in rank 0's shared memory (distributed shared memory): no workspace, no
+// second launch.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "common/dtype.h"
+#include "common/errors.h"
+#include "kernels/argmax.h"
+#include "kernels/sampling_math.h"
+
+namespace es {
+namespace {
+
+namespace cg = cooperative_groups;
+constexpr int kArgmaxThreads = 512;
+constexpr int kClusterSplit = 8;
+
+__device__ __forceinline__ float as_float(float v) { return v; }
+__device__ __forceinline__ float as_float(fp16 v) { return to_float(v); }
+__device__ __forceinline__ float as_float(bf16 v) { return to_float(v); }
+
+__device__ __forceinline__ uint64_t rank_of(float v, int i) {
+  const uint32_t key = (v != v) ? 0xffffffffu : sampling::order_key(v);
+  return sampling::composite(key, static_cast<uint32_t>(i));
+}
+__device__ __forceinline__ uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+template <typename T>
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(const T* logits, int vocab, int64_t stride, int32_t* out, int split) {
+  constexpr int kVec = 16 / sizeof(T);
+  __shared__ uint64_t warp_best[kArgmaxThreads / 32];
+  __shared__ uint64_t partial[kClusterSplit];
+  const int row = blockIdx.y, part = blockIdx.x;
+  const int len = ((vocab + split - 1) / split + kVec - 1) / kVec * kVec;
+  const int begin = min(vocab, part * len), end = min(vocab, begin + len);
+  const T* r = logits + static_cast<int64_t>(row) * stride;
+  uint64_t best = 0;
+  // Scalar head up to 16-byte alignment, vector body, scalar tail.
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(r + begin);
+  const int head = min(end - begin, static_cast<int>(((16 - addr % 16) % 16) / sizeof(T)));
+  if (static_cast<int>(threadIdx.x) < head) best = umax(best, rank_of(as_float(r[begin + threadIdx.x]), begin + threadIdx.x));
+  const int vbegin = begin + head;
+  const int nvec = (end - vbegin) / kVec;
+  const uint4* vp = reinterpret_cast<const uint4*>(r + vbegin);
+#pragma unroll 4
+  for (int j = threadIdx.x; j < nvec; j += kArgmaxThreads) {
+    const uint4 w = __ldg(vp + j);
+    const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+    for (int t = 0; t < kVec; ++t) best = umax(best, rank_of(as_float(e[t]), vbegin + j * kVec + t));
+  }
+  for (int i = vbegin + nvec * kVec + threadIdx.x; i < end; i += kArgmaxThreads) {
+    best = umax(best, rank_of(as_float(r[i]), i));
+  }
+  for (int o = 16; o; o >>= 1) best = umax(best, __shfl_xor_sync(0xffffffffu, best, o));
+  if ((threadIdx.x & 31) == 0) warp_best[threadIdx.x >> 5] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kArgmaxThreads / 32; ++w) best = umax(best, warp_best[w]);
+  }
+  if (split == 1) {
+    if (threadIdx.x == 0) out[row] = static_cast<int32_t>(sampling::composite_index(best));
+    return;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  if (threadIdx.x == 0) *cluster.map_shared_rank(&partial[part], 0) = best;
+  cluster.sync();  // every partial written before rank 0 reads them
+  if (cluster.block_rank() == 0 && threadIdx.x == 0) {
+    uint64_t b = partial[0];
+    for (int p = 1; p < split; ++p) b = umax(b, partial[p]);
+    out[row] = static_cast<int32_t>(sampling::composite_index(b));
+  }
+}
+
+template <typename T>
+void launch(const ArgmaxParams& p, cudaStream_t stream) {
+  const int64_t stride = p.row_stride ? p.row_stride : p.vocab;
+  const int split = (p.rows <= 32 && p.vocab >= 8 * 4096) ? kClusterSplit : 1;
+  ES_CHECK_ARG(p.rows <= 65535, "kernel::argmax_rows", "rows", p.rows, "must be <= 65535");
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(split, p.rows, 1);
+  cfg.blockDim = dim3(kArgmaxThreads, 1, 1);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = split;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  ES_CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_kernel<T>, static_cast<const T*>(p.logits),
+                                   p.vocab, stride, p.out, split));
+  ES_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+namespace kernel {
+
+void argmax_rows(const ArgmaxParams& p, cudaStream_t stream) {
+  validate_argmax_params(p, "kernel::argmax_rows");
+  if (p.rows == 0) return;
+  switch (p.dtype) {
+    case DType::kF16: launch<fp16>(p, stream); break;
+    case DType::kBF16: launch<bf16>(p, stream); break;
+    default: launch<float>(p, stream); break;
+  }
+}
+
+}  // namespace kernel
+}  // namespace es
