@@ -1,0 +1,203 @@
+// Sampling / argmax / verification benchmarks (issue 4 targets). CUDA events around each
+// launch, median of many iterations after warm-up; inputs rotate over enough copies to exceed
+// the L2 (so every iteration reads its logits from HBM, as in decoding). Table printed last.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "common/rng.h"
+#include "kernels/argmax.h"
+#include "kernels/sampling.h"
+#include "kernels/spec_verify.h"
+
+namespace {
+
+using namespace es;
+
+constexpr size_t kRotateBytes = 256ull << 20;  // > 5x the H200 L2 (50 MB)
+
+struct Row {
+  std::string name;
+  double median_us;
+  double p90_us;
+  double target_us;
+};
+
+template <typename T>
+T* device_alloc(size_t count) {
+  T* p = nullptr;
+  ES_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, count) * sizeof(T)));
+  return p;
+}
+
+// Logit copies of `bytes_each`, enough of them to exceed kRotateBytes (at least 1).
+std::vector<float*> make_logit_copies(size_t count_each, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> host(count_each);
+  for (float& x : host) x = nd(rng);
+  const size_t copies = std::max<size_t>(1, std::min<size_t>(1024, kRotateBytes / (count_each * 4) + 1));
+  std::vector<float*> out;
+  for (size_t c = 0; c < copies; ++c) {
+    float* d = device_alloc<float>(count_each);
+    ES_CUDA_CHECK(cudaMemcpy(d, host.data(), count_each * 4, cudaMemcpyHostToDevice));
+    out.push_back(d);
+  }
+  return out;
+}
+
+Row time_it(const std::string& name, double target_us, const std::function<void(int)>& launch) {
+  cudaEvent_t start, stop;
+  ES_CUDA_CHECK(cudaEventCreate(&start));
+  ES_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 20; ++i) launch(i);
+  ES_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> us;
+  for (int i = 0; i < 300; ++i) {
+    ES_CUDA_CHECK(cudaEventRecord(start, nullptr));
+    launch(i);
+    ES_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    ES_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    ES_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    us.push_back(ms * 1000.0);
+  }
+  std::sort(us.begin(), us.end());
+  ES_CUDA_CHECK(cudaEventDestroy(start));
+  ES_CUDA_CHECK(cudaEventDestroy(stop));
+  return {name, us[us.size() / 2], us[us.size() * 9 / 10], target_us};
+}
+
+Row bench_sample(const std::string& name, int32_t batch, int32_t vocab, int32_t k, float p,
+                 double target_us) {
+  const std::vector<float*> logits = make_logit_copies(static_cast<size_t>(batch) * vocab, 1);
+  std::vector<float> u(batch);
+  for (int32_t b = 0; b < batch; ++b) u[b] = request_uniform(5, b, RngPurpose::kTarget, 0);
+  float* d_u = device_alloc<float>(batch);
+  ES_CUDA_CHECK(cudaMemcpy(d_u, u.data(), batch * 4, cudaMemcpyHostToDevice));
+  int32_t* d_tokens = device_alloc<int32_t>(batch);
+  SamplingParams sp;
+  sp.batch = batch;
+  sp.vocab = vocab;
+  sp.temperature = 0.8f;
+  sp.top_k = k;
+  sp.top_p = p;
+  sp.uniforms = d_u;
+  sp.tokens = d_tokens;
+  sp.logits = logits[0];
+  const size_t ws = sampling_workspace_bytes(sp);
+  void* d_ws = device_alloc<uint8_t>(ws);
+  sp.workspace = d_ws;
+  sp.workspace_bytes = ws;
+  Row r = time_it(name, target_us, [&](int i) {
+    sp.logits = logits[i % logits.size()];
+    kernel::sample_rows(sp, nullptr);
+  });
+  for (float* l : logits) ES_CUDA_CHECK(cudaFree(l));
+  ES_CUDA_CHECK(cudaFree(d_u));
+  ES_CUDA_CHECK(cudaFree(d_tokens));
+  ES_CUDA_CHECK(cudaFree(d_ws));
+  return r;
+}
+
+Row bench_argmax(int32_t rows, int32_t vocab, double target_us) {
+  const std::vector<float*> logits = make_logit_copies(static_cast<size_t>(rows) * vocab, 2);
+  int32_t* d_out = device_alloc<int32_t>(rows);
+  ArgmaxParams ap;
+  ap.rows = rows;
+  ap.vocab = vocab;
+  ap.out = d_out;
+  Row r = time_it("argmax V=151936 f32 B=" + std::to_string(rows), target_us, [&](int i) {
+    ap.logits = logits[i % logits.size()];
+    kernel::argmax_rows(ap, nullptr);
+  });
+  for (float* l : logits) ES_CUDA_CHECK(cudaFree(l));
+  ES_CUDA_CHECK(cudaFree(d_out));
+  return r;
+}
+
+Row bench_verify(double target_us) {
+  const int32_t batch = 16, L = 15, vocab = 151936;
+  const size_t rows = static_cast<size_t>(batch) * (L + 1);
+  const std::vector<float*> logits = make_logit_copies(rows * vocab, 3);
+  std::vector<int32_t> drafts(static_cast<size_t>(batch) * L);
+  std::mt19937 rng(9);
+  for (int32_t& d : drafts) d = static_cast<int32_t>(rng() % vocab);
+  int32_t* d_drafts = device_alloc<int32_t>(drafts.size());
+  ES_CUDA_CHECK(cudaMemcpy(d_drafts, drafts.data(), drafts.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<uint64_t> seeds(batch, 17);
+  std::vector<int64_t> anchors(batch);
+  for (int32_t b = 0; b < batch; ++b) anchors[b] = 100 + b;
+  uint64_t* d_seeds = device_alloc<uint64_t>(batch);
+  int64_t* d_anchors = device_alloc<int64_t>(batch);
+  ES_CUDA_CHECK(cudaMemcpy(d_seeds, seeds.data(), batch * 8, cudaMemcpyHostToDevice));
+  ES_CUDA_CHECK(cudaMemcpy(d_anchors, anchors.data(), batch * 8, cudaMemcpyHostToDevice));
+  int32_t* d_out = device_alloc<int32_t>(rows);
+  int32_t* d_acc = device_alloc<int32_t>(batch);
+  SpecVerifyParams vp;
+  vp.batch = batch;
+  vp.num_draft = L;
+  vp.vocab = vocab;
+  vp.temperature = 0.8f;
+  vp.top_k = 50;
+  vp.top_p = 0.9f;
+  vp.draft_tokens = d_drafts;
+  vp.seeds = d_seeds;
+  vp.anchors = d_anchors;
+  vp.out_tokens = d_out;
+  vp.num_accepted = d_acc;
+  vp.target_logits = logits[0];
+  const size_t ws = spec_verify_workspace_bytes(vp);
+  void* d_ws = device_alloc<uint8_t>(ws);
+  vp.workspace = d_ws;
+  vp.workspace_bytes = ws;
+  Row r = time_it("verify B=16 L=15 V=151936 f32 k50 p0.9", target_us, [&](int i) {
+    vp.target_logits = logits[i % logits.size()];
+    kernel::spec_verify(vp, nullptr);
+  });
+  for (float* l : logits) ES_CUDA_CHECK(cudaFree(l));
+  ES_CUDA_CHECK(cudaFree(d_drafts));
+  ES_CUDA_CHECK(cudaFree(d_seeds));
+  ES_CUDA_CHECK(cudaFree(d_anchors));
+  ES_CUDA_CHECK(cudaFree(d_out));
+  ES_CUDA_CHECK(cudaFree(d_acc));
+  ES_CUDA_CHECK(cudaFree(d_ws));
+  return r;
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("bench_sampling_gpu: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  ES_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  std::vector<Row> rows;
+  rows.push_back(bench_sample("sample V=151936 f32 B=1 k50 p0.9", 1, 151936, 50, 0.9f, 20));
+  rows.push_back(bench_sample("sample V=151936 f32 B=64 k50 p0.9", 64, 151936, 50, 0.9f, 60));
+  rows.push_back(bench_argmax(1, 151936, 8));
+  rows.push_back(bench_sample("sample V=2048 f32 B=64 k50 p0.8 (small)", 64, 2048, 50, 0.8f, 10));
+  rows.push_back(bench_verify(60));
+  // Not targets; shown so the slower modes are visible.
+  rows.push_back(bench_sample("sample V=151936 f32 B=1 k-off p0.9 (full-row)", 1, 151936, 0, 0.9f, 0));
+  rows.push_back(bench_sample("sample V=151936 f32 B=64 k-off p0.9 (full-row)", 64, 151936, 0, 0.9f, 0));
+  rows.push_back(bench_sample("sample V=2048 f32 B=64 k-off p0.9 (full sort)", 64, 2048, 0, 0.9f, 0));
+  std::printf("\n%-48s %10s %10s %10s %s\n", "case", "median_us", "p90_us", "target_us", "ok");
+  for (const Row& r : rows) {
+    std::printf("%-48s %10.2f %10.2f %10s %s\n", r.name.c_str(), r.median_us, r.p90_us,
+                r.target_us > 0 ? std::to_string(static_cast<int>(r.target_us)).c_str() : "-",
+                r.target_us <= 0 ? "" : (r.median_us <= r.target_us ? "yes" : "NO"));
+  }
+  return 0;
+}
