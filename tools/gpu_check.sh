@@ -12,7 +12,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source tools/env.sh
-out="${OUT:-$PWD/out}"
+final_out="${OUT:-$PWD/out}"
+out="$final_out/logs"
 mkdir -p "$out"
 build_dir="${BUILD_DIR:-build-gpu}"
 summary=()
@@ -98,8 +99,12 @@ if build; then
 else
   status=1
 fi
-echo
+# One archive for all logs (a device call returns at most 8 files); the summary beside it.
+tar -czf "$final_out/logs.tgz" -C "$final_out" logs && rm -rf "$out"
 commit=$(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo '?')
+{
+echo
 echo "== gpu_check summary ($(date -u +%FT%TZ), commit $commit) =="
 printf '%s\n' "${summary[@]}"
+} | tee "$final_out/summary.txt"
 exit $status
