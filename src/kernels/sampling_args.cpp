@@ -51,55 +51,57 @@ size_t sampling_workspace_bytes(const SamplingParams& p) {
 
 namespace sampling {
 
-GeneralPlan plan_general(const SamplingParams& p) {
-  GeneralPlan plan;
-  if (p.batch <= 0 || p.vocab <= 0) return plan;
-  const bool small = p.path == SamplingPath::kSmallVocab ||
-                     (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
-  if (small) return plan;
-  // Candidate cap per chunk: the scalar top-k when it is known on the host, else the maximum.
-  int32_t kcap = kMaxCandidateTopK;
-  if (p.top_ks == nullptr) {
-    const RowParams r = make_row_params(p.temperatures ? 1.0f : p.temperature, p.top_k, 1.0f,
-                                        p.vocab);
-    const bool greedy_all = p.temperatures == nullptr && r.greedy;
-    const int32_t k = greedy_all ? 1 : r.k;
-    if (k > kMaxCandidateTopK) {
-      // Only greedy rows (per-row temperatures) could use candidates; keep it simple: full rows
-      // unless every row is greedy.
-      plan.any_candidate = false;
-      plan.any_full = true;
-      return plan;
-    }
-    kcap = k;
-    plan.any_full = false;
-    // Per-row temperature may make a row greedy (k = 1): still a candidate row.
-  } else {
-    plan.any_full = true;
-  }
+namespace {
+// Chunking for candidate rows with effective top-k <= kcap; false when the final stage would
+// have to merge more than kMaxFinalCandidates candidates.
+bool try_candidate_plan(const SamplingParams& p, int32_t kcap, GeneralPlan* plan) {
   // Enough chunks to give every SM ~2 CTAs, capped by the final stage's candidate budget.
   int64_t chunks = (kTargetCtas + p.batch - 1) / p.batch;
   const int64_t cap_by_final = kMaxFinalCandidates / kcap;
   if (chunks > cap_by_final) chunks = cap_by_final;
   if (chunks < 1) chunks = 1;
   int64_t chunk_len = (p.vocab + chunks - 1) / chunks;
-  if (chunk_len < kMinChunk) chunk_len = kMinChunk;
-  if (chunk_len > kMaxChunk) {
-    chunk_len = kMaxChunk;
-  }
+  chunk_len = std::clamp<int64_t>(chunk_len, kMinChunk, kMaxChunk);
   chunks = (p.vocab + chunk_len - 1) / chunk_len;
-  if (chunks * std::min<int64_t>(kcap, chunk_len) > kMaxFinalCandidates) {
-    plan.any_candidate = false;
+  const int64_t per_chunk = std::min<int64_t>(kcap, chunk_len);
+  if (chunks * per_chunk > kMaxFinalCandidates) return false;
+  plan->any_candidate = true;
+  plan->chunks = static_cast<int32_t>(chunks);
+  plan->chunk_len = static_cast<int32_t>(chunk_len);
+  plan->kcap = kcap;
+  // Workspace: per row and chunk, per_chunk composites + one poison flag (u64 words).
+  plan->workspace_bytes = static_cast<size_t>(p.batch) * chunks * (per_chunk * 8 + 8);
+  return true;
+}
+}  // namespace
+
+GeneralPlan plan_general(const SamplingParams& p) {
+  GeneralPlan plan;
+  if (p.batch <= 0 || p.vocab <= 0) return plan;
+  const bool small = p.path == SamplingPath::kSmallVocab ||
+                     (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
+  if (small) return plan;
+  if (p.top_ks == nullptr) {
+    // Scalar top-k known on the host: every row has effective k = kscalar, or 1 when greedy.
+    const RowParams r = make_row_params(p.temperatures ? 1.0f : p.temperature, p.top_k, 1.0f,
+                                        p.vocab);
+    const bool greedy_all = p.temperatures == nullptr && r.greedy;
+    const int32_t k = greedy_all ? 1 : r.k;
+    if (k <= kMaxCandidateTopK && try_candidate_plan(p, k, &plan)) {
+      plan.any_full = false;  // greedy rows under per-row temperatures have k = 1 <= kcap
+      return plan;
+    }
+    plan = GeneralPlan{};
     plan.any_full = true;
     return plan;
   }
-  plan.any_candidate = true;
-  plan.chunks = static_cast<int32_t>(chunks);
-  plan.chunk_len = static_cast<int32_t>(chunk_len);
-  plan.kcap = kcap;
-  // Workspace: per row, per chunk, kcap composites + one invalid flag per chunk.
-  plan.workspace_bytes = static_cast<size_t>(p.batch) * chunks *
-                         (static_cast<size_t>(std::min<int64_t>(kcap, chunk_len)) * 8 + 8);
+  // Per-row top-k: the largest cap (512, 256, ..., 16) the final stage can merge; rows above it
+  // take the full-row mode. V <= 4096 always gets 512, so a forced general path agrees with the
+  // small-vocab path on which rows use the candidate (sequential-CDF) mode.
+  plan.any_full = true;
+  for (int32_t kcap = kMaxCandidateTopK; kcap >= 16; kcap /= 2) {
+    if (try_candidate_plan(p, kcap, &plan)) return plan;
+  }
   return plan;
 }
 
