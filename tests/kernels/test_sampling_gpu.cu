@@ -19,6 +19,7 @@
 #include "common/dtype.h"
 #include "common/rng.h"
 #include "kernels/sampling.h"
+#include "kernels/sampling_layout.h"
 #include "support/gpu_test_util.h"
 
 namespace es {
@@ -139,10 +140,19 @@ Result run_ref(const Case& c, const HostRows& h) {
   return r;
 }
 
-bool full_row_mode(const Case& c) {
+// Whether a path sums the CDF over the whole row (block scan) rather than over <= 512 candidates.
+bool full_row_mode(const Case& c, SamplingPath path) {
   const bool greedy = c.temperature < 1e-3f;
-  const int32_t k = (c.top_k <= 0 || c.top_k >= c.vocab) ? c.vocab : c.top_k;
-  return !greedy && k > kMaxCandidateTopK;
+  const int32_t k = greedy ? 1 : (c.top_k <= 0 || c.top_k >= c.vocab) ? c.vocab : c.top_k;
+  if (path == SamplingPath::kSmallVocab) return k > kMaxCandidateTopK;
+  SamplingParams p;
+  p.batch = c.batch;
+  p.vocab = c.vocab;
+  p.temperature = c.temperature;
+  p.top_k = c.top_k;
+  p.path = SamplingPath::kGeneral;
+  const sampling::GeneralPlan plan = sampling::plan_general(p);
+  return !(plan.any_candidate && k <= plan.kcap);
 }
 
 // |u*total - cumsum| at the earlier of the two tokens, relative to total (reference sums).
@@ -196,10 +206,10 @@ void check_case(const Case& c, bool poison_some = false) {
   const HostRows h = make_rows(c, 977u + c.vocab + c.batch, poison_some);
   const Result want = run_ref(c, h);
   const Result general = run_gpu(c, h, SamplingPath::kGeneral);
-  compare(c, h, want, general, "general vs ref", full_row_mode(c));
+  compare(c, h, want, general, "general vs ref", full_row_mode(c, SamplingPath::kGeneral));
   if (c.vocab <= kSmallVocabMax) {
     const Result small = run_gpu(c, h, SamplingPath::kSmallVocab);
-    compare(c, h, want, small, "small vs ref", full_row_mode(c));
+    compare(c, h, want, small, "small vs ref", full_row_mode(c, SamplingPath::kSmallVocab));
     EXPECT_EQ(small.tokens, general.tokens) << "paths disagree on tokens";
     for (size_t i = 0; i < small.probs.size(); ++i) {
       ASSERT_LE(std::fabs(small.probs[i] - general.probs[i]), 1e-5) << "paths disagree, entry " << i;
