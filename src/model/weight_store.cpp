@@ -1,0 +1,167 @@
+#include "model/weight_store.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/errors.h"
+#include "common/logging.h"
+
+namespace es::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Index files are a few MB at most (a name and a shard per tensor).
+constexpr std::uintmax_t kMaxIndexBytes = 64u << 20;
+
+std::string readSmallFile(const fs::path& path, std::uintmax_t limit) {
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (ec) ES_THROW(FormatError, path.string(), ": cannot read: ", ec.message());
+  if (size > limit) {
+    ES_THROW(FormatError, path.string(), ": ", size, " bytes exceeds the limit ", limit, " bytes");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) ES_THROW(FormatError, path.string(), ": cannot be opened");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// A shard must name a file directly inside the model folder: no directories, no "..".
+bool isPlainFileName(const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return false;
+  return name.find('/') == std::string::npos && name.find('\\') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+WeightStore WeightStore::openFile(const fs::path& file) {
+  WeightStore store;
+  store.source_ = file.string();
+  store.files_.push_back(SafetensorsFile::open(file));
+  for (const TensorInfo& t : store.files_[0].tensors()) store.location_.emplace(t.name, 0);
+  return store;
+}
+
+WeightStore WeightStore::openFolder(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    ES_THROW(InvalidArgument, "WeightStore::openFolder: argument 'dir' = ", dir.string(),
+             " is not a directory (expected a model folder containing config.json and "
+             "model.safetensors or model.safetensors.index.json)");
+  }
+  const fs::path single = dir / kSingleWeightsFile;
+  const fs::path index_path = dir / kWeightsIndexFile;
+  if (fs::exists(single, ec)) {
+    if (fs::exists(index_path, ec)) {
+      ES_LOG_INFO(dir.string(), ": both ", kSingleWeightsFile, " and ", kWeightsIndexFile,
+                  " present; using ", kSingleWeightsFile);
+    }
+    WeightStore store = openFile(single);
+    store.source_ = dir.string();
+    return store;
+  }
+  if (!fs::exists(index_path, ec)) {
+    ES_THROW(FormatError, dir.string(), ": no ", kSingleWeightsFile, " and no ", kWeightsIndexFile);
+  }
+
+  const std::string where = index_path.string();
+  const nlohmann::json index = parseJsonStrict(readSmallFile(index_path, kMaxIndexBytes), where);
+  if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object()) {
+    ES_THROW(FormatError, where, ": must be an object with a 'weight_map' object");
+  }
+  const nlohmann::json& weight_map = index.at("weight_map");
+  if (weight_map.empty()) ES_THROW(FormatError, where, ": 'weight_map' is empty");
+
+  WeightStore store;
+  store.source_ = dir.string();
+  std::map<std::string, size_t> shard_index;  // shard file name -> index into files_
+  std::map<std::string, std::string> listed;  // tensor -> shard, as the index says
+  for (const auto& [tensor, shard_value] : weight_map.items()) {
+    if (!shard_value.is_string()) {
+      ES_THROW(FormatError, where, ": weight_map['", tensor, "'] must be a shard file name, got ",
+               shard_value.dump());
+    }
+    const std::string shard = shard_value.get<std::string>();
+    if (!isPlainFileName(shard)) {
+      ES_THROW(FormatError, where, ": weight_map['", tensor, "'] = '", shard,
+               "' is not a file name inside the model folder");
+    }
+    if (!shard_index.contains(shard)) {
+      const fs::path shard_path = dir / shard;
+      if (!fs::is_regular_file(shard_path, ec)) {
+        ES_THROW(FormatError, where, ": shard '", shard, "' (for tensor '", tensor,
+                 "') does not exist in ", dir.string());
+      }
+      shard_index.emplace(shard, store.files_.size());
+      store.files_.push_back(SafetensorsFile::open(shard_path));
+    }
+    listed.emplace(tensor, shard);
+  }
+
+  for (const auto& [shard, file_index] : shard_index) {
+    for (const TensorInfo& t : store.files_[file_index].tensors()) {
+      auto [it, inserted] = store.location_.emplace(t.name, file_index);
+      if (!inserted) {
+        ES_THROW(FormatError, dir.string(), ": tensor '", t.name, "' is in two shards: '",
+                 store.files_[it->second].path().filename().string(), "' and '", shard, "'");
+      }
+    }
+  }
+  for (const auto& [shard, file_index] : shard_index) {
+    for (const TensorInfo& t : store.files_[file_index].tensors()) {
+      auto listed_it = listed.find(t.name);
+      if (listed_it == listed.end()) {
+        ES_THROW(FormatError, where, ": shard '", shard, "' holds tensor '", t.name,
+                 "' that weight_map does not list");
+      }
+      if (listed_it->second != shard) {
+        ES_THROW(FormatError, where, ": weight_map puts tensor '", t.name, "' in '", listed_it->second,
+                 "' but it is in '", shard, "'");
+      }
+    }
+  }
+  for (const auto& [tensor, shard] : listed) {
+    if (!store.location_.contains(tensor)) {
+      ES_THROW(FormatError, where, ": weight_map lists tensor '", tensor, "' in shard '", shard,
+               "' but the shard does not hold it");
+    }
+  }
+  return store;
+}
+
+std::vector<std::string> WeightStore::names() const {
+  std::vector<std::string> out;
+  out.reserve(location_.size());
+  for (const auto& [name, file] : location_) out.push_back(name);
+  return out;
+}
+
+bool WeightStore::contains(std::string_view name) const { return location_.find(name) != location_.end(); }
+
+size_t WeightStore::indexOf(std::string_view name) const {
+  auto it = location_.find(name);
+  if (it == location_.end()) {
+    ES_THROW(InvalidArgument, "WeightStore: argument 'name' = ", name, " is not a tensor of ", source_);
+  }
+  return it->second;
+}
+
+const TensorInfo& WeightStore::info(std::string_view name) const { return files_[indexOf(name)].info(name); }
+
+TensorView WeightStore::view(std::string_view name) const { return files_[indexOf(name)].view(name); }
+
+const SafetensorsFile& WeightStore::fileOf(std::string_view name) const { return files_[indexOf(name)]; }
+
+uint64_t WeightStore::totalTensorBytes() const {
+  uint64_t total = 0;
+  for (const SafetensorsFile& f : files_) {
+    for (const TensorInfo& t : f.tensors()) total += t.byteSize();
+  }
+  return total;
+}
+
+}  // namespace es::model
