@@ -12,13 +12,13 @@
 
 #include "common/dtype.h"
 #include "common/stream.h"
+#include "kv/page_geometry.h"
 
 namespace es::kernel {
 
-// Tokens per KV page (spec §1.1 kTokensPerPage, seed kTOKENS_PER_PAGE); fixed by the pool layout.
-inline constexpr int32_t kDFlashTokensPerPage = 128;
-// Largest K-page count whose V ids (k + numPages) stay positive int32 (spec §1.1 kMaxKvPoolPages).
-inline constexpr int32_t kDFlashMaxPoolPages = INT32_MAX / 2;
+// Page geometry: es::kv::kTokensPerPage (128 tokens per page, fixed by the pool layout) and
+// es::kv::kMaxKvPoolPages (largest K-page count whose V ids k + numPages stay positive int32),
+// both from kv/page_geometry.h (spec §1.1).
 
 // T is the cache element type: es::fp16 (the seed's `half`) or es::bf16.
 template <typename T>
@@ -35,7 +35,7 @@ struct DFlashTargetKVCacheUpdateParams {
   int32_t numKVHeads = 0;      // Hkv > 0
   int32_t headDim = 0;         // D > 0
   int32_t rotaryDim = 0;       // even, 0 < rotaryDim <= headDim
-  int32_t numPages = 0;        // K pages per plane, 0 < numPages <= kDFlashMaxPoolPages
+  int32_t numPages = 0;        // K pages per plane, 0 < numPages <= kv::kMaxKvPoolPages
   int32_t maxPagesPerSeq = 0;  // page-table row length > 0
 };
 

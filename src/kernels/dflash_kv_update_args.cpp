@@ -20,8 +20,8 @@ bool validate_impl(const DFlashTargetKVCacheUpdateParams<T>& p) {
   ES_CHECK_ARG(p.rotaryDim <= p.headDim, kWhere, "rotaryDim", p.rotaryDim,
                "must be <= headDim = ", p.headDim);
   ES_CHECK_ARG(p.numPages > 0, kWhere, "numPages", p.numPages, "must be > 0");
-  ES_CHECK_ARG(p.numPages <= kDFlashMaxPoolPages, kWhere, "numPages", p.numPages,
-               "must be <= kMaxKvPoolPages = ", kDFlashMaxPoolPages);
+  ES_CHECK_ARG(p.numPages <= kv::kMaxKvPoolPages, kWhere, "numPages", p.numPages,
+               "must be <= kMaxKvPoolPages = ", kv::kMaxKvPoolPages);
   ES_CHECK_ARG(p.maxPagesPerSeq > 0, kWhere, "maxPagesPerSeq", p.maxPagesPerSeq, "must be > 0");
   // One token's K row (Hkv·D elements) is indexed with int32 inside a CTA.
   ES_CHECK_ARG(int64_t{p.numKVHeads} * p.headDim <= INT32_MAX, kWhere, "numKVHeads", p.numKVHeads,

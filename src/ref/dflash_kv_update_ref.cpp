@@ -21,9 +21,9 @@ void update(const kernel::DFlashTargetKVCacheUpdateParams<T>& p) {
     const int32_t pos = p.deltaPositions[r];
     const int32_t b = p.deltaTokenToSequence[r];
     if (b < 0 || b >= p.batchSize || pos < 0) continue;
-    const int32_t logical_page = pos / kernel::kDFlashTokensPerPage;
+    const int32_t logical_page = pos / kv::kTokensPerPage;
     if (logical_page >= p.maxPagesPerSeq) continue;
-    const int32_t slot = pos % kernel::kDFlashTokensPerPage;
+    const int32_t slot = pos % kv::kTokensPerPage;
     const int32_t* row = p.pageTable + int64_t{b} * 2 * p.maxPagesPerSeq;
     const int32_t k_page = row[logical_page];
     const int32_t v_page = row[p.maxPagesPerSeq + logical_page];
@@ -34,7 +34,7 @@ void update(const kernel::DFlashTargetKVCacheUpdateParams<T>& p) {
       const T* k = p.kDelta + (r * hkv + h) * dim;
       const T* v = p.vDelta + (r * hkv + h) * dim;
       if (write_k) {
-        T* dst = p.kvCache + ((int64_t{k_page} * kernel::kDFlashTokensPerPage + slot) * hkv + h) * dim;
+        T* dst = p.kvCache + ((int64_t{k_page} * kv::kTokensPerPage + slot) * hkv + h) * dim;
         for (int32_t i = 0; i < p.headDim; ++i) {
           if (i >= p.rotaryDim) {
             dst[i] = k[i];
@@ -50,7 +50,7 @@ void update(const kernel::DFlashTargetKVCacheUpdateParams<T>& p) {
         }
       }
       if (write_v) {
-        T* dst = p.kvCache + ((int64_t{v_page} * kernel::kDFlashTokensPerPage + slot) * hkv + h) * dim;
+        T* dst = p.kvCache + ((int64_t{v_page} * kv::kTokensPerPage + slot) * hkv + h) * dim;
         for (int32_t i = 0; i < p.headDim; ++i) dst[i] = v[i];
       }
     }

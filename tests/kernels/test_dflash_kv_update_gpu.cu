@@ -3,6 +3,10 @@
 // takes the scalar path), fp16 and bf16. Both start from the same random pool; the whole pool is
 // compared afterwards (so untouched regions are checked too): V and pass-through K bit-exact,
 // rotated K within one rounding (1 ulp) of the cache type.
+// Besides the public launcher, every case also runs the kernels of dflash_kv_update_kernel.cuh
+// directly on the same inputs: the pair kernel with 1 and 2 tokens per thread (the launcher uses
+// 2 only for large T, which these shapes do not reach), with and without streaming hints, and the
+// scalar fallback (forced even where the 16-byte path applies).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,12 +19,14 @@
 #include <vector>
 
 #include "kernels/dflash_kv_update.h"
+#include "kernels/dflash_kv_update_kernel.cuh"
+#include "kv/page_geometry.h"
 #include "support/gpu_test_util.h"
 
 namespace es {
 namespace {
 
-constexpr int32_t kPage = 128;
+constexpr int32_t kPage = kv::kTokensPerPage;
 
 struct Shape {
   int32_t batch, hkv, dim, rotary, max_pages, width;
@@ -137,45 +143,67 @@ void run_case(const Shape& s, std::mt19937& rng, bool positional, bool misaligne
   p.maxPagesPerSeq = s.max_pages;
   ref::dflashTargetKVCacheUpdate(p);
 
+  int64_t written = 0;
+  for (size_t i = 0; i < pool.size(); ++i) written += want[i].bits != pool[i].bits;
+  EXPECT_GT(written, 0) << "the case wrote nothing: it would not test the kernel";
+
   // Device: a misaligned K base (one element in) forces the scalar path.
   const size_t k_shift = misaligned ? 1 : 0;
   std::vector<T> k_host(k.size() + k_shift);
   std::copy(k.begin(), k.end(), k_host.begin() + k_shift);
-  test::DeviceArray<T> d_k(k_host), d_v(v), d_pool(pool);
+  test::DeviceArray<T> d_k(k_host), d_v(v);
   test::DeviceArray<float> d_cs(cos_sin);
   test::DeviceArray<int32_t> d_pos(positions), d_own(owners), d_table(table);
-  if (positional) {
-    kernel::launchDFlashTargetKVCacheUpdate(d_k.get() + k_shift, d_v.get(), d_pool.get(), d_cs.get(),
-                                            d_pos.get(), d_own.get(), d_table.get(), tokens,
-                                            s.batch, s.hkv, s.dim, s.rotary, num_pages,
-                                            s.max_pages, nullptr);
-  } else {
-    auto q = p;
-    q.kDelta = d_k.get() + k_shift;
-    q.vDelta = d_v.get();
+  auto q = p;
+  q.kDelta = d_k.get() + k_shift;
+  q.vDelta = d_v.get();
+  q.tokenAlignedCosSin = d_cs.get();
+  q.deltaPositions = d_pos.get();
+  q.deltaTokenToSequence = d_own.get();
+  q.pageTable = d_table.get();
+  namespace ku = kernel::kvupdate;
+  const bool pair = ku::pair_path_applies(q);
+  enum class Path { kLauncher, kPair1, kPair2, kPair2Plain, kPair1Plain, kScalar };
+  const char* names[] = {"launcher", "pair tok1", "pair tok2", "pair tok2 plain", "pair tok1 plain",
+                         "scalar"};
+  for (const Path path : {Path::kLauncher, Path::kPair1, Path::kPair2, Path::kPair2Plain,
+                          Path::kPair1Plain, Path::kScalar}) {
+    if (path != Path::kLauncher && path != Path::kScalar && !pair) continue;
+    SCOPED_TRACE(names[int(path)]);
+    test::DeviceArray<T> d_pool(pool);
     q.kvCache = d_pool.get();
-    q.tokenAlignedCosSin = d_cs.get();
-    q.deltaPositions = d_pos.get();
-    q.deltaTokenToSequence = d_own.get();
-    q.pageTable = d_table.get();
-    kernel::launchDFlashTargetKVCacheUpdate(q, nullptr);
-  }
-  const std::vector<T> got = d_pool.download();
+    switch (path) {
+      case Path::kLauncher:
+        if (positional) {
+          kernel::launchDFlashTargetKVCacheUpdate(q.kDelta, q.vDelta, q.kvCache, q.tokenAlignedCosSin,
+                                                  q.deltaPositions, q.deltaTokenToSequence,
+                                                  q.pageTable, tokens, s.batch, s.hkv, s.dim,
+                                                  s.rotary, num_pages, s.max_pages, nullptr);
+        } else {
+          kernel::launchDFlashTargetKVCacheUpdate(q, nullptr);
+        }
+        break;
+      case Path::kPair1: ku::launch_pair<1, true>(q, nullptr); break;
+      case Path::kPair2: ku::launch_pair<2, true>(q, nullptr); break;
+      case Path::kPair2Plain: ku::launch_pair<2, false>(q, nullptr); break;
+      case Path::kPair1Plain: ku::launch_pair<1, false>(q, nullptr); break;
+      case Path::kScalar: ku::launch_scalar(q, nullptr); break;
+    }
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    const std::vector<T> got = d_pool.download();
 
-  int64_t written = 0;
-  for (size_t i = 0; i < pool.size(); ++i) written += want[i].bits != pool[i].bits;
-  EXPECT_GT(written, 0) << "the case wrote nothing: it would not test the kernel";
-  const size_t plane = size_t(num_pages) * kPage * row;
-  int failures = 0;
-  for (size_t i = 0; i < got.size() && failures < 10; ++i) {
-    if (got[i].bits == want[i].bits) continue;
-    const int32_t d = static_cast<int32_t>(i % s.dim);
-    const bool rotated_k = i < plane && d < s.rotary && want[i].bits != pool[i].bits;
-    if (rotated_k && ulp_distance(got[i].bits, want[i].bits) <= 1) continue;
-    ++failures;
-    ADD_FAILURE() << "pool element " << i << " (" << (i < plane ? "K" : "V") << " flat page "
-                  << i / (size_t(kPage) * row) << ", dim " << d << "): got 0x" << std::hex
-                  << got[i].bits << " want 0x" << want[i].bits << " before 0x" << pool[i].bits;
+    const size_t plane = size_t(num_pages) * kPage * row;
+    int failures = 0;
+    for (size_t i = 0; i < got.size() && failures < 10; ++i) {
+      if (got[i].bits == want[i].bits) continue;
+      const int32_t d = static_cast<int32_t>(i % s.dim);
+      const bool rotated_k = i < plane && d < s.rotary && want[i].bits != pool[i].bits;
+      if (rotated_k && ulp_distance(got[i].bits, want[i].bits) <= 1) continue;
+      ++failures;
+      ADD_FAILURE() << "pool element " << i << " (" << (i < plane ? "K" : "V") << " flat page "
+                    << i / (size_t(kPage) * row) << ", dim " << d << "): got 0x" << std::hex
+                    << got[i].bits << " want 0x" << want[i].bits << " before 0x" << pool[i].bits;
+    }
   }
 }
 
@@ -208,6 +236,22 @@ TYPED_TEST(KvUpdateGpu, DecodeShapeBatch64) {
   std::mt19937 rng(7u);
   run_case<TypeParam>(Shape{64, 8, 128, 128, 3, 16}, rng, false, false);
   run_case<TypeParam>(Shape{64, 2, 64, 32, 2, 16}, rng, true, false);
+}
+
+// Edge cases of the pair kernel: rotaryDim = 16 (one pair, many pass-through chunks), rotaryDim/2
+// = 24 (pairs at 0, 8, 16; pass-through starts mid-row), rotaryDim = 40 (half 20, scalar),
+// odd T (a half-filled last group with 2 tokens per thread), Hkv 16 with 28 units per head (448
+// units per token > 256 threads: the CTA loops over one token), Hkv 5 (units not dividing 256).
+TYPED_TEST(KvUpdateGpu, PairKernelEdgeCases) {
+  ES_SKIP_IF_NO_GPU();
+  std::mt19937 rng(99u + std::is_same_v<TypeParam, bf16>);
+  run_case<TypeParam>(Shape{3, 4, 128, 16, 2, 7}, rng, false, false);    // T = 21
+  run_case<TypeParam>(Shape{5, 2, 64, 48, 3, 9}, rng, true, false);      // T = 45
+  run_case<TypeParam>(Shape{2, 8, 256, 48, 2, 13}, rng, false, false);   // T = 26
+  run_case<TypeParam>(Shape{3, 2, 128, 40, 2, 5}, rng, false, false);    // scalar: half = 20
+  run_case<TypeParam>(Shape{3, 16, 256, 64, 2, 11}, rng, false, false);  // 448 units per token
+  run_case<TypeParam>(Shape{7, 5, 128, 128, 2, 3}, rng, false, false);   // T = 21, Hkv 5
+  run_case<TypeParam>(Shape{1, 8, 128, 128, 2, 1}, rng, false, false);   // T = 1
 }
 
 TEST(KvUpdateGpuValidation, RejectsBeforeLaunchAndZeroIsANoOp) {
