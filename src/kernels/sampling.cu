@@ -435,11 +435,46 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
   }
 }
 
+// Prepares `kernel` for a launch with `bytes` of dynamic shared memory. Without the opt-in
+// attribute a CTA gets at most 48 KB of static + dynamic shared memory together, so the
+// attribute is needed whenever static + dynamic > 48 KB (not only when dynamic alone is); the
+// opt-in ceiling (227 KB on sm_90) bounds static + dynamic. Checked here with a clear error
+// instead of an invalid launch. The attribute is raised once per kernel and size (cached).
 template <typename Kernel>
-void allow_dynamic_smem(Kernel kernel, size_t bytes) {
-  if (bytes > 48 * 1024) {
+void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
+  struct Entry {
+    const void* func;
+    int device;
+    size_t static_bytes;
+    int optin;
+    size_t allowed;  // dynamic bytes currently allowed (default: 48 KB - static)
+  };
+  static thread_local Entry cache[8];
+  static thread_local int used = 0;
+  int device = 0;
+  ES_CUDA_CHECK(cudaGetDevice(&device));
+  const void* func = reinterpret_cast<const void*>(kernel);
+  Entry* e = nullptr;
+  for (int i = 0; i < used; ++i) {
+    if (cache[i].func == func && cache[i].device == device) e = &cache[i];
+  }
+  if (e == nullptr) {
+    cudaFuncAttributes attr{};
+    ES_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    Entry fresh{func, device, attr.sharedSizeBytes, 0,
+                static_cast<size_t>(attr.maxDynamicSharedSizeBytes)};
+    ES_CUDA_CHECK(cudaDeviceGetAttribute(&fresh.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    e = &cache[used < 8 ? used++ : 7];
+    *e = fresh;
+  }
+  ES_CHECK_ARG(e->static_bytes + bytes <= static_cast<size_t>(e->optin), "sample_rows",
+               "shared memory", e->static_bytes + bytes, "bytes (", e->static_bytes, " static + ",
+               bytes, " dynamic) for ", name, " must be <= ", e->optin,
+               " (per-block opt-in limit)");
+  if (bytes > e->allowed) {
     ES_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(bytes)));
+    e->allowed = bytes;
   }
 }
 
@@ -452,7 +487,7 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
     while (cap < a.vocab) cap <<= 1;
     const size_t bytes = align8(static_cast<size_t>(a.vocab) * 4) +
                          (full_possible ? static_cast<size_t>(cap) * 8 + static_cast<size_t>(a.vocab) * 12 : 0);
-    allow_dynamic_smem(small_vocab_kernel<T>, bytes);
+    allow_dynamic_smem(small_vocab_kernel<T>, bytes, "small_vocab_kernel");
     small_vocab_kernel<T><<<a.rows, kThreads, bytes, stream>>>(a, full_possible ? cap : 0);
     ES_CUDA_CHECK_LAUNCH();
     return;
@@ -463,7 +498,7 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
     chunk_kernel<T><<<dim3(a.plan.chunks, a.rows), kThreads, 0, stream>>>(a);
     ES_CUDA_CHECK_LAUNCH();
     const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
-    allow_dynamic_smem(final_kernel, bytes);
+    allow_dynamic_smem(final_kernel, bytes, "final_kernel");
     final_kernel<<<a.rows, kThreads, bytes, stream>>>(a);
     ES_CUDA_CHECK_LAUNCH();
   }

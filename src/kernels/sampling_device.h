@@ -26,6 +26,7 @@ __device__ __forceinline__ int pow2_ceil(int n) {
 // Scratch for the block-wide reductions and scans: one 8-byte slot per warp plus a broadcast.
 struct BlockScratch {
   uint64_t slot[kWarps];
+  uint64_t slot2[kWarps];
   uint64_t out[2];
 };
 
@@ -82,32 +83,6 @@ __device__ __forceinline__ uint64_t block_exclusive_scan_u64(uint64_t v, BlockSc
   __syncthreads();
   *total = sum;
   return offset + x - v;
-}
-
-// The canonical fp32 block scan of the full-row inverse CDF. Both GPU paths call exactly this
-// (same block size, same association), so they agree bit for bit; it differs from the
-// reference's sequential sum only by rounding (the documented CDF-boundary tolerance).
-// Returns the exclusive prefix of `v`; *total = ((w0 + w1) + w2) + ... over warp totals.
-__device__ __forceinline__ float block_exclusive_scan_f32(float v, BlockScratch& sh,
-                                                          float* total) {
-  float x = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const float y = __shfl_up_sync(kFull, x, o);
-    if (lane_id() >= o) x = fadd_rn(y, x);
-  }
-  float excl_in_warp = __shfl_up_sync(kFull, x, 1);
-  if (lane_id() == 0) excl_in_warp = 0.0f;
-  float* slots = reinterpret_cast<float*>(sh.slot);
-  if (lane_id() == 31) slots[warp_id()] = x;
-  __syncthreads();
-  float offset = 0.0f, sum = 0.0f;
-  for (int w = 0; w < kWarps; ++w) {
-    if (w < warp_id()) offset = fadd_rn(offset, slots[w]);
-    sum = fadd_rn(sum, slots[w]);
-  }
-  __syncthreads();
-  *total = sum;
-  return fadd_rn(offset, excl_in_warp);
 }
 
 // Bitonic sort of n (power of two) 64-bit keys in shared memory.
@@ -327,57 +302,182 @@ __device__ inline int sample_sorted_list_warp(const int32_t* idx, const float* v
   return found >= 0 ? found : last;
 }
 
-// Canonical full-row inverse CDF, pass 1: the fp32 total of the positive values.
-template <typename ValAt>
-__device__ float full_row_total(ValAt val_at, int n, BlockScratch& scratch) {
-  float carry = 0.0f;
-  for (int base = 0; base < n; base += kTile) {
-    const int start = base + threadIdx.x * kItems;
-    float local = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kItems; ++r) {
-      const float v = start + r < n ? val_at(start + r) : 0.0f;
-      if (v > 0.0f) local = fadd_rn(local, v);
-    }
-    float tile_total;
-    block_exclusive_scan_f32(local, scratch, &tile_total);
-    carry = fadd_rn(carry, tile_total);
-  }
-  return carry;
+// ---------------------------------------------------------------------------------------------
+// Exact parallel evaluation of the spec's sequential fp32 running sum (spec §3.5).
+//
+// The reference sums r <- fl(r + x_i) over the positive entries in index order. A parallel scan
+// in another association would round differently (the old block-scan CDF drifted ~2e-5 relative
+// from the reference on 128k-entry rows and picked other tokens), so instead we reproduce the
+// sequential rounding exactly:
+//  * while r stays in one binade [2^e, 2^(e+1)) (or the subnormal range), r is an integer n of
+//    ulps u, and fl(r + x) = (n + c) u with c = round-half-even(x / u) where the tie goes to the
+//    even value of n + c: the step is the function n -> n + c[n & 1], and such functions compose
+//    (a pair of offsets), so a block scan of them gives every running sum of the binade exactly;
+//  * this is valid while the result stays below 2^(e+1), i.e. n_after < N (N = 2^24, or 2^23 for
+//    the subnormal range); the first step reaching N is done as the real fadd_rn by its owner,
+//    then the scan restarts after it in the new binade. r only grows, so that happens at most
+//    once per binade (~20-40 times per row, a handful per tile at most).
+
+struct SeqStep {  // n -> n + (n even ? c0 : c1)
+  int64_t c0, c1;
+};
+__device__ __forceinline__ SeqStep seq_then(SeqStep f, SeqStep g) {  // f first, then g
+  return {f.c0 + ((f.c0 & 1) ? g.c1 : g.c0), f.c1 + ((f.c1 & 1) ? g.c0 : g.c1)};
+}
+__device__ __forceinline__ int64_t seq_apply(SeqStep f, int64_t n) { return n + ((n & 1) ? f.c1 : f.c0); }
+
+// Step of adding x (> 0) on the grid of ulp 2^ue. Offsets above 2^40 are capped (they cross).
+__device__ __forceinline__ SeqStep seq_step(float x, int ue) {
+  const double q = static_cast<double>(x) * __longlong_as_double(static_cast<long long>(1023 - ue) << 52);
+  if (q >= 1099511627776.0) return {int64_t{1} << 40, int64_t{1} << 40};
+  const double m = floor(q);
+  const double f = q - m;  // exact
+  const int64_t mi = static_cast<int64_t>(m);
+  if (f < 0.5) return {mi, mi};
+  if (f > 0.5) return {mi + 1, mi + 1};
+  return {mi + (mi & 1), mi + ((mi + 1) & 1)};  // tie: the even one of n + m, n + m + 1
 }
 
-// Pass 2: first index whose running sum is > threshold (skipping values <= 0), else the last
-// positive index, else -1.
+// Exclusive block scan of steps in thread order; *all gets the composition of every thread's.
+__device__ __forceinline__ SeqStep block_exclusive_scan_steps(SeqStep v, BlockScratch& sh, SeqStep* all) {
+  SeqStep x = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    SeqStep y;
+    y.c0 = __shfl_up_sync(kFull, x.c0, o);
+    y.c1 = __shfl_up_sync(kFull, x.c1, o);
+    if (lane_id() >= o) x = seq_then(y, x);
+  }
+  SeqStep excl;
+  excl.c0 = __shfl_up_sync(kFull, x.c0, 1);
+  excl.c1 = __shfl_up_sync(kFull, x.c1, 1);
+  if (lane_id() == 0) excl = {0, 0};
+  if (lane_id() == 31) {
+    sh.slot[warp_id()] = static_cast<uint64_t>(x.c0);
+    sh.slot2[warp_id()] = static_cast<uint64_t>(x.c1);
+  }
+  __syncthreads();
+  SeqStep before = {0, 0}, total = {0, 0};
+  for (int w = 0; w < kWarps; ++w) {
+    const SeqStep t = {static_cast<int64_t>(sh.slot[w]), static_cast<int64_t>(sh.slot2[w])};
+    if (w < warp_id()) before = seq_then(before, t);
+    total = seq_then(total, t);
+  }
+  __syncthreads();
+  *all = total;
+  return seq_then(before, excl);
+}
+
+// Block min of two ints at once.
+__device__ __forceinline__ void block_min2(int* a, int* b, BlockScratch& sh) {
+  int x = *a, y = *b;
+  for (int o = 16; o; o >>= 1) {
+    x = min(x, shfl_xor(x, o));
+    y = min(y, shfl_xor(y, o));
+  }
+  if (lane_id() == 0) {
+    sh.slot[warp_id()] = static_cast<uint32_t>(x);
+    sh.slot2[warp_id()] = static_cast<uint32_t>(y);
+  }
+  __syncthreads();
+  int rx = 0x7fffffff, ry = 0x7fffffff;
+  for (int w = 0; w < kWarps; ++w) {
+    rx = min(rx, static_cast<int>(static_cast<uint32_t>(sh.slot[w])));
+    ry = min(ry, static_cast<int>(static_cast<uint32_t>(sh.slot2[w])));
+  }
+  __syncthreads();
+  *a = rx;
+  *b = ry;
+}
+
+// The sequential fp32 sum of the positive val_at(i), i in [0, n), in index order, bit for bit.
+// search: returns the first index whose running sum is > threshold (or the last positive index,
+// or -1); otherwise returns -1 and *total gets the full sum.
 template <typename ValAt>
-__device__ int full_row_search(ValAt val_at, int n, float threshold, BlockScratch& scratch) {
-  float carry = 0.0f;
-  int last = -1;
+__device__ int sequential_cdf(ValAt val_at, int n, bool search, float threshold, float* total,
+                              BlockScratch& scratch) {
+  constexpr int kNone = 0x7fffffff;
+  float r = 0.0f;
+  int my_last = -1;
   for (int base = 0; base < n; base += kTile) {
     const int start = base + threadIdx.x * kItems;
     float v[kItems];
-    float local = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kItems; ++r) {
-      v[r] = start + r < n ? val_at(start + r) : 0.0f;
-      if (v[r] > 0.0f) local = fadd_rn(local, v[r]);
+    for (int k = 0; k < kItems; ++k) {
+      v[k] = start + k < n ? val_at(start + k) : 0.0f;
+      if (v[k] > 0.0f) my_last = start + k;
     }
-    float tile_total;
-    float running = fadd_rn(carry, block_exclusive_scan_f32(local, scratch, &tile_total));
-    int found = 0x7fffffff, my_last = -1;
+    int from = base;  // entries before `from` are already in r
+    for (;;) {
+      const uint32_t bits = f2u(r);  // r >= 0
+      const int e = static_cast<int>(bits >> 23);
+      const int ue = e == 0 ? -149 : e - 150;
+      const int64_t limit = e == 0 ? (int64_t{1} << 23) : (int64_t{1} << 24);
+      const int64_t n0 = e == 0 ? bits : ((bits & 0x7fffffu) | 0x800000u);
+      SeqStep st[kItems];
+      SeqStep mine = {0, 0};
 #pragma unroll
-    for (int r = 0; r < kItems; ++r) {
-      if (v[r] > 0.0f) {
-        running = fadd_rn(running, v[r]);
-        my_last = start + r;
-        if (found == 0x7fffffff && running > threshold) found = start + r;
+      for (int k = 0; k < kItems; ++k) {
+        st[k] = (start + k >= from && v[k] > 0.0f) ? seq_step(v[k], ue) : SeqStep{0, 0};
+        mine = seq_then(mine, st[k]);
       }
+      SeqStep all;
+      int64_t cur = seq_apply(block_exclusive_scan_steps(mine, scratch, &all), n0);
+      int found = kNone, cross = kNone;
+      int64_t before_cross = 0;
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        if (cross == kNone && start + k >= from && v[k] > 0.0f) {
+          const int64_t next = seq_apply(st[k], cur);
+          if (next >= limit) {
+            cross = start + k;
+            before_cross = cur;
+          } else {
+            if (search && found == kNone &&
+                u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(next) & 0x7fffffu)) > threshold) {
+              found = start + k;
+            }
+            cur = next;
+          }
+        }
+      }
+      int first_found = found, first_cross = cross;
+      block_min2(&first_found, &first_cross, scratch);
+      if (first_found < first_cross) return first_found;
+      if (first_cross == kNone) {
+        const int64_t end = seq_apply(all, n0);  // no crossing: every step of the tile is exact
+        r = u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(end) & 0x7fffffu));
+        break;
+      }
+      if (cross == first_cross) {  // the owner performs the crossing step as the real fadd
+        const float before = u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(before_cross) & 0x7fffffu));
+        scratch.out[0] = f2u(fadd_rn(before, v[cross - start]));
+      }
+      __syncthreads();
+      r = u2f(static_cast<uint32_t>(scratch.out[0]));
+      __syncthreads();
+      if (search && r > threshold) return first_cross;
+      from = first_cross + 1;
     }
-    found = block_min_int(found, scratch);
-    if (found != 0x7fffffff) return found;
-    last = max(last, block_max_int(my_last, scratch));
-    carry = fadd_rn(carry, tile_total);
   }
-  return last;
+  if (total) *total = r;
+  if (!search) return -1;
+  return block_max_int(my_last, scratch);
+}
+
+// Canonical full-row inverse CDF, pass 1: the fp32 total of the positive values (exactly the
+// reference's sequential sum).
+template <typename ValAt>
+__device__ float full_row_total(ValAt val_at, int n, BlockScratch& scratch) {
+  float total = 0.0f;
+  sequential_cdf(val_at, n, false, 0.0f, &total, scratch);
+  return total;
+}
+
+// Pass 2: first index whose running sum is > threshold (skipping values <= 0), else the last
+// positive index, else -1. Identical to the reference's loop.
+template <typename ValAt>
+__device__ int full_row_search(ValAt val_at, int n, float threshold, BlockScratch& scratch) {
+  return sequential_cdf(val_at, n, true, threshold, nullptr, scratch);
 }
 
 template <typename ValAt>
