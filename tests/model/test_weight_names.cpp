@@ -13,6 +13,7 @@
 #include "model/safetensors_test_writer.h"
 #include "model/weight_names.h"
 #include "model/weight_store.h"
+#include "support/test_util.h"
 
 namespace es::model {
 namespace {
@@ -240,6 +241,36 @@ TEST(WeightCheck, ShardedStoreIsCheckedAsOne) {
   WeightStore store = WeightStore::openFolder(dir.path());
   EXPECT_EQ(store.numFiles(), 2u);
   EXPECT_TRUE(checkWeights(store, c).ignored.empty());
+}
+
+// The committed fixtures were saved by transformers 5.x (tools/make_fixtures.py): real folders
+// in the 5.x dialect must load and pass the check with no extras.
+TEST(WeightCheck, TransformersFixtureFoldersLoad) {
+  const std::filesystem::path root = std::filesystem::path(test::test_data_dir()) / "models";
+  for (const char* name : {"llama", "qwen2", "qwen3"}) {
+    SCOPED_TRACE(name);
+    const std::filesystem::path dir = root / name;
+    ASSERT_TRUE(std::filesystem::exists(dir / "config.json")) << dir;
+    const ModelConfig c = loadModelConfig(dir);
+    const WeightStore store = WeightStore::openFolder(dir);
+    const WeightCheckReport r = checkWeights(store, c);
+    EXPECT_TRUE(r.ignored.empty());
+    EXPECT_EQ(store.size(), expectedTensors(c).size());
+    // The reference outputs are safetensors too.
+    EXPECT_GT(SafetensorsFile::open(dir / "reference.safetensors").tensors().size(), 0u);
+  }
+  // Values read from the llama fixture's config.json by hand.
+  const ModelConfig llama = loadModelConfig(root / "llama");
+  EXPECT_EQ(llama.architecture, Architecture::kLlama);
+  EXPECT_EQ(llama.head_dim, 64);
+  EXPECT_EQ(llama.num_attention_heads, 3);
+  EXPECT_EQ(llama.num_key_value_heads, 1);
+  EXPECT_TRUE(llama.tie_word_embeddings);
+  EXPECT_EQ(llama.rope.type, RopeType::kLlama3);
+  EXPECT_DOUBLE_EQ(llama.rope.factor, 8.0);
+  EXPECT_DOUBLE_EQ(llama.rope.theta, 500000.0);
+  EXPECT_EQ(llama.rope.original_max_position_embeddings, 64);
+  EXPECT_EQ(llama.dtype, DType::kBF16);
 }
 
 }  // namespace
