@@ -1,6 +1,8 @@
 #pragma once
 // Linear layer in the Hugging Face weight layout: y[M, N] = x[M, K] · W[N, K]^T (+ bias[N]).
 // Accumulation in fp32; y is rounded once to its dtype (bf16/f16 hidden states, or f32 logits).
+// The bias is added in fp32 before that rounding. y must not alias x. f32 inputs are multiplied in
+// true fp32 (no TF32).
 // The CUDA path runs cuBLASLt (LinearContext owns the handle and its workspace).
 #include <cstdint>
 #include <memory>

@@ -3,7 +3,7 @@
 // "residual += sublayer output; x = norm(residual)"):
 //   if residual: residual[r] += x[r]   (rounded to dtype, as the framework's residual stream is)
 //   out[r, i] = dtype( (v[i] * rsqrt(mean(v^2) + eps)) * weight[i] ),  v = residual[r] or x[r]
-// Statistics in fp32. out may alias x; residual must not alias out.
+// Statistics in fp32. out may alias x; residual must not alias out (nor x).
 #include <cstdint>
 
 #include "common/dtype.h"

@@ -1,0 +1,24 @@
+// CPU reference of SwiGLU (kernels/swiglu.h): silu(g) * u in fp32, one rounding to dtype.
+#include <cmath>
+
+#include "kernels/swiglu.h"
+#include "ref/forward_ref_util.h"
+
+namespace es::ref {
+
+void swiglu(const kernel::SwigluParams& p) {
+  if (!kernel::validate(p)) return;
+  const int64_t inter = p.intermediateSize;
+  detail::parallel_for(p.rows, 8 * inter, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t i = 0; i < inter; ++i) {
+        const float g = detail::load(p.gateUp, p.dtype, r * 2 * inter + i);
+        const float u = detail::load(p.gateUp, p.dtype, r * 2 * inter + inter + i);
+        const float silu = g / (1.0f + std::exp(-g));
+        detail::store(p.out, p.dtype, r * inter + i, silu * u);
+      }
+    }
+  });
+}
+
+}  // namespace es::ref
