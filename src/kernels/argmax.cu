@@ -19,7 +19,7 @@ namespace {
 
 namespace cg = cooperative_groups;
 constexpr int kArgmaxThreads = 512;
-constexpr int kClusterSplit = 8;
+constexpr int kClusterSplit = 16;  // most CTAs a row is split over (one cluster)
 
 __device__ __forceinline__ float as_float(float v) { return v; }
 __device__ __forceinline__ float as_float(fp16 v) { return to_float(v); }
@@ -80,9 +80,40 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 }
 
 template <typename T>
+int cluster_split() {
+  static thread_local int cached = 0;
+  if (cached) return cached;
+  int split = 8;
+  if (cudaFuncSetAttribute(argmax_kernel<T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kClusterSplit, 1, 1);
+    cfg.blockDim = dim3(kArgmaxThreads, 1, 1);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kClusterSplit;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, argmax_kernel<T>, &cfg) == cudaSuccess && clusters > 0) {
+      split = kClusterSplit;
+    }
+  }
+  (void)cudaGetLastError();  // a refused query leaves no sticky error behind
+  cached = split;
+  return split;
+}
+
+template <typename T>
 void launch(const ArgmaxParams& p, cudaStream_t stream) {
   const int64_t stride = p.row_stride ? p.row_stride : p.vocab;
-  const int split = (p.rows <= 32 && p.vocab >= 8 * 4096) ? kClusterSplit : 1;
+  // Few long rows: split each over a cluster (16 CTAs, non-portable size, where the device can
+  // co-schedule it; else 8), merged through distributed shared memory.
+  int split = 1;
+  if (p.rows <= 32 && p.vocab >= 8 * 4096) {
+    split = cluster_split<T>();
+  }
   ES_CHECK_ARG(p.rows <= 65535, "kernel::argmax_rows", "rows", p.rows, "must be <= 65535");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(split, p.rows, 1);

@@ -125,12 +125,24 @@ __global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int f
   const RowParams rp = row_params(a, row);
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
   uint32_t* keys = reinterpret_cast<uint32_t*>(dyn);  // [V]
+  pdl_trigger();
   uint64_t local = 0;
-  for (int i = threadIdx.x; i < V; i += kThreads) {
-    const float s = scale_logit(load_logit(x, i), rp.inv_t, rp.greedy);
-    const uint32_t key = order_key(s);
-    keys[i] = key;
-    local = umax64(local, (poisons_row(s) ? (1ull << 32) : 0ull) | key);
+  constexpr int kPer = kSmallVocabMax / kThreads;  // all loads issued before any is used
+  float raw[kPer];
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = threadIdx.x + r * kThreads;
+    raw[r] = i < V ? load_logit(x, i) : 0.0f;
+  }
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = threadIdx.x + r * kThreads;
+    if (i < V) {
+      const float s = scale_logit(raw[r], rp.inv_t, rp.greedy);
+      const uint32_t key = order_key(s);
+      keys[i] = key;
+      local = umax64(local, (poisons_row(s) ? (1ull << 32) : 0ull) | key);
+    }
   }
   const uint64_t red = block_max_u64(local, scratch);  // also publishes keys[]
   if ((red >> 32) != 0 || static_cast<uint32_t>(red) == kMinusInfKey) {
@@ -195,11 +207,23 @@ __global__ void __launch_bounds__(kThreads) chunk_kernel(RowsArgs a) {
   const int start = chunk * a.plan.chunk_len;
   const int len = min(a.plan.chunk_len, V - start);
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V + start;
+  pdl_trigger();  // the final kernel may be scheduled as the last chunk CTAs start
   uint64_t local = 0;
-  for (int i = threadIdx.x; i < len; i += kThreads) {
-    const float s = scale_logit(load_logit(x, i), rp.inv_t, rp.greedy);
-    keys[i] = order_key(s);
-    local |= poisons_row(s) ? 1ull : 0ull;
+  constexpr int kPer = kMaxChunk / kThreads;  // all loads issued before any is used
+  float raw[kPer];
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = threadIdx.x + r * kThreads;
+    raw[r] = i < len ? load_logit(x, i) : 0.0f;
+  }
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = threadIdx.x + r * kThreads;
+    if (i < len) {
+      const float s = scale_logit(raw[r], rp.inv_t, rp.greedy);
+      keys[i] = order_key(s);
+      local |= poisons_row(s) ? 1ull : 0ull;
+    }
   }
   const uint64_t poisoned = block_max_u64(local, scratch);
   const int kc = min(rp.k, len);
@@ -220,6 +244,8 @@ __global__ void __launch_bounds__(kThreads) final_kernel(RowsArgs a) {
   const int row = blockIdx.x, V = a.vocab;
   const RowParams rp = row_params(a, row);
   if (!candidate_row(a, rp)) return;
+  pdl_trigger();
+  pdl_wait();  // launched as a dependent of chunk_kernel: its candidates are visible after this
   uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
   const int chunks = a.plan.chunks;
   const int kfull = min(rp.k, a.plan.chunk_len);
@@ -228,11 +254,21 @@ __global__ void __launch_bounds__(kThreads) final_kernel(RowsArgs a) {
   const size_t stride = chunk_stride(a);
   const uint64_t* ws = static_cast<const uint64_t*>(a.workspace) + static_cast<size_t>(row) * chunks * stride;
   uint64_t local = 0;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
+  constexpr int kPer = kMaxFinalCandidates / kThreads;  // all loads issued before any is used
+  uint64_t vals[kPer];
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = threadIdx.x + r * kThreads;
     const int c = i / kfull;
-    const uint64_t v = ws[c * stride + (i - c * kfull)];
-    buf[i] = v;
-    local = umax64(local, static_cast<uint64_t>(composite_key(v)));
+    vals[r] = i < n ? ws[c * stride + (i - c * kfull)] : 0;
+  }
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = threadIdx.x + r * kThreads;
+    if (i < n) {
+      buf[i] = vals[r];
+      local = umax64(local, static_cast<uint64_t>(composite_key(vals[r])));
+    }
   }
   for (int c = threadIdx.x; c < chunks; c += kThreads) {
     if (ws[c * stride + stride - 1] != 0) local |= 1ull << 32;
@@ -347,6 +383,7 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
   __shared__ BlockScratch scratch;
   const int row = blockIdx.x, V = a.vocab;
   const RowParams rp = row_params(a, row);
+  pdl_trigger();
   if (candidate_row(a, rp)) return;
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
   auto scaled = [&](int i) { return scale_logit(load_logit(x, i), rp.inv_t, rp.greedy); };
@@ -499,8 +536,7 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
     ES_CUDA_CHECK_LAUNCH();
     const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
     allow_dynamic_smem(final_kernel, bytes, "final_kernel");
-    final_kernel<<<a.rows, kThreads, bytes, stream>>>(a);
-    ES_CUDA_CHECK_LAUNCH();
+    launch_dependent(final_kernel, dim3(a.rows), dim3(kThreads), bytes, stream, a);
   }
   if (a.plan.any_full || !a.plan.any_candidate) {
     full_row_kernel<T><<<a.rows, kThreads, 0, stream>>>(a);
