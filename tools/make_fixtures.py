@@ -101,7 +101,10 @@ def main(out_dir):
         perturb(model, seed=100 + index)
         folder = os.path.join(out_dir, name)
         model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
-        model = model.to(torch.float32).eval()  # bf16-rounded weights, f32 math
+        # Reload the saved folder in float32, as a user would: casting the live model back would
+        # also keep its RoPE inv_freq buffer rounded to bf16 by the cast above.
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                     attn_implementation="eager").eval()
         g = torch.Generator().manual_seed(7 + index)
         prompts = {"a": torch.randint(0, config.vocab_size, (1, 20), generator=g),
                    "b": torch.randint(0, config.vocab_size, (1, 7), generator=g),
