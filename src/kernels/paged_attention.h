@@ -18,6 +18,12 @@
 //   kBidirectional always
 // and, with slidingWindow W > 0, also j > p_r - W. Rows with p_r < 0 are padding: zeros out.
 // Softmax in fp32 with max subtraction; a row that sees no key gets zeros.
+// Refinements (additive, ops engineer): a key whose logical page j/128 is >= maxPagesPerSeq, whose
+// K id is outside [0, numPages) or whose V id is outside [numPages, 2*numPages) is not read and
+// counts as masked (sliding-window layers clear entries that fell out of the window); a row that
+// lies in no sequence's [cuQSeqLens[b], cuQSeqLens[b+1]) gets zeros like a padding row; scale must
+// be finite and > 0 (no silent default); out must not alias q; the packed-mask row of query row r
+// is packedMask[r * ceil(maxQSeqLen/32) ...], indexed by the global row r.
 #include <cstdint>
 
 #include "common/dtype.h"

@@ -1,0 +1,467 @@
+// CPU checks of the paged-attention reference: 1-3 keys by hand, causal prefill/decode, packed
+// tree masks with more than one 32-bit word, bidirectional DFlash proposal blocks, sliding
+// windows (including unmapped pages that fell out of the window), GQA group sizes 1/2/3/4/8,
+// padding rows, scrambled page tables across the 127/128/129 boundary, bf16 storage, validation.
+// The oracle below recomputes every output in double from explicit visible-key lists.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/paged_attention.h"
+#include "kv/page_geometry.h"
+#include "support/test_util.h"
+
+namespace es {
+namespace {
+
+using kernel::AttentionMask;
+constexpr int32_t kPage = kv::kTokensPerPage;
+
+float round_to(DType t, float v) {
+  if (t == DType::kBF16) return to_float(to_bf16(v));
+  if (t == DType::kF16) return to_float(to_fp16(v));
+  return v;
+}
+
+// Everything one launch needs, held as float values already representable in `dtype`.
+struct Attn {
+  DType dtype = DType::kF32;
+  int32_t hq = 1, hkv = 1, dim = 64;
+  AttentionMask mask = AttentionMask::kCausal;
+  int32_t window = 0;
+  float scale = 0.125f;
+  int32_t numPages = 1, maxPages = 1;
+  std::vector<int32_t> qLens, kvLens;  // per sequence
+  std::vector<int32_t> positions;      // per row
+  std::vector<int32_t> table;          // [B, 2, maxPages]
+  std::vector<int32_t> packed;         // [totalQ, words]
+  int32_t maxQ = 0;
+  std::vector<float> q;                // [totalQ, hq, dim]
+  std::vector<float> pool;             // [2 * numPages, 128, hkv, dim]
+
+  int32_t batch() const { return int32_t(qLens.size()); }
+  int32_t totalQ() const { return std::accumulate(qLens.begin(), qLens.end(), 0); }
+  int32_t words() const { return (maxQ + 31) / 32; }
+  size_t pool_index(int32_t flat_page, int32_t slot, int32_t h, int32_t d) const {
+    return ((size_t(flat_page) * kPage + slot) * hkv + h) * dim + d;
+  }
+  float* k_at(int32_t b, int32_t j, int32_t h) {
+    return &pool[pool_index(table[size_t(b) * 2 * maxPages + j / kPage], j % kPage, h, 0)];
+  }
+  float* v_at(int32_t b, int32_t j, int32_t h) {
+    return &pool[pool_index(table[size_t(b) * 2 * maxPages + maxPages + j / kPage], j % kPage, h, 0)];
+  }
+  float* q_at(int32_t r, int32_t h) { return &q[(size_t(r) * hq + h) * dim]; }
+};
+
+// Fills the pool and q with random values and the table with scrambled, independently permuted
+// K and V pages (every logical page mapped).
+void randomize(Attn& s, std::mt19937& rng) {
+  s.numPages = s.batch() * s.maxPages + 2;
+  std::vector<int32_t> k_ids(s.numPages), v_ids(s.numPages);
+  std::iota(k_ids.begin(), k_ids.end(), 0);
+  std::iota(v_ids.begin(), v_ids.end(), 0);
+  std::shuffle(k_ids.begin(), k_ids.end(), rng);
+  std::shuffle(v_ids.begin(), v_ids.end(), rng);
+  s.table.assign(size_t(s.batch()) * 2 * s.maxPages, -1);
+  for (int32_t b = 0; b < s.batch(); ++b) {
+    for (int32_t lp = 0; lp < s.maxPages; ++lp) {
+      s.table[size_t(b) * 2 * s.maxPages + lp] = k_ids[size_t(b) * s.maxPages + lp];
+      s.table[size_t(b) * 2 * s.maxPages + s.maxPages + lp] =
+          v_ids[size_t(b) * s.maxPages + lp] + s.numPages;
+    }
+  }
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  s.pool.resize(size_t(2) * s.numPages * kPage * s.hkv * s.dim);
+  for (auto& v : s.pool) v = round_to(s.dtype, dist(rng));
+  s.q.resize(size_t(s.totalQ()) * s.hq * s.dim);
+  for (auto& v : s.q) v = round_to(s.dtype, 2.0f * dist(rng));
+}
+
+template <typename T>
+std::vector<T> to_storage(const std::vector<float>& v) {
+  std::vector<T> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) out[i] = v[i];
+    else if constexpr (std::is_same_v<T, bf16>) out[i] = to_bf16(v[i]);
+    else out[i] = to_fp16(v[i]);
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<double> run_ref_typed(const Attn& s) {
+  const std::vector<T> q = to_storage<T>(s.q), pool = to_storage<T>(s.pool);
+  std::vector<T> out(q.size());
+  std::memset(out.data(), test::kPoisonByte, out.size() * sizeof(T));
+  std::vector<int32_t> cu(size_t(s.batch()) + 1, 0);
+  for (int32_t b = 0; b < s.batch(); ++b) cu[b + 1] = cu[b] + s.qLens[b];
+  kernel::PagedAttentionParams p;
+  p.query.q = q.data();
+  p.query.out = out.data();
+  p.query.cuQSeqLens = cu.data();
+  p.query.qPositions = s.positions.data();
+  p.query.totalQ = s.totalQ();
+  p.query.maxQSeqLen = s.maxQ;
+  p.query.numQHeads = s.hq;
+  p.kv.pool = pool.data();
+  p.kv.pageTable = s.table.data();
+  p.kv.numPages = s.numPages;
+  p.kv.maxPagesPerSeq = s.maxPages;
+  p.kv.numKVHeads = s.hkv;
+  p.kvLengths = s.kvLens.data();
+  p.mask = s.mask;
+  p.packedMask = s.packed.empty() ? nullptr : s.packed.data();
+  p.slidingWindow = s.window;
+  p.batchSize = s.batch();
+  p.headDim = s.dim;
+  p.scale = s.scale;
+  p.dtype = s.dtype;
+  ref::pagedAttention(p);
+  std::vector<double> res(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) res[i] = out[i];
+    else res[i] = to_float(out[i]);
+  }
+  return res;
+}
+
+std::vector<double> run_ref(const Attn& s) {
+  if (s.dtype == DType::kBF16) return run_ref_typed<bf16>(s);
+  if (s.dtype == DType::kF16) return run_ref_typed<fp16>(s);
+  return run_ref_typed<float>(s);
+}
+
+// Softmax attention of row r, head h over an explicit key list, in double.
+std::vector<double> oracle(Attn& s, int32_t b, int32_t r, int32_t h, const std::vector<int32_t>& keys) {
+  const int32_t hk = h / (s.hq / s.hkv);
+  std::vector<double> out(s.dim, 0.0);
+  if (keys.empty()) return out;
+  std::vector<double> sc;
+  for (int32_t j : keys) {
+    double d = 0;
+    for (int32_t i = 0; i < s.dim; ++i) d += double(s.q_at(r, h)[i]) * s.k_at(b, j, hk)[i];
+    sc.push_back(d * s.scale);
+  }
+  const double mx = *std::max_element(sc.begin(), sc.end());
+  double den = 0;
+  for (size_t n = 0; n < keys.size(); ++n) {
+    const double w = std::exp(sc[n] - mx);
+    den += w;
+    for (int32_t i = 0; i < s.dim; ++i) out[i] += w * s.v_at(b, keys[n], hk)[i];
+  }
+  for (auto& v : out) v /= den;
+  return out;
+}
+
+// The contract's visibility rule, written out independently of the reference.
+std::vector<int32_t> visible_keys(const Attn& s, int32_t b, int32_t r) {
+  int32_t row0 = 0;
+  for (int32_t i = 0; i < b; ++i) row0 += s.qLens[i];
+  const int32_t pos = s.positions[r];
+  const int32_t past = s.kvLens[b] - s.qLens[b];
+  std::vector<int32_t> keys;
+  if (pos < 0) return keys;
+  for (int32_t j = 0; j < s.kvLens[b]; ++j) {
+    bool ok = true;
+    if (s.mask == AttentionMask::kCausal) ok = j <= pos;
+    if (s.mask == AttentionMask::kPackedTree && j >= past) {
+      const int32_t c = j - past;
+      ok = (s.packed[size_t(r) * s.words() + c / 32] >> (c % 32)) & 1;
+    }
+    if (s.window > 0 && j <= pos - s.window) ok = false;
+    const int32_t lp = j / kPage;
+    if (ok && (s.table[size_t(b) * 2 * s.maxPages + lp] < 0 ||
+               s.table[size_t(b) * 2 * s.maxPages + s.maxPages + lp] < s.numPages)) {
+      ok = false;  // unmapped page
+    }
+    if (ok) keys.push_back(j);
+  }
+  return keys;
+}
+
+void expect_matches_oracle(Attn& s, const std::vector<double>& got, double rel, double abs_tol) {
+  int32_t row = 0;
+  for (int32_t b = 0; b < s.batch(); ++b) {
+    for (int32_t i = 0; i < s.qLens[b]; ++i, ++row) {
+      const auto keys = visible_keys(s, b, row);
+      for (int32_t h = 0; h < s.hq; ++h) {
+        const auto want = oracle(s, b, row, h, keys);
+        for (int32_t d = 0; d < s.dim; ++d) {
+          const double g = got[(size_t(row) * s.hq + h) * s.dim + d];
+          ASSERT_NEAR(g, want[d], rel * std::abs(want[d]) + abs_tol)
+              << "seq " << b << " row " << row << " head " << h << " dim " << d << " keys "
+              << keys.size();
+        }
+      }
+    }
+  }
+}
+
+// One sequence, one row at position 0, one key: the output is v exactly.
+TEST(PagedAttentionRef, OneKeyGivesV) {
+  std::mt19937 rng(1);
+  Attn s;
+  s.qLens = {1};
+  s.kvLens = {1};
+  s.positions = {0};
+  s.maxQ = 1;
+  randomize(s, rng);
+  const auto out = run_ref(s);
+  for (int32_t d = 0; d < s.dim; ++d) EXPECT_EQ(out[d], s.v_at(0, 0, 0)[d]) << d;
+}
+
+// Two keys with scores 0 and 1 (scale 1, q = e0, k0 = 0, k1 = e0): weights 1/(1+e), e/(1+e);
+// v0 = 1, v1 = 5 everywhere -> out = 1 + 4e/(1+e) = 3.92423...
+TEST(PagedAttentionRef, TwoKeysByHand) {
+  std::mt19937 rng(2);
+  Attn s;
+  s.qLens = {1};
+  s.kvLens = {2};
+  s.positions = {1};
+  s.maxQ = 1;
+  s.scale = 1.0f;
+  randomize(s, rng);
+  std::fill(s.q.begin(), s.q.end(), 0.0f);
+  s.q[0] = 1.0f;
+  for (int32_t d = 0; d < s.dim; ++d) {
+    s.k_at(0, 0, 0)[d] = 0.0f;
+    s.k_at(0, 1, 0)[d] = d == 0 ? 1.0f : 0.0f;
+    s.v_at(0, 0, 0)[d] = 1.0f;
+    s.v_at(0, 1, 0)[d] = 5.0f;
+  }
+  const auto out = run_ref(s);
+  const double e = std::exp(1.0);
+  for (int32_t d = 0; d < s.dim; ++d) EXPECT_NEAR(out[d], 1.0 + 4.0 * e / (1.0 + e), 1e-6);
+  EXPECT_NEAR(out[0], 3.9242343145200195, 1e-6);
+}
+
+// Three keys, causal prefill rows at 0, 1, 2 (and a decode row at 2 in a second sequence over
+// the same keys): row i sees keys [0, i].
+TEST(PagedAttentionRef, ThreeKeysCausalPrefillAndDecode) {
+  std::mt19937 rng(3);
+  Attn s;
+  s.qLens = {3, 1};
+  s.kvLens = {3, 3};
+  s.positions = {0, 1, 2, 2};
+  s.maxQ = 3;
+  randomize(s, rng);
+  // Same K/V and the same last query for the decode sequence.
+  for (int32_t j = 0; j < 3; ++j) {
+    std::copy_n(s.k_at(0, j, 0), s.dim, s.k_at(1, j, 0));
+    std::copy_n(s.v_at(0, j, 0), s.dim, s.v_at(1, j, 0));
+  }
+  std::copy_n(s.q_at(2, 0), s.dim, s.q_at(3, 0));
+  const auto out = run_ref(s);
+  const std::vector<std::vector<int32_t>> keys = {{0}, {0, 1}, {0, 1, 2}};
+  for (int32_t r = 0; r < 3; ++r) {
+    const auto want = oracle(s, 0, r, 0, keys[r]);
+    for (int32_t d = 0; d < s.dim; ++d) EXPECT_NEAR(out[size_t(r) * s.dim + d], want[d], 1e-6);
+  }
+  for (int32_t d = 0; d < s.dim; ++d) {
+    EXPECT_EQ(out[size_t(3) * s.dim + d], out[size_t(2) * s.dim + d]) << "decode == prefill row 2";
+    EXPECT_EQ(out[d], s.v_at(0, 0, 0)[d]) << "row 0 sees only key 0";
+  }
+}
+
+// Packed tree over 40 query rows (2 mask words) after 5 cached tokens, explicit key lists: row i
+// attends to the cache, itself and its "parent chain" i-2, i-4, ...; row 35 only itself (a bit in
+// word 1); a second sequence without cache whose row 1 has no bits at all (zeros out).
+TEST(PagedAttentionRef, PackedTreeTwoWords) {
+  std::mt19937 rng(4);
+  Attn s;
+  s.mask = AttentionMask::kPackedTree;
+  s.qLens = {40, 2};
+  s.kvLens = {45, 2};
+  s.maxQ = 40;
+  for (int32_t i = 0; i < 40; ++i) s.positions.push_back(5 + i / 2);  // tree depth positions
+  s.positions.push_back(0);
+  s.positions.push_back(1);
+  randomize(s, rng);
+  s.packed.assign(size_t(42) * 2, 0);
+  std::vector<std::vector<int32_t>> keys(42);
+  for (int32_t i = 0; i < 40; ++i) {
+    for (int32_t j = 0; j < 5; ++j) keys[i].push_back(j);
+    for (int32_t a = i % 2; a <= i; a += 2) {
+      if (i == 35 && a != 35) continue;
+      s.packed[size_t(i) * 2 + a / 32] |= int32_t(1u << (a % 32));
+      keys[i].push_back(5 + a);
+    }
+  }
+  s.packed[size_t(40) * 2] = 1;  // second sequence row 0 sees key 0; row 1 sees nothing
+  keys[40] = {0};
+  const auto out = run_ref(s);
+  for (int32_t r = 0; r < 42; ++r) {
+    const auto want = oracle(s, r < 40 ? 0 : 1, r, 0, keys[r]);
+    for (int32_t d = 0; d < s.dim; ++d) {
+      ASSERT_NEAR(out[size_t(r) * s.dim + d], want[d], 1e-6) << "row " << r << " dim " << d;
+    }
+  }
+  for (int32_t d = 0; d < s.dim; ++d) EXPECT_EQ(out[size_t(41) * s.dim + d], 0.0);
+  EXPECT_EQ(keys[35].size(), 6u);
+  expect_matches_oracle(s, out, 1e-6, 1e-7);
+}
+
+// DFlash proposal: 4 block rows after 130 cached tokens (crossing page 0/1) all attend to all 134
+// keys regardless of their positions; with a window of 3 the rows see (p - 3, ...] of all keys,
+// including later block rows.
+TEST(PagedAttentionRef, BidirectionalBlockAndWindow) {
+  std::mt19937 rng(5);
+  Attn s;
+  s.mask = AttentionMask::kBidirectional;
+  s.qLens = {4};
+  s.kvLens = {134};
+  s.positions = {130, 131, 132, 133};
+  s.maxQ = 4;
+  s.maxPages = 2;
+  randomize(s, rng);
+  std::vector<int32_t> all(134);
+  std::iota(all.begin(), all.end(), 0);
+  auto out = run_ref(s);
+  for (int32_t r = 0; r < 4; ++r) {
+    const auto want = oracle(s, 0, r, 0, all);
+    for (int32_t d = 0; d < s.dim; ++d) ASSERT_NEAR(out[size_t(r) * s.dim + d], want[d], 1e-6);
+  }
+  s.window = 3;
+  out = run_ref(s);
+  const auto want = oracle(s, 0, 0, 0, {128, 129, 130, 131, 132, 133});
+  for (int32_t d = 0; d < s.dim; ++d) ASSERT_NEAR(out[d], want[d], 1e-6);
+  expect_matches_oracle(s, out, 1e-6, 1e-7);
+}
+
+// Causal decode with a sliding window of 4 at position 300: keys 297..300 only; logical pages 0
+// and 1 were released (table entries -1) and must not be read.
+TEST(PagedAttentionRef, SlidingWindowSkipsReleasedPages) {
+  std::mt19937 rng(6);
+  Attn s;
+  s.qLens = {1};
+  s.kvLens = {301};
+  s.positions = {300};
+  s.maxQ = 1;
+  s.maxPages = 3;
+  s.window = 4;
+  randomize(s, rng);
+  const auto want = oracle(s, 0, 0, 0, {297, 298, 299, 300});
+  s.table[0] = s.table[1] = -1;
+  s.table[3] = s.table[4] = -1;
+  const auto out = run_ref(s);
+  for (int32_t d = 0; d < s.dim; ++d) ASSERT_NEAR(out[d], want[d], 1e-6);
+}
+
+// Random batches over every mask mode, windows, GQA groups and head dims; the last rows of some
+// sequences are padding (-1); kv lengths 127/128/129 and page-crossing positions.
+TEST(PagedAttentionRef, RandomMatchesOracle) {
+  std::mt19937 rng(7);
+  const int32_t groups[] = {1, 2, 3, 4, 8};
+  const int32_t dims[] = {64, 128, 256};
+  int n = 0;
+  for (AttentionMask mask :
+       {AttentionMask::kCausal, AttentionMask::kPackedTree, AttentionMask::kBidirectional}) {
+    for (int32_t window : {0, 5, 130}) {
+      for (int32_t g : groups) {
+        ++n;
+        Attn s;
+        s.dtype = n % 4 == 0 ? DType::kBF16 : DType::kF32;
+        s.mask = mask;
+        s.window = window;
+        s.hkv = 1 + n % 2;
+        s.hq = s.hkv * g;
+        s.dim = dims[n % 3];
+        s.scale = 1.0f / std::sqrt(float(s.dim));
+        s.maxPages = 3;
+        const int32_t kv_choices[] = {127, 128, 129, 1, 200, 384};
+        const int32_t batch = 3;
+        for (int32_t b = 0; b < batch; ++b) {
+          const int32_t kv_len = kv_choices[(n + b) % 6];
+          const int32_t q_len = std::min(kv_len, 1 + int32_t(rng() % 6));
+          s.qLens.push_back(q_len);
+          s.kvLens.push_back(kv_len);
+          for (int32_t i = 0; i < q_len; ++i) {
+            const bool pad = i > 0 && i == q_len - 1 && b == 1;
+            s.positions.push_back(pad ? -1 : kv_len - q_len + i);
+          }
+        }
+        s.maxQ = *std::max_element(s.qLens.begin(), s.qLens.end());
+        randomize(s, rng);
+        if (mask == AttentionMask::kPackedTree) {
+          s.packed.assign(size_t(s.totalQ()) * s.words(), 0);
+          for (auto& w : s.packed) w = int32_t(rng());
+        }
+        SCOPED_TRACE(::testing::Message() << "case " << n << " mask " << int(mask) << " window "
+                                          << window << " group " << g << " D " << s.dim << " "
+                                          << dtype_name(s.dtype));
+        const auto out = run_ref(s);
+        if (s.dtype == DType::kF32) expect_matches_oracle(s, out, 1e-5, 1e-6);
+        else expect_matches_oracle(s, out, 1e-2, 1e-2);
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionRef, Validation) {
+  std::vector<float> q(64), out(64), pool(2 * 128 * 64);
+  std::vector<int32_t> cu = {0, 1}, pos = {0}, table = {0, 1}, kvl = {1}, packed = {1};
+  auto make = [&] {
+    kernel::PagedAttentionParams p;
+    p.query.q = q.data();
+    p.query.out = out.data();
+    p.query.cuQSeqLens = cu.data();
+    p.query.qPositions = pos.data();
+    p.query.totalQ = 1;
+    p.query.maxQSeqLen = 1;
+    p.query.numQHeads = 1;
+    p.kv.pool = pool.data();
+    p.kv.pageTable = table.data();
+    p.kv.numPages = 1;
+    p.kv.maxPagesPerSeq = 1;
+    p.kv.numKVHeads = 1;
+    p.kvLengths = kvl.data();
+    p.batchSize = 1;
+    p.headDim = 64;
+    p.scale = 0.125f;
+    p.dtype = DType::kF32;
+    return p;
+  };
+  EXPECT_TRUE(kernel::validate(make()));
+  auto p = make(); p.batchSize = 0; p.query.totalQ = 0; p.query.q = nullptr;
+  EXPECT_FALSE(kernel::validate(p));
+  using P = kernel::PagedAttentionParams;
+  auto bad = [&](auto mutate, const char* arg) {
+    auto pp = make();
+    mutate(pp);
+    test::expectInvalidArgument([&] { ref::pagedAttention(pp); }, arg);
+  };
+  bad([](P& x) { x.batchSize = -1; }, "batchSize");
+  bad([](P& x) { x.query.totalQ = -1; }, "query.totalQ");
+  bad([](P& x) { x.query.maxQSeqLen = -1; }, "query.maxQSeqLen");
+  bad([](P& x) { x.query.numQHeads = 0; }, "query.numQHeads");
+  bad([](P& x) { x.kv.numKVHeads = 0; }, "kv.numKVHeads");
+  bad([](P& x) { x.query.numQHeads = 9; x.kv.numKVHeads = 2; }, "query.numQHeads");
+  bad([](P& x) { x.headDim = 80; }, "headDim");
+  bad([](P& x) { x.kv.numPages = 0; }, "kv.numPages");
+  bad([](P& x) { x.kv.maxPagesPerSeq = 0; }, "kv.maxPagesPerSeq");
+  bad([](P& x) { x.slidingWindow = -1; }, "slidingWindow");
+  bad([](P& x) { x.scale = 0.0f; }, "scale");
+  bad([](P& x) { x.mask = static_cast<AttentionMask>(7); }, "mask");
+  bad([](P& x) { x.dtype = DType::kI32; }, "dtype");
+  bad([](P& x) { x.query.q = nullptr; }, "query.q");
+  bad([](P& x) { x.query.out = nullptr; }, "query.out");
+  bad([&](P& x) { x.query.out = q.data(); }, "query.out");
+  bad([](P& x) { x.query.cuQSeqLens = nullptr; }, "query.cuQSeqLens");
+  bad([](P& x) { x.query.qPositions = nullptr; }, "query.qPositions");
+  bad([](P& x) { x.kv.pool = nullptr; }, "kv.pool");
+  bad([](P& x) { x.kv.pageTable = nullptr; }, "kv.pageTable");
+  bad([](P& x) { x.kvLengths = nullptr; }, "kvLengths");
+  bad([](P& x) { x.mask = AttentionMask::kPackedTree; }, "packedMask");
+  bad([](P& x) { x.mask = AttentionMask::kPackedTree; x.packedMask = nullptr; x.query.maxQSeqLen = 0; },
+      "query.maxQSeqLen");
+}
+
+}  // namespace
+}  // namespace es
