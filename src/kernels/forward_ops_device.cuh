@@ -1,0 +1,109 @@
+#pragma once
+// Device helpers shared by the model-forward kernels (embedding, rmsnorm, qkv_rope_kv_write,
+// swiglu, paged_attention, linear bias): element conversions with the same rounding as the CPU
+// references (round-to-nearest-even), N-element span loads/stores that use 16/8/4-byte accesses
+// when the caller guarantees alignment, warp/block sums, and dtype dispatch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "common/errors.h"
+
+namespace es::kernel::fwd {
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(bf16 v) { return __uint_as_float(uint32_t{v.bits} << 16); }
+__device__ __forceinline__ float to_f(fp16 v) { return __half2float(__ushort_as_half(v.bits)); }
+
+template <typename T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ bf16 from_f<bf16>(float v) {
+  return bf16{__bfloat16_as_ushort(__float2bfloat16_rn(v))};
+}
+template <>
+__device__ __forceinline__ fp16 from_f<fp16>(float v) {
+  return fp16{__half_as_ushort(__float2half_rn(v))};
+}
+
+// Raw storage of N elements of T, loaded/stored with the widest access that BYTES allows.
+template <typename T, int N>
+struct alignas((N * sizeof(T)) >= 16 ? 16 : (N * sizeof(T))) Span {
+  T v[N];
+};
+
+// Loads N consecutive elements at p as floats. ALIGNED: p is aligned to min(16, N*sizeof(T)).
+template <typename T, int N, bool ALIGNED>
+__device__ __forceinline__ void load_span(const T* p, float (&out)[N]) {
+  if constexpr (ALIGNED && (N * sizeof(T)) % 4 == 0) {
+    constexpr int kBytes = N * sizeof(T);
+    constexpr int kChunk = kBytes >= 16 ? 16 : kBytes;
+    constexpr int kPer = kChunk / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < N / kPer; ++c) {
+      const Span<T, kPer> s = *reinterpret_cast<const Span<T, kPer>*>(p + c * kPer);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) out[c * kPer + i] = to_f(s.v[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = to_f(p[i]);
+  }
+}
+
+template <typename T, int N, bool ALIGNED>
+__device__ __forceinline__ void store_span(T* p, const float (&in)[N]) {
+  if constexpr (ALIGNED && (N * sizeof(T)) % 4 == 0) {
+    constexpr int kBytes = N * sizeof(T);
+    constexpr int kChunk = kBytes >= 16 ? 16 : kBytes;
+    constexpr int kPer = kChunk / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < N / kPer; ++c) {
+      Span<T, kPer> s;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) s.v[i] = from_f<T>(in[c * kPer + i]);
+      *reinterpret_cast<Span<T, kPer>*>(p + c * kPer) = s;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) p[i] = from_f<T>(in[i]);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  float t = lane < warps ? partial[lane] : 0.0f;
+  return warp_sum(t);
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Calls f(T{}) with T = float, fp16 or bf16 for dtype (validated before).
+template <typename F>
+void dispatch_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32: f(float{}); break;
+    case DType::kF16: f(fp16{}); break;
+    case DType::kBF16: f(bf16{}); break;
+    default: ES_THROW(InvalidArgument, "forward op: unsupported dtype ", dtype_name(dtype));
+  }
+}
+
+}  // namespace es::kernel::fwd

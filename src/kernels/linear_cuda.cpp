@@ -1,0 +1,174 @@
+// Linear layer through cuBLASLt (CUDA builds only).
+//
+// Row-major y[M, N] = x[M, K] · W[N, K]^T is, seen column-major, y^T[N, M] = W^T... i.e. with
+// A = W as a column-major K x N matrix (lda = K) transposed, B = x as a column-major K x M matrix
+// (ldb = K), C = D = y as a column-major N x M matrix (ldc = N): D = op_T(A) · B, the "TN" GEMM.
+// Compute type CUBLAS_COMPUTE_32F (true fp32 accumulation, no TF32 for f32 inputs), scale f32.
+// Bias: cuBLASLt's BIAS epilogue (bias per row of the column-major D = per output feature) when
+// y has the input dtype; for f32 y from 16-bit inputs a small kernel adds it afterwards (still
+// one rounding, as y is f32).
+//
+// The context caches one (descriptors, algorithm) bundle per shape / dtype / bias / alignment, so
+// repeated calls (every layer, every step, CUDA-graph capture) make no heuristic queries.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <tuple>
+
+#include "common/cuda_check.h"
+#include "kernels/linear.h"
+
+namespace es::kernel {
+
+namespace detail {
+void launchAddBiasF32(float* y, const void* bias, DType biasDtype, int64_t m, int64_t n,
+                      cudaStream_t stream);  // linear.cu
+}  // namespace detail
+
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kF16: return CUDA_R_16F;
+    default: return CUDA_R_16BF;
+  }
+}
+
+// Largest power of two (<= 256) dividing the address: the alignment cuBLASLt may assume.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && (a % align) != 0) align >>= 1;
+  return align;
+}
+
+}  // namespace
+
+struct LinearContext::State {
+  using Key = std::tuple<int32_t, int32_t, int32_t, int, int, bool, uint32_t, uint32_t, uint32_t>;
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool bias_epilogue = false;
+  };
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::map<Key, Plan> plans;
+
+  ~State() {
+    for (auto& [key, plan] : plans) {
+      if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+      if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+      if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+      if (plan.op) cublasLtMatmulDescDestroy(plan.op);
+    }
+    if (workspace) cudaFree(workspace);
+    if (handle) cublasLtDestroy(handle);
+  }
+
+  Plan& plan_for(const LinearParams& p) {
+    const bool bias_epilogue = p.bias != nullptr && p.outDtype == p.dtype;
+    const uint32_t align_a = alignment_of(p.w), align_b = alignment_of(p.x),
+                   align_c = alignment_of(p.y);
+    const Key key{p.m, p.n, p.k, static_cast<int>(p.dtype), static_cast<int>(p.outDtype),
+                  bias_epilogue, align_a, align_b, align_c};
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+
+    Plan plan;
+    plan.bias_epilogue = bias_epilogue;
+    const cudaDataType_t in_t = cuda_type(p.dtype), out_t = cuda_type(p.outDtype);
+    try {
+      ES_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+      ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                     &trans_a, sizeof(trans_a)));
+      ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                     &trans_b, sizeof(trans_b)));
+      if (bias_epilogue) {
+        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                       &epi, sizeof(epi)));
+        const int32_t bias_t = static_cast<int32_t>(in_t);
+        ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof(bias_t)));
+        // A placeholder for the heuristic query; the real pointer is set on every call.
+        ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &p.bias, sizeof(p.bias)));
+      }
+      ES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, in_t, p.k, p.n, p.k));
+      ES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, in_t, p.k, p.m, p.k));
+      ES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, out_t, p.n, p.m, p.n));
+
+      cublasLtMatmulPreference_t pref = nullptr;
+      ES_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      cublasLtMatmulHeuristicResult_t result{};
+      int count = 0;
+      cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+          sizeof(workspace_bytes));
+      const uint32_t aligns[4] = {align_a, align_b, align_c, align_c};
+      const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+      for (int i = 0; i < 4 && status == CUBLAS_STATUS_SUCCESS; ++i) {
+        status = cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i],
+                                                      sizeof(aligns[i]));
+      }
+      if (status == CUBLAS_STATUS_SUCCESS) {
+        status = cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.a, plan.b, plan.c, plan.c,
+                                                pref, 1, &result, &count);
+      }
+      cublasLtMatmulPreferenceDestroy(pref);
+      ES_CUBLAS_CHECK(status);
+      if (count == 0) {
+        ES_THROW(CudaError, "launchLinear: cuBLASLt has no algorithm for m=", p.m, " n=", p.n,
+                 " k=", p.k, " dtype=", dtype_name(p.dtype), " outDtype=",
+                 dtype_name(p.outDtype));
+      }
+      plan.algo = result.algo;
+    } catch (...) {
+      if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+      if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+      if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+      if (plan.op) cublasLtMatmulDescDestroy(plan.op);
+      throw;
+    }
+    return plans.emplace(key, plan).first->second;
+  }
+};
+
+LinearContext::LinearContext(int64_t workspaceBytes) : state_(std::make_unique<State>()) {
+  ES_CHECK_ARG(workspaceBytes >= 0, "LinearContext", "workspaceBytes", workspaceBytes,
+               "must be >= 0");
+  ES_CUBLAS_CHECK(cublasLtCreate(&state_->handle));
+  if (workspaceBytes > 0) {
+    ES_CUDA_CHECK(cudaMalloc(&state_->workspace, static_cast<size_t>(workspaceBytes)));
+    state_->workspace_bytes = static_cast<size_t>(workspaceBytes);
+  }
+}
+
+LinearContext::~LinearContext() = default;
+
+void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
+  if (!validate(p)) return;
+  LinearContext::State& s = context.state();
+  LinearContext::State::Plan& plan = s.plan_for(p);
+  if (plan.bias_epilogue) {
+    ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &p.bias, sizeof(p.bias)));
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  ES_CUBLAS_CHECK(cublasLtMatmul(s.handle, plan.op, &alpha, p.w, plan.a, p.x, plan.b, &beta, p.y,
+                                 plan.c, p.y, plan.c, &plan.algo, s.workspace, s.workspace_bytes,
+                                 stream));
+  if (p.bias != nullptr && !plan.bias_epilogue) {
+    detail::launchAddBiasF32(static_cast<float*>(p.y), p.bias, p.dtype, p.m, p.n, stream);
+  }
+}
+
+}  // namespace es::kernel

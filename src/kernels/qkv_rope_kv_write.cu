@@ -1,0 +1,128 @@
+// Fused QKV split / q-k RMSNorm / NeoX RoPE / paged KV write. One warp per (token, fused head):
+// heads [0, Hq) are q, [Hq, Hq+Hkv) k, the rest v. The warp stages its head row in shared memory
+// as fp32 (lane-strided, coalesced), normalises it (warp sum of squares), then each lane writes
+// its rotated elements; the partner element of a rotary pair comes from shared memory. V is a
+// plain copy. Rotation with explicit _rn products/sums (no FMA contraction), as the reference.
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "kernels/forward_ops_device.cuh"
+#include "kernels/qkv_rope_kv_write.h"
+#include "kv/page_geometry.h"
+
+namespace es::kernel {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxDim = 256;
+constexpr int32_t kPage = kv::kTokensPerPage;
+
+struct Args {
+  const void* qkv;
+  const void* q_norm;
+  const void* k_norm;
+  float eps;
+  const float* cos_sin;
+  int32_t max_positions;
+  const int32_t* positions;
+  const int32_t* owners;
+  const int32_t* table;
+  void* pool;
+  void* q_out;
+  int32_t batch, hq, hkv, dim, rotary, num_pages, max_pages;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
+  __shared__ float buf[kWarps][kMaxDim];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t head = blockIdx.y * kWarps + warp;
+  const int32_t heads = a.hq + 2 * a.hkv;
+  if (head >= heads) return;  // warp-uniform; no block-wide barrier below
+  const int64_t t = blockIdx.x;
+  const int32_t dim = a.dim;
+  const int32_t pos = a.positions[t];
+  const int32_t b = a.owners[t];
+  const bool live = pos >= 0 && pos < a.max_positions && b >= 0 && b < a.batch;
+  const bool is_q = head < a.hq, is_k = !is_q && head < a.hq + a.hkv;
+  T* q_out = static_cast<T*>(a.q_out);
+
+  T* dst = nullptr;
+  if (is_q) {
+    dst = q_out + (t * a.hq + head) * dim;
+    if (!live) {
+      for (int32_t i = lane; i < dim; i += 32) dst[i] = fwd::from_f<T>(0.0f);
+      return;
+    }
+  } else {
+    if (!live) return;
+    const int32_t lp = pos / kPage;
+    if (lp >= a.max_pages) return;
+    const int32_t slot = pos - lp * kPage;
+    const int32_t* row = a.table + int64_t{b} * 2 * a.max_pages;
+    const int32_t kv_head = is_k ? head - a.hq : head - a.hq - a.hkv;
+    int32_t page;
+    if (is_k) {
+      page = row[lp];
+      if (page < 0 || page >= a.num_pages) return;
+    } else {
+      page = row[a.max_pages + lp];
+      if (page < a.num_pages || int64_t{page} >= 2 * int64_t{a.num_pages}) return;
+    }
+    dst = static_cast<T*>(a.pool) + ((int64_t{page} * kPage + slot) * a.hkv + kv_head) * dim;
+  }
+  const T* src = static_cast<const T*>(a.qkv) + t * int64_t{heads} * dim + int64_t{head} * dim;
+  if (!is_q && !is_k) {  // V: bit copy
+    for (int32_t i = lane; i < dim; i += 32) dst[i] = src[i];
+    return;
+  }
+  float* x = buf[warp];
+  float sum_sq = 0.0f;
+  for (int32_t i = lane; i < dim; i += 32) {
+    const float v = fwd::to_f(src[i]);
+    x[i] = v;
+    sum_sq += v * v;
+  }
+  const T* weight = static_cast<const T*>(is_q ? a.q_norm : a.k_norm);
+  if (weight != nullptr) {
+    sum_sq = fwd::warp_sum(sum_sq);
+    const float scale = 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + a.eps);
+    for (int32_t i = lane; i < dim; i += 32) {
+      x[i] = __fmul_rn(__fmul_rn(x[i], scale), fwd::to_f(weight[i]));
+    }
+  }
+  __syncwarp();
+  const int32_t half = a.rotary / 2;
+  const float* cs = a.cos_sin + int64_t{pos} * a.rotary;
+  for (int32_t i = lane; i < dim; i += 32) {
+    float o;
+    if (i < half) {
+      o = __fsub_rn(__fmul_rn(x[i], cs[i]), __fmul_rn(x[i + half], cs[half + i]));
+    } else if (i < a.rotary) {
+      const int32_t j = i - half;
+      o = __fadd_rn(__fmul_rn(x[i], cs[j]), __fmul_rn(x[j], cs[half + j]));
+    } else {
+      o = x[i];
+    }
+    dst[i] = fwd::from_f<T>(o);
+  }
+}
+
+}  // namespace
+
+void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
+  if (!validate(p)) return;
+  const Args a{p.qkv,       p.qNormWeight, p.kNormWeight, p.normEps,    p.cosSin,
+               p.maxPositions, p.positions, p.tokenToSequence, p.pageTable, p.kvPool,
+               p.qOut,      p.batchSize,   p.numQHeads,   p.numKVHeads, p.headDim,
+               p.rotaryDim, p.numPages,    p.maxPagesPerSeq};
+  const int32_t heads = p.numQHeads + 2 * p.numKVHeads;
+  const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
+  fwd::dispatch_dtype(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    qkv_rope_kernel<T><<<grid, kWarps * 32, 0, stream>>>(a);
+  });
+  ES_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace es::kernel

@@ -1,0 +1,57 @@
+// SwiGLU: elementwise over [rows, intermediate] with a grid-stride loop; VEC elements (16 bytes)
+// per thread-iteration when intermediate is a multiple of VEC and the bases are 16-byte aligned.
+// silu(g) = g / (1 + expf(-g)) in fp32 (IEEE division, accurate expf), one rounding.
+#include <algorithm>
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "kernels/forward_ops_device.cuh"
+#include "kernels/swiglu.h"
+
+namespace es::kernel {
+namespace {
+
+template <typename T, int VEC>
+__global__ void swiglu_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
+                              int64_t inter) {
+  const int64_t vecs_per_row = inter / VEC;
+  const int64_t total = rows * vecs_per_row;
+  for (int64_t v = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; v < total;
+       v += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = v / vecs_per_row;
+    const int64_t i = (v - r * vecs_per_row) * VEC;
+    float g[VEC], u[VEC], o[VEC];
+    fwd::load_span<T, VEC, (VEC > 1)>(gate_up + r * 2 * inter + i, g);
+    fwd::load_span<T, VEC, (VEC > 1)>(gate_up + r * 2 * inter + inter + i, u);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) o[e] = g[e] / (1.0f + expf(-g[e])) * u[e];
+    fwd::store_span<T, VEC, (VEC > 1)>(out + r * inter + i, o);
+  }
+}
+
+template <typename T, int VEC>
+void launch(const SwigluParams& p, cudaStream_t stream) {
+  const int64_t total = int64_t{p.rows} * (p.intermediateSize / VEC);
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, int64_t{132} * 16);
+  swiglu_kernel<T, VEC><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+      static_cast<const T*>(p.gateUp), static_cast<T*>(p.out), p.rows, p.intermediateSize);
+}
+
+}  // namespace
+
+void launchSwiglu(const SwigluParams& p, cudaStream_t stream) {
+  if (!validate(p)) return;
+  fwd::dispatch_dtype(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kVec = 16 / sizeof(T);
+    if (p.intermediateSize % kVec == 0 && fwd::aligned16(p.gateUp) && fwd::aligned16(p.out)) {
+      launch<T, kVec>(p, stream);
+    } else {
+      launch<T, 1>(p, stream);
+    }
+  });
+  ES_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace es::kernel
