@@ -67,6 +67,7 @@ stage_sanitize() {
 stage_bench() {
   for bin in "$build_dir"/bench/bench_*_gpu; do
     [ -x "$bin" ] || continue
+    [ "$(basename "$bin")" = bench_decode_gpu ] && continue  # needs a model: see below
     local name
     name=$(basename "$bin")
     if "$bin" >"$out/$name.txt" 2>&1; then
@@ -75,6 +76,19 @@ stage_bench() {
       summary+=("$(printf '%-30s' "$name") FAILED   $name.txt")
     fi
     tail -25 "$out/$name.txt"
+  done
+  # Decode tokens/s next to the PyTorch anchor on the same random-weight model, for each preset
+  # in ES_DECODE_PRESETS (default qwen3-0.6b).
+  for preset in ${ES_DECODE_PRESETS:-qwen3-0.6b}; do
+    local dir="/dev/shm/es_$preset"
+    if python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err" &&
+       "$build_dir/bench/bench_decode_gpu" "$dir" >"$out/decode_$preset.json" 2>&1; then
+      summary+=("decode $(printf '%-23s' "$preset") ok       $(grep -o '"decode_tok_s": [0-9.]*' "$out/decode_$preset.json") vs anchor $(grep -o '"decode_tok_s": [0-9.]*' "$out/anchor_$preset.json")")
+    else
+      summary+=("decode $(printf '%-23s' "$preset") FAILED   anchor_$preset.err / decode_$preset.json")
+    fi
+    cat "$out/anchor_$preset.json" "$out/decode_$preset.json"
+    rm -rf "$dir"
   done
   if python3 tools/torch_anchor.py --sampling >"$out/anchor_sampling.json" 2>"$out/anchor_sampling.err"; then
     summary+=("torch anchor --sampling        ok       anchor_sampling.json")

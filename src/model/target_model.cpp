@@ -1,0 +1,315 @@
+#include "model/target_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/errors.h"
+#include "common/logging.h"
+#include "model/rope_table.h"
+#include "model/weight_store.h"
+#include "model/weight_upload.h"
+
+namespace es::model {
+namespace {
+
+std::string layerName(int64_t i, const char* suffix) {
+  return "model.layers." + std::to_string(i) + "." + suffix;
+}
+
+// Host f32/bf16 values of a backend buffer of `dtype` as floats.
+std::vector<float> toHostFloats(ops::Backend& backend, const void* src, DType dtype, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  if (dtype == DType::kF32) {
+    backend.copyToHost(out.data(), src, n * 4);
+    return out;
+  }
+  std::vector<uint16_t> raw(static_cast<size_t>(n));
+  backend.copyToHost(raw.data(), src, n * 2);
+  for (int64_t i = 0; i < n; ++i) {
+    out[static_cast<size_t>(i)] = dtype == DType::kBF16 ? to_float(bf16{raw[static_cast<size_t>(i)]})
+                                                        : to_float(fp16{raw[static_cast<size_t>(i)]});
+  }
+  return out;
+}
+
+}  // namespace
+
+TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend,
+                         int32_t maxTokens, std::vector<int32_t> tapLayers)
+    : config_(loadModelConfig(dir)),
+      backend_(backend),
+      dtype_(backend.computeDtype()),
+      maxTokens_(maxTokens),
+      tapLayers_(std::move(tapLayers)) {
+  ES_CHECK_ARG(!config_.isDraft(), "TargetModel", "architecture", architectureName(config_.architecture),
+               "is a draft model, not a target");
+  ES_CHECK_ARG(maxTokens > 0 && maxTokens <= (1 << 20), "TargetModel", "maxTokens", maxTokens,
+               "must be in [1, 1048576]");
+  ES_CHECK_ARG(config_.head_dim == 64 || config_.head_dim == 128 || config_.head_dim == 256,
+               "TargetModel", "head_dim", config_.head_dim, "must be 64, 128 or 256");
+  for (int32_t t : tapLayers_) {
+    ES_CHECK_ARG(t >= 0 && t < config_.num_hidden_layers, "TargetModel", "tapLayers", t,
+                 "must name a layer in [0, ", config_.num_hidden_layers, ")");
+  }
+  loadWeights(dir);
+  allocateWorkspace();
+  ES_LOG_INFO("target ", config_.summary(), " on ", backend_.name(), ": weights ", weightBytes_,
+              " bytes, workspace ", workspaceBytes_, " bytes");
+}
+
+std::vector<kv::KvLayerShape> TargetModel::kvLayerShapes() const {
+  std::vector<kv::KvLayerShape> shapes;
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const bool sliding = !config_.layer_types.empty() &&
+                         config_.layer_types[static_cast<size_t>(i)] == LayerType::kSlidingAttention;
+    shapes.push_back({static_cast<int32_t>(config_.num_key_value_heads),
+                      static_cast<int32_t>(config_.head_dim),
+                      sliding ? static_cast<int32_t>(config_.sliding_window.value_or(0)) : 0});
+  }
+  return shapes;
+}
+
+void TargetModel::loadWeights(const std::filesystem::path& dir) {
+  const WeightStore store = WeightStore::openFolder(dir);
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, V = c.vocab_size, D = c.head_dim, I = c.intermediate_size;
+  const int64_t qDim = c.qDim(), kvDim = c.kvDim();
+  auto one = [&](const std::string& name, std::vector<int64_t> shape) {
+    requireTensor(store, name, shape);
+    return uploadConcatenated(backend_, store, {name}, dtype_);
+  };
+  auto optional = [&](bool present, const std::string& name, std::vector<int64_t> shape) {
+    return present ? one(name, std::move(shape)) : Buffer();
+  };
+  embed_ = one("model.embed_tokens.weight", {V, H});
+  finalNorm_ = one("model.norm.weight", {H});
+  if (!c.tie_word_embeddings) lmHead_ = one("lm_head.weight", {V, H});
+  layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    TargetLayerWeights& w = layers_[static_cast<size_t>(l)];
+    w.inputNorm = one(layerName(l, "input_layernorm.weight"), {H});
+    w.postNorm = one(layerName(l, "post_attention_layernorm.weight"), {H});
+    const std::string q = layerName(l, "self_attn.q_proj"), k = layerName(l, "self_attn.k_proj"),
+                      v = layerName(l, "self_attn.v_proj");
+    requireTensor(store, q + ".weight", {qDim, H});
+    requireTensor(store, k + ".weight", {kvDim, H});
+    requireTensor(store, v + ".weight", {kvDim, H});
+    w.qkv = uploadConcatenated(backend_, store, {q + ".weight", k + ".weight", v + ".weight"}, dtype_);
+    if (c.qkv_bias) {
+      requireTensor(store, q + ".bias", {qDim});
+      requireTensor(store, k + ".bias", {kvDim});
+      requireTensor(store, v + ".bias", {kvDim});
+      w.qkvBias = uploadConcatenated(backend_, store, {q + ".bias", k + ".bias", v + ".bias"}, dtype_);
+    }
+    w.qNorm = optional(c.qk_norm, layerName(l, "self_attn.q_norm.weight"), {D});
+    w.kNorm = optional(c.qk_norm, layerName(l, "self_attn.k_norm.weight"), {D});
+    w.o = one(layerName(l, "self_attn.o_proj.weight"), {H, qDim});
+    w.oBias = optional(c.o_bias, layerName(l, "self_attn.o_proj.bias"), {H});
+    const std::string g = layerName(l, "mlp.gate_proj"), u = layerName(l, "mlp.up_proj");
+    requireTensor(store, g + ".weight", {I, H});
+    requireTensor(store, u + ".weight", {I, H});
+    w.gateUp = uploadConcatenated(backend_, store, {g + ".weight", u + ".weight"}, dtype_);
+    if (c.mlp_bias) {
+      requireTensor(store, g + ".bias", {I});
+      requireTensor(store, u + ".bias", {I});
+      w.gateUpBias = uploadConcatenated(backend_, store, {g + ".bias", u + ".bias"}, dtype_);
+    }
+    w.down = one(layerName(l, "mlp.down_proj.weight"), {H, I});
+    w.downBias = optional(c.mlp_bias, layerName(l, "mlp.down_proj.bias"), {H});
+  }
+  weightBytes_ = embed_.bytes() + finalNorm_.bytes() + lmHead_.bytes();
+  for (const TargetLayerWeights& w : layers_) {
+    for (const Buffer* b : {&w.inputNorm, &w.postNorm, &w.qkv, &w.qkvBias, &w.qNorm, &w.kNorm,
+                            &w.o, &w.oBias, &w.gateUp, &w.gateUpBias, &w.down, &w.downBias}) {
+      weightBytes_ += b->bytes();
+    }
+  }
+
+  maxPositions_ = static_cast<int32_t>(std::min<int64_t>(c.max_position_embeddings, kMaxPositions));
+  const std::vector<float> table = buildRopeTable(c.rope, D, c.max_position_embeddings, maxPositions_);
+  ropeTable_ = backend_.allocate(static_cast<int64_t>(table.size()) * 4);
+  backend_.copyFromHost(ropeTable_.data(), table.data(), ropeTable_.bytes());
+}
+
+void TargetModel::allocateWorkspace() {
+  const ModelConfig& c = config_;
+  const int64_t T = maxTokens_, es = dtype_size(dtype_);
+  auto alloc = [&](Buffer& b, int64_t bytes) {
+    b = backend_.allocate(bytes);
+    workspaceBytes_ += bytes;
+  };
+  alloc(residual_, T * c.hidden_size * es);
+  alloc(normed_, T * c.hidden_size * es);
+  alloc(qkv_, T * (c.qDim() + 2 * c.kvDim()) * es);
+  alloc(q_, T * c.qDim() * es);
+  alloc(attn_, T * c.qDim() * es);
+  alloc(tmp_, T * c.hidden_size * es);
+  alloc(gateUp_, T * 2 * c.intermediate_size * es);
+  alloc(act_, T * c.intermediate_size * es);
+  alloc(rows_, T * c.hidden_size * es);
+  alloc(logits_, T * c.vocab_size * 4);
+  if (!tapLayers_.empty()) alloc(taps_, static_cast<int64_t>(tapLayers_.size()) * T * c.hidden_size * es);
+}
+
+ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& cache) {
+  const ModelConfig& c = config_;
+  const int32_t T = static_cast<int32_t>(b.tokens.size());
+  const int32_t B = static_cast<int32_t>(b.kvLengths.size());
+  const int32_t R = static_cast<int32_t>(b.logitRows.size());
+  ES_CHECK_ARG(T > 0 && T <= maxTokens_, "TargetModel::forward", "tokens.size()", T,
+               "must be in [1, maxTokens = ", maxTokens_, "]");
+  ES_CHECK_ARG(b.positions.size() == b.tokens.size() && b.tokenToSequence.size() == b.tokens.size(),
+               "TargetModel::forward", "positions/tokenToSequence size", b.positions.size(),
+               "must equal tokens.size() = ", T);
+  ES_CHECK_ARG(B > 0 && B <= cache.maxBatchSize() && b.cuQSeqLens.size() == static_cast<size_t>(B) + 1,
+               "TargetModel::forward", "kvLengths.size()", B,
+               "must be in [1, maxBatch] with cuQSeqLens of B + 1 entries");
+  ES_CHECK_ARG(b.cuQSeqLens.front() == 0 && b.cuQSeqLens.back() == T, "TargetModel::forward",
+               "cuQSeqLens", b.cuQSeqLens.back(), "must run from 0 to tokens.size() = ", T);
+  for (int32_t t : b.tokens) {
+    ES_CHECK_ARG(t >= 0 && t < c.vocab_size, "TargetModel::forward", "token", t,
+                 "must be in [0, vocab_size = ", c.vocab_size, ")");
+  }
+  for (int32_t p : b.positions) {
+    ES_CHECK_ARG(p < maxPositions_ && p < cache.capacity(), "TargetModel::forward", "position", p,
+                 "must be below the RoPE table (", maxPositions_, ") and the KV capacity (",
+                 cache.capacity(), ")");
+  }
+  for (int32_t r : b.logitRows) {
+    ES_CHECK_ARG(r >= 0 && r < T, "TargetModel::forward", "logitRows", r, "must be in [0, ", T, ")");
+  }
+  int32_t maxQ = 0;
+  for (int32_t s = 0; s < B; ++s) maxQ = std::max(maxQ, b.cuQSeqLens[static_cast<size_t>(s) + 1] - b.cuQSeqLens[static_cast<size_t>(s)]);
+  const int32_t maskWords = (maxQ + 31) / 32;
+  if (b.mask == kernel::AttentionMask::kPackedTree) {
+    ES_CHECK_ARG(b.packedMask.size() == static_cast<size_t>(T) * maskWords, "TargetModel::forward",
+                 "packedMask.size()", b.packedMask.size(), "must be tokens * ceil(maxQ/32) = ",
+                 static_cast<int64_t>(T) * maskWords);
+  }
+
+  // Metadata to the backend: tokens | positions | owners | cuQ | kvLens | logitRows | mask.
+  std::vector<int32_t> meta;
+  meta.reserve(static_cast<size_t>(3 * T + 2 * B + 1 + R) + b.packedMask.size());
+  auto append = [&](const std::vector<int32_t>& v) {
+    const size_t at = meta.size();
+    meta.insert(meta.end(), v.begin(), v.end());
+    return at;
+  };
+  const size_t oTokens = append(b.tokens), oPos = append(b.positions),
+               oOwner = append(b.tokenToSequence), oCuQ = append(b.cuQSeqLens),
+               oKvLen = append(b.kvLengths), oRows = append(b.logitRows),
+               oMask = append(b.packedMask);
+  if (meta_.bytes() < static_cast<int64_t>(meta.size() * 4)) meta_ = backend_.allocate(static_cast<int64_t>(meta.size()) * 4);
+  backend_.copyFromHost(meta_.data(), meta.data(), static_cast<int64_t>(meta.size()) * 4);
+  const int32_t* dmeta = meta_.as<int32_t>();
+
+  kv::PageTable& table = cache.basePageTable();
+  if (pageTableElements_ != table.deviceLayoutElements()) {
+    pageTableElements_ = table.deviceLayoutElements();
+    pageTable_ = backend_.allocate(pageTableElements_ * 4);
+    table.markAllDirty();
+  }
+  backend_.syncPageTable(table, pageTable_.as<int32_t>());
+
+  const int32_t H = static_cast<int32_t>(c.hidden_size), D = static_cast<int32_t>(c.head_dim);
+  const int32_t Hq = static_cast<int32_t>(c.num_attention_heads);
+  const int32_t Hkv = static_cast<int32_t>(c.num_key_value_heads);
+  const int32_t I = static_cast<int32_t>(c.intermediate_size);
+  const int32_t qkvDim = (Hq + 2 * Hkv) * D;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t es = dtype_size(dtype_);
+
+  auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t m,
+                    int32_t n, int32_t k, DType outDtype) {
+    kernel::LinearParams p;
+    p.x = x; p.w = w.data(); p.bias = bias.bytes() ? bias.data() : nullptr; p.y = y;
+    p.m = m; p.n = n; p.k = k; p.dtype = dtype_; p.outDtype = outDtype;
+    backend_.linear(p);
+  };
+  auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
+    kernel::RmsNormParams p;
+    p.x = x; p.residual = residual; p.weight = w.data(); p.out = out;
+    p.rows = T; p.hiddenSize = H; p.eps = eps; p.dtype = dtype_;
+    backend_.rmsNorm(p);
+  };
+  auto saveTap = [&](int32_t layer) {
+    for (size_t i = 0; i < tapLayers_.size(); ++i) {
+      if (tapLayers_[i] == layer) {
+        backend_.copy(taps_.as<uint8_t>() + static_cast<int64_t>(i) * T * H * es, residual_.data(),
+                      static_cast<int64_t>(T) * H * es);
+      }
+    }
+  };
+
+  kernel::EmbeddingParams emb;
+  emb.tokens = dmeta + oTokens; emb.table = embed_.data(); emb.out = residual_.data();
+  emb.numTokens = T; emb.vocabSize = static_cast<int32_t>(c.vocab_size); emb.hiddenSize = H; emb.dtype = dtype_;
+  backend_.embedding(emb);
+
+  for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
+    const TargetLayerWeights& w = layers_[static_cast<size_t>(l)];
+    // residual += previous layer's MLP output (fused), then the input norm.
+    norm(l == 0 ? residual_.data() : tmp_.data(), l == 0 ? nullptr : residual_.data(), w.inputNorm,
+         normed_.data());
+    if (l > 0) saveTap(l - 1);
+    linear(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H, dtype_);
+
+    const TensorView pool = cache.basePool(l);
+    kernel::QkvRopeKvWriteParams rope;
+    rope.qkv = qkv_.data(); rope.qNormWeight = w.qNorm.bytes() ? w.qNorm.data() : nullptr;
+    rope.kNormWeight = w.kNorm.bytes() ? w.kNorm.data() : nullptr; rope.normEps = eps;
+    rope.cosSin = ropeTable_.as<float>(); rope.maxPositions = maxPositions_;
+    rope.positions = dmeta + oPos; rope.tokenToSequence = dmeta + oOwner;
+    rope.pageTable = pageTable_.as<int32_t>(); rope.kvPool = pool.data; rope.qOut = q_.data();
+    rope.numTokens = T; rope.batchSize = cache.maxBatchSize(); rope.numQHeads = Hq; rope.numKVHeads = Hkv;
+    rope.headDim = D; rope.rotaryDim = D; rope.numPages = static_cast<int32_t>(pool.shape[1]);
+    rope.maxPagesPerSeq = table.maxPagesPerSeq(); rope.dtype = dtype_;
+    backend_.qkvRopeKvWrite(rope);
+
+    kernel::PagedAttentionParams att;
+    att.query.q = q_.data(); att.query.out = attn_.data(); att.query.cuQSeqLens = dmeta + oCuQ;
+    att.query.qPositions = dmeta + oPos; att.query.totalQ = T; att.query.maxQSeqLen = maxQ;
+    att.query.numQHeads = Hq;
+    att.kv.pool = pool.data; att.kv.pageTable = pageTable_.as<int32_t>();
+    att.kv.numPages = rope.numPages; att.kv.maxPagesPerSeq = rope.maxPagesPerSeq; att.kv.numKVHeads = Hkv;
+    att.kvLengths = dmeta + oKvLen; att.mask = b.mask;
+    att.packedMask = b.mask == kernel::AttentionMask::kPackedTree ? dmeta + oMask : nullptr;
+    const bool sliding = !c.layer_types.empty() &&
+                         c.layer_types[static_cast<size_t>(l)] == LayerType::kSlidingAttention;
+    att.slidingWindow = sliding ? static_cast<int32_t>(c.sliding_window.value_or(0)) : 0;
+    att.batchSize = B; att.headDim = D; att.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    att.dtype = dtype_;
+    backend_.pagedAttention(att);
+
+    linear(attn_.data(), w.o, w.oBias, tmp_.data(), T, H, Hq * D, dtype_);
+    norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
+    linear(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), T, 2 * I, H, dtype_);
+    kernel::SwigluParams act;
+    act.gateUp = gateUp_.data(); act.out = act_.data(); act.rows = T; act.intermediateSize = I; act.dtype = dtype_;
+    backend_.swiglu(act);
+    linear(act_.data(), w.down, w.downBias, tmp_.data(), T, H, I, dtype_);
+  }
+  norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());
+  saveTap(static_cast<int32_t>(c.num_hidden_layers) - 1);
+
+  ForwardResult result;
+  if (R > 0) {
+    kernel::EmbeddingParams gather;  // row gather: the rows are the "vocabulary"
+    gather.tokens = dmeta + oRows; gather.table = normed_.data(); gather.out = rows_.data();
+    gather.numTokens = R; gather.vocabSize = T; gather.hiddenSize = H; gather.dtype = dtype_;
+    backend_.embedding(gather);
+    linear(rows_.data(), lmHead_.bytes() ? lmHead_ : embed_, Buffer(), logits_.data(), R,
+           static_cast<int32_t>(c.vocab_size), H, DType::kF32);
+    result.logits = toHostFloats(backend_, logits_.data(), DType::kF32, static_cast<int64_t>(R) * c.vocab_size);
+  }
+  if (!tapLayers_.empty()) {
+    result.taps = toHostFloats(backend_, taps_.data(), dtype_,
+                               static_cast<int64_t>(tapLayers_.size()) * T * H);
+  }
+  backend_.synchronize();
+  return result;
+}
+
+}  // namespace es::model

@@ -1,0 +1,101 @@
+#pragma once
+// The target model (Qwen3 / Llama / Qwen2 family, spec §5) on an ops backend, reading and
+// writing its KV through the paged cache.
+//
+// One forward serves every shape: prefill (ragged causal), decode, verify (causal or packed tree
+// mask) — the caller describes the rows. It can return the logits of chosen rows and the outputs
+// of chosen layers for every row (DFlash taps: after the layer, before the final norm).
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "common/buffer.h"
+#include "kernels/paged_attention.h"
+#include "kv/kv_cache_manager.h"
+#include "model/model_config.h"
+#include "ops/backend.h"
+
+namespace es::model {
+
+struct TargetLayerWeights {
+  Buffer inputNorm;      // [H]
+  Buffer postNorm;       // [H]
+  Buffer qkv;            // [(Hq + 2 Hkv) D, H]   q_proj | k_proj | v_proj rows
+  Buffer qkvBias;        // [(Hq + 2 Hkv) D] or empty
+  Buffer qNorm;          // [D] or empty (Qwen3)
+  Buffer kNorm;          // [D] or empty
+  Buffer o;              // [H, Hq D]
+  Buffer oBias;          // [H] or empty
+  Buffer gateUp;         // [2 I, H]   gate_proj | up_proj rows
+  Buffer gateUpBias;     // [2 I] or empty
+  Buffer down;           // [H, I]
+  Buffer downBias;       // [H] or empty
+};
+
+// One forward's rows, on the host; the model copies them to the backend.
+struct ForwardBatch {
+  std::vector<int32_t> tokens;           // [T]
+  std::vector<int32_t> positions;        // [T] absolute positions, < 0 = padding row
+  std::vector<int32_t> tokenToSequence;  // [T] page-table row of each token, < 0 = padding
+  std::vector<int32_t> cuQSeqLens;       // [B + 1] ragged row offsets per sequence
+  std::vector<int32_t> kvLengths;        // [B] keys per sequence after this forward's writes
+  kernel::AttentionMask mask = kernel::AttentionMask::kCausal;
+  std::vector<int32_t> packedMask;       // [T, ceil(maxQ/32)] for kPackedTree
+  std::vector<int32_t> logitRows;        // rows whose logits are wanted (may be empty)
+};
+
+struct ForwardResult {
+  std::vector<float> logits;  // [logitRows.size(), vocab]
+  std::vector<float> taps;    // [numTaps, T, H] (layer outputs, host copy; empty if no taps)
+};
+
+class TargetModel {
+ public:
+  // Loads config.json + safetensors from `dir` onto `backend` (weights in its compute dtype).
+  // maxTokens bounds the rows of one forward; tapLayers are the layer outputs to keep.
+  TargetModel(const std::filesystem::path& dir, ops::Backend& backend, int32_t maxTokens,
+              std::vector<int32_t> tapLayers = {});
+
+  const ModelConfig& config() const { return config_; }
+  int32_t maxTokens() const { return maxTokens_; }
+  int64_t weightBytes() const { return weightBytes_; }
+  int64_t workspaceBytes() const { return workspaceBytes_; }
+  const std::vector<int32_t>& tapLayers() const { return tapLayers_; }
+
+  // The KV cache shape this model needs per layer.
+  std::vector<kv::KvLayerShape> kvLayerShapes() const;
+  // RoPE positions the model can address (the cos/sin table's rows).
+  int32_t maxPositions() const { return maxPositions_; }
+
+  // Runs one forward over `batch`, writing K/V into `cache` (whose pools must live in the
+  // backend's memory space). Host in, host out: tests and simple callers.
+  ForwardResult forward(const ForwardBatch& batch, kv::KvCacheManager& cache);
+
+ private:
+  void loadWeights(const std::filesystem::path& dir);
+  void allocateWorkspace();
+
+  ModelConfig config_;
+  ops::Backend& backend_;
+  DType dtype_;
+  int32_t maxTokens_;
+  int32_t maxPositions_ = 0;
+  std::vector<int32_t> tapLayers_;
+  int64_t weightBytes_ = 0;
+  int64_t workspaceBytes_ = 0;
+
+  Buffer embed_;      // [V, H]
+  Buffer finalNorm_;  // [H]
+  Buffer lmHead_;     // [V, H] (empty when tied: embed_ is used)
+  std::vector<TargetLayerWeights> layers_;
+  Buffer ropeTable_;  // [maxPositions, D] f32
+
+  // Workspace, sized for maxTokens rows.
+  Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, rows_, logits_, taps_;
+  Buffer meta_;          // i32 metadata, see forward()
+  Buffer pageTable_;     // [maxBatch, 2, maxPagesPerSeq] i32 backend copy of the base table
+  int64_t pageTableElements_ = 0;
+};
+
+}  // namespace es::model

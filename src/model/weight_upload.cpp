@@ -1,0 +1,109 @@
+#include "model/weight_upload.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "common/errors.h"
+
+namespace es::model {
+namespace {
+
+std::string shapeString(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+float loadAsFloat(const uint8_t* src, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, src + 4 * i, 4);
+      return v;
+    }
+    case DType::kBF16: {
+      bf16 v;
+      std::memcpy(&v, src + 2 * i, 2);
+      return to_float(v);
+    }
+    case DType::kF16: {
+      fp16 v;
+      std::memcpy(&v, src + 2 * i, 2);
+      return to_float(v);
+    }
+    default: ES_THROW(FormatError, "unsupported weight dtype ", dtype_name(t));
+  }
+}
+
+void storeFromFloat(uint8_t* dst, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::kF32: std::memcpy(dst + 4 * i, &v, 4); break;
+    case DType::kBF16: { const bf16 b = to_bf16(v); std::memcpy(dst + 2 * i, &b, 2); break; }
+    case DType::kF16: { const fp16 h = to_fp16(v); std::memcpy(dst + 2 * i, &h, 2); break; }
+    default: ES_THROW(InvalidArgument, "uploadTensor: argument 'dtype' = ", dtype_name(t),
+                      " must be f32, f16 or bf16");
+  }
+}
+
+}  // namespace
+
+const TensorInfo& requireTensor(const WeightStore& store, std::string_view name,
+                                const std::vector<int64_t>& shape) {
+  if (!store.contains(name)) {
+    ES_THROW(FormatError, store.source(), ": tensor '", name, "' is missing (expected shape ",
+             shapeString(shape), ")");
+  }
+  const TensorInfo& info = store.info(name);
+  if (info.shape != shape) {
+    ES_THROW(FormatError, store.source(), ": tensor '", name, "' has shape ",
+             shapeString(info.shape), ", expected ", shapeString(shape));
+  }
+  if (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16) {
+    ES_THROW(FormatError, store.source(), ": tensor '", name, "' has dtype ",
+             dtype_name(info.dtype), "; weights must be f32, f16 or bf16");
+  }
+  return info;
+}
+
+void uploadTensor(ops::Backend& backend, const WeightStore& store, std::string_view name,
+                  DType dtype, void* dst) {
+  const TensorInfo& info = store.info(name);
+  const TensorView src = store.view(name);
+  const auto* bytes = static_cast<const uint8_t*>(src.data);
+  const int64_t numel = info.numel();
+  auto* out = static_cast<uint8_t*>(dst);
+  if (info.dtype == dtype) {  // no conversion: stream straight from the mapping
+    const int64_t total = numel * dtype_size(dtype);
+    for (int64_t off = 0; off < total; off += kUploadChunkBytes) {
+      backend.copyFromHost(out + off, bytes + off, std::min(kUploadChunkBytes, total - off));
+    }
+    return;
+  }
+  const int64_t chunkElems = kUploadChunkBytes / 4;
+  std::vector<uint8_t> staging(static_cast<size_t>(std::min(numel, chunkElems) * dtype_size(dtype)));
+  for (int64_t first = 0; first < numel; first += chunkElems) {
+    const int64_t n = std::min(chunkElems, numel - first);
+    for (int64_t i = 0; i < n; ++i) {
+      storeFromFloat(staging.data(), dtype, i, loadAsFloat(bytes, info.dtype, first + i));
+    }
+    backend.copyFromHost(out + first * dtype_size(dtype), staging.data(), n * dtype_size(dtype));
+  }
+}
+
+Buffer uploadConcatenated(ops::Backend& backend, const WeightStore& store,
+                          const std::vector<std::string>& names, DType dtype) {
+  int64_t total = 0;
+  for (const std::string& n : names) total += store.info(n).numel();
+  Buffer buffer = backend.allocate(total * dtype_size(dtype));
+  int64_t offset = 0;
+  for (const std::string& n : names) {
+    uploadTensor(backend, store, n, dtype, buffer.as<uint8_t>() + offset * dtype_size(dtype));
+    offset += store.info(n).numel();
+  }
+  return buffer;
+}
+
+}  // namespace es::model

@@ -1,0 +1,56 @@
+#pragma once
+// The ops backend the model and the runtime are written against (design.md §1). Each op takes
+// the params struct of its kernel contract (src/kernels/<op>.h): the CPU backend runs the
+// reference (src/ref), the CUDA backend launches the kernel on its stream. Pointers in the
+// params live in the backend's memory space (host for CPU, device for CUDA).
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/buffer.h"
+#include "kernels/argmax.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/paged_attention.h"
+#include "kernels/qkv_rope_kv_write.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/swiglu.h"
+#include "kv/page_table.h"
+
+namespace es::ops {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual MemorySpace space() const = 0;
+  // The element type activations and weights use on this backend (f32 on CPU, bf16 on CUDA).
+  virtual DType computeDtype() const = 0;
+
+  Buffer allocate(int64_t bytes) const { return Buffer::allocate(space(), bytes); }
+  // Host -> backend, backend -> host (waits for queued work first), backend -> backend.
+  virtual void copyFromHost(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void copyToHost(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
+  // Waits for all queued work.
+  virtual void synchronize() = 0;
+  // Brings the backend copy of a page table ([maxBatch, 2, maxPagesPerSeq] i32) up to date.
+  virtual void syncPageTable(kv::PageTable& table, int32_t* backendCopy) = 0;
+
+  virtual void embedding(const kernel::EmbeddingParams& p) = 0;
+  virtual void rmsNorm(const kernel::RmsNormParams& p) = 0;
+  virtual void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) = 0;
+  virtual void pagedAttention(const kernel::PagedAttentionParams& p) = 0;
+  virtual void swiglu(const kernel::SwigluParams& p) = 0;
+  virtual void linear(const kernel::LinearParams& p) = 0;
+  virtual void argmax(const ArgmaxParams& p) = 0;
+};
+
+std::unique_ptr<Backend> makeCpuBackend();
+// CUDA builds with a usable device; throws es::Error otherwise.
+std::unique_ptr<Backend> makeCudaBackend();
+// "cpu", "cuda", or "auto" (CUDA when a device is usable, else CPU).
+std::unique_ptr<Backend> makeBackend(const std::string& which);
+
+}  // namespace es::ops

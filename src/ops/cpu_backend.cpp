@@ -1,0 +1,55 @@
+// The CPU backend: every op is the CPU reference on host memory, in fp32.
+#include <cstring>
+#include <span>
+
+#include "common/errors.h"
+#include "ops/backend.h"
+
+namespace es::ops {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  MemorySpace space() const override { return MemorySpace::kHost; }
+  DType computeDtype() const override { return DType::kF32; }
+
+  void copyFromHost(void* dst, const void* src, int64_t bytes) override { copy(dst, src, bytes); }
+  void copyToHost(void* dst, const void* src, int64_t bytes) override { copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, int64_t bytes) override {
+    if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
+  }
+  void synchronize() override {}
+  void syncPageTable(kv::PageTable& table, int32_t* backendCopy) override {
+    table.syncDirtyToHost(
+        std::span<int32_t>(backendCopy, static_cast<size_t>(table.deviceLayoutElements())));
+  }
+
+  void embedding(const kernel::EmbeddingParams& p) override { ref::embedding(p); }
+  void rmsNorm(const kernel::RmsNormParams& p) override { ref::rmsNorm(p); }
+  void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) override { ref::qkvRopeKvWrite(p); }
+  void pagedAttention(const kernel::PagedAttentionParams& p) override { ref::pagedAttention(p); }
+  void swiglu(const kernel::SwigluParams& p) override { ref::swiglu(p); }
+  void linear(const kernel::LinearParams& p) override { ref::linear(p); }
+  void argmax(const ArgmaxParams& p) override { ref::argmax_rows(p); }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+std::unique_ptr<Backend> makeBackend(const std::string& which) {
+  if (which == "cpu") return makeCpuBackend();
+  if (which == "cuda") return makeCudaBackend();
+  if (which == "auto") return cuda_device_count() > 0 ? makeCudaBackend() : makeCpuBackend();
+  ES_THROW(InvalidArgument, "makeBackend: argument 'backend' = ", which,
+           " must be cpu, cuda or auto");
+}
+
+#ifndef ES_HAVE_CUDA
+std::unique_ptr<Backend> makeCudaBackend() {
+  ES_THROW(Error, "the CUDA backend is not available: this is a CPU-only build");
+}
+#endif
+
+}  // namespace es::ops
