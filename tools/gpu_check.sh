@@ -88,6 +88,14 @@ stage_bench() {
       summary+=("decode $(printf '%-23s' "$preset") FAILED   anchor_$preset.err / decode_$preset.json")
     fi
     cat "$out/anchor_$preset.json" "$out/decode_$preset.json"
+    # The same real-shape model against transformers' f32 logits.
+    if python3 tools/real_model_reference.py "$dir" >"$out/real_$preset.log" 2>&1 &&
+       ES_REAL_MODEL_DIR="$dir" "$build_dir/tests/test_real_model_gpu" >>"$out/real_$preset.log" 2>&1; then
+      summary+=("real-model logits $(printf '%-12s' "$preset") ok       $(grep -o 'cosine [0-9.]*' "$out/real_$preset.log")")
+    else
+      summary+=("real-model logits $(printf '%-12s' "$preset") FAILED   real_$preset.log")
+    fi
+    tail -3 "$out/real_$preset.log"
     rm -rf "$dir"
   done
   if python3 tools/torch_anchor.py --sampling >"$out/anchor_sampling.json" 2>"$out/anchor_sampling.err"; then
