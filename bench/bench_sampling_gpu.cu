@@ -171,6 +171,8 @@ Row bench_verify(double target_us) {
   return r;
 }
 
+__global__ void empty_kernel() {}
+
 }  // namespace
 
 int main() {
@@ -193,6 +195,11 @@ int main() {
   rows.push_back(bench_sample("sample V=151936 f32 B=1 k-off p0.9 (full-row)", 1, 151936, 0, 0.9f, 0));
   rows.push_back(bench_sample("sample V=151936 f32 B=64 k-off p0.9 (full-row)", 64, 151936, 0, 0.9f, 0));
   rows.push_back(bench_sample("sample V=2048 f32 B=64 k-off p0.9 (full sort)", 64, 2048, 0, 0.9f, 0));
+  // Floor of this timing method: one empty launch between two events.
+  rows.push_back(time_it("empty kernel (event-timing floor)", 0, [&](int) {
+    empty_kernel<<<1, 32>>>();
+    ES_CUDA_CHECK(cudaGetLastError());
+  }));
   std::printf("\n%-48s %10s %10s %10s %s\n", "case", "median_us", "p90_us", "target_us", "ok");
   for (const Row& r : rows) {
     std::printf("%-48s %10.2f %10.2f %10s %s\n", r.name.c_str(), r.median_us, r.p90_us,

@@ -49,12 +49,25 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   const int vbegin = begin + head;
   const int nvec = (end - vbegin) / kVec;
   const uint4* vp = reinterpret_cast<const uint4*>(r + vbegin);
-#pragma unroll 4
-  for (int j = threadIdx.x; j < nvec; j += kArgmaxThreads) {
-    const uint4 w = __ldg(vp + j);
-    const T* e = reinterpret_cast<const T*>(&w);
+  // Batches of kBatch 16-byte loads per thread, all issued before any is used (one memory
+  // round trip per batch; a B = 1 row split over 16 CTAs needs one batch).
+  constexpr int kBatch = 8;
+  for (int j0 = threadIdx.x; j0 < nvec; j0 += kBatch * kArgmaxThreads) {
+    uint4 w[kBatch];
 #pragma unroll
-    for (int t = 0; t < kVec; ++t) best = umax(best, rank_of(as_float(e[t]), vbegin + j * kVec + t));
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = j0 + b * kArgmaxThreads;
+      w[b] = j < nvec ? __ldg(vp + j) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = j0 + b * kArgmaxThreads;
+      if (j < nvec) {
+        const T* e = reinterpret_cast<const T*>(&w[b]);
+#pragma unroll
+        for (int t = 0; t < kVec; ++t) best = umax(best, rank_of(as_float(e[t]), vbegin + j * kVec + t));
+      }
+    }
   }
   for (int i = vbegin + nvec * kVec + threadIdx.x; i < end; i += kArgmaxThreads) {
     best = umax(best, rank_of(as_float(r[i]), i));

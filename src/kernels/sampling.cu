@@ -48,7 +48,7 @@ __device__ __forceinline__ float row_uniform(const RowsArgs& a, int row) {
 constexpr uint32_t kMinusInfKey = 0x007fffffu;
 
 // Shared memory of the candidate modes.
-struct CandShared {
+struct alignas(16) CandShared {
   uint64_t cand[kMaxCandidateTopK];  // sorted composites
   uint64_t aux[kMaxCandidateTopK];   // prefix masses, then (index, prob) packs
   float prob[kMaxCandidateTopK];     // by sorted position
@@ -75,15 +75,25 @@ __device__ void emit_uniform(const RowsArgs& a, int row) {
 // Outputs of a candidate-mode row: entries [0, cut) of `sorted` with probabilities prob[].
 __device__ void emit_candidates(const RowsArgs& a, int row, const uint64_t* sorted, int cut,
                                 CandShared& cs) {
-  const int np = pow2_ceil(cut);
-  for (int i = threadIdx.x; i < np; i += kThreads) {
-    cs.aux[i] = i < cut ? (static_cast<uint64_t>(composite_index(sorted[i])) << 32) | f2u(cs.prob[i])
-                        : ~0ull;
-  }
-  bitonic_sort(cs.aux, np, false);  // by index ascending
-  for (int i = threadIdx.x; i < cut; i += kThreads) {
-    cs.idx_sorted[i] = static_cast<int32_t>(cs.aux[i] >> 32);
-    cs.val_sorted[i] = u2f(static_cast<uint32_t>(cs.aux[i]));
+  // Sort the kept entries by index: each entry's position is the number of kept entries with a
+  // lower index (indices are distinct), counted over the composites (lower index = larger ~index).
+  for (int i = threadIdx.x; i < cut; i += kThreads) cs.aux[i] = sorted[i];
+  if ((cut & 1) && threadIdx.x == 0) cs.aux[cut] = 0;  // never counted: ~0u index is impossible
+  __syncthreads();
+  {
+    const uint2* lo = reinterpret_cast<const uint2*>(cs.aux);  // .x: ~index (low word)
+    const int np = (cut + 1) >> 1;
+    for (int i = threadIdx.x; i < cut; i += kThreads) {
+      const uint32_t ni = static_cast<uint32_t>(cs.aux[i]);  // ~index of entry i
+      int r = 0;
+#pragma unroll 4
+      for (int j = 0; j < np; ++j) {
+        const uint4 w = reinterpret_cast<const uint4*>(lo)[j];
+        r += (w.x > ni ? 1 : 0) + (w.z > ni ? 1 : 0);
+      }
+      cs.idx_sorted[r] = static_cast<int32_t>(~ni);
+      cs.val_sorted[r] = cs.prob[i];
+    }
   }
   __syncthreads();
   const int V = a.vocab;

@@ -133,13 +133,52 @@ __device__ inline void bitonic_sort(uint64_t* s, int n, bool descending) {
   }
 }
 
-struct SelectShared {
+struct alignas(16) SelectShared {
+  uint64_t tmp[kMaxCandidateTopK + 2];  // unsorted candidates (+ padding for pair reads)
   uint32_t hist[256];
   uint32_t bin;
   uint32_t gt;
   int count;
   int pad;
 };
+
+// Sorts m (<= kMaxCandidateTopK) distinct nonzero 64-bit values src[0, m) descending into dst
+// by counting ranks (one thread per value, O(m) broadcast shared reads each: no barrier per
+// stage as in a bitonic sort). src needs a readable slot src[m] (set to 0 here when m is odd).
+// Callers synchronise before (src complete); ends with a barrier.
+__device__ inline void rank_sort_desc(uint64_t* src, int m, uint64_t* dst) {
+  if ((m & 1) && threadIdx.x == 0) src[m] = 0;  // 0 is never greater than a value
+  __syncthreads();
+  const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(src);
+  const int np = (m + 1) >> 1;
+  for (int i = threadIdx.x; i < m; i += kThreads) {
+    const uint64_t v = src[i];
+    int r = 0;
+#pragma unroll 4
+    for (int j = 0; j < np; ++j) {
+      const ulonglong2 w = pairs[j];
+      r += (w.x > v ? 1 : 0) + (w.y > v ? 1 : 0);
+    }
+    dst[r] = v;
+  }
+  __syncthreads();
+}
+
+// j-th largest (1 <= j <= 32) of the warp's 32 values (all lanes get it): warp bitonic sort.
+__device__ __forceinline__ uint32_t warp_jth_largest(uint32_t v, int j) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int size = 2; size <= 32; size <<= 1) {
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const uint32_t o = __shfl_xor_sync(kFull, v, stride);
+      const bool asc = (lane & size) == 0 || size == 32;
+      const bool low = (lane & stride) == 0;
+      v = (asc == low) ? min(v, o) : max(v, o);
+    }
+  }
+  return __shfl_sync(kFull, v, 32 - j);  // ascending across lanes
+}
 
 // Top-k candidates of n entries (spec §3.8): MSB radix select on the 32-bit order key, 8-bit
 // digits, warp-aggregated histograms, early stop once <= 128 candidates remain; then the
@@ -153,9 +192,41 @@ __device__ int select_top_candidates(CompAt comp_at, int n, int k, uint64_t* can
                                      SelectShared& sh, BlockScratch& scratch) {
   if (n <= kMaxCandidateTopK) {
     const int np = pow2_ceil(n);
-    for (int i = threadIdx.x; i < np; i += kThreads) cand[i] = i < n ? comp_at(i) : 0;
-    bitonic_sort(cand, np, true);
+    for (int i = threadIdx.x; i < n; i += kThreads) sh.tmp[i] = comp_at(i);
+    rank_sort_desc(sh.tmp, n, cand);
+    for (int i = n + threadIdx.x; i < np; i += kThreads) cand[i] = 0;
+    __syncthreads();
     return n;
+  }
+  // Pre-filter. n > kThreads, so every thread owns >= 1 entry (i = t mod kThreads) and every
+  // warp has 32 thread maxima. With j = ceil(k / kWarps) <= 32, warp w has >= j distinct entries
+  // with key >= theta_w (its j-th largest thread maximum), so >= kWarps * j >= k entries have
+  // key >= theta = min_w theta_w: the k-th largest key is >= theta, and the entries with
+  // key >= theta contain the top-k. If they are few, rank-sort them; else the radix select below.
+  {
+    uint32_t tmax = 0;
+    for (int i = threadIdx.x; i < n; i += kThreads) tmax = max(tmax, composite_key(comp_at(i)));
+    const int j = (k + kWarps - 1) / kWarps;
+    const uint32_t theta_w = warp_jth_largest(tmax, j);
+    if (threadIdx.x == 0) sh.count = 0;
+    const uint32_t theta = ~static_cast<uint32_t>(block_max_u64(~theta_w, scratch));
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      const uint64_t c = comp_at(i);
+      if (composite_key(c) >= theta) {
+        const int pos = atomicAdd(&sh.count, 1);
+        if (pos < kMaxCandidateTopK) sh.tmp[pos] = c;
+      }
+    }
+    __syncthreads();
+    const int m = sh.count;
+    if (m <= kMaxCandidateTopK) {
+      rank_sort_desc(sh.tmp, m, cand);
+      const int np = pow2_ceil(m);
+      for (int i = m + threadIdx.x; i < np; i += kThreads) cand[i] = 0;
+      __syncthreads();
+      return m;
+    }
+    __syncthreads();  // everyone has read sh.count before the select reuses it
   }
   uint32_t prefix = 0;
   int above = 0, level = 0;
@@ -218,7 +289,7 @@ __device__ int select_top_candidates(CompAt comp_at, int n, int k, uint64_t* can
       const uint64_t c = comp_at(i);
       const uint32_t key = composite_key(c);
       const uint32_t top = shift == 0 ? key : (key >> shift);
-      if (top >= prefix) cand[atomicAdd(&sh.count, 1)] = c;
+      if (top >= prefix) sh.tmp[atomicAdd(&sh.count, 1)] = c;
     }
   } else {
     // level == 4: prefix is the exact k-th key and too many entries tie on it. Take all larger
@@ -236,15 +307,16 @@ __device__ int select_top_candidates(CompAt comp_at, int n, int k, uint64_t* can
       const bool tie = i < n && key == prefix;
       uint64_t tile_ties = 0;
       const int rank = carry + static_cast<int>(block_exclusive_scan_u64(tie ? 1 : 0, scratch, &tile_ties));
-      if (i < n && (key > prefix || (tie && rank < need_ties))) cand[atomicAdd(&sh.count, 1)] = c;
+      if (i < n && (key > prefix || (tie && rank < need_ties))) sh.tmp[atomicAdd(&sh.count, 1)] = c;
       carry += static_cast<int>(tile_ties);
     }
   }
   __syncthreads();
   const int m = sh.count;
+  rank_sort_desc(sh.tmp, m, cand);
   const int np = pow2_ceil(m);
   for (int i = m + threadIdx.x; i < np; i += kThreads) cand[i] = 0;
-  bitonic_sort(cand, np, true);
+  __syncthreads();
   return m;
 }
 
