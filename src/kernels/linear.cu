@@ -19,6 +19,17 @@ __global__ void add_bias_f32_kernel(float* __restrict__ y, const T* __restrict__
   }
 }
 
+// y[i, j] = Y(product[i, j] + bias[j]): the bias added in fp32, one rounding to y's type.
+template <typename Y, typename B>
+__global__ void add_bias_round_kernel(Y* __restrict__ y, const float* __restrict__ product,
+                                      const B* __restrict__ bias, int64_t m, int64_t n) {
+  const int64_t total = m * n;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = fwd::from_f<Y>(__fadd_rn(product[i], fwd::to_f(bias[i % n])));
+  }
+}
+
 }  // namespace
 
 namespace detail {
@@ -33,6 +44,22 @@ void launchAddBiasF32(float* y, const void* bias, DType biasDtype, int64_t m, in
     using T = decltype(tag);
     add_bias_f32_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
         y, static_cast<const T*>(bias), m, n);
+  });
+  ES_CUDA_CHECK_LAUNCH();
+}
+void launchAddBiasRound(void* y, DType yDtype, const float* product, const void* bias,
+                        DType biasDtype, int64_t m, int64_t n, cudaStream_t stream) {
+  const int64_t total = m * n;
+  const int threads = 256;
+  int64_t blocks = (total + threads - 1) / threads;
+  if (blocks > 4096) blocks = 4096;
+  fwd::dispatch_dtype(yDtype, [&](auto ytag) {
+    using Y = decltype(ytag);
+    fwd::dispatch_dtype(biasDtype, [&](auto btag) {
+      using B = decltype(btag);
+      add_bias_round_kernel<Y, B><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+          static_cast<Y*>(y), product, static_cast<const B*>(bias), m, n);
+    });
   });
   ES_CUDA_CHECK_LAUNCH();
 }

@@ -4,9 +4,11 @@
 // A = W as a column-major K x N matrix (lda = K) transposed, B = x as a column-major K x M matrix
 // (ldb = K), C = D = y as a column-major N x M matrix (ldc = N): D = op_T(A) · B, the "TN" GEMM.
 // Compute type CUBLAS_COMPUTE_32F (true fp32 accumulation, no TF32 for f32 inputs), scale f32.
-// Bias: cuBLASLt's BIAS epilogue (bias per row of the column-major D = per output feature) when
-// y has the input dtype; for f32 y from 16-bit inputs a small kernel adds it afterwards (still
-// one rounding, as y is f32).
+// Bias: cuBLASLt's BIAS epilogue (bias per row of the column-major D = per output feature) only
+// for f32 inputs and output. With a 16-bit output the epilogue rounds the product to 16 bits
+// before adding the bias (two roundings; measured on the H200, 2026-11-29: up to 2 bf16 ulps
+// off the once-rounded reference), so the product goes to an f32 scratch and a small kernel adds
+// the bias and rounds once; f32 y from 16-bit inputs gets the bias added in place.
 //
 // The context caches one (descriptors, algorithm) bundle per shape / dtype / bias / alignment, so
 // repeated calls (every layer, every step, CUDA-graph capture) make no heuristic queries.
@@ -24,6 +26,8 @@ namespace es::kernel {
 namespace detail {
 void launchAddBiasF32(float* y, const void* bias, DType biasDtype, int64_t m, int64_t n,
                       cudaStream_t stream);  // linear.cu
+void launchAddBiasRound(void* y, DType yDtype, const float* product, const void* bias,
+                        DType biasDtype, int64_t m, int64_t n, cudaStream_t stream);  // linear.cu
 }  // namespace detail
 
 namespace {
@@ -57,6 +61,8 @@ struct LinearContext::State {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  float* scratch = nullptr;  // f32 product for a bias with a 16-bit output, grown on demand
+  size_t scratch_bytes = 0;
   std::map<Key, Plan> plans;
 
   ~State() {
@@ -67,21 +73,28 @@ struct LinearContext::State {
       if (plan.op) cublasLtMatmulDescDestroy(plan.op);
     }
     if (workspace) cudaFree(workspace);
+    if (scratch) cudaFree(scratch);
     if (handle) cublasLtDestroy(handle);
   }
 
-  Plan& plan_for(const LinearParams& p) {
-    const bool bias_epilogue = p.bias != nullptr && p.outDtype == p.dtype;
+  // The GEMM's own output type: f32 whenever a bias must be added before a 16-bit rounding.
+  static DType gemm_out(const LinearParams& p) {
+    return p.bias != nullptr && p.outDtype != DType::kF32 ? DType::kF32 : p.outDtype;
+  }
+
+  Plan& plan_for(const LinearParams& p, const void* y) {
+    const DType out = gemm_out(p);
+    const bool bias_epilogue = p.bias != nullptr && out == DType::kF32 && p.dtype == DType::kF32;
     const uint32_t align_a = alignment_of(p.w), align_b = alignment_of(p.x),
-                   align_c = alignment_of(p.y);
-    const Key key{p.m, p.n, p.k, static_cast<int>(p.dtype), static_cast<int>(p.outDtype),
+                   align_c = alignment_of(y);
+    const Key key{p.m, p.n, p.k, static_cast<int>(p.dtype), static_cast<int>(out),
                   bias_epilogue, align_a, align_b, align_c};
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
 
     Plan plan;
     plan.bias_epilogue = bias_epilogue;
-    const cudaDataType_t in_t = cuda_type(p.dtype), out_t = cuda_type(p.outDtype);
+    const cudaDataType_t in_t = cuda_type(p.dtype), out_t = cuda_type(out);
     try {
       ES_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
@@ -157,16 +170,30 @@ LinearContext::~LinearContext() = default;
 void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
   if (!validate(p)) return;
   LinearContext::State& s = context.state();
-  LinearContext::State::Plan& plan = s.plan_for(p);
+  const bool via_scratch = LinearContext::State::gemm_out(p) != p.outDtype;
+  void* y = p.y;
+  if (via_scratch) {
+    const size_t bytes = static_cast<size_t>(p.m) * static_cast<size_t>(p.n) * sizeof(float);
+    if (bytes > s.scratch_bytes) {
+      if (s.scratch) ES_CUDA_CHECK(cudaFreeAsync(s.scratch, stream));
+      s.scratch = nullptr;
+      ES_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&s.scratch), bytes, stream));
+      s.scratch_bytes = bytes;
+    }
+    y = s.scratch;
+  }
+  LinearContext::State::Plan& plan = s.plan_for(p, y);
   if (plan.bias_epilogue) {
     ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &p.bias, sizeof(p.bias)));
   }
   const float alpha = 1.0f, beta = 0.0f;
-  ES_CUBLAS_CHECK(cublasLtMatmul(s.handle, plan.op, &alpha, p.w, plan.a, p.x, plan.b, &beta, p.y,
-                                 plan.c, p.y, plan.c, &plan.algo, s.workspace, s.workspace_bytes,
+  ES_CUBLAS_CHECK(cublasLtMatmul(s.handle, plan.op, &alpha, p.w, plan.a, p.x, plan.b, &beta, y,
+                                 plan.c, y, plan.c, &plan.algo, s.workspace, s.workspace_bytes,
                                  stream));
-  if (p.bias != nullptr && !plan.bias_epilogue) {
+  if (via_scratch) {
+    detail::launchAddBiasRound(p.y, p.outDtype, s.scratch, p.bias, p.dtype, p.m, p.n, stream);
+  } else if (p.bias != nullptr && !plan.bias_epilogue) {
     detail::launchAddBiasF32(static_cast<float*>(p.y), p.bias, p.dtype, p.m, p.n, stream);
   }
 }
