@@ -46,12 +46,15 @@ if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe" -o "$out/probe" >/dev/n
   "$cxx" -fsanitize=fuzzer,address,undefined "$probe" -o "$out/probe"
 fi
 
-# nlohmann/json headers: the project's staged copy, else the system's.
-json_include=""
-for dir in "$root/.deps/include" /usr/include /usr/local/include; do
-  if [ -f "$dir/nlohmann/json.hpp" ]; then json_include="$dir"; break; fi
-done
-if [ -z "$json_include" ]; then
+# nlohmann/json headers: the system's, else the project's staged copy (.deps).
+# (The system include directories are searched anyway; naming /usr/include with -isystem would
+# reorder them and break libstdc++'s #include_next <stdlib.h>.)
+json_flags=()
+if [ -f /usr/include/nlohmann/json.hpp ] || [ -f /usr/local/include/nlohmann/json.hpp ]; then
+  :
+elif [ -f "$root/.deps/include/nlohmann/json.hpp" ]; then
+  json_flags=(-isystem "$root/.deps/include")
+else
   echo "fuzz_safetensors: nlohmann/json.hpp not found (tools/install_deps.sh installs it)" >&2
   exit 2
 fi
@@ -60,7 +63,7 @@ bin="$out/fuzz_safetensors_header"
 echo "fuzz_safetensors: building $bin with $cxx" >&2
 "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$root/src" -isystem "$json_include" \
+  -I"$root/src" "${json_flags[@]}" \
   "$root/tests/fuzz/fuzz_safetensors_header.cpp" \
   "$root/src/model/safetensors.cpp" \
   "$root/src/common/logging.cpp" \
