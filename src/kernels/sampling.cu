@@ -14,6 +14,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
@@ -30,6 +32,50 @@ using namespace es::sampling::dev;
 
 __device__ __forceinline__ float load_logit(const float* x, int i) { return x[i]; }
 __device__ __forceinline__ float load_logit(const fp16* x, int i) { return to_float(x[i]); }
+
+// Loads entries [0, len) (len <= kN) of x into v[kN / kThreads], every load of the thread issued
+// before any is used. fp32 rows that are 16-byte aligned use 16-byte loads (layout: slot
+// j = 4r + e holds entry 4 (t + r kThreads) + e); otherwise scalar loads (slot j holds entry
+// t + j kThreads). Absent entries read 0. Returns the layout (block-uniform) for entry_index().
+template <int kN, typename T>
+__device__ __forceinline__ bool load_entries(const T* x, int len, float (&v)[kN / kThreads]) {
+  constexpr int kPer = kN / kThreads;
+  if constexpr (std::is_same_v<T, float>) {
+    if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+      float4 w[kPer / 4];
+#pragma unroll
+      for (int r = 0; r < kPer / 4; ++r) {
+        const int b = 4 * (static_cast<int>(threadIdx.x) + r * kThreads);
+        if (b + 4 <= len) {
+          w[r] = __ldg(reinterpret_cast<const float4*>(x + b));
+        } else {
+          w[r].x = b < len ? __ldg(x + b) : 0.0f;
+          w[r].y = b + 1 < len ? __ldg(x + b + 1) : 0.0f;
+          w[r].z = b + 2 < len ? __ldg(x + b + 2) : 0.0f;
+          w[r].w = b + 3 < len ? __ldg(x + b + 3) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kPer / 4; ++r) {
+        v[4 * r] = w[r].x;
+        v[4 * r + 1] = w[r].y;
+        v[4 * r + 2] = w[r].z;
+        v[4 * r + 3] = w[r].w;
+      }
+      return true;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = threadIdx.x + r * kThreads;
+    v[r] = i < len ? load_logit(x, i) : 0.0f;
+  }
+  return false;
+}
+__device__ __forceinline__ int entry_index(int j, bool vec) {
+  return vec ? 4 * (static_cast<int>(threadIdx.x) + (j >> 2) * kThreads) + (j & 3)
+             : static_cast<int>(threadIdx.x) + j * kThreads;
+}
 
 __device__ __forceinline__ RowParams row_params(const RowsArgs& a, int row) {
   const int pi = row / a.rows_per_param;
@@ -139,14 +185,10 @@ __global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int f
   uint64_t local = 0;
   constexpr int kPer = kSmallVocabMax / kThreads;  // all loads issued before any is used
   float raw[kPer];
+  const bool vec = load_entries<kSmallVocabMax>(x, V, raw);
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
-    const int i = threadIdx.x + r * kThreads;
-    raw[r] = i < V ? load_logit(x, i) : 0.0f;
-  }
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int i = threadIdx.x + r * kThreads;
+    const int i = entry_index(r, vec);
     if (i < V) {
       const float s = scale_logit(raw[r], rp.inv_t, rp.greedy);
       const uint32_t key = order_key(s);
@@ -221,14 +263,10 @@ __global__ void __launch_bounds__(kThreads) chunk_kernel(RowsArgs a) {
   uint64_t local = 0;
   constexpr int kPer = kMaxChunk / kThreads;  // all loads issued before any is used
   float raw[kPer];
+  const bool vec = load_entries<kMaxChunk>(x, len, raw);
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
-    const int i = threadIdx.x + r * kThreads;
-    raw[r] = i < len ? load_logit(x, i) : 0.0f;
-  }
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int i = threadIdx.x + r * kThreads;
+    const int i = entry_index(r, vec);
     if (i < len) {
       const float s = scale_logit(raw[r], rp.inv_t, rp.greedy);
       keys[i] = order_key(s);
@@ -270,7 +308,7 @@ __global__ void __launch_bounds__(kThreads) final_kernel(RowsArgs a) {
   for (int r = 0; r < kPer; ++r) {
     const int i = threadIdx.x + r * kThreads;
     const int c = i / kfull;
-    vals[r] = i < n ? ws[c * stride + (i - c * kfull)] : 0;
+    vals[r] = i < n ? __ldcg(reinterpret_cast<const unsigned long long*>(ws) + c * stride + (i - c * kfull)) : 0;
   }
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
