@@ -7,17 +7,61 @@
 // like the anchor's argmax it picks the next token from the last row; the performance issue moves
 // the loop onto the device with CUDA graphs.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/buffer.h"
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
+
+namespace {
+
+// Anonymous resident memory of this process (RssAnon, bytes): what the load adds beyond the page
+// cache (the memory-mapped checkpoint pages count as file/shmem RSS, not here).
+int64_t rssAnonBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "RssAnon:") {
+      int64_t kb = 0;
+      status >> kb;
+      return kb * 1024;
+    }
+    status.ignore(1 << 16, '\n');
+  }
+  return -1;
+}
+
+// Samples RssAnon every 5 ms while alive; peak() is the largest value seen.
+class PeakAnonSampler {
+ public:
+  PeakAnonSampler() : thread_([this] {
+      while (!stop_) {
+        peak_ = std::max<int64_t>(peak_, rssAnonBytes());
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }) {}
+  ~PeakAnonSampler() { finish(); }
+  int64_t finish() {
+    if (!stop_.exchange(true)) thread_.join();
+    return std::max<int64_t>(peak_, rssAnonBytes());
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> peak_{0};
+  std::thread thread_;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace es;
@@ -34,7 +78,13 @@ int main(int argc, char** argv) {
   const double copyGBps = argc > 4 ? std::atof(argv[4]) : 4200.0;
   try {
     auto backend = ops::makeCudaBackend();
+    const int64_t anonBefore = rssAnonBytes();
+    PeakAnonSampler sampler;
+    const auto loadStart = std::chrono::steady_clock::now();
     model::TargetModel m(argv[1], *backend, std::max(promptLen, 1));
+    const double loadSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - loadStart).count();
+    const int64_t loadPeakAnon = sampler.finish() - anonBefore;
     kv::KvCacheConfig kvc;
     kvc.maxBatchSize = 1;
     kvc.maxSequenceLength = promptLen + genLen + 16;
@@ -78,9 +128,11 @@ int main(int argc, char** argv) {
     const double rooflineTokS = copyGBps * 1e9 / static_cast<double>(m.weightBytes());
     std::printf("{\"bench\": \"edgespec-decode\", \"model\": \"%s\", \"weight_bytes\": %lld, "
                 "\"prompt_len\": %d, \"gen_len\": %d, \"decode_tok_s\": %.2f, "
-                "\"roofline_tok_s\": %.1f, \"roofline_fraction\": %.3f, \"workspace_bytes\": %lld}\n",
+                "\"roofline_tok_s\": %.1f, \"roofline_fraction\": %.3f, \"workspace_bytes\": %lld, "
+                "\"load_s\": %.2f, \"load_peak_host_anon_bytes\": %lld}\n",
                 argv[1], static_cast<long long>(m.weightBytes()), promptLen, genLen, tokS,
-                rooflineTokS, tokS / rooflineTokS, static_cast<long long>(m.workspaceBytes()));
+                rooflineTokS, tokS / rooflineTokS, static_cast<long long>(m.workspaceBytes()),
+                loadSeconds, static_cast<long long>(loadPeakAnon));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_decode_gpu: error: %s\n", e.what());
     return 1;
