@@ -8,15 +8,12 @@
 #include "common/errors.h"
 #include "common/logging.h"
 #include "model/rope_table.h"
+#include "model/weight_names.h"
 #include "model/weight_store.h"
 #include "model/weight_upload.h"
 
 namespace es::model {
 namespace {
-
-std::string layerName(int64_t i, const char* suffix) {
-  return "model.layers." + std::to_string(i) + "." + suffix;
-}
 
 // Host f32/bf16 values of a backend buffer of `dtype` as floats.
 std::vector<float> toHostFloats(ops::Backend& backend, const void* src, DType dtype, int64_t n) {
@@ -73,51 +70,40 @@ std::vector<kv::KvLayerShape> TargetModel::kvLayerShapes() const {
 
 void TargetModel::loadWeights(const std::filesystem::path& dir) {
   const WeightStore store = WeightStore::openFolder(dir);
+  // Every name, shape and dtype against the config first: one error listing every problem.
+  checkWeights(store, config_);
   const ModelConfig& c = config_;
-  const int64_t H = c.hidden_size, V = c.vocab_size, D = c.head_dim, I = c.intermediate_size;
-  const int64_t qDim = c.qDim(), kvDim = c.kvDim();
-  auto one = [&](const std::string& name, std::vector<int64_t> shape) {
-    requireTensor(store, name, shape);
+  auto one = [&](const std::string& name) {
     return uploadConcatenated(backend_, store, {name}, dtype_);
   };
-  auto optional = [&](bool present, const std::string& name, std::vector<int64_t> shape) {
-    return present ? one(name, std::move(shape)) : Buffer();
+  auto optional = [&](bool present, const std::string& name) {
+    return present ? one(name) : Buffer();
   };
-  embed_ = one("model.embed_tokens.weight", {V, H});
-  finalNorm_ = one("model.norm.weight", {H});
-  if (!c.tie_word_embeddings) lmHead_ = one("lm_head.weight", {V, H});
+  embed_ = one("model.embed_tokens.weight");
+  finalNorm_ = one("model.norm.weight");
+  if (!c.tie_word_embeddings) lmHead_ = one("lm_head.weight");
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     TargetLayerWeights& w = layers_[static_cast<size_t>(l)];
-    w.inputNorm = one(layerName(l, "input_layernorm.weight"), {H});
-    w.postNorm = one(layerName(l, "post_attention_layernorm.weight"), {H});
-    const std::string q = layerName(l, "self_attn.q_proj"), k = layerName(l, "self_attn.k_proj"),
-                      v = layerName(l, "self_attn.v_proj");
-    requireTensor(store, q + ".weight", {qDim, H});
-    requireTensor(store, k + ".weight", {kvDim, H});
-    requireTensor(store, v + ".weight", {kvDim, H});
+    const std::string p = layerPrefix(c, l);
+    w.inputNorm = one(p + "input_layernorm.weight");
+    w.postNorm = one(p + "post_attention_layernorm.weight");
+    const std::string q = p + "self_attn.q_proj", k = p + "self_attn.k_proj", v = p + "self_attn.v_proj";
     w.qkv = uploadConcatenated(backend_, store, {q + ".weight", k + ".weight", v + ".weight"}, dtype_);
     if (c.qkv_bias) {
-      requireTensor(store, q + ".bias", {qDim});
-      requireTensor(store, k + ".bias", {kvDim});
-      requireTensor(store, v + ".bias", {kvDim});
       w.qkvBias = uploadConcatenated(backend_, store, {q + ".bias", k + ".bias", v + ".bias"}, dtype_);
     }
-    w.qNorm = optional(c.qk_norm, layerName(l, "self_attn.q_norm.weight"), {D});
-    w.kNorm = optional(c.qk_norm, layerName(l, "self_attn.k_norm.weight"), {D});
-    w.o = one(layerName(l, "self_attn.o_proj.weight"), {H, qDim});
-    w.oBias = optional(c.o_bias, layerName(l, "self_attn.o_proj.bias"), {H});
-    const std::string g = layerName(l, "mlp.gate_proj"), u = layerName(l, "mlp.up_proj");
-    requireTensor(store, g + ".weight", {I, H});
-    requireTensor(store, u + ".weight", {I, H});
+    w.qNorm = optional(c.qk_norm, p + "self_attn.q_norm.weight");
+    w.kNorm = optional(c.qk_norm, p + "self_attn.k_norm.weight");
+    w.o = one(p + "self_attn.o_proj.weight");
+    w.oBias = optional(c.o_bias, p + "self_attn.o_proj.bias");
+    const std::string g = p + "mlp.gate_proj", u = p + "mlp.up_proj";
     w.gateUp = uploadConcatenated(backend_, store, {g + ".weight", u + ".weight"}, dtype_);
     if (c.mlp_bias) {
-      requireTensor(store, g + ".bias", {I});
-      requireTensor(store, u + ".bias", {I});
       w.gateUpBias = uploadConcatenated(backend_, store, {g + ".bias", u + ".bias"}, dtype_);
     }
-    w.down = one(layerName(l, "mlp.down_proj.weight"), {H, I});
-    w.downBias = optional(c.mlp_bias, layerName(l, "mlp.down_proj.bias"), {H});
+    w.down = one(p + "mlp.down_proj.weight");
+    w.downBias = optional(c.mlp_bias, p + "mlp.down_proj.bias");
   }
   weightBytes_ = embed_.bytes() + finalNorm_.bytes() + lmHead_.bytes();
   for (const TargetLayerWeights& w : layers_) {
@@ -128,7 +114,8 @@ void TargetModel::loadWeights(const std::filesystem::path& dir) {
   }
 
   maxPositions_ = static_cast<int32_t>(std::min<int64_t>(c.max_position_embeddings, kMaxPositions));
-  const std::vector<float> table = buildRopeTable(c.rope, D, c.max_position_embeddings, maxPositions_);
+  const std::vector<float> table =
+      buildRopeTable(c.rope, c.head_dim, c.max_position_embeddings, maxPositions_);
   ropeTable_ = backend_.allocate(static_cast<int64_t>(table.size()) * 4);
   backend_.copyFromHost(ropeTable_.data(), table.data(), ropeTable_.bytes());
 }

@@ -2,20 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "common/errors.h"
 
 namespace es::model {
 namespace {
-
-std::string shapeString(const std::vector<int64_t>& shape) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << "]";
-  return os.str();
-}
 
 float loadAsFloat(const uint8_t* src, DType t, int64_t i) {
   switch (t) {
@@ -49,24 +40,6 @@ void storeFromFloat(uint8_t* dst, DType t, int64_t i, float v) {
 }
 
 }  // namespace
-
-const TensorInfo& requireTensor(const WeightStore& store, std::string_view name,
-                                const std::vector<int64_t>& shape) {
-  if (!store.contains(name)) {
-    ES_THROW(FormatError, store.source(), ": tensor '", name, "' is missing (expected shape ",
-             shapeString(shape), ")");
-  }
-  const TensorInfo& info = store.info(name);
-  if (info.shape != shape) {
-    ES_THROW(FormatError, store.source(), ": tensor '", name, "' has shape ",
-             shapeString(info.shape), ", expected ", shapeString(shape));
-  }
-  if (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16) {
-    ES_THROW(FormatError, store.source(), ": tensor '", name, "' has dtype ",
-             dtype_name(info.dtype), "; weights must be f32, f16 or bf16");
-  }
-  return info;
-}
 
 void uploadTensor(ops::Backend& backend, const WeightStore& store, std::string_view name,
                   DType dtype, void* dst) {

@@ -14,17 +14,13 @@ namespace es::model {
 
 inline constexpr int64_t kUploadChunkBytes = int64_t{16} << 20;
 
-// Checks that `name` exists with exactly `shape` (FormatError naming tensor, shapes and source).
-const TensorInfo& requireTensor(const WeightStore& store, std::string_view name,
-                                const std::vector<int64_t>& shape);
-
 // Copies the tensor `name` (any supported dtype) converted to `dtype` into backend memory at
 // `dst` (numel * dtype_size bytes).
 void uploadTensor(ops::Backend& backend, const WeightStore& store, std::string_view name,
                   DType dtype, void* dst);
 
 // Allocates one backend buffer and uploads `names` one after another (row concatenation, e.g.
-// q/k/v projections into one fused matrix). Every tensor must already have passed requireTensor.
+// q/k/v projections into one fused matrix). The store must already have passed checkWeights.
 Buffer uploadConcatenated(ops::Backend& backend, const WeightStore& store,
                           const std::vector<std::string>& names, DType dtype);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -211,6 +212,28 @@ TEST(TargetModel, BadInputIsAClearError) {
   test::expectInvalidArgument([&] { model.forward(b, cache); }, "logitRows");
   test::expectInvalidArgument([&] { TargetModel(test::test_data_dir() + "/models/qwen3", *backend, 0); },
                               "maxTokens");
+}
+
+TEST(TargetModel, CheckpointNotMatchingItsConfigIsAFormatError) {
+  // The fixture's weights with a config that claims a third layer.
+  const std::filesystem::path src = test::test_data_dir() + "/models/qwen3";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "es_three_layer_qwen3";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(src / "model.safetensors", dir / "model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(src / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["num_hidden_layers"] = 3;
+  config["layer_types"].push_back("full_attention");
+  std::ofstream(dir / "config.json") << config.dump();
+  auto backend = ops::makeCpuBackend();
+  try {
+    TargetModel model(dir, *backend, 16);
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.2."), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TargetModelCpu, ::testing::Values("qwen3", "llama", "qwen2"));
