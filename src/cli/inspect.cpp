@@ -1,5 +1,6 @@
 #include "cli/inspect.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 
 #include "common/errors.h"
 #include "kv/kv_cache_plan.h"
+#include "model/model_config.h"
 
 namespace es::cli {
 namespace {
@@ -30,6 +32,7 @@ const std::map<std::string, ModelShape>& presets() {
 
 struct InspectOptions {
   std::string preset = "qwen3-8b";
+  std::string model;  // HF folder or config.json: its shape (and sliding layers) win over the preset
   int32_t layers = 0, kvHeads = 0, headDim = 0;  // 0 = from the preset
   int32_t draftLayers = 0;
   int32_t maxBatch = 1;
@@ -54,6 +57,21 @@ void runInspect(const InspectOptions& o) {
     ES_THROW(InvalidArgument, "inspect: argument '--preset' = ", o.preset, " is not a known preset");
   }
   ModelShape shape = it->second;
+  std::vector<int32_t> slidingLayers = o.swaLayers;
+  int32_t window = o.slidingWindow;
+  std::string name = o.preset;
+  if (!o.model.empty()) {
+    const model::ModelConfig c = model::loadModelConfig(o.model);
+    shape = {static_cast<int32_t>(c.num_hidden_layers), static_cast<int32_t>(c.num_key_value_heads),
+             static_cast<int32_t>(c.head_dim)};
+    name = c.source;
+    for (size_t i = 0; i < c.layer_types.size(); ++i) {
+      if (c.layer_types[i] == model::LayerType::kSlidingAttention) {
+        slidingLayers.push_back(static_cast<int32_t>(i));
+        window = static_cast<int32_t>(c.sliding_window.value_or(0));
+      }
+    }
+  }
   if (o.layers) shape.layers = o.layers;
   if (o.kvHeads) shape.kvHeads = o.kvHeads;
   if (o.headDim) shape.headDim = o.headDim;
@@ -67,12 +85,13 @@ void runInspect(const InspectOptions& o) {
   config.numPages = o.numPages;
   config.baseLayers.assign(static_cast<size_t>(shape.layers),
                            kv::KvLayerShape{shape.kvHeads, shape.headDim, 0});
-  for (int32_t layer : o.swaLayers) {
+  for (int32_t layer : slidingLayers) {
     ES_CHECK_ARG(layer >= 0 && layer < shape.layers, "inspect", "--swa-layers", layer,
                  "must name a layer in [0, ", shape.layers, ")");
-    ES_CHECK_ARG(o.slidingWindow > 0, "inspect", "--sliding-window", o.slidingWindow,
+    ES_CHECK_ARG(window > 0, "inspect", "--sliding-window", window,
                  "must be > 0 when --swa-layers is given");
-    config.baseLayers[static_cast<size_t>(layer)].kvCacheCapacity = o.slidingWindow;
+    // A window at least as long as the sequence is plain full attention.
+    config.baseLayers[static_cast<size_t>(layer)].kvCacheCapacity = std::min(window, o.maxSeqLen);
   }
   config.draftLayers.assign(static_cast<size_t>(o.draftLayers),
                             kv::KvLayerShape{shape.kvHeads, shape.headDim, 0});
@@ -80,7 +99,7 @@ void runInspect(const InspectOptions& o) {
   if (o.json) {
     std::printf("%s\n", plan.toJson().dump(2).c_str());
   } else {
-    std::printf("model shape: %s, %d layers, %d KV heads, head dim %d\n%s", o.preset.c_str(),
+    std::printf("model shape: %s, %d layers, %d KV heads, head dim %d\n%s", name.c_str(),
                 shape.layers, shape.kvHeads, shape.headDim, plan.describe().c_str());
   }
 }
@@ -95,6 +114,7 @@ void addInspectCommand(CLI::App& app) {
   cmd->add_option("--preset", options->preset, "Model shape")
       ->check(CLI::IsMember(names))
       ->capture_default_str();
+  cmd->add_option("--model", options->model, "HF model folder or config.json (overrides --preset)");
   cmd->add_option("--layers", options->layers, "Override: attention layers");
   cmd->add_option("--kv-heads", options->kvHeads, "Override: KV heads");
   cmd->add_option("--head-dim", options->headDim, "Override: head dimension");

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -26,6 +27,17 @@ TEST(CliInspect, JsonPlanOnStdout) {
   EXPECT_EQ(plan["num_pages"], 256);
   EXPECT_EQ(plan["base_layers"].size(), 36u);
   EXPECT_EQ(plan["total_bytes"], int64_t{36} * (int64_t{128} << 20));
+}
+
+TEST(CliInspect, PlanFromAModelFolder) {
+  testing::internal::CaptureStdout();
+  const std::string dir = std::string(std::getenv("ES_TEST_DATA_DIR")) + "/models/llama";
+  ASSERT_EQ(runCli({"inspect", "--model", dir, "--max-batch", "2", "--max-seq-len", "256", "--json"}), 0);
+  const nlohmann::json plan = nlohmann::json::parse(testing::internal::GetCapturedStdout());
+  ASSERT_EQ(plan["base_layers"].size(), 2u);  // the fixture's config: 2 layers, 1 KV head of 64
+  EXPECT_EQ(plan["base_layers"][0]["num_kv_heads"], 1);
+  EXPECT_EQ(plan["base_layers"][0]["head_dim"], 64);
+  EXPECT_EQ(plan["num_pages"], 4);
 }
 
 TEST(CliInspect, BadInputIsAnErrorNamingTheArgument) {
