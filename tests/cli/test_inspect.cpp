@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "common/errors.h"
+#include "support/test_util.h"
 
 namespace es::cli {
 namespace {
@@ -31,7 +32,7 @@ TEST(CliInspect, JsonPlanOnStdout) {
 
 TEST(CliInspect, PlanFromAModelFolder) {
   testing::internal::CaptureStdout();
-  const std::string dir = std::string(std::getenv("ES_TEST_DATA_DIR")) + "/models/llama";
+  const std::string dir = test::test_data_dir() + "/models/llama";
   ASSERT_EQ(runCli({"inspect", "--model", dir, "--max-batch", "2", "--max-seq-len", "256", "--json"}), 0);
   const nlohmann::json plan = nlohmann::json::parse(testing::internal::GetCapturedStdout());
   ASSERT_EQ(plan["base_layers"].size(), 2u);  // the fixture's config: 2 layers, 1 KV head of 64
