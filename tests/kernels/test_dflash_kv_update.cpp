@@ -30,18 +30,6 @@ template <>
 bf16 from_f<bf16>(float v) { return to_bf16(v); }
 
 // Throws es::InvalidArgument whose message quotes the argument name.
-template <typename F>
-void expect_invalid(F&& call, const std::string& argument) {
-  try {
-    call();
-    ADD_FAILURE() << "expected es::InvalidArgument for '" << argument << "'";
-  } catch (const InvalidArgument& e) {
-    std::string quoted(1, '\'');
-    quoted.append(argument).push_back('\'');
-    EXPECT_NE(std::string(e.what()).find(quoted), std::string::npos) << e.what();
-  }
-}
-
 // A pool [2, numPages, 128, hkv, dim] filled with a recognisable per-element bit pattern that no
 // test input uses (so any element written by mistake, or not written, is visible).
 template <typename T>
@@ -273,7 +261,7 @@ TYPED_TEST(KvUpdateRef, ValidationNamesTheArgument) {
   auto expect = [&](auto mutate, const char* name) {
     auto p = make();
     mutate(p);
-    expect_invalid([&] { ref::dflashTargetKVCacheUpdate(p); }, name);
+    test::expectInvalidArgument([&] { ref::dflashTargetKVCacheUpdate(p); }, name);
   };
   using P = DFlashTargetKVCacheUpdateParams<T>;
   expect([](P& p) { p.numDeltaTokens = -1; }, "numDeltaTokens");
@@ -323,7 +311,7 @@ TEST(DFlashRopeCapacity, RejectsOnlyACacheLongerThanTheKvCapacity) {
   EXPECT_NO_THROW(kernel::checkDFlashRopeCapacity(4000, 4096));  // unpadded max: legal
   EXPECT_NO_THROW(kernel::checkDFlashRopeCapacity(4096, 4096));
   EXPECT_THROW(kernel::checkDFlashRopeCapacity(4097, 4096), std::runtime_error);
-  expect_invalid([] { kernel::checkDFlashRopeCapacity(4224, 4096); }, "cosSinSeqLen");
+  test::expectInvalidArgument([] { kernel::checkDFlashRopeCapacity(4224, 4096); }, "cosSinSeqLen");
 }
 
 }  // namespace

@@ -18,18 +18,6 @@ using I32 = std::vector<int32_t>;
 
 I32 poisoned(size_t n) { return I32(n, test::poison_i32()); }
 
-template <typename F>
-void expect_invalid(F&& call, const std::string& argument) {
-  try {
-    call();
-    ADD_FAILURE() << "expected es::InvalidArgument for '" << argument << "'";
-  } catch (const InvalidArgument& e) {
-    std::string quoted(1, '\'');
-    quoted.append(argument).push_back('\'');
-    EXPECT_NE(std::string(e.what()).find(quoted), std::string::npos) << e.what();
-  }
-}
-
 // ---------------------------------------------------------------- §2.3 proposal inputs
 
 struct ProposalOut {
@@ -134,7 +122,7 @@ TEST(DFlashProposalInputsRef, Validation) {
     ProposalOut out;
     P p = out.params(old_lens, delta_lens, 4, false);
     mutate(p);
-    expect_invalid([&] { ref::dflashPrepareProposalInputs(p); }, name);
+    test::expectInvalidArgument([&] { ref::dflashPrepareProposalInputs(p); }, name);
   };
   expect([](P& p) { p.blockSize = 0; }, "blockSize");
   expect([](P& p) { p.blockSize = kernel::kDFlashMaxBlockSize + 1; }, "blockSize");
@@ -181,7 +169,7 @@ TEST(DFlashDeltaMetadataRef, PaddedTokenMajorRows) {
   auto expect = [&](auto mutate, const char* name) {
     P q = p;
     mutate(q);
-    expect_invalid([&] { ref::dflashPrepareDeltaMetadata(q); }, name);
+    test::expectInvalidArgument([&] { ref::dflashPrepareDeltaMetadata(q); }, name);
   };
   expect([](P& q) { q.deltaWidth = -1; }, "deltaWidth");
   expect([](P& q) { q.batchSize = -1; }, "batchSize");
@@ -253,7 +241,7 @@ TEST(DFlashGatherDeltaRopeRef, Validation) {
     GatherCase g{{1, 2}, {0, 1}, {0, 1}};
     P p = g.params(2, 4, 2);
     mutate(p);
-    expect_invalid([&] { ref::dflashGatherDeltaRope(p); }, name);
+    test::expectInvalidArgument([&] { ref::dflashGatherDeltaRope(p); }, name);
   };
   expect([](P& p) { p.numDeltaTokens = -1; }, "numDeltaTokens");
   expect([](P& p) { p.batchSize = -1; }, "batchSize");
@@ -353,7 +341,7 @@ TEST(SpecRaggedMetadataRef, Validation) {
     RaggedCase c{{1, 2}, {1, 1}};
     P p = c.params(4, true, 0);
     mutate(p);
-    expect_invalid([&] { ref::prepareSpecRaggedMetadata(p); }, name);
+    test::expectInvalidArgument([&] { ref::prepareSpecRaggedMetadata(p); }, name);
   };
   expect([](P& p) { p.queryWidth = 0; }, "queryWidth");
   expect([](P& p) { p.queryWidth = INT32_MAX; }, "queryWidth");

@@ -20,18 +20,6 @@ using I8 = std::vector<int8_t>;
 
 I32 poisoned(size_t n) { return I32(n, test::poison_i32()); }
 
-template <typename F>
-void expect_invalid(F&& call, const std::string& argument) {
-  try {
-    call();
-    ADD_FAILURE() << "expected es::InvalidArgument for '" << argument << "'";
-  } catch (const InvalidArgument& e) {
-    std::string quoted(1, '\'');
-    quoted.append(argument).push_back('\'');
-    EXPECT_NE(std::string(e.what()).find(quoted), std::string::npos) << e.what();
-  }
-}
-
 struct BaseVerifyOut {
   I32 mask, pos_id, context;
   I64 select;
@@ -92,7 +80,7 @@ TEST(DFlashBaseVerifyInputsRef, Validation) {
     BaseVerifyOut out;
     P p = out.params(base, 4);
     mutate(p);
-    expect_invalid([&] { ref::dflashPrepareBaseVerifyInputs(p); }, name);
+    test::expectInvalidArgument([&] { ref::dflashPrepareBaseVerifyInputs(p); }, name);
   };
   expect([](P& p) { p.verifySize = 0; }, "verifySize");
   expect([](P& p) { p.verifySize = kernel::kDFlashMaxBlockSize + 1; }, "verifySize");
@@ -124,7 +112,7 @@ TEST(DFlashLinearTreeMetadataRef, ParentIsPreviousNode) {
   auto expect = [&](auto mutate, const char* name) {
     P q = p;
     mutate(q);
-    expect_invalid([&] { ref::dflashBuildLinearTreeMetadata(q); }, name);
+    test::expectInvalidArgument([&] { ref::dflashBuildLinearTreeMetadata(q); }, name);
   };
   expect([](P& q) { q.verifySize = 0; }, "verifySize");
   expect([](P& q) { q.batchSize = -1; }, "batchSize");
@@ -178,7 +166,7 @@ TEST(DFlashLinearVerifyInputsRef, Validation) {
     LinearVerifyCase c{{10}, {999, 101, 102, 103}, {}, {}};
     P p = c.params(3, 4);
     mutate(p);
-    expect_invalid([&] { ref::dflashBuildLinearVerifyInputs(p); }, name);
+    test::expectInvalidArgument([&] { ref::dflashBuildLinearVerifyInputs(p); }, name);
   };
   expect([](P& p) { p.verifySize = 3; }, "verifySize");            // != proposalLen + 1
   expect([](P& p) { p.verifySize = 5; }, "verifySize");
