@@ -1,0 +1,44 @@
+#pragma once
+// Plain (non-speculative) greedy generation for a batch of requests on one target model: the
+// baseline the speculative decoder must reproduce token for token (spec §6), and the simplest
+// way to run a model end to end.
+//
+// First version: host-orchestrated (one logits download per step). Prompts longer than the
+// model's maxTokens are prefilled in chunks; finished sequences retire and the batch compacts
+// through the KV cache manager (page-table rows move, KV data does not).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "model/target_model.h"
+
+namespace es::runtime {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;       // non-empty
+  int32_t maxNewTokens = 0;          // >= 1
+  std::vector<int32_t> stopTokens;   // generation ends after emitting one of these
+};
+
+enum class FinishReason { kLength, kStop };
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // generated tokens (a stop token, if hit, is the last)
+  FinishReason finish = FinishReason::kLength;
+};
+
+class PlainDecoder {
+ public:
+  // `cache` must be empty (no active slots), its pools in the backend's memory space.
+  PlainDecoder(model::TargetModel& target, kv::KvCacheManager& cache);
+
+  // Greedy (argmax, ties to the lower index). At most cache.maxBatchSize() requests.
+  std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests);
+
+ private:
+  model::TargetModel& target_;
+  kv::KvCacheManager& cache_;
+};
+
+}  // namespace es::runtime

@@ -1,0 +1,80 @@
+// Plain greedy generation on the CPU backend against the transformers greedy continuations of the
+// fixtures, with chunked prefill, a stop token and batch compaction in the middle.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "model/target_model.h"
+#include "ops/backend.h"
+#include "runtime/plain_decoder.h"
+#include "support/test_util.h"
+
+namespace es::runtime {
+namespace {
+
+nlohmann::json fixtureMeta(const std::string& family) {
+  std::ifstream f(test::test_data_dir() + "/models/" + family + "/reference.json");
+  return nlohmann::json::parse(f);
+}
+
+kv::KvCacheConfig cacheFor(const model::TargetModel& m, int32_t batch) {
+  kv::KvCacheConfig c;
+  c.maxBatchSize = batch;
+  c.maxSequenceLength = 256;
+  c.dtype = DType::kF32;
+  c.baseLayers = m.kvLayerShapes();
+  return c;
+}
+
+class PlainDecoderCpu : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlainDecoderCpu, GreedyMatchesTransformersWithStopAndCompaction) {
+  const nlohmann::json meta = fixtureMeta(GetParam());
+  auto backend = ops::makeCpuBackend();
+  // maxTokens 8 < the 20-token prompt: the prefill runs in three chunks.
+  model::TargetModel target(test::test_data_dir() + "/models/" + GetParam(), *backend, 8);
+  kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
+  PlainDecoder decoder(target, cache);
+
+  const std::vector<int32_t> greedyA = meta["greedy"]["a"], greedyB = meta["greedy"]["b"];
+  GenerationRequest a{meta["prompts"]["a"], static_cast<int32_t>(greedyA.size()), {}};
+  // b stops at its 4th token (if that token appears earlier, at its first occurrence).
+  const int32_t stop = greedyB[3];
+  const size_t stopAt = static_cast<size_t>(std::find(greedyB.begin(), greedyB.end(), stop) - greedyB.begin());
+  GenerationRequest b{meta["prompts"]["b"], static_cast<int32_t>(greedyB.size()), {stop}};
+  // c: the same prompt as a but only 2 tokens: it retires first, before a and b.
+  GenerationRequest c{meta["prompts"]["a"], 2, {}};
+  const std::vector<GenerationResult> out = decoder.generate({c, a, b});
+
+  EXPECT_EQ(out[0].tokens, std::vector<int32_t>(greedyA.begin(), greedyA.begin() + 2));
+  EXPECT_EQ(out[0].finish, FinishReason::kLength);
+  EXPECT_EQ(out[1].tokens, greedyA);
+  EXPECT_EQ(out[1].finish, FinishReason::kLength);
+  EXPECT_EQ(out[2].tokens, std::vector<int32_t>(greedyB.begin(), greedyB.begin() + stopAt + 1));
+  EXPECT_EQ(out[2].finish, FinishReason::kStop);
+  EXPECT_EQ(cache.activeCount(), 0);
+}
+
+TEST(PlainDecoder, BadRequestsAreClearErrors) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 8);
+  kv::KvCacheManager cache(cacheFor(target, 2), MemorySpace::kHost);
+  PlainDecoder decoder(target, cache);
+  test::expectInvalidArgument([&] { decoder.generate({}); }, "requests.size()");
+  test::expectInvalidArgument([&] { decoder.generate({{{}, 4, {}}}); }, "requests[0].prompt.size()");
+  test::expectInvalidArgument([&] { decoder.generate({{{1, 2}, 0, {}}}); }, "requests[0].maxNewTokens");
+  test::expectInvalidArgument([&] { decoder.generate({{{1, 2}, 300, {}}}); },
+                              "requests[0] prompt + maxNewTokens");
+  test::expectInvalidArgument([&] { decoder.generate({{{1}, 1, {}}, {{1}, 1, {}}, {{1}, 1, {}}}); },
+                              "requests.size()");
+  EXPECT_EQ(cache.activeCount(), 0);  // nothing was admitted by the rejected calls
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, PlainDecoderCpu, ::testing::Values("qwen3", "llama", "qwen2"));
+
+}  // namespace
+}  // namespace es::runtime
