@@ -15,15 +15,17 @@ bool contains(std::string_view text, std::string_view what) {
 std::string defaultChatMLSystem(std::string_view jinja) {
   for (std::string_view open : {std::string_view("'<|im_start|>system\\n"),
                                 std::string_view("'<|im_start|>system\n")}) {
-    const size_t begin = jinja.find(open);
-    if (begin == std::string_view::npos) continue;
-    const size_t textBegin = begin + open.size();
-    const size_t end = jinja.find("<|im_end|>", textBegin);
-    // A literal that closes before <|im_end|> (e.g. '<|im_start|>system\n' + messages[0]...)
-    // carries no default text.
-    const size_t quote = jinja.find('\'', textBegin);
-    if (end == std::string_view::npos || quote < end) return "";
-    return std::string(jinja.substr(textBegin, end - textBegin));
+    for (size_t begin = jinja.find(open); begin != std::string_view::npos;
+         begin = jinja.find(open, begin + 1)) {
+      const size_t textBegin = begin + open.size();
+      const size_t end = jinja.find("<|im_end|>", textBegin);
+      // A literal that closes before <|im_end|> (e.g. '<|im_start|>system\n' + messages[0]...)
+      // is the branch for a given system message, not a default: keep looking.
+      const size_t quote = jinja.find('\'', textBegin);
+      if (end != std::string_view::npos && quote > end) {
+        return std::string(jinja.substr(textBegin, end - textBegin));
+      }
+    }
   }
   return "";
 }

@@ -32,6 +32,16 @@ TEST(ChatTemplate, SmolLM2InjectsItsDefaultSystemMessage) {
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
 }
 
+TEST(ChatTemplate, Qwen2StyleDefaultAfterAToolsBranch) {
+  // The default system literal comes after a branch that opens a system turn with other text.
+  const ChatTemplate t = ChatTemplate::fromTemplateText(
+      "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- else %}{%- if messages[0]['role'] == "
+      "'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+      "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+      "{%- endif %}{%- endif %}");
+  EXPECT_EQ(t.defaultSystem(), "You are a helpful assistant.");
+}
+
 TEST(ChatTemplate, Qwen3ThinkingSwitchAndHistory) {
   const ChatTemplate t = ChatTemplate::fromTemplateText(templateText("qwen3"));
   EXPECT_EQ(t.family(), ChatFamily::kQwen3);
