@@ -17,7 +17,8 @@ int32_t argmax(const float* row, int64_t n) {
 PlainDecoder::PlainDecoder(model::TargetModel& target, kv::KvCacheManager& cache)
     : target_(target), cache_(cache) {}
 
-std::vector<GenerationResult> PlainDecoder::generate(const std::vector<GenerationRequest>& requests) {
+std::vector<GenerationResult> PlainDecoder::generate(const std::vector<GenerationRequest>& requests,
+                                                     const TokenCallback& onToken) {
   const int32_t n = static_cast<int32_t>(requests.size());
   ES_CHECK_ARG(cache_.activeCount() == 0, "PlainDecoder::generate", "active slots",
                cache_.activeCount(), "must be 0: the cache must be empty");
@@ -76,6 +77,7 @@ std::vector<GenerationResult> PlainDecoder::generate(const std::vector<Generatio
       const GenerationRequest& q = requests[static_cast<size_t>(r)];
       const int32_t token = next[static_cast<size_t>(r)];
       res.tokens.push_back(token);
+      if (onToken) onToken(r, token);
       if (std::find(q.stopTokens.begin(), q.stopTokens.end(), token) != q.stopTokens.end()) {
         res.finish = FinishReason::kStop;
         keep[static_cast<size_t>(slot)] = 0;

@@ -7,6 +7,7 @@
 // model's maxTokens are prefilled in chunks; finished sequences retire and the batch compacts
 // through the KV cache manager (page-table rows move, KV data does not).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,12 @@ class PlainDecoder {
   // `cache` must be empty (no active slots), its pools in the backend's memory space.
   PlainDecoder(model::TargetModel& target, kv::KvCacheManager& cache);
 
+  // Called with (request index, token) as each token is generated, e.g. to stream text.
+  using TokenCallback = std::function<void(int32_t request, int32_t token)>;
+
   // Greedy (argmax, ties to the lower index). At most cache.maxBatchSize() requests.
-  std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests);
+  std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests,
+                                         const TokenCallback& onToken = {});
 
  private:
   model::TargetModel& target_;

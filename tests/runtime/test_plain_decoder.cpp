@@ -48,7 +48,10 @@ TEST_P(PlainDecoderCpu, GreedyMatchesTransformersWithStopAndCompaction) {
   GenerationRequest b{meta["prompts"]["b"], static_cast<int32_t>(greedyB.size()), {stop}};
   // c: the same prompt as a but only 2 tokens: it retires first, before a and b.
   GenerationRequest c{meta["prompts"]["a"], 2, {}};
-  const std::vector<GenerationResult> out = decoder.generate({c, a, b});
+  std::vector<std::vector<int32_t>> streamed(3);
+  const std::vector<GenerationResult> out =
+      decoder.generate({c, a, b}, [&](int32_t r, int32_t token) { streamed[static_cast<size_t>(r)].push_back(token); });
+  for (size_t r = 0; r < 3; ++r) EXPECT_EQ(streamed[r], out[r].tokens) << "request " << r;
 
   EXPECT_EQ(out[0].tokens, std::vector<int32_t>(greedyA.begin(), greedyA.begin() + 2));
   EXPECT_EQ(out[0].finish, FinishReason::kLength);
