@@ -13,9 +13,11 @@ namespace es::tokenizer {
 // implemented by hand over Unicode categories, as the regex engines of the standard library do
 // not know \p{L} / \p{N}.
 enum class PreTokenizer : uint8_t {
-  kGpt2,    // GPT-2 / SmolLM2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+  kGpt2,    // GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
   kLlama3,  // Llama-3: case-insensitive contractions, [^\r\n\p{L}\p{N}]?\p{L}+, \p{N}{1,3}, ...
   kQwen2,   // Qwen2/Qwen3: as Llama-3 but single digits \p{N}
+  kSmolLm,  // SmolLM/SmolLM2: every \p{N} isolated (Digits, individual), then the GPT-2 rule on
+            // the rest; GGUF tokenizer.ggml.pre "smollm"
 };
 
 struct AddedToken {
@@ -33,6 +35,9 @@ struct TokenizerSpec {
   std::optional<int32_t> bosId, eosId, padId;
   bool addBos = false;               // prepend bos when encoding a prompt
   std::string chatTemplate;          // the model's Jinja chat template, if shipped
+  // A pre-token that is itself in the vocabulary becomes that token without running the merges
+  // (tokenizer.json model.ignore_merges; Llama-3, GGUF tokenizer.ggml.pre "llama-bpe"/"llama3").
+  bool ignoreMerges = false;
 };
 
 }  // namespace es::tokenizer
