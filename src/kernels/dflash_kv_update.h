@@ -20,7 +20,8 @@ namespace es::kernel {
 // es::kv::kMaxKvPoolPages (largest K-page count whose V ids k + numPages stay positive int32),
 // both from kv/page_geometry.h (spec §1.1).
 
-// T is the cache element type: es::fp16 (the seed's `half`) or es::bf16.
+// T is the cache element type: es::fp16 (the seed's `half`) or es::bf16; float only for the CPU
+// reference (the CPU backend keeps its KV cache in f32; the CUDA kernel has no f32 instance).
 template <typename T>
 struct DFlashTargetKVCacheUpdateParams {
   const T* kDelta = nullptr;                     // [numDeltaTokens, numKVHeads, headDim] T, k-normed, no RoPE
@@ -41,11 +42,14 @@ struct DFlashTargetKVCacheUpdateParams {
 
 using DFlashKvUpdateParamsF16 = DFlashTargetKVCacheUpdateParams<fp16>;
 using DFlashKvUpdateParamsBF16 = DFlashTargetKVCacheUpdateParams<bf16>;
+// CPU backend only (ref::dflashTargetKVCacheUpdate); the CUDA backend rejects it.
+using DFlashKvUpdateParamsF32 = DFlashTargetKVCacheUpdateParams<float>;
 
 // Host validation (every build). Throws es::InvalidArgument naming launchDFlashTargetKVCacheUpdate,
 // the argument, its value and the limit. Returns false when the call is a no-op (T or B is 0).
 bool validate(const DFlashKvUpdateParamsF16& p);
 bool validate(const DFlashKvUpdateParamsBF16& p);
+bool validate(const DFlashKvUpdateParamsF32& p);
 
 // Validates, then launches one kernel on `stream` (CUDA builds only).
 void launchDFlashTargetKVCacheUpdate(const DFlashKvUpdateParamsF16& p, cudaStream_t stream);
@@ -81,5 +85,7 @@ namespace es::ref {
 // fp32 math (k*cos - k'*sin with two products and one add), one rounding to the cache type.
 void dflashTargetKVCacheUpdate(const kernel::DFlashKvUpdateParamsF16& p);
 void dflashTargetKVCacheUpdate(const kernel::DFlashKvUpdateParamsBF16& p);
+// f32 cache (the CPU backend's): the same fp32 math; the final rounding is the identity.
+void dflashTargetKVCacheUpdate(const kernel::DFlashKvUpdateParamsF32& p);
 
 }  // namespace es::ref

@@ -43,6 +43,7 @@ bool validate_impl(const DFlashTargetKVCacheUpdateParams<T>& p) {
 
 bool validate(const DFlashKvUpdateParamsF16& p) { return validate_impl(p); }
 bool validate(const DFlashKvUpdateParamsBF16& p) { return validate_impl(p); }
+bool validate(const DFlashKvUpdateParamsF32& p) { return validate_impl(p); }
 
 void checkDFlashRopeCapacity(int32_t cosSinSeqLen, int32_t kvCapacity) {
   ES_CHECK_ARG(cosSinSeqLen <= kvCapacity, "checkDFlashRopeCapacity", "cosSinSeqLen", cosSinSeqLen,

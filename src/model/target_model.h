@@ -72,6 +72,13 @@ class TargetModel {
   // backend's memory space). Host in, host out: tests and simple callers.
   ForwardResult forward(const ForwardBatch& batch, kv::KvCacheManager& cache);
 
+  // Backend memory the DFlash draft reads (no copies): the last forward's taps
+  // [numTaps, T, H] in the compute dtype (T = that forward's rows; valid until the next
+  // forward), the embedding table [V, H] and the lm_head [V, H] (the embedding when tied).
+  const void* tapsDevice() const { return taps_.data(); }
+  const void* embeddingTable() const { return embed_.data(); }
+  const void* lmHeadWeight() const { return lmHead_.bytes() ? lmHead_.data() : embed_.data(); }
+
  private:
   void loadWeights(const std::filesystem::path& dir);
   void allocateWorkspace();

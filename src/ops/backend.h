@@ -9,6 +9,7 @@
 
 #include "common/buffer.h"
 #include "kernels/argmax.h"
+#include "kernels/dflash_kv_update.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/paged_attention.h"
@@ -45,6 +46,12 @@ class Backend {
   virtual void swiglu(const kernel::SwigluParams& p) = 0;
   virtual void linear(const kernel::LinearParams& p) = 0;
   virtual void argmax(const ArgmaxParams& p) = 0;
+  // DFlash target-context K/V write into the draft cache (spec §2.1), one overload per cache
+  // element type. CPU: the reference for all three; CUDA: the kernel for fp16/bf16 and an
+  // InvalidArgument for f32 (the f32 cache is the CPU backend's).
+  virtual void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32& p) = 0;
+  virtual void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF16& p) = 0;
+  virtual void dflashKvUpdate(const kernel::DFlashKvUpdateParamsBF16& p) = 0;
 };
 
 std::unique_ptr<Backend> makeCpuBackend();

@@ -32,6 +32,9 @@ class CpuBackend final : public Backend {
   void swiglu(const kernel::SwigluParams& p) override { ref::swiglu(p); }
   void linear(const kernel::LinearParams& p) override { ref::linear(p); }
   void argmax(const ArgmaxParams& p) override { ref::argmax_rows(p); }
+  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32& p) override { ref::dflashTargetKVCacheUpdate(p); }
+  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF16& p) override { ref::dflashTargetKVCacheUpdate(p); }
+  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsBF16& p) override { ref::dflashTargetKVCacheUpdate(p); }
 };
 
 }  // namespace

@@ -59,6 +59,16 @@ class CudaBackend final : public Backend {
   void swiglu(const kernel::SwigluParams& p) override { kernel::launchSwiglu(p, stream_); }
   void linear(const kernel::LinearParams& p) override { kernel::launchLinear(p, *linear_, stream_); }
   void argmax(const ArgmaxParams& p) override { kernel::argmax_rows(p, stream_); }
+  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32&) override {
+    ES_THROW(InvalidArgument, "CudaBackend::dflashKvUpdate: argument 'dtype' = f32 is not supported: "
+             "launchDFlashTargetKVCacheUpdate writes fp16/bf16 caches only (f32 is the CPU backend's)");
+  }
+  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF16& p) override {
+    kernel::launchDFlashTargetKVCacheUpdate(p, stream_);
+  }
+  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsBF16& p) override {
+    kernel::launchDFlashTargetKVCacheUpdate(p, stream_);
+  }
 
  private:
   cudaStream_t stream_ = nullptr;

@@ -8,8 +8,10 @@ namespace {
 
 inline float load(fp16 v) { return to_float(v); }
 inline float load(bf16 v) { return to_float(v); }
+inline float load(float v) { return v; }
 inline void store(fp16& dst, float v) { dst = to_fp16(v); }
 inline void store(bf16& dst, float v) { dst = to_bf16(v); }
+inline void store(float& dst, float v) { dst = v; }
 
 template <typename T>
 void update(const kernel::DFlashTargetKVCacheUpdateParams<T>& p) {
@@ -61,5 +63,6 @@ void update(const kernel::DFlashTargetKVCacheUpdateParams<T>& p) {
 
 void dflashTargetKVCacheUpdate(const kernel::DFlashKvUpdateParamsF16& p) { update(p); }
 void dflashTargetKVCacheUpdate(const kernel::DFlashKvUpdateParamsBF16& p) { update(p); }
+void dflashTargetKVCacheUpdate(const kernel::DFlashKvUpdateParamsF32& p) { update(p); }
 
 }  // namespace es::ref
