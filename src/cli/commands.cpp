@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/convert.h"
 #include "cli/inspect.h"
 
 namespace es::cli {
@@ -11,6 +12,7 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "edgespec 0.1.0");
   addInspectCommand(app);
+  addConvertCommand(app);
   // Errors from a subcommand propagate to main(), which prints one line and exits non-zero.
   CLI11_PARSE(app, argc, argv);
   return 0;
