@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/vocab_test_support.h"
 
@@ -40,6 +41,18 @@ void checkVocab(const std::string& name, size_t expectedCases) {
 }
 
 TEST(TokenizerVectors, Qwen2) { checkVocab("qwen2", 46); }
+// Qwen3 shares Qwen2's vocabulary, merges and pre-tokenizer: the same expected ids through the
+// committed tokenizer.json checks the JSON loader end to end.
+TEST(TokenizerVectors, Qwen2InputsThroughQwen3TokenizerJson) {
+  const std::filesystem::path gguf = test::vectorsDir() / "ggml-vocab-qwen2.gguf";
+  ASSERT_TRUE(std::filesystem::exists(gguf.string() + ".inp"))
+      << gguf << ".inp is missing: run tools/fetch_tokenizer_vectors.sh";
+  const BpeTokenizer tok(loadTokenizerJson(std::filesystem::path(test::test_data_dir()) / "tokenizer" /
+                                           "qwen3" / "tokenizer.json"));
+  for (const test::VocabTest& c : test::readVocabTests(gguf))
+    EXPECT_EQ(tok.encode(c.text, false), c.ids) << "input '" << c.text << "'";
+}
+
 TEST(TokenizerVectors, Gpt2) { checkVocab("gpt-2", 46); }
 TEST(TokenizerVectors, Llama3) { checkVocab("llama-bpe", 46); }
 
