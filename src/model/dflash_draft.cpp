@@ -503,6 +503,13 @@ void DFlashDraft::appendContext(const void* taps, const std::vector<int32_t>& po
   appendContext(DraftContextDelta{taps, d, d + T, T}, cache);
 }
 
+void DFlashDraft::appendContext(const TargetModel& target, const std::vector<int32_t>& positions,
+                                const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache) {
+  ES_CHECK_ARG(target.tapLayers() == taps_, "DFlashDraft::appendContext", "target tapLayers",
+               listOf(target.tapLayers()), "must be the draft's taps ", listOf(taps_));
+  appendContext(target.tapsDevice(), positions, tokenToSequence, cache);
+}
+
 void DFlashDraft::appendContextFromHost(const std::vector<float>& taps, const std::vector<int32_t>& positions,
                                         const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache) {
   const int64_t n = static_cast<int64_t>(taps_.size()) * static_cast<int64_t>(positions.size()) * config_.hidden_size;

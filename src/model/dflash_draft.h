@@ -111,6 +111,9 @@ class DFlashDraft {
   // Taps already in backend memory ([numTaps, T, H], T = positions.size()):
   void appendContext(const void* taps, const std::vector<int32_t>& positions,
                      const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache);
+  // The same with the taps of `target`'s last forward (the runtime's DraftProposer shape).
+  void appendContext(const TargetModel& target, const std::vector<int32_t>& positions,
+                     const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache);
   // Taps on the host as floats ([numTaps, T, H], e.g. ForwardResult::taps or a slice of it):
   void appendContextFromHost(const std::vector<float>& taps, const std::vector<int32_t>& positions,
                              const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache);

@@ -316,7 +316,7 @@ TEST_P(DFlashDraftCpu, ProposalMatchesDoubleReference) {
   const Prefill p = prefill(target, cache, {a, lng});
   const int64_t T = static_cast<int64_t>(p.batch.tokens.size()), H = spec.hidden;
   // Delta = the prefill's own rows (row r of the delta reads row r of the taps).
-  draft.appendContext(target.tapsDevice(), p.batch.positions, p.batch.tokenToSequence, cache);
+  draft.appendContext(target, p.batch.positions, p.batch.tokenToSequence, cache);
   const std::vector<int32_t> anchors{17, 251};
   const std::vector<int32_t> starts{static_cast<int32_t>(a.size()), static_cast<int32_t>(lng.size())};
   const DraftProposal out = draft.propose(anchors, starts, cache, /*wantLogits=*/true);
