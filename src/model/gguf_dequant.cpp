@@ -68,6 +68,7 @@ void dequantizeToF32(uint32_t type, std::span<const uint8_t> src, std::span<floa
                                           : std::to_string(n / traits->block_elems * traits->block_bytes) + " bytes",
              " but ", src.size(), " bytes were given");
   }
+  if (n == 0) return;  // an empty tensor: the spans may hold null pointers (no memcpy on them)
   const size_t blocks = static_cast<size_t>(n / traits->block_elems);
   const uint8_t* s = src.data();
   float* d = dst.data();

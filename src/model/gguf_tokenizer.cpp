@@ -6,10 +6,11 @@
 namespace es::model {
 
 bool preTokenizerFromGgufName(std::string_view pre, tokenizer::PreTokenizer* out) {
-  // "smollm" is llama.cpp's StarCoder-style family: the GPT-2 regex after splitting every digit
-  // on its own. TokenizerSpec has no separate value for that yet (see docs/gguf.md).
-  if (pre == "gpt2" || pre == "smollm") {
+  // "smollm" is llama.cpp's StarCoder-style family: every digit split off, then the GPT-2 regex.
+  if (pre == "gpt2") {
     *out = tokenizer::PreTokenizer::kGpt2;
+  } else if (pre == "smollm") {
+    *out = tokenizer::PreTokenizer::kSmolLm;
   } else if (pre == "llama-bpe" || pre == "llama3") {
     *out = tokenizer::PreTokenizer::kLlama3;
   } else if (pre == "qwen2") {
@@ -34,6 +35,8 @@ tokenizer::TokenizerSpec tokenizerSpecFromGguf(const GgufHeader& h) {
              " is an unsupported pre-tokenizer (supported: gpt2, smollm, llama-bpe, qwen2)");
   }
   spec.nfc = spec.preTokenizer == tokenizer::PreTokenizer::kQwen2;  // Qwen2's tokenizer.json normalises NFC
+  // Llama-3's tokenizer.json sets model.ignore_merges (llama.cpp: ignore_merges for llama-bpe).
+  spec.ignoreMerges = spec.preTokenizer == tokenizer::PreTokenizer::kLlama3;
 
   spec.vocab = h.getStringArray("tokenizer.ggml.tokens");
   const auto n = static_cast<int64_t>(spec.vocab.size());
@@ -130,7 +133,6 @@ std::optional<std::string> tokenText(const tokenizer::TokenizerSpec& spec, std::
 
 json hfTokenizerJson(const GgufHeader& header) {
   const tokenizer::TokenizerSpec spec = tokenizerSpecFromGguf(header);
-  const std::string pre = header.getString("tokenizer.ggml.pre");  // validated by the call above
 
   json vocab = json::object();
   size_t duplicates = 0;
@@ -152,7 +154,7 @@ json hfTokenizerJson(const GgufHeader& header) {
   }
 
   json pre_tokenizer;
-  if (pre == "smollm") {
+  if (spec.preTokenizer == tokenizer::PreTokenizer::kSmolLm) {
     pre_tokenizer = {{"type", "Sequence"},
                      {"pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", true}},
                                                     byteLevel(false, true, true)})}};
@@ -182,7 +184,7 @@ json hfTokenizerJson(const GgufHeader& header) {
                 {"end_of_word_suffix", nullptr},
                 {"fuse_unk", false},
                 {"byte_fallback", false},
-                {"ignore_merges", spec.preTokenizer == tokenizer::PreTokenizer::kLlama3},
+                {"ignore_merges", spec.ignoreMerges},
                 {"vocab", std::move(vocab)},
                 {"merges", std::move(merges)}};
   return {{"version", "1.0"},

@@ -2,8 +2,9 @@
 // The byte-level BPE tokenizer description of a GGUF file, from its tokenizer.ggml.* metadata:
 //   tokenizer.ggml.model       must be "gpt2" (byte-level BPE; SentencePiece "llama" vocabularies
 //                              are not supported and say so)
-//   tokenizer.ggml.pre         the pre-tokenizer family: "gpt2", "smollm" -> kGpt2;
-//                              "llama-bpe" -> kLlama3; "qwen2" -> kQwen2 (+ NFC); others an error
+//   tokenizer.ggml.pre         the pre-tokenizer family: "gpt2" -> kGpt2, "smollm" -> kSmolLm,
+//                              "llama-bpe" -> kLlama3 (+ ignoreMerges), "qwen2" -> kQwen2 (+ NFC);
+//                              others an error
 //   tokenizer.ggml.tokens      id -> token string (already in the GPT-2 byte alphabet)
 //   tokenizer.ggml.merges      "left right" strings in rank order
 //   tokenizer.ggml.token_type  1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte:

@@ -17,6 +17,7 @@
 #include "model/safetensors_test_writer.h"
 #include "model/weight_names.h"
 #include "model/weight_store.h"
+#include "tokenizer/bpe_tokenizer.h"
 
 namespace es::model {
 namespace {
@@ -343,6 +344,13 @@ TEST(GgufConvert, RealSmolLM2) {
   EXPECT_EQ(spec.addedTokens.size(), 17u);
   EXPECT_EQ(spec.vocab[2], "<|im_end|>");
   EXPECT_NE(spec.chatTemplate.find("<|im_start|>"), std::string::npos);
+  // Ids from Hugging Face `tokenizers` on the converted tokenizer.json (an independent
+  // implementation): digits split one by one, special tokens matched first.
+  const tokenizer::BpeTokenizer tok(spec);
+  EXPECT_EQ(tok.encode("Hello world, it's 2024!"),
+            (std::vector<int32_t>{19556, 905, 28, 357, 506, 216, 34, 32, 34, 36, 17}));
+  EXPECT_EQ(tok.encode("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"),
+            (std::vector<int32_t>{1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198}));
 
   test::TempDir dir;
   const ConvertReport r = convertGgufToHf(path, dir / "hf");

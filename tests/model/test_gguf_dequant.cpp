@@ -124,6 +124,8 @@ TEST(GgufDequant, ErrorsNameTensorAndType) {
   std::vector<float> out33(33);
   std::vector<uint8_t> q4(40);
   EXPECT_THROW(dequantizeToF32(static_cast<uint32_t>(GgmlType::kQ4_1), q4, out33, "x"), FormatError);
+  // Empty tensors (null spans) are fine (found by the fuzzer: memcpy on a null pointer).
+  EXPECT_NO_THROW(dequantizeToF32(static_cast<uint32_t>(GgmlType::kF32), {}, {}, "empty"));
   EXPECT_TRUE(ggmlTypeDequantizable(static_cast<uint32_t>(GgmlType::kQ4_1)));
   EXPECT_FALSE(ggmlTypeDequantizable(static_cast<uint32_t>(GgmlType::kQ4_K)));
 }

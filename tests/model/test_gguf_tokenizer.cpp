@@ -43,8 +43,9 @@ TEST(GgufTokenizer, FillsSpec) {
   EXPECT_TRUE(spec.addedTokens[0].special);
   EXPECT_EQ(spec.addedTokens[2].id, 6);
   EXPECT_FALSE(spec.addedTokens[2].special);  // user-defined
-  EXPECT_EQ(spec.preTokenizer, tokenizer::PreTokenizer::kGpt2);
+  EXPECT_EQ(spec.preTokenizer, tokenizer::PreTokenizer::kSmolLm);
   EXPECT_FALSE(spec.nfc);
+  EXPECT_FALSE(spec.ignoreMerges);
   EXPECT_EQ(spec.bosId, 1);
   EXPECT_EQ(spec.eosId, 0);
   EXPECT_EQ(spec.padId, 0);
@@ -54,7 +55,9 @@ TEST(GgufTokenizer, FillsSpec) {
 
 TEST(GgufTokenizer, PreTokenizerFamilies) {
   EXPECT_EQ(specOf(vocabFile("gpt2")).preTokenizer, tokenizer::PreTokenizer::kGpt2);
-  EXPECT_EQ(specOf(vocabFile("llama-bpe")).preTokenizer, tokenizer::PreTokenizer::kLlama3);
+  const auto llama3 = specOf(vocabFile("llama-bpe"));
+  EXPECT_EQ(llama3.preTokenizer, tokenizer::PreTokenizer::kLlama3);
+  EXPECT_TRUE(llama3.ignoreMerges);
   const auto qwen = specOf(vocabFile("qwen2"));
   EXPECT_EQ(qwen.preTokenizer, tokenizer::PreTokenizer::kQwen2);
   EXPECT_TRUE(qwen.nfc);

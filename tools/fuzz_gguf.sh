@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Fuzz the GGUF reader with libFuzzer + ASan + UBSan for a bounded time.
+#
+#   tools/fuzz_gguf.sh [SECONDS]       (default 60; or FUZZ_SECONDS)
+#
+# Builds tests/fuzz/fuzz_gguf_header.cpp with clang++ directly (the main CMake build does
+# not need clang), then runs it over a scratch copy of tests/fuzz/gguf_corpus (new inputs stay out of
+# the repository). Exits non-zero on a crash, sanitizer report, leak or timeout; the reproducer is
+# left in $FUZZ_BUILD_DIR (default build-fuzz/) as crash-*/leak-*/timeout-*.
+# Installs clang with apt-get when no clang++ is found (needs root or sudo).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+seconds="${1:-${FUZZ_SECONDS:-60}}"
+out="${FUZZ_BUILD_DIR:-$root/build-fuzz-gguf}"
+mkdir -p "$out"
+
+find_clang() {
+  local c
+  for c in ${FUZZ_CXX:-} clang++ clang++-19 clang++-18 clang++-17 clang++-16 clang++-15 clang++-14; do
+    if command -v "$c" >/dev/null 2>&1; then command -v "$c"; return 0; fi
+  done
+  return 1
+}
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+cxx="$(find_clang || true)"
+if [ -z "$cxx" ]; then
+  echo "fuzz_gguf: no clang++ found, installing clang with apt-get" >&2
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq clang >/dev/null
+  cxx="$(find_clang)"
+fi
+
+# The fuzzer runtime ships separately on some Debian/Ubuntu releases (libclang-rt-N-dev).
+probe="$out/probe.cpp"
+printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' >"$probe"
+if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe" -o "$out/probe" >/dev/null 2>&1; then
+  major="$("$cxx" -dumpversion | cut -d. -f1)"
+  echo "fuzz_gguf: $cxx cannot link -fsanitize=fuzzer; installing libclang-rt-$major-dev" >&2
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq "libclang-rt-$major-dev" >/dev/null
+  "$cxx" -fsanitize=fuzzer,address,undefined "$probe" -o "$out/probe"
+fi
+
+# nlohmann/json headers: the system's, else the project's staged copy (.deps).
+# (The system include directories are searched anyway; naming /usr/include with -isystem would
+# reorder them and break libstdc++'s #include_next <stdlib.h>.)
+json_flags=()
+if [ -f /usr/include/nlohmann/json.hpp ] || [ -f /usr/local/include/nlohmann/json.hpp ]; then
+  :
+elif [ -f "$root/.deps/include/nlohmann/json.hpp" ]; then
+  json_flags=(-isystem "$root/.deps/include")
+else
+  echo "fuzz_gguf: nlohmann/json.hpp not found (tools/install_deps.sh installs it)" >&2
+  exit 2
+fi
+
+bin="$out/fuzz_gguf_header"
+echo "fuzz_gguf: building $bin with $cxx" >&2
+"$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer \
+  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -I"$root/src" "${json_flags[@]}" \
+  "$root/tests/fuzz/fuzz_gguf_header.cpp" \
+  "$root/src/model/gguf.cpp" \
+  "$root/src/model/gguf_dequant.cpp" \
+  "$root/src/model/gguf_tokenizer.cpp" \
+  "$root/src/common/logging.cpp" \
+  -o "$bin"
+
+work_corpus="$out/corpus"
+mkdir -p "$work_corpus"
+cp -n "$root"/tests/fuzz/gguf_corpus/* "$work_corpus"/ 2>/dev/null || true
+
+echo "fuzz_gguf: fuzzing for ${seconds}s" >&2
+ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:allocator_may_return_null=1" \
+UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
+"$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  -dict="$root/tests/fuzz/gguf.dict" -artifact_prefix="$out/" -print_final_stats=1 \
+  "$work_corpus" "$root/tests/fuzz/gguf_corpus"
+echo "fuzz_gguf: no findings in ${seconds}s" >&2
