@@ -58,8 +58,7 @@ void addConvertCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "convert", "Write a Hugging Face model folder (config.json, model.safetensors, tokenizer.json) from a GGUF file");
   cmd->add_option("gguf", args->gguf, "GGUF file (llama, qwen2 or qwen3; F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors)")
-      ->required()
-      ->check(CLI::ExistingFile);
+      ->required();  // a missing file is GgufFile::open's error: one line, exit 1, like every other
   cmd->add_option("out_dir", args->out_dir, "Output folder (created if absent; its model files are replaced)")
       ->required();
   cmd->add_option("--dtype", args->dtype, "Weight type written: bf16 or f32 (f32 is exact)")
