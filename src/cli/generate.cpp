@@ -30,6 +30,10 @@ struct GenerateOptions {
   std::string system;
   int32_t maxNewTokens = 128;
   std::string backend = "auto";
+  float temperature = 0.0f;  // 0: greedy
+  int32_t topK = 0;
+  float topP = 1.0f;
+  uint64_t seed = 0;
   bool raw = false;        // no chat template
   bool noThink = false;    // Qwen3: enable_thinking = false
   bool json = false;
@@ -114,7 +118,8 @@ void runGenerate(const GenerateOptions& o) {
   std::string answer;
   std::chrono::steady_clock::time_point firstToken;
   int32_t generated = 0;
-  const runtime::GenerationRequest request{prompt, o.maxNewTokens, stopTokens(tok, target.config())};
+  const runtime::GenerationRequest request{prompt, o.maxNewTokens, stopTokens(tok, target.config()),
+                                           {o.temperature, o.topK, o.topP, o.seed}};
   const runtime::GenerationResult result = decoder.generate({request}, [&](int32_t, int32_t id) {
     if (generated++ == 0) firstToken = std::chrono::steady_clock::now();
     const std::string piece = stream.push(id);
@@ -162,6 +167,13 @@ void addGenerateCommand(CLI::App& app) {
   cmd->add_option("--backend", options->backend, "auto (GPU if present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--temperature", options->temperature, "Sampling temperature (0 = greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", options->topK, "Keep the k most likely tokens (0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", options->topP, "Nucleus: keep the smallest set of mass p (1 = off)")
+      ->capture_default_str();
+  cmd->add_option("--seed", options->seed, "Seed of the request-stable sampler")->capture_default_str();
   cmd->add_flag("--raw", options->raw, "Use the prompt as raw text (no chat template)");
   cmd->add_flag("--no-think", options->noThink, "Qwen3: disable thinking (enable_thinking=false)");
   cmd->add_flag("--json", options->json, "Print one JSON object (text, tokens, timings) on stdout");

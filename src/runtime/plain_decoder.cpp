@@ -4,12 +4,32 @@
 #include <string>
 
 #include "common/errors.h"
+#include "kernels/sampling.h"
 
 namespace es::runtime {
 namespace {
 
 int32_t argmax(const float* row, int64_t n) {
   return static_cast<int32_t>(std::max_element(row, row + n) - row);  // first maximum
+}
+
+// The token that follows position `lastPosition`, chosen from f32 logits `row` [vocab].
+int32_t chooseToken(const float* row, int64_t vocab, const SamplingConfig& s, int64_t lastPosition) {
+  if (s.temperature < 1e-3f) return argmax(row, vocab);
+  SamplingParams p;
+  p.logits = row;
+  p.logits_dtype = DType::kF32;
+  p.batch = 1;
+  p.vocab = static_cast<int32_t>(vocab);
+  p.temperature = s.temperature;
+  p.top_k = s.topK;
+  p.top_p = s.topP;
+  p.seeds = &s.seed;
+  p.positions = &lastPosition;
+  int32_t token = -1;
+  p.tokens = &token;
+  ref::sample_rows(p);
+  return token;
 }
 
 }  // namespace
@@ -30,6 +50,10 @@ std::vector<GenerationResult> PlainDecoder::generate(const std::vector<Generatio
     ES_CHECK_ARG(!q.prompt.empty(), "PlainDecoder::generate", name + ".prompt.size()", 0, "must be > 0");
     ES_CHECK_ARG(q.maxNewTokens >= 1, "PlainDecoder::generate", name + ".maxNewTokens",
                  q.maxNewTokens, "must be >= 1");
+    ES_CHECK_ARG(q.sampling.temperature >= 0.0f, "PlainDecoder::generate",
+                 name + ".sampling.temperature", q.sampling.temperature, "must be >= 0");
+    ES_CHECK_ARG(q.sampling.topP > 0.0f && q.sampling.topP <= 1.0f, "PlainDecoder::generate",
+                 name + ".sampling.topP", q.sampling.topP, "must be in (0, 1]");
     const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens;
     ES_CHECK_ARG(total <= std::min(cache_.capacity(), target_.maxPositions()),
                  "PlainDecoder::generate", name + " prompt + maxNewTokens", total,
@@ -63,7 +87,10 @@ std::vector<GenerationResult> PlainDecoder::generate(const std::vector<Generatio
       if (first + count == L) b.logitRows = {count - 1};
       const model::ForwardResult out = target_.forward(b, cache_);
       cache_.commitBase(slot, count);
-      if (first + count == L) next[static_cast<size_t>(r)] = argmax(out.logits.data(), V);
+      if (first + count == L) {
+        next[static_cast<size_t>(r)] =
+            chooseToken(out.logits.data(), V, requests[static_cast<size_t>(r)].sampling, L - 1);
+      }
     }
   }
 
@@ -110,8 +137,11 @@ std::vector<GenerationResult> PlainDecoder::generate(const std::vector<Generatio
     }
     const model::ForwardResult out = target_.forward(step, cache_);
     for (int32_t s = 0; s < B; ++s) {
+      const int32_t r = requestOfSlot[static_cast<size_t>(s)];
+      const int64_t position = cache_.baseLength(s);  // of the token just fed
       cache_.commitBase(s, 1);
-      next[static_cast<size_t>(requestOfSlot[static_cast<size_t>(s)])] = argmax(out.logits.data() + s * V, V);
+      next[static_cast<size_t>(r)] =
+          chooseToken(out.logits.data() + s * V, V, requests[static_cast<size_t>(r)].sampling, position);
     }
   }
   return results;

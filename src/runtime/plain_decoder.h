@@ -16,10 +16,22 @@
 
 namespace es::runtime {
 
+// How the next token is chosen (spec §3). temperature < 1e-3 is greedy (argmax, ties to the
+// lower index); otherwise top-k / top-p filtered sampling with request-stable uniforms:
+// the token after position s uses request_uniform(seed, s, kTarget, 0), so a request's output
+// depends only on its own prompt, settings and seed, never on its batch-mates.
+struct SamplingConfig {
+  float temperature = 0.0f;
+  int32_t topK = 0;     // <= 0: off
+  float topP = 1.0f;    // (0, 1]
+  uint64_t seed = 0;
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;       // non-empty
   int32_t maxNewTokens = 0;          // >= 1
   std::vector<int32_t> stopTokens;   // generation ends after emitting one of these
+  SamplingConfig sampling;           // default: greedy
 };
 
 enum class FinishReason { kLength, kStop };
@@ -37,7 +49,7 @@ class PlainDecoder {
   // Called with (request index, token) as each token is generated, e.g. to stream text.
   using TokenCallback = std::function<void(int32_t request, int32_t token)>;
 
-  // Greedy (argmax, ties to the lower index). At most cache.maxBatchSize() requests.
+  // At most cache.maxBatchSize() requests; each chooses tokens by its own SamplingConfig.
   std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests,
                                          const TokenCallback& onToken = {});
 

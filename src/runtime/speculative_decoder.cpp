@@ -48,6 +48,10 @@ std::vector<GenerationResult> SpeculativeDecoder::generate(
     const std::string name = "requests[" + std::to_string(r) + "]";
     ES_CHECK_ARG(!q.prompt.empty(), where, name + ".prompt.size()", 0, "must be > 0");
     ES_CHECK_ARG(q.maxNewTokens >= 1, where, name + ".maxNewTokens", q.maxNewTokens, "must be >= 1");
+    ES_CHECK_ARG(q.sampling.temperature < 1e-3f, where, name + ".sampling.temperature",
+                 q.sampling.temperature,
+                 "must be < 1e-3: this decoder is greedy (sampled speculative decoding, spec §3.7, "
+                 "is not wired into the loop yet)");
     // Verify writes BS rows past the committed length (spec §6, capacity).
     const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens + BS;
     ES_CHECK_ARG(total <= std::min(cache_.capacity(), target_.maxPositions()), where,

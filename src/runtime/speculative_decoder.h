@@ -1,5 +1,5 @@
 #pragma once
-// Greedy speculative decoding (spec §6) with any DraftProposer: prefill, round 0, then
+// Greedy speculative decoding (spec §6; requests must be greedy) with any DraftProposer: prefill, round 0, then
 // verify -> accept -> commit -> draft, per sequence, for a batch of requests. Lossless: the
 // output equals PlainDecoder's token for token on the CPU backend.
 //

@@ -41,13 +41,13 @@ TEST_P(PlainDecoderCpu, GreedyMatchesTransformersWithStopAndCompaction) {
   PlainDecoder decoder(target, cache);
 
   const std::vector<int32_t> greedyA = meta["greedy"]["a"], greedyB = meta["greedy"]["b"];
-  GenerationRequest a{meta["prompts"]["a"], static_cast<int32_t>(greedyA.size()), {}};
+  GenerationRequest a{meta["prompts"]["a"], static_cast<int32_t>(greedyA.size()), {}, {}};
   // b stops at its 4th token (if that token appears earlier, at its first occurrence).
   const int32_t stop = greedyB[3];
   const size_t stopAt = static_cast<size_t>(std::find(greedyB.begin(), greedyB.end(), stop) - greedyB.begin());
-  GenerationRequest b{meta["prompts"]["b"], static_cast<int32_t>(greedyB.size()), {stop}};
+  GenerationRequest b{meta["prompts"]["b"], static_cast<int32_t>(greedyB.size()), {stop}, {}};
   // c: the same prompt as a but only 2 tokens: it retires first, before a and b.
-  GenerationRequest c{meta["prompts"]["a"], 2, {}};
+  GenerationRequest c{meta["prompts"]["a"], 2, {}, {}};
   std::vector<std::vector<int32_t>> streamed(3);
   const std::vector<GenerationResult> out =
       decoder.generate({c, a, b}, [&](int32_t r, int32_t token) { streamed[static_cast<size_t>(r)].push_back(token); });
@@ -62,18 +62,51 @@ TEST_P(PlainDecoderCpu, GreedyMatchesTransformersWithStopAndCompaction) {
   EXPECT_EQ(cache.activeCount(), 0);
 }
 
+TEST(PlainDecoder, SampledDecodingIsRequestStableAndSeeded) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
+  const nlohmann::json meta = fixtureMeta("qwen3");
+  GenerationRequest a{meta["prompts"]["a"], 24, {}, {1.5f, 0, 1.0f, 1234}};
+  GenerationRequest b{meta["prompts"]["b"], 24, {}, {0.9f, 50, 0.9f, 99}};
+  auto run = [&](const std::vector<GenerationRequest>& rs) {
+    kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
+    return PlainDecoder(target, cache).generate(rs);
+  };
+  const std::vector<GenerationResult> alone = run({a});
+  const std::vector<GenerationResult> together = run({b, a});
+  // Same request, same seed: the same tokens, whatever runs beside it (spec §3.6).
+  EXPECT_EQ(together[1].tokens, alone[0].tokens);
+  // A hot temperature on a random model leaves greedy: the sampler is really used.
+  const std::vector<int32_t> greedy = meta["greedy"]["a"];
+  EXPECT_NE(std::vector<int32_t>(alone[0].tokens.begin(), alone[0].tokens.begin() + 8),
+            std::vector<int32_t>(greedy.begin(), greedy.begin() + 8));
+  // Another seed gives another continuation.
+  GenerationRequest c = a;
+  c.sampling.seed = 4321;
+  EXPECT_NE(run({c})[0].tokens, alone[0].tokens);
+  // Temperature below 1e-3 is greedy.
+  GenerationRequest g = a;
+  g.sampling.temperature = 0.0005f;
+  g.maxNewTokens = 8;
+  EXPECT_EQ(run({g})[0].tokens, std::vector<int32_t>(greedy.begin(), greedy.begin() + 8));
+}
+
 TEST(PlainDecoder, BadRequestsAreClearErrors) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 8);
   kv::KvCacheManager cache(cacheFor(target, 2), MemorySpace::kHost);
   PlainDecoder decoder(target, cache);
   test::expectInvalidArgument([&] { decoder.generate({}); }, "requests.size()");
-  test::expectInvalidArgument([&] { decoder.generate({{{}, 4, {}}}); }, "requests[0].prompt.size()");
-  test::expectInvalidArgument([&] { decoder.generate({{{1, 2}, 0, {}}}); }, "requests[0].maxNewTokens");
-  test::expectInvalidArgument([&] { decoder.generate({{{1, 2}, 300, {}}}); },
+  test::expectInvalidArgument([&] { decoder.generate({{{}, 4, {}, {}}}); }, "requests[0].prompt.size()");
+  test::expectInvalidArgument([&] { decoder.generate({{{1, 2}, 0, {}, {}}}); }, "requests[0].maxNewTokens");
+  test::expectInvalidArgument([&] { decoder.generate({{{1, 2}, 300, {}, {}}}); },
                               "requests[0] prompt + maxNewTokens");
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 1, {}}, {{1}, 1, {}}, {{1}, 1, {}}}); },
+  test::expectInvalidArgument([&] { decoder.generate({{{1}, 1, {}, {}}, {{1}, 1, {}, {}}, {{1}, 1, {}, {}}}); },
                               "requests.size()");
+  test::expectInvalidArgument([&] { decoder.generate({{{1}, 1, {}, {-1.0f, 0, 1.0f, 0}}}); },
+                              "requests[0].sampling.temperature");
+  test::expectInvalidArgument([&] { decoder.generate({{{1}, 1, {}, {1.0f, 0, 0.0f, 0}}}); },
+                              "requests[0].sampling.topP");
   EXPECT_EQ(cache.activeCount(), 0);  // nothing was admitted by the rejected calls
 }
 

@@ -102,7 +102,7 @@ TEST_P(SpeculativeDecoderCpu, EqualsPlainGreedyForAnyDraftQuality) {
   std::vector<int32_t> prompt(13);
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % V);
 
-  GenerationRequest request{prompt, 40, {}};
+  GenerationRequest request{prompt, 40, {}, {}};
   std::vector<int32_t> truth;
   {
     kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
@@ -138,15 +138,15 @@ TEST(SpeculativeDecoder, StopTokenInsideAnAcceptedBlock) {
   std::vector<int32_t> truth;
   {
     kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
-    truth = PlainDecoder(target, cache).generate({{prompt, 30, {}}})[0].tokens;
+    truth = PlainDecoder(target, cache).generate({{prompt, 30, {}, {}}})[0].tokens;
   }
   const int32_t stop = truth[9];
   const size_t stopAt = static_cast<size_t>(std::find(truth.begin(), truth.end(), stop) - truth.begin());
   kv::KvCacheManager plainCache(cacheFor(target, 1), MemorySpace::kHost);
-  const GenerationResult plain = PlainDecoder(target, plainCache).generate({{prompt, 30, {stop}}})[0];
+  const GenerationResult plain = PlainDecoder(target, plainCache).generate({{prompt, 30, {stop}, {}}})[0];
   kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
   ScriptedProposer proposer(8, static_cast<int32_t>(prompt.size()), truth, 0.0, V);
-  const GenerationResult spec = SpeculativeDecoder(target, proposer, cache).generate({{prompt, 30, {stop}}})[0];
+  const GenerationResult spec = SpeculativeDecoder(target, proposer, cache).generate({{prompt, 30, {stop}, {}}})[0];
   EXPECT_EQ(spec.tokens, plain.tokens);
   EXPECT_EQ(spec.tokens.size(), stopAt + 1);
   EXPECT_EQ(spec.finish, FinishReason::kStop);
@@ -160,10 +160,12 @@ TEST(SpeculativeDecoder, BadRequestsAreClearErrors) {
   ScriptedProposer proposer(8, 1, {1}, 0.0, 384);
   SpeculativeDecoder decoder(target, proposer, cache);
   // Two sequences of 8-row blocks need 16 rows in one verify forward; maxTokens is 8.
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}}, {{2}, 4, {}}}); },
+  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {}}, {{2}, 4, {}, {}}}); },
                               "requests.size() * blockSize");
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 250, {}}}); },
+  test::expectInvalidArgument([&] { decoder.generate({{{1}, 250, {}, {}}}); },
                               "requests[0] prompt + maxNewTokens + blockSize");
+  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {0.8f, 0, 1.0f, 1}}}); },
+                              "requests[0].sampling.temperature");
 }
 
 INSTANTIATE_TEST_SUITE_P(
