@@ -88,6 +88,7 @@ void runGenerate(const GenerateOptions& o) {
   tokenizer::BpeTokenizer tok(tokenizer::loadTokenizerJson(dir / "tokenizer.json"));
 
   std::string text = o.prompt;
+  bool templated = false;
   if (!o.raw) {
     if (tok.spec().chatTemplate.empty()) {
       ES_LOG_WARN("the model ships no chat template: the prompt is used as raw text");
@@ -97,9 +98,14 @@ void runGenerate(const GenerateOptions& o) {
       messages.push_back({"user", o.prompt});
       text = tokenizer::ChatTemplate::fromTemplateText(tok.spec().chatTemplate)
                  .render(messages, true, !o.noThink);
+      templated = true;
     }
   }
-  const std::vector<int32_t> prompt = tok.encodePrompt(text, /*parseSpecial=*/!o.raw);
+  // A rendered chat template already carries the model's begin-of-text marker where it wants one
+  // (Llama-3 writes <|begin_of_text|> itself), as transformers' apply_chat_template does: no
+  // second bos then. Raw prompts get the tokenizer's own bos rule.
+  const std::vector<int32_t> prompt =
+      templated ? tok.encode(text, /*parseSpecial=*/true) : tok.encodePrompt(text, /*parseSpecial=*/false);
   ES_CHECK_ARG(!prompt.empty(), "generate", "--prompt", "\"\"", "encodes to no tokens");
 
   std::fprintf(stderr, "[edgespec] loading %s on the %s backend\n", dir.string().c_str(),

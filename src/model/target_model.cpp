@@ -57,15 +57,14 @@ TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend
 }
 
 std::vector<kv::KvLayerShape> TargetModel::kvLayerShapes() const {
-  std::vector<kv::KvLayerShape> shapes;
-  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const bool sliding = !config_.layer_types.empty() &&
-                         config_.layer_types[static_cast<size_t>(i)] == LayerType::kSlidingAttention;
-    shapes.push_back({static_cast<int32_t>(config_.num_key_value_heads),
-                      static_cast<int32_t>(config_.head_dim),
-                      sliding ? static_cast<int32_t>(config_.sliding_window.value_or(0)) : 0});
-  }
-  return shapes;
+  // Every layer at full capacity: sliding-window layers get their window from the attention mask
+  // (forward sets slidingWindow), while the bounded window pool and its page manager (spec §1.4,
+  // issue 10) are not wired into the forward yet. Planning them into the small pool without that
+  // manager would index it with the full pool's page table.
+  return std::vector<kv::KvLayerShape>(
+      static_cast<size_t>(config_.num_hidden_layers),
+      kv::KvLayerShape{static_cast<int32_t>(config_.num_key_value_heads),
+                       static_cast<int32_t>(config_.head_dim), 0});
 }
 
 void TargetModel::loadWeights(const std::filesystem::path& dir) {
@@ -164,6 +163,8 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
                  "must be below the RoPE table (", maxPositions_, ") and the KV capacity (",
                  cache.capacity(), ")");
   }
+  ES_CHECK_ARG(R <= maxTokens_, "TargetModel::forward", "logitRows.size()", R,
+               "must be <= maxTokens = ", maxTokens_);
   for (int32_t r : b.logitRows) {
     ES_CHECK_ARG(r >= 0 && r < T, "TargetModel::forward", "logitRows", r, "must be in [0, ", T, ")");
   }

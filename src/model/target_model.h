@@ -63,7 +63,8 @@ class TargetModel {
   int64_t workspaceBytes() const { return workspaceBytes_; }
   const std::vector<int32_t>& tapLayers() const { return tapLayers_; }
 
-  // The KV cache shape this model needs per layer.
+  // The KV cache shape this model needs per layer (all at full capacity for now: sliding-window
+  // layers are masked in attention, their bounded storage is issue 10's).
   std::vector<kv::KvLayerShape> kvLayerShapes() const;
   // RoPE positions the model can address (the cos/sin table's rows).
   int32_t maxPositions() const { return maxPositions_; }

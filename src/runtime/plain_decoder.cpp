@@ -4,35 +4,9 @@
 #include <string>
 
 #include "common/errors.h"
-#include "kernels/sampling.h"
+#include "runtime/prefill.h"
 
 namespace es::runtime {
-namespace {
-
-int32_t argmax(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);  // first maximum
-}
-
-// The token that follows position `lastPosition`, chosen from f32 logits `row` [vocab].
-int32_t chooseToken(const float* row, int64_t vocab, const SamplingConfig& s, int64_t lastPosition) {
-  if (s.temperature < 1e-3f) return argmax(row, vocab);
-  SamplingParams p;
-  p.logits = row;
-  p.logits_dtype = DType::kF32;
-  p.batch = 1;
-  p.vocab = static_cast<int32_t>(vocab);
-  p.temperature = s.temperature;
-  p.top_k = s.topK;
-  p.top_p = s.topP;
-  p.seeds = &s.seed;
-  p.positions = &lastPosition;
-  int32_t token = -1;
-  p.tokens = &token;
-  ref::sample_rows(p);
-  return token;
-}
-
-}  // namespace
 
 PlainDecoder::PlainDecoder(model::TargetModel& target, kv::KvCacheManager& cache)
     : target_(target), cache_(cache) {}
@@ -42,8 +16,10 @@ std::vector<GenerationResult> PlainDecoder::generate(const std::vector<Generatio
   const int32_t n = static_cast<int32_t>(requests.size());
   ES_CHECK_ARG(cache_.activeCount() == 0, "PlainDecoder::generate", "active slots",
                cache_.activeCount(), "must be 0: the cache must be empty");
-  ES_CHECK_ARG(n > 0 && n <= cache_.maxBatchSize(), "PlainDecoder::generate", "requests.size()", n,
-               "must be in [1, maxBatchSize = ", cache_.maxBatchSize(), "]");
+  ES_CHECK_ARG(n > 0 && n <= std::min(cache_.maxBatchSize(), target_.maxTokens()),
+               "PlainDecoder::generate", "requests.size()", n, "must be in [1, min(maxBatchSize = ",
+               cache_.maxBatchSize(), ", maxTokens = ", target_.maxTokens(), ")]: one decode step "
+               "carries a row per request");
   for (int32_t r = 0; r < n; ++r) {
     const GenerationRequest& q = requests[static_cast<size_t>(r)];
     const std::string name = "requests[" + std::to_string(r) + "]";
@@ -65,33 +41,14 @@ std::vector<GenerationResult> PlainDecoder::generate(const std::vector<Generatio
   std::vector<int32_t> slotOf(static_cast<size_t>(n));  // request -> slot (-1 when finished)
   std::vector<int32_t> next(static_cast<size_t>(n));    // token to feed next, per request
 
-  // Prefill, one request at a time, in chunks of at most maxTokens rows.
+  // Prefill, one request at a time (chunked), choosing each request's first token.
   for (int32_t r = 0; r < n; ++r) {
     const int32_t slot = cache_.admit();
     slotOf[static_cast<size_t>(r)] = slot;
-    const std::vector<int32_t>& prompt = requests[static_cast<size_t>(r)].prompt;
-    const int32_t L = static_cast<int32_t>(prompt.size());
-    for (int32_t first = 0; first < L; first += target_.maxTokens()) {
-      const int32_t count = std::min(target_.maxTokens(), L - first);
-      model::ForwardBatch b;
-      b.cuQSeqLens.assign(static_cast<size_t>(slot) + 2, 0);
-      b.kvLengths.assign(static_cast<size_t>(slot) + 1, 0);
-      for (int32_t s = 0; s < slot; ++s) b.kvLengths[static_cast<size_t>(s)] = cache_.baseLength(s);
-      for (int32_t i = 0; i < count; ++i) {
-        b.tokens.push_back(prompt[static_cast<size_t>(first + i)]);
-        b.positions.push_back(first + i);
-        b.tokenToSequence.push_back(slot);
-      }
-      b.cuQSeqLens[static_cast<size_t>(slot) + 1] = count;  // only this sequence has rows
-      b.kvLengths[static_cast<size_t>(slot)] = first + count;
-      if (first + count == L) b.logitRows = {count - 1};
-      const model::ForwardResult out = target_.forward(b, cache_);
-      cache_.commitBase(slot, count);
-      if (first + count == L) {
-        next[static_cast<size_t>(r)] =
-            chooseToken(out.logits.data(), V, requests[static_cast<size_t>(r)].sampling, L - 1);
-      }
-    }
+    const GenerationRequest& q = requests[static_cast<size_t>(r)];
+    const std::vector<float> logits = prefillSequence(target_, cache_, slot, q.prompt);
+    next[static_cast<size_t>(r)] =
+        chooseToken(logits.data(), V, q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
   }
 
   // Decode: emit the pending token of every live request, retire the finished, feed the rest.

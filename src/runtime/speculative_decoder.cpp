@@ -4,15 +4,9 @@
 #include <string>
 
 #include "common/errors.h"
+#include "runtime/prefill.h"
 
 namespace es::runtime {
-namespace {
-
-int32_t argmax(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);  // first maximum
-}
-
-}  // namespace
 
 std::vector<int32_t> acceptGreedyChain(const std::vector<int32_t>& drafts,
                                        const std::vector<int32_t>& targetArgmax, int32_t budget) {
@@ -71,27 +65,12 @@ std::vector<GenerationResult> SpeculativeDecoder::generate(
     const int32_t slot = cache_.admit();
     slotOf[static_cast<size_t>(r)] = slot;
     const std::vector<int32_t>& prompt = requests[static_cast<size_t>(r)].prompt;
-    const int32_t L = static_cast<int32_t>(prompt.size());
-    for (int32_t first = 0; first < L; first += target_.maxTokens()) {
-      const int32_t count = std::min(target_.maxTokens(), L - first);
-      model::ForwardBatch b;
-      b.cuQSeqLens.assign(static_cast<size_t>(slot) + 2, 0);
-      b.kvLengths.assign(static_cast<size_t>(slot) + 1, 0);
-      for (int32_t s = 0; s < slot; ++s) b.kvLengths[static_cast<size_t>(s)] = cache_.baseLength(s);
-      for (int32_t i = 0; i < count; ++i) {
-        b.tokens.push_back(prompt[static_cast<size_t>(first + i)]);
-        b.positions.push_back(first + i);
-        b.tokenToSequence.push_back(slot);
-      }
-      b.cuQSeqLens[static_cast<size_t>(slot) + 1] = count;
-      b.kvLengths[static_cast<size_t>(slot)] = first + count;
-      if (first + count == L) b.logitRows = {count - 1};
-      const model::ForwardResult out = target_.forward(b, cache_);
-      cache_.commitBase(slot, count);
-      proposer_.appendContext(target_, b.positions, b.tokenToSequence, cache_);
-      cache_.commitDraft(slot, count);
-      if (first + count == L) pending[static_cast<size_t>(r)] = argmax(out.logits.data(), V);
-    }
+    const std::vector<float> logits =
+        prefillSequence(target_, cache_, slot, prompt, [&](const model::ForwardBatch& chunk) {
+          proposer_.appendContext(target_, chunk.positions, chunk.tokenToSequence, cache_);
+          cache_.commitDraft(slot, static_cast<int32_t>(chunk.tokens.size()));
+        });
+    pending[static_cast<size_t>(r)] = argmaxRow(logits.data(), V);
   }
 
   auto proposeAll = [&]() {
@@ -146,7 +125,7 @@ std::vector<GenerationResult> SpeculativeDecoder::generate(
       GenerationResult& res = results[static_cast<size_t>(r)];
       std::vector<int32_t> targetArgmax(static_cast<size_t>(BS));
       for (int32_t i = 0; i < BS; ++i) {
-        targetArgmax[static_cast<size_t>(i)] = argmax(out.logits.data() + (static_cast<int64_t>(s) * BS + i) * V, V);
+        targetArgmax[static_cast<size_t>(i)] = argmaxRow(out.logits.data() + (static_cast<int64_t>(s) * BS + i) * V, V);
       }
       // pending is emitted when it is produced; the chain's budget is what remains after it.
       if (res.tokens.empty()) {

@@ -212,6 +212,8 @@ TEST(TargetModel, BadInputIsAClearError) {
   test::expectInvalidArgument([&] { model.forward(b, cache); }, "logitRows");
   test::expectInvalidArgument([&] { TargetModel(test::test_data_dir() + "/models/qwen3", *backend, 0); },
                               "maxTokens");
+  b.logitRows.assign(17, 0);  // more rows than the workspace holds (maxTokens 16)
+  test::expectInvalidArgument([&] { model.forward(b, cache); }, "logitRows.size()");
 }
 
 TEST(TargetModel, CheckpointNotMatchingItsConfigIsAFormatError) {
@@ -232,6 +234,50 @@ TEST(TargetModel, CheckpointNotMatchingItsConfigIsAFormatError) {
     FAIL() << "no error";
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("model.layers.2."), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TargetModel, SlidingWindowLayersMaskOldKeys) {
+  // The qwen3 fixture with layer 0 marked sliding over 8 tokens: rows whose window still covers
+  // the whole prefix are unchanged, later rows change; storage stays at full capacity.
+  const std::filesystem::path src = test::test_data_dir() + "/models/qwen3";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "es_sliding_qwen3";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(src / "model.safetensors", dir / "model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(src / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["layer_types"] = {"sliding_attention", "full_attention"};
+  config["sliding_window"] = 8;
+  config["use_sliding_window"] = true;
+  std::ofstream(dir / "config.json") << config.dump();
+  auto backend = ops::makeCpuBackend();
+  TargetModel full(src, *backend, 32), sliding(dir, *backend, 32);
+  for (const kv::KvLayerShape& l : sliding.kvLayerShapes()) EXPECT_EQ(l.kvCacheCapacity, 0);
+  const Fixture fx = loadFixture("qwen3");
+  const std::vector<int32_t> a = fx.meta["prompts"]["a"];
+  auto logits = [&](TargetModel& m) {
+    kv::KvCacheManager cache(cacheFor(m, 1, 128), MemorySpace::kHost);
+    cache.admit();
+    ForwardBatch b;
+    for (int32_t i = 0; i < 20; ++i) {
+      b.tokens.push_back(a[i]); b.positions.push_back(i); b.tokenToSequence.push_back(0);
+      b.logitRows.push_back(i);
+    }
+    b.cuQSeqLens = {0, 20};
+    b.kvLengths = {20};
+    return m.forward(b, cache).logits;
+  };
+  const std::vector<float> f = logits(full), w = logits(sliding);
+  const int64_t V = full.config().vocab_size;
+  for (int64_t row = 0; row < 20; ++row) {
+    const double err = maxError(w.data() + row * V, f.data() + row * V, V);
+    if (row < 8) {
+      EXPECT_LT(err, 1e-6) << "row " << row << " sees its whole prefix in the window";
+    } else {
+      EXPECT_GT(err, 1e-4) << "row " << row << " must lose its oldest keys";
+    }
   }
   std::filesystem::remove_all(dir);
 }

@@ -1,0 +1,59 @@
+#include "runtime/prefill.h"
+
+#include <algorithm>
+
+#include "kernels/sampling.h"
+
+namespace es::runtime {
+
+std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache,
+                                   int32_t slot, const std::vector<int32_t>& prompt,
+                                   const std::function<void(const model::ForwardBatch&)>& onChunk) {
+  const int32_t L = static_cast<int32_t>(prompt.size());
+  std::vector<float> last;
+  for (int32_t first = 0; first < L; first += target.maxTokens()) {
+    const int32_t count = std::min(target.maxTokens(), L - first);
+    // Batch entry b is page-table row b: the lower slots take part with no rows.
+    model::ForwardBatch b;
+    b.cuQSeqLens.assign(static_cast<size_t>(slot) + 2, 0);
+    b.kvLengths.assign(static_cast<size_t>(slot) + 1, 0);
+    for (int32_t s = 0; s < slot; ++s) b.kvLengths[static_cast<size_t>(s)] = cache.baseLength(s);
+    for (int32_t i = 0; i < count; ++i) {
+      b.tokens.push_back(prompt[static_cast<size_t>(first + i)]);
+      b.positions.push_back(first + i);
+      b.tokenToSequence.push_back(slot);
+    }
+    b.cuQSeqLens[static_cast<size_t>(slot) + 1] = count;
+    b.kvLengths[static_cast<size_t>(slot)] = first + count;
+    if (first + count == L) b.logitRows = {count - 1};
+    model::ForwardResult out = target.forward(b, cache);
+    cache.commitBase(slot, count);
+    if (onChunk) onChunk(b);
+    if (first + count == L) last = std::move(out.logits);
+  }
+  return last;
+}
+
+int32_t argmaxRow(const float* row, int64_t vocab) {
+  return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+}
+
+int32_t chooseToken(const float* row, int64_t vocab, const SamplingConfig& s, int64_t lastPosition) {
+  if (s.temperature < 1e-3f) return argmaxRow(row, vocab);
+  SamplingParams p;
+  p.logits = row;
+  p.logits_dtype = DType::kF32;
+  p.batch = 1;
+  p.vocab = static_cast<int32_t>(vocab);
+  p.temperature = s.temperature;
+  p.top_k = s.topK;
+  p.top_p = s.topP;
+  p.seeds = &s.seed;
+  p.positions = &lastPosition;
+  int32_t token = -1;
+  p.tokens = &token;
+  ref::sample_rows(p);
+  return token;
+}
+
+}  // namespace es::runtime
