@@ -10,6 +10,8 @@
 #include "common/errors.h"
 #include "kv/kv_cache_plan.h"
 #include "model/model_config.h"
+#include "model/weight_names.h"
+#include "model/weight_store.h"
 
 namespace es::cli {
 namespace {
@@ -42,7 +44,28 @@ struct InspectOptions {
   int64_t numPages = 0;
   std::string dtype = "bf16";
   bool json = false;
+  bool tensors = false;  // with --model: list the checkpoint's tensors and check them
 };
+
+// The checkpoint's tensors (name, dtype, shape, bytes), checked against its config.
+void printTensors(const std::string& dir, const model::ModelConfig& config, bool json) {
+  const model::WeightStore store = model::WeightStore::openFolder(dir);
+  model::checkWeights(store, config);
+  if (json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const std::string& name : store.names()) {
+      const model::TensorInfo& t = store.info(name);
+      list.push_back({{"name", name}, {"dtype", std::string(dtype_name(t.dtype))},
+                      {"shape", t.shape}, {"bytes", t.byteSize()}});
+    }
+    std::printf("%s\n", nlohmann::json{{"config", config.summary()}, {"tensors", list}}.dump(2).c_str());
+    return;
+  }
+  std::printf("%s\n%zu tensors, %.1f MiB, all names and shapes match the config:\n",
+              config.summary().c_str(), store.size(),
+              static_cast<double>(store.totalTensorBytes()) / (1024.0 * 1024.0));
+  for (const std::string& name : store.names()) std::printf("  %s\n", store.info(name).describe().c_str());
+}
 
 DType parseDtype(const std::string& name) {
   if (name == "bf16") return DType::kBF16;
@@ -62,6 +85,10 @@ void runInspect(const InspectOptions& o) {
   std::string name = o.preset;
   if (!o.model.empty()) {
     const model::ModelConfig c = model::loadModelConfig(o.model);
+    if (o.tensors) {
+      printTensors(o.model, c, o.json);
+      return;
+    }
     shape = {static_cast<int32_t>(c.num_hidden_layers), static_cast<int32_t>(c.num_key_value_heads),
              static_cast<int32_t>(c.head_dim)};
     name = c.source;
@@ -126,7 +153,9 @@ void addInspectCommand(CLI::App& app) {
   cmd->add_option("--swa-layers", options->swaLayers, "Sliding-window layer ids")->delimiter(',');
   cmd->add_option("--num-pages", options->numPages, "Pool pages (0 = minimum)");
   cmd->add_option("--dtype", options->dtype, "KV element type: bf16, f16, f32")->capture_default_str();
-  cmd->add_flag("--json", options->json, "Print the plan as JSON on stdout");
+  cmd->add_flag("--tensors", options->tensors,
+                "With --model: list and check the checkpoint's tensors instead of the KV plan");
+  cmd->add_flag("--json", options->json, "Print the plan (or the tensor list) as JSON on stdout");
   cmd->callback([options] { runInspect(*options); });
 }
 

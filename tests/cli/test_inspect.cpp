@@ -41,6 +41,18 @@ TEST(CliInspect, PlanFromAModelFolder) {
   EXPECT_EQ(plan["num_pages"], 4);
 }
 
+TEST(CliInspect, TensorListOfAModelFolder) {
+  testing::internal::CaptureStdout();
+  const std::string dir = test::test_data_dir() + "/models/qwen2";
+  ASSERT_EQ(runCli({"inspect", "--model", dir, "--tensors", "--json"}), 0);
+  const nlohmann::json out = nlohmann::json::parse(testing::internal::GetCapturedStdout());
+  // Qwen2, 2 layers: embed, norm, lm_head + 12 per layer (q/k/v with biases, o, 2 norms, 3 mlp).
+  ASSERT_EQ(out["tensors"].size(), 3u + 2 * 12);
+  bool sawBias = false;
+  for (const auto& t : out["tensors"]) sawBias |= t["name"] == "model.layers.1.self_attn.k_proj.bias";
+  EXPECT_TRUE(sawBias);
+}
+
 TEST(CliInspect, BadInputIsAnErrorNamingTheArgument) {
   try {
     runCli({"inspect", "--max-batch", "-2"});
