@@ -1,4 +1,4 @@
-// libFuzzer target for the GGUF reader (built by tools/fuzz_gguf.sh, not by CMake). The input is
+// libFuzzer target for the GGUF reader (built by tools/fuzz.sh gguf, not by CMake). The input is
 // a whole file. A FormatError is the expected way to reject it; any other exception, a
 // sanitizer report or a broken invariant of an accepted header is a finding. Accepted files also
 // go through the typed getters, the vocabulary reader and the dequantiser of small tensors.

@@ -1,4 +1,4 @@
-// libFuzzer target for the safetensors header parser (built by tools/fuzz_safetensors.sh, not by
+// libFuzzer target for the safetensors header parser (built by tools/fuzz.sh safetensors, not by
 // CMake). The input is a whole file. A FormatError is the expected way to reject it; any other
 // exception, a sanitizer report or a broken invariant of an accepted header is a finding.
 #include <cstddef>

@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# Fuzz the safetensors header parser with libFuzzer + ASan + UBSan for a bounded time.
+# Fuzz one of the file-format parsers with libFuzzer + ASan + UBSan for a bounded time.
 #
-#   tools/fuzz_safetensors.sh [SECONDS]       (default 60; or FUZZ_SECONDS)
+#   tools/fuzz.sh safetensors|gguf [SECONDS]       (default 60; or FUZZ_SECONDS)
 #
-# Builds tests/fuzz/fuzz_safetensors_header.cpp with clang++ directly (the main CMake build does
-# not need clang), then runs it over a scratch copy of tests/fuzz/corpus (new inputs stay out of
+# Builds tests/fuzz/fuzz_<target>_header.cpp with clang++ directly (the main CMake build does
+# not need clang), then runs it over a scratch copy of the target's seed corpus (new inputs stay out of
 # the repository). Exits non-zero on a crash, sanitizer report, leak or timeout; the reproducer is
 # left in $FUZZ_BUILD_DIR (default build-fuzz/) as crash-*/leak-*/timeout-*.
 # Installs clang with apt-get when no clang++ is found (needs root or sudo).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-seconds="${1:-${FUZZ_SECONDS:-60}}"
-out="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
+target="${1:-}"
+seconds="${2:-${FUZZ_SECONDS:-60}}"
+# Per target: the parser's sources, the seed corpus and the dictionary.
+case "$target" in
+  safetensors)
+    sources=("$root/src/model/safetensors.cpp")
+    corpus="$root/tests/fuzz/corpus"
+    dict="$root/tests/fuzz/safetensors.dict" ;;
+  gguf)
+    sources=("$root/src/model/gguf.cpp" "$root/src/model/gguf_dequant.cpp" "$root/src/model/gguf_tokenizer.cpp")
+    corpus="$root/tests/fuzz/gguf_corpus"
+    dict="$root/tests/fuzz/gguf.dict" ;;
+  *)
+    echo "usage: tools/fuzz.sh safetensors|gguf [SECONDS]" >&2
+    exit 2 ;;
+esac
+out="${FUZZ_BUILD_DIR:-$root/build-fuzz-$target}"
 mkdir -p "$out"
 
 find_clang() {
@@ -29,7 +44,7 @@ as_root() {
 
 cxx="$(find_clang || true)"
 if [ -z "$cxx" ]; then
-  echo "fuzz_safetensors: no clang++ found, installing clang with apt-get" >&2
+  echo "fuzz($target): no clang++ found, installing clang with apt-get" >&2
   as_root apt-get update -qq
   as_root apt-get install -y -qq clang >/dev/null
   cxx="$(find_clang)"
@@ -40,7 +55,7 @@ probe="$out/probe.cpp"
 printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' >"$probe"
 if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe" -o "$out/probe" >/dev/null 2>&1; then
   major="$("$cxx" -dumpversion | cut -d. -f1)"
-  echo "fuzz_safetensors: $cxx cannot link -fsanitize=fuzzer; installing libclang-rt-$major-dev" >&2
+  echo "fuzz($target): $cxx cannot link -fsanitize=fuzzer; installing libclang-rt-$major-dev" >&2
   as_root apt-get update -qq
   as_root apt-get install -y -qq "libclang-rt-$major-dev" >/dev/null
   "$cxx" -fsanitize=fuzzer,address,undefined "$probe" -o "$out/probe"
@@ -55,28 +70,28 @@ if [ -f /usr/include/nlohmann/json.hpp ] || [ -f /usr/local/include/nlohmann/jso
 elif [ -f "$root/.deps/include/nlohmann/json.hpp" ]; then
   json_flags=(-isystem "$root/.deps/include")
 else
-  echo "fuzz_safetensors: nlohmann/json.hpp not found (tools/install_deps.sh installs it)" >&2
+  echo "fuzz($target): nlohmann/json.hpp not found (tools/install_deps.sh installs it)" >&2
   exit 2
 fi
 
-bin="$out/fuzz_safetensors_header"
-echo "fuzz_safetensors: building $bin with $cxx" >&2
+bin="$out/fuzz_${target}_header"
+echo "fuzz($target): building $bin with $cxx" >&2
 "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$root/src" "${json_flags[@]}" \
-  "$root/tests/fuzz/fuzz_safetensors_header.cpp" \
-  "$root/src/model/safetensors.cpp" \
+  "$root/tests/fuzz/fuzz_${target}_header.cpp" \
+  "${sources[@]}" \
   "$root/src/common/logging.cpp" \
   -o "$bin"
 
 work_corpus="$out/corpus"
 mkdir -p "$work_corpus"
-cp -n "$root"/tests/fuzz/corpus/* "$work_corpus"/ 2>/dev/null || true
+cp -n "$corpus"/* "$work_corpus"/ 2>/dev/null || true
 
-echo "fuzz_safetensors: fuzzing for ${seconds}s" >&2
+echo "fuzz($target): fuzzing for ${seconds}s" >&2
 ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:allocator_may_return_null=1" \
 UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
 "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-  -dict="$root/tests/fuzz/safetensors.dict" -artifact_prefix="$out/" -print_final_stats=1 \
-  "$work_corpus" "$root/tests/fuzz/corpus"
-echo "fuzz_safetensors: no findings in ${seconds}s" >&2
+  -dict="$dict" -artifact_prefix="$out/" -print_final_stats=1 \
+  "$work_corpus" "$corpus"
+echo "fuzz($target): no findings in ${seconds}s" >&2
