@@ -82,6 +82,7 @@ echo "fuzz($target): building $bin with $cxx" >&2
   "$root/tests/fuzz/fuzz_${target}_header.cpp" \
   "${sources[@]}" \
   "$root/src/common/logging.cpp" \
+  "$root/src/common/mapped_file.cpp" \
   -o "$bin"
 
 work_corpus="$out/corpus"

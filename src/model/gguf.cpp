@@ -1,12 +1,6 @@
 #include "model/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -528,58 +522,11 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
 
 GgufFile GgufFile::open(const std::filesystem::path& path) {
   const std::string name = path.string();
-  const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    ES_THROW(InvalidArgument, "GgufFile::open: argument 'path' = ", name, " cannot be opened: ", std::strerror(err));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    ES_THROW(InvalidArgument, "GgufFile::open: argument 'path' = ", name, " is not a regular file");
-  }
   GgufFile file;
   file.path_ = path;
-  file.size_ = static_cast<uint64_t>(st.st_size);
-  if (file.size_ < 24) {
-    ::close(fd);  // mmap refuses an empty file; 24 bytes is the fixed header
-    ES_THROW(FormatError, name, ": file is ", file.size_, " bytes, too short for a GGUF header (truncated?)");
-  }
-  void* mapped = ::mmap(nullptr, static_cast<size_t>(file.size_), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  if (mapped == MAP_FAILED) {
-    ES_THROW(InvalidArgument, "GgufFile::open: argument 'path' = ", name, " cannot be memory-mapped: ",
-             std::strerror(err));
-  }
-  file.base_ = static_cast<const uint8_t*>(mapped);
-  file.header_ = parseGgufHeader(std::span<const uint8_t>(file.base_, file.size_), name);
+  file.map_ = MappedFile::open(path, "GgufFile::open", 24, "too short for a GGUF header");
+  file.header_ = parseGgufHeader(file.map_.bytes(), name);
   return file;
-}
-
-GgufFile::GgufFile(GgufFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      base_(std::exchange(other.base_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      header_(std::move(other.header_)) {}
-
-GgufFile& GgufFile::operator=(GgufFile&& other) noexcept {
-  if (this != &other) {
-    release();
-    path_ = std::move(other.path_);
-    base_ = std::exchange(other.base_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    header_ = std::move(other.header_);
-  }
-  return *this;
-}
-
-GgufFile::~GgufFile() { release(); }
-
-void GgufFile::release() noexcept {
-  if (base_ != nullptr) ::munmap(const_cast<uint8_t*>(base_), static_cast<size_t>(size_));
-  base_ = nullptr;
-  size_ = 0;
 }
 
 const GgufTensorInfo& GgufFile::info(std::string_view name) const {
@@ -591,7 +538,7 @@ const GgufTensorInfo& GgufFile::info(std::string_view name) const {
 }
 
 std::span<const uint8_t> GgufFile::bytes(const GgufTensorInfo& tensor) const {
-  return std::span<const uint8_t>(base_ + header_.data_offset + tensor.offset, tensor.bytes);
+  return std::span<const uint8_t>(map_.data() + header_.data_offset + tensor.offset, tensor.bytes);
 }
 
 }  // namespace es::model

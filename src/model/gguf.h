@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/mapped_file.h"
+
 namespace es::model {
 
 inline constexpr uint64_t kGgufDefaultAlignment = 32;
@@ -145,16 +147,13 @@ class GgufFile {
   // InvalidArgument if the path is not a readable regular file, FormatError if malformed.
   static GgufFile open(const std::filesystem::path& path);
 
-  GgufFile(GgufFile&& other) noexcept;
-  GgufFile& operator=(GgufFile&& other) noexcept;
-  GgufFile(const GgufFile&) = delete;
-  GgufFile& operator=(const GgufFile&) = delete;
-  ~GgufFile();
+  GgufFile(GgufFile&&) noexcept = default;
+  GgufFile& operator=(GgufFile&&) noexcept = default;
 
   const std::filesystem::path& path() const { return path_; }
   const GgufHeader& header() const { return header_; }
   const std::vector<GgufTensorInfo>& tensors() const { return header_.tensors; }
-  uint64_t fileBytes() const { return size_; }
+  uint64_t fileBytes() const { return map_.size(); }
 
   // Throws InvalidArgument naming the tensor and the file when absent.
   const GgufTensorInfo& info(std::string_view name) const;
@@ -163,11 +162,9 @@ class GgufFile {
 
  private:
   GgufFile() = default;
-  void release() noexcept;
 
   std::filesystem::path path_;
-  const uint8_t* base_ = nullptr;  // PROT_READ mapping of the whole file
-  uint64_t size_ = 0;
+  MappedFile map_;  // the whole file, read-only
   GgufHeader header_;
 };
 

@@ -1,12 +1,6 @@
 #include "model/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -285,36 +279,12 @@ SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file, std::str
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   const std::string name = path.string();
-  const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    ES_THROW(InvalidArgument, "SafetensorsFile::open: argument 'path' = ", name,
-             " cannot be opened: ", std::strerror(err));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    ES_THROW(InvalidArgument, "SafetensorsFile::open: argument 'path' = ", name,
-             " is not a regular file");
-  }
   SafetensorsFile file;
   file.path_ = path;
-  file.size_ = static_cast<uint64_t>(st.st_size);
-  if (file.size_ < 8) {
-    ::close(fd);  // checked before mmap, which refuses an empty file
-    ES_THROW(FormatError, name, ": file is ", file.size_,
-             " bytes, too short for the 8-byte safetensors header length (truncated?)");
-  }
-  void* mapped = ::mmap(nullptr, static_cast<size_t>(file.size_), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);  // the mapping keeps its own reference to the file
-  if (mapped == MAP_FAILED) {
-    ES_THROW(InvalidArgument, "SafetensorsFile::open: argument 'path' = ", name,
-             " cannot be memory-mapped: ", std::strerror(err));
-  }
-  file.base_ = static_cast<const uint8_t*>(mapped);
+  file.map_ = MappedFile::open(path, "SafetensorsFile::open", 8,
+                               "too short for the 8-byte safetensors header length");
   // On a parse error `file` unmaps in its destructor.
-  file.header_ = parseSafetensorsHeader(std::span<const uint8_t>(file.base_, file.size_), name);
+  file.header_ = parseSafetensorsHeader(file.map_.bytes(), name);
   for (const TensorInfo& t : file.header_.tensors) {
     if (!file.isAligned(t.name)) {
       ES_LOG_WARN(name, ": tensor ", t.name, " is not aligned to its ", dtype_size(t.dtype),
@@ -323,31 +293,6 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     }
   }
   return file;
-}
-
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      base_(std::exchange(other.base_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      header_(std::move(other.header_)) {}
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
-  if (this != &other) {
-    release();
-    path_ = std::move(other.path_);
-    base_ = std::exchange(other.base_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    header_ = std::move(other.header_);
-  }
-  return *this;
-}
-
-SafetensorsFile::~SafetensorsFile() { release(); }
-
-void SafetensorsFile::release() noexcept {
-  if (base_ != nullptr) ::munmap(const_cast<uint8_t*>(base_), static_cast<size_t>(size_));
-  base_ = nullptr;
-  size_ = 0;
 }
 
 const TensorInfo& SafetensorsFile::info(std::string_view name) const {
@@ -361,12 +306,12 @@ const TensorInfo& SafetensorsFile::info(std::string_view name) const {
 
 std::span<const uint8_t> SafetensorsFile::bytes(std::string_view name) const {
   const TensorInfo& t = info(name);
-  return std::span<const uint8_t>(base_ + header_.data_offset + t.begin, t.byteSize());
+  return std::span<const uint8_t>(map_.data() + header_.data_offset + t.begin, t.byteSize());
 }
 
 bool SafetensorsFile::isAligned(std::string_view name) const {
   const TensorInfo& t = info(name);
-  const auto address = reinterpret_cast<uintptr_t>(base_ + header_.data_offset + t.begin);
+  const auto address = reinterpret_cast<uintptr_t>(map_.data() + header_.data_offset + t.begin);
   return address % static_cast<uintptr_t>(dtype_size(t.dtype)) == 0;
 }
 
@@ -375,7 +320,7 @@ TensorView SafetensorsFile::view(std::string_view name) const {
   TensorView v;
   // The mapping is read-only; TensorView has no const flavour, so the const is cast away here
   // and a write through the view faults instead of corrupting the file.
-  v.data = const_cast<uint8_t*>(base_ + header_.data_offset + t.begin);
+  v.data = const_cast<uint8_t*>(map_.data() + header_.data_offset + t.begin);
   v.dtype = t.dtype;
   v.space = MemorySpace::kHost;
   v.rank = static_cast<int>(t.shape.size());

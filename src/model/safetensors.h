@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
+#include "common/mapped_file.h"
 #include "common/tensor_view.h"
 
 namespace es::model {
@@ -77,16 +78,13 @@ class SafetensorsFile {
   // content is malformed.
   static SafetensorsFile open(const std::filesystem::path& path);
 
-  SafetensorsFile(SafetensorsFile&& other) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
-  ~SafetensorsFile();
+  SafetensorsFile(SafetensorsFile&&) noexcept = default;
+  SafetensorsFile& operator=(SafetensorsFile&&) noexcept = default;
 
   const std::filesystem::path& path() const { return path_; }
   const SafetensorsHeader& header() const { return header_; }
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
-  uint64_t fileBytes() const { return size_; }
+  uint64_t fileBytes() const { return map_.size(); }
 
   bool contains(std::string_view name) const { return header_.find(name) != nullptr; }
   // Throws InvalidArgument naming the tensor and the file when absent.
@@ -99,11 +97,9 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
-  void release() noexcept;
 
   std::filesystem::path path_;
-  const uint8_t* base_ = nullptr;  // [size_] u8, PROT_READ mapping of the whole file
-  uint64_t size_ = 0;
+  MappedFile map_;  // the whole file, read-only
   SafetensorsHeader header_;
 };
 
