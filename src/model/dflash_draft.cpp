@@ -282,16 +282,6 @@ void DFlashDraft::checkCache(const kv::KvCacheManager& cache, const char* where)
                "must be the backend's");
 }
 
-void DFlashDraft::syncPageTable(kv::KvCacheManager& cache) {
-  kv::PageTable& table = cache.draftPageTable();
-  if (pageTableElements_ != table.deviceLayoutElements()) {
-    pageTableElements_ = table.deviceLayoutElements();
-    pageTable_ = backend_.allocate(pageTableElements_ * 4);
-    table.markAllDirty();
-  }
-  backend_.syncPageTable(table, pageTable_.as<int32_t>());
-}
-
 const int32_t* DFlashDraft::tapGatherIndex(int32_t numTokens) {
   auto it = tapGather_.find(numTokens);
   if (it != tapGather_.end()) return it->second.as<int32_t>();
@@ -318,7 +308,7 @@ void DFlashDraft::appendContext(const DraftContextDelta& delta, kv::KvCacheManag
   ES_CHECK_ARG(delta.taps && delta.positions && delta.tokenToSequence, where, "taps/positions/tokenToSequence",
                "null", "must not be null");
   checkCache(cache, where);
-  syncPageTable(cache);
+  const int32_t* pageTable = pageTable_.sync(backend_, cache.draftPageTable());
   const int32_t H = static_cast<int32_t>(c.hidden_size), D = static_cast<int32_t>(c.head_dim);
   const int32_t Hq = static_cast<int32_t>(c.num_attention_heads), Hkv = static_cast<int32_t>(c.num_key_value_heads);
   const int32_t n = static_cast<int32_t>(taps_.size());
@@ -368,15 +358,15 @@ void DFlashDraft::appendContext(const DraftContextDelta& delta, kv::KvCacheManag
     switch (dtype_) {
       case DType::kF32:
         kvUpdate<float>(backend_, kDelta_.data(), vDelta_.data(), pool.data, cosSin_.as<float>(), delta.positions,
-                        delta.tokenToSequence, pageTable_.as<int32_t>(), T, batch, Hkv, D, numPages, mpps);
+                        delta.tokenToSequence, pageTable, T, batch, Hkv, D, numPages, mpps);
         break;
       case DType::kBF16:
         kvUpdate<bf16>(backend_, kDelta_.data(), vDelta_.data(), pool.data, cosSin_.as<float>(), delta.positions,
-                       delta.tokenToSequence, pageTable_.as<int32_t>(), T, batch, Hkv, D, numPages, mpps);
+                       delta.tokenToSequence, pageTable, T, batch, Hkv, D, numPages, mpps);
         break;
       case DType::kF16:
         kvUpdate<fp16>(backend_, kDelta_.data(), vDelta_.data(), pool.data, cosSin_.as<float>(), delta.positions,
-                       delta.tokenToSequence, pageTable_.as<int32_t>(), T, batch, Hkv, D, numPages, mpps);
+                       delta.tokenToSequence, pageTable, T, batch, Hkv, D, numPages, mpps);
         break;
       default:
         ES_THROW(InvalidArgument, where, ": compute dtype ", dtype_name(dtype_), " is not supported");
@@ -394,7 +384,7 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
   ES_CHECK_ARG(in.anchors && in.positions && in.kvLengths && in.argmaxOut, where, "anchors/positions/kvLengths/argmaxOut",
                "null", "must not be null");
   checkCache(cache, where);
-  syncPageTable(cache);
+  const int32_t* pageTable = pageTable_.sync(backend_, cache.draftPageTable());
   const int32_t BS = blockSize_, R = B * BS;
   const int32_t H = static_cast<int32_t>(c.hidden_size), D = static_cast<int32_t>(c.head_dim);
   const int32_t Hq = static_cast<int32_t>(c.num_attention_heads), Hkv = static_cast<int32_t>(c.num_key_value_heads);
@@ -439,7 +429,7 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
     kernel::QkvRopeKvWriteParams rope;
     rope.qkv = qkv_.data(); rope.qNormWeight = w.qNorm.data(); rope.kNormWeight = w.kNorm.data();
     rope.normEps = eps; rope.cosSin = ropeTable_.as<float>(); rope.maxPositions = maxPositions_;
-    rope.positions = in.positions; rope.tokenToSequence = owners; rope.pageTable = pageTable_.as<int32_t>();
+    rope.positions = in.positions; rope.tokenToSequence = owners; rope.pageTable = pageTable;
     rope.kvPool = pool.data; rope.qOut = q_.data(); rope.numTokens = R; rope.batchSize = cache.maxBatchSize();
     rope.numQHeads = Hq; rope.numKVHeads = Hkv; rope.headDim = D; rope.rotaryDim = D;
     rope.numPages = static_cast<int32_t>(pool.shape[1]);
@@ -450,7 +440,7 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
     att.query.q = q_.data(); att.query.out = attn_.data(); att.query.cuQSeqLens = cuQ;
     att.query.qPositions = in.positions; att.query.totalQ = R; att.query.maxQSeqLen = BS;
     att.query.numQHeads = Hq;
-    att.kv.pool = pool.data; att.kv.pageTable = pageTable_.as<int32_t>(); att.kv.numPages = rope.numPages;
+    att.kv.pool = pool.data; att.kv.pageTable = pageTable; att.kv.numPages = rope.numPages;
     att.kv.maxPagesPerSeq = rope.maxPagesPerSeq; att.kv.numKVHeads = Hkv;
     att.kvLengths = in.kvLengths; att.mask = kernel::AttentionMask::kBidirectional;
     att.batchSize = B; att.headDim = D; att.scale = 1.0f / std::sqrt(static_cast<float>(D)); att.dtype = dtype_;

@@ -24,6 +24,7 @@
 #include "model/model_config.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
+#include "ops/backend_page_table.h"
 
 namespace es::model {
 
@@ -127,7 +128,6 @@ class DFlashDraft {
   void loadWeights(const std::filesystem::path& dir, const TargetModel& target);
   void allocateWorkspace();
   void checkCache(const kv::KvCacheManager& cache, const char* where) const;
-  void syncPageTable(kv::KvCacheManager& cache);
   const int32_t* tapGatherIndex(int32_t numTokens);
   int32_t* uploadMeta(const std::vector<int32_t>& host);
 
@@ -165,8 +165,7 @@ class DFlashDraft {
   // Block path (maxBatch·BS rows):
   Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, logits_;
   Buffer meta_;       // i32 host-convenience metadata
-  Buffer pageTable_;  // [maxBatch, 2, maxPagesPerSeq] i32 backend copy of the draft table
-  int64_t pageTableElements_ = 0;
+  ops::BackendPageTable pageTable_;  // backend copy of the draft page table
 };
 
 }  // namespace es::model

@@ -194,12 +194,7 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
   const int32_t* dmeta = meta_.as<int32_t>();
 
   kv::PageTable& table = cache.basePageTable();
-  if (pageTableElements_ != table.deviceLayoutElements()) {
-    pageTableElements_ = table.deviceLayoutElements();
-    pageTable_ = backend_.allocate(pageTableElements_ * 4);
-    table.markAllDirty();
-  }
-  backend_.syncPageTable(table, pageTable_.as<int32_t>());
+  const int32_t* pageTable = pageTable_.sync(backend_, table);
 
   const int32_t H = static_cast<int32_t>(c.hidden_size), D = static_cast<int32_t>(c.head_dim);
   const int32_t Hq = static_cast<int32_t>(c.num_attention_heads);
@@ -250,7 +245,7 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
     rope.kNormWeight = w.kNorm.bytes() ? w.kNorm.data() : nullptr; rope.normEps = eps;
     rope.cosSin = ropeTable_.as<float>(); rope.maxPositions = maxPositions_;
     rope.positions = dmeta + oPos; rope.tokenToSequence = dmeta + oOwner;
-    rope.pageTable = pageTable_.as<int32_t>(); rope.kvPool = pool.data; rope.qOut = q_.data();
+    rope.pageTable = pageTable; rope.kvPool = pool.data; rope.qOut = q_.data();
     rope.numTokens = T; rope.batchSize = cache.maxBatchSize(); rope.numQHeads = Hq; rope.numKVHeads = Hkv;
     rope.headDim = D; rope.rotaryDim = D; rope.numPages = static_cast<int32_t>(pool.shape[1]);
     rope.maxPagesPerSeq = table.maxPagesPerSeq(); rope.dtype = dtype_;
@@ -260,7 +255,7 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
     att.query.q = q_.data(); att.query.out = attn_.data(); att.query.cuQSeqLens = dmeta + oCuQ;
     att.query.qPositions = dmeta + oPos; att.query.totalQ = T; att.query.maxQSeqLen = maxQ;
     att.query.numQHeads = Hq;
-    att.kv.pool = pool.data; att.kv.pageTable = pageTable_.as<int32_t>();
+    att.kv.pool = pool.data; att.kv.pageTable = pageTable;
     att.kv.numPages = rope.numPages; att.kv.maxPagesPerSeq = rope.maxPagesPerSeq; att.kv.numKVHeads = Hkv;
     att.kvLengths = dmeta + oKvLen; att.mask = b.mask;
     att.packedMask = b.mask == kernel::AttentionMask::kPackedTree ? dmeta + oMask : nullptr;

@@ -15,6 +15,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/model_config.h"
 #include "ops/backend.h"
+#include "ops/backend_page_table.h"
 
 namespace es::model {
 
@@ -102,8 +103,7 @@ class TargetModel {
   // Workspace, sized for maxTokens rows.
   Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, rows_, logits_, taps_;
   Buffer meta_;          // i32 metadata, see forward()
-  Buffer pageTable_;     // [maxBatch, 2, maxPagesPerSeq] i32 backend copy of the base table
-  int64_t pageTableElements_ = 0;
+  ops::BackendPageTable pageTable_;  // backend copy of the base page table
 };
 
 }  // namespace es::model
