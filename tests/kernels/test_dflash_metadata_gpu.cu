@@ -17,19 +17,8 @@ namespace {
 
 using I32 = std::vector<int32_t>;
 
-template <typename T>
-std::vector<T> poisoned(size_t n) {
-  std::vector<T> v(n);
-  if (n) std::memset(v.data(), test::kPoisonByte, n * sizeof(T));
-  return v;
-}
+using test::poisoned;
 
-I32 random_ints(std::mt19937& rng, size_t n, int32_t lo, int32_t hi) {
-  std::uniform_int_distribution<int32_t> d(lo, hi);
-  I32 v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 int32_t pick(std::mt19937& rng, int32_t lo, int32_t hi) {
   return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
@@ -45,8 +34,8 @@ TEST(DFlashMetadataGpu, ProposalInputsMatchReference) {
     const bool causal = (trial / 5) % 2 == 1;
     SCOPED_TRACE(::testing::Message() << "B " << batch << " BS " << bs << " causal " << causal);
     const size_t words = size_t(kernel::dflashMaskWords(bs));
-    const I32 old_lens = random_ints(rng, batch, 0, 5000), delta = random_ints(rng, batch, 0, 16);
-    const I32 state = random_ints(rng, batch, 0, 100);
+    const I32 old_lens = test::randomInts(rng, batch, 0, 5000), delta = test::randomInts(rng, batch, 0, 16);
+    const I32 state = test::randomInts(rng, batch, 0, 100);
 
     I32 mask = poisoned<int32_t>(batch * bs * words), pos_id = poisoned<int32_t>(batch * bs),
         positions = pos_id, context = poisoned<int32_t>(batch), qstart = poisoned<int32_t>(batch + 1),
@@ -94,8 +83,8 @@ TEST(DFlashMetadataGpu, DeltaMetadataMatchesReference) {
     const int32_t batch = trial == 0 ? 64 : pick(rng, 1, 64);
     const int32_t width = pick(rng, 1, 300);
     SCOPED_TRACE(::testing::Message() << "B " << batch << " W " << width);
-    const I32 old_lens = random_ints(rng, batch, 0, 100000);
-    const I32 delta = random_ints(rng, batch, 0, width + 3);  // may exceed the width
+    const I32 old_lens = test::randomInts(rng, batch, 0, 100000);
+    const I32 delta = test::randomInts(rng, batch, 0, width + 3);  // may exceed the width
     I32 positions = poisoned<int32_t>(size_t(batch) * width), owners = positions;
     kernel::DFlashDeltaMetadataParams p;
     p.oldDraftCacheLengths = old_lens.data();
@@ -130,9 +119,9 @@ TEST(DFlashMetadataGpu, GatherDeltaRopeMatchesReference) {
     std::vector<float> source(size_t(rows) * capacity * rot);
     std::uniform_real_distribution<float> val(-1.0f, 1.0f);
     for (auto& x : source) x = val(rng);
-    const I32 positions = random_ints(rng, tokens, -2, capacity + 2);
-    const I32 owners = random_ints(rng, tokens, -1, batch);
-    const I32 state = random_ints(rng, batch, -1, rows);
+    const I32 positions = test::randomInts(rng, tokens, -2, capacity + 2);
+    const I32 owners = test::randomInts(rng, tokens, -1, batch);
+    const I32 state = test::randomInts(rng, batch, -1, rows);
     std::vector<float> out = poisoned<float>(size_t(tokens) * rot);
     kernel::DFlashGatherDeltaRopeParams p;
     p.source = source.data();
@@ -168,9 +157,9 @@ TEST(DFlashMetadataGpu, SpecRaggedMetadataMatchesReference) {
     SCOPED_TRACE(::testing::Message() << "B " << batch << " W " << width << " synth " << synth
                                       << " valid " << with_valid << " tree " << with_tree);
     const size_t n = size_t(batch) * width;
-    const I32 attn = random_ints(rng, n, 0, 9000), past = random_ints(rng, batch, 0, 9000);
-    const I32 valid = random_ints(rng, batch, -1, width + 1);  // includes out-of-range counts
-    const I32 tree_init = random_ints(rng, n, -5, 50);         // caller-produced tree rows
+    const I32 attn = test::randomInts(rng, n, 0, 9000), past = test::randomInts(rng, batch, 0, 9000);
+    const I32 valid = test::randomInts(rng, batch, -1, width + 1);  // includes out-of-range counts
+    const I32 tree_init = test::randomInts(rng, n, -5, 50);         // caller-produced tree rows
     I32 positions = poisoned<int32_t>(n), qstart = poisoned<int32_t>(batch + 1),
         qlen = poisoned<int32_t>(batch), past_out = qlen, seqlen = qlen, parents = tree_init,
         depths = tree_init;

@@ -18,7 +18,7 @@ using I32 = std::vector<int32_t>;
 using I64 = std::vector<int64_t>;
 using I8 = std::vector<int8_t>;
 
-I32 poisoned(size_t n) { return I32(n, test::poison_i32()); }
+using test::poisoned;
 
 struct BaseVerifyOut {
   I32 mask, pos_id, context;

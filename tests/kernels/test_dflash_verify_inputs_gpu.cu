@@ -16,19 +16,8 @@ namespace {
 
 using I32 = std::vector<int32_t>;
 
-template <typename T>
-std::vector<T> poisoned(size_t n) {
-  std::vector<T> v(n);
-  if (n) std::memset(v.data(), test::kPoisonByte, n * sizeof(T));
-  return v;
-}
+using test::poisoned;
 
-I32 random_ints(std::mt19937& rng, size_t n, int32_t lo, int32_t hi) {
-  std::uniform_int_distribution<int32_t> d(lo, hi);
-  I32 v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 int32_t verify_size(std::mt19937& rng, int trial) {
   const int32_t fixed[] = {1, 5, 16, 33};
@@ -43,7 +32,7 @@ TEST(DFlashVerifyInputsGpu, BaseVerifyInputsMatchReference) {
     const int32_t s = verify_size(rng, trial);
     SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s);
     const size_t rows = size_t(batch) * s;
-    const I32 base = random_ints(rng, batch, 0, 50000);
+    const I32 base = test::randomInts(rng, batch, 0, 50000);
     I32 mask = poisoned<int32_t>(rows * kernel::dflashMaskWords(s)), pos_id = poisoned<int32_t>(rows),
         context = poisoned<int32_t>(batch);
     std::vector<int64_t> select = poisoned<int64_t>(rows);
@@ -97,8 +86,8 @@ TEST(DFlashVerifyInputsGpu, LinearVerifyInputsMatchReference) {
     const int32_t s = verify_size(rng, trial);
     const int32_t stride = s + (trial % 3 == 0 ? 0 : std::uniform_int_distribution<int32_t>(1, 9)(rng));
     SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s << " stride " << stride);
-    const I32 anchors = random_ints(rng, batch, 0, 150000);
-    const I32 draft = random_ints(rng, size_t(batch) * stride, 0, 150000);
+    const I32 anchors = test::randomInts(rng, batch, 0, 150000);
+    const I32 draft = test::randomInts(rng, size_t(batch) * stride, 0, 150000);
     I32 tokens = poisoned<int32_t>(size_t(batch) * s);
     std::vector<int8_t> mask = poisoned<int8_t>(size_t(batch) * s * s);
     kernel::DFlashLinearVerifyInputsParams p;

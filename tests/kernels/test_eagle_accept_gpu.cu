@@ -16,7 +16,7 @@ namespace {
 
 using I32 = std::vector<int32_t>;
 
-I32 poisoned(size_t n) { return I32(n, test::poison_i32()); }
+using test::poisoned;
 
 TEST(EagleAcceptGpu, MatchesReferenceOnRandomTreesAndChains) {
   ES_SKIP_IF_NO_GPU();
