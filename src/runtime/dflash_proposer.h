@@ -11,6 +11,8 @@ class DFlashProposer final : public DraftProposer {
   explicit DFlashProposer(model::DFlashDraft& draft) : draft_(draft) {}
 
   int32_t blockSize() const override { return draft_.blockSize(); }
+  int32_t maxContextRows() const override { return draft_.maxContextTokens(); }
+  int32_t maxBatch() const override { return draft_.maxBatch(); }
 
   void appendContext(const model::TargetModel& target, const std::vector<int32_t>& positions,
                      const std::vector<int32_t>& owners, kv::KvCacheManager& cache) override {

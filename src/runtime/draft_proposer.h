@@ -17,6 +17,11 @@ class DraftProposer {
   // Block size BS: a proposal is BS rows, row 0 re-predicts the anchor, rows 1..BS-1 are drafts.
   virtual int32_t blockSize() const = 0;
 
+  // Limits the decoder checks before it starts: rows of one appendContext (a prefill chunk or a
+  // verify forward) and sequences of one propose.
+  virtual int32_t maxContextRows() const = 0;
+  virtual int32_t maxBatch() const = 0;
+
   // The target forward that just ran committed some of its rows: row r (of that forward) is new
   // context at positions[r] for page-table row owners[r]; -1 marks rows that are not (padding,
   // rejected drafts). The target's taps of that forward are still in place.

@@ -37,6 +37,12 @@ std::vector<GenerationResult> SpeculativeDecoder::generate(
   ES_CHECK_ARG(static_cast<int64_t>(n) * BS <= target_.maxTokens(), where, "requests.size() * blockSize",
                static_cast<int64_t>(n) * BS, "must fit one verify forward (maxTokens = ",
                target_.maxTokens(), ")");
+  // Every target forward's rows go to the draft as context: prefill chunks (maxTokens) and verifies.
+  ES_CHECK_ARG(target_.maxTokens() <= proposer_.maxContextRows(), where, "target maxTokens",
+               target_.maxTokens(), "must be <= the draft's context rows per call (",
+               proposer_.maxContextRows(), ")");
+  ES_CHECK_ARG(n <= proposer_.maxBatch(), where, "requests.size()", n,
+               "must be <= the draft's maxBatch (", proposer_.maxBatch(), ")");
   for (int32_t r = 0; r < n; ++r) {
     const GenerationRequest& q = requests[static_cast<size_t>(r)];
     const std::string name = "requests[" + std::to_string(r) + "]";

@@ -38,6 +38,9 @@ class ScriptedProposer final : public DraftProposer {
         errorRate_(errorRate), vocab_(vocab) {}
 
   int32_t blockSize() const override { return blockSize_; }
+  int32_t maxContextRows() const override { return maxContextRows_; }
+  int32_t maxBatch() const override { return 1; }
+  int32_t maxContextRows_ = 1 << 20;
 
   void appendContext(const model::TargetModel&, const std::vector<int32_t>& positions,
                      const std::vector<int32_t>& owners, kv::KvCacheManager& cache) override {
@@ -166,6 +169,8 @@ TEST(SpeculativeDecoder, BadRequestsAreClearErrors) {
                               "requests[0] prompt + maxNewTokens + blockSize");
   test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {0.8f, 0, 1.0f, 1}}}); },
                               "requests[0].sampling.temperature");
+  proposer.maxContextRows_ = 4;  // a draft that cannot take the target's 8-row forwards
+  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {}}}); }, "target maxTokens");
 }
 
 INSTANTIATE_TEST_SUITE_P(
