@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/dtype_convert.h"
 #include "common/errors.h"
 #include "common/logging.h"
 #include "model/rope_table.h"
@@ -27,15 +28,9 @@ std::string listOf(const std::vector<int32_t>& v) {
 
 // Host floats -> backend buffer of `dtype` (the compute dtype).
 void uploadFloats(ops::Backend& backend, const float* src, int64_t n, DType dtype, void* dst) {
-  if (dtype == DType::kF32) {
-    backend.copyFromHost(dst, src, n * 4);
-    return;
-  }
-  std::vector<uint16_t> raw(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    raw[static_cast<size_t>(i)] = dtype == DType::kBF16 ? to_bf16(src[i]).bits : to_fp16(src[i]).bits;
-  }
-  backend.copyFromHost(dst, raw.data(), n * 2);
+  std::vector<uint8_t> raw(static_cast<size_t>(n * dtype_size(dtype)));
+  storeFloats(src, dtype, 0, n, raw.data());
+  backend.copyFromHost(dst, raw.data(), static_cast<int64_t>(raw.size()));
 }
 
 // The paged DFlash KV write for the cache element type `T` (f32 on CPU, bf16/fp16 on CUDA).

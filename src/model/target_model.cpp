@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/dtype_convert.h"
 #include "common/errors.h"
 #include "common/logging.h"
 #include "model/rope_table.h"
@@ -15,19 +16,12 @@
 namespace es::model {
 namespace {
 
-// Host f32/bf16 values of a backend buffer of `dtype` as floats.
+// Host floats of n elements of a backend buffer of `dtype`.
 std::vector<float> toHostFloats(ops::Backend& backend, const void* src, DType dtype, int64_t n) {
+  std::vector<uint8_t> raw(static_cast<size_t>(n * dtype_size(dtype)));
+  backend.copyToHost(raw.data(), src, static_cast<int64_t>(raw.size()));
   std::vector<float> out(static_cast<size_t>(n));
-  if (dtype == DType::kF32) {
-    backend.copyToHost(out.data(), src, n * 4);
-    return out;
-  }
-  std::vector<uint16_t> raw(static_cast<size_t>(n));
-  backend.copyToHost(raw.data(), src, n * 2);
-  for (int64_t i = 0; i < n; ++i) {
-    out[static_cast<size_t>(i)] = dtype == DType::kBF16 ? to_float(bf16{raw[static_cast<size_t>(i)]})
-                                                        : to_float(fp16{raw[static_cast<size_t>(i)]});
-  }
+  loadFloats(raw.data(), dtype, 0, n, out.data());
   return out;
 }
 

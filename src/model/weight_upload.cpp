@@ -3,43 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/dtype_convert.h"
 #include "common/errors.h"
 
 namespace es::model {
-namespace {
-
-float loadAsFloat(const uint8_t* src, DType t, int64_t i) {
-  switch (t) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, src + 4 * i, 4);
-      return v;
-    }
-    case DType::kBF16: {
-      bf16 v;
-      std::memcpy(&v, src + 2 * i, 2);
-      return to_float(v);
-    }
-    case DType::kF16: {
-      fp16 v;
-      std::memcpy(&v, src + 2 * i, 2);
-      return to_float(v);
-    }
-    default: ES_THROW(FormatError, "unsupported weight dtype ", dtype_name(t));
-  }
-}
-
-void storeFromFloat(uint8_t* dst, DType t, int64_t i, float v) {
-  switch (t) {
-    case DType::kF32: std::memcpy(dst + 4 * i, &v, 4); break;
-    case DType::kBF16: { const bf16 b = to_bf16(v); std::memcpy(dst + 2 * i, &b, 2); break; }
-    case DType::kF16: { const fp16 h = to_fp16(v); std::memcpy(dst + 2 * i, &h, 2); break; }
-    default: ES_THROW(InvalidArgument, "uploadTensor: argument 'dtype' = ", dtype_name(t),
-                      " must be f32, f16 or bf16");
-  }
-}
-
-}  // namespace
 
 void uploadTensor(ops::Backend& backend, const WeightStore& store, std::string_view name,
                   DType dtype, void* dst) {

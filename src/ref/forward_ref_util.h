@@ -1,35 +1,16 @@
 #pragma once
 // Helpers shared by the model-forward CPU references (embedding, rmsnorm, qkv_rope_kv_write,
-// swiglu, paged_attention, linear): element load/store by runtime DType through the dtype.h
-// conversions, and a small std::thread split over independent outputs.
+// swiglu, paged_attention, linear): rounding to a runtime DType, and a small std::thread split
+// over independent outputs. Element loads/stores are common/dtype_convert.h's.
 #include <algorithm>
 #include <cstdint>
 #include <thread>
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/dtype_convert.h"
 
 namespace es::ref::detail {
-
-// Element i of an f32/f16/bf16 array as float.
-inline float load(const void* base, DType t, int64_t i) {
-  switch (t) {
-    case DType::kF32: return static_cast<const float*>(base)[i];
-    case DType::kF16: return to_float(static_cast<const fp16*>(base)[i]);
-    case DType::kBF16: return to_float(static_cast<const bf16*>(base)[i]);
-    default: return 0.0f;
-  }
-}
-
-// Rounds v once to t and stores it as element i.
-inline void store(void* base, DType t, int64_t i, float v) {
-  switch (t) {
-    case DType::kF32: static_cast<float*>(base)[i] = v; break;
-    case DType::kF16: static_cast<fp16*>(base)[i] = to_fp16(v); break;
-    case DType::kBF16: static_cast<bf16*>(base)[i] = to_bf16(v); break;
-    default: break;
-  }
-}
 
 // v rounded to t and back (the value a store followed by a load gives).
 inline float round_to(DType t, float v) {
@@ -37,28 +18,6 @@ inline float round_to(DType t, float v) {
     case DType::kF16: return to_float(to_fp16(v));
     case DType::kBF16: return to_float(to_bf16(v));
     default: return v;
-  }
-}
-
-// Converts n elements starting at element `first` to float.
-inline void load_row(const void* base, DType t, int64_t first, int64_t n, float* dst) {
-  switch (t) {
-    case DType::kF32: {
-      const float* s = static_cast<const float*>(base) + first;
-      std::copy(s, s + n, dst);
-      break;
-    }
-    case DType::kF16: {
-      const fp16* s = static_cast<const fp16*>(base) + first;
-      for (int64_t i = 0; i < n; ++i) dst[i] = to_float(s[i]);
-      break;
-    }
-    case DType::kBF16: {
-      const bf16* s = static_cast<const bf16*>(base) + first;
-      for (int64_t i = 0; i < n; ++i) dst[i] = to_float(s[i]);
-      break;
-    }
-    default: break;
   }
 }
 

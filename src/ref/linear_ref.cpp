@@ -32,11 +32,11 @@ void linear(const kernel::LinearParams& p) {
   if (!kernel::validate(p)) return;
   const int64_t m = p.m, n = p.n, k = p.k;
   std::vector<float> xf(static_cast<size_t>(m * k));
-  detail::load_row(p.x, p.dtype, 0, m * k, xf.data());
+  loadFloats(p.x, p.dtype, 0, m * k, xf.data());
   std::vector<float> bias;
   if (p.bias != nullptr) {
     bias.resize(static_cast<size_t>(n));
-    detail::load_row(p.bias, p.dtype, 0, n, bias.data());
+    loadFloats(p.bias, p.dtype, 0, n, bias.data());
   }
   const int64_t blocks = (n + kWBlockRows - 1) / kWBlockRows;
   detail::parallel_for(blocks, 2 * kWBlockRows * k * m, [&](int64_t begin, int64_t end) {
@@ -44,13 +44,13 @@ void linear(const kernel::LinearParams& p) {
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t j0 = blk * kWBlockRows;
       const int64_t rows = std::min(kWBlockRows, n - j0);
-      detail::load_row(p.w, p.dtype, j0 * k, rows * k, wf.data());
+      loadFloats(p.w, p.dtype, j0 * k, rows * k, wf.data());
       for (int64_t i = 0; i < m; ++i) {
         const float* xr = xf.data() + i * k;
         for (int64_t j = 0; j < rows; ++j) {
           float acc = dot(xr, wf.data() + j * k, k);
           if (!bias.empty()) acc += bias[static_cast<size_t>(j0 + j)];
-          detail::store(p.y, p.outDtype, i * n + j0 + j, acc);
+          storeFromFloat(p.y, p.outDtype, i * n + j0 + j, acc);
         }
       }
     }

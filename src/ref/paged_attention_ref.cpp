@@ -39,7 +39,7 @@ void pagedAttention(const kernel::PagedAttentionParams& p) {
       const int32_t pos = q.qPositions[r];
       const int64_t out_row = r * hq * dim;
       if (b < 0 || pos < 0) {
-        for (int64_t i = 0; i < int64_t{hq} * dim; ++i) detail::store(q.out, p.dtype, out_row + i, 0.0f);
+        for (int64_t i = 0; i < int64_t{hq} * dim; ++i) storeFromFloat(q.out, p.dtype, out_row + i, 0.0f);
         continue;
       }
       const int32_t q_len = q.cuQSeqLens[b + 1] - q.cuQSeqLens[b];
@@ -72,13 +72,13 @@ void pagedAttention(const kernel::PagedAttentionParams& p) {
       }
       for (int32_t h = 0; h < hq; ++h) {
         const int32_t hk = h / group;
-        detail::load_row(q.q, p.dtype, out_row + int64_t{h} * dim, dim, qf.data());
+        loadFloats(q.q, p.dtype, out_row + int64_t{h} * dim, dim, qf.data());
         scores.assign(keys.size(), 0.0);
         double max_score = -std::numeric_limits<double>::infinity();
         for (size_t n = 0; n < keys.size(); ++n) {
           const int32_t j = keys[n];
           const int32_t kp = table_row[j / kPage];
-          detail::load_row(kv.pool, p.dtype, ((int64_t{kp} * kPage + j % kPage) * hkv + hk) * dim,
+          loadFloats(kv.pool, p.dtype, ((int64_t{kp} * kPage + j % kPage) * hkv + hk) * dim,
                            dim, kf.data());
           double s = 0.0;
           for (int32_t d = 0; d < dim; ++d) s += double{qf[d]} * kf[d];
@@ -92,13 +92,13 @@ void pagedAttention(const kernel::PagedAttentionParams& p) {
           const int32_t vp = table_row[kv.maxPagesPerSeq + j / kPage];
           const double w = std::exp(scores[n] - max_score);
           denom += w;
-          detail::load_row(kv.pool, p.dtype, ((int64_t{vp} * kPage + j % kPage) * hkv + hk) * dim,
+          loadFloats(kv.pool, p.dtype, ((int64_t{vp} * kPage + j % kPage) * hkv + hk) * dim,
                            dim, kf.data());
           for (int32_t d = 0; d < dim; ++d) acc[d] += w * kf[d];
         }
         for (int32_t d = 0; d < dim; ++d) {
           const float o = denom > 0.0 ? static_cast<float>(acc[d] / denom) : 0.0f;
-          detail::store(q.out, p.dtype, out_row + int64_t{h} * dim + d, o);
+          storeFromFloat(q.out, p.dtype, out_row + int64_t{h} * dim + d, o);
         }
       }
     }

@@ -47,11 +47,11 @@ void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) {
   std::vector<float> q_w, k_w;
   if (p.qNormWeight != nullptr) {
     q_w.resize(static_cast<size_t>(dim));
-    detail::load_row(p.qNormWeight, p.dtype, 0, dim, q_w.data());
+    loadFloats(p.qNormWeight, p.dtype, 0, dim, q_w.data());
   }
   if (p.kNormWeight != nullptr) {
     k_w.resize(static_cast<size_t>(dim));
-    detail::load_row(p.kNormWeight, p.dtype, 0, dim, k_w.data());
+    loadFloats(p.kNormWeight, p.dtype, 0, dim, k_w.data());
   }
   const int64_t elem = dtype_size(p.dtype);
   auto* pool = static_cast<uint8_t*>(p.kvPool);
@@ -64,18 +64,18 @@ void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) {
       const bool live = pos >= 0 && pos < p.maxPositions && b >= 0 && b < p.batchSize;
       if (!live) {
         for (int64_t i = 0; i < int64_t{hq} * dim; ++i) {
-          detail::store(p.qOut, p.dtype, t * hq * dim + i, 0.0f);
+          storeFromFloat(p.qOut, p.dtype, t * hq * dim + i, 0.0f);
         }
         continue;
       }
       const float* cs = p.cosSin + int64_t{pos} * p.rotaryDim;
       const int64_t row = t * row_elems;
       for (int32_t h = 0; h < hq; ++h) {
-        detail::load_row(p.qkv, p.dtype, row + int64_t{h} * dim, dim, v.data());
+        loadFloats(p.qkv, p.dtype, row + int64_t{h} * dim, dim, v.data());
         norm_rope(v.data(), q_w.empty() ? nullptr : q_w.data(), p.normEps, cs, dim, p.rotaryDim,
                   tmp);
         for (int32_t i = 0; i < dim; ++i) {
-          detail::store(p.qOut, p.dtype, (t * hq + h) * dim + i, v[i]);
+          storeFromFloat(p.qOut, p.dtype, (t * hq + h) * dim + i, v[i]);
         }
       }
       // Cache destinations, per plane.
@@ -89,11 +89,11 @@ void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) {
       const bool write_v = v_page >= p.numPages && int64_t{v_page} < 2 * int64_t{p.numPages};
       for (int32_t h = 0; h < hkv; ++h) {
         if (write_k) {
-          detail::load_row(p.qkv, p.dtype, row + int64_t{hq + h} * dim, dim, v.data());
+          loadFloats(p.qkv, p.dtype, row + int64_t{hq + h} * dim, dim, v.data());
           norm_rope(v.data(), k_w.empty() ? nullptr : k_w.data(), p.normEps, cs, dim,
                     p.rotaryDim, tmp);
           const int64_t dst = ((int64_t{k_page} * kPage + slot) * hkv + h) * dim;
-          for (int32_t i = 0; i < dim; ++i) detail::store(p.kvPool, p.dtype, dst + i, v[i]);
+          for (int32_t i = 0; i < dim; ++i) storeFromFloat(p.kvPool, p.dtype, dst + i, v[i]);
         }
         if (write_v) {
           const int64_t src = row + int64_t{hq + hkv + h} * dim;

@@ -13,16 +13,16 @@ void rmsNorm(const kernel::RmsNormParams& p) {
   if (!kernel::validate(p)) return;
   const int64_t hidden = p.hiddenSize;
   std::vector<float> weight(static_cast<size_t>(hidden));
-  detail::load_row(p.weight, p.dtype, 0, hidden, weight.data());
+  loadFloats(p.weight, p.dtype, 0, hidden, weight.data());
   detail::parallel_for(p.rows, 4 * hidden, [&](int64_t begin, int64_t end) {
     std::vector<float> v(static_cast<size_t>(hidden));
     for (int64_t r = begin; r < end; ++r) {
       const int64_t base = r * hidden;
-      detail::load_row(p.x, p.dtype, base, hidden, v.data());
+      loadFloats(p.x, p.dtype, base, hidden, v.data());
       if (p.residual != nullptr) {
         for (int64_t i = 0; i < hidden; ++i) {
-          const float sum = detail::load(p.residual, p.dtype, base + i) + v[i];
-          detail::store(p.residual, p.dtype, base + i, sum);
+          const float sum = loadAsFloat(p.residual, p.dtype, base + i) + v[i];
+          storeFromFloat(p.residual, p.dtype, base + i, sum);
           v[i] = detail::round_to(p.dtype, sum);
         }
       }
@@ -31,7 +31,7 @@ void rmsNorm(const kernel::RmsNormParams& p) {
       const float mean = static_cast<float>(sum_sq / static_cast<double>(hidden));
       const float scale = 1.0f / std::sqrt(mean + p.eps);
       for (int64_t i = 0; i < hidden; ++i) {
-        detail::store(p.out, p.dtype, base + i, (v[i] * scale) * weight[i]);
+        storeFromFloat(p.out, p.dtype, base + i, (v[i] * scale) * weight[i]);
       }
     }
   });
