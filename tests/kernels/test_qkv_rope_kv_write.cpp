@@ -132,7 +132,9 @@ TEST(QkvRopeKvWriteRef, HandRotationAtPosition1) {
   for (size_t i = 0; i < pool.size(); ++i) {
     const bool k_row = i >= (size_t(1) * kPage + 1) * dim && i < (size_t(1) * kPage + 2) * dim;
     const bool v_row = i >= vbase && i < vbase + dim;
-    if (!k_row && !v_row) ASSERT_EQ(pool[i], before[i]) << "untouched element " << i;
+    if (!k_row && !v_row) {
+      ASSERT_EQ(pool[i], before[i]) << "untouched element " << i;
+    }
   }
 }
 

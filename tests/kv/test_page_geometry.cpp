@@ -35,7 +35,9 @@ TEST(PageGeometry, PagesPerSlot) {
   expectInvalidArgument([] { pagesPerSlot(129); }, "maxCapPadded");
   expectInvalidArgument([] { pagesPerSlot(0); }, "maxCapPadded");
   expectInvalidArgument([] { pagesPerSlot(-128); }, "maxCapPadded");
-  expectInvalidArgument([] { pagesPerSlot(kMaxKvCacheCapacity + 128); }, "maxCapPadded");
+  // The only int32 values above kMaxKvCacheCapacity are not page multiples (the next multiple
+  // overflows int32): INT32_MAX is refused.
+  expectInvalidArgument([] { pagesPerSlot(kMaxKvCacheCapacity + 127); }, "maxCapPadded");
 }
 
 TEST(PageGeometry, MaxPagesPerSeqAndPadding) {

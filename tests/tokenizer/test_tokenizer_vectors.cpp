@@ -35,7 +35,9 @@ void checkVocab(const std::string& name, size_t expectedCases) {
                           << "\n  expected " << idsText(c.ids);
     passed += ids == c.ids;
     // Byte-level BPE is lossless on valid UTF-8 (modulo NFC, which these inputs already are).
-    if (nfc(c.text) == c.text) EXPECT_EQ(tok.decode(c.ids), c.text) << name << " '" << c.text << "'";
+    if (nfc(c.text) == c.text) {
+      EXPECT_EQ(tok.decode(c.ids), c.text) << name << " '" << c.text << "'";
+    }
   }
   std::cout << "[ vectors  ] " << name << ": " << passed << "/" << cases.size() << " inputs match\n";
 }
