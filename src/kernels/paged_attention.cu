@@ -1,14 +1,35 @@
-// Paged attention, the simple correct kernel: one CTA of kWarps warps per (query row, query
-// head). Each warp walks the visible keys j = lo + warp, lo + warp + kWarps, ... (keys read
-// through the page table; each lane owns D/32 consecutive dims, so a key row is one coalesced
-// access), keeps an online softmax in fp32 (running max, sum, weighted V), and the warps are
-// merged through shared memory at the end. Masks, windows, unmapped pages and padding rows as
-// paged_attention.h; the mask decision depends on the key only, so it is warp-uniform.
+// Paged attention, two kernels behind one launcher (paged_attention.h says which call takes which).
+//
+// Simple kernel: one CTA of kWarps warps per (query row, query head). Each warp walks the visible
+// keys j = lo + warp, lo + warp + kWarps, ... (keys read through the page table; each lane owns
+// D/32 consecutive dims, so a key row is one coalesced access), keeps an online softmax in fp32
+// (running max, sum, weighted V), and the warps are merged through shared memory at the end.
+// Masks, windows, unmapped pages and padding rows as paged_attention.h; the mask decision depends
+// on the key only, so it is warp-uniform.
+//
+// Split-KV kernel (flash-decoding; shape constants in paged_attention_split.h): one CTA of 4 warps
+// per (sequence b, KV head, row block, split). Its rows are the packed (query row i, GQA head g)
+// pairs m = i * group + g, 16 per tensor-core tile (mma.sync m16n8k16, fp32 accumulate), so each
+// K/V row is read from memory once per KV head. Prologue: every row's visible key range [lo, hi)
+// (causal bound, window) -> the CTA's union range, cut into 64-key tiles, the tiles divided evenly
+// over the splits (a split past the sequence's real range gets none and writes a neutral partial).
+// Main loop: a ring of 2-3 shared-memory stages filled by 16-byte cp.async (zero-filled outside
+// the range; tiles on unmapped/out-of-range pages are not loaded and skipped), the page ids of the
+// next tile prefetched into registers; per tile S = Q K^T, the per-row mask, an online softmax in
+// the exp2 domain, O += P V with P rounded to the storage type. Epilogue: the warps that split a
+// tile's keys are merged through shared memory; with one split the CTA writes the normalised
+// output, otherwise (max, sum, unnormalised O) partials for combine_kernel, which is launched with
+// programmatic dependent launch and merges the splits of each (row, head).
+#include <cuda_runtime.h>
+
+#include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention.h"
+#include "kernels/paged_attention_split.h"
 #include "kv/page_geometry.h"
 
 namespace es::kernel {
@@ -153,10 +174,608 @@ void launch(const Args& a, bool aligned, cudaStream_t stream) {
   }
 }
 
+
+// ---- split-KV path ------------------------------------------------------------------------------
+namespace sk = splitkv;
+
+// One packed row of a split-KV CTA (shared memory).
+struct RowInfo {
+  int64_t rh;      // r * Hq + h of a row this CTA owns (q/out row-head index); -1: not its row
+  int32_t lo, hi;  // visible keys [lo, hi) before the tree bits; hi <= lo: none (padding, ...)
+  uint32_t word;   // kPackedTree: the row's mask word (bit c <-> key past + c)
+  int32_t pad;
+};
+static_assert(sizeof(RowInfo) == 24, "kMiscBytes in paged_attention_split.h counts 24 bytes");
+
+struct SplitArgs {
+  const void* q;
+  void* out;
+  const int32_t* cu_q;
+  const int32_t* q_pos;
+  int32_t total_q, max_q, hq, group, words;
+  const void* pool;
+  const int32_t* table;
+  int32_t num_pages, max_pages, hkv;
+  const int32_t* kv_lens;
+  const int32_t* packed;
+  int32_t mask, window, batch;
+  float scale_log2;  // scale * log2(e): the softmax runs in the exp2 domain
+  int32_t splits, row_blocks;
+  float* part_o;     // [splits, totalQ, Hq, D] f32 unnormalised outputs (splits > 1)
+  float2* part_ml;   // [splits, totalQ, Hq] (running max in the exp2 domain, sum)
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte global->shared copy; fill = false writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(fill ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// d += a (16x16, row) * b (16x8, col), fp32 accumulate.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+// Two floats -> one register of two 16-bit values (lo in the low half), round to nearest even.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// Split-KV with one split: rows that lie in no sequence are written by CTA 0 (the other CTAs
+// write only rows of their own sequence).
+template <typename T, int D>
+__device__ void zero_unowned_rows(const SplitArgs& a) {
+  T* out = static_cast<T*>(a.out);
+  const int64_t row = int64_t{a.hq} * D;
+  const int64_t first = min(max(a.cu_q[0], 0), a.total_q);
+  const int64_t last = min(max(a.cu_q[a.batch], 0), a.total_q);
+  const T zero = fwd::from_f<T>(0.0f);
+  for (int64_t e = threadIdx.x; e < first * row; e += blockDim.x) out[e] = zero;
+  for (int64_t e = last * row + threadIdx.x; e < int64_t{a.total_q} * row; e += blockDim.x) {
+    out[e] = zero;
+  }
+}
+
+template <typename T, int D, int WM>
+__global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(const SplitArgs a) {
+  constexpr int WN = 4 / WM;           // warps sharing one row tile (they split the keys)
+  constexpr int MB = 16 * WM;          // packed rows per CTA
+  constexpr int KT = sk::kTileKeys;    // keys per tile
+  constexpr int KS = KT / WN;          // keys per warp and tile
+  constexpr int NT = KS / 8;           // S n-tiles per warp
+  constexpr int DC = D / 8;            // 16-byte chunks per K/V/Q row
+  constexpr int DT = D / 8;            // O n-tiles
+  constexpr int ST = sk::stages(D, WM);
+  constexpr bool kQRegs = D <= 128;    // Q fragments live in registers (D 256: re-read from smem)
+  constexpr int kMergeStride = D + 4;  // floats per row of the epilogue merge buffer
+  static_assert(NT % 2 == 0 && MB <= sk::kMaxRowsPerCta && (KT * DC) % sk::kThreads == 0);
+  static_assert(kPage % KT == 0);
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* s_kv = reinterpret_cast<T*>(smem);                                     // [ST][K|V][KT][D]
+  T* s_q = s_kv + ST * 2 * KT * D;                                          // [MB][D]
+  RowInfo* s_row = reinterpret_cast<RowInfo*>(s_q + MB * D);                // [MB]
+  float2* s_ml = reinterpret_cast<float2*>(s_row + sk::kMaxRowsPerCta);     // [4 warps][16]
+  float* s_merge = reinterpret_cast<float*>(smem);  // [4 warps][16][D + 4], after the main loop
+  // Shared tiles are [row][16-byte chunk] with the chunk index XORed with (row & 7), so the 8
+  // rows of one ldmatrix hit 8 different bank groups.
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / WN, wn = warp % WN;
+  const int g = lane >> 2, tq = lane & 3;  // mma fragment row / column-pair of this lane
+  // KV head fastest: the CTAs of one (sequence, split) read the same pages (each its 2*D bytes
+  // of every token row) at about the same time; then row blocks (same K/V, from L2), splits.
+  int32_t bid = blockIdx.x;
+  const int32_t hk = bid % a.hkv;
+  bid /= a.hkv;
+  const int32_t rb = bid % a.row_blocks;
+  bid /= a.row_blocks;
+  const int32_t split = bid % a.splits;
+  const int32_t b = bid / a.splits;
+  const bool direct = a.splits == 1;
+  const bool tree = a.mask == static_cast<int32_t>(AttentionMask::kPackedTree);
+
+  if (direct && blockIdx.x == 0) zero_unowned_rows<T, D>(a);
+
+  // ---- rows and key ranges
+  const int32_t q0 = a.cu_q[b];
+  const int32_t q_len = a.cu_q[b + 1] - q0;
+  const int32_t kv_len = a.kv_lens[b];
+  const int32_t tpast = tree ? kv_len - q_len : INT32_MAX;  // tree bits apply to keys >= tpast
+  if (tid < MB) {
+    RowInfo ri{-1, 0, 0, 0u, 0};
+    const int32_t m = rb * MB + tid;
+    const int32_t i = m / a.group;
+    if (i < q_len && i < a.max_q) {
+      const int32_t r = q0 + i;
+      if (r >= 0 && r < a.total_q) {
+        ri.rh = int64_t{r} * a.hq + int64_t{hk} * a.group + (m - i * a.group);
+        const int32_t pos = a.q_pos[r];
+        if (pos >= 0) {
+          int64_t lo = 0;
+          int64_t hi = min(int64_t{kv_len}, min(int64_t{a.max_pages} * kPage,
+                                                int64_t{kv::kMaxKvCacheCapacity}));
+          if (a.mask == static_cast<int32_t>(AttentionMask::kCausal)) hi = min(hi, int64_t{pos} + 1);
+          if (a.window > 0) lo = max(lo, int64_t{pos} - a.window + 1);
+          if (hi > lo) {
+            ri.lo = static_cast<int32_t>(lo);
+            ri.hi = static_cast<int32_t>(hi);
+            if (tree) ri.word = static_cast<uint32_t>(a.packed[int64_t{r} * a.words]);
+          }
+        }
+      }
+    }
+    s_row[tid] = ri;
+  }
+  __syncthreads();
+
+  // Union of the rows' ranges (every warp computes it), its 64-key tiles, this split's share.
+  int32_t lo_all = INT32_MAX, hi_all = 0;
+  for (int m = lane; m < MB; m += 32) {
+    if (s_row[m].hi > s_row[m].lo) {
+      lo_all = min(lo_all, s_row[m].lo);
+      hi_all = max(hi_all, s_row[m].hi);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo_all = min(lo_all, __shfl_xor_sync(0xffffffffu, lo_all, o));
+    hi_all = max(hi_all, __shfl_xor_sync(0xffffffffu, hi_all, o));
+  }
+  int32_t t0 = 0, t1 = 0;  // this CTA's tiles [t0, t1)
+  if (hi_all > 0) {
+    const int32_t tb = lo_all / KT, te = (hi_all - 1) / KT + 1;
+    const int32_t chunk = (te - tb + a.splits - 1) / a.splits;
+    t0 = tb + split * chunk;
+    t1 = min(te, t0 + chunk);
+  }
+
+  int32_t rlo[2], rhi[2];
+  uint32_t rword[2];
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    const RowInfo& x = s_row[wm * 16 + g + 8 * ri];
+    rlo[ri] = x.lo;
+    rhi[ri] = x.hi;
+    rword[ri] = x.word;
+  }
+
+  // ---- K/V tile loads
+  const int32_t* trow = a.table + int64_t{b} * 2 * a.max_pages;
+  const T* pool = static_cast<const T*>(a.pool);
+  const int64_t row_stride = int64_t{a.hkv} * D;
+  // Page ids of tile u; false when u is not one of this CTA's tiles or its page is unmapped or
+  // out of range (the tile is then neither loaded nor computed: its keys count as masked).
+  auto lookup = [&](int32_t u, int32_t& kp, int32_t& vp) -> bool {
+    if (u >= t1) return false;
+    const int32_t lp = u / (kPage / KT);
+    if (lp >= a.max_pages) return false;
+    kp = __ldg(trow + lp);
+    vp = __ldg(trow + a.max_pages + lp);
+    return kp >= 0 && kp < a.num_pages && vp >= a.num_pages &&
+           int64_t{vp} < 2 * int64_t{a.num_pages};
+  };
+  auto issue = [&](int32_t u, int st, int32_t kp, int32_t vp) {
+    const int32_t key0 = u * KT;
+    const int32_t slot0 = key0 % kPage;
+    const uint32_t sk_base = smem_u32(s_kv + st * 2 * KT * D);
+    const uint32_t sv_base = sk_base + KT * D * static_cast<uint32_t>(sizeof(T));
+    const T* kbase = pool + (int64_t{kp} * kPage + slot0) * row_stride + int64_t{hk} * D;
+    const T* vbase = pool + (int64_t{vp} * kPage + slot0) * row_stride + int64_t{hk} * D;
+#pragma unroll
+    for (int it = 0; it < KT * DC / sk::kThreads; ++it) {
+      const int idx = it * sk::kThreads + tid;
+      const int k = idx / DC, c = idx % DC;
+      const int32_t j = key0 + k;
+      const bool in = j >= lo_all && j < hi_all;  // outside: zeros (never NaN garbage in P*V)
+      const uint32_t off = static_cast<uint32_t>((k * D + ((c ^ (k & 7)) << 3)) * sizeof(T));
+      cp_async16(sk_base + off, kbase + k * row_stride + c * 8, in);
+      cp_async16(sv_base + off, vbase + k * row_stride + c * 8, in);
+    }
+  };
+
+  uint32_t vbits = 0;  // bit st: the tile in stage st is loaded (computed)
+  if (t0 < t1) {
+    const T* qg = static_cast<const T*>(a.q);
+    for (int idx = tid; idx < MB * DC; idx += sk::kThreads) {
+      const int m = idx / DC, c = idx % DC;
+      const bool in = s_row[m].hi > s_row[m].lo;
+      const T* src = in ? qg + s_row[m].rh * D + c * 8 : qg;
+      cp_async16(smem_u32(s_q + m * D + ((c ^ (m & 7)) << 3)), src, in);
+    }
+    int32_t pkp[ST - 1], pvp[ST - 1];
+    bool pok[ST - 1];
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+      pkp[s] = pvp[s] = 0;
+      pok[s] = lookup(t0 + s, pkp[s], pvp[s]);
+    }
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {  // group s = tile t0 + s (group 0 also holds Q)
+      if (pok[s]) {
+        issue(t0 + s, s, pkp[s], pvp[s]);
+        vbits |= 1u << s;
+      }
+      cp_async_commit();
+    }
+  }
+  int32_t nkp = 0, nvp = 0;
+  bool nok = lookup(t0 + ST - 1, nkp, nvp);  // the next tile to issue, prefetched
+
+  // ---- main loop
+  float o[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // l: this lane's columns
+  uint32_t qa[kQRegs ? D / 16 : 1][4];
+  const uint32_t q_lane_row = wm * 16 + (lane & 15);
+
+  for (int32_t t = t0; t < t1; ++t) {
+    cp_async_wait<ST - 2>();  // tile t (and Q) landed for this thread ...
+    __syncthreads();          // ... for all; and every warp is done with tile t - 1's stage
+    const int st = (t - t0) % ST;
+    {
+      const int ns = (st + ST - 1) % ST;  // stage of tile t + ST - 1 (= tile t - 1's)
+      vbits &= ~(1u << ns);
+      if (nok) {
+        issue(t + ST - 1, ns, nkp, nvp);
+        vbits |= 1u << ns;
+      }
+      cp_async_commit();
+      nok = lookup(t + ST, nkp, nvp);
+    }
+    if constexpr (kQRegs) {
+      if (t == t0) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const uint32_t chunk = kk * 2 + (lane >> 4);
+          ldmatrix_x4(qa[kk], smem_u32(s_q + q_lane_row * D + ((chunk ^ (q_lane_row & 7)) << 3)));
+        }
+      }
+    }
+    if (((vbits >> st) & 1u) == 0) continue;
+
+    const uint32_t sk_base = smem_u32(s_kv + st * 2 * KT * D);
+    const uint32_t sv_base = sk_base + KT * D * static_cast<uint32_t>(sizeof(T));
+    // S = Q K^T for this warp's 16 rows x KS keys.
+    float s[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t af[4];
+      if constexpr (kQRegs) {
+        af[0] = qa[kk][0], af[1] = qa[kk][1], af[2] = qa[kk][2], af[3] = qa[kk][3];
+      } else {
+        const uint32_t chunk = kk * 2 + (lane >> 4);
+        ldmatrix_x4(af, smem_u32(s_q + q_lane_row * D + ((chunk ^ (q_lane_row & 7)) << 3)));
+      }
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        const int krow = wn * KS + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+        const int chunk = kk * 2 + ((lane >> 3) & 1);
+        uint32_t bf[4];
+        ldmatrix_x4(bf, sk_base + static_cast<uint32_t>((krow * D + ((chunk ^ (krow & 7)) << 3)) *
+                                                        sizeof(T)));
+        mma16816<T>(s[2 * np], af, bf[0], bf[1]);
+        mma16816<T>(s[2 * np + 1], af, bf[2], bf[3]);
+      }
+    }
+    // Mask, online softmax (exp2 domain). Fragment element e of n-tile n: row g + 8 * (e >> 1),
+    // key kbase + n * 8 + (e & 1).
+    const int32_t kbase = t * KT + wn * KS + 2 * tq;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ri = e >> 1;
+        const int32_t j = kbase + n * 8 + (e & 1);
+        bool vis = j >= rlo[ri] && j < rhi[ri];
+        if (j >= tpast) {  // kPackedTree, a current row: its mask bit
+          const int64_t c = int64_t{j} - tpast;
+          vis = vis && c < 32 && ((rword[ri] >> c) & 1u) != 0;
+        }
+        s[n][e] = vis ? s[n][e] * a.scale_log2 : -INFINITY;
+        mx[ri] = fmaxf(mx[ri], s[n][e]);
+      }
+    }
+    float corr[2], m_use[2];
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
+      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
+      const float m_new = fmaxf(m_run[ri], mx[ri]);
+      m_use[ri] = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: keep exp2 finite
+      corr[ri] = exp2f(m_run[ri] - m_use[ri]);
+      m_run[ri] = m_new;
+      l_run[ri] *= corr[ri];
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[n][e] - m_use[e >> 1]);
+        s[n][e] = p;
+        l_run[e >> 1] += p;
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      o[dt][0] *= corr[0];
+      o[dt][1] *= corr[0];
+      o[dt][2] *= corr[1];
+      o[dt][3] *= corr[1];
+    }
+    // O += P V: P (fp32 accumulator layout) is the A fragment of 16-key steps.
+#pragma unroll
+    for (int ks = 0; ks < NT / 2; ++ks) {
+      const uint32_t pa[4] = {pack2<T>(s[2 * ks][0], s[2 * ks][1]),
+                              pack2<T>(s[2 * ks][2], s[2 * ks][3]),
+                              pack2<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                              pack2<T>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      const int vrow = wn * KS + ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+#pragma unroll
+      for (int dp = 0; dp < DT / 2; ++dp) {
+        const int chunk = dp * 2 + (lane >> 4);
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, sv_base + static_cast<uint32_t>(
+                                            (vrow * D + ((chunk ^ (vrow & 7)) << 3)) * sizeof(T)));
+        mma16816<T>(o[2 * dp], pa, vf[0], vf[1]);
+        mma16816<T>(o[2 * dp + 1], pa, vf[2], vf[3]);
+      }
+    }
+  }
+
+  // ---- epilogue: merge the WN warps of each row tile, write the output or the partials
+  cp_async_wait<0>();
+  __syncthreads();  // the K/V ring becomes the merge buffer
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 1);
+    l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 2);
+  }
+  {
+    float* mw = s_merge + warp * 16 * kMergeStride;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      *reinterpret_cast<float2*>(mw + g * kMergeStride + dt * 8 + 2 * tq) =
+          make_float2(o[dt][0], o[dt][1]);
+      *reinterpret_cast<float2*>(mw + (g + 8) * kMergeStride + dt * 8 + 2 * tq) =
+          make_float2(o[dt][2], o[dt][3]);
+    }
+    if (tq == 0) {
+      s_ml[warp * 16 + g] = make_float2(m_run[0], l_run[0]);
+      s_ml[warp * 16 + g + 8] = make_float2(m_run[1], l_run[1]);
+    }
+  }
+  __syncthreads();
+  constexpr int D4 = D / 4;
+  const int64_t part_stride = int64_t{a.total_q} * a.hq;
+  T* out = static_cast<T*>(a.out);
+  for (int idx = tid; idx < MB * D4; idx += sk::kThreads) {
+    const int lr = idx / D4, d = (idx % D4) * 4;
+    const int64_t rh = s_row[lr].rh;
+    if (rh < 0) continue;
+    const int w0 = (lr >> 4) * WN, rr = lr & 15;  // first warp of the row's tile, row in tile
+    float mmax = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WN; ++w) mmax = fmaxf(mmax, s_ml[(w0 + w) * 16 + rr].x);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lsum = 0.0f;
+    if (mmax != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < WN; ++w) {
+        const float2 ml = s_ml[(w0 + w) * 16 + rr];
+        const float wt = exp2f(ml.x - mmax);  // a warp that saw nothing: exp2(-inf) = 0
+        lsum += wt * ml.y;
+        const float4 v =
+            *reinterpret_cast<const float4*>(s_merge + ((w0 + w) * 16 + rr) * kMergeStride + d);
+        acc[0] += wt * v.x;
+        acc[1] += wt * v.y;
+        acc[2] += wt * v.z;
+        acc[3] += wt * v.w;
+      }
+    }
+    if (direct) {
+      const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;  // no visible key: zeros
+      const float res[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
+      fwd::store_span<T, 4, true>(out + rh * D + d, res);
+    } else {
+      const int64_t slot = split * part_stride + rh;
+      if (mmax != -INFINITY) {
+        *reinterpret_cast<float4*>(a.part_o + slot * D + d) =
+            make_float4(acc[0], acc[1], acc[2], acc[3]);
+      }
+      if (d == 0) a.part_ml[slot] = make_float2(mmax, lsum);  // (-inf, 0): neutral
+    }
+  }
+}
+
+// Merges the splits of one (row, head) per warp: out = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M)
+// l_s. Rows in no sequence, padding rows and rows that saw no key get zeros. Launched as a
+// programmatic dependent of split_kernel: griddepcontrol.wait orders it after its writes.
+template <typename T, int D>
+__global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  constexpr int E = D / 32;  // dims per lane
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t item = int64_t{blockIdx.x} * 4 + warp;  // r * Hq + h
+  const int64_t stride = int64_t{a.total_q} * a.hq;
+  if (item >= stride) return;
+  const int32_t r = static_cast<int32_t>(item / a.hq);
+  int32_t lo_b = 0, hi_b = a.batch - 1, b = -1;  // owner: as the simple kernel
+  while (lo_b <= hi_b) {
+    const int32_t mid = (lo_b + hi_b) >> 1;
+    if (a.cu_q[mid] <= r) {
+      b = mid;
+      lo_b = mid + 1;
+    } else {
+      hi_b = mid - 1;
+    }
+  }
+  const bool valid = b >= 0 && r < a.cu_q[b + 1] && r - a.cu_q[b] < a.max_q && a.q_pos[r] >= 0;
+  float acc[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] = 0.0f;
+  float lsum = 0.0f;
+  if (valid) {  // warp-uniform
+    float mmax = -INFINITY;
+    for (int32_t s = lane; s < a.splits; s += 32) mmax = fmaxf(mmax, a.part_ml[s * stride + item].x);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
+    if (mmax != -INFINITY) {
+      for (int32_t s = 0; s < a.splits; ++s) {
+        const float2 ml = a.part_ml[s * stride + item];
+        if (ml.x == -INFINITY) continue;  // neutral partial: its O was never written
+        const float wt = exp2f(ml.x - mmax);
+        lsum += wt * ml.y;
+        float v[E];
+        fwd::load_span<float, E, true>(a.part_o + (s * stride + item) * D + lane * E, v);
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] += wt * v[e];
+      }
+    }
+  }
+  const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) acc[e] *= inv;
+  fwd::store_span<T, E, true>(static_cast<T*>(a.out) + item * D + lane * E, acc);
+}
+
+template <typename T, int D, int WM>
+void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
+  constexpr int smem = static_cast<int>(sk::smemBytes(D, WM));
+  // The dynamic shared-memory limit is raised once per device (bit d: device d, first 64).
+  static std::atomic<uint64_t> raised{0};
+  int device = 0;
+  ES_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (raised.load(std::memory_order_acquire) & bit) == 0) {
+    ES_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D, WM>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    raised.fetch_or(bit, std::memory_order_release);
+  }
+  split_kernel<T, D, WM><<<static_cast<unsigned>(ctas), sk::kThreads, smem, stream>>>(a);
+  ES_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int D>
+void launch_combine(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+  cfg.blockDim = dim3(128);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  ES_CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine_kernel<T, D>, a));
+}
+
+template <typename T, int D>
+void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, int64_t ctas,
+                      cudaStream_t stream) {
+  switch (plan.warpsM) {
+    case 1: launch_split_kernel<T, D, 1>(a, ctas, stream); break;
+    case 2: launch_split_kernel<T, D, 2>(a, ctas, stream); break;
+    default: launch_split_kernel<T, D, 4>(a, ctas, stream); break;
+  }
+  if (plan.numSplits > 1) launch_combine<T, D>(a, (int64_t{a.total_q} * a.hq + 3) / 4, stream);
+}
+
+void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
+                  cudaStream_t stream) {
+  const RaggedQueryArgs& q = p.query;
+  SplitArgs a{};
+  a.q = q.q;
+  a.out = q.out;
+  a.cu_q = q.cuQSeqLens;
+  a.q_pos = q.qPositions;
+  a.total_q = q.totalQ;
+  a.max_q = q.maxQSeqLen;
+  a.hq = q.numQHeads;
+  a.group = q.numQHeads / p.kv.numKVHeads;
+  a.words = (q.maxQSeqLen + 31) / 32;
+  a.pool = p.kv.pool;
+  a.table = p.kv.pageTable;
+  a.num_pages = p.kv.numPages;
+  a.max_pages = p.kv.maxPagesPerSeq;
+  a.hkv = p.kv.numKVHeads;
+  a.kv_lens = p.kvLengths;
+  a.packed = p.packedMask;
+  a.mask = static_cast<int32_t>(p.mask);
+  a.window = p.slidingWindow;
+  a.batch = p.batchSize;
+  a.scale_log2 = p.scale * 1.4426950408889634f;
+  a.splits = plan.numSplits;
+  a.row_blocks = plan.rowBlocks;
+  a.part_o = static_cast<float*>(p.workspace);
+  a.part_ml = reinterpret_cast<float2*>(a.part_o + int64_t{plan.numSplits} * q.totalQ *
+                                                       q.numQHeads * p.headDim);
+  const int64_t ctas =
+      int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks * plan.numSplits;
+  fwd::dispatch_dtype(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>) {
+      switch (p.headDim) {
+        case 64: launch_split_dim<T, 64>(a, plan, ctas, stream); break;
+        case 128: launch_split_dim<T, 128>(a, plan, ctas, stream); break;
+        default: launch_split_dim<T, 256>(a, plan, ctas, stream); break;
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void launchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
+  const PagedAttentionPlan plan = planPagedAttention(p);
+  if (plan.splitKv) {
+    launch_split(p, plan, stream);
+    return;
+  }
   ES_CHECK_ARG(p.query.numQHeads <= 65535, "launchPagedAttention", "query.numQHeads",
                p.query.numQHeads, "must be <= 65535 (grid y)");
   const Args a{p.query.q,        p.query.out,        p.query.cuQSeqLens, p.query.qPositions,
@@ -175,6 +794,17 @@ void launchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
     }
   });
   ES_CUDA_CHECK_LAUNCH();
+}
+
+void launchPagedAttentionSplitKv(const PagedAttentionParams& p, int32_t numSplits,
+                                 cudaStream_t stream) {
+  constexpr const char* kWhere = "launchPagedAttentionSplitKv";
+  ES_CHECK_ARG(numSplits >= 1 && numSplits <= kSplitKvMaxSplits, kWhere, "numSplits", numSplits,
+               "must be in [1, ", kSplitKvMaxSplits, "]");
+  if (!validate(p)) return;
+  const PagedAttentionPlan plan = planPagedAttention(p, numSplits);
+  ES_CHECK_ARG(plan.splitKv, kWhere, "params", plan.reason, "the split-KV path must apply");
+  launch_split(p, plan, stream);
 }
 
 }  // namespace es::kernel

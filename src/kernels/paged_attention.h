@@ -24,6 +24,22 @@
 // lies in no sequence's [cuQSeqLens[b], cuQSeqLens[b+1]) gets zeros like a padding row; scale must
 // be finite and > 0 (no silent default); out must not alias q; the packed-mask row of query row r
 // is packedMask[r * ceil(maxQSeqLen/32) ...], indexed by the global row r.
+//
+// Two kernels behind one launcher (docs/forward_ops.md, "Attention"):
+//   split-KV  (flash-decoding) for calls with maxQSeqLen <= 16 (decode, verify, DFlash blocks) in
+//             f16/bf16: one CTA per (sequence, KV head, row block, KV split) with all GQA heads
+//             of the KV head packed into tensor-core tiles, so K/V are read once per group; the
+//             splits' fp32 partials (max, sum, unnormalised output) go to `workspace` and a small
+//             combine kernel merges them. Chosen on the host from host values only (batchSize,
+//             heads, maxQSeqLen, maxKvLength, workspaceBytes): no device read, CUDA-graph safe.
+//             Every mask, window, padding and page-id rule above holds on this path too.
+//   simple    one CTA per (query row, query head); every other call (maxKvLength = 0, no or too
+//             small workspace, f32, maxQSeqLen > 16, unaligned pointers).
+// planPagedAttention says which one a call takes. On the split-KV path the tensor cores multiply
+// every key row inside a CTA's key range by its softmax weight, 0 where one row masks it: keys
+// below kvLengths[b] must hold finite values (qkv_rope_kv_write wrote them); rows outside the
+// range and unmapped pages are zero-filled, never read. A kvLengths[b] above maxKvLength is still
+// computed exactly (the bound only sizes the split count).
 #include <cstdint>
 
 #include "common/dtype.h"
@@ -64,10 +80,51 @@ struct PagedAttentionParams {
   int32_t headDim = 0;                  // 64, 128 or 256
   float scale = 0.0f;                   // softmax scale, usually headDim^-0.5
   DType dtype = DType::kBF16;           // q, out and pool: f32, f16 or bf16
+  // Split-KV planning (host values; the defaults keep the simple kernel):
+  int32_t maxKvLength = 0;              // >= 0; an upper bound on every kvLengths[b], 0 = unknown
+  void* workspace = nullptr;            // device scratch for split partials, 16-byte aligned
+  int64_t workspaceBytes = 0;           // >= 0; its size (workspace non-null when > 0)
+};
+
+// Split-KV limits. The plan fills kSplitKvPlanSMs SMs (the H200's 132; fixed so that the plan
+// and the workspace size are pure functions of host values; another GPU only changes the fill).
+inline constexpr int32_t kSplitKvMaxQSeqLen = 16;
+inline constexpr int32_t kSplitKvMaxSplits = 128;
+inline constexpr int32_t kSplitKvPlanSMs = 132;
+
+// Which kernel a call takes and, for split-KV, its shape. Host only.
+struct PagedAttentionPlan {
+  bool splitKv = false;        // the split-KV path runs
+  const char* reason = "";     // why it does not (empty when splitKv)
+  int32_t numSplits = 0;       // KV splits per (sequence, KV head, row block); 1 = no combine
+  int32_t warpsM = 0;          // 16-row tensor-core tiles per CTA (1, 2 or 4)
+  int32_t rowBlocks = 0;       // CTAs over the ceil(maxQSeqLen * group / 16) row tiles
+  int64_t workspaceBytes = 0;  // partials this call needs (0 when numSplits == 1)
 };
 
 bool validate(const PagedAttentionParams& p);
+
+// The launcher's choice for p (validates p first). forceNumSplits > 0 replaces the planned split
+// count (clamped to kSplitKvMaxSplits; tests and benchmarks).
+PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits = 0);
+
+// Workspace that covers every split-KV call with batchSize <= maxBatchSize, maxQSeqLen <=
+// maxQSeqLen, maxKvLength <= maxKvLength and totalQ <= batchSize * maxQSeqLen (or, with
+// maxTotalQ > 0, totalQ <= maxTotalQ whatever the batch: for callers that pad totalQ) of one
+// head configuration; the model sizes `workspace` with it once at start-up. 0 when no such call
+// needs partials (maxKvLength = 0, or every such call runs with one split). A call needs
+// numSplits * totalQ * numQHeads * (headDim + 2) * 4 bytes: f32 partial outputs, then
+// (max, sum) pairs.
+int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, int32_t numQHeads,
+                                     int32_t numKVHeads, int32_t headDim, int32_t maxKvLength,
+                                     int32_t maxTotalQ = 0);
+
 void launchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream);
+
+// Tests and benchmarks: the split-KV path with exactly numSplits (1..kSplitKvMaxSplits) splits;
+// InvalidArgument when planPagedAttention(p, numSplits) would not take it (the reason is named).
+void launchPagedAttentionSplitKv(const PagedAttentionParams& p, int32_t numSplits,
+                                 cudaStream_t stream);
 
 }  // namespace es::kernel
 

@@ -1,8 +1,12 @@
-// Host validation of launchPagedAttention / ref::pagedAttention (every build).
+// Host validation of launchPagedAttention / ref::pagedAttention and the split-KV plan (every
+// build, so both are tested in CI).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "common/errors.h"
 #include "kernels/paged_attention.h"
+#include "kernels/paged_attention_split.h"
 #include "kv/page_geometry.h"
 
 namespace es::kernel {
@@ -37,6 +41,13 @@ bool validate(const PagedAttentionParams& p) {
                "must be kCausal, kPackedTree or kBidirectional");
   ES_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16,
                kWhere, "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
+  ES_CHECK_ARG(p.maxKvLength >= 0, kWhere, "maxKvLength", p.maxKvLength,
+               "must be >= 0 (0 = unknown)");
+  ES_CHECK_ARG(p.workspaceBytes >= 0, kWhere, "workspaceBytes", p.workspaceBytes, "must be >= 0");
+  ES_CHECK_ARG(p.workspace != nullptr || p.workspaceBytes == 0, kWhere, "workspace", "null",
+               "must not be null when workspaceBytes = ", p.workspaceBytes);
+  ES_CHECK_ARG((reinterpret_cast<uintptr_t>(p.workspace) & 15u) == 0, kWhere, "workspace",
+               p.workspace, "must be 16-byte aligned");
   if (p.batchSize == 0 || q.totalQ == 0) return false;
   ES_CHECK_ARG(q.q != nullptr, kWhere, "query.q", "null", "must not be null");
   ES_CHECK_ARG(q.out != nullptr, kWhere, "query.out", "null", "must not be null");
@@ -53,6 +64,125 @@ bool validate(const PagedAttentionParams& p) {
                  "must not be null with mask kPackedTree");
   }
   return true;
+}
+
+namespace {
+
+constexpr int32_t kTile = splitkv::kTileKeys;
+
+struct SplitShape {
+  int32_t warpsM = 0, rowBlocks = 0;
+};
+
+// Packed rows (query row, GQA head) of one sequence and KV head -> 16-row tiles -> CTAs.
+SplitShape split_shape(int32_t maxQSeqLen, int32_t group) {
+  const int64_t tiles = (int64_t{maxQSeqLen} * group + 15) / 16;
+  const int32_t wm = tiles >= 3 ? 4 : static_cast<int32_t>(tiles);
+  return {wm, static_cast<int32_t>((tiles + wm - 1) / wm)};
+}
+
+// Splits before dropping the ones an even division would leave empty: enough CTAs for one full
+// wave of kSplitKvPlanSMs * ctasPerSm, never a second partial wave, at most one per 64-key tile
+// of `keys` and at most kSplitKvMaxSplits. Monotone in keys (the workspace bound relies on it).
+int64_t raw_splits(int64_t pairs, int32_t headDim, int32_t warpsM, int64_t keys) {
+  const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, warpsM);
+  const int64_t tiles = std::max<int64_t>(1, (keys + kTile - 1) / kTile);
+  return std::min({std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)), tiles,
+                   int64_t{kSplitKvMaxSplits}});
+}
+
+int64_t partial_bytes(int64_t splits, int64_t totalQ, int32_t numQHeads, int32_t headDim) {
+  return splits < 2 ? 0 : splits * totalQ * numQHeads * (int64_t{headDim} + 2) * 4;
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+
+PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits) {
+  PagedAttentionPlan plan;
+  if (!validate(p)) {
+    plan.reason = "empty call";
+    return plan;
+  }
+  const RaggedQueryArgs& q = p.query;
+  if (p.maxKvLength == 0) {
+    plan.reason = "maxKvLength = 0 (unknown)";
+  } else if (p.workspace == nullptr) {
+    plan.reason = "no workspace";
+  } else if (p.dtype != DType::kF16 && p.dtype != DType::kBF16) {
+    plan.reason = "dtype is not f16/bf16";
+  } else if (q.maxQSeqLen < 1 || q.maxQSeqLen > kSplitKvMaxQSeqLen) {
+    plan.reason = "maxQSeqLen outside [1, 16]";
+  } else if (!aligned16(q.q) || !aligned16(q.out) || !aligned16(p.kv.pool)) {
+    plan.reason = "q, out or pool not 16-byte aligned";
+  }
+  if (*plan.reason) return plan;
+
+  const int32_t group = q.numQHeads / p.kv.numKVHeads;
+  const SplitShape shape = split_shape(q.maxQSeqLen, group);
+  const int64_t pairs = int64_t{p.batchSize} * p.kv.numKVHeads * shape.rowBlocks;
+  // Keys one row block can see: all of maxKvLength, or with a window about W + maxQSeqLen - 1
+  // (+1 tile of misalignment). Only the fill depends on this; any real range is handled.
+  int64_t keys = std::min<int64_t>(p.maxKvLength, int64_t{p.kv.maxPagesPerSeq} * kv::kTokensPerPage);
+  if (p.slidingWindow > 0) {
+    keys = std::min<int64_t>(keys, int64_t{p.slidingWindow} + q.maxQSeqLen - 1 + kTile);
+  }
+  int64_t splits = raw_splits(pairs, p.headDim, shape.warpsM, keys);
+  if (forceNumSplits > 0) {
+    splits = std::min(forceNumSplits, kSplitKvMaxSplits);
+  } else {
+    const int64_t tiles = std::max<int64_t>(1, (keys + kTile - 1) / kTile);
+    const int64_t per_split = (tiles + splits - 1) / splits;
+    splits = (tiles + per_split - 1) / per_split;  // same tiles per split, no empty tail splits
+  }
+  const int64_t ctas = pairs * splits;
+  const int64_t combine_ctas = (int64_t{q.totalQ} * q.numQHeads + 3) / 4;
+  plan.numSplits = static_cast<int32_t>(splits);
+  plan.warpsM = shape.warpsM;
+  plan.rowBlocks = shape.rowBlocks;
+  plan.workspaceBytes = partial_bytes(splits, q.totalQ, q.numQHeads, p.headDim);
+  if (ctas > INT32_MAX || combine_ctas > INT32_MAX) {
+    plan.reason = "grid too large";
+  } else if (plan.workspaceBytes > p.workspaceBytes) {
+    plan.reason = "workspace too small";
+  } else {
+    plan.splitKv = true;
+  }
+  return plan;
+}
+
+int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, int32_t numQHeads,
+                                     int32_t numKVHeads, int32_t headDim, int32_t maxKvLength,
+                                     int32_t maxTotalQ) {
+  constexpr const char* kWhere = "pagedAttentionWorkspaceBytes";
+  ES_CHECK_ARG(maxBatchSize > 0, kWhere, "maxBatchSize", maxBatchSize, "must be > 0");
+  ES_CHECK_ARG(maxQSeqLen > 0, kWhere, "maxQSeqLen", maxQSeqLen, "must be > 0");
+  ES_CHECK_ARG(numQHeads > 0, kWhere, "numQHeads", numQHeads, "must be > 0");
+  ES_CHECK_ARG(numKVHeads > 0, kWhere, "numKVHeads", numKVHeads, "must be > 0");
+  ES_CHECK_ARG(numQHeads % numKVHeads == 0, kWhere, "numQHeads", numQHeads,
+               "must be a multiple of numKVHeads = ", numKVHeads);
+  ES_CHECK_ARG(headDim == 64 || headDim == 128 || headDim == 256, kWhere, "headDim", headDim,
+               "must be 64, 128 or 256");
+  ES_CHECK_ARG(maxKvLength >= 0, kWhere, "maxKvLength", maxKvLength, "must be >= 0");
+  ES_CHECK_ARG(maxTotalQ >= 0, kWhere, "maxTotalQ", maxTotalQ, "must be >= 0 (0 = batch * qLen)");
+  if (maxKvLength == 0) return 0;
+  // A call's split count before the even-division trim is raw_splits(...) with its own batch,
+  // maxQSeqLen and key count; it grows with the key count, so the largest maxKvLength bounds
+  // it, and the trim only lowers it. Maximise over the batch and maxQSeqLen the call may use.
+  const int32_t group = numQHeads / numKVHeads;
+  int64_t best = 0;
+  for (int32_t ql = 1; ql <= std::min(maxQSeqLen, kSplitKvMaxQSeqLen); ++ql) {
+    const SplitShape shape = split_shape(ql, group);
+    for (int32_t b = 1; b <= maxBatchSize; ++b) {
+      const int64_t pairs = int64_t{b} * numKVHeads * shape.rowBlocks;
+      const int64_t splits = raw_splits(pairs, headDim, shape.warpsM, maxKvLength);
+      const int64_t rows = maxTotalQ > 0 ? int64_t{maxTotalQ} : int64_t{b} * ql;
+      best = std::max(best, partial_bytes(splits, rows, numQHeads, headDim));
+      if (splits == 1) break;  // larger batches: one split, no partials
+    }
+  }
+  return best;
 }
 
 }  // namespace es::kernel

@@ -1,8 +1,9 @@
 // CPU checks of the paged-attention reference: 1-3 keys by hand, causal prefill/decode, packed
 // tree masks with more than one 32-bit word, bidirectional DFlash proposal blocks, sliding
 // windows (including unmapped pages that fell out of the window), GQA group sizes 1/2/3/4/8,
-// padding rows, scrambled page tables across the 127/128/129 boundary, bf16 storage, validation.
-// The oracle below recomputes every output in double from explicit visible-key lists.
+// padding rows, scrambled page tables across the 127/128/129 boundary, bf16 storage, validation
+// (including the split-KV fields), and the split-KV plan (split counts, row tiles, fallbacks,
+// forced counts, the start-up workspace bound). The oracle below recomputes every output in double from explicit visible-key lists.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/paged_attention.h"
@@ -461,6 +464,209 @@ TEST(PagedAttentionRef, Validation) {
   bad([](P& x) { x.mask = AttentionMask::kPackedTree; }, "packedMask");
   bad([](P& x) { x.mask = AttentionMask::kPackedTree; x.packedMask = nullptr; x.query.maxQSeqLen = 0; },
       "query.maxQSeqLen");
+  // Split-KV planning fields (checked even for an empty call: they are plain host values).
+  bad([](P& x) { x.maxKvLength = -1; }, "maxKvLength");
+  bad([](P& x) { x.workspaceBytes = -1; }, "workspaceBytes");
+  bad([](P& x) { x.workspaceBytes = 64; }, "workspace");
+  bad([&](P& x) { x.workspace = reinterpret_cast<char*>(pool.data()) + 4; x.workspaceBytes = 64; },
+      "workspace");
+  bad([](P& x) { x.batchSize = 0; x.query.totalQ = 0; x.maxKvLength = -5; }, "maxKvLength");
+  auto ok = make();
+  ok.maxKvLength = 1;
+  ok.workspace = pool.data();
+  ok.workspaceBytes = 0;  // a workspace of 0 bytes is allowed (one split needs none)
+  EXPECT_TRUE(kernel::validate(ok));
+}
+
+// The split-KV plan is a pure function of host values (no device memory is touched here).
+struct PlanShape {
+  std::vector<uint8_t> storage = std::vector<uint8_t>(4096 + 64);
+  std::vector<int32_t> ints = std::vector<int32_t>(64, 0);
+  kernel::PagedAttentionParams p;
+  PlanShape(int32_t batch, int32_t qLen, int32_t hq, int32_t hkv, int32_t dim, int32_t maxKv) {
+    void* base = storage.data() + (16 - reinterpret_cast<uintptr_t>(storage.data()) % 16) % 16;
+    p.query.q = base;
+    p.query.out = static_cast<char*>(base) + 1024;
+    p.kv.pool = static_cast<char*>(base) + 2048;
+    p.query.cuQSeqLens = ints.data();
+    p.query.qPositions = ints.data();
+    p.kvLengths = ints.data();
+    p.kv.pageTable = ints.data();
+    p.query.totalQ = batch * qLen;
+    p.query.maxQSeqLen = qLen;
+    p.query.numQHeads = hq;
+    p.kv.numKVHeads = hkv;
+    p.kv.numPages = 1 << 20;
+    p.kv.maxPagesPerSeq = (std::max(maxKv, 1) + kPage - 1) / kPage;
+    p.batchSize = batch;
+    p.headDim = dim;
+    p.scale = 0.1f;
+    p.dtype = DType::kBF16;
+    p.maxKvLength = maxKv;
+    p.workspace = static_cast<char*>(base) + 3072;  // never dereferenced by the plan
+    p.workspaceBytes = int64_t{1} << 40;
+  }
+};
+
+int64_t partial_bytes(int64_t splits, int64_t rows, int64_t hq, int64_t dim) {
+  return splits < 2 ? 0 : splits * rows * hq * (dim + 2) * 4;
+}
+
+TEST(PagedAttentionPlan, DecodeSplitCounts) {
+  // Qwen3-8B-like decode: 32 q / 8 kv heads, D 128. 132 SMs x 2 CTAs = 264 slots.
+  {  // B 1, 32k: 8 (seq, head) pairs -> 33 splits raw, 512 tiles of 64 keys -> 16 per split -> 32
+    PlanShape s(1, 1, 32, 8, 128, 32768);
+    const auto plan = kernel::planPagedAttention(s.p);
+    EXPECT_TRUE(plan.splitKv) << plan.reason;
+    EXPECT_EQ(plan.numSplits, 32);
+    EXPECT_EQ(plan.warpsM, 1);
+    EXPECT_EQ(plan.rowBlocks, 1);
+    EXPECT_EQ(plan.workspaceBytes, partial_bytes(32, 1, 32, 128));
+  }
+  {  // B 1, 4k: 64 tiles -> 2 per split -> 32 splits
+    PlanShape s(1, 1, 32, 8, 128, 4096);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 32);
+  }
+  {  // B 16, 32k: 128 pairs -> 2 splits (a third would start a second wave)
+    PlanShape s(16, 1, 32, 8, 128, 32768);
+    const auto plan = kernel::planPagedAttention(s.p);
+    EXPECT_TRUE(plan.splitKv);
+    EXPECT_EQ(plan.numSplits, 2);
+    EXPECT_EQ(plan.workspaceBytes, partial_bytes(2, 16, 32, 128));
+  }
+  {  // B 64: 512 pairs fill the GPU alone: one split, the CTAs write the output, no workspace
+    PlanShape s(64, 1, 32, 8, 128, 32768);
+    const auto plan = kernel::planPagedAttention(s.p);
+    EXPECT_TRUE(plan.splitKv);
+    EXPECT_EQ(plan.numSplits, 1);
+    EXPECT_EQ(plan.workspaceBytes, 0);
+  }
+  {  // short context: no more splits than 64-key tiles (129 keys -> 3)
+    PlanShape s(1, 1, 32, 8, 128, 129);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 3);
+  }
+  {  // a sliding window bounds the keys one row block sees (W 256 + 0 more rows + 1 tile of
+     // misalignment = 320 keys -> 5 tiles)
+    PlanShape s(1, 1, 32, 8, 128, 32768);
+    s.p.slidingWindow = 256;
+    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 5);
+  }
+}
+
+TEST(PagedAttentionPlan, RowTiles) {
+  struct Want {
+    int32_t qLen, hq, hkv, warpsM, rowBlocks;
+  };
+  for (const Want w : {Want{1, 32, 8, 1, 1}, Want{1, 64, 8, 1, 1}, Want{16, 8, 8, 1, 1},
+                       Want{16, 16, 8, 2, 1}, Want{16, 24, 8, 4, 1}, Want{16, 32, 8, 4, 1},
+                       Want{16, 64, 8, 4, 2}, Want{16, 9, 3, 4, 1}, Want{5, 64, 1, 4, 5}}) {
+    PlanShape s(2, w.qLen, w.hq, w.hkv, 128, 4096);
+    const auto plan = kernel::planPagedAttention(s.p);
+    EXPECT_TRUE(plan.splitKv) << plan.reason;
+    EXPECT_EQ(plan.warpsM, w.warpsM) << w.qLen << " x " << w.hq / w.hkv;
+    EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << w.qLen << " x " << w.hq / w.hkv;
+  }
+}
+
+TEST(PagedAttentionPlan, FallbacksToTheSimpleKernel) {
+  auto reason = [](auto mutate) {
+    PlanShape s(1, 1, 32, 8, 128, 32768);
+    mutate(s.p);
+    const auto plan = kernel::planPagedAttention(s.p);
+    EXPECT_FALSE(plan.splitKv);
+    return std::string(plan.reason);
+  };
+  using P = kernel::PagedAttentionParams;
+  EXPECT_NE(reason([](P& p) { p.maxKvLength = 0; }).find("maxKvLength"), std::string::npos);
+  EXPECT_NE(reason([](P& p) { p.workspace = nullptr; p.workspaceBytes = 0; }).find("workspace"),
+            std::string::npos);
+  EXPECT_NE(reason([](P& p) { p.dtype = DType::kF32; }).find("dtype"), std::string::npos);
+  EXPECT_NE(reason([](P& p) { p.query.maxQSeqLen = 17; }).find("maxQSeqLen"), std::string::npos);
+  EXPECT_NE(reason([](P& p) { p.query.maxQSeqLen = 0; }).find("maxQSeqLen"), std::string::npos);
+  EXPECT_NE(reason([](P& p) { p.query.q = static_cast<const char*>(p.query.q) + 2; }).find("aligned"),
+            std::string::npos);
+  EXPECT_NE(reason([](P& p) { p.kv.pool = static_cast<const char*>(p.kv.pool) + 8; }).find("aligned"),
+            std::string::npos);
+  // Too small by one byte for the planned 32 splits: simple kernel (never a smaller plan).
+  EXPECT_NE(reason([](P& p) { p.workspaceBytes = partial_bytes(32, 1, 32, 128) - 1; }).find("small"),
+            std::string::npos);
+  PlanShape s(1, 1, 32, 8, 128, 32768);
+  s.p.workspaceBytes = partial_bytes(32, 1, 32, 128);
+  EXPECT_TRUE(kernel::planPagedAttention(s.p).splitKv);
+  // f16 takes the split path like bf16.
+  s.p.dtype = DType::kF16;
+  EXPECT_TRUE(kernel::planPagedAttention(s.p).splitKv);
+  // An empty call plans nothing.
+  s.p.batchSize = 0;
+  s.p.query.totalQ = 0;
+  EXPECT_FALSE(kernel::planPagedAttention(s.p).splitKv);
+}
+
+TEST(PagedAttentionPlan, ForcedSplits) {
+  PlanShape s(4, 16, 32, 8, 64, 1000);
+  auto plan = kernel::planPagedAttention(s.p, 7);
+  EXPECT_TRUE(plan.splitKv);
+  EXPECT_EQ(plan.numSplits, 7);
+  EXPECT_EQ(plan.workspaceBytes, partial_bytes(7, 64, 32, 64));
+  plan = kernel::planPagedAttention(s.p, 100000);
+  EXPECT_EQ(plan.numSplits, kernel::kSplitKvMaxSplits);
+  s.p.workspaceBytes = partial_bytes(7, 64, 32, 64) - 1;
+  EXPECT_FALSE(kernel::planPagedAttention(s.p, 7).splitKv);
+  EXPECT_TRUE(kernel::planPagedAttention(s.p, 1).splitKv);  // one split needs no workspace
+}
+
+// pagedAttentionWorkspaceBytes covers every call within its bounds.
+TEST(PagedAttentionPlan, WorkspaceBoundCoversEveryCall) {
+  EXPECT_EQ(kernel::pagedAttentionWorkspaceBytes(1, 1, 32, 8, 128, 32768),
+            partial_bytes(33, 1, 32, 128));  // the bound is taken before the even-division trim
+  EXPECT_EQ(kernel::pagedAttentionWorkspaceBytes(8, 16, 32, 8, 128, 0), 0);
+  for (const int32_t dim : {64, 128, 256}) {
+    for (const auto& [hq, hkv] : {std::pair{32, 8}, std::pair{9, 3}, std::pair{16, 1}}) {
+      const int32_t maxBatch = 24, maxQ = 16, maxKv = 20000;
+      const int64_t bound = kernel::pagedAttentionWorkspaceBytes(maxBatch, maxQ, hq, hkv, dim, maxKv);
+      for (int32_t b = 1; b <= maxBatch; b += 3) {
+        for (int32_t ql : {1, 2, 5, 16}) {
+          for (int32_t kv : {1, 64, 65, 1000, 4096, 19999, 20000}) {
+            PlanShape s(b, ql, hq, hkv, dim, kv);
+            s.p.query.totalQ = b * ql;
+            const auto plan = kernel::planPagedAttention(s.p);
+            ASSERT_TRUE(plan.splitKv) << plan.reason;
+            EXPECT_LE(plan.workspaceBytes, bound)
+                << "B " << b << " qLen " << ql << " kv " << kv << " D " << dim << " " << hq << "/" << hkv;
+            s.p.workspaceBytes = bound;
+            EXPECT_TRUE(kernel::planPagedAttention(s.p).splitKv);
+          }
+        }
+      }
+    }
+  }
+  // Padded totalQ: with maxTotalQ the bound holds for any totalQ <= maxTotalQ at any batch.
+  {
+    const int64_t bound = kernel::pagedAttentionWorkspaceBytes(8, 16, 32, 8, 128, 32768, 256);
+    EXPECT_EQ(bound, partial_bytes(33, 256, 32, 128));  // batch 1 (33 splits) with 256 rows
+    for (int32_t b = 1; b <= 8; ++b) {
+      PlanShape s(b, 1, 32, 8, 128, 32768);
+      s.p.query.totalQ = 256;
+      EXPECT_LE(kernel::planPagedAttention(s.p).workspaceBytes, bound) << b;
+    }
+  }
+  // A bound for maxQSeqLen > 16 covers the calls that can take the split path (qLen <= 16).
+  EXPECT_EQ(kernel::pagedAttentionWorkspaceBytes(2, 40, 32, 8, 128, 4096),
+            kernel::pagedAttentionWorkspaceBytes(2, 16, 32, 8, 128, 4096));
+  test::expectInvalidArgument([] { kernel::pagedAttentionWorkspaceBytes(0, 1, 32, 8, 128, 10); },
+                              "maxBatchSize");
+  test::expectInvalidArgument([] { kernel::pagedAttentionWorkspaceBytes(1, 0, 32, 8, 128, 10); },
+                              "maxQSeqLen");
+  test::expectInvalidArgument([] { kernel::pagedAttentionWorkspaceBytes(1, 1, 30, 8, 128, 10); },
+                              "numQHeads");
+  test::expectInvalidArgument([] { kernel::pagedAttentionWorkspaceBytes(1, 1, 32, 0, 128, 10); },
+                              "numKVHeads");
+  test::expectInvalidArgument([] { kernel::pagedAttentionWorkspaceBytes(1, 1, 32, 8, 96, 10); },
+                              "headDim");
+  test::expectInvalidArgument([] { kernel::pagedAttentionWorkspaceBytes(1, 1, 32, 8, 128, -1); },
+                              "maxKvLength");
+  test::expectInvalidArgument(
+      [] { kernel::pagedAttentionWorkspaceBytes(1, 1, 32, 8, 128, 10, -1); }, "maxTotalQ");
 }
 
 }  // namespace

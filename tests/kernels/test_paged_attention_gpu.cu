@@ -3,7 +3,18 @@
 // pages of -1 outside the window), GQA groups 1/2/3/4/8, head dims 64/128/256, f32/f16/bf16,
 // kv lengths 127/128/129 and longer, padding rows, an empty sequence, scrambled page tables,
 // poisoned output (every row, padding included, must be written); tolerance table in
-// forward_ops_gpu_test_util.h.
+// forward_ops_gpu_test_util.h. Each random case runs on the simple kernel and again with
+// maxKvLength + workspace (the split-KV path where it applies).
+//
+// Split-KV (SplitKv* tests): the split path forced on (planned split count and forced counts 1,
+// 2, 3, 7, 64, so splits past a sequence's real length and the one-split direct write are both
+// exercised): batch 1 and 4, context lengths 1/127/128/129/1000/5000 with kv lengths below
+// maxKvLength, qLen 1 and 16 causal, GQA 4 and 8, head dims 64/128/256, bf16 and f16; then
+// tree / bidirectional / sliding-window masks, padding rows, rows in no sequence, unmapped and
+// out-of-range page ids, a kv length above maxKvLength. The comparison there is tighter than the
+// table: |got - want| <= rel |want| + c * rms(want) (c = 2e-2 bf16, 5e-3 f16: ~4x the P-rounding
+// error), so a lost or doubled split is caught even where long-context outputs are small, and
+// rows that must be zero are compared bit-exact (a bf16 poison is a tiny finite number).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +22,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/paged_attention.h"
@@ -29,9 +41,14 @@ struct Case {
   int32_t window, hq, hkv, dim, batch, max_q, max_kv;
 };
 
+// Device workspace of at least `bytes` (16-byte aligned by cudaMalloc).
+test::DeviceArray<float> workspace_for(int64_t bytes) {
+  return test::DeviceArray<float>(size_t(std::max<int64_t>(bytes, 16) + 3) / 4);
+}
+
 template <typename T>
-void run(const Case& c, std::mt19937& rng) {
-  SCOPED_TRACE(::testing::Message() << "mask " << int(c.mask) << " W " << c.window << " Hq "
+void run(const Case& c, std::mt19937& rng, bool split) {
+  SCOPED_TRACE(::testing::Message() << (split ? "split-KV allowed " : "") << "mask " << int(c.mask) << " W " << c.window << " Hq "
                                     << c.hq << " Hkv " << c.hkv << " D " << c.dim << " B "
                                     << c.batch << " maxQ " << c.max_q << " maxKV " << c.max_kv
                                     << " " << dtype_name(dtype_of<T>));
@@ -119,6 +136,19 @@ void run(const Case& c, std::mt19937& rng) {
   p.kv.pageTable = d_table.get();
   p.kvLengths = d_kv.get();
   p.packedMask = packed.empty() ? nullptr : d_packed.get();
+  test::DeviceArray<float> ws = workspace_for(
+      split ? kernel::pagedAttentionWorkspaceBytes(c.batch, max_q, c.hq, c.hkv, c.dim, c.max_kv)
+            : 0);
+  if (split) {
+    p.maxKvLength = c.max_kv;
+    p.workspace = ws.get();
+    p.workspaceBytes = int64_t(ws.size() * sizeof(float));
+    if constexpr (!std::is_same_v<T, float>) {
+      if (max_q <= kernel::kSplitKvMaxQSeqLen) {
+        EXPECT_TRUE(kernel::planPagedAttention(p).splitKv) << kernel::planPagedAttention(p).reason;
+      }
+    }
+  }
   kernel::launchPagedAttention(p, nullptr);
   std::vector<T> got = d_out.download();
   got.resize(size_t(total_q) * c.hq * c.dim);
@@ -139,9 +169,11 @@ TEST(PagedAttentionGpu, MatchesReference) {
         ++n;
         const int32_t hkv = 1 + n % 3;
         const Case c{mask, window, hkv * g, hkv, dims[n % 3], 4, n % 2 ? 40 : 6, 300};
-        run<float>(c, rng);
-        run<bf16>(c, rng);
-        run<fp16>(c, rng);
+        for (const bool split : {false, true}) {
+          run<float>(c, rng, split);
+          run<bf16>(c, rng, split);
+          run<fp16>(c, rng, split);
+        }
       }
     }
   }
@@ -151,12 +183,263 @@ TEST(PagedAttentionGpu, PrefillAndDecodeShapes) {
   ES_SKIP_IF_NO_GPU();
   std::mt19937 rng(29);
   // Prefill: long ragged prompts, causal. Decode: one row per sequence, long contexts.
-  run<bf16>({AttentionMask::kCausal, 0, 9, 3, 64, 3, 260, 260}, rng);
-  run<bf16>({AttentionMask::kCausal, 0, 32, 8, 128, 8, 1, 1000}, rng);
-  run<fp16>({AttentionMask::kCausal, 0, 16, 2, 256, 5, 1, 600}, rng);
-  run<float>({AttentionMask::kCausal, 64, 14, 2, 64, 4, 1, 700}, rng);
-  // DFlash proposal block of 16 rows over long context.
-  run<bf16>({AttentionMask::kBidirectional, 0, 16, 8, 128, 4, 16, 900}, rng);
+  for (const bool split : {false, true}) {
+    run<bf16>({AttentionMask::kCausal, 0, 9, 3, 64, 3, 260, 260}, rng, split);
+    run<bf16>({AttentionMask::kCausal, 0, 32, 8, 128, 8, 1, 1000}, rng, split);
+    run<fp16>({AttentionMask::kCausal, 0, 16, 2, 256, 5, 1, 600}, rng, split);
+    run<float>({AttentionMask::kCausal, 64, 14, 2, 64, 4, 1, 700}, rng, split);
+    // DFlash proposal block of 16 rows over long context.
+    run<bf16>({AttentionMask::kBidirectional, 0, 16, 8, 128, 4, 16, 900}, rng, split);
+  }
+}
+
+// ---- split-KV forced on -------------------------------------------------------------------------
+
+struct SplitCase {
+  AttentionMask mask = AttentionMask::kCausal;
+  int32_t window = 0, hq = 8, hkv = 2, dim = 128;
+  std::vector<int32_t> kv_lens;  // per sequence (batch = size)
+  int32_t q_len = 1;             // rows per sequence (min with its kv length); maxQSeqLen
+  int32_t max_kv = 0;            // maxKvLength passed to the launcher
+  bool pad_rows = false;         // last row of odd sequences (qLen > 1) is padding (-1)
+  int32_t extra_rows = 0;        // rows after the last sequence (in no sequence: zeros)
+  bool bad_pages = false;        // a K id >= numPages and a V id < numPages (masked pages)
+};
+
+// |got - want| <= rel |want| + c rms(want) on rows that see keys; bit-exact on zero rows.
+template <typename T>
+void expect_split_close(const std::vector<T>& got, const std::vector<T>& want,
+                        const std::vector<bool>& zero_row, int64_t row_elems) {
+  ASSERT_EQ(got.size(), want.size());
+  double sum2 = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (zero_row[i / size_t(row_elems)]) continue;
+    sum2 += to_d(want[i]) * to_d(want[i]);
+    ++n;
+  }
+  const double rms = n ? std::sqrt(sum2 / double(n)) : 0.0;
+  const double c = std::is_same_v<T, bf16> ? 2e-2 : 5e-3;
+  const double rel = tol_for<T>().rel;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = to_d(got[i]), w = to_d(want[i]);
+    const bool ok = zero_row[i / size_t(row_elems)]
+                        ? same_bits(got[i], want[i])
+                        : std::isfinite(g) && std::abs(g - w) <= rel * std::abs(w) + c * rms + 1e-6;
+    if (!ok && ++bad <= 5) {
+      ADD_FAILURE() << "out[" << i << "] (row " << i / size_t(row_elems) << "): got " << g
+                    << " want " << w << " (rms " << rms << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0u) << bad << " of " << got.size() << " elements differ";
+}
+
+template <typename T>
+void run_split(const SplitCase& c, std::mt19937& rng) {
+  const int32_t batch = int32_t(c.kv_lens.size());
+  SCOPED_TRACE(::testing::Message()
+               << "split-KV mask " << int(c.mask) << " W " << c.window << " Hq " << c.hq
+               << " Hkv " << c.hkv << " D " << c.dim << " B " << batch << " qLen " << c.q_len
+               << " maxKv " << c.max_kv << " kv0 " << c.kv_lens[0] << " "
+               << dtype_name(dtype_of<T>));
+  const int32_t kv_max = *std::max_element(c.kv_lens.begin(), c.kv_lens.end());
+  const int32_t max_pages = (std::max(c.max_kv, kv_max) + kPage - 1) / kPage;
+  const int32_t num_pages = batch * max_pages + 3;
+  std::vector<int32_t> q_lens, cu = {0}, positions;
+  std::vector<bool> zero_row;
+  for (int32_t b = 0; b < batch; ++b) {
+    const int32_t q = std::min(c.q_len, c.kv_lens[b]);
+    q_lens.push_back(q);
+    cu.push_back(cu.back() + q);
+    for (int32_t i = 0; i < q; ++i) {
+      const bool pad = c.pad_rows && q > 1 && i == q - 1 && b % 2 == 1;
+      positions.push_back(pad ? -1 : c.kv_lens[b] - q + i);
+      zero_row.push_back(pad);
+    }
+  }
+  for (int32_t i = 0; i < c.extra_rows; ++i) {
+    positions.push_back(3 + i);  // a valid-looking position, but the row is in no sequence
+    zero_row.push_back(true);
+  }
+  const int32_t total_q = int32_t(positions.size());
+  const int32_t words = (c.q_len + 31) / 32;
+
+  std::vector<int32_t> k_ids(num_pages), v_ids(num_pages);
+  std::iota(k_ids.begin(), k_ids.end(), 0);
+  std::iota(v_ids.begin(), v_ids.end(), 0);
+  std::shuffle(k_ids.begin(), k_ids.end(), rng);
+  std::shuffle(v_ids.begin(), v_ids.end(), rng);
+  std::vector<int32_t> table(size_t(batch) * 2 * max_pages);
+  for (int32_t b = 0; b < batch; ++b) {
+    for (int32_t lp = 0; lp < max_pages; ++lp) {
+      int32_t k = k_ids[size_t(b) * max_pages + lp], v = v_ids[size_t(b) * max_pages + lp] + num_pages;
+      const int32_t first_pos = c.kv_lens[b] - q_lens[b];
+      if (c.window > 0 && (lp + 1) * kPage <= first_pos - c.window + 1) k = v = -1;  // released
+      table[size_t(b) * 2 * max_pages + lp] = k;
+      table[size_t(b) * 2 * max_pages + max_pages + lp] = v;
+    }
+  }
+  if (c.bad_pages) {  // sequence 0: logical page 1 has a K id past the pool, page 2 a V id in K's range
+    if (max_pages > 1) table[1] = num_pages + 7;
+    if (max_pages > 2) table[size_t(max_pages) + 2] = 5;
+  }
+  std::vector<int32_t> packed;
+  if (c.mask == AttentionMask::kPackedTree) {
+    packed.resize(size_t(std::max(total_q, 1)) * words);
+    for (auto& w : packed) w = int32_t(rng());
+  }
+  std::vector<T> q(size_t(std::max(total_q, 1)) * c.hq * c.dim);
+  std::vector<T> pool(size_t(2) * num_pages * kPage * c.hkv * c.dim);
+  fill(q, rng, -2.0f, 2.0f);
+  fill(pool, rng, -1.0f, 1.0f);
+  std::vector<T> want(q.size());
+  std::memset(want.data(), test::kPoisonByte, want.size() * sizeof(T));
+
+  kernel::PagedAttentionParams p;
+  p.query.q = q.data();
+  p.query.out = want.data();
+  p.query.cuQSeqLens = cu.data();
+  p.query.qPositions = positions.data();
+  p.query.totalQ = total_q;
+  p.query.maxQSeqLen = c.q_len;
+  p.query.numQHeads = c.hq;
+  p.kv.pool = pool.data();
+  p.kv.pageTable = table.data();
+  p.kv.numPages = num_pages;
+  p.kv.maxPagesPerSeq = max_pages;
+  p.kv.numKVHeads = c.hkv;
+  p.kvLengths = c.kv_lens.data();
+  p.mask = c.mask;
+  p.packedMask = packed.empty() ? nullptr : packed.data();
+  p.slidingWindow = c.window;
+  p.batchSize = batch;
+  p.headDim = c.dim;
+  p.scale = 1.0f / std::sqrt(float(c.dim));
+  p.dtype = dtype_of<T>;
+  ref::pagedAttention(p);
+  want.resize(size_t(total_q) * c.hq * c.dim);
+
+  test::DeviceArray<T> d_q(q), d_pool(pool), d_out(q.size());
+  test::DeviceArray<int32_t> d_cu(cu), d_pos(positions), d_table(table), d_kv(c.kv_lens),
+      d_packed(packed.empty() ? std::vector<int32_t>{0} : packed);
+  p.query.q = d_q.get();
+  p.query.out = d_out.get();
+  p.query.cuQSeqLens = d_cu.get();
+  p.query.qPositions = d_pos.get();
+  p.kv.pool = d_pool.get();
+  p.kv.pageTable = d_table.get();
+  p.kvLengths = d_kv.get();
+  p.packedMask = packed.empty() ? nullptr : d_packed.get();
+  p.maxKvLength = c.max_kv;
+
+  // The start-up size must suffice (rows in no sequence pad totalQ: maxTotalQ covers them).
+  const int64_t planned_bytes = kernel::pagedAttentionWorkspaceBytes(
+      batch, c.q_len, c.hq, c.hkv, c.dim, c.max_kv, c.extra_rows > 0 ? total_q : 0);
+  const int64_t forced_bytes = int64_t{64} * total_q * c.hq * (c.dim + 2) * 4;
+  test::DeviceArray<float> ws = workspace_for(std::max(planned_bytes, forced_bytes));
+  p.workspace = ws.get();
+  p.workspaceBytes = std::max<int64_t>(planned_bytes, 16);
+  const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(p);
+  ASSERT_TRUE(plan.splitKv) << plan.reason;
+  for (int32_t forced : {0, 1, 2, 3, 7, 64}) {
+    SCOPED_TRACE(::testing::Message() << "splits " << (forced ? forced : plan.numSplits)
+                                      << (forced ? " (forced)" : " (planned)"));
+    d_out.poison();
+    if (forced == 0) {
+      kernel::launchPagedAttention(p, nullptr);
+    } else {
+      kernel::PagedAttentionParams pf = p;
+      pf.workspaceBytes = forced_bytes;
+      kernel::launchPagedAttentionSplitKv(pf, forced, nullptr);
+    }
+    std::vector<T> got = d_out.download();
+    got.resize(want.size());
+    expect_split_close(got, want, zero_row, int64_t{c.hq} * c.dim);
+  }
+}
+
+TEST(PagedAttentionGpu, SplitKvDecodeAndVerifyShapes) {
+  ES_SKIP_IF_NO_GPU();
+  std::mt19937 rng(31);
+  const int32_t dims[] = {64, 128, 256};
+  int n = 0;
+  for (int32_t ctx : {1, 127, 128, 129, 1000, 5000}) {
+    for (int32_t batch : {1, 4}) {
+      for (int32_t q_len : {1, 16}) {
+        ++n;
+        SplitCase c;
+        c.hkv = 2;
+        c.hq = c.hkv * (n % 2 ? 4 : 8);
+        c.dim = dims[n % 3];
+        c.q_len = q_len;
+        c.max_kv = ctx + 300;  // every kv length below the bound: splits past it exit early
+        c.kv_lens = {ctx};
+        if (batch == 4) c.kv_lens = {ctx, std::max(1, ctx / 2), 1, std::max(1, ctx - 1)};
+        if (n % 2) run_split<bf16>(c, rng);
+        else run_split<fp16>(c, rng);
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionGpu, SplitKvMasksAndEdges) {
+  ES_SKIP_IF_NO_GPU();
+  std::mt19937 rng(37);
+  SplitCase c;
+  c.hq = 16;
+  c.hkv = 4;
+  c.dim = 128;
+  // Packed tree (verify of 16) and bidirectional (DFlash proposal block), with padding rows.
+  c.kv_lens = {700, 300, 16, 1000};
+  c.q_len = 16;
+  c.max_kv = 1024;
+  c.pad_rows = true;
+  for (AttentionMask mask : {AttentionMask::kPackedTree, AttentionMask::kBidirectional}) {
+    c.mask = mask;
+    run_split<bf16>(c, rng);
+    run_split<fp16>(c, rng);
+  }
+  // Sliding windows (pages before the window released), decode and verify, GQA 8.
+  c.mask = AttentionMask::kCausal;
+  c.hq = 16;
+  c.hkv = 2;
+  c.pad_rows = false;
+  for (int32_t window : {7, 130, 600}) {
+    for (int32_t q_len : {1, 16}) {
+      c.window = window;
+      c.q_len = q_len;
+      c.dim = window == 130 ? 64 : 256;
+      run_split<bf16>(c, rng);
+    }
+  }
+  c.window = 0;
+  // Rows in no sequence after the last one; unmapped / out-of-range page ids; tree + window.
+  c.dim = 128;
+  c.q_len = 16;
+  c.extra_rows = 5;
+  c.bad_pages = true;
+  run_split<bf16>(c, rng);
+  c.q_len = 1;
+  run_split<fp16>(c, rng);
+  c.mask = AttentionMask::kPackedTree;
+  c.q_len = 16;
+  c.window = 40;
+  run_split<bf16>(c, rng);
+  // GQA groups 1 and 3 (SmolLM2: 9 q / 3 kv heads, D 64) and 16; kv lengths above the bound
+  // maxKvLength (a wrong bound only changes the fill, never the result).
+  c = SplitCase{};
+  c.kv_lens = {2000, 129, 1};
+  c.max_kv = 1500;
+  for (int32_t g : {1, 3, 16}) {
+    c.hkv = 3;
+    c.hq = 3 * g;
+    c.dim = 64;
+    for (int32_t q_len : {1, 16}) {
+      c.q_len = q_len;
+      run_split<bf16>(c, rng);
+    }
+  }
 }
 
 }  // namespace

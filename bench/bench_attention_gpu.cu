@@ -1,0 +1,357 @@
+// GPU benchmark of paged decode attention (CUDA events). Prints, in one run:
+//   (a) the read-stream ceiling: a reduction over 4 GiB (16-byte loads, nothing written but one
+//       word per CTA), measured before and after the attention rows; "% ceil" is relative to the
+//       larger of the two;
+//   (b) decode (one query row per sequence, causal) at 4k and 32k context, batch 1 and 16, 32 q /
+//       8 kv heads, head dim 128, bf16, through launchPagedAttention: "simple" = the per-(row,
+//       head) kernel (maxKvLength = 0), "split" = the split-KV path with the planned split count,
+//       then a sweep of forced split counts (launchPagedAttentionSplitKv) to check the plan;
+//   (c) verify-shaped calls (16 causal rows per sequence, 4k context, batch 1 and 16), simple vs
+//       split.
+// Times: "graph us" = per call inside a captured CUDA graph of back-to-back calls (how the model
+// runs; no host launch gaps), "eager us" = median of single calls between two events. TB/s counts
+// the K and V bytes the call must read (batch * context * Hkv * D * 2 planes * 2 bytes) over the
+// graph time. Pools are random bf16 (never zeros) with scrambled page tables; several pool copies
+// rotate so that no call finds its K/V in the 60 MB L2 (>= 512 MB of pools per shape, at most 16
+// copies). Before timing, each shape checks split against simple on the same inputs and prints the
+// largest difference relative to the output RMS (a MISMATCH line if it exceeds 5e-2).
+// Run: build-dir/bench/bench_attention_gpu (no arguments; about 10-20 s on an H200).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/cuda_check.h"
+#include "common/dtype.h"
+#include "kernels/paged_attention.h"
+#include "kv/page_geometry.h"
+
+namespace es {
+namespace {
+
+constexpr int32_t kPage = kv::kTokensPerPage;
+constexpr int32_t kHq = 32, kHkv = 8, kDim = 128;
+
+struct Row {
+  std::string name, shape;
+  double graph_us, eager_us, tbps;  // tbps < 0: not a bandwidth row
+  double pct = -1;
+};
+std::vector<Row> g_rows;
+std::vector<std::string> g_notes;
+
+// ---- random fill (finite, never zero) -------------------------------------------------------------
+__device__ __forceinline__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+__global__ void fill_bf16(bf16* out, int64_t n, uint32_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float u = float(hash32((uint64_t{seed} << 40) ^ uint64_t(i)) >> 8) * (1.0f / 16777216.0f);
+    float x = lo + (hi - lo) * u;
+    if (x == 0.0f) x = 0.5f;
+    out[i] = to_bf16(x);
+  }
+}
+void fill(Buffer& b, uint32_t seed, float lo, float hi) {
+  fill_bf16<<<2048, 256>>>(b.as<bf16>(), b.bytes() / 2, seed, lo, hi);
+  ES_CUDA_CHECK_LAUNCH();
+}
+template <typename T>
+Buffer upload(const std::vector<T>& host) {
+  Buffer b = Buffer::allocate(MemorySpace::kDevice, int64_t(host.size() * sizeof(T)));
+  ES_CUDA_CHECK(cudaMemcpy(b.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+
+// ---- timing -------------------------------------------------------------------------------------
+template <typename F>
+double median_us(cudaStream_t stream, int warmup, int iters, F&& fn) {
+  cudaEvent_t start, stop;
+  ES_CUDA_CHECK(cudaEventCreate(&start));
+  ES_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) fn(i);
+  ES_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> t(iters);
+  for (int i = 0; i < iters; ++i) {
+    ES_CUDA_CHECK(cudaEventRecord(start, stream));
+    fn(i);
+    ES_CUDA_CHECK(cudaEventRecord(stop, stream));
+    ES_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    ES_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    t[i] = ms * 1000.0;
+  }
+  ES_CUDA_CHECK(cudaEventDestroy(start));
+  ES_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(t.begin(), t.end());
+  return t[iters / 2];
+}
+
+// Per-call time of `calls` back-to-back fn(i) captured in one graph, median of `reps` replays.
+template <typename F>
+double graph_us(cudaStream_t stream, int calls, int reps, F&& fn) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ES_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) fn(i);
+  ES_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  ES_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us =
+      median_us(stream, 2, reps, [&](int) { ES_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+  ES_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  ES_CUDA_CHECK(cudaGraphDestroy(graph));
+  return us / calls;
+}
+
+// ---- read-stream ceiling ------------------------------------------------------------------------
+__global__ void __launch_bounds__(256) read_stream(const uint4* __restrict__ p, int64_t n,
+                                                   uint32_t* sink) {
+  constexpr int kUnroll = 8;
+  uint32_t acc = 0;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(p + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = __ldcs(p + i);
+    acc += v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;  // practically never: keeps the loads alive
+}
+
+double read_ceiling_tbps(cudaStream_t stream, const Buffer& big, Buffer& sink, const char* name) {
+  cudaDeviceProp prop{};
+  ES_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int blocks = prop.multiProcessorCount * 8;
+  const int64_t n = big.bytes() / 16;
+  const double us = median_us(stream, 3, 20, [&](int) {
+    read_stream<<<blocks, 256, 0, stream>>>(big.as<uint4>(), n, sink.as<uint32_t>());
+    ES_CUDA_CHECK_LAUNCH();
+  });
+  const double tbps = double(big.bytes()) / (us * 1e6);
+  g_rows.push_back({name, "4 GiB, 16-byte loads", us, us, tbps});
+  return tbps;
+}
+
+// ---- one attention shape ------------------------------------------------------------------------
+struct Shape {
+  int32_t batch, ctx, q_len;
+};
+
+struct Problem {
+  Shape s;
+  int32_t pages_per_seq = 0, num_pages = 0, total_q = 0;
+  int64_t pool_bytes = 0, kv_bytes = 0;
+  Buffer d_cu, d_pos, d_kv, d_table, workspace;
+  std::vector<Buffer> pools, qs, outs;
+
+  Problem(Shape shape, uint32_t seed) : s(shape) {
+    pages_per_seq = (s.ctx + kPage - 1) / kPage;
+    num_pages = s.batch * pages_per_seq;
+    total_q = s.batch * s.q_len;
+    pool_bytes = int64_t{2} * num_pages * kPage * kHkv * kDim * 2;
+    kv_bytes = int64_t{s.batch} * s.ctx * kHkv * kDim * 2 * 2;
+    std::vector<int32_t> cu(s.batch + 1), pos(total_q), kvl(s.batch, s.ctx);
+    for (int32_t b = 0; b <= s.batch; ++b) cu[b] = b * s.q_len;
+    for (int32_t r = 0; r < total_q; ++r) pos[r] = s.ctx - s.q_len + r % s.q_len;
+    std::vector<int32_t> perm(num_pages), table(size_t(s.batch) * 2 * pages_per_seq);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937 rng(seed);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int32_t b = 0; b < s.batch; ++b) {
+      for (int32_t lp = 0; lp < pages_per_seq; ++lp) {
+        const int32_t k = perm[size_t(b) * pages_per_seq + lp];
+        table[size_t(b) * 2 * pages_per_seq + lp] = k;
+        table[size_t(b) * 2 * pages_per_seq + pages_per_seq + lp] = k + num_pages;
+      }
+    }
+    d_cu = upload(cu);
+    d_pos = upload(pos);
+    d_kv = upload(kvl);
+    d_table = upload(table);
+    const int sets = int(std::clamp<int64_t>((int64_t{512} << 20) / pool_bytes + 1, 1, 16));
+    const int64_t q_bytes = int64_t{total_q} * kHq * kDim * 2;
+    for (int i = 0; i < sets; ++i) {
+      pools.push_back(Buffer::allocate(MemorySpace::kDevice, pool_bytes));
+      qs.push_back(Buffer::allocate(MemorySpace::kDevice, q_bytes));
+      outs.push_back(Buffer::allocate(MemorySpace::kDevice, q_bytes));
+      fill(pools.back(), seed * 64 + 2 * i + 1, -1.0f, 1.0f);
+      fill(qs.back(), seed * 64 + 2 * i + 2, -2.0f, 2.0f);
+    }
+    // Enough for the plan and for every forced split count of the sweep.
+    const int64_t ws = std::max(
+        kernel::pagedAttentionWorkspaceBytes(s.batch, s.q_len, kHq, kHkv, kDim, s.ctx),
+        int64_t{kernel::kSplitKvMaxSplits} * total_q * kHq * (kDim + 2) * 4);
+    workspace = Buffer::allocate(MemorySpace::kDevice, ws);
+    ES_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  int sets() const { return int(pools.size()); }
+  std::string name() const {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "B=%d ctx=%d q=%d", s.batch, s.ctx, s.q_len);
+    return buf;
+  }
+  kernel::PagedAttentionParams params(int set, bool split) const {
+    kernel::PagedAttentionParams p;
+    p.query.q = qs[set].data();
+    p.query.out = outs[set].data();
+    p.query.cuQSeqLens = d_cu.as<int32_t>();
+    p.query.qPositions = d_pos.as<int32_t>();
+    p.query.totalQ = total_q;
+    p.query.maxQSeqLen = s.q_len;
+    p.query.numQHeads = kHq;
+    p.kv.pool = pools[set].data();
+    p.kv.pageTable = d_table.as<int32_t>();
+    p.kv.numPages = num_pages;
+    p.kv.maxPagesPerSeq = pages_per_seq;
+    p.kv.numKVHeads = kHkv;
+    p.kvLengths = d_kv.as<int32_t>();
+    p.mask = kernel::AttentionMask::kCausal;
+    p.batchSize = s.batch;
+    p.headDim = kDim;
+    p.scale = 1.0f / std::sqrt(float(kDim));
+    p.dtype = DType::kBF16;
+    if (split) {
+      p.maxKvLength = s.ctx;
+      p.workspace = workspace.data();
+      p.workspaceBytes = workspace.bytes();
+    }
+    return p;
+  }
+  std::vector<float> download_out(int set) const {
+    std::vector<bf16> h(size_t(total_q) * kHq * kDim);
+    ES_CUDA_CHECK(cudaDeviceSynchronize());
+    ES_CUDA_CHECK(cudaMemcpy(h.data(), outs[set].data(), h.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> f(h.size());
+    for (size_t i = 0; i < h.size(); ++i) f[i] = to_float(h[i]);
+    return f;
+  }
+};
+
+// Times `launch(set)` (rotating over the pool copies): graph and eager.
+template <typename F>
+void time_variant(cudaStream_t stream, const Problem& pr, const std::string& name, F&& launch) {
+  // One untimed call for scale: slow variants get fewer iterations.
+  const double probe = median_us(stream, 1, 1, [&](int) { launch(0); });
+  const int iters = int(std::clamp(150000.0 / std::max(probe, 1.0), 5.0, 300.0));
+  const int calls = std::max(pr.sets(), std::min(32, iters));
+  const double g =
+      graph_us(stream, calls, std::max(10, iters / calls), [&](int i) { launch(i % pr.sets()); });
+  const double e = median_us(stream, 3, iters, [&](int i) { launch(i % pr.sets()); });
+  g_rows.push_back({name, pr.name(), g, e, double(pr.kv_bytes) / (g * 1e6)});
+}
+
+void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& sweep) {
+  Problem pr(shape, 1000 + shape.batch * 7 + shape.ctx / 1024 + shape.q_len);
+  const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(pr.params(0, true));
+  if (!plan.splitKv) throw std::runtime_error(std::string("split path not planned: ") + plan.reason);
+
+  // Check: split vs simple on set 0.
+  kernel::launchPagedAttention(pr.params(0, false), stream);
+  const std::vector<float> ref = pr.download_out(0);
+  kernel::launchPagedAttention(pr.params(0, true), stream);
+  const std::vector<float> got = pr.download_out(0);
+  double rms = 0, worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    rms += double(ref[i]) * ref[i];
+    worst = std::max(worst, std::abs(double(got[i]) - ref[i]));
+  }
+  rms = std::sqrt(rms / double(ref.size()));
+  char note[192];
+  std::snprintf(note, sizeof(note), "%s %s: split (%d splits, %d row tiles/CTA) vs simple: max |diff| %.3g = %.3g x rms %.3g",
+                worst > 5e-2 * rms ? "MISMATCH" : "check", pr.name().c_str(), plan.numSplits,
+                plan.warpsM, worst, worst / std::max(rms, 1e-30), rms);
+  g_notes.push_back(note);
+
+  time_variant(stream, pr, "simple (per row, head)", [&](int set) {
+    kernel::launchPagedAttention(pr.params(set, false), stream);
+  });
+  char name[64];
+  std::snprintf(name, sizeof(name), "split, plan (%d splits)", plan.numSplits);
+  time_variant(stream, pr, name, [&](int set) {
+    kernel::launchPagedAttention(pr.params(set, true), stream);
+  });
+  for (int32_t n : sweep) {
+    if (n == plan.numSplits) continue;
+    std::snprintf(name, sizeof(name), "split, forced %d", n);
+    time_variant(stream, pr, name, [&](int set) {
+      kernel::launchPagedAttentionSplitKv(pr.params(set, true), n, stream);
+    });
+  }
+}
+
+int run() {
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "bench_attention_gpu: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  ES_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::fprintf(stderr, "device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+               prop.l2CacheSize >> 20);
+  cudaStream_t stream;
+  ES_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  double ceiling = 0;
+  {
+    Buffer big = Buffer::allocate(MemorySpace::kDevice, int64_t{4} << 30);
+    Buffer sink = Buffer::allocate(MemorySpace::kDevice, int64_t{4} * prop.multiProcessorCount * 8);
+    fill(big, 7, -1.0f, 1.0f);
+    ES_CUDA_CHECK(cudaDeviceSynchronize());
+    ceiling = read_ceiling_tbps(stream, big, sink, "read stream (before)");
+    bench_shape(stream, {1, 4096, 1}, {8, 16, 64});
+    bench_shape(stream, {1, 32768, 1}, {8, 16, 24, 48, 64, 128});
+    bench_shape(stream, {16, 4096, 1}, {1, 2, 4, 8});
+    bench_shape(stream, {16, 32768, 1}, {1, 3, 4});
+    bench_shape(stream, {1, 4096, 16}, {});
+    bench_shape(stream, {16, 4096, 16}, {});
+    ceiling = std::max(ceiling, read_ceiling_tbps(stream, big, sink, "read stream (after)"));
+    for (size_t i = 0; i < g_rows.size(); ++i) {
+      if (g_rows[i].tbps >= 0) g_rows[i].pct = 100.0 * g_rows[i].tbps / ceiling;
+    }
+  }
+  ES_CUDA_CHECK(cudaStreamDestroy(stream));
+
+  std::printf("\nPaged decode attention, bf16, %d q / %d kv heads, D %d (TB/s of K+V bytes)\n",
+              kHq, kHkv, kDim);
+  std::printf("%-28s %-24s %11s %11s %8s %8s\n", "variant", "shape", "graph us", "eager us",
+              "TB/s", "% ceil");
+  for (const Row& r : g_rows) {
+    std::printf("%-28s %-24s %11.2f %11.2f %8.3f %7.1f%%\n", r.name.c_str(), r.shape.c_str(),
+                r.graph_us, r.eager_us, r.tbps, r.pct);
+  }
+  std::printf("\n");
+  for (const std::string& n : g_notes) std::printf("%s\n", n.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace es
+
+int main() {
+  try {
+    return es::run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_attention_gpu: %s\n", e.what());
+    return 1;
+  }
+}
