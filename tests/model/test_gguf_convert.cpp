@@ -12,6 +12,7 @@
 #include "common/errors.h"
 #include "model/gguf_convert.h"
 #include "model/gguf_dequant.h"
+#include "model/gguf_fixture.h"
 #include "model/gguf_test_writer.h"
 #include "model/gguf_tokenizer.h"
 #include "model/safetensors_test_writer.h"
@@ -24,19 +25,7 @@ namespace {
 
 using test::GgufTestWriter;
 
-// The forward permutation of llama.cpp's converter, written directly from its numpy expression
-// w.reshape(n, 2, d/2, in).swapaxes(1, 2).reshape(w.shape): element [h, i, j] of the swapped
-// array (i < d/2, j < 2) is element [h, j, i] of the reshaped one.
-std::vector<float> permuteLikeLlamaCpp(const std::vector<float>& w, int64_t n, int64_t rows, int64_t cols) {
-  const int64_t d = rows / n;
-  std::vector<float> p(w.size());
-  for (int64_t h = 0; h < n; ++h)
-    for (int64_t i = 0; i < d / 2; ++i)
-      for (int64_t j = 0; j < 2; ++j)
-        for (int64_t c = 0; c < cols; ++c)
-          p[((h * (d / 2) + i) * 2 + j) * cols + c] = w[((h * 2 + j) * (d / 2) + i) * cols + c];
-  return p;
-}
+using test::permuteLikeLlamaCpp;
 
 TEST(GgufConvert, UnpermuteHandMade) {
   // One head of 4 rows: the stored order is r0 r2 r1 r3.
@@ -310,12 +299,12 @@ TEST(GgufConvert, ClearErrors) {
   extra.extra_tensors = {"blk.0.attn_qkv.weight"};
   expectConvertError(tinyGguf(extra), {"unknown tensors: blk.0.attn_qkv.weight"});
 
-  GgufTestWriter q6 = tinyGguf(TinyModel{});
-  auto& t = q6.tensors()[2];  // blk.0.attn_q.weight (64, 64) -> Q6_K needs 256-element rows
+  GgufTestWriter q3 = tinyGguf(TinyModel{});
+  auto& t = q3.tensors()[2];  // blk.0.attn_q.weight (64, 64) -> Q3_K needs 256-element rows
   t.dims = {256, 16};
-  t.type = static_cast<uint32_t>(GgmlType::kQ6_K);
-  t.data.assign(16 * 210, 0);
-  expectConvertError(q6, {"blk.0.attn_q.weight (Q6_K)", "cannot be dequantised"});
+  t.type = static_cast<uint32_t>(GgmlType::kQ3_K);  // a known layout this runtime does not dequantise
+  t.data.assign(16 * 110, 0);
+  expectConvertError(q3, {"blk.0.attn_q.weight (Q3_K)", "cannot be dequantised", "misshapen"});
 
   GgufTestWriter missing = tinyGguf(TinyModel{});
   missing.tensors().pop_back();  // output_norm.weight
