@@ -12,6 +12,9 @@
 #include "common/errors.h"
 #include "common/logging.h"
 #include "kv/kv_cache_manager.h"
+#include "model/gguf.h"
+#include "model/gguf_tokenizer.h"
+#include "model/gguf_weights.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
 #include "runtime/plain_decoder.h"
@@ -47,25 +50,34 @@ fs::path defaultModelDir() {
   return base / "smollm2-135m-instruct";
 }
 
+// The model to load: an HF folder with a tokenizer.json, or a GGUF file (config, weights and
+// tokenizer all from the one file).
 fs::path resolveModel(const GenerateOptions& o) {
-  const fs::path dir = o.model.empty() ? defaultModelDir() : fs::path(o.model);
-  if (o.model.empty() && !fs::exists(dir / "config.json")) {
-    ES_THROW(InvalidArgument, "generate: the default model is not in ", dir.string(),
-             "; run tools/fetch_default_model.sh (or pass --model DIR)");
+  const fs::path path = o.model.empty() ? defaultModelDir() : fs::path(o.model);
+  if (o.model.empty() && !fs::exists(path / "config.json")) {
+    ES_THROW(InvalidArgument, "generate: the default model is not in ", path.string(),
+             "; run tools/fetch_default_model.sh (or pass --model DIR|FILE.gguf)");
   }
-  if (dir.extension() == ".gguf") {
-    ES_THROW(InvalidArgument, "generate: argument '--model' = ", dir.string(),
-             " is a GGUF file; convert it first: edgespec convert ", dir.string(), " OUT_DIR");
+  if (model::isGgufPath(path)) return path;  // opening it names any problem with the file
+  if (!fs::is_directory(path)) {
+    ES_THROW(InvalidArgument, "generate: argument '--model' = ", path.string(),
+             " is neither a model folder (config.json, model.safetensors, tokenizer.json) nor a GGUF file");
   }
-  if (!fs::is_directory(dir)) {
-    ES_THROW(InvalidArgument, "generate: argument '--model' = ", dir.string(),
-             " is not a model folder (config.json, model.safetensors, tokenizer.json)");
-  }
-  if (!fs::exists(dir / "tokenizer.json")) {
-    ES_THROW(InvalidArgument, "generate: argument '--model' = ", dir.string(),
+  if (!fs::exists(path / "tokenizer.json")) {
+    ES_THROW(InvalidArgument, "generate: argument '--model' = ", path.string(),
              " has no tokenizer.json, so text cannot be encoded");
   }
-  return dir;
+  return path;
+}
+
+tokenizer::TokenizerSpec loadTokenizer(const fs::path& model) {
+  if (!model::isGgufPath(model)) return tokenizer::loadTokenizerJson(model / "tokenizer.json");
+  const model::GgufFile file = model::GgufFile::open(model);
+  if (!file.header().has("tokenizer.ggml.model")) {
+    ES_THROW(InvalidArgument, "generate: argument '--model' = ", model.string(),
+             " has no tokenizer.ggml.* metadata, so text cannot be encoded");
+  }
+  return model::tokenizerSpecFromGguf(file);
 }
 
 // Tokens that end an answer: the model's eos and its chat format's end-of-turn marker.
@@ -85,7 +97,7 @@ void runGenerate(const GenerateOptions& o) {
   const fs::path dir = resolveModel(o);
   const auto t0 = std::chrono::steady_clock::now();
   auto backend = ops::makeBackend(o.backend);
-  tokenizer::BpeTokenizer tok(tokenizer::loadTokenizerJson(dir / "tokenizer.json"));
+  tokenizer::BpeTokenizer tok(loadTokenizer(dir));
 
   std::string text = o.prompt;
   bool templated = false;
@@ -124,8 +136,8 @@ void runGenerate(const GenerateOptions& o) {
   std::string answer;
   std::chrono::steady_clock::time_point firstToken;
   int32_t generated = 0;
-  const runtime::GenerationRequest request{prompt, o.maxNewTokens, stopTokens(tok, target.config()),
-                                           {o.temperature, o.topK, o.topP, o.seed}};
+  const std::vector<int32_t> stops = stopTokens(tok, target.config());
+  const runtime::GenerationRequest request{prompt, o.maxNewTokens, stops, {o.temperature, o.topK, o.topP, o.seed}};
   const runtime::GenerationResult result = decoder.generate({request}, [&](int32_t, int32_t id) {
     if (generated++ == 0) firstToken = std::chrono::steady_clock::now();
     const std::string piece = stream.push(id);
@@ -144,8 +156,11 @@ void runGenerate(const GenerateOptions& o) {
   const double tokS = generated > 1 ? (generated - 1) / decodeS : 0.0;
   const char* finish = result.finish == runtime::FinishReason::kStop ? "stop" : "length";
   if (o.json) {
+    // prompt_ids and stop_ids let another implementation replay exactly this request
+    // (tools/hf_greedy_check.py).
     const nlohmann::json out = {{"text", answer}, {"tokens", result.tokens},
-                                {"prompt_tokens", prompt.size()}, {"finish_reason", finish},
+                                {"prompt_tokens", prompt.size()}, {"prompt_ids", prompt},
+                                {"stop_ids", stops}, {"finish_reason", finish},
                                 {"backend", backend->name()}, {"load_s", loadS},
                                 {"time_to_first_token_s", ttftS}, {"decode_tok_s", tokS}};
     std::printf("%s\n", out.dump().c_str());
@@ -165,7 +180,7 @@ void addGenerateCommand(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (greedy)");
   cmd->add_option("--model", options->model,
-                  "HF model folder with tokenizer.json (default: the embedded SmolLM2-135M-Instruct)");
+                  "HF model folder with tokenizer.json, or a GGUF file (default: the embedded SmolLM2-135M-Instruct)");
   cmd->add_option("-p,--prompt", options->prompt, "The user message")->capture_default_str();
   cmd->add_option("--system", options->system, "A system message");
   cmd->add_option("-n,--max-new-tokens", options->maxNewTokens, "Tokens to generate at most")

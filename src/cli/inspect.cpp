@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/errors.h"
@@ -34,7 +36,7 @@ const std::map<std::string, ModelShape>& presets() {
 
 struct InspectOptions {
   std::string preset = "qwen3-8b";
-  std::string model;  // HF folder or config.json: its shape (and sliding layers) win over the preset
+  std::string model;  // HF folder, config.json or GGUF file: its shape (and sliding layers) win over the preset
   int32_t layers = 0, kvHeads = 0, headDim = 0;  // 0 = from the preset
   int32_t draftLayers = 0;
   int32_t maxBatch = 1;
@@ -47,24 +49,34 @@ struct InspectOptions {
   bool tensors = false;  // with --model: list the checkpoint's tensors and check them
 };
 
-// The checkpoint's tensors (name, dtype, shape, bytes), checked against its config.
-void printTensors(const std::string& dir, const model::ModelConfig& config, bool json) {
-  const model::WeightStore store = model::WeightStore::openFolder(dir);
+// The checkpoint's tensors (name, dtype, shape, bytes), checked against its config. A GGUF file
+// is listed as it loads (HF names and shapes, f32) with each tensor's GGUF name and type.
+void printTensors(const std::string& path, const model::ModelConfig& config, bool json) {
+  // --model may name a folder's config.json: its tensors are those of the folder.
+  const std::filesystem::path p(path);
+  const model::WeightStore store =
+      model::WeightStore::open(p.filename() != "config.json" ? p : p.has_parent_path() ? p.parent_path() : ".");
   model::checkWeights(store, config);
   if (json) {
     nlohmann::json list = nlohmann::json::array();
     for (const std::string& name : store.names()) {
       const model::TensorInfo& t = store.info(name);
-      list.push_back({{"name", name}, {"dtype", std::string(dtype_name(t.dtype))},
-                      {"shape", t.shape}, {"bytes", t.byteSize()}});
+      nlohmann::json entry = {{"name", name}, {"dtype", std::string(dtype_name(t.dtype))},
+                              {"shape", t.shape}, {"bytes", t.byteSize()}};
+      if (store.isGguf()) entry["gguf"] = store.ggufOrigin(name);
+      list.push_back(std::move(entry));
     }
     std::printf("%s\n", nlohmann::json{{"config", config.summary()}, {"tensors", list}}.dump(2).c_str());
     return;
   }
-  std::printf("%s\n%zu tensors, %.1f MiB, all names and shapes match the config:\n",
+  std::printf("%s\n%zu tensors, %.1f MiB%s, all names and shapes match the config:\n",
               config.summary().c_str(), store.size(),
-              static_cast<double>(store.totalTensorBytes()) / (1024.0 * 1024.0));
-  for (const std::string& name : store.names()) std::printf("  %s\n", store.info(name).describe().c_str());
+              static_cast<double>(store.totalTensorBytes()) / (1024.0 * 1024.0),
+              store.isGguf() ? " once dequantised" : "");
+  for (const std::string& name : store.names()) {
+    const std::string origin = store.ggufOrigin(name);
+    std::printf("  %s%s%s\n", store.info(name).describe().c_str(), origin.empty() ? "" : "  <- ", origin.c_str());
+  }
 }
 
 DType parseDtype(const std::string& name) {
@@ -141,7 +153,7 @@ void addInspectCommand(CLI::App& app) {
   cmd->add_option("--preset", options->preset, "Model shape")
       ->check(CLI::IsMember(names))
       ->capture_default_str();
-  cmd->add_option("--model", options->model, "HF model folder or config.json (overrides --preset)");
+  cmd->add_option("--model", options->model, "HF model folder, config.json or GGUF file (overrides --preset)");
   cmd->add_option("--layers", options->layers, "Override: attention layers");
   cmd->add_option("--kv-heads", options->kvHeads, "Override: KV heads");
   cmd->add_option("--head-dim", options->headDim, "Override: head dimension");

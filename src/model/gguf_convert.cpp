@@ -11,8 +11,8 @@
 
 #include "common/errors.h"
 #include "common/logging.h"
-#include "model/gguf_dequant.h"
 #include "model/gguf_tokenizer.h"
+#include "model/gguf_weights.h"
 #include "model/weight_names.h"
 #include "model/weight_store.h"
 
@@ -46,13 +46,6 @@ const std::map<std::string, std::string, std::less<>>& layerNames() {
   return table;
 }
 
-std::string joinFirst(const std::vector<std::string>& items, size_t max = 5) {
-  std::string s;
-  for (size_t i = 0; i < items.size() && i < max; ++i) s += (i ? ", " : "") + items[i];
-  if (items.size() > max) s += ", ... (" + std::to_string(items.size()) + " in all)";
-  return s;
-}
-
 std::string dumpJson(const json& j, int indent, const std::string& what) {
   try {
     return j.dump(indent);
@@ -82,24 +75,17 @@ std::optional<double> optConfigFloat(const GgufHeader& h, const std::string& key
   return std::strtod(buf, nullptr);
 }
 
-struct PlannedTensor {
-  const GgufTensorInfo* gguf = nullptr;
-  std::string hf_name;
-  std::vector<int64_t> shape;
-  int64_t permute_heads = 0;  // > 0: un-permute the rows for this many heads
-  uint64_t bytes = 0;
-};
-
-uint64_t writeSafetensors(const GgufFile& file, const std::vector<PlannedTensor>& plan, DType dtype,
-                          const std::filesystem::path& path, const ConvertOptions& options) {
+uint64_t writeSafetensors(const GgufWeights& weights, const std::filesystem::path& path,
+                          const ConvertOptions& options) {
+  const DType dtype = weights.dtype();
   json header = json::object();
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t offset = 0;
-  for (const PlannedTensor& p : plan) {
-    header[p.hf_name] = {{"dtype", dtype == DType::kF32 ? "F32" : "BF16"},
-                         {"shape", p.shape},
-                         {"data_offsets", {offset, offset + p.bytes}}};
-    offset += p.bytes;
+  for (const GgufWeights::Entry& e : weights.entries()) {
+    header[e.info.name] = {{"dtype", dtype == DType::kF32 ? "F32" : "BF16"},
+                           {"shape", e.info.shape},
+                           {"data_offsets", {offset, offset + e.info.byteSize()}}};
+    offset += e.info.byteSize();
   }
   std::string text = header.dump();
   while (text.size() % 8 != 0) text += ' ';  // as the reference writer: aligned tensor data
@@ -112,25 +98,14 @@ uint64_t writeSafetensors(const GgufFile& file, const std::vector<PlannedTensor>
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
     out.write(reinterpret_cast<const char*>(len), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    std::vector<float> unpermuted;
-    std::vector<bf16> half;
-    for (size_t i = 0; i < plan.size(); ++i) {
-      const PlannedTensor& p = plan[i];
-      std::vector<float> values = dequantizeTensor(file, *p.gguf);
-      if (p.permute_heads > 0) {
-        unpermuted.resize(values.size());
-        unpermuteLlamaRows(values, unpermuted, p.permute_heads, p.shape[0], p.shape.size() > 1 ? p.shape[1] : 1);
-        values.swap(unpermuted);
-      }
-      if (dtype == DType::kF32) {
-        out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
-      } else {
-        half.resize(values.size());
-        convertF32(values, std::span<bf16>(half));
-        out.write(reinterpret_cast<const char*>(half.data()), static_cast<std::streamsize>(half.size() * 2));
-      }
+    std::vector<uint8_t> values;  // one tensor at a time
+    const auto& entries = weights.entries();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      values.resize(entries[i].info.byteSize());
+      weights.read(entries[i], values);
+      out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size()));
       if (!out) ES_THROW(InvalidArgument, "convert: writing ", tmp.string(), " failed (disk full?)");
-      if (options.progress) options.progress(i + 1, plan.size(), p.hf_name);
+      if (options.progress) options.progress(i + 1, entries.size(), entries[i].info.name);
     }
     out.close();
     if (!out) ES_THROW(InvalidArgument, "convert: writing ", tmp.string(), " failed (disk full?)");
@@ -155,16 +130,17 @@ void unpermuteLlamaRows(std::span<const float> src, std::span<float> dst, int64_
   ES_CHECK_ARG(dst.size() == src.size(), "unpermuteLlamaRows", "dst.size()", dst.size(), "must equal src.size() = ",
                src.size());
   const int64_t head_dim = rows / num_heads;
-  const int64_t half = head_dim / 2;
-  for (int64_t h = 0; h < num_heads; ++h) {
-    for (int64_t i = 0; i < half; ++i) {
-      for (int64_t j = 0; j < 2; ++j) {
-        const float* from = src.data() + (h * head_dim + 2 * i + j) * cols;
-        float* to = dst.data() + (h * head_dim + j * half + i) * cols;
-        std::copy(from, from + cols, to);
-      }
-    }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* from = src.data() + llamaStoredRow(r, head_dim) * cols;
+    std::copy(from, from + cols, dst.data() + r * cols);
   }
+}
+
+int64_t llamaStoredRow(int64_t row, int64_t head_dim) {
+  // HF row h*d + j*(d/2) + i is stored at h*d + 2i + j.
+  const int64_t half = head_dim / 2;
+  const int64_t h = row / head_dim, k = row % head_dim;
+  return h * head_dim + 2 * (k % half) + k / half;
 }
 
 Architecture architectureFromGguf(const GgufHeader& h) {
@@ -275,63 +251,24 @@ json hfConfigJson(const GgufHeader& h, DType dtype) {
   return c;
 }
 
+ModelConfig ggufModelConfig(const GgufHeader& header) {
+  // f32: the dequantised values are exact in it (the dtype a loader reads them in is its own).
+  return parseModelConfig(dumpJson(hfConfigJson(header, DType::kF32), 2, header.source), header.source);
+}
+
 ConvertReport convertGgufToHf(const std::filesystem::path& gguf_path, const std::filesystem::path& out_dir,
                               const ConvertOptions& options) {
   ES_CHECK_ARG(options.dtype == DType::kF32 || options.dtype == DType::kBF16, "convertGgufToHf", "dtype",
                dtype_name(options.dtype), "must be f32 or bf16");
-  const GgufFile file = GgufFile::open(gguf_path);
-  const GgufHeader& h = file.header();
+  // Config, tensor names, shapes and types are all validated here, before anything is written.
+  const std::unique_ptr<const GgufWeights> weights = GgufWeights::open(gguf_path, options.dtype);
+  const GgufHeader& h = weights->file().header();
   const json config_json = hfConfigJson(h, options.dtype);
   const std::string config_text = dumpJson(config_json, 2, h.source);
   ConvertReport report;
   report.config = parseModelConfig(config_text, h.source + " (derived config.json)");
   const ModelConfig& c = report.config;
 
-  // Plan and validate every tensor before writing anything.
-  std::map<std::string, const ExpectedTensor*, std::less<>> expected_by_name;
-  const std::vector<ExpectedTensor> expected = expectedTensors(c);
-  for (const ExpectedTensor& e : expected) expected_by_name[e.name] = &e;
-  std::vector<PlannedTensor> plan;
-  std::vector<std::string> unknown, unsupported, misshapen, missing;
-  std::map<std::string, bool, std::less<>> seen;
-  for (const GgufTensorInfo& t : h.tensors) {
-    PlannedTensor p;
-    p.gguf = &t;
-    p.hf_name = hfTensorName(t.name);
-    const auto e = expected_by_name.find(p.hf_name);
-    if (p.hf_name.empty() || e == expected_by_name.end()) {
-      unknown.push_back(t.name);
-      continue;
-    }
-    if (!ggmlTypeDequantizable(t.type)) unsupported.push_back(t.name + " (" + ggmlTypeName(t.type) + ")");
-    p.shape = t.rowMajorShape();
-    if (p.shape != e->second->shape) {
-      std::ostringstream os;
-      os << t.describe() << " for " << p.hf_name << " [";
-      for (size_t i = 0; i < e->second->shape.size(); ++i) os << (i ? ", " : "") << e->second->shape[i];
-      os << "]";
-      misshapen.push_back(os.str());
-    }
-    if (c.architecture == Architecture::kLlama) {
-      if (p.hf_name.ends_with("self_attn.q_proj.weight")) p.permute_heads = c.num_attention_heads;
-      if (p.hf_name.ends_with("self_attn.k_proj.weight")) p.permute_heads = c.num_key_value_heads;
-    }
-    p.bytes = t.numel * static_cast<uint64_t>(dtype_size(options.dtype));
-    seen[p.hf_name] = true;
-    plan.push_back(std::move(p));
-  }
-  for (const ExpectedTensor& e : expected) {
-    if (e.required && seen.count(e.name) == 0) missing.push_back(e.name);
-  }
-  if (!unknown.empty() || !unsupported.empty() || !misshapen.empty() || !missing.empty()) {
-    std::ostringstream os;
-    os << h.source << ": cannot convert to " << architectureName(c.architecture) << ":";
-    if (!unknown.empty()) os << " unknown tensors: " << joinFirst(unknown) << ";";
-    if (!unsupported.empty()) os << " tensor types that cannot be dequantised: " << joinFirst(unsupported) << ";";
-    if (!misshapen.empty()) os << " misshapen: " << joinFirst(misshapen) << ";";
-    if (!missing.empty()) os << " missing: " << joinFirst(missing) << ";";
-    throw FormatError(os.str());
-  }
   // Tokenizer files, built (and so validated) before the weights are written.
   std::string tokenizer_text, tokenizer_config_text;
   const bool has_tokenizer = h.has("tokenizer.ggml.model");
@@ -349,8 +286,8 @@ ConvertReport convertGgufToHf(const std::filesystem::path& gguf_path, const std:
     ES_THROW(InvalidArgument, "convertGgufToHf: argument 'out_dir' = ", out_dir.string(),
              " cannot be created: ", ec ? ec.message() : "not a directory");
   }
-  report.safetensors_bytes = writeSafetensors(file, plan, options.dtype, out_dir / kSingleWeightsFile, options);
-  report.tensors = plan.size();
+  report.safetensors_bytes = writeSafetensors(*weights, out_dir / kSingleWeightsFile, options);
+  report.tensors = weights->entries().size();
   report.unpermuted = c.architecture == Architecture::kLlama;
   writeFile(out_dir / "config.json", config_text + "\n");
   if (has_tokenizer) {

@@ -2,12 +2,13 @@
 // GGUF -> Hugging Face model folder (what `edgespec convert` runs):
 //   config.json             LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM from
 //                           general.architecture and the {arch}.* hyperparameters
-//   model.safetensors       every tensor dequantised (gguf_dequant.h) to f32 or bf16 under its
-//                           HF name, Llama q/k rows un-permuted; written tensor by tensor (one
-//                           tensor in memory at a time), through a temporary file + rename
+//   model.safetensors       every tensor dequantised to f32 or bf16 under its HF name, Llama q/k
+//                           rows un-permuted (GgufWeights, gguf_weights.h: the same reader a
+//                           direct .gguf load uses); written tensor by tensor (one tensor in
+//                           memory at a time), through a temporary file + rename
 //   tokenizer.json, tokenizer_config.json, generation_config.json   (gguf_tokenizer.h)
 // Everything is validated before the first byte is written: the config goes through
-// parseModelConfig and every tensor is checked against expectedTensors (names and shapes); the
+// parseModelConfig and every tensor is checked against expectedTensors (names, shapes, types); the
 // finished folder is re-opened with loadModelConfig + WeightStore::openFolder + checkWeights.
 //
 // Llama GGUFs (llama.cpp's converter) store q_proj/k_proj with the rows of each head permuted
@@ -33,6 +34,8 @@ namespace es::model {
 // num_heads * head_dim, head_dim even. InvalidArgument on inconsistent sizes.
 void unpermuteLlamaRows(std::span<const float> src, std::span<float> dst, int64_t num_heads, int64_t rows,
                         int64_t cols);
+// The stored (permuted) row that holds HF row `row`, for heads of `head_dim` (even) rows.
+int64_t llamaStoredRow(int64_t row, int64_t head_dim);
 
 // general.architecture -> Architecture (llama, qwen2, qwen3); FormatError otherwise.
 Architecture architectureFromGguf(const GgufHeader& header);
@@ -43,6 +46,9 @@ std::string hfTensorName(std::string_view gguf_name);
 
 // config.json content for `header`, with torch_dtype from `dtype` (f32 or bf16).
 nlohmann::json hfConfigJson(const GgufHeader& header, DType dtype);
+// The ModelConfig a converted folder's config.json would give (hfConfigJson -> parseModelConfig),
+// with `source` the GGUF file: what loadModelConfig returns for a .gguf path.
+ModelConfig ggufModelConfig(const GgufHeader& header);
 
 struct ConvertOptions {
   DType dtype = DType::kBF16;  // f32 (exact for every supported GGUF type) or bf16

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "model/gguf_convert.h"
+#include "model/gguf_weights.h"
 #include "model/safetensors.h"
 
 namespace es::model {
@@ -473,6 +475,8 @@ ModelConfig parseModelConfig(std::string_view json_text, std::string_view source
 }
 
 ModelConfig loadModelConfig(const std::filesystem::path& path) {
+  // A GGUF model carries its config in its metadata (the config.json `convert` would write).
+  if (isGgufPath(path)) return ggufModelConfig(GgufFile::open(path).header());
   std::error_code ec;
   const std::filesystem::path file = std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
   if (!std::filesystem::is_regular_file(file, ec)) {

@@ -111,7 +111,8 @@ struct ModelConfig {
 
 // Parses config.json text; `source` names the file in errors. Throws FormatError.
 ModelConfig parseModelConfig(std::string_view json_text, std::string_view source = "config.json");
-// Reads `path`, or `path`/config.json when `path` is a directory.
+// Reads `path`, or `path`/config.json when `path` is a directory; a GGUF file (gguf_weights.h
+// isGgufPath) gives the config derived from its metadata (gguf_convert.h ggufModelConfig).
 ModelConfig loadModelConfig(const std::filesystem::path& path);
 
 // z-lab's build_target_layer_ids: n = 1 -> [L_t // 2]; otherwise round(1 + i (L_t - 4)/(n - 1))

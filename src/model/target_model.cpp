@@ -62,7 +62,7 @@ std::vector<kv::KvLayerShape> TargetModel::kvLayerShapes() const {
 }
 
 void TargetModel::loadWeights(const std::filesystem::path& dir) {
-  const WeightStore store = WeightStore::openFolder(dir);
+  const WeightStore store = WeightStore::open(dir, dtype_);  // an HF folder or a GGUF file
   // Every name, shape and dtype against the config first: one error listing every problem.
   checkWeights(store, config_);
   const ModelConfig& c = config_;

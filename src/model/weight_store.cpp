@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "common/logging.h"
+#include "model/gguf_weights.h"
 
 namespace es::model {
 namespace {
@@ -44,6 +45,24 @@ WeightStore WeightStore::openFile(const fs::path& file) {
   store.files_.push_back(SafetensorsFile::open(file));
   for (const TensorInfo& t : store.files_[0].tensors()) store.location_.emplace(t.name, 0);
   return store;
+}
+
+WeightStore WeightStore::openGguf(const fs::path& file, DType dtype) {
+  WeightStore store;
+  store.source_ = file.string();
+  store.gguf_ = GgufWeights::open(file, dtype);
+  const auto& entries = store.gguf_->entries();
+  for (size_t i = 0; i < entries.size(); ++i) store.location_.emplace(entries[i].info.name, i);
+  return store;
+}
+
+WeightStore WeightStore::open(const fs::path& path, DType gguf_dtype) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return openFolder(path);
+  if (isGgufPath(path)) return openGguf(path, gguf_dtype);
+  if (fs::is_regular_file(path, ec)) return openFile(path);
+  ES_THROW(InvalidArgument, "WeightStore::open: argument 'path' = ", path.string(),
+           " is neither a model folder nor a GGUF or safetensors file");
 }
 
 WeightStore WeightStore::openFolder(const fs::path& dir) {
@@ -150,14 +169,59 @@ size_t WeightStore::indexOf(std::string_view name) const {
   return it->second;
 }
 
-const TensorInfo& WeightStore::info(std::string_view name) const { return files_[indexOf(name)].info(name); }
+const TensorInfo& WeightStore::info(std::string_view name) const {
+  const size_t i = indexOf(name);
+  return gguf_ ? gguf_->entries()[i].info : files_[i].info(name);
+}
 
-TensorView WeightStore::view(std::string_view name) const { return files_[indexOf(name)].view(name); }
+TensorView WeightStore::view(std::string_view name) const {
+  const size_t i = indexOf(name);
+  if (gguf_) {
+    ES_THROW(InvalidArgument, "WeightStore::view: argument 'name' = ", name, " is a tensor of the GGUF file ",
+             source_, ", which has no mapped view in ", dtype_name(gguf_->dtype()), "; use read()");
+  }
+  return files_[i].view(name);
+}
 
-const SafetensorsFile& WeightStore::fileOf(std::string_view name) const { return files_[indexOf(name)]; }
+HostTensor WeightStore::read(std::string_view name) const {
+  const size_t i = indexOf(name);
+  HostTensor t;
+  if (!gguf_) {
+    t.view = files_[i].view(name);
+    return t;
+  }
+  const GgufWeights::Entry& e = gguf_->entries()[i];
+  t.storage.resize(static_cast<size_t>(e.info.byteSize()));
+  gguf_->read(e, t.storage);
+  t.view.data = t.storage.empty() ? nullptr : t.storage.data();
+  t.view.dtype = e.info.dtype;
+  t.view.space = MemorySpace::kHost;
+  t.view.rank = static_cast<int>(e.info.shape.size());
+  for (size_t d = 0; d < e.info.shape.size(); ++d) t.view.shape[d] = e.info.shape[d];
+  return t;
+}
+
+std::string WeightStore::ggufOrigin(std::string_view name) const {
+  const size_t i = indexOf(name);
+  if (!gguf_) return "";
+  const GgufTensorInfo& g = gguf_->ggufTensor(gguf_->entries()[i]);
+  return g.name + " " + ggmlTypeName(g.type);
+}
+
+const SafetensorsFile& WeightStore::fileOf(std::string_view name) const {
+  const size_t i = indexOf(name);
+  if (gguf_) {
+    ES_THROW(InvalidArgument, "WeightStore::fileOf: argument 'name' = ", name, " is a tensor of the GGUF file ",
+             source_, ", not of a safetensors file");
+  }
+  return files_[i];
+}
 
 uint64_t WeightStore::totalTensorBytes() const {
   uint64_t total = 0;
+  if (gguf_) {
+    for (const GgufWeights::Entry& e : gguf_->entries()) total += e.info.byteSize();
+  }
   for (const SafetensorsFile& f : files_) {
     for (const TensorInfo& t : f.tensors()) total += t.byteSize();
   }

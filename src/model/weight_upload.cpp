@@ -11,8 +11,9 @@ namespace es::model {
 void uploadTensor(ops::Backend& backend, const WeightStore& store, std::string_view name,
                   DType dtype, void* dst) {
   const TensorInfo& info = store.info(name);
-  const TensorView src = store.view(name);
-  const auto* bytes = static_cast<const uint8_t*>(src.data);
+  // A view of the mapping, or (GGUF store) the tensor dequantised into host memory.
+  const HostTensor src = store.read(name);
+  const auto* bytes = static_cast<const uint8_t*>(src.view.data);
   const int64_t numel = info.numel();
   auto* out = static_cast<uint8_t*>(dst);
   if (info.dtype == dtype) {  // no conversion: stream straight from the mapping
