@@ -5,6 +5,8 @@
 #   tools/gpu_check.sh sanitize   compute-sanitizer memcheck over every GPU test binary
 #   tools/gpu_check.sh bench      every bench/bench_*_gpu binary, then the PyTorch anchors
 #   tools/gpu_check.sh build sanitize bench   (several stages in one call, in order)
+#   tools/gpu_check.sh smollm2    the default model's GGUF ($ES_SMOLLM2_GGUF, e.g. assembled by
+#                                 tools/device_parts.sh join) generated on cuda vs transformers
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -106,6 +108,55 @@ stage_bench() {
   fi
 }
 
+# The default model end to end on the GPU against transformers: the GGUF named by
+# $ES_SMOLLM2_GGUF is converted to an f32 HF folder (exact: every GGUF type dequantises to f32
+# without rounding), edgespec generates greedily on cuda from the GGUF itself (and, as a check
+# of the direct load, from the folder) for three chat prompts, and tools/hf_greedy_check.py
+# replays the same prompt ids through transformers in fp32 (ES_SMOLLM2_NEW_TOKENS, default 64).
+stage_smollm2() {
+  local gguf="${ES_SMOLLM2_GGUF:-}" dir=/dev/shm/es_smollm2_f32 n="${ES_SMOLLM2_NEW_TOKENS:-64}"
+  if [ ! -f "$gguf" ]; then
+    summary+=("smollm2               FAILED   ES_SMOLLM2_GGUF = '$gguf' is not a file")
+    return 1
+  fi
+  if ! "$build_dir/edgespec" convert "$gguf" "$dir" --dtype f32 -q >"$out/smollm2_convert.log" 2>&1; then
+    tail -5 "$out/smollm2_convert.log"
+    summary+=("smollm2 convert       FAILED   smollm2_convert.log")
+    return 1
+  fi
+  local prompts=("What is the capital of France?" "Write one sentence about the sea."
+                 "Explain in two sentences why the sky is blue.")
+  local files=() prompt_args=() status=0 i
+  for i in 0 1 2; do
+    if ! "$build_dir/edgespec" generate --model "$gguf" --backend cuda --json -n "$n" -p "${prompts[$i]}"            >"$out/smollm2_gguf_$i.json" 2>"$out/smollm2_gguf_$i.err" ||
+       ! "$build_dir/edgespec" generate --model "$dir" --backend cuda --json -n "$n" -p "${prompts[$i]}"            >"$out/smollm2_folder_$i.json" 2>"$out/smollm2_folder_$i.err"; then
+      tail -3 "$out/smollm2_gguf_$i.err" "$out/smollm2_folder_$i.err"
+      summary+=("smollm2 generate $i     FAILED   smollm2_{gguf,folder}_$i.err")
+      status=1
+      continue
+    fi
+    # The GGUF and its f32 folder upload the same bf16 weights: the tokens must be identical.
+    if python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); sys.exit(a["tokens"]!=b["tokens"])'          "$out/smollm2_gguf_$i.json" "$out/smollm2_folder_$i.json"; then
+      summary+=("smollm2 gguf=folder $i  ok       same tokens from the GGUF and the converted folder")
+    else
+      summary+=("smollm2 gguf=folder $i  FAILED   smollm2_gguf_$i.json vs smollm2_folder_$i.json")
+      status=1
+    fi
+    files+=("$out/smollm2_gguf_$i.json")
+    prompt_args+=(--prompt "${prompts[$i]}")
+  done
+  if [ ${#files[@]} -gt 0 ]; then
+    python3 tools/hf_greedy_check.py --model "$dir" "${files[@]}" "${prompt_args[@]}"       --report "$out/smollm2_hf_check.json" >"$out/smollm2_hf_check.txt" 2>"$out/smollm2_hf_check.err"
+    local rc=$?
+    cat "$out/smollm2_hf_check.txt"
+    [ $rc -eq 0 ] || { tail -5 "$out/smollm2_hf_check.err"; status=1; }
+    summary+=("smollm2 vs transformers $([ $rc -eq 0 ] && echo ok || echo FAILED)   smollm2_hf_check.txt")
+    while read -r line; do summary+=("  $line"); done < "$out/smollm2_hf_check.txt"
+  fi
+  rm -rf "$dir"
+  return $status
+}
+
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
 status=0
@@ -115,7 +166,8 @@ if build; then
       build) stage_build || status=1 ;;
       sanitize) stage_sanitize || status=1 ;;
       bench) stage_bench || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench)" >&2; status=2 ;;
+      smollm2) stage_smollm2 || status=1 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2)" >&2; status=2 ;;
     esac
   done
 else
