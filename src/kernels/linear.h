@@ -3,7 +3,17 @@
 // Accumulation in fp32; y is rounded once to its dtype (bf16/f16 hidden states, or f32 logits).
 // The bias is added in fp32 before that rounding. y must not alias x. f32 inputs are multiplied in
 // true fp32 (no TF32).
-// The CUDA path runs cuBLASLt (LinearContext owns the handle and its workspace).
+// The CUDA path (launchLinear) runs either a hand skinny GEMM for decode shapes ("gemv":
+// linear_gemv.cu, tensor-core mma.sync streaming W once with 16-byte loads) or cuBLASLt
+// (LinearContext owns the handle and its workspace). Dispatch, by LinearParams::algo:
+//   kAuto     the gemv when gemvSupported(p) (f16/bf16, 1 <= m <= 16, k % 8 == 0, x and w
+//             16-byte aligned, y and bias naturally aligned), else cuBLASLt. The environment
+//             variable ES_LINEAR_ALGO = auto | cublaslt | gemv (read once per process) overrides
+//             kAuto for every call: "cublaslt" forces cuBLASLt, "gemv" is kAuto's own rule.
+//   kCublasLt always cuBLASLt.
+//   kGemv     always the gemv; InvalidArgument (naming the failed condition) where unsupported.
+// Both paths are CUDA-graph capturable once a shape has run eagerly (cuBLASLt plans are cached
+// per shape; the gemv allocates nothing at all).
 #include <cstdint>
 #include <memory>
 
@@ -11,6 +21,8 @@
 #include "common/stream.h"
 
 namespace es::kernel {
+
+enum class LinearAlgo : uint8_t { kAuto, kCublasLt, kGemv };
 
 struct LinearParams {
   const void* x = nullptr;     // [M, K] dtype
@@ -22,9 +34,15 @@ struct LinearParams {
   int32_t k = 0;               // input features, > 0
   DType dtype = DType::kBF16;  // x, w, bias: f32, f16 or bf16
   DType outDtype = DType::kBF16;  // y: dtype or f32
+  LinearAlgo algo = LinearAlgo::kAuto;  // CUDA path only (the CPU reference ignores it)
 };
 
 bool validate(const LinearParams& p);
+
+// Why the gemv cannot run p (a short requirement, e.g. "k must be a multiple of 8"), or nullptr
+// when it can. Host-only checks of dtypes, m, k and pointer alignment (linear_args.cpp).
+const char* gemvRejection(const LinearParams& p);
+inline bool gemvSupported(const LinearParams& p) { return gemvRejection(p) == nullptr; }
 
 // cuBLASLt handle + workspace, created once per stream owner (CUDA builds only).
 class LinearContext {

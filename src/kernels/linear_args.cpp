@@ -1,6 +1,9 @@
-// Host validation of launchLinear / ref::linear (every build).
+// Host validation of launchLinear / ref::linear, and the gemv path's host rules (every build).
+#include <cstdint>
+
 #include "common/errors.h"
 #include "kernels/linear.h"
+#include "kernels/linear_gemv.h"
 
 namespace es::kernel {
 
@@ -13,6 +16,9 @@ bool validate(const LinearParams& p) {
                kWhere, "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
   ES_CHECK_ARG(p.outDtype == p.dtype || p.outDtype == DType::kF32, kWhere, "outDtype",
                dtype_name(p.outDtype), "must be dtype (", dtype_name(p.dtype), ") or f32");
+  ES_CHECK_ARG(p.algo == LinearAlgo::kAuto || p.algo == LinearAlgo::kCublasLt ||
+                   p.algo == LinearAlgo::kGemv,
+               kWhere, "algo", static_cast<int>(p.algo), "must be kAuto, kCublasLt or kGemv");
   if (p.m == 0) return false;
   ES_CHECK_ARG(p.x != nullptr, kWhere, "x", "null", "must not be null");
   ES_CHECK_ARG(p.w != nullptr, kWhere, "w", "null", "must not be null");
@@ -20,5 +26,48 @@ bool validate(const LinearParams& p) {
   ES_CHECK_ARG(p.y != p.x, kWhere, "y", p.y, "must not alias x");
   return true;
 }
+
+namespace {
+bool aligned_to(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
+}
+}  // namespace
+
+const char* gemvRejection(const LinearParams& p) {
+  if (p.dtype != DType::kBF16 && p.dtype != DType::kF16) return "dtype must be bf16 or f16";
+  if (p.m < 1 || p.m > 16) return "m must be in [1, 16]";
+  if (p.n < 1) return "n must be > 0";
+  if (p.k < 1 || p.k % 8 != 0) return "k must be a positive multiple of 8";
+  if (!aligned_to(p.x, 16)) return "x must be 16-byte aligned";
+  if (!aligned_to(p.w, 16)) return "w must be 16-byte aligned";
+  if (!aligned_to(p.y, static_cast<uintptr_t>(dtype_size(p.outDtype)))) {
+    return "y must be aligned to its element size";
+  }
+  if (!aligned_to(p.bias, 2)) return "bias must be 2-byte aligned";
+  return nullptr;
+}
+
+namespace detail {
+
+GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms) {
+  const int64_t sms = numSms > 0 ? numSms : 1;
+  const int64_t target = (3 * sms + 1) / 2;  // CTAs wanted: 1.5 per SM
+  const int64_t blocks = (int64_t{k} + 31) / 32;  // 32-element K blocks
+  int32_t max_split = 1;
+  while (max_split < 8 && int64_t{kGemvWarps} * max_split * 2 <= blocks) max_split *= 2;
+  auto split_for = [&](int64_t tiles) {
+    int32_t s = 1;
+    while (s < max_split && tiles * s < target) s *= 2;
+    return s;
+  };
+  const int64_t tiles1 = (int64_t{n} + 15) / 16, tiles2 = (int64_t{n} + 31) / 32;
+  if (m > 4) {
+    const int32_t s2 = split_for(tiles2);
+    if (tiles2 * s2 >= target) return {2, s2};
+  }
+  return {1, split_for(tiles1)};
+}
+
+}  // namespace detail
 
 }  // namespace es::kernel

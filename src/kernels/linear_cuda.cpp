@@ -1,4 +1,5 @@
-// Linear layer through cuBLASLt (CUDA builds only).
+// Linear layer launcher (CUDA builds only): the decode gemv (linear_gemv.cu) where linear.h's
+// dispatch rule picks it, otherwise cuBLASLt as below.
 //
 // Row-major y[M, N] = x[M, K] · W[N, K]^T is, seen column-major, y^T[N, M] = W^T... i.e. with
 // A = W as a column-major K x N matrix (lda = K) transposed, B = x as a column-major K x M matrix
@@ -15,11 +16,14 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "common/cuda_check.h"
 #include "kernels/linear.h"
+#include "kernels/linear_gemv.h"
 
 namespace es::kernel {
 
@@ -48,6 +52,22 @@ uint32_t alignment_of(const void* p) {
   return align;
 }
 
+// ES_LINEAR_ALGO (read once): what kAuto means for this process.
+LinearAlgo parse_algo_env() {
+  const char* v = std::getenv("ES_LINEAR_ALGO");
+  if (v == nullptr || *v == '\0') return LinearAlgo::kAuto;
+  const std::string s(v);
+  if (s == "auto" || s == "gemv") return LinearAlgo::kAuto;
+  if (s == "cublaslt") return LinearAlgo::kCublasLt;
+  ES_THROW(InvalidArgument, "environment variable ES_LINEAR_ALGO = '", s,
+           "' must be auto, cublaslt or gemv");
+}
+
+LinearAlgo auto_algo() {
+  static const LinearAlgo algo = parse_algo_env();
+  return algo;
+}
+
 }  // namespace
 
 struct LinearContext::State {
@@ -59,6 +79,7 @@ struct LinearContext::State {
     bool bias_epilogue = false;
   };
   cublasLtHandle_t handle = nullptr;
+  int32_t num_sms = 1;  // the current device's at construction (the gemv's grid sizing)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   float* scratch = nullptr;  // f32 product for a bias with a 16-bit output, grown on demand
@@ -158,6 +179,10 @@ struct LinearContext::State {
 LinearContext::LinearContext(int64_t workspaceBytes) : state_(std::make_unique<State>()) {
   ES_CHECK_ARG(workspaceBytes >= 0, "LinearContext", "workspaceBytes", workspaceBytes,
                "must be >= 0");
+  int device = 0;
+  ES_CUDA_CHECK(cudaGetDevice(&device));
+  ES_CUDA_CHECK(
+      cudaDeviceGetAttribute(&state_->num_sms, cudaDevAttrMultiProcessorCount, device));
   ES_CUBLAS_CHECK(cublasLtCreate(&state_->handle));
   if (workspaceBytes > 0) {
     ES_CUDA_CHECK(cudaMalloc(&state_->workspace, static_cast<size_t>(workspaceBytes)));
@@ -170,6 +195,12 @@ LinearContext::~LinearContext() = default;
 void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
   if (!validate(p)) return;
   LinearContext::State& s = context.state();
+  const LinearAlgo algo = p.algo == LinearAlgo::kAuto ? auto_algo() : p.algo;
+  if (algo == LinearAlgo::kGemv || (algo == LinearAlgo::kAuto && gemvSupported(p))) {
+    // kGemv where unsupported: launchLinearGemv throws, naming the failed condition.
+    detail::launchLinearGemv(p, detail::chooseGemvConfig(p.m, p.n, p.k, s.num_sms), stream);
+    return;
+  }
   const bool via_scratch = LinearContext::State::gemm_out(p) != p.outDtype;
   void* y = p.y;
   if (via_scratch) {

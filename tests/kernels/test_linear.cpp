@@ -1,6 +1,7 @@
 // CPU checks of the linear reference: a 2x3 case by hand, a naive double loop over odd shapes
 // (K not a multiple of 8, N not a multiple of the W block), bias, f32 output from bf16 inputs,
-// validation.
+// validation; and the host rules of the CUDA decode gemv (which parameters it takes, how it
+// sizes its grid).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "kernels/linear.h"
+#include "kernels/linear_gemv.h"
 #include "support/test_util.h"
 
 namespace es {
@@ -132,6 +134,73 @@ TEST(LinearRef, Validation) {
   test::expectInvalidArgument([&] { ref::linear(p); }, "y");
   p = make(); p.y = x.data();
   test::expectInvalidArgument([&] { ref::linear(p); }, "y");
+  p = make(); p.algo = static_cast<kernel::LinearAlgo>(7);
+  test::expectInvalidArgument([&] { ref::linear(p); }, "algo");
+  p = make(); p.algo = kernel::LinearAlgo::kGemv;  // the reference ignores the CUDA path choice
+  EXPECT_TRUE(kernel::validate(p));
+}
+
+TEST(LinearGemvRules, Eligibility) {
+  alignas(16) static uint8_t x[1024], w[1024], y[1024], b[64];
+  auto make = [&] {
+    kernel::LinearParams p;
+    p.x = x;
+    p.w = w;
+    p.y = y;
+    p.m = 1;
+    p.n = 8;
+    p.k = 32;
+    p.dtype = p.outDtype = DType::kBF16;
+    return p;
+  };
+  EXPECT_TRUE(kernel::gemvSupported(make()));
+  auto p = make(); p.m = 16; p.bias = b;
+  EXPECT_TRUE(kernel::gemvSupported(p));
+  p = make(); p.dtype = p.outDtype = DType::kF16;
+  EXPECT_TRUE(kernel::gemvSupported(p));
+  p = make(); p.outDtype = DType::kF32;
+  EXPECT_TRUE(kernel::gemvSupported(p));
+  p = make(); p.k = 8; p.n = 1;
+  EXPECT_TRUE(kernel::gemvSupported(p));
+  p = make(); p.dtype = p.outDtype = DType::kF32;
+  EXPECT_STREQ(kernel::gemvRejection(p), "dtype must be bf16 or f16");
+  p = make(); p.m = 17;
+  EXPECT_STREQ(kernel::gemvRejection(p), "m must be in [1, 16]");
+  p = make(); p.m = 0;
+  EXPECT_FALSE(kernel::gemvSupported(p));
+  p = make(); p.k = 36;
+  EXPECT_STREQ(kernel::gemvRejection(p), "k must be a positive multiple of 8");
+  p = make(); p.x = x + 8;
+  EXPECT_STREQ(kernel::gemvRejection(p), "x must be 16-byte aligned");
+  p = make(); p.w = w + 2;
+  EXPECT_STREQ(kernel::gemvRejection(p), "w must be 16-byte aligned");
+  p = make(); p.y = y + 1;
+  EXPECT_STREQ(kernel::gemvRejection(p), "y must be aligned to its element size");
+  p = make(); p.outDtype = DType::kF32; p.y = y + 2;
+  EXPECT_STREQ(kernel::gemvRejection(p), "y must be aligned to its element size");
+  p = make(); p.bias = b + 1;
+  EXPECT_STREQ(kernel::gemvRejection(p), "bias must be 2-byte aligned");
+}
+
+TEST(LinearGemvRules, GridChoice) {
+  using kernel::detail::chooseGemvConfig;
+  auto expect = [](kernel::detail::GemvConfig c, int32_t tiles, int32_t split) {
+    EXPECT_EQ(c.rowTiles, tiles);
+    EXPECT_EQ(c.kSplit, split);
+  };
+  // 132 SMs: at least 198 CTAs wanted.
+  expect(chooseGemvConfig(1, 4096, 4096, 132), 1, 1);      // 256 tiles
+  expect(chooseGemvConfig(16, 4096, 4096, 132), 2, 2);     // 128 tiles of 32 rows, 2 CTAs each
+  expect(chooseGemvConfig(4, 6144, 4096, 132), 1, 1);
+  expect(chooseGemvConfig(5, 6144, 4096, 132), 2, 2);      // 192 < 198
+  expect(chooseGemvConfig(1, 151936, 4096, 132), 1, 1);
+  expect(chooseGemvConfig(16, 151936, 1024, 132), 2, 1);
+  expect(chooseGemvConfig(1, 1024, 1024, 132), 1, 4);      // k = 1024: 32 blocks, 4 x 8 warps
+  expect(chooseGemvConfig(16, 1024, 3072, 132), 2, 8);     // 32 tiles x 8 = 256
+  expect(chooseGemvConfig(16, 1024, 1024, 132), 1, 4);     // 2 x 32 tiles would be 128 CTAs
+  expect(chooseGemvConfig(1, 1, 8, 132), 1, 1);            // one K block: no split
+  expect(chooseGemvConfig(1, 64, 520, 132), 1, 2);         // 17 blocks: at most 2 x 8 warps
+  expect(chooseGemvConfig(1, 4096, 4096, 0), 1, 1);        // unknown SM count
 }
 
 }  // namespace

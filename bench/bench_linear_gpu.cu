@@ -1,0 +1,357 @@
+// GPU benchmark of the linear layer at decode shapes: cuBLASLt against the hand gemv
+// (src/kernels/linear_gemv.cu), CUDA events. Prints, in one run:
+//   (a) the read-stream ceiling: a reduction (32-bit integer sum) over 4 GiB with 16-byte
+//       non-L1-allocating loads, 4 or 8 in flight per thread, measured before and after the linear
+//       rows; "% ceil" is relative to the largest of these;
+//   (b) y[m, N] = x[m, K] · W[N, K]^T for the Qwen3-8B decode shapes (qkv 6144x4096, o 4096x4096,
+//       gate_up 24576x4096, down 4096x12288, lm_head 151936x4096) and the Qwen3-0.6B ones (qkv
+//       4096x1024 = 16 q + 8 k + 8 v heads of 128, o 1024x2048, gate_up 6144x1024, down 1024x3072,
+//       lm_head 151936x1024), m = 1, 4, 16, bf16 inputs, bf16 y (lm_head: f32 logits, as the model
+//       runs it), no bias: cuBLASLt (LinearAlgo::kCublasLt) and the gemv (kGemv: the launcher's
+//       own grid choice, printed as R<rowTiles>S<kSplit>). With --sweep, every gemv configuration
+//       (rowTiles 1/2 x kSplit 1/2/4/8) too. Before timing, each (shape, m) checks the gemv's y
+//       against cuBLASLt's (bf16 rounding apart); a MISMATCH row appears if they differ.
+// L2: the weights rotate between C copies with C * |W| >= 4 * L2 (at least 2), so every launch
+// reads a W that the previous C - 1 launches have pushed out of the L2: DRAM-cold weights, as in a
+// real decode step where every layer's W is read once. x and y are single buffers and stay warm
+// (in a decode step x was just written by the previous kernel).
+// Timing: B = max(C, 16) launches (launch i on copy i mod C) are captured in one CUDA graph; the
+// graph is replayed 3 + 15 times, each replay between its own pair of events; us per call = median
+// replay / B. So the time includes the GPU-side gap between consecutive kernels but no host launch
+// overhead. TB/s counts the compulsory bytes: W + x + y.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/buffer.h"
+#include "common/cuda_check.h"
+#include "common/dtype.h"
+#include "kernels/linear.h"
+#include "kernels/linear_gemv.h"
+
+namespace es {
+namespace {
+
+using kernel::LinearAlgo;
+using kernel::detail::GemvConfig;
+
+struct Row {
+  std::string name, shape, config;
+  double us = 0, tbps = -1, pct = -1, vs_cublas = -1;  // < 0: not applicable
+};
+std::vector<Row> g_rows;
+
+// Random finite values in [lo, hi) (never all zeros), deterministic per (seed, index).
+__device__ __forceinline__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+__global__ void fill_bf16(bf16* out, int64_t n, uint32_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float u = float(hash32((uint64_t{seed} << 40) ^ uint64_t(i)) >> 8) * (1.0f / 16777216.0f);
+    out[i] = to_bf16(lo + (hi - lo) * u);
+  }
+}
+void fill(Buffer& b, uint32_t seed, float lo, float hi) {
+  fill_bf16<<<2048, 256>>>(b.as<bf16>(), b.bytes() / 2, seed, lo, hi);
+  ES_CUDA_CHECK_LAUNCH();
+}
+
+// ---- read ceiling --------------------------------------------------------------------------
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Sum of all 32-bit words; U loads in flight per thread; one word written per warp.
+template <int U>
+__global__ void __launch_bounds__(256) read_reduce(const uint4* __restrict__ p, int64_t n16,
+                                                   uint32_t* __restrict__ out) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  uint32_t acc = 0;
+  for (; i + (U - 1) * stride < n16; i += U * stride) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = load_stream(p + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc += v[u].x + v[u].y + v[u].z + v[u].w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 v = load_stream(p + i);
+    acc += v.x + v.y + v.z + v.w;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if ((threadIdx.x & 31) == 0) out[(blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32] = acc;
+}
+
+// Median of `iters` timed calls of fn() (each between its own pair of events) after `warmup`.
+template <typename F>
+double median_us(cudaStream_t stream, int warmup, int iters, F&& fn) {
+  cudaEvent_t start, stop;
+  ES_CUDA_CHECK(cudaEventCreate(&start));
+  ES_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) fn();
+  ES_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> t(iters);
+  for (int i = 0; i < iters; ++i) {
+    ES_CUDA_CHECK(cudaEventRecord(start, stream));
+    fn();
+    ES_CUDA_CHECK(cudaEventRecord(stop, stream));
+    ES_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    ES_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    t[i] = ms * 1000.0;
+  }
+  ES_CUDA_CHECK(cudaEventDestroy(start));
+  ES_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(t.begin(), t.end());
+  return t[iters / 2];
+}
+
+// Best of the U = 4 and U = 8 reductions over 4 GiB, in TB/s; one row each.
+double read_ceiling(cudaStream_t stream, const char* when, const Buffer& data, Buffer& out,
+                    int sms) {
+  const int64_t n16 = data.bytes() / 16;
+  const int blocks = sms * 8;
+  double best = 0;
+  for (int u : {4, 8}) {
+    const double us = median_us(stream, 3, 15, [&] {
+      if (u == 4) {
+        read_reduce<4><<<blocks, 256, 0, stream>>>(data.as<uint4>(), n16, out.as<uint32_t>());
+      } else {
+        read_reduce<8><<<blocks, 256, 0, stream>>>(data.as<uint4>(), n16, out.as<uint32_t>());
+      }
+      ES_CUDA_CHECK_LAUNCH();
+    });
+    const double tbps = double(data.bytes()) / (us * 1e6);
+    best = std::max(best, tbps);
+    char config[16];
+    std::snprintf(config, sizeof(config), "U=%d", u);
+    g_rows.push_back({std::string("read ceiling ") + when, "4 GiB sum", config, us, tbps, -1, -1});
+  }
+  return best;
+}
+
+// ---- linear rows ----------------------------------------------------------------------------
+struct Shape {
+  const char* name;
+  int32_t n, k;
+  bool logits;  // f32 y
+};
+
+struct Variant {
+  std::string name, config;
+  LinearAlgo algo;
+  bool direct = false;  // detail::launchLinearGemv with cfg
+  GemvConfig cfg;
+};
+
+// Mismatching elements of two y's (bf16 or f32): |a - b| > 1e-2 |b| + 1e-2.
+int64_t count_mismatch(const Buffer& a, const Buffer& b, bool f32, int64_t count) {
+  std::vector<uint8_t> ha(size_t(a.bytes())), hb(size_t(b.bytes()));
+  ES_CUDA_CHECK(cudaMemcpy(ha.data(), a.data(), ha.size(), cudaMemcpyDeviceToHost));
+  ES_CUDA_CHECK(cudaMemcpy(hb.data(), b.data(), hb.size(), cudaMemcpyDeviceToHost));
+  int64_t bad = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    double va, vb;
+    if (f32) {
+      float fa, fb;
+      std::memcpy(&fa, ha.data() + 4 * i, 4);
+      std::memcpy(&fb, hb.data() + 4 * i, 4);
+      va = fa, vb = fb;
+    } else {
+      bf16 ba, bb;
+      std::memcpy(&ba, ha.data() + 2 * i, 2);
+      std::memcpy(&bb, hb.data() + 2 * i, 2);
+      va = to_float(ba), vb = to_float(bb);
+    }
+    if (!(std::abs(va - vb) <= 1e-2 * std::abs(vb) + 1e-2)) ++bad;
+  }
+  return bad;
+}
+
+void bench_shape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s, int64_t l2_bytes,
+                 int sms, bool sweep) {
+  const int64_t w_bytes = int64_t{s.n} * s.k * 2;
+  const int copies = int(std::max<int64_t>(2, (4 * l2_bytes + w_bytes - 1) / w_bytes));
+  const int launches = std::max(copies, 16);
+  std::vector<Buffer> w;
+  for (int c = 0; c < copies; ++c) {
+    w.push_back(Buffer::allocate(MemorySpace::kDevice, w_bytes));
+    fill(w.back(), 1000u + 17u * uint32_t(c), -1.0f, 1.0f);
+  }
+  const int64_t out_size = s.logits ? 4 : 2;
+  for (int32_t m : {1, 4, 16}) {
+    Buffer x = Buffer::allocate(MemorySpace::kDevice, int64_t{m} * s.k * 2);
+    fill(x, 7u + uint32_t(m), -1.0f, 1.0f);
+    Buffer y_ref = Buffer::allocate(MemorySpace::kDevice, int64_t{m} * s.n * out_size);
+    Buffer y = Buffer::allocate(MemorySpace::kDevice, int64_t{m} * s.n * out_size);
+    ES_CUDA_CHECK(cudaDeviceSynchronize());
+    auto params = [&](int c, void* out, LinearAlgo algo) {
+      kernel::LinearParams p;
+      p.x = x.data();
+      p.w = w[size_t(c)].data();
+      p.y = out;
+      p.m = m;
+      p.n = s.n;
+      p.k = s.k;
+      p.dtype = DType::kBF16;
+      p.outDtype = s.logits ? DType::kF32 : DType::kBF16;
+      p.algo = algo;
+      return p;
+    };
+    const GemvConfig chosen = kernel::detail::chooseGemvConfig(m, s.n, s.k, sms);
+    auto cfg_name = [](GemvConfig c) {
+      char buf[24];
+      std::snprintf(buf, sizeof(buf), "R%dS%d", c.rowTiles, c.kSplit);
+      return std::string(buf);
+    };
+    std::vector<Variant> variants = {{"cuBLASLt", "-", LinearAlgo::kCublasLt},
+                                     {"gemv", cfg_name(chosen), LinearAlgo::kGemv}};
+    if (sweep) {
+      for (int32_t tiles : {1, 2}) {
+        for (int32_t split : {1, 2, 4, 8}) {
+          variants.push_back({"gemv sweep", cfg_name({tiles, split}), LinearAlgo::kGemv, true,
+                              {tiles, split}});
+        }
+      }
+    }
+    auto launch = [&](const Variant& v, int c, void* out) {
+      const kernel::LinearParams p = params(c, out, v.algo);
+      if (v.direct) kernel::detail::launchLinearGemv(p, v.cfg, stream);
+      else kernel::launchLinear(p, ctx, stream);
+    };
+    char shape[96];
+    std::snprintf(shape, sizeof(shape), "%s %dx%d m=%d%s", s.name, s.n, s.k, m,
+                  s.logits ? " f32 y" : "");
+    // Parity with cuBLASLt on copy 0 (also the eager first call that caches cuBLASLt's plan).
+    launch(variants[0], 0, y_ref.data());
+    for (size_t vi = 1; vi < variants.size(); ++vi) {
+      ES_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xA5, size_t(y.bytes()), stream));
+      launch(variants[vi], 0, y.data());
+      ES_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const int64_t bad = count_mismatch(y, y_ref, s.logits, int64_t{m} * s.n);
+      if (bad != 0) {
+        std::fprintf(stderr, "MISMATCH %s %s %s: %lld elements\n", variants[vi].name.c_str(),
+                     variants[vi].config.c_str(), shape, static_cast<long long>(bad));
+        g_rows.push_back({"MISMATCH " + variants[vi].name, shape, variants[vi].config,
+                          double(bad), -1, -1, -1});
+      }
+    }
+    const double bytes = double(w_bytes) + double(m) * s.k * 2 + double(m) * s.n * out_size;
+    double cublas_us = -1;
+    for (const Variant& v : variants) {
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      ES_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < launches; ++i) launch(v, i % copies, y.data());
+      ES_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      ES_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      const double us = median_us(stream, 3, 15, [&] {
+                          ES_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+                        }) / launches;
+      ES_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      ES_CUDA_CHECK(cudaGraphDestroy(graph));
+      if (v.algo == LinearAlgo::kCublasLt) cublas_us = us;
+      Row row{v.name, shape, v.config, us, bytes / (us * 1e6), -1, -1};
+      if (v.algo != LinearAlgo::kCublasLt && cublas_us > 0) row.vs_cublas = cublas_us / us;
+      g_rows.push_back(row);
+    }
+  }
+}
+
+int run(int argc, char** argv) {
+  bool sweep = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
+    } else {
+      std::fprintf(stderr, "usage: bench_linear_gpu [--sweep]\n");
+      return 2;
+    }
+  }
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "bench_linear_gpu: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  ES_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::fprintf(stderr, "device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+               prop.l2CacheSize >> 20);
+  cudaStream_t stream;
+  ES_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  kernel::LinearContext ctx;
+
+  double ceiling = 0;
+  {
+    Buffer data = Buffer::allocate(MemorySpace::kDevice, int64_t{4} << 30);
+    fill(data, 5, -1.0f, 1.0f);
+    Buffer out = Buffer::allocate(MemorySpace::kDevice, int64_t{prop.multiProcessorCount} * 8 * 8 * 4);
+    ES_CUDA_CHECK(cudaDeviceSynchronize());
+    ceiling = read_ceiling(stream, "(before)", data, out, prop.multiProcessorCount);
+  }
+  const Shape shapes[] = {
+      {"8B qkv", 6144, 4096, false},      {"8B o", 4096, 4096, false},
+      {"8B gate_up", 24576, 4096, false}, {"8B down", 4096, 12288, false},
+      {"8B lm_head", 151936, 4096, true}, {"0.6B qkv", 4096, 1024, false},
+      {"0.6B o", 1024, 2048, false},      {"0.6B gate_up", 6144, 1024, false},
+      {"0.6B down", 1024, 3072, false},   {"0.6B lm_head", 151936, 1024, true},
+  };
+  for (const Shape& s : shapes) {
+    bench_shape(stream, ctx, s, prop.l2CacheSize, prop.multiProcessorCount, sweep);
+  }
+  {
+    Buffer data = Buffer::allocate(MemorySpace::kDevice, int64_t{4} << 30);
+    fill(data, 5, -1.0f, 1.0f);
+    Buffer out = Buffer::allocate(MemorySpace::kDevice, int64_t{prop.multiProcessorCount} * 8 * 8 * 4);
+    ES_CUDA_CHECK(cudaDeviceSynchronize());
+    ceiling = std::max(ceiling, read_ceiling(stream, "(after)", data, out, prop.multiProcessorCount));
+  }
+  ES_CUDA_CHECK(cudaStreamDestroy(stream));
+  for (Row& r : g_rows) {
+    if (r.tbps >= 0) r.pct = 100.0 * r.tbps / ceiling;
+  }
+
+  std::printf("\nceiling %.3f TB/s (best read-stream reduction); us per call from CUDA-graph "
+              "replays, weights rotated past the L2\n",
+              ceiling);
+  std::printf("%-22s %-34s %-7s %10s %8s %8s %10s\n", "kernel", "shape", "config", "us/call",
+              "TB/s", "% ceil", "x cuBLAS");
+  for (const Row& r : g_rows) {
+    char tb[16] = "-", pct[16] = "-", vs[16] = "-";
+    if (r.tbps >= 0) std::snprintf(tb, sizeof(tb), "%.3f", r.tbps);
+    if (r.pct >= 0) std::snprintf(pct, sizeof(pct), "%.1f%%", r.pct);
+    if (r.vs_cublas >= 0) std::snprintf(vs, sizeof(vs), "%.2f", r.vs_cublas);
+    std::printf("%-22s %-34s %-7s %10.2f %8s %8s %10s\n", r.name.c_str(), r.shape.c_str(),
+                r.config.c_str(), r.us, tb, pct, vs);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace es
+
+int main(int argc, char** argv) {
+  try {
+    return es::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_linear_gpu: %s\n", e.what());
+    return 1;
+  }
+}

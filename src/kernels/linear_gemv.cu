@@ -1,0 +1,300 @@
+// Decode linear layer ("gemv"): y[m, n] = x[m, k] · W[n, k]^T (+ bias) for 1 <= m <= 16, f16 or
+// bf16 inputs, fp32 accumulation, y rounded once (to the input dtype or kept as f32).
+//
+// At these shapes the layer is a stream of W (n * k * 2 bytes, read once) and the job is to keep
+// the HBM busy: every thread issues all its 16-byte W loads (ld.global.nc.L1::no_allocate, with
+// a 256-byte L2 prefetch hint) for several K blocks before the first multiply, which keeps
+// 4 KB per warp in flight.
+//
+// The multiplies run on the tensor cores (mma.sync m16n8k16, fp32 accumulators), the same
+// accuracy class as cuBLASLt: at m = 16 an fp32 FMA per weight element and row of x would need the
+// whole CUDA-core FMA rate to keep up with the memory. W is the A operand (16 rows of W = 16
+// output features), x^T the B operand (8 rows of x per n8 tile; one tile for m <= 8, two for
+// m <= 16), so the accumulator tile is y^T. No shared-memory staging: a dot product does not care
+// in which order its k terms are added, so each thread takes 16 contiguous bytes (8 k values) of
+// W rows g and g + 8 (g = lane / 4) and of x row g, at k offset 8 * (lane % 4) inside a 32-element
+// block, and hands elements {0,1},{2,3} to one mma and {4,5},{6,7} to a second one as if they
+// were the fragment's k pairs {2t, 2t+1} and {2t+8, 2t+9}. A and B use the same relabelling, so
+// every product still pairs W[j, kk] with x[i, kk], and the 16 k slots of each mma are 16
+// distinct k values.
+//
+// Work split (linear_gemv.h): a CTA (8 warps) owns 16 * R rows of W for all m rows; the warps of
+// the CTA, and the kSplit CTAs of a thread-block cluster, take the 32-element K blocks
+// round-robin (block b goes to warp (b mod 8 * kSplit)), so together they read each W row front
+// to back. Partial tiles are summed in shared memory in warp order, then across the cluster
+// through distributed shared memory in rank order, the bias is added in fp32 and y is rounded
+// once. Tails: rows >= n, rows of x >= m and k chunks >= k are predicated off (zeros, no load);
+// k % 8 == 0 is required, so a chunk is wholly inside or outside K.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "kernels/forward_ops_device.cuh"
+#include "kernels/linear.h"
+#include "kernels/linear_gemv.h"
+
+namespace es::kernel {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kWarps = detail::kGemvWarps;
+constexpr int kThreads = kWarps * 32;
+
+// 16 bytes of W: read once, so not kept in L1; the L2 fetches the surrounding 256 bytes, which
+// the neighbouring warps read next. Zeros and no access when !pred.
+__device__ __forceinline__ uint4 load_w(const void* ptr, bool pred) {
+  uint4 v;
+  asm volatile(
+      "{\n"
+      "  .reg .pred p;\n"
+      "  setp.ne.b32 p, %5, 0;\n"
+      "  mov.b32 %0, 0;\n"
+      "  mov.b32 %1, 0;\n"
+      "  mov.b32 %2, 0;\n"
+      "  mov.b32 %3, 0;\n"
+      "  @p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      "}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(ptr), "r"(static_cast<int>(pred)));
+  return v;
+}
+
+// 16 bytes of x: read by every CTA, so cached in L1. Zeros and no access when !pred.
+__device__ __forceinline__ uint4 load_x(const void* ptr, bool pred) {
+  uint4 v;
+  asm volatile(
+      "{\n"
+      "  .reg .pred p;\n"
+      "  setp.ne.b32 p, %5, 0;\n"
+      "  mov.b32 %0, 0;\n"
+      "  mov.b32 %1, 0;\n"
+      "  mov.b32 %2, 0;\n"
+      "  mov.b32 %3, 0;\n"
+      "  @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      "}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(ptr), "r"(static_cast<int>(pred)));
+  return v;
+}
+
+// c += A · B for one m16n8k16 tile, fp32 accumulators. A: {a0, a1, a2, a3} = (row g, k pair lo),
+// (row g + 8, k pair lo), (row g, k pair hi), (row g + 8, k pair hi); B: {b0, b1} = (k pair lo,
+// column g), (k pair hi, column g); c: (row g, columns 2t, 2t+1), (row g + 8, same columns).
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// T: x/W/bias element type (bf16 or fp16); Y: y's (T or float). R: 16-row tiles of W per CTA.
+// NT: n8 tiles of x rows (1: m <= 8, 2: m <= 16). gridDim = (ceil(n / 16R), kSplit), launched as
+// clusters of (1, kSplit, 1) when kSplit > 1.
+template <typename T, typename Y, int R, int NT>
+__global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
+    linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                       const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
+                       int32_t k) {
+  constexpr int U = 4 / R;  // K blocks loaded per round: U * R * 2 16-byte W loads per thread
+  constexpr int kRows = 16 * R;
+  constexpr int kCols = 8 * NT;
+  constexpr int kTile = kRows * kCols;
+  // Per-warp partial tiles, column-major (y^T[row, col] at [col][row]) so the reduction reads
+  // consecutive rows; then the CTA's sum, which the other CTAs of the cluster read.
+  __shared__ float warp_part[kWarps][kTile];
+  __shared__ float cta_part[kTile];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int split = static_cast<int>(gridDim.y), rank = static_cast<int>(blockIdx.y);
+  const int64_t row0 = int64_t{blockIdx.x} * kRows;
+  const int64_t kk = k;
+
+  // This thread's W rows (row0 + 16r + g + 8h) and x rows (g + 8t), at k offset 8 * t4.
+  const T* wp[R][2];
+  bool wok[R][2];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + 16 * r + g + 8 * h;
+      wok[r][h] = row < n;
+      wp[r][h] = w + (wok[r][h] ? row * kk : 0) + 8 * t4;
+    }
+  }
+  const T* xp[NT];
+  bool xok[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int xr = g + 8 * t;
+    xok[t] = xr < m;
+    xp[t] = x + (xok[t] ? int64_t{xr} * kk : 0) + 8 * t4;
+  }
+
+  float acc[R][NT][4];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][t][i] = 0.0f;
+    }
+  }
+
+  // 32-element K blocks, dealt round-robin over the split * 8 warps of the cluster.
+  const int64_t blocks = (kk + 31) / 32;
+  const int64_t stride = int64_t{split} * kWarps;
+  for (int64_t b0 = int64_t{rank} * kWarps + warp; b0 < blocks; b0 += U * stride) {
+    uint4 wv[U][R][2];
+    uint4 xv[U][NT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t b = b0 + u * stride;
+      const int64_t c = b * 32 + 8 * t4;  // this thread's k offset; c + 8 <= k when c < k
+      const bool kin = b < blocks && c < kk;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          wv[u][r][h] = load_w(wp[r][h] + (kin ? b * 32 : 0), kin && wok[r][h]);
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) xv[u][t] = load_x(xp[t] + (kin ? b * 32 : 0), kin && xok[t]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          mma16816<T>(acc[r][t], wv[u][r][0].x, wv[u][r][1].x, wv[u][r][0].y, wv[u][r][1].y,
+                      xv[u][t].x, xv[u][t].y);
+          mma16816<T>(acc[r][t], wv[u][r][0].z, wv[u][r][1].z, wv[u][r][0].w, wv[u][r][1].w,
+                      xv[u][t].z, xv[u][t].w);
+        }
+      }
+    }
+  }
+
+  // Accumulator (row g [+8] of tile r, columns 8t + 2*t4 + {0, 1}) -> warp_part[warp][col][row].
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int col = 8 * t + 2 * t4, row = 16 * r + g;
+      warp_part[warp][col * kRows + row] = acc[r][t][0];
+      warp_part[warp][(col + 1) * kRows + row] = acc[r][t][1];
+      warp_part[warp][col * kRows + row + 8] = acc[r][t][2];
+      warp_part[warp][(col + 1) * kRows + row + 8] = acc[r][t][3];
+    }
+  }
+  __syncthreads();
+
+  // y[col, row0 + row] = round(sum + bias[row0 + row]); sum in fixed (rank, warp) order.
+  auto store = [&](int e, float sum) {
+    const int col = e / kRows, row = e - col * kRows;
+    const int64_t j = row0 + row;
+    if (col < m && j < n) {
+      if (bias != nullptr) sum = __fadd_rn(sum, fwd::to_f(bias[j]));
+      y[int64_t{col} * n + j] = fwd::from_f<Y>(sum);
+    }
+  };
+  auto cta_sum = [&](int e) {
+    float s = warp_part[0][e];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) s += warp_part[v][e];
+    return s;
+  };
+  if (split == 1) {
+    for (int e = threadIdx.x; e < kTile; e += kThreads) store(e, cta_sum(e));
+    return;
+  }
+  for (int e = threadIdx.x; e < kTile; e += kThreads) cta_part[e] = cta_sum(e);
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every CTA's cta_part is complete and visible to the cluster
+  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < kTile; e += split * kThreads) {
+    float s = 0.0f;
+    for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(cta_part, q)[e];
+    store(e, s);
+  }
+  cluster.sync();  // no CTA exits while another may still read its shared memory
+}
+
+template <typename T, typename Y, int R, int NT>
+void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
+  constexpr int64_t kRows = 16 * R;
+  const int64_t tiles = (int64_t{p.n} + kRows - 1) / kRows;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(split), 1);
+  config.blockDim = dim3(kThreads, 1, 1);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(split);
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = split > 1 ? 1 : 0;
+  ES_CUDA_CHECK(cudaLaunchKernelEx(&config, linear_gemv_kernel<T, Y, R, NT>,
+                                   static_cast<const T*>(p.x), static_cast<const T*>(p.w),
+                                   static_cast<const T*>(p.bias), static_cast<Y*>(p.y), p.m, p.n,
+                                   p.k));
+}
+
+template <typename T, typename Y>
+void launch_shape(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
+  const bool two_tiles = p.m > 8;
+  if (cfg.rowTiles == 1) {
+    if (two_tiles) launch_typed<T, Y, 1, 2>(p, cfg.kSplit, stream);
+    else launch_typed<T, Y, 1, 1>(p, cfg.kSplit, stream);
+  } else {
+    if (two_tiles) launch_typed<T, Y, 2, 2>(p, cfg.kSplit, stream);
+    else launch_typed<T, Y, 2, 1>(p, cfg.kSplit, stream);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream) {
+  constexpr const char* kWhere = "launchLinearGemv";
+  if (!validate(p)) return;
+  const char* why = gemvRejection(p);
+  ES_CHECK_ARG(why == nullptr, kWhere, "params", "m=" + std::to_string(p.m) + " k=" +
+               std::to_string(p.k) + " dtype=" + std::string(dtype_name(p.dtype)),
+               "not supported by the gemv: ", why == nullptr ? "" : why);
+  ES_CHECK_ARG(cfg.rowTiles == 1 || cfg.rowTiles == 2, kWhere, "rowTiles", cfg.rowTiles,
+               "must be 1 or 2");
+  ES_CHECK_ARG(cfg.kSplit == 1 || cfg.kSplit == 2 || cfg.kSplit == 4 || cfg.kSplit == 8, kWhere,
+               "kSplit", cfg.kSplit, "must be 1, 2, 4 or 8");
+  if (p.dtype == DType::kBF16) {
+    if (p.outDtype == DType::kF32) launch_shape<bf16, float>(p, cfg, stream);
+    else launch_shape<bf16, bf16>(p, cfg, stream);
+  } else {
+    if (p.outDtype == DType::kF32) launch_shape<fp16, float>(p, cfg, stream);
+    else launch_shape<fp16, fp16>(p, cfg, stream);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace es::kernel

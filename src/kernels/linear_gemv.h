@@ -1,0 +1,36 @@
+#pragma once
+// The decode ("gemv") path of the linear layer, for launchLinear's dispatch, the tests and the
+// benchmark; plain C++ (no CUDA headers). See linear_gemv.cu for the kernel's design.
+//
+// Work split: one CTA of 8 warps owns 16 * rowTiles output features (rows of W) for every one of
+// the m <= 16 rows of x; `kSplit` CTAs (one thread-block cluster, 1, 2, 4 or 8) split K between
+// them, and inside a CTA the 8 warps split it again, in 32-element blocks dealt round-robin.
+// Partial sums meet in shared memory (the cluster's through distributed shared memory) and are
+// added in a fixed order: the result does not depend on timing, and no atomics are used.
+#include <cstdint>
+
+#include "common/stream.h"
+#include "kernels/linear.h"
+
+namespace es::kernel::detail {
+
+struct GemvConfig {
+  int32_t rowTiles = 1;  // 16-row tiles of W per CTA: 1 or 2
+  int32_t kSplit = 1;    // CTAs per cluster splitting K: 1, 2, 4 or 8
+};
+
+inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
+
+// The launcher's choice for an m x n x k problem on a device with numSms multiprocessors
+// (linear_args.cpp, so the rule is tested in every build):
+//   rowTiles = 2 when m > 4 (x, read from L2 once per CTA, then costs at most half of W's
+//   traffic) unless that leaves fewer CTAs than the target, else 1;
+//   kSplit   = the smallest of 1, 2, 4, 8 giving at least 3/2 CTAs per SM, capped so that every
+//   warp still has at least one 32-element K block.
+GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms);
+
+// Validates p (validate + gemvSupported) and cfg, then launches (linear_gemv.cu, CUDA builds).
+// No allocation, no synchronisation, no host reads of device memory: capturable in a CUDA graph.
+void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream);
+
+}  // namespace es::kernel::detail
