@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench.h"
 #include "cli/convert.h"
 #include "cli/generate.h"
 #include "cli/inspect.h"
@@ -15,6 +16,7 @@ int run(int argc, char** argv) {
   addGenerateCommand(app);
   addInspectCommand(app);
   addConvertCommand(app);
+  addBenchCommand(app);
   // Errors from a subcommand propagate to main(), which prints one line and exits non-zero.
   CLI11_PARSE(app, argc, argv);
   return 0;

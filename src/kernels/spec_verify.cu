@@ -22,7 +22,8 @@ using namespace es::sampling;
 using namespace es::sampling::dev;
 
 struct VerifyArgs {
-  const int32_t* drafts;      // [batch, L]
+  const int32_t* drafts;      // [batch, draft_stride]
+  int draft_stride;
   const float* draft_probs;   // [batch, L, V] or null (onehot)
   int32_t batch, L, V;
   const float* uniforms;      // [batch, 2L + 1] or null
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
     const int row = b * (L + 1) + s;
     const SparseRow& r = a.sparse[row];
     const int status = r.status;
-    const int x = a.drafts[static_cast<size_t>(b) * L + s];
+    const int x = a.drafts[static_cast<size_t>(b) * a.draft_stride + s];
     const float* qrow = a.draft_probs ? a.draft_probs + (static_cast<size_t>(b) * L + s) * V : nullptr;
     if (threadIdx.x == 0) {
       vs.px = status == kUniform ? fdiv_rn(1.0f, static_cast<float>(V))
@@ -212,6 +213,7 @@ void spec_verify(const SpecVerifyParams& p, cudaStream_t stream) {
 
   spec_verify::VerifyArgs v;
   v.drafts = p.draft_tokens;
+  v.draft_stride = p.draft_tokens_stride > 0 ? p.draft_tokens_stride : p.num_draft;
   v.draft_probs = p.draft_probs;
   v.batch = p.batch;
   v.L = p.num_draft;

@@ -19,7 +19,9 @@ namespace es {
 struct SpecVerifyParams {
   const void* target_logits = nullptr;  // [batch, num_draft + 1, vocab] logits_dtype
   DType logits_dtype = DType::kF32;     // kF32 or kF16
-  const int32_t* draft_tokens = nullptr;  // [batch, num_draft] i32 in [0, vocab)
+  const int32_t* draft_tokens = nullptr;  // [batch, draft_tokens_stride] i32 in [0, vocab), the
+                                          // first num_draft of each row are read
+  int32_t draft_tokens_stride = 0;        // elements between sequences; 0 = num_draft, else >= it
   const float* draft_probs = nullptr;     // [batch, num_draft, vocab] f32, or null = onehot
   int32_t batch = 0;
   int32_t num_draft = 0;  // L >= 0

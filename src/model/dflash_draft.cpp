@@ -277,20 +277,9 @@ void DFlashDraft::checkCache(const kv::KvCacheManager& cache, const char* where)
                "must be the backend's");
 }
 
-const int32_t* DFlashDraft::tapGatherIndex(int32_t numTokens) {
-  auto it = tapGather_.find(numTokens);
-  if (it != tapGather_.end()) return it->second.as<int32_t>();
-  // Row r of the fc input [T, n·H] is taps[0][r] | taps[1][r] | …: gathering rows i·T + r of the
-  // taps viewed as a [n·T, H] table, in order r-major, lays them out back to back.
-  const int32_t n = static_cast<int32_t>(taps_.size());
-  std::vector<int32_t> idx(static_cast<size_t>(numTokens) * n);
-  for (int32_t r = 0; r < numTokens; ++r) {
-    for (int32_t i = 0; i < n; ++i) idx[static_cast<size_t>(r) * n + i] = i * numTokens + r;
-  }
-  if (tapGather_.size() >= 64) tapGather_.clear();  // bound the cache; entries are cheap to rebuild
-  Buffer b = backend_.allocate(static_cast<int64_t>(idx.size()) * 4);
-  backend_.copyFromHost(b.data(), idx.data(), b.bytes());
-  return tapGather_.emplace(numTokens, std::move(b)).first->second.as<int32_t>();
+const int32_t* DFlashDraft::syncPageTable(kv::KvCacheManager& cache) {
+  checkCache(cache, "DFlashDraft::syncPageTable");
+  return pageTable_.sync(backend_, cache.draftPageTable());
 }
 
 void DFlashDraft::appendContext(const DraftContextDelta& delta, kv::KvCacheManager& cache) {
@@ -310,12 +299,13 @@ void DFlashDraft::appendContext(const DraftContextDelta& delta, kv::KvCacheManag
   const int64_t es = dtype_size(dtype_);
   const float eps = static_cast<float>(c.rms_norm_eps);
 
-  // concat [T, n·H] <- taps [n, T, H]; ctx = hidden_norm(fc(concat)) [T, H] (fp32 accumulation
-  // in the linear op, one rounding to the compute dtype).
-  kernel::EmbeddingParams gather;
-  gather.tokens = tapGatherIndex(T); gather.table = delta.taps; gather.out = concat_.data();
-  gather.numTokens = T * n; gather.vocabSize = T * n; gather.hiddenSize = H; gather.dtype = dtype_;
-  backend_.embedding(gather);
+  // concat [T, n·H] <- taps [n, T, H] (tap i into column block i: one strided copy per tap);
+  // ctx = hidden_norm(fc(concat)) [T, H] (fp32 accumulation in the linear op, one rounding).
+  for (int32_t i = 0; i < n; ++i) {
+    backend_.copy2D(concat_.as<uint8_t>() + int64_t{i} * H * es, int64_t{n} * H * es,
+                    static_cast<const uint8_t*>(delta.taps) + int64_t{i} * T * H * es, int64_t{H} * es,
+                    int64_t{H} * es, T);
+  }
   kernel::LinearParams fc;
   fc.x = concat_.data(); fc.w = fc_.data(); fc.y = ctx_.data();
   fc.m = T; fc.n = H; fc.k = n * H; fc.dtype = dtype_; fc.outDtype = dtype_;

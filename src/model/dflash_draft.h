@@ -16,7 +16,7 @@
 // The draft never commits: the caller advances cache.commitDraft after propose (spec §6).
 #include <cstdint>
 #include <filesystem>
-#include <map>
+
 #include <vector>
 
 #include "common/buffer.h"
@@ -87,6 +87,7 @@ class DFlashDraft {
   const std::vector<int32_t>& requiredTargetTaps() const { return taps_; }
 
   const ModelConfig& config() const { return config_; }
+  ops::Backend& backend() const { return backend_; }
   int32_t blockSize() const { return blockSize_; }
   int32_t maskTokenId() const { return maskTokenId_; }
   bool hasMaskEmbedding() const { return hasMaskEmbedding_; }
@@ -101,10 +102,12 @@ class DFlashDraft {
   std::vector<kv::KvLayerShape> kvLayerShapes() const;
 
   // Backend API (see the structs). Checks the sizes it is given on the host; the metadata
-  // contents live in backend memory and are not read back. The first call for a given
-  // numTokens uploads one small constant gather index (numTokens × taps i32), cached after.
+  // contents live in backend memory and are not read back. Both only enqueue work once the
+  // draft page table is in sync, so they can be captured; a replayed graph does not repeat the
+  // page-table upload: call syncPageTable before launching one.
   void appendContext(const DraftContextDelta& delta, kv::KvCacheManager& cache);
   void propose(const DraftProposalInputs& inputs, kv::KvCacheManager& cache);
+  const int32_t* syncPageTable(kv::KvCacheManager& cache);
   // [B * BS, V] f32 logits of the last propose (backend memory).
   const float* logitsDevice() const { return logits_.as<float>(); }
 
@@ -128,7 +131,6 @@ class DFlashDraft {
   void loadWeights(const std::filesystem::path& dir, const TargetModel& target);
   void allocateWorkspace();
   void checkCache(const kv::KvCacheManager& cache, const char* where) const;
-  const int32_t* tapGatherIndex(int32_t numTokens);
   int32_t* uploadMeta(const std::vector<int32_t>& host);
 
   ModelConfig config_;
@@ -158,7 +160,6 @@ class DFlashDraft {
   // Constants: block rows r = b·BS + i.
   Buffer blockConst_;   // i32: owners [maxBatch·BS] = b | cuQ [maxBatch + 1] = b·BS | gather [maxBatch·BS]
   Buffer blockRows_;    // [maxBatch + 1, H]: anchor embeddings, then the mask embedding (last row)
-  std::map<int32_t, Buffer> tapGather_;  // numTokens -> i32 [numTokens, numTaps]: i·numTokens + r
 
   // Workspace. Context path (maxContextTokens rows):
   Buffer concat_, ctx_, kDelta_, vDelta_, cosSin_, hostTaps_;

@@ -187,6 +187,45 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
   backend_.copyFromHost(meta_.data(), meta.data(), static_cast<int64_t>(meta.size()) * 4);
   const int32_t* dmeta = meta_.as<int32_t>();
 
+  DeviceForwardBatch d;
+  d.tokens = dmeta + oTokens; d.positions = dmeta + oPos; d.tokenToSequence = dmeta + oOwner;
+  d.cuQSeqLens = dmeta + oCuQ; d.kvLengths = dmeta + oKvLen; d.logitRows = dmeta + oRows;
+  d.packedMask = b.mask == kernel::AttentionMask::kPackedTree ? dmeta + oMask : nullptr;
+  d.numTokens = T; d.batchSize = B; d.maxQSeqLen = maxQ; d.numLogitRows = R; d.mask = b.mask;
+  forwardDevice(d, cache);
+
+  ForwardResult result;
+  if (R > 0) {
+    result.logits = toHostFloats(backend_, logits_.data(), DType::kF32, static_cast<int64_t>(R) * c.vocab_size);
+  }
+  if (!tapLayers_.empty()) {
+    result.taps = toHostFloats(backend_, taps_.data(), dtype_,
+                               static_cast<int64_t>(tapLayers_.size()) * T * c.hidden_size);
+  }
+  backend_.synchronize();
+  return result;
+}
+
+const int32_t* TargetModel::syncPageTable(kv::KvCacheManager& cache) {
+  return pageTable_.sync(backend_, cache.basePageTable());
+}
+
+void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager& cache) {
+  constexpr const char* kWhere = "TargetModel::forwardDevice";
+  const ModelConfig& c = config_;
+  const int32_t T = b.numTokens, B = b.batchSize, R = b.numLogitRows, maxQ = b.maxQSeqLen;
+  ES_CHECK_ARG(T > 0 && T <= maxTokens_, kWhere, "numTokens", T, "must be in [1, maxTokens = ", maxTokens_, "]");
+  ES_CHECK_ARG(B > 0 && B <= cache.maxBatchSize(), kWhere, "batchSize", B, "must be in [1, cache maxBatchSize = ",
+               cache.maxBatchSize(), "]");
+  ES_CHECK_ARG(R >= 0 && R <= maxTokens_, kWhere, "numLogitRows", R, "must be in [0, maxTokens = ", maxTokens_, "]");
+  ES_CHECK_ARG(maxQ > 0 && maxQ <= T, kWhere, "maxQSeqLen", maxQ, "must be in [1, numTokens = ", T, "]");
+  ES_CHECK_ARG(b.tokens && b.positions && b.tokenToSequence && b.cuQSeqLens && b.kvLengths, kWhere,
+               "tokens/positions/tokenToSequence/cuQSeqLens/kvLengths", "null", "must not be null");
+  ES_CHECK_ARG(R == 0 || b.logitRows, kWhere, "logitRows", "null", "must not be null when numLogitRows > 0");
+  ES_CHECK_ARG(b.mask != kernel::AttentionMask::kPackedTree || b.packedMask, kWhere, "packedMask", "null",
+               "must not be null for a tree mask");
+  ES_CHECK_ARG(cache.space() == backend_.space(), kWhere, "cache memory space",
+               static_cast<int>(cache.space()), "must be the backend's");
   kv::PageTable& table = cache.basePageTable();
   const int32_t* pageTable = pageTable_.sync(backend_, table);
 
@@ -221,7 +260,7 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
   };
 
   kernel::EmbeddingParams emb;
-  emb.tokens = dmeta + oTokens; emb.table = embed_.data(); emb.out = residual_.data();
+  emb.tokens = b.tokens; emb.table = embed_.data(); emb.out = residual_.data();
   emb.numTokens = T; emb.vocabSize = static_cast<int32_t>(c.vocab_size); emb.hiddenSize = H; emb.dtype = dtype_;
   backend_.embedding(emb);
 
@@ -238,7 +277,7 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
     rope.qkv = qkv_.data(); rope.qNormWeight = w.qNorm.bytes() ? w.qNorm.data() : nullptr;
     rope.kNormWeight = w.kNorm.bytes() ? w.kNorm.data() : nullptr; rope.normEps = eps;
     rope.cosSin = ropeTable_.as<float>(); rope.maxPositions = maxPositions_;
-    rope.positions = dmeta + oPos; rope.tokenToSequence = dmeta + oOwner;
+    rope.positions = b.positions; rope.tokenToSequence = b.tokenToSequence;
     rope.pageTable = pageTable; rope.kvPool = pool.data; rope.qOut = q_.data();
     rope.numTokens = T; rope.batchSize = cache.maxBatchSize(); rope.numQHeads = Hq; rope.numKVHeads = Hkv;
     rope.headDim = D; rope.rotaryDim = D; rope.numPages = static_cast<int32_t>(pool.shape[1]);
@@ -246,13 +285,13 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
     backend_.qkvRopeKvWrite(rope);
 
     kernel::PagedAttentionParams att;
-    att.query.q = q_.data(); att.query.out = attn_.data(); att.query.cuQSeqLens = dmeta + oCuQ;
-    att.query.qPositions = dmeta + oPos; att.query.totalQ = T; att.query.maxQSeqLen = maxQ;
+    att.query.q = q_.data(); att.query.out = attn_.data(); att.query.cuQSeqLens = b.cuQSeqLens;
+    att.query.qPositions = b.positions; att.query.totalQ = T; att.query.maxQSeqLen = maxQ;
     att.query.numQHeads = Hq;
     att.kv.pool = pool.data; att.kv.pageTable = pageTable;
     att.kv.numPages = rope.numPages; att.kv.maxPagesPerSeq = rope.maxPagesPerSeq; att.kv.numKVHeads = Hkv;
-    att.kvLengths = dmeta + oKvLen; att.mask = b.mask;
-    att.packedMask = b.mask == kernel::AttentionMask::kPackedTree ? dmeta + oMask : nullptr;
+    att.kvLengths = b.kvLengths; att.mask = b.mask;
+    att.packedMask = b.mask == kernel::AttentionMask::kPackedTree ? b.packedMask : nullptr;
     const bool sliding = !c.layer_types.empty() &&
                          c.layer_types[static_cast<size_t>(l)] == LayerType::kSlidingAttention;
     att.slidingWindow = sliding ? static_cast<int32_t>(c.sliding_window.value_or(0)) : 0;
@@ -271,22 +310,14 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
   norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());
   saveTap(static_cast<int32_t>(c.num_hidden_layers) - 1);
 
-  ForwardResult result;
   if (R > 0) {
     kernel::EmbeddingParams gather;  // row gather: the rows are the "vocabulary"
-    gather.tokens = dmeta + oRows; gather.table = normed_.data(); gather.out = rows_.data();
+    gather.tokens = b.logitRows; gather.table = normed_.data(); gather.out = rows_.data();
     gather.numTokens = R; gather.vocabSize = T; gather.hiddenSize = H; gather.dtype = dtype_;
     backend_.embedding(gather);
     linear(rows_.data(), lmHead_.bytes() ? lmHead_ : embed_, Buffer(), logits_.data(), R,
            static_cast<int32_t>(c.vocab_size), H, DType::kF32);
-    result.logits = toHostFloats(backend_, logits_.data(), DType::kF32, static_cast<int64_t>(R) * c.vocab_size);
   }
-  if (!tapLayers_.empty()) {
-    result.taps = toHostFloats(backend_, taps_.data(), dtype_,
-                               static_cast<int64_t>(tapLayers_.size()) * T * H);
-  }
-  backend_.synchronize();
-  return result;
 }
 
 }  // namespace es::model

@@ -46,6 +46,23 @@ struct ForwardBatch {
   std::vector<int32_t> logitRows;        // rows whose logits are wanted (may be empty)
 };
 
+// The same rows with every array already in backend memory (the device-resident loop: nothing
+// is read back, so a forward can be captured in a CUDA graph). Contents are not validated.
+struct DeviceForwardBatch {
+  const int32_t* tokens = nullptr;           // [numTokens] i32
+  const int32_t* positions = nullptr;        // [numTokens] i32, < 0 = padding row
+  const int32_t* tokenToSequence = nullptr;  // [numTokens] i32 page-table row, < 0 = padding
+  const int32_t* cuQSeqLens = nullptr;       // [batchSize + 1] i32
+  const int32_t* kvLengths = nullptr;        // [batchSize] i32
+  const int32_t* logitRows = nullptr;        // [numLogitRows] i32 (null when 0)
+  const int32_t* packedMask = nullptr;       // [numTokens, ceil(maxQSeqLen/32)] i32, kPackedTree only
+  int32_t numTokens = 0;                     // T in [1, maxTokens]
+  int32_t batchSize = 0;                     // B in [1, cache maxBatchSize]
+  int32_t maxQSeqLen = 0;                    // >= every sequence's rows
+  int32_t numLogitRows = 0;                  // R in [0, maxTokens]
+  kernel::AttentionMask mask = kernel::AttentionMask::kCausal;
+};
+
 struct ForwardResult {
   std::vector<float> logits;  // [logitRows.size(), vocab]
   std::vector<float> taps;    // [numTaps, T, H] (layer outputs, host copy; empty if no taps)
@@ -59,6 +76,7 @@ class TargetModel {
               std::vector<int32_t> tapLayers = {});
 
   const ModelConfig& config() const { return config_; }
+  ops::Backend& backend() const { return backend_; }
   int32_t maxTokens() const { return maxTokens_; }
   int64_t weightBytes() const { return weightBytes_; }
   int64_t workspaceBytes() const { return workspaceBytes_; }
@@ -73,6 +91,15 @@ class TargetModel {
   // Runs one forward over `batch`, writing K/V into `cache` (whose pools must live in the
   // backend's memory space). Host in, host out: tests and simple callers.
   ForwardResult forward(const ForwardBatch& batch, kv::KvCacheManager& cache);
+
+  // The same forward on backend-resident rows; enqueues work only (no host copies or waits once
+  // the page table is in sync), so it can be captured. Logits land in logitsDevice() [R, vocab]
+  // f32, taps in tapsDevice(). The page-table upload is host work a replayed graph does not
+  // repeat: call syncPageTable before launching a captured forward.
+  void forwardDevice(const DeviceForwardBatch& batch, kv::KvCacheManager& cache);
+  const float* logitsDevice() const { return logits_.as<float>(); }
+  // Uploads the base page table's dirty rows; returns the backend copy.
+  const int32_t* syncPageTable(kv::KvCacheManager& cache);
 
   // Backend memory the DFlash draft reads (no copies): the last forward's taps
   // [numTaps, T, H] in the compute dtype (T = that forward's rows; valid until the next

@@ -4,21 +4,36 @@
 // reference (src/ref), the CUDA backend launches the kernel on its stream. Pointers in the
 // params live in the backend's memory space (host for CPU, device for CUDA).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "common/buffer.h"
 #include "kernels/argmax.h"
 #include "kernels/dflash_kv_update.h"
+#include "kernels/dflash_metadata.h"
+#include "kernels/dflash_verify_inputs.h"
+#include "kernels/eagle_accept.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/paged_attention.h"
 #include "kernels/qkv_rope_kv_write.h"
+#include "kernels/replay_proposal.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/sampling.h"
+#include "kernels/spec_commit.h"
+#include "kernels/spec_verify.h"
 #include "kernels/swiglu.h"
 #include "kv/page_table.h"
 
 namespace es::ops {
+
+// Recorded device work that can be replayed with one launch (a CUDA graph).
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual void launch() = 0;
+};
 
 class Backend {
  public:
@@ -34,6 +49,9 @@ class Backend {
   virtual void copyFromHost(void* dst, const void* src, int64_t bytes) = 0;
   virtual void copyToHost(void* dst, const void* src, int64_t bytes) = 0;
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
+  // Backend -> backend, `rows` rows of `rowBytes` each, rows `dstPitch` / `srcPitch` bytes apart.
+  virtual void copy2D(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch, int64_t rowBytes,
+                      int64_t rows) = 0;
   // Waits for all queued work.
   virtual void synchronize() = 0;
   // Brings the backend copy of a page table ([maxBatch, 2, maxPagesPerSeq] i32) up to date.
@@ -52,6 +70,26 @@ class Backend {
   virtual void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32& p) = 0;
   virtual void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF16& p) = 0;
   virtual void dflashKvUpdate(const kernel::DFlashKvUpdateParamsBF16& p) = 0;
+
+  // The speculative loop's device-side steps (spec §2, §3, §6), so the loop never needs the
+  // host between its device-to-host copies.
+  virtual void eagleAccept(const kernel::EagleAcceptParams& p) = 0;
+  virtual void dflashDeltaMetadata(const kernel::DFlashDeltaMetadataParams& p) = 0;
+  virtual void dflashProposalInputs(const kernel::DFlashProposalInputsParams& p) = 0;
+  virtual void dflashBaseVerifyInputs(const kernel::DFlashBaseVerifyInputsParams& p) = 0;
+  virtual void dflashLinearVerifyInputs(const kernel::DFlashLinearVerifyInputsParams& p) = 0;
+  virtual void specCommit(const kernel::SpecCommitParams& p) = 0;
+  virtual void replayProposal(const kernel::ReplayProposalParams& p) = 0;
+  virtual void sampleRows(const SamplingParams& p) = 0;
+  virtual void specVerify(const SpecVerifyParams& p) = 0;
+
+  // Records the device work `work` enqueues so it can be replayed by one launch. `work` must
+  // not synchronise or copy from the host (copyFromHost/copyToHost); pointers and sizes are
+  // frozen at capture. Returns null on backends without capture (CPU): run `work` instead.
+  virtual std::unique_ptr<CapturedWork> capture(const std::function<void()>& work) {
+    (void)work;
+    return nullptr;
+  }
 };
 
 std::unique_ptr<Backend> makeCpuBackend();

@@ -19,6 +19,12 @@ class CpuBackend final : public Backend {
   void copy(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
   }
+  void copy2D(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch, int64_t rowBytes,
+              int64_t rows) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      copy(static_cast<uint8_t*>(dst) + r * dstPitch, static_cast<const uint8_t*>(src) + r * srcPitch, rowBytes);
+    }
+  }
   void synchronize() override {}
   void syncPageTable(kv::PageTable& table, int32_t* backendCopy) override {
     table.syncDirtyToHost(
@@ -35,6 +41,24 @@ class CpuBackend final : public Backend {
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32& p) override { ref::dflashTargetKVCacheUpdate(p); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF16& p) override { ref::dflashTargetKVCacheUpdate(p); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsBF16& p) override { ref::dflashTargetKVCacheUpdate(p); }
+
+  void eagleAccept(const kernel::EagleAcceptParams& p) override { ref::eagleAccept(p); }
+  void dflashDeltaMetadata(const kernel::DFlashDeltaMetadataParams& p) override {
+    ref::dflashPrepareDeltaMetadata(p);
+  }
+  void dflashProposalInputs(const kernel::DFlashProposalInputsParams& p) override {
+    ref::dflashPrepareProposalInputs(p);
+  }
+  void dflashBaseVerifyInputs(const kernel::DFlashBaseVerifyInputsParams& p) override {
+    ref::dflashPrepareBaseVerifyInputs(p);
+  }
+  void dflashLinearVerifyInputs(const kernel::DFlashLinearVerifyInputsParams& p) override {
+    ref::dflashBuildLinearVerifyInputs(p);
+  }
+  void specCommit(const kernel::SpecCommitParams& p) override { ref::specCommit(p); }
+  void replayProposal(const kernel::ReplayProposalParams& p) override { ref::replayProposal(p); }
+  void sampleRows(const SamplingParams& p) override { ref::sample_rows(p); }
+  void specVerify(const SpecVerifyParams& p) override { ref::spec_verify(p); }
 };
 
 }  // namespace

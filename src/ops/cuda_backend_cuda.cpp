@@ -9,6 +9,17 @@
 namespace es::ops {
 namespace {
 
+class CudaGraph final : public CapturedWork {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~CudaGraph() override { (void)cudaGraphExecDestroy(exec_); }
+  void launch() override { ES_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
@@ -43,6 +54,14 @@ class CudaBackend final : public Backend {
       ES_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
     }
   }
+  void copy2D(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch, int64_t rowBytes,
+              int64_t rows) override {
+    if (rowBytes > 0 && rows > 0) {
+      ES_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dstPitch), src, static_cast<size_t>(srcPitch),
+                                      static_cast<size_t>(rowBytes), static_cast<size_t>(rows),
+                                      cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
   void synchronize() override { ES_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   void syncPageTable(kv::PageTable& table, int32_t* backendCopy) override {
     table.uploadDirty(backendCopy, stream_);
@@ -68,6 +87,45 @@ class CudaBackend final : public Backend {
   }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsBF16& p) override {
     kernel::launchDFlashTargetKVCacheUpdate(p, stream_);
+  }
+
+  void eagleAccept(const kernel::EagleAcceptParams& p) override { kernel::launchEagleAccept(p, stream_); }
+  void dflashDeltaMetadata(const kernel::DFlashDeltaMetadataParams& p) override {
+    kernel::launchDFlashPrepareDeltaMetadata(p, stream_);
+  }
+  void dflashProposalInputs(const kernel::DFlashProposalInputsParams& p) override {
+    kernel::launchDFlashPrepareProposalInputs(p, stream_);
+  }
+  void dflashBaseVerifyInputs(const kernel::DFlashBaseVerifyInputsParams& p) override {
+    kernel::launchDFlashPrepareBaseVerifyInputs(p, stream_);
+  }
+  void dflashLinearVerifyInputs(const kernel::DFlashLinearVerifyInputsParams& p) override {
+    kernel::launchDFlashBuildLinearVerifyInputs(p, stream_);
+  }
+  void specCommit(const kernel::SpecCommitParams& p) override { kernel::launchSpecCommit(p, stream_); }
+  void replayProposal(const kernel::ReplayProposalParams& p) override {
+    kernel::launchReplayProposal(p, stream_);
+  }
+  void sampleRows(const SamplingParams& p) override { kernel::sample_rows(p, stream_); }
+  void specVerify(const SpecVerifyParams& p) override { kernel::spec_verify(p, stream_); }
+
+  std::unique_ptr<CapturedWork> capture(const std::function<void()>& work) override {
+    ES_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      work();
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      (void)cudaStreamEndCapture(stream_, &broken);  // leave the stream usable
+      if (broken) (void)cudaGraphDestroy(broken);
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    ES_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    ES_CUDA_CHECK(status);
+    return std::make_unique<CudaGraph>(exec, stream_);
   }
 
  private:

@@ -45,7 +45,7 @@ void spec_verify(const SpecVerifyParams& p) {
     bool stopped = false;
     for (int32_t s = 0; s < L && !stopped; ++s) {
       const bool uniform_row = target_row(s);
-      const int32_t x = p.draft_tokens[static_cast<size_t>(b) * L + s];
+      const int32_t x = p.draft_tokens[static_cast<size_t>(b) * (p.draft_tokens_stride > 0 ? p.draft_tokens_stride : L) + s];
       const float* qrow =
           p.draft_probs ? p.draft_probs + (static_cast<size_t>(b) * L + s) * V : nullptr;
       const float px = probs[x];

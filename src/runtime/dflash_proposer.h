@@ -18,12 +18,13 @@ class DFlashProposer final : public DraftProposer {
                      const std::vector<int32_t>& owners, kv::KvCacheManager& cache) override {
     draft_.appendContext(target, positions, owners, cache);
   }
-
-  std::vector<int32_t> propose(const std::vector<int32_t>& anchors,
-                               const std::vector<int32_t>& blockStarts,
-                               kv::KvCacheManager& cache) override {
-    return draft_.propose(anchors, blockStarts, cache).tokens;
+  void appendContext(const model::DraftContextDelta& delta, kv::KvCacheManager& cache) override {
+    draft_.appendContext(delta, cache);
   }
+  void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) override {
+    draft_.propose(inputs, cache);
+  }
+  void prepareLaunch(kv::KvCacheManager& cache) override { draft_.syncPageTable(cache); }
 
  private:
   model::DFlashDraft& draft_;

@@ -1,11 +1,13 @@
 #pragma once
-// What the speculative decoder needs from a draft: keep its context in step with the target's
-// committed tokens, and propose a block per sequence. The DFlash draft is the product's
-// proposer (runtime/dflash_proposer.*); tests also script proposals to drive every accept path.
+// What the decode engine needs from a draft: keep its context in step with the target's
+// committed tokens, and propose a block per sequence — on backend memory, so the engine's step
+// never needs the host. The DFlash draft is the product's proposer (runtime/dflash_proposer.h);
+// the replay proposer (runtime/replay_proposer.h) drives tests and benchmarks at any acceptance.
 #include <cstdint>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "model/dflash_draft.h"
 #include "model/target_model.h"
 
 namespace es::runtime {
@@ -17,22 +19,29 @@ class DraftProposer {
   // Block size BS: a proposal is BS rows, row 0 re-predicts the anchor, rows 1..BS-1 are drafts.
   virtual int32_t blockSize() const = 0;
 
-  // Limits the decoder checks before it starts: rows of one appendContext (a prefill chunk or a
+  // Limits the engine checks before it starts: rows of one appendContext (a prefill chunk or a
   // verify forward) and sequences of one propose.
   virtual int32_t maxContextRows() const = 0;
   virtual int32_t maxBatch() const = 0;
 
-  // The target forward that just ran committed some of its rows: row r (of that forward) is new
-  // context at positions[r] for page-table row owners[r]; -1 marks rows that are not (padding,
-  // rejected drafts). The target's taps of that forward are still in place.
+  // Prefill (host path): the target forward that just ran committed its rows; row r is new
+  // context at positions[r] for page-table row owners[r] (-1: padding). Its taps are in place.
   virtual void appendContext(const model::TargetModel& target, const std::vector<int32_t>& positions,
                              const std::vector<int32_t>& owners, kv::KvCacheManager& cache) = 0;
 
-  // One block per sequence b (page-table row b): anchor token and the block's first position
-  // blockStarts[b] (= the committed length). Returns [B, BS] token ids, row 0 included.
-  virtual std::vector<int32_t> propose(const std::vector<int32_t>& anchors,
-                                       const std::vector<int32_t>& blockStarts,
-                                       kv::KvCacheManager& cache) = 0;
+  // Device path, inside the engine's step (may be captured in a CUDA graph: enqueue work only).
+  // delta rows are the last target forward's rows with rejected ones turned into padding.
+  virtual void appendContext(const model::DraftContextDelta& delta, kv::KvCacheManager& cache) = 0;
+  // One block per sequence b (page-table row b): anchors, positions T_b + i, kvLengths
+  // T_b + BS; writes [B, BS] token ids into inputs.argmaxOut (row 0 included).
+  virtual void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) = 0;
+
+  // Host work before the engine launches a captured step (e.g. page-table uploads).
+  virtual void prepareLaunch(kv::KvCacheManager& cache) { (void)cache; }
+  // Request `request` (index in the engine's generate call) now occupies page-table row `slot`.
+  virtual void onAdmit(int32_t slot, int32_t request) { (void)slot, (void)request; }
+  // Slots moved (KvCacheManager::retireAndCompact's oldToNew; -1 = retired).
+  virtual void onCompact(const std::vector<int32_t>& oldToNew) { (void)oldToNew; }
 };
 
 }  // namespace es::runtime

@@ -7,7 +7,7 @@
 
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
-#include "runtime/plain_decoder.h"
+#include "runtime/generation.h"
 
 namespace es::runtime {
 

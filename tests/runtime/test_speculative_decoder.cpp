@@ -1,9 +1,10 @@
 // Greedy speculative decoding is lossless: on the CPU backend (fp32) its output equals the plain
-// greedy decoder's token for token, whatever the draft proposes. A scripted proposer (the true
+// greedy decoder's token for token, whatever the draft proposes. The replay proposer (the true
 // continuation with deliberate mistakes) drives full, partial and zero accepts, bonus tokens,
-// stop tokens inside an accepted block and the token budget.
+// stop tokens inside an accepted block, the token budget, and compaction of a batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,78 +13,12 @@
 #include "model/target_model.h"
 #include "ops/backend.h"
 #include "runtime/plain_decoder.h"
+#include "runtime/replay_proposer.h"
 #include "runtime/speculative_decoder.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
 namespace {
-
-TEST(AcceptGreedyChain, AcceptsTheMatchingPrefixPlusOne) {
-  // drafts row 0 is the anchor's re-prediction and never compared.
-  EXPECT_EQ(acceptGreedyChain({9, 5, 6, 7}, {5, 6, 7, 8}, 10), (std::vector<int32_t>{5, 6, 7, 8}));
-  EXPECT_EQ(acceptGreedyChain({9, 5, 0, 7}, {5, 6, 7, 8}, 10), (std::vector<int32_t>{5, 6}));
-  EXPECT_EQ(acceptGreedyChain({9, 4, 6, 7}, {5, 6, 7, 8}, 10), (std::vector<int32_t>{5}));
-  EXPECT_EQ(acceptGreedyChain({9, 5, 6, 7}, {5, 6, 7, 8}, 2), (std::vector<int32_t>{5, 6}));
-  test::expectInvalidArgument([] { acceptGreedyChain({1, 2}, {1}, 1); }, "drafts.size()");
-  test::expectInvalidArgument([] { acceptGreedyChain({1, 2}, {1, 2}, 0); }, "budget");
-}
-
-// Proposes the true greedy continuation of one request (slot 0), corrupting each draft row with
-// probability `errorRate`.
-class ScriptedProposer final : public DraftProposer {
- public:
-  ScriptedProposer(int32_t blockSize, int32_t promptLength, std::vector<int32_t> truth,
-                   double errorRate, int32_t vocab)
-      : blockSize_(blockSize), promptLength_(promptLength), truth_(std::move(truth)),
-        errorRate_(errorRate), vocab_(vocab) {}
-
-  int32_t blockSize() const override { return blockSize_; }
-  int32_t maxContextRows() const override { return maxContextRows_; }
-  int32_t maxBatch() const override { return 1; }
-  int32_t maxContextRows_ = 1 << 20;
-
-  void appendContext(const model::TargetModel&, const std::vector<int32_t>& positions,
-                     const std::vector<int32_t>& owners, kv::KvCacheManager& cache) override {
-    // The delta must continue the draft context exactly where it stands.
-    int32_t expected = cache.draftLength(0);
-    for (size_t i = 0; i < positions.size(); ++i) {
-      if (owners[i] < 0) {
-        EXPECT_EQ(positions[i], -1);
-        continue;
-      }
-      EXPECT_EQ(owners[i], 0);
-      EXPECT_EQ(positions[i], expected++);
-    }
-  }
-
-  std::vector<int32_t> propose(const std::vector<int32_t>& anchors,
-                               const std::vector<int32_t>& blockStarts,
-                               kv::KvCacheManager& cache) override {
-    EXPECT_EQ(anchors.size(), 1u);
-    EXPECT_EQ(blockStarts[0], cache.baseLength(0));  // the draft lags nothing after a commit
-    const int32_t emitted = blockStarts[0] - promptLength_ + 1;  // the anchor is truth[emitted-1]
-    EXPECT_EQ(anchors[0], truth_[static_cast<size_t>(emitted - 1)]);
-    std::vector<int32_t> block(static_cast<size_t>(blockSize_));
-    block[0] = anchors[0];
-    for (int32_t i = 1; i < blockSize_; ++i) {
-      const size_t at = static_cast<size_t>(emitted - 1 + i);
-      int32_t token = at < truth_.size() ? truth_[at] : 0;
-      if (std::uniform_real_distribution<double>(0, 1)(rng_) < errorRate_) token = (token + 1) % vocab_;
-      block[static_cast<size_t>(i)] = token;
-    }
-    ++proposals;
-    return block;
-  }
-
-  int proposals = 0;
-
- private:
-  int32_t blockSize_, promptLength_;
-  std::vector<int32_t> truth_;
-  double errorRate_;
-  int32_t vocab_;
-  std::mt19937 rng_{42};
-};
 
 kv::KvCacheConfig cacheFor(const model::TargetModel& m, int32_t batch) {
   kv::KvCacheConfig c;
@@ -106,7 +41,7 @@ TEST_P(SpeculativeDecoderCpu, EqualsPlainGreedyForAnyDraftQuality) {
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % V);
 
   GenerationRequest request{prompt, 40, {}, {}};
-  std::vector<int32_t> truth;
+  std::vector<int32_t> truth;  // the greedy continuation
   {
     kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
     truth = PlainDecoder(target, cache).generate({request})[0].tokens;
@@ -114,7 +49,9 @@ TEST_P(SpeculativeDecoderCpu, EqualsPlainGreedyForAnyDraftQuality) {
   ASSERT_EQ(truth.size(), 40u);
   for (int32_t BS : {2, 4, 8}) {
     kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
-    ScriptedProposer proposer(BS, static_cast<int32_t>(prompt.size()), truth, errorRate, V);
+    std::vector<int32_t> recording = prompt;
+    recording.insert(recording.end(), truth.begin(), truth.end());
+    ReplayProposer proposer(*backend, BS, 1, {recording}, V, static_cast<float>(errorRate));
     SpeculativeDecoder decoder(target, proposer, cache);
     std::vector<int32_t> streamed;
     const GenerationResult out =
@@ -148,7 +85,9 @@ TEST(SpeculativeDecoder, StopTokenInsideAnAcceptedBlock) {
   kv::KvCacheManager plainCache(cacheFor(target, 1), MemorySpace::kHost);
   const GenerationResult plain = PlainDecoder(target, plainCache).generate({{prompt, 30, {stop}, {}}})[0];
   kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
-  ScriptedProposer proposer(8, static_cast<int32_t>(prompt.size()), truth, 0.0, V);
+  std::vector<int32_t> recording = prompt;
+  recording.insert(recording.end(), truth.begin(), truth.end());
+  ReplayProposer proposer(*backend, 8, 1, {recording}, V, 0.0f);
   const GenerationResult spec = SpeculativeDecoder(target, proposer, cache).generate({{prompt, 30, {stop}, {}}})[0];
   EXPECT_EQ(spec.tokens, plain.tokens);
   EXPECT_EQ(spec.tokens.size(), stopAt + 1);
@@ -156,21 +95,76 @@ TEST(SpeculativeDecoder, StopTokenInsideAnAcceptedBlock) {
   EXPECT_EQ(cache.activeCount(), 0);
 }
 
+// A batch of prompts of different lengths (crossing the 128-token page), different budgets and
+// draft qualities per request: the replay draft is corrupted at 30 %, so each sequence accepts a
+// different amount per step, requests finish at different steps and the batch compacts.
+TEST(SpeculativeDecoder, RaggedBatchEqualsPlainGreedy) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 64);
+  const int32_t V = static_cast<int32_t>(target.config().vocab_size);
+  std::mt19937 rng(11);
+  std::vector<GenerationRequest> requests;
+  for (int32_t len : {5, 131, 40}) {
+    std::vector<int32_t> prompt(static_cast<size_t>(len));
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % V);
+    requests.push_back({prompt, 20 + len % 7, {}, {}});
+  }
+  std::vector<GenerationResult> plain;
+  {
+    kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
+    plain = PlainDecoder(target, cache).generate(requests);
+  }
+  std::vector<std::vector<int32_t>> recordings;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    std::vector<int32_t> rec = requests[r].prompt;
+    rec.insert(rec.end(), plain[r].tokens.begin(), plain[r].tokens.end());
+    recordings.push_back(rec);
+  }
+  kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
+  ReplayProposer proposer(*backend, 4, 3, recordings, V, 0.3f, 5);
+  SpeculativeDecoder decoder(target, proposer, cache);
+  const std::vector<GenerationResult> spec = decoder.generate(requests);
+  for (size_t r = 0; r < requests.size(); ++r) EXPECT_EQ(spec[r].tokens, plain[r].tokens) << "request " << r;
+  const SpeculationStats& s = decoder.stats();
+  EXPECT_GT(s.meanAcceptLength(), 1.2);  // 30 % corruption of 3 drafts: partial blocks
+  EXPECT_LT(s.meanAcceptLength(), 3.5);
+  EXPECT_GT(s.acceptHistogram[1], 0);
+  EXPECT_GT(s.acceptHistogram[4], 0);
+  EXPECT_EQ(cache.activeCount(), 0);
+}
+
 TEST(SpeculativeDecoder, BadRequestsAreClearErrors) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 8);
   kv::KvCacheManager cache(cacheFor(target, 2), MemorySpace::kHost);
-  ScriptedProposer proposer(8, 1, {1}, 0.0, 384);
+  ReplayProposer proposer(*backend, 8, 2, {{1, 2}, {2, 3}}, 384, 0.0f);
   SpeculativeDecoder decoder(target, proposer, cache);
   // Two sequences of 8-row blocks need 16 rows in one verify forward; maxTokens is 8.
   test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {}}, {{2}, 4, {}, {}}}); },
-                              "requests.size() * blockSize");
+                              "requests.size()");
   test::expectInvalidArgument([&] { decoder.generate({{{1}, 250, {}, {}}}); },
-                              "requests[0] prompt + maxNewTokens + blockSize");
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {0.8f, 0, 1.0f, 1}}}); },
+                              "requests[0] prompt + maxNewTokens");
+  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {-0.5f, 0, 1.0f, 1}}}); },
                               "requests[0].sampling.temperature");
-  proposer.maxContextRows_ = 4;  // a draft that cannot take the target's 8-row forwards
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {}}}); }, "target maxTokens");
+  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {0.5f, 0, 0.0f, 1}}}); },
+                              "requests[0].sampling.topP");
+  test::expectInvalidArgument([&] { decoder.generate({{{384}, 4, {}, {}}}); }, "requests[0].prompt token");
+  EXPECT_EQ(cache.activeCount(), 0) << "a refused request leaves the cache untouched";
+  // A draft that cannot take the target's 8-row forwards is refused at construction.
+  ReplayProposer small(*backend, 4, 2, {{1}}, 384, 0.0f);
+  struct Narrow final : DraftProposer {
+    DraftProposer& inner;
+    explicit Narrow(DraftProposer& p) : inner(p) {}
+    int32_t blockSize() const override { return inner.blockSize(); }
+    int32_t maxContextRows() const override { return 4; }
+    int32_t maxBatch() const override { return 2; }
+    void appendContext(const model::TargetModel&, const std::vector<int32_t>&, const std::vector<int32_t>&,
+                       kv::KvCacheManager&) override {}
+    void appendContext(const model::DraftContextDelta&, kv::KvCacheManager&) override {}
+    void propose(const model::DraftProposalInputs& in, kv::KvCacheManager& c) override { inner.propose(in, c); }
+  } narrow(small);
+  kv::KvCacheManager cache2(cacheFor(target, 2), MemorySpace::kHost);
+  test::expectInvalidArgument([&] { SpeculativeDecoder(target, narrow, cache2); }, "target maxTokens");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,0 +1,277 @@
+#include "cli/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "kv/kv_cache_manager.h"
+#include "model/dflash_draft.h"
+#include "model/target_model.h"
+#include "ops/backend.h"
+#include "runtime/dflash_proposer.h"
+#include "runtime/plain_decoder.h"
+#include "runtime/replay_proposer.h"
+#include "runtime/speculative_decoder.h"
+
+namespace es::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  std::string model;
+  std::string draft;         // a DFlash draft folder, or empty
+  bool replay = false;       // the replay draft instead (τ = block size while it matches)
+  int32_t blockSize = 16;    // replay draft's block size
+  float corrupt = 0.0f;      // replay draft's corruption rate
+  int32_t batch = 1;
+  int32_t promptLength = 128;
+  int32_t genLength = 256;
+  int32_t repeats = 20;      // launches per isolated step timing
+  std::string backend = "auto";
+  bool json = false;
+};
+
+// Seconds per launch of `work` on `backend`: captured once and replayed where the backend can
+// (the engine's own way of running a step), else eager.
+double timeLaunches(ops::Backend& backend, int32_t repeats, const std::function<void()>& work) {
+  work();  // warm-up: library state, page-table uploads
+  backend.synchronize();
+  std::unique_ptr<ops::CapturedWork> graph = backend.capture(work);
+  auto once = [&] { graph ? graph->launch() : work(); };
+  once();
+  backend.synchronize();
+  const Clock::time_point t0 = Clock::now();
+  for (int32_t i = 0; i < repeats; ++i) once();
+  backend.synchronize();
+  return std::chrono::duration<double>(Clock::now() - t0).count() / repeats;
+}
+
+// Backend copy of a host i32 vector (valid while the returned buffer lives).
+Buffer upload(ops::Backend& backend, const std::vector<int32_t>& v) {
+  Buffer b = backend.allocate(static_cast<int64_t>(std::max<size_t>(v.size(), 1)) * 4);
+  backend.copyFromHost(b.data(), v.data(), static_cast<int64_t>(v.size()) * 4);
+  return b;
+}
+
+// One target forward of `rows` rows per sequence for `batch` sequences whose caches hold
+// `context` tokens (decode: rows 1; verify: rows BS), all logits kept, as the engine runs it.
+double targetStepSeconds(model::TargetModel& target, kv::KvCacheManager& cache, int32_t batch,
+                         int32_t rows, int32_t context, int32_t repeats) {
+  ops::Backend& backend = target.backend();
+  std::vector<int32_t> tokens, positions, owners, cuQ{0}, kvLengths, logitRows;
+  for (int32_t b = 0; b < batch; ++b) {
+    for (int32_t i = 0; i < rows; ++i) {
+      tokens.push_back((b * 31 + i * 7) % static_cast<int32_t>(target.config().vocab_size));
+      positions.push_back(context + i);
+      owners.push_back(b);
+      logitRows.push_back(static_cast<int32_t>(logitRows.size()));
+    }
+    cuQ.push_back(cuQ.back() + rows);
+    kvLengths.push_back(context + rows);
+  }
+  const Buffer dTokens = upload(backend, tokens), dPositions = upload(backend, positions),
+               dOwners = upload(backend, owners), dCuQ = upload(backend, cuQ),
+               dKvLengths = upload(backend, kvLengths), dRows = upload(backend, logitRows);
+  model::DeviceForwardBatch f;
+  f.tokens = dTokens.as<int32_t>(); f.positions = dPositions.as<int32_t>();
+  f.tokenToSequence = dOwners.as<int32_t>(); f.cuQSeqLens = dCuQ.as<int32_t>();
+  f.kvLengths = dKvLengths.as<int32_t>(); f.logitRows = dRows.as<int32_t>();
+  f.numTokens = batch * rows; f.batchSize = batch; f.maxQSeqLen = rows; f.numLogitRows = batch * rows;
+  target.syncPageTable(cache);
+  return timeLaunches(backend, repeats, [&] { target.forwardDevice(f, cache); });
+}
+
+// One DFlash proposal (block of BS rows per sequence over `context` cached tokens).
+double proposalSeconds(model::DFlashDraft& draft, kv::KvCacheManager& cache, int32_t batch, int32_t context,
+                       int32_t repeats) {
+  ops::Backend& backend = draft.backend();
+  const int32_t BS = draft.blockSize();
+  std::vector<int32_t> anchors(static_cast<size_t>(batch), 1), positions, kvLengths;
+  for (int32_t b = 0; b < batch; ++b) {
+    for (int32_t i = 0; i < BS; ++i) positions.push_back(context + i);
+    kvLengths.push_back(context + BS);
+  }
+  const Buffer dAnchors = upload(backend, anchors), dPositions = upload(backend, positions),
+               dKv = upload(backend, kvLengths);
+  Buffer out = backend.allocate(static_cast<int64_t>(batch) * BS * 4);
+  model::DraftProposalInputs in;
+  in.anchors = dAnchors.as<int32_t>(); in.positions = dPositions.as<int32_t>(); in.kvLengths = dKv.as<int32_t>();
+  in.batchSize = batch; in.argmaxOut = out.as<int32_t>();
+  draft.syncPageTable(cache);
+  return timeLaunches(backend, repeats, [&] { draft.propose(in, cache); });
+}
+
+void runBench(const BenchOptions& o) {
+  constexpr const char* kWhere = "bench";
+  ES_CHECK_ARG(!o.model.empty(), kWhere, "--model", "\"\"", "is required (a model folder)");
+  ES_CHECK_ARG(o.batch >= 1 && o.batch <= 256, kWhere, "--batch", o.batch, "must be in [1, 256]");
+  ES_CHECK_ARG(o.promptLength >= 1 && o.promptLength <= 65536, kWhere, "--prompt-len", o.promptLength,
+               "must be in [1, 65536]");
+  ES_CHECK_ARG(o.genLength >= 2 && o.genLength <= 65536, kWhere, "--gen-len", o.genLength, "must be in [2, 65536]");
+  ES_CHECK_ARG(o.draft.empty() || !o.replay, kWhere, "--replay", "set", "cannot be combined with --draft");
+  ES_CHECK_ARG(o.blockSize >= 2 && o.blockSize <= 32, kWhere, "--block-size", o.blockSize, "must be in [2, 32]");
+  ES_CHECK_ARG(o.corrupt >= 0.0f && o.corrupt <= 1.0f, kWhere, "--corrupt", o.corrupt, "must be in [0, 1]");
+  ES_CHECK_ARG(o.repeats >= 1, kWhere, "--repeats", o.repeats, "must be >= 1");
+
+  auto backend = ops::makeBackend(o.backend);
+  const model::ModelConfig config = model::loadModelConfig(o.model);
+  const bool speculative = !o.draft.empty() || o.replay;
+  const std::vector<int32_t> taps =
+      o.draft.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(o.draft, config);
+  const int32_t BS0 = o.replay ? o.blockSize : 0;
+  // Rows of one forward: a prefill chunk, and a whole batch's verify.
+  const int32_t maxTokens = std::max(256, o.batch * std::max(o.blockSize, 32));
+  const Clock::time_point l0 = Clock::now();
+  model::TargetModel target(o.model, *backend, maxTokens, taps);
+  std::unique_ptr<model::DFlashDraft> draft;
+  if (!o.draft.empty()) draft = std::make_unique<model::DFlashDraft>(o.draft, *backend, target, maxTokens, o.batch);
+  const double loadS = std::chrono::duration<double>(Clock::now() - l0).count();
+  const int32_t BS = draft ? draft->blockSize() : BS0;
+
+  kv::KvCacheConfig kvc;
+  kvc.maxBatchSize = o.batch;
+  kvc.maxSequenceLength = o.promptLength + o.genLength + 2 * std::max(BS, 1);
+  kvc.dtype = backend->computeDtype();
+  kvc.baseLayers = target.kvLayerShapes();
+  if (draft) kvc.draftLayers = draft->kvLayerShapes();
+
+  // The fixed workload: random prompts (seed 0), greedy, no stop tokens.
+  std::mt19937 rng(0);
+  std::vector<runtime::GenerationRequest> requests(static_cast<size_t>(o.batch));
+  for (runtime::GenerationRequest& q : requests) {
+    for (int32_t i = 0; i < o.promptLength; ++i) q.prompt.push_back(static_cast<int32_t>(rng() % config.vocab_size));
+    q.maxNewTokens = o.genLength;
+  }
+  const double tokens = static_cast<double>(o.batch) * (o.genLength - 1);  // the first comes from prefill
+
+  // Plain decoding, run twice: the first run captures the step graphs, the second is timed.
+  std::vector<runtime::GenerationResult> plain;
+  runtime::SpeculationStats plainStats;
+  {
+    kv::KvCacheManager cache(kvc, backend->space());
+    runtime::PlainDecoder decoder(target, cache);
+    decoder.generate(requests);
+    plain = decoder.generate(requests);
+    plainStats = decoder.stats();
+  }
+  const double plainTokS = tokens / plainStats.decodeSeconds;
+  const double stepMs = 1e3 * plainStats.decodeSeconds / static_cast<double>(plainStats.iterations);
+
+  nlohmann::json out = {{"model", o.model}, {"backend", backend->name()}, {"batch", o.batch},
+                        {"prompt_len", o.promptLength}, {"gen_len", o.genLength}, {"load_s", loadS},
+                        {"prefill_ms", 1e3 * plainStats.prefillSeconds / o.batch},
+                        {"plain_tok_s", plainTokS}, {"plain_step_ms", stepMs}};
+  if (speculative) {
+    std::unique_ptr<runtime::DraftProposer> proposer;
+    if (draft) {
+      proposer = std::make_unique<runtime::DFlashProposer>(*draft);
+    } else {
+      std::vector<std::vector<int32_t>> recordings;
+      for (size_t r = 0; r < requests.size(); ++r) {
+        std::vector<int32_t> rec = requests[r].prompt;
+        rec.insert(rec.end(), plain[r].tokens.begin(), plain[r].tokens.end());
+        recordings.push_back(std::move(rec));
+      }
+      proposer = std::make_unique<runtime::ReplayProposer>(*backend, BS, o.batch, recordings,
+                                                           static_cast<int32_t>(config.vocab_size), o.corrupt);
+    }
+    kv::KvCacheManager cache(kvc, backend->space());
+    runtime::SpeculativeDecoder decoder(target, *proposer, cache);
+    decoder.generate(requests);
+    const std::vector<runtime::GenerationResult> spec = decoder.generate(requests);
+    const runtime::SpeculationStats& s = decoder.stats();
+    int64_t same = 0, total = 0;
+    for (size_t r = 0; r < spec.size(); ++r) {
+      const size_t n = std::min(spec[r].tokens.size(), plain[r].tokens.size());
+      size_t k = 0;
+      while (k < n && spec[r].tokens[k] == plain[r].tokens[k]) ++k;
+      same += static_cast<int64_t>(k);
+      total += static_cast<int64_t>(plain[r].tokens.size());
+    }
+    const double specTokS = tokens / s.decodeSeconds;
+    out["draft"] = draft ? o.draft : "replay";
+    out["block_size"] = BS;
+    out["spec_tok_s"] = specTokS;
+    out["speedup"] = specTokS / plainTokS;
+    out["tau"] = s.meanAcceptLength();
+    out["accept_histogram"] = s.acceptHistogram;
+    out["spec_step_ms"] = 1e3 * s.decodeSeconds / static_cast<double>(s.iterations);
+    out["identical_prefix_fraction"] = total ? static_cast<double>(same) / static_cast<double>(total) : 1.0;
+
+    // Isolated step costs at the prompt's context, captured as the engine runs them.
+    kv::KvCacheManager timing(kvc, backend->space());
+    for (int32_t b = 0; b < o.batch; ++b) {
+      timing.admit();
+      timing.commitBase(b, o.promptLength);
+      if (draft) timing.commitDraft(b, o.promptLength);
+    }
+    const double decodeS = targetStepSeconds(target, timing, o.batch, 1, o.promptLength, o.repeats);
+    const double verifyS = targetStepSeconds(target, timing, o.batch, BS, o.promptLength, o.repeats);
+    out["decode_forward_ms"] = 1e3 * decodeS;
+    out["verify_forward_ms"] = 1e3 * verifyS;
+    out["verify_over_decode"] = verifyS / decodeS;
+    if (draft) {
+      const double proposeS = proposalSeconds(*draft, timing, o.batch, o.promptLength, o.repeats);
+      out["proposal_ms"] = 1e3 * proposeS;
+      out["proposal_over_decode"] = proposeS / decodeS;
+    }
+  }
+
+  if (o.json) {
+    std::printf("%s\n", out.dump().c_str());
+    return;
+  }
+  std::printf("%-28s %s (%s backend)\n", "model", o.model.c_str(), backend->name().c_str());
+  std::printf("%-28s batch %d, prompt %d, generate %d, greedy\n", "workload", o.batch, o.promptLength, o.genLength);
+  std::printf("%-28s %10.2f ms\n", "prefill (per prompt)", out["prefill_ms"].get<double>());
+  std::printf("%-28s %10.1f tok/s  (%.3f ms/step)\n", "plain decode", plainTokS, stepMs);
+  if (speculative) {
+    std::printf("%-28s %10.1f tok/s  (%.3f ms/step, %.2fx)\n", draft ? "DFlash decode" : "replay-draft decode",
+                out["spec_tok_s"].get<double>(), out["spec_step_ms"].get<double>(), out["speedup"].get<double>());
+    std::printf("%-28s %10.2f  (block %d)\n", "tau (mean accept length)", out["tau"].get<double>(), BS);
+    std::printf("%-28s %10.3f ms\n", "decode forward", out["decode_forward_ms"].get<double>());
+    std::printf("%-28s %10.3f ms  (%.2fx decode)\n", "verify forward", out["verify_forward_ms"].get<double>(),
+                out["verify_over_decode"].get<double>());
+    if (draft) {
+      std::printf("%-28s %10.3f ms  (%.2fx decode)\n", "draft proposal", out["proposal_ms"].get<double>(),
+                  out["proposal_over_decode"].get<double>());
+    }
+    std::printf("%-28s %10.4f\n", "output identical to plain", out["identical_prefix_fraction"].get<double>());
+  }
+}
+
+}  // namespace
+
+void addBenchCommand(CLI::App& app) {
+  auto options = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Fixed workload: prefill, plain decode, speculative decode (a DFlash draft or the replay draft)");
+  cmd->add_option("--model", options->model, "Target model folder")->required();
+  cmd->add_option("--draft", options->draft, "DFlash draft folder (z-lab format)");
+  cmd->add_flag("--replay", options->replay,
+                "Use the replay draft: it proposes the plain run's own tokens (tau = block size)");
+  cmd->add_option("--block-size", options->blockSize, "Replay draft block size")->capture_default_str();
+  cmd->add_option("--corrupt", options->corrupt, "Replay draft: fraction of proposals corrupted")
+      ->capture_default_str();
+  cmd->add_option("-b,--batch", options->batch, "Sequences decoded together")->capture_default_str();
+  cmd->add_option("--prompt-len", options->promptLength, "Prompt tokens (random ids)")->capture_default_str();
+  cmd->add_option("--gen-len", options->genLength, "Tokens generated per sequence")->capture_default_str();
+  cmd->add_option("--repeats", options->repeats, "Launches per isolated step timing")->capture_default_str();
+  cmd->add_option("--backend", options->backend, "auto (GPU if present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_flag("--json", options->json, "Print one JSON object instead of the table");
+  cmd->callback([options] { runBench(*options); });
+}
+
+}  // namespace es::cli

@@ -1,0 +1,396 @@
+#include "runtime/decode_engine.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/errors.h"
+#include "runtime/prefill.h"
+
+namespace es::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache, DraftProposer* proposer,
+                           EngineOptions options)
+    : target_(target), cache_(cache), proposer_(proposer), backend_(target.backend()), options_(options) {
+  constexpr const char* kWhere = "DecodeEngine";
+  vocab_ = static_cast<int32_t>(target_.config().vocab_size);
+  width_ = proposer_ ? proposer_->blockSize() : 1;
+  ES_CHECK_ARG(!proposer_ || (width_ >= 2 && width_ <= kernel::kDFlashMaxBlockSize), kWhere, "blockSize", width_,
+               "must be in [2, ", kernel::kDFlashMaxBlockSize, "]");
+  ES_CHECK_ARG(cache_.space() == backend_.space(), kWhere, "cache memory space", static_cast<int>(cache_.space()),
+               "must be the target backend's");
+  maxBatch_ = std::min(cache_.maxBatchSize(), target_.maxTokens() / width_);
+  if (proposer_) {
+    maxBatch_ = std::min(maxBatch_, proposer_->maxBatch());
+    // Every target forward's rows go to the draft as context: prefill chunks and verifies.
+    ES_CHECK_ARG(target_.maxTokens() <= proposer_->maxContextRows(), kWhere, "target maxTokens",
+                 target_.maxTokens(), "must be <= the draft's context rows per call (",
+                 proposer_->maxContextRows(), ")");
+  }
+  ES_CHECK_ARG(maxBatch_ >= 1, kWhere, "target maxTokens", target_.maxTokens(),
+               "must hold at least one step of ", width_, " rows");
+  allocate();
+}
+
+DecodeEngine::~DecodeEngine() = default;
+
+void DecodeEngine::allocate() {
+  const int64_t B = maxBatch_, S = width_, BS = proposer_ ? width_ : 1;
+  const int64_t maskWords = (S + 31) / 32, propMaskWords = (BS + 31) / 32;
+
+  // Sampling workspace for the largest step (per-row filtering arrays, as the step passes them).
+  SamplingParams sp;
+  sp.batch = static_cast<int32_t>(B); sp.vocab = vocab_; sp.top_ks = reinterpret_cast<const int32_t*>(1);
+  sampleWorkspaceBytes_ = sampling_workspace_bytes(sp);
+  if (S > 1) {
+    SpecVerifyParams vp;
+    vp.batch = static_cast<int32_t>(B); vp.num_draft = static_cast<int32_t>(S - 1); vp.vocab = vocab_;
+    vp.top_ks = reinterpret_cast<const int32_t*>(1);
+    sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, spec_verify_workspace_bytes(vp));
+  }
+
+  // One arena: i32 arrays, then i64/u64 (8-byte aligned), f32, i8, workspace (256-aligned).
+  struct Slot { void** at; int64_t bytes; };
+  std::vector<Slot> slots;
+  auto i32 = [&](int32_t*& p, int64_t n) { slots.push_back({reinterpret_cast<void**>(&p), n * 4}); };
+  i32(lengths_, B); i32(newLengths_, B); i32(lastTokens_, B); i32(zeros_, B); i32(topKs_, B);
+  i32(owners_, B * S); i32(cuQ_, B + 1); i32(rows_, B * S);
+  i32(verifyTokens_, B * S); i32(verifyPositions_, B * S); i32(verifyKvLengths_, B);
+  i32(verifyMask_, B * S * maskWords); i32(argmax_, B * S); i32(acceptNodes_, B * S); i32(acceptCounts_, B);
+  i32(out_, B + B * S); i32(deltaPositions_, B * S); i32(deltaOwners_, B * S);
+  i32(propMask_, B * BS * propMaskWords); i32(propAttPos_, B * BS); i32(propContextLengths_, B);
+  i32(propPositions_, B * BS); i32(propQStart_, B + 1); i32(propQLengths_, B); i32(propPast_, B);
+  i32(propSeqLengths_, B); i32(draftOut_, B * BS);
+  slots.push_back({reinterpret_cast<void**>(&anchors_), B * 8});
+  slots.push_back({reinterpret_cast<void**>(&selectIndices_), B * S * 8});
+  slots.push_back({reinterpret_cast<void**>(&seeds_), B * 8});
+  slots.push_back({reinterpret_cast<void**>(&temperatures_), B * 4});
+  slots.push_back({reinterpret_cast<void**>(&topPs_), B * 4});
+  slots.push_back({reinterpret_cast<void**>(&treeMask_), B * S * S});
+  slots.push_back({&sampleWorkspace_, static_cast<int64_t>(sampleWorkspaceBytes_)});
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const Slot& s : slots) {
+    total = (total + 255) / 256 * 256;
+    offsets.push_back(total);
+    total += std::max<int64_t>(s.bytes, 1);
+  }
+  arena_ = backend_.allocate(total);
+  for (size_t i = 0; i < slots.size(); ++i) *slots[i].at = arena_.as<uint8_t>() + offsets[i];
+  if (sampleWorkspaceBytes_ == 0) sampleWorkspace_ = nullptr;
+
+  // Constants: zeros, row owners b, query offsets b·S, logit rows r.
+  std::vector<int32_t> host(static_cast<size_t>(B * S));
+  std::fill(host.begin(), host.begin() + B, 0);
+  backend_.copyFromHost(zeros_, host.data(), B * 4);
+  for (int64_t r = 0; r < B * S; ++r) host[static_cast<size_t>(r)] = static_cast<int32_t>(r / S);
+  backend_.copyFromHost(owners_, host.data(), B * S * 4);
+  for (int64_t r = 0; r < B * S; ++r) host[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+  backend_.copyFromHost(rows_, host.data(), B * S * 4);
+  std::vector<int32_t> cuQ(static_cast<size_t>(B) + 1);
+  for (int64_t b = 0; b <= B; ++b) cuQ[static_cast<size_t>(b)] = static_cast<int32_t>(b * S);
+  backend_.copyFromHost(cuQ_, cuQ.data(), (B + 1) * 4);
+
+  const MemorySpace hostSpace =
+      backend_.space() == MemorySpace::kDevice ? MemorySpace::kPinnedHost : MemorySpace::kHost;
+  outHost_ = Buffer::allocate(hostSpace, (B + B * S) * 4);
+}
+
+void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests) const {
+  constexpr const char* kWhere = "DecodeEngine::generate";
+  const int32_t n = static_cast<int32_t>(requests.size());
+  ES_CHECK_ARG(cache_.activeCount() == 0, kWhere, "active slots", cache_.activeCount(),
+               "must be 0: the cache must be empty");
+  ES_CHECK_ARG(n > 0 && n <= maxBatch_, kWhere, "requests.size()", n, "must be in [1, ", maxBatch_,
+               "] (min of cache maxBatchSize = ", cache_.maxBatchSize(), ", target maxTokens / step width = ",
+               target_.maxTokens() / width_, proposer_ ? ", draft maxBatch" : "", ")");
+  for (int32_t r = 0; r < n; ++r) {
+    const GenerationRequest& q = requests[static_cast<size_t>(r)];
+    const std::string name = "requests[" + std::to_string(r) + "]";
+    ES_CHECK_ARG(!q.prompt.empty(), kWhere, name + ".prompt.size()", 0, "must be > 0");
+    for (int32_t t : q.prompt) {
+      ES_CHECK_ARG(t >= 0 && t < vocab_, kWhere, name + ".prompt token", t, "must be in [0, vocab = ", vocab_, ")");
+    }
+    ES_CHECK_ARG(q.maxNewTokens >= 1, kWhere, name + ".maxNewTokens", q.maxNewTokens, "must be >= 1");
+    ES_CHECK_ARG(q.sampling.temperature >= 0.0f, kWhere, name + ".sampling.temperature", q.sampling.temperature,
+                 "must be >= 0");
+    ES_CHECK_ARG(q.sampling.topP > 0.0f && q.sampling.topP <= 1.0f, kWhere, name + ".sampling.topP",
+                 q.sampling.topP, "must be in (0, 1]");
+    // Positions a request may touch: a live sequence has committed at most prompt + max − 2
+    // tokens and its step writes S rows from there; with a draft, the step that finishes a
+    // request may commit up to S tokens past its budget and still proposes a block (BS = S rows)
+    // beyond them before the host retires it. Hence the margin 2·(S − 1) with a draft, 0 without.
+    const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens;
+    const int64_t margin = proposer_ ? 2 * (width_ - 1) : 0;
+    const int64_t limit = std::min(cache_.capacity(), target_.maxPositions()) - margin;
+    ES_CHECK_ARG(total <= limit, kWhere, name + " prompt + maxNewTokens", total, "must be <= ", limit,
+                 ": the KV capacity (", cache_.capacity(), ") and RoPE table (", target_.maxPositions(),
+                 ") less ", margin, " rows a speculative step may write past the budget");
+  }
+}
+
+void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
+                               const std::vector<const GenerationRequest*>& requestOfSlot) {
+  std::vector<int32_t> lengths(static_cast<size_t>(B)), topKs(static_cast<size_t>(B));
+  std::vector<int64_t> anchors(static_cast<size_t>(B));
+  std::vector<uint64_t> seeds(static_cast<size_t>(B));
+  std::vector<float> temperatures(static_cast<size_t>(B)), topPs(static_cast<size_t>(B));
+  for (int32_t s = 0; s < B; ++s) {
+    const SamplingConfig& c = requestOfSlot[static_cast<size_t>(s)]->sampling;
+    lengths[static_cast<size_t>(s)] = cache_.baseLength(s);
+    anchors[static_cast<size_t>(s)] = cache_.baseLength(s);
+    seeds[static_cast<size_t>(s)] = c.seed;
+    temperatures[static_cast<size_t>(s)] = c.temperature;
+    topKs[static_cast<size_t>(s)] = c.topK;
+    topPs[static_cast<size_t>(s)] = c.topP;
+  }
+  backend_.copyFromHost(lengths_, lengths.data(), int64_t{B} * 4);
+  backend_.copyFromHost(lastTokens_, lastTokens.data(), int64_t{B} * 4);
+  backend_.copyFromHost(anchors_, anchors.data(), int64_t{B} * 8);
+  backend_.copyFromHost(seeds_, seeds.data(), int64_t{B} * 8);
+  backend_.copyFromHost(temperatures_, temperatures.data(), int64_t{B} * 4);
+  backend_.copyFromHost(topKs_, topKs.data(), int64_t{B} * 4);
+  backend_.copyFromHost(topPs_, topPs.data(), int64_t{B} * 4);
+}
+
+// The next step's inputs from lengths_ (committed) and lastTokens_ (anchors): the draft's
+// proposal, then the verify rows [anchor, d_1 … d_{S−1}] at positions length + i.
+void DecodeEngine::prepareNext(int32_t B) {
+  const int32_t S = width_;
+  if (proposer_) {
+    kernel::DFlashProposalInputsParams pi;
+    pi.oldDraftCacheLengths = lengths_; pi.deltaLengths = zeros_;  // the delta is already committed
+    pi.blockSize = S; pi.packedAttentionMask = propMask_; pi.attentionPosId = propAttPos_;
+    pi.contextLengths = propContextLengths_; pi.positions = propPositions_; pi.queryStartOffsets = propQStart_;
+    pi.queryLengths = propQLengths_; pi.pastLengths = propPast_; pi.attentionSequenceLengths = propSeqLengths_;
+    pi.batchSize = B;
+    backend_.dflashProposalInputs(pi);
+    model::DraftProposalInputs in;
+    in.anchors = lastTokens_; in.positions = propPositions_; in.kvLengths = propContextLengths_;
+    in.batchSize = B; in.argmaxOut = draftOut_;
+    proposer_->propose(in, cache_);
+    kernel::DFlashLinearVerifyInputsParams vi;
+    vi.lastAcceptedTokens = lastTokens_; vi.draftTokenIds = draftOut_; vi.verifyTokenIds = verifyTokens_;
+    vi.verifyTreeMask = treeMask_; vi.batchSize = B; vi.proposalLen = S - 1; vi.draftTokenStride = S;
+    vi.verifySize = S;
+    backend_.dflashLinearVerifyInputs(vi);
+  } else {
+    backend_.copy(verifyTokens_, lastTokens_, int64_t{B} * 4);
+  }
+  kernel::DFlashBaseVerifyInputsParams bv;
+  bv.baseKVCacheLengths = lengths_; bv.verifySize = S; bv.packedAttentionMask = verifyMask_;
+  bv.attentionPosId = verifyPositions_; bv.selectTokenIndices = selectIndices_;
+  bv.contextLengths = verifyKvLengths_; bv.batchSize = B;
+  backend_.dflashBaseVerifyInputs(bv);
+}
+
+// One iteration, device work only: forward, accept, commit, draft context, next inputs.
+void DecodeEngine::step(int32_t B) {
+  const int32_t S = width_;
+  model::DeviceForwardBatch f;
+  f.tokens = verifyTokens_; f.positions = verifyPositions_; f.tokenToSequence = owners_;
+  f.cuQSeqLens = cuQ_; f.kvLengths = verifyKvLengths_; f.logitRows = rows_;
+  f.numTokens = B * S; f.batchSize = B; f.maxQSeqLen = S; f.numLogitRows = B * S;
+  target_.forwardDevice(f, cache_);
+  const float* logits = target_.logitsDevice();
+
+  // Accept into out_ = [counts B | tokens B·S] (the step's device-to-host payload).
+  int32_t* counts = out_;
+  int32_t* tokens = out_ + B;
+  kernel::SpecCommitParams commit;
+  commit.tokens = tokens; commit.lengths = lengths_; commit.emitCounts = counts;
+  commit.newLengths = newLengths_; commit.anchorPositions = anchors_; commit.lastTokens = lastTokens_;
+  commit.batchSize = B; commit.width = S;
+  if (!sampled_) {
+    ArgmaxParams am;
+    am.logits = logits; am.dtype = DType::kF32; am.rows = B * S; am.vocab = vocab_;
+    am.out = S == 1 ? tokens : argmax_;
+    backend_.argmax(am);
+    if (S > 1) {
+      kernel::EagleAcceptParams ea;
+      ea.targetTopIds = argmax_; ea.verifyTokenIds = verifyTokens_; ea.acceptedTokens = tokens;
+      ea.acceptedNodeIds = acceptNodes_; ea.acceptLengths = acceptCounts_; ea.batchSize = B; ea.verifySize = S;
+      backend_.eagleAccept(ea);
+      commit.counts = acceptCounts_;
+    }
+  } else if (S == 1) {
+    SamplingParams sp;
+    sp.logits = logits; sp.batch = B; sp.vocab = vocab_;
+    sp.temperatures = temperatures_; sp.top_ks = topKs_; sp.top_ps = topPs_;
+    sp.seeds = seeds_; sp.positions = anchors_; sp.tokens = tokens;
+    sp.workspace = sampleWorkspace_; sp.workspace_bytes = sampleWorkspaceBytes_;
+    backend_.sampleRows(sp);
+  } else {
+    SpecVerifyParams vp;
+    vp.target_logits = logits; vp.draft_tokens = verifyTokens_ + 1; vp.draft_tokens_stride = S;
+    vp.batch = B; vp.num_draft = S - 1; vp.vocab = vocab_;
+    vp.temperatures = temperatures_; vp.top_ks = topKs_; vp.top_ps = topPs_;
+    vp.seeds = seeds_; vp.anchors = anchors_; vp.out_tokens = tokens; vp.num_accepted = acceptCounts_;
+    vp.workspace = sampleWorkspace_; vp.workspace_bytes = sampleWorkspaceBytes_;
+    backend_.specVerify(vp);
+    commit.counts = acceptCounts_;
+    commit.countOffset = 1;
+  }
+  backend_.specCommit(commit);
+
+  if (proposer_) {  // rows 0 … count−1 of each sequence became committed context
+    kernel::DFlashDeltaMetadataParams dm;
+    dm.oldDraftCacheLengths = lengths_; dm.deltaLengths = counts; dm.deltaWidth = S;
+    dm.deltaPositions = deltaPositions_; dm.deltaTokenToSequence = deltaOwners_; dm.batchSize = B;
+    backend_.dflashDeltaMetadata(dm);
+    model::DraftContextDelta delta;
+    delta.taps = target_.tapsDevice(); delta.positions = deltaPositions_;
+    delta.tokenToSequence = deltaOwners_; delta.numTokens = B * S;
+    proposer_->appendContext(delta, cache_);
+  }
+  backend_.copy(lengths_, newLengths_, int64_t{B} * 4);
+  prepareNext(B);
+}
+
+void DecodeEngine::launchStep(int32_t B) {
+  target_.syncPageTable(cache_);
+  if (proposer_) proposer_->prepareLaunch(cache_);
+  const auto key = std::make_pair(B, sampled_);
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) {
+    it->second->launch();
+    return;
+  }
+  // The first run of a size is eager (it also settles library state such as cuBLASLt's
+  // heuristics); the second one is captured and replayed from then on.
+  int32_t& runs = eagerRuns_[key];
+  if (options_.useGraphs && runs >= 1) {
+    std::unique_ptr<ops::CapturedWork> graph = backend_.capture([&] { step(B); });
+    if (graph) {
+      graph->launch();
+      graphs_.emplace(key, std::move(graph));
+      return;
+    }
+  }
+  ++runs;
+  step(B);
+}
+
+std::vector<GenerationResult> DecodeEngine::generate(const std::vector<GenerationRequest>& requests,
+                                                     const TokenCallback& onToken) {
+  checkRequests(requests);
+  const int32_t n = static_cast<int32_t>(requests.size());
+  const int32_t S = width_;
+  sampled_ = std::any_of(requests.begin(), requests.end(), [](const GenerationRequest& q) { return !isGreedy(q.sampling); });
+  stats_ = SpeculationStats{};
+  stats_.acceptHistogram.assign(static_cast<size_t>(S) + 1, 0);
+  std::vector<GenerationResult> results(static_cast<size_t>(n));
+  std::vector<int32_t> pending(static_cast<size_t>(n));  // last emitted token (the next anchor)
+  std::vector<int32_t> slotOf(static_cast<size_t>(n));  // request -> slot, -1 once finished
+
+  // Emits `token` for request r; returns true when the request is finished.
+  auto emit = [&](int32_t r, int32_t token) {
+    const GenerationRequest& q = requests[static_cast<size_t>(r)];
+    GenerationResult& res = results[static_cast<size_t>(r)];
+    res.tokens.push_back(token);
+    if (onToken) onToken(r, token);
+    if (std::find(q.stopTokens.begin(), q.stopTokens.end(), token) != q.stopTokens.end()) {
+      res.finish = FinishReason::kStop;
+      return true;
+    }
+    if (static_cast<int32_t>(res.tokens.size()) >= q.maxNewTokens) {
+      res.finish = FinishReason::kLength;
+      return true;
+    }
+    return false;
+  };
+
+  // Prefill (chunked), round 0 of the draft, and the first token from the prompt's last row.
+  const Clock::time_point prefillStart = Clock::now();
+  std::vector<uint8_t> keep;
+  for (int32_t r = 0; r < n; ++r) {
+    const GenerationRequest& q = requests[static_cast<size_t>(r)];
+    const int32_t slot = cache_.admit();
+    slotOf[static_cast<size_t>(r)] = slot;
+    if (proposer_) proposer_->onAdmit(slot, r);
+    const std::vector<float> logits =
+        prefillSequence(target_, cache_, slot, q.prompt, [&](const model::ForwardBatch& chunk) {
+          if (!proposer_) return;
+          proposer_->appendContext(target_, chunk.positions, chunk.tokenToSequence, cache_);
+          cache_.commitDraft(slot, static_cast<int32_t>(chunk.tokens.size()));
+        });
+    pending[static_cast<size_t>(r)] =
+        chooseToken(logits.data(), vocab_, q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
+    keep.push_back(emit(r, pending[static_cast<size_t>(r)]) ? 0 : 1);
+  }
+  stats_.prefillSeconds = secondsSince(prefillStart);
+
+  const Clock::time_point decodeStart = Clock::now();
+  // Retires finished requests, then (re)loads the per-slot state of the survivors and prepares
+  // their first step. Returns the new batch size.
+  auto compactAndPrepare = [&]() {
+    const std::vector<int32_t> oldToNew = cache_.retireAndCompact(keep);
+    for (int32_t& s : slotOf) {
+      if (s >= 0) s = oldToNew[static_cast<size_t>(s)];
+    }
+    if (proposer_) proposer_->onCompact(oldToNew);
+    const int32_t B = cache_.activeCount();
+    keep.assign(static_cast<size_t>(B), 1);
+    if (B == 0) return B;
+    std::vector<int32_t> lastTokens(static_cast<size_t>(B));
+    std::vector<const GenerationRequest*> requestOfSlot(static_cast<size_t>(B));
+    for (int32_t r = 0; r < n; ++r) {
+      const int32_t s = slotOf[static_cast<size_t>(r)];
+      if (s < 0) continue;
+      lastTokens[static_cast<size_t>(s)] = pending[static_cast<size_t>(r)];
+      requestOfSlot[static_cast<size_t>(s)] = &requests[static_cast<size_t>(r)];
+    }
+    uploadState(B, lastTokens, requestOfSlot);
+    target_.syncPageTable(cache_);
+    if (proposer_) proposer_->prepareLaunch(cache_);
+    prepareNext(B);
+    return B;
+  };
+
+  int32_t B = compactAndPrepare();
+  std::vector<int32_t> requestOfSlot;
+  while (B > 0) {
+    launchStep(B);
+    ++stats_.iterations;
+    int32_t* host = outHost_.as<int32_t>();
+    backend_.copyToHost(host, out_, (int64_t{B} + int64_t{B} * S) * 4);  // the one D2H copy
+
+    requestOfSlot.assign(static_cast<size_t>(B), -1);
+    for (int32_t r = 0; r < n; ++r) {
+      if (slotOf[static_cast<size_t>(r)] >= 0) requestOfSlot[static_cast<size_t>(slotOf[static_cast<size_t>(r)])] = r;
+    }
+    bool anyFinished = false;
+    for (int32_t s = 0; s < B; ++s) {
+      const int32_t r = requestOfSlot[static_cast<size_t>(s)];
+      const int32_t count = host[s];
+      ES_CHECK_ARG(count >= 1 && count <= S, "DecodeEngine::generate", "emitted count", count,
+                   "must be in [1, ", S, "] (device state is corrupt)");
+      const int32_t* tokens = host + B + static_cast<int64_t>(s) * S;
+      int32_t emitted = 0;
+      bool finished = false;
+      while (emitted < count && !finished) finished = emit(r, tokens[emitted++]);
+      ++stats_.verifySteps;
+      stats_.acceptedTokens += emitted;
+      ++stats_.acceptHistogram[static_cast<size_t>(emitted)];
+      // Mirror the device's commit (the whole count, even past a stop: such a slot retires).
+      cache_.commitBase(s, count);
+      if (proposer_) cache_.commitDraft(s, count);
+      pending[static_cast<size_t>(r)] = tokens[count - 1];
+      if (finished) {  // retired by compactAndPrepare
+        keep[static_cast<size_t>(s)] = 0;
+        anyFinished = true;
+      }
+    }
+    if (anyFinished) B = compactAndPrepare();
+  }
+  stats_.decodeSeconds = secondsSince(decodeStart);
+  return results;
+}
+
+}  // namespace es::runtime

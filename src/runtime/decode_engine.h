@@ -1,0 +1,114 @@
+#pragma once
+// The decode engine: plain and speculative (DFlash) decoding for a batch of requests through one
+// device-resident loop (spec §6).
+//
+// Prefill runs per request on the host path (chunked; with a draft each chunk becomes draft
+// context at once, round 0). Then every iteration is one device step of width S (S = 1 plain,
+// S = BS speculative) with no host work inside:
+//   forward of the S rows [anchor, d_1 … d_{S−1}] per sequence (causal)
+//   → accept: greedy (argmax; greedy EAGLE accept for S > 1) or sampled (spec §3: sample_rows
+//     for S = 1, spec_verify for S > 1 with argmax drafts, q = onehot)
+//   → commit on the device (spec_commit: lengths, next anchor)
+//   → draft context of the committed rows (delta metadata + appendContext)
+//   → next proposal (proposal inputs + propose) and next verify inputs.
+// The step for a batch size is captured once as a CUDA graph and replayed; its only
+// device-to-host copy brings back the emitted counts and tokens [B + B·S] i32. The host then
+// streams tokens, applies stop tokens and budgets, mirrors the commits in the KV cache manager,
+// and retires finished requests (compaction re-uploads the per-slot state: a few bytes per slot).
+// Every buffer is allocated at construction (the arena); nothing is allocated in the loop.
+//
+// Random numbers are request-stable (spec §3.6): a request's output depends only on its prompt,
+// settings and seed, never on its batch-mates or on graphs.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "common/buffer.h"
+#include "kv/kv_cache_manager.h"
+#include "model/target_model.h"
+#include "ops/backend.h"
+#include "runtime/draft_proposer.h"
+#include "runtime/generation.h"
+
+namespace es::runtime {
+
+struct EngineOptions {
+  bool useGraphs = true;  // capture each batch size's step (CUDA backend); false: always eager
+};
+
+// Statistics of one generate() call.
+struct SpeculationStats {
+  int64_t verifySteps = 0;               // sequence-steps (a step of B sequences counts B)
+  int64_t acceptedTokens = 0;            // tokens emitted by steps (the prefill's first excluded)
+  std::vector<int64_t> acceptHistogram;  // [S + 1]: how often each emitted count occurred
+  int64_t iterations = 0;                // device steps
+  double prefillSeconds = 0.0;           // host wall clock
+  double decodeSeconds = 0.0;            // host wall clock of the loop
+  double meanAcceptLength() const {
+    return verifySteps ? static_cast<double>(acceptedTokens) / static_cast<double>(verifySteps) : 0.0;
+  }
+};
+
+class DecodeEngine {
+ public:
+  // `cache` must be empty; with a proposer it must hold the draft layers too, and the target
+  // must have the taps the draft needs. proposer == null: plain decoding.
+  DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache, DraftProposer* proposer = nullptr,
+               EngineOptions options = {});
+  ~DecodeEngine();
+
+  // Sequences one step can carry: min(cache maxBatchSize, target maxTokens / S, draft maxBatch).
+  int32_t maxBatch() const { return maxBatch_; }
+  int32_t stepWidth() const { return width_; }
+
+  std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests,
+                                         const TokenCallback& onToken = {});
+  const SpeculationStats& stats() const { return stats_; }
+
+ private:
+  void checkRequests(const std::vector<GenerationRequest>& requests) const;
+  void allocate();
+  void uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
+                   const std::vector<const GenerationRequest*>& requestOfSlot);
+  void prepareNext(int32_t B);
+  void step(int32_t B);
+  void launchStep(int32_t B);
+
+  model::TargetModel& target_;
+  kv::KvCacheManager& cache_;
+  DraftProposer* proposer_;
+  ops::Backend& backend_;
+  EngineOptions options_;
+  int32_t width_ = 1;     // S
+  int32_t maxBatch_ = 0;  // B_max
+  int32_t vocab_ = 0;
+  bool sampled_ = false;  // this generate() call samples (else every request is greedy)
+  SpeculationStats stats_;
+
+  // Arena (backend memory), sized for maxBatch_ (see allocate()).
+  Buffer arena_;
+  int32_t *lengths_ = nullptr, *newLengths_ = nullptr, *lastTokens_ = nullptr, *zeros_ = nullptr;
+  int32_t *topKs_ = nullptr, *owners_ = nullptr, *cuQ_ = nullptr, *rows_ = nullptr;
+  int32_t *verifyTokens_ = nullptr, *verifyPositions_ = nullptr, *verifyKvLengths_ = nullptr;
+  int32_t *verifyMask_ = nullptr, *argmax_ = nullptr, *acceptNodes_ = nullptr, *acceptCounts_ = nullptr;
+  int32_t *out_ = nullptr, *deltaPositions_ = nullptr, *deltaOwners_ = nullptr;
+  int32_t *propMask_ = nullptr, *propAttPos_ = nullptr, *propContextLengths_ = nullptr;
+  int32_t *propPositions_ = nullptr, *propQStart_ = nullptr, *propQLengths_ = nullptr;
+  int32_t *propPast_ = nullptr, *propSeqLengths_ = nullptr, *draftOut_ = nullptr;
+  int64_t *anchors_ = nullptr, *selectIndices_ = nullptr;
+  uint64_t* seeds_ = nullptr;
+  float *temperatures_ = nullptr, *topPs_ = nullptr;
+  int8_t* treeMask_ = nullptr;
+  void* sampleWorkspace_ = nullptr;
+  size_t sampleWorkspaceBytes_ = 0;
+  Buffer outHost_;  // pinned [B_max + B_max·S] i32, the step's one device-to-host copy
+
+  // Captured steps per (batch size, sampled); a size runs eagerly once before it is captured.
+  std::map<std::pair<int32_t, bool>, std::unique_ptr<ops::CapturedWork>> graphs_;
+  std::map<std::pair<int32_t, bool>, int32_t> eagerRuns_;
+};
+
+}  // namespace es::runtime
