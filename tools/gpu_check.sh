@@ -5,6 +5,9 @@
 #   tools/gpu_check.sh sanitize   compute-sanitizer memcheck over every GPU test binary
 #   tools/gpu_check.sh bench      every bench/bench_*_gpu binary, then the PyTorch anchors
 #   tools/gpu_check.sh build sanitize bench   (several stages in one call, in order)
+#   tools/gpu_check.sh oracle     tools/dflash_reference.py make-fixture -> $OUT/dflash_tiny.tgz
+#   tools/gpu_check.sh engine     edgespec bench (plain, replay draft, random DFlash draft) on the
+#                                 random-weight presets in ES_ENGINE_PRESETS next to the torch anchor
 #   tools/gpu_check.sh smollm2    the default model's GGUF ($ES_SMOLLM2_GGUF, e.g. assembled by
 #                                 tools/device_parts.sh join) generated on cuda vs transformers
 #
@@ -157,6 +160,56 @@ stage_smollm2() {
   return $status
 }
 
+# The DFlash draft oracle's fixture (PyTorch on this machine), returned as one archive.
+stage_oracle() {
+  local dir=tests/data/models/dflash_tiny
+  if python3 tools/dflash_reference.py make-fixture "$dir" >"$out/oracle.log" 2>&1; then
+    tar -czf "$final_out/dflash_tiny.tgz" -C tests/data/models dflash_tiny
+    summary+=("oracle fixture        ok       dflash_tiny.tgz")
+    # The C++ oracle tests, when this tree has them (built with the fixture now in place).
+    for t in test_dflash_oracle test_dflash_oracle_gpu; do
+      [ -f "tests/model/$t.cpp" ] || continue
+      ninja -C "$build_dir" "tests/$t" >>"$out/oracle.log" 2>&1 && "$build_dir/tests/$t" >>"$out/oracle.log" 2>&1
+      summary+=("oracle $(printf '%-22s' "$t") $([ $? -eq 0 ] && echo ok || echo FAILED)       oracle.log")
+    done
+    tail -15 "$out/oracle.log"
+  else
+    tail -20 "$out/oracle.log"
+    summary+=("oracle fixture        FAILED   oracle.log")
+    return 1
+  fi
+}
+
+# The decode engine end to end on random-weight presets: plain decode (CUDA graphs), the replay
+# draft (tau = 16) and a random 5-layer DFlash draft of the public shape, next to torch's decode.
+stage_engine() {
+  local status=0 preset
+  for preset in ${ES_ENGINE_PRESETS:-qwen3-0.6b qwen3-8b}; do
+    local dir="/dev/shm/es_$preset" draft="/dev/shm/es_${preset}_draft"
+    if ! python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err" ||
+       ! python3 tools/make_random_draft.py "$dir" "$draft" --layers 5 --block-size 16 >"$out/draft_$preset.log" 2>&1; then
+      summary+=("engine $(printf '%-22s' "$preset") FAILED   anchor_$preset.err / draft_$preset.log")
+      status=1
+      continue
+    fi
+    summary+=("anchor $(printf '%-22s' "$preset") $(grep -o '"decode_tok_s": [0-9.]*' "$out/anchor_$preset.json")")
+    local mode
+    for mode in replay draft; do
+      local args=(--replay --block-size 16)
+      [ "$mode" = draft ] && args=(--draft "$draft")
+      if "$build_dir/edgespec" bench --model "$dir" "${args[@]}" --json >"$out/bench_${preset}_$mode.json" 2>"$out/bench_${preset}_$mode.err"; then
+        summary+=("bench $(printf '%-10s %-12s' "$preset" "$mode") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("plain_tok_s","spec_tok_s","speedup","tau","decode_forward_ms","verify_over_decode","proposal_over_decode","identical_prefix_fraction") if k in d))' "$out/bench_${preset}_$mode.json")")
+      else
+        tail -5 "$out/bench_${preset}_$mode.err"
+        summary+=("bench $(printf '%-10s %-12s' "$preset" "$mode") FAILED   bench_${preset}_$mode.err")
+        status=1
+      fi
+    done
+    rm -rf "$dir" "$draft"
+  done
+  return $status
+}
+
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
 status=0
@@ -167,7 +220,9 @@ if build; then
       sanitize) stage_sanitize || status=1 ;;
       bench) stage_bench || status=1 ;;
       smollm2) stage_smollm2 || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2)" >&2; status=2 ;;
+      oracle) stage_oracle || status=1 ;;
+      engine) stage_engine || status=1 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, oracle, engine)" >&2; status=2 ;;
     esac
   done
 else

@@ -243,6 +243,13 @@ void DFlashDraft::allocateWorkspace() {
   alloc(gateUp_, Tb * 2 * c.intermediate_size * es);
   alloc(act_, Tb * c.intermediate_size * es);
   alloc(logits_, Tb * vocab_ * 4);
+  // Split-KV partials of the block attention (BS <= 16 rows per sequence over the context).
+  if (backend_.space() == MemorySpace::kDevice && blockSize_ <= kernel::kSplitKvMaxQSeqLen) {
+    const int64_t bytes = kernel::pagedAttentionWorkspaceBytes(
+        maxBatch_, blockSize_, static_cast<int32_t>(config_.num_attention_heads),
+        static_cast<int32_t>(config_.num_key_value_heads), static_cast<int32_t>(config_.head_dim), maxPositions_);
+    if (bytes > 0) alloc(attnSplit_, bytes);
+  }
 
   // Constant block metadata: owners | cuQ | gather (see the header).
   std::vector<int32_t> k;
@@ -429,6 +436,9 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
     att.kv.maxPagesPerSeq = rope.maxPagesPerSeq; att.kv.numKVHeads = Hkv;
     att.kvLengths = in.kvLengths; att.mask = kernel::AttentionMask::kBidirectional;
     att.batchSize = B; att.headDim = D; att.scale = 1.0f / std::sqrt(static_cast<float>(D)); att.dtype = dtype_;
+    att.maxKvLength = std::min(cache.capacity(), maxPositions_);
+    att.workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr;
+    att.workspaceBytes = attnSplit_.bytes();
     backend_.pagedAttention(att);
 
     linear(attn_.data(), w.o, w.oBias, tmp_.data(), H, Hq * D, dtype_);

@@ -165,6 +165,7 @@ class DFlashDraft {
   Buffer concat_, ctx_, kDelta_, vDelta_, cosSin_, hostTaps_;
   // Block path (maxBatch·BS rows):
   Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, logits_;
+  Buffer attnSplit_;  // split-KV attention partials (CUDA backend; empty when none are needed)
   Buffer meta_;       // i32 host-convenience metadata
   ops::BackendPageTable pageTable_;  // backend copy of the draft page table
 };

@@ -131,6 +131,14 @@ void TargetModel::allocateWorkspace() {
   alloc(rows_, T * c.hidden_size * es);
   alloc(logits_, T * c.vocab_size * 4);
   if (!tapLayers_.empty()) alloc(taps_, static_cast<int64_t>(tapLayers_.size()) * T * c.hidden_size * es);
+  // Split-KV partials of decode/verify-shaped attention (rows <= 16 per sequence), for any batch
+  // of this workspace and any context the RoPE table allows (the CPU reference needs none).
+  if (backend_.space() == MemorySpace::kDevice) {
+    const int64_t bytes = kernel::pagedAttentionWorkspaceBytes(
+        maxTokens_, kernel::kSplitKvMaxQSeqLen, static_cast<int32_t>(c.num_attention_heads),
+        static_cast<int32_t>(c.num_key_value_heads), static_cast<int32_t>(c.head_dim), maxPositions_, maxTokens_);
+    if (bytes > 0) alloc(attnSplit_, bytes);
+  }
 }
 
 ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& cache) {
@@ -297,6 +305,9 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     att.slidingWindow = sliding ? static_cast<int32_t>(c.sliding_window.value_or(0)) : 0;
     att.batchSize = B; att.headDim = D; att.scale = 1.0f / std::sqrt(static_cast<float>(D));
     att.dtype = dtype_;
+    att.maxKvLength = std::min(cache.capacity(), maxPositions_);
+    att.workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr;
+    att.workspaceBytes = attnSplit_.bytes();
     backend_.pagedAttention(att);
 
     linear(attn_.data(), w.o, w.oBias, tmp_.data(), T, H, Hq * D, dtype_);

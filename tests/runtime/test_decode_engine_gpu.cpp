@@ -1,0 +1,198 @@
+// The decode engine on the CUDA backend (bf16, CUDA graphs) with the fixture target:
+//  * replaying captured steps gives exactly the eager steps' tokens (greedy and sampled);
+//  * greedy speculative decoding (replay draft at corruption 0 / 0.3, block 4 and 16; a random
+//    DFlash draft) equals plain greedy decoding on the GPU except after a near-tie, judged on the
+//    CPU backend's f32 logits (spec §6: verify rows and decode rows round differently in bf16);
+//  * a ragged batch crossing the 128-token page and compacting as requests finish.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "model/dflash_draft.h"
+#include "model/random_draft.h"
+#include "model/target_model.h"
+#include "ops/backend.h"
+#include "runtime/dflash_proposer.h"
+#include "runtime/plain_decoder.h"
+#include "runtime/replay_proposer.h"
+#include "runtime/speculative_decoder.h"
+#include "support/test_util.h"
+
+namespace es::runtime {
+namespace {
+
+constexpr double kNearTie = 2e-2;  // top-1/top-2 margin relative to (1 + max |logit|)
+
+kv::KvCacheConfig cacheFor(const model::TargetModel& m, int32_t batch, DType dtype,
+                           std::vector<kv::KvLayerShape> draftLayers = {}) {
+  kv::KvCacheConfig c;
+  c.maxBatchSize = batch;
+  c.maxSequenceLength = 256;
+  c.dtype = dtype;
+  c.baseLayers = m.kvLayerShapes();
+  c.draftLayers = std::move(draftLayers);
+  return c;
+}
+
+std::vector<GenerationRequest> raggedRequests(int32_t vocab, uint64_t seedBase = 0, float temperature = 0.0f) {
+  std::mt19937 rng(11);
+  std::vector<GenerationRequest> requests;
+  for (int32_t len : {5, 131, 40}) {
+    GenerationRequest q;
+    for (int32_t i = 0; i < len; ++i) q.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    q.maxNewTokens = 24 + len % 7;
+    q.sampling = {temperature, 0, 1.0f, seedBase + static_cast<uint64_t>(len)};
+    requests.push_back(q);
+  }
+  return requests;
+}
+
+// The f32 CPU model judges a divergence: the prefix prompt + tokens[0, k) must end in a near-tie.
+class NearTieJudge {
+ public:
+  NearTieJudge() : backend_(ops::makeCpuBackend()), model_(test::test_data_dir() + "/models/qwen3", *backend_, 256) {}
+  double margin(const std::vector<int32_t>& prompt, const std::vector<int32_t>& tokens, size_t k) {
+    std::vector<int32_t> seq = prompt;
+    seq.insert(seq.end(), tokens.begin(), tokens.begin() + static_cast<int64_t>(k));
+    kv::KvCacheManager cache(cacheFor(model_, 1, DType::kF32), MemorySpace::kHost);
+    cache.admit();
+    model::ForwardBatch b;
+    b.tokens = seq;
+    for (int32_t i = 0; i < static_cast<int32_t>(seq.size()); ++i) {
+      b.positions.push_back(i);
+      b.tokenToSequence.push_back(0);
+    }
+    b.cuQSeqLens = {0, static_cast<int32_t>(seq.size())};
+    b.kvLengths = {static_cast<int32_t>(seq.size())};
+    b.logitRows = {static_cast<int32_t>(seq.size()) - 1};
+    const std::vector<float> row = model_.forward(b, cache).logits;
+    std::vector<float> v = row;
+    std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+    double scale = 0;
+    for (float x : row) scale = std::max(scale, std::abs(static_cast<double>(x)));
+    return (v[0] - v[1]) / (1.0 + scale);
+  }
+
+ private:
+  std::unique_ptr<ops::Backend> backend_;
+  model::TargetModel model_;
+};
+
+// Expects `got` to equal `want` up to a divergence after a near-tie; returns divergences seen.
+int expectEqualUpToNearTies(NearTieJudge& judge, const std::vector<GenerationRequest>& requests,
+                            const std::vector<GenerationResult>& want, const std::vector<GenerationResult>& got) {
+  int divergences = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const std::vector<int32_t>& a = want[r].tokens;
+    const std::vector<int32_t>& b = got[r].tokens;
+    size_t k = 0;
+    while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+    if (k == a.size() && k == b.size()) continue;
+    ++divergences;
+    ASSERT_LT(k, std::min(a.size(), b.size())) << "request " << r << ": same tokens, different lengths";
+    const double m = judge.margin(requests[r].prompt, a, k);
+    EXPECT_LT(m, kNearTie) << "request " << r << " diverges at token " << k << " where the f32 margin is " << m;
+  }
+  return divergences;
+}
+
+TEST(DecodeEngineGpu, GraphsReplayExactlyTheEagerSteps) {
+  ES_SKIP_IF_NO_GPU();
+  auto gpu = ops::makeCudaBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *gpu, 64);
+  const int32_t V = static_cast<int32_t>(target.config().vocab_size);
+  for (const float temperature : {0.0f, 0.9f}) {
+    SCOPED_TRACE(::testing::Message() << "temperature " << temperature);
+    const std::vector<GenerationRequest> requests = raggedRequests(V, 7, temperature);
+    auto run = [&](bool graphs, DraftProposer* proposer) {
+      kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16), MemorySpace::kDevice);
+      DecodeEngine engine(target, cache, proposer, EngineOptions{graphs});
+      return engine.generate(requests);
+    };
+    const std::vector<GenerationResult> eager = run(false, nullptr), graphed = run(true, nullptr);
+    for (size_t r = 0; r < requests.size(); ++r) {
+      EXPECT_EQ(graphed[r].tokens, eager[r].tokens) << "plain, request " << r;
+      EXPECT_EQ(graphed[r].tokens.size(), static_cast<size_t>(requests[r].maxNewTokens));
+    }
+    std::vector<std::vector<int32_t>> recordings;
+    for (size_t r = 0; r < requests.size(); ++r) {
+      std::vector<int32_t> rec = requests[r].prompt;
+      rec.insert(rec.end(), eager[r].tokens.begin(), eager[r].tokens.end());
+      recordings.push_back(rec);
+    }
+    ReplayProposer replayA(*gpu, 8, 3, recordings, V, 0.3f), replayB(*gpu, 8, 3, recordings, V, 0.3f);
+    const std::vector<GenerationResult> specEager = run(false, &replayA), specGraphed = run(true, &replayB);
+    for (size_t r = 0; r < requests.size(); ++r) EXPECT_EQ(specGraphed[r].tokens, specEager[r].tokens) << "speculative, request " << r;
+  }
+}
+
+TEST(DecodeEngineGpu, ReplaySpeculationEqualsPlainGreedyUpToNearTies) {
+  ES_SKIP_IF_NO_GPU();
+  auto gpu = ops::makeCudaBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *gpu, 64);
+  const int32_t V = static_cast<int32_t>(target.config().vocab_size);
+  const std::vector<GenerationRequest> requests = raggedRequests(V);
+  std::vector<GenerationResult> plain;
+  {
+    kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16), MemorySpace::kDevice);
+    plain = PlainDecoder(target, cache).generate(requests);
+  }
+  std::vector<std::vector<int32_t>> recordings;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    std::vector<int32_t> rec = requests[r].prompt;
+    rec.insert(rec.end(), plain[r].tokens.begin(), plain[r].tokens.end());
+    recordings.push_back(rec);
+  }
+  NearTieJudge judge;
+  int divergences = 0;
+  for (const int32_t BS : {4, 16}) {
+    for (const float corrupt : {0.0f, 0.3f}) {
+      SCOPED_TRACE(::testing::Message() << "BS " << BS << " corrupt " << corrupt);
+      kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16), MemorySpace::kDevice);
+      ReplayProposer proposer(*gpu, BS, 3, recordings, V, corrupt);
+      SpeculativeDecoder decoder(target, proposer, cache);
+      const std::vector<GenerationResult> spec = decoder.generate(requests);
+      divergences += expectEqualUpToNearTies(judge, requests, plain, spec);
+      if (corrupt == 0.0f) EXPECT_GT(decoder.stats().meanAcceptLength(), 0.6 * BS);
+      EXPECT_EQ(cache.activeCount(), 0);
+    }
+  }
+  EXPECT_LE(divergences, 2) << "near-ties should be rare";
+}
+
+TEST(DecodeEngineGpu, DFlashDraftEqualsPlainGreedyUpToNearTies) {
+  ES_SKIP_IF_NO_GPU();
+  const std::string targetDir = test::test_data_dir() + "/models/qwen3";
+  const std::filesystem::path draftDir = std::filesystem::temp_directory_path() / "es_engine_gpu_draft";
+  model::test_draft::DraftSpec spec;
+  spec.blockSize = 8;
+  model::test_draft::writeDraft(draftDir, spec);
+  auto gpu = ops::makeCudaBackend();
+  const std::vector<int32_t> taps = model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(targetDir));
+  model::TargetModel target(targetDir, *gpu, 64, taps);
+  model::DFlashDraft draft(draftDir, *gpu, target, 64, 3);
+  const int32_t V = static_cast<int32_t>(target.config().vocab_size);
+  const std::vector<GenerationRequest> requests = raggedRequests(V);
+  std::vector<GenerationResult> plain;
+  {
+    kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+    plain = PlainDecoder(target, cache).generate(requests);
+  }
+  kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+  DFlashProposer proposer(draft);
+  SpeculativeDecoder decoder(target, proposer, cache);
+  const std::vector<GenerationResult> out = decoder.generate(requests);
+  NearTieJudge judge;
+  EXPECT_LE(expectEqualUpToNearTies(judge, requests, plain, out), 1);
+  EXPECT_GT(decoder.stats().verifySteps, 0);
+  EXPECT_GE(decoder.stats().meanAcceptLength(), 1.0);
+}
+
+}  // namespace
+}  // namespace es::runtime
