@@ -95,7 +95,10 @@ int expectEqualUpToNearTies(NearTieJudge& judge, const std::vector<GenerationReq
     while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
     if (k == a.size() && k == b.size()) continue;
     ++divergences;
-    ASSERT_LT(k, std::min(a.size(), b.size())) << "request " << r << ": same tokens, different lengths";
+    if (k == std::min(a.size(), b.size())) {
+      ADD_FAILURE() << "request " << r << ": same tokens, different lengths";
+      continue;
+    }
     const double m = judge.margin(requests[r].prompt, a, k);
     EXPECT_LT(m, kNearTie) << "request " << r << " diverges at token " << k << " where the f32 margin is " << m;
   }
