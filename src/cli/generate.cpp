@@ -17,7 +17,9 @@
 #include "model/gguf_weights.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
-#include "runtime/plain_decoder.h"
+#include "model/dflash_draft.h"
+#include "runtime/dflash_proposer.h"
+#include "runtime/decode_engine.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer_json.h"
@@ -29,6 +31,7 @@ namespace fs = std::filesystem;
 
 struct GenerateOptions {
   std::string model;  // empty: the default model in the cache
+  std::string draft;  // a DFlash draft folder: speculative decoding
   std::string prompt = "Write one sentence about the sea.";
   std::string system;
   int32_t maxNewTokens = 128;
@@ -122,16 +125,28 @@ void runGenerate(const GenerateOptions& o) {
 
   std::fprintf(stderr, "[edgespec] loading %s on the %s backend\n", dir.string().c_str(),
                backend->name().c_str());
-  model::TargetModel target(dir, *backend, 256);
+  constexpr int32_t kMaxTokens = 256;  // rows of one forward: prefill chunks, verify blocks
+  const std::vector<int32_t> taps =
+      o.draft.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(o.draft, model::loadModelConfig(dir));
+  model::TargetModel target(dir, *backend, kMaxTokens, taps);
+  std::unique_ptr<model::DFlashDraft> draft;
+  if (!o.draft.empty()) {
+    std::fprintf(stderr, "[edgespec] loading the DFlash draft %s\n", o.draft.c_str());
+    draft = std::make_unique<model::DFlashDraft>(o.draft, *backend, target, kMaxTokens, 1);
+  }
   kv::KvCacheConfig kvc;
   kvc.maxBatchSize = 1;
-  kvc.maxSequenceLength = static_cast<int32_t>(prompt.size()) + o.maxNewTokens;
+  // A speculative step may write 2·(BS − 1) rows past the budget (docs/runtime.md, capacity).
+  kvc.maxSequenceLength = static_cast<int32_t>(prompt.size()) + o.maxNewTokens + (draft ? 2 * draft->blockSize() : 0);
   kvc.dtype = backend->computeDtype();
   kvc.baseLayers = target.kvLayerShapes();
+  if (draft) kvc.draftLayers = draft->kvLayerShapes();
   kv::KvCacheManager cache(kvc, backend->space());
   const auto t1 = std::chrono::steady_clock::now();
 
-  runtime::PlainDecoder decoder(target, cache);
+  std::unique_ptr<runtime::DFlashProposer> proposer;
+  if (draft) proposer = std::make_unique<runtime::DFlashProposer>(*draft);
+  runtime::DecodeEngine decoder(target, cache, proposer.get());
   tokenizer::StreamingDecoder stream(tok, /*skipSpecial=*/true);
   std::string answer;
   std::chrono::steady_clock::time_point firstToken;
@@ -163,7 +178,13 @@ void runGenerate(const GenerateOptions& o) {
                                 {"stop_ids", stops}, {"finish_reason", finish},
                                 {"backend", backend->name()}, {"load_s", loadS},
                                 {"time_to_first_token_s", ttftS}, {"decode_tok_s", tokS}};
-    std::printf("%s\n", out.dump().c_str());
+    nlohmann::json full = out;
+    if (draft) {
+      full["draft"] = o.draft;
+      full["tau"] = decoder.stats().meanAcceptLength();
+      full["accept_histogram"] = decoder.stats().acceptHistogram;
+    }
+    std::printf("%s\n", full.dump().c_str());
   } else {
     std::printf("%s\n", tail.c_str());
     std::fflush(stdout);  // the answer before the statistics line on stderr
@@ -171,6 +192,10 @@ void runGenerate(const GenerateOptions& o) {
                  "[edgespec] %s backend: prompt %zu tokens, generated %d (%s); load %.2f s, "
                  "first token %.2f s, decode %.1f tok/s\n",
                  backend->name().c_str(), prompt.size(), generated, finish, loadS, ttftS, tokS);
+    if (draft) {
+      std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of block %d\n",
+                   decoder.stats().meanAcceptLength(), draft->blockSize());
+    }
   }
 }
 
@@ -178,9 +203,10 @@ void runGenerate(const GenerateOptions& o) {
 
 void addGenerateCommand(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (greedy)");
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (greedy or sampled; speculative with --draft)");
   cmd->add_option("--model", options->model,
                   "HF model folder with tokenizer.json, or a GGUF file (default: the embedded SmolLM2-135M-Instruct)");
+  cmd->add_option("--draft", options->draft, "DFlash draft folder (z-lab format): speculative decoding");
   cmd->add_option("-p,--prompt", options->prompt, "The user message")->capture_default_str();
   cmd->add_option("--system", options->system, "A system message");
   cmd->add_option("-n,--max-new-tokens", options->maxNewTokens, "Tokens to generate at most")
