@@ -13,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=.devparts
-part_bytes=$((60 * 1024 * 1024))
+# PART_MIB: part size (default 60); the whole working tree counts towards a call's 64 MiB too.
+part_bytes=$((${PART_MIB:-60} * 1024 * 1024))
 
 usage() {
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -33,7 +34,7 @@ case "$cmd" in
     # Size and hash of the whole file, checked by join.
     echo "$(sha256sum < "$file" | cut -d' ' -f1) $(stat -c %s "$file")" > "$dir/SHA256"
     ls -1 "$dir"/part-* | while read -r p; do echo "$p ($(stat -c %s "$p") bytes)"; done >&2
-    echo "device_parts: $file -> $dir ($(ls "$dir"/part-* | wc -l) parts of at most 60 MiB)" >&2
+    echo "device_parts: $file -> $dir ($(ls "$dir"/part-* | wc -l) parts of at most $((part_bytes >> 20)) MiB)" >&2
     ;;
   list)
     name="${2:-}"
