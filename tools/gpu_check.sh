@@ -84,7 +84,7 @@ stage_bench() {
   done
   # Decode tokens/s next to the PyTorch anchor on the same random-weight model, for each preset
   # in ES_DECODE_PRESETS (default qwen3-0.6b).
-  for preset in ${ES_DECODE_PRESETS:-qwen3-0.6b}; do
+  for preset in ${ES_DECODE_PRESETS-qwen3-0.6b}; do  # set it empty to skip (edgespec bench in stage engine supersedes it)
     local dir="/dev/shm/es_$preset"
     if python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err" &&
        "$build_dir/bench/bench_decode_gpu" "$dir" >"$out/decode_$preset.json" 2>&1; then
