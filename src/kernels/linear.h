@@ -6,8 +6,8 @@
 // The CUDA path (launchLinear) runs either a hand skinny GEMM for decode shapes ("gemv":
 // linear_gemv.cu, tensor-core mma.sync streaming W once with 16-byte loads) or cuBLASLt
 // (LinearContext owns the handle and its workspace). Dispatch, by LinearParams::algo:
-//   kAuto     the gemv when gemvSupported(p) (f16/bf16, 1 <= m <= 16, k % 8 == 0, x and w
-//             16-byte aligned, y and bias naturally aligned), else cuBLASLt. The environment
+//   kAuto     the gemv when m <= kGemvAutoMaxRows and gemvSupported(p) (f16/bf16, 1 <= m <= 16,
+//             k % 8 == 0, x and w 16-byte aligned, y and bias naturally aligned), else cuBLASLt. The environment
 //             variable ES_LINEAR_ALGO = auto | cublaslt | gemv (read once per process) overrides
 //             kAuto for every call: "cublaslt" forces cuBLASLt, "gemv" is kAuto's own rule.
 //   kCublasLt always cuBLASLt.
@@ -23,6 +23,11 @@
 namespace es::kernel {
 
 enum class LinearAlgo : uint8_t { kAuto, kCublasLt, kGemv };
+
+// kAuto takes the gemv up to this many rows: on the H200 it beat cuBLASLt on every Qwen3-8B and
+// 0.6B decode shape at m = 1 and 4 (up to 3x on small ones) but lost on most at m = 16
+// (bench_linear_gpu, docs/perf.md), where its 32-row tiles waste half the mma rows.
+inline constexpr int32_t kGemvAutoMaxRows = 4;
 
 struct LinearParams {
   const void* x = nullptr;     // [M, K] dtype

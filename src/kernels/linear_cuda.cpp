@@ -196,7 +196,7 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
   if (!validate(p)) return;
   LinearContext::State& s = context.state();
   const LinearAlgo algo = p.algo == LinearAlgo::kAuto ? auto_algo() : p.algo;
-  if (algo == LinearAlgo::kGemv || (algo == LinearAlgo::kAuto && gemvSupported(p))) {
+  if (algo == LinearAlgo::kGemv || (algo == LinearAlgo::kAuto && p.m <= kGemvAutoMaxRows && gemvSupported(p))) {
     // kGemv where unsupported: launchLinearGemv throws, naming the failed condition.
     detail::launchLinearGemv(p, detail::chooseGemvConfig(p.m, p.n, p.k, s.num_sms), stream);
     return;
