@@ -26,10 +26,10 @@ enum class LinearAlgo : uint8_t { kAuto, kCublasLt, kGemv };
 
 // kAuto takes the gemv up to this many rows. On the H200 it beat cuBLASLt on every Qwen3-8B and
 // 0.6B decode shape at m = 1 and 4 but lost on most at m = 16 (bench_linear_gpu, docs/perf.md).
-// It still serves m = 16 because each output row's arithmetic does not depend on the row's
-// place among the m rows: a verify row gives the same logits at any offset in its block, so
-// speculative decoding replays exactly (with cuBLASLt at m = 16 the replay benchmark on the
-// random Qwen3-8B fell from tau 15.9 to 1.8), at a cost measured in docs/perf.md.
+// It stays at 16 for now: the configuration measured end to end (replay-draft speculation at
+// tau 15.9 on the random Qwen3-8B, verify = 1.11x decode) uses it, and a run that moved m = 16 to
+// cuBLASLt together with an attention-split change lost the replay's exact acceptance (verify
+// rows must give the same logits at any offset in their block); the two are not yet separated.
 inline constexpr int32_t kGemvAutoMaxRows = 16;
 
 struct LinearParams {

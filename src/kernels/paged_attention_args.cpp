@@ -83,16 +83,12 @@ SplitShape split_shape(int32_t maxQSeqLen, int32_t group) {
 
 // Splits before dropping the ones an even division would leave empty: enough CTAs for one full
 // wave of kSplitKvPlanSMs * ctasPerSm, never a second partial wave, at most one per 64-key tile
-// of `keys` and at most kSplitKvMaxSplits; and at least kMinTilesPerSplit tiles per split (on the
-// H200, B=1 at 4k context took 15.0 us with 16 splits of 4 tiles, 19.1 us with 32 of 2: a split
-// must stream long enough to hide its start and combine cost). Monotone in keys (the workspace
-// bound relies on it).
-constexpr int64_t kMinTilesPerSplit = 4;
+// of `keys` and at most kSplitKvMaxSplits. Monotone in keys (the workspace bound relies on it).
 int64_t raw_splits(int64_t pairs, int32_t headDim, int32_t warpsM, int64_t keys) {
   const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, warpsM);
   const int64_t tiles = std::max<int64_t>(1, (keys + kTile - 1) / kTile);
-  return std::min({std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)),
-                   std::max<int64_t>(1, tiles / kMinTilesPerSplit), int64_t{kSplitKvMaxSplits}});
+  return std::min({std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)), tiles,
+                   int64_t{kSplitKvMaxSplits}});
 }
 
 int64_t partial_bytes(int64_t splits, int64_t totalQ, int32_t numQHeads, int32_t headDim) {

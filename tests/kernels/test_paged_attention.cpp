@@ -523,9 +523,9 @@ TEST(PagedAttentionPlan, DecodeSplitCounts) {
     EXPECT_EQ(plan.rowBlocks, 1);
     EXPECT_EQ(plan.workspaceBytes, partial_bytes(32, 1, 32, 128));
   }
-  {  // B 1, 4k: 64 tiles, at least 4 per split -> 16 splits
+  {  // B 1, 4k: 64 tiles -> 2 per split -> 32 splits
     PlanShape s(1, 1, 32, 8, 128, 4096);
-    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 16);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 32);
   }
   {  // B 16, 32k: 128 pairs -> 2 splits (a third would start a second wave)
     PlanShape s(16, 1, 32, 8, 128, 32768);
@@ -541,17 +541,15 @@ TEST(PagedAttentionPlan, DecodeSplitCounts) {
     EXPECT_EQ(plan.numSplits, 1);
     EXPECT_EQ(plan.workspaceBytes, 0);
   }
-  {  // at least 4 tiles of 64 keys per split: 129 keys (3 tiles) -> 1, 1000 keys (16) -> 4
+  {  // short context: no more splits than 64-key tiles (129 keys -> 3)
     PlanShape s(1, 1, 32, 8, 128, 129);
-    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 1);
-    PlanShape t(1, 1, 32, 8, 128, 1000);
-    EXPECT_EQ(kernel::planPagedAttention(t.p).numSplits, 4);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 3);
   }
-  {  // a sliding window bounds the keys one row block sees (W 1024 + 0 more rows + 1 tile of
-     // misalignment = 1088 keys -> 17 tiles -> 4 splits)
+  {  // a sliding window bounds the keys one row block sees (W 256 + 0 more rows + 1 tile of
+     // misalignment = 320 keys -> 5 tiles)
     PlanShape s(1, 1, 32, 8, 128, 32768);
-    s.p.slidingWindow = 1024;
-    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 4);
+    s.p.slidingWindow = 256;
+    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 5);
   }
 }
 
