@@ -1,9 +1,11 @@
 #include "cli/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -43,6 +45,113 @@ struct GenerateOptions {
   bool raw = false;        // no chat template
   bool noThink = false;    // Qwen3: enable_thinking = false
   bool json = false;
+  std::vector<std::string> stops;  // stop strings
+  std::string inputFile;           // a JSON batch of requests
+};
+
+// One request: its text and settings (from the command line, or one entry of --input-file).
+struct PromptSpec {
+  std::string prompt;
+  std::string system;
+  int32_t maxNewTokens = 0;
+  runtime::SamplingConfig sampling;
+};
+
+constexpr int32_t kMaxRequests = 64;
+
+// --input-file: a JSON array whose entries are a prompt string or an object
+// {"prompt", "system"?, "max_new_tokens"?, "temperature"?, "top_k"?, "top_p"?, "seed"?}; fields
+// left out take the command line's values.
+std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
+  const PromptSpec defaults{o.prompt, o.system, o.maxNewTokens, {o.temperature, o.topK, o.topP, o.seed}};
+  if (o.inputFile.empty()) return {defaults};
+  std::ifstream in(o.inputFile);
+  if (!in) ES_THROW(InvalidArgument, "generate: argument '--input-file' = ", o.inputFile, " cannot be read");
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    ES_THROW(FormatError, o.inputFile, ": not valid JSON (", e.what(), ")");
+  }
+  if (!doc.is_array() || doc.empty() || doc.size() > kMaxRequests) {
+    ES_THROW(FormatError, o.inputFile, ": must be a JSON array of 1 to ", kMaxRequests, " requests");
+  }
+  std::vector<PromptSpec> out;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const nlohmann::json& e = doc[i];
+    PromptSpec r = defaults;
+    try {
+      if (e.is_string()) {
+        r.prompt = e.get<std::string>();
+      } else if (e.is_object() && e.contains("prompt")) {
+        r.prompt = e.at("prompt").get<std::string>();
+        r.system = e.value("system", r.system);
+        r.maxNewTokens = e.value("max_new_tokens", r.maxNewTokens);
+        r.sampling.temperature = e.value("temperature", r.sampling.temperature);
+        r.sampling.topK = e.value("top_k", r.sampling.topK);
+        r.sampling.topP = e.value("top_p", r.sampling.topP);
+        r.sampling.seed = e.value("seed", r.sampling.seed);
+      } else {
+        ES_THROW(FormatError, o.inputFile, ": entry ", i, " must be a string or an object with \"prompt\"");
+      }
+    } catch (const nlohmann::json::exception& err) {
+      ES_THROW(FormatError, o.inputFile, ": entry ", i, " has a field of the wrong type (", err.what(), ")");
+    }
+    ES_CHECK_ARG(r.maxNewTokens >= 1 && r.maxNewTokens <= (1 << 20), "generate",
+                 "--input-file entry " + std::to_string(i) + " max_new_tokens", r.maxNewTokens, "must be in [1, 1048576]");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// A request's answer as text: streaming decode (never half a UTF-8 character), stop strings
+// (the answer ends before the first one; it is never printed: the last longestStop − 1 bytes
+// are held back until they cannot start one), and what may be printed so far.
+class AnswerText {
+ public:
+  AnswerText(const tokenizer::BpeTokenizer& tok, const std::vector<std::string>& stops)
+      : stream_(tok, /*skipSpecial=*/true), stops_(stops) {
+    for (const std::string& s : stops_) holdBack_ = std::max(holdBack_, s.size() - 1);
+  }
+  // Adds a token; returns the text that may be printed now.
+  std::string push(int32_t id) {
+    if (stopped_) return {};
+    append(stream_.push(id));
+    return printable();
+  }
+  // The end of the answer; returns the rest to print.
+  std::string finish() {
+    if (!stopped_) append(stream_.flush());
+    held_ = false;
+    return printable();
+  }
+  bool stopped() const { return stopped_; }
+  const std::string& text() const { return text_; }
+
+ private:
+  void append(const std::string& piece) {
+    const size_t from = text_.size() > holdBack_ ? text_.size() - holdBack_ : 0;  // new matches only
+    text_ += piece;
+    size_t cut = std::string::npos;
+    for (const std::string& s : stops_) cut = std::min(cut, text_.find(s, from));
+    if (cut != std::string::npos) {
+      text_.resize(cut);
+      stopped_ = true;
+    }
+  }
+  std::string printable() {
+    const size_t end = stopped_ || !held_ ? text_.size() : (text_.size() > holdBack_ ? text_.size() - holdBack_ : 0);
+    if (end <= printed_) return {};
+    std::string out = text_.substr(printed_, end - printed_);
+    printed_ = end;
+    return out;
+  }
+
+  tokenizer::StreamingDecoder stream_;
+  std::vector<std::string> stops_;
+  std::string text_;
+  size_t holdBack_ = 0, printed_ = 0;
+  bool stopped_ = false, held_ = true;
 };
 
 // Where tools/fetch_default_model.sh puts the embedded default model.
@@ -97,47 +206,64 @@ std::vector<int32_t> stopTokens(const tokenizer::BpeTokenizer& tok, const model:
 void runGenerate(const GenerateOptions& o) {
   ES_CHECK_ARG(o.maxNewTokens >= 1 && o.maxNewTokens <= (1 << 20), "generate", "--max-new-tokens",
                o.maxNewTokens, "must be in [1, 1048576]");
+  for (const std::string& stop : o.stops) {
+    ES_CHECK_ARG(!stop.empty() && stop.size() <= 256, "generate", "--stop", "\"" + stop + "\"",
+                 "must be 1 to 256 bytes");
+  }
+  const std::vector<PromptSpec> specs = readRequests(o);
+  const int32_t n = static_cast<int32_t>(specs.size());
   const fs::path dir = resolveModel(o);
   const auto t0 = std::chrono::steady_clock::now();
   auto backend = ops::makeBackend(o.backend);
   tokenizer::BpeTokenizer tok(loadTokenizer(dir));
 
-  std::string text = o.prompt;
-  bool templated = false;
-  if (!o.raw) {
-    if (tok.spec().chatTemplate.empty()) {
-      ES_LOG_WARN("the model ships no chat template: the prompt is used as raw text");
-    } else {
-      std::vector<tokenizer::ChatMessage> messages;
-      if (!o.system.empty()) messages.push_back({"system", o.system});
-      messages.push_back({"user", o.prompt});
-      text = tokenizer::ChatTemplate::fromTemplateText(tok.spec().chatTemplate)
-                 .render(messages, true, !o.noThink);
-      templated = true;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t r = 0; r < n; ++r) {
+    const PromptSpec& spec = specs[static_cast<size_t>(r)];
+    std::string text = spec.prompt;
+    bool templated = false;
+    if (!o.raw) {
+      if (tok.spec().chatTemplate.empty()) {
+        if (r == 0) ES_LOG_WARN("the model ships no chat template: the prompt is used as raw text");
+      } else {
+        std::vector<tokenizer::ChatMessage> messages;
+        if (!spec.system.empty()) messages.push_back({"system", spec.system});
+        messages.push_back({"user", spec.prompt});
+        text = tokenizer::ChatTemplate::fromTemplateText(tok.spec().chatTemplate)
+                   .render(messages, true, !o.noThink);
+        templated = true;
+      }
     }
+    // A rendered chat template already carries the model's begin-of-text marker where it wants
+    // one (Llama-3 writes <|begin_of_text|> itself), as transformers' apply_chat_template does:
+    // no second bos then. Raw prompts get the tokenizer's own bos rule.
+    prompts.push_back(templated ? tok.encode(text, /*parseSpecial=*/true)
+                                : tok.encodePrompt(text, /*parseSpecial=*/false));
+    ES_CHECK_ARG(!prompts.back().empty(), "generate", n == 1 ? "--prompt" : "--input-file prompt " + std::to_string(r),
+                 "\"\"", "encodes to no tokens");
   }
-  // A rendered chat template already carries the model's begin-of-text marker where it wants one
-  // (Llama-3 writes <|begin_of_text|> itself), as transformers' apply_chat_template does: no
-  // second bos then. Raw prompts get the tokenizer's own bos rule.
-  const std::vector<int32_t> prompt =
-      templated ? tok.encode(text, /*parseSpecial=*/true) : tok.encodePrompt(text, /*parseSpecial=*/false);
-  ES_CHECK_ARG(!prompt.empty(), "generate", "--prompt", "\"\"", "encodes to no tokens");
 
   std::fprintf(stderr, "[edgespec] loading %s on the %s backend\n", dir.string().c_str(),
                backend->name().c_str());
-  constexpr int32_t kMaxTokens = 256;  // rows of one forward: prefill chunks, verify blocks
+  // Rows of one forward: prefill chunks (256), and one verify block per request.
   const std::vector<int32_t> taps =
       o.draft.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(o.draft, model::loadModelConfig(dir));
-  model::TargetModel target(dir, *backend, kMaxTokens, taps);
+  const int32_t maxTokens = std::max(256, n * 32);
+  model::TargetModel target(dir, *backend, maxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;
   if (!o.draft.empty()) {
     std::fprintf(stderr, "[edgespec] loading the DFlash draft %s\n", o.draft.c_str());
-    draft = std::make_unique<model::DFlashDraft>(o.draft, *backend, target, kMaxTokens, 1);
+    draft = std::make_unique<model::DFlashDraft>(o.draft, *backend, target, maxTokens, n);
   }
   kv::KvCacheConfig kvc;
-  kvc.maxBatchSize = 1;
+  kvc.maxBatchSize = n;
+  int64_t longest = 0;
+  for (int32_t r = 0; r < n; ++r) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[static_cast<size_t>(r)].size()) +
+                                             specs[static_cast<size_t>(r)].maxNewTokens);
+  }
   // A speculative step may write 2·(BS − 1) rows past the budget (docs/runtime.md, capacity).
-  kvc.maxSequenceLength = static_cast<int32_t>(prompt.size()) + o.maxNewTokens + (draft ? 2 * draft->blockSize() : 0);
+  kvc.maxSequenceLength = static_cast<int32_t>(longest + (draft ? 2 * draft->blockSize() : 0));
   kvc.dtype = backend->computeDtype();
   kvc.baseLayers = target.kvLayerShapes();
   if (draft) kvc.draftLayers = draft->kvLayerShapes();
@@ -147,51 +273,68 @@ void runGenerate(const GenerateOptions& o) {
   std::unique_ptr<runtime::DFlashProposer> proposer;
   if (draft) proposer = std::make_unique<runtime::DFlashProposer>(*draft);
   runtime::DecodeEngine decoder(target, cache, proposer.get());
-  tokenizer::StreamingDecoder stream(tok, /*skipSpecial=*/true);
-  std::string answer;
-  std::chrono::steady_clock::time_point firstToken;
-  int32_t generated = 0;
   const std::vector<int32_t> stops = stopTokens(tok, target.config());
-  const runtime::GenerationRequest request{prompt, o.maxNewTokens, stops, {o.temperature, o.topK, o.topP, o.seed}};
-  const runtime::GenerationResult result = decoder.generate({request}, [&](int32_t, int32_t id) {
+  std::vector<AnswerText> answers;
+  std::vector<runtime::GenerationRequest> requests;
+  answers.reserve(static_cast<size_t>(n));
+  for (int32_t r = 0; r < n; ++r) answers.emplace_back(tok, o.stops);
+  for (int32_t r = 0; r < n; ++r) {
+    runtime::GenerationRequest q{prompts[static_cast<size_t>(r)], specs[static_cast<size_t>(r)].maxNewTokens, stops,
+                                 specs[static_cast<size_t>(r)].sampling};
+    q.stopWhen = [&answers, r] { return answers[static_cast<size_t>(r)].stopped(); };
+    requests.push_back(std::move(q));
+  }
+  const bool streaming = !o.json && n == 1;
+  std::chrono::steady_clock::time_point firstToken;
+  int64_t generated = 0;
+  const std::vector<runtime::GenerationResult> results = decoder.generate(requests, [&](int32_t r, int32_t id) {
     if (generated++ == 0) firstToken = std::chrono::steady_clock::now();
-    const std::string piece = stream.push(id);
-    answer += piece;
-    if (!o.json) {
+    const std::string piece = answers[static_cast<size_t>(r)].push(id);
+    if (streaming) {
       std::fputs(piece.c_str(), stdout);
       std::fflush(stdout);
     }
-  })[0];
-  const std::string tail = stream.flush();
-  answer += tail;
+  });
+  std::vector<std::string> tails;
+  for (AnswerText& a : answers) tails.push_back(a.finish());
   const auto t2 = std::chrono::steady_clock::now();
   const double loadS = std::chrono::duration<double>(t1 - t0).count();
   const double ttftS = std::chrono::duration<double>(firstToken - t1).count();
   const double decodeS = std::chrono::duration<double>(t2 - firstToken).count();
-  const double tokS = generated > 1 ? (generated - 1) / decodeS : 0.0;
-  const char* finish = result.finish == runtime::FinishReason::kStop ? "stop" : "length";
-  if (o.json) {
-    // prompt_ids and stop_ids let another implementation replay exactly this request
-    // (tools/hf_greedy_check.py).
-    const nlohmann::json out = {{"text", answer}, {"tokens", result.tokens},
-                                {"prompt_tokens", prompt.size()}, {"prompt_ids", prompt},
-                                {"stop_ids", stops}, {"finish_reason", finish},
-                                {"backend", backend->name()}, {"load_s", loadS},
-                                {"time_to_first_token_s", ttftS}, {"decode_tok_s", tokS}};
-    nlohmann::json full = out;
-    if (draft) {
-      full["draft"] = o.draft;
-      full["tau"] = decoder.stats().meanAcceptLength();
-      full["accept_histogram"] = decoder.stats().acceptHistogram;
+  // Tokens after each request's first (which comes from its prefill), per second of the loop.
+  const double tokS = generated > n ? static_cast<double>(generated - n) / decodeS : 0.0;
+  for (int32_t r = 0; r < n; ++r) {
+    const runtime::GenerationResult& result = results[static_cast<size_t>(r)];
+    const AnswerText& answer = answers[static_cast<size_t>(r)];
+    const char* finish = result.finish == runtime::FinishReason::kStop ? "stop" : "length";
+    if (o.json) {
+      // prompt_ids and stop_ids let another implementation replay exactly this request
+      // (tools/hf_greedy_check.py).
+      nlohmann::json out = {{"text", answer.text()}, {"tokens", result.tokens},
+                            {"prompt_tokens", prompts[static_cast<size_t>(r)].size()},
+                            {"prompt_ids", prompts[static_cast<size_t>(r)]}, {"stop_ids", stops},
+                            {"finish_reason", finish}, {"backend", backend->name()}, {"load_s", loadS},
+                            {"time_to_first_token_s", ttftS}, {"decode_tok_s", tokS}};
+      if (n > 1) out["request"] = r;
+      if (answer.stopped()) out["stop_string_hit"] = true;
+      if (draft) {
+        out["draft"] = o.draft;
+        out["tau"] = decoder.stats().meanAcceptLength();
+        out["accept_histogram"] = decoder.stats().acceptHistogram;
+      }
+      std::printf("%s\n", out.dump().c_str());
+    } else if (streaming) {
+      std::printf("%s\n", tails[static_cast<size_t>(r)].c_str());
+    } else {
+      std::printf("=== request %d (%s) ===\n%s\n", r, finish, answer.text().c_str());
     }
-    std::printf("%s\n", full.dump().c_str());
-  } else {
-    std::printf("%s\n", tail.c_str());
-    std::fflush(stdout);  // the answer before the statistics line on stderr
+  }
+  std::fflush(stdout);  // the answers before the statistics line on stderr
+  if (!o.json) {
     std::fprintf(stderr,
-                 "[edgespec] %s backend: prompt %zu tokens, generated %d (%s); load %.2f s, "
+                 "[edgespec] %s backend: %d request(s), prompt %zu tokens, generated %lld; load %.2f s, "
                  "first token %.2f s, decode %.1f tok/s\n",
-                 backend->name().c_str(), prompt.size(), generated, finish, loadS, ttftS, tokS);
+                 backend->name().c_str(), n, prompts[0].size(), static_cast<long long>(generated), loadS, ttftS, tokS);
     if (draft) {
       std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of block %d\n",
                    decoder.stats().meanAcceptLength(), draft->blockSize());
@@ -209,6 +352,10 @@ void addGenerateCommand(CLI::App& app) {
   cmd->add_option("--draft", options->draft, "DFlash draft folder (z-lab format): speculative decoding");
   cmd->add_option("-p,--prompt", options->prompt, "The user message")->capture_default_str();
   cmd->add_option("--system", options->system, "A system message");
+  cmd->add_option("--input-file", options->inputFile,
+                  "JSON array of requests decoded as one batch: prompt strings or objects {prompt, system, "
+                  "max_new_tokens, temperature, top_k, top_p, seed} (missing fields: the command line's)");
+  cmd->add_option("--stop", options->stops, "Stop string (repeatable): the answer ends before it");
   cmd->add_option("-n,--max-new-tokens", options->maxNewTokens, "Tokens to generate at most")
       ->capture_default_str();
   cmd->add_option("--backend", options->backend, "auto (GPU if present), cpu or cuda")

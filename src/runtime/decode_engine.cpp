@@ -299,6 +299,10 @@ std::vector<GenerationResult> DecodeEngine::generate(const std::vector<Generatio
       res.finish = FinishReason::kStop;
       return true;
     }
+    if (q.stopWhen && q.stopWhen()) {
+      res.finish = FinishReason::kStop;
+      return true;
+    }
     if (static_cast<int32_t>(res.tokens.size()) >= q.maxNewTokens) {
       res.finish = FinishReason::kLength;
       return true;

@@ -23,6 +23,9 @@ struct GenerationRequest {
   int32_t maxNewTokens = 0;          // >= 1
   std::vector<int32_t> stopTokens;   // generation ends after emitting one of these
   SamplingConfig sampling;           // default: greedy
+  // Asked after each generated token (after the token callback saw it): true ends the request
+  // there (FinishReason::kStop), e.g. when the decoded text now holds a stop string.
+  std::function<bool()> stopWhen;
 };
 
 enum class FinishReason { kLength, kStop };

@@ -133,6 +133,35 @@ TEST(SpeculativeDecoder, RaggedBatchEqualsPlainGreedy) {
   EXPECT_EQ(cache.activeCount(), 0);
 }
 
+// stopWhen (e.g. a stop string seen by the caller) ends a request inside an accepted block.
+TEST(SpeculativeDecoder, StopWhenEndsTheRequestAtThatToken) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
+  const int32_t V = static_cast<int32_t>(target.config().vocab_size);
+  const std::vector<int32_t> prompt = {5, 17, 99, 3, 250, 12};
+  std::vector<int32_t> truth;
+  {
+    kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
+    truth = PlainDecoder(target, cache).generate({{prompt, 30, {}, {}}})[0].tokens;
+  }
+  std::vector<int32_t> recording = prompt;
+  recording.insert(recording.end(), truth.begin(), truth.end());
+  for (const bool speculative : {false, true}) {
+    kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
+    ReplayProposer proposer(*backend, 8, 1, {recording}, V, 0.0f);
+    int seen = 0;
+    GenerationRequest q{prompt, 30, {}, {}};
+    q.stopWhen = [&seen] { return seen == 11; };
+    const TokenCallback count = [&seen](int32_t, int32_t) { ++seen; };
+    const GenerationResult out = speculative ? SpeculativeDecoder(target, proposer, cache).generate({q}, count)[0]
+                                             : PlainDecoder(target, cache).generate({q}, count)[0];
+    EXPECT_EQ(out.tokens, std::vector<int32_t>(truth.begin(), truth.begin() + 11)) << "speculative " << speculative;
+    EXPECT_EQ(out.finish, FinishReason::kStop);
+    EXPECT_EQ(seen, 11);
+    EXPECT_EQ(cache.activeCount(), 0);
+  }
+}
+
 TEST(SpeculativeDecoder, BadRequestsAreClearErrors) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 8);

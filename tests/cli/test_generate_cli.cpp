@@ -1,0 +1,141 @@
+// `edgespec generate` and `edgespec bench` end to end on the CPU backend, on the qwen3 fixture
+// (as a GGUF, so it carries a tokenizer): --draft (a random DFlash draft) gives exactly the
+// tokens of plain generation, greedy; --stop ends the answer before a stop string; --input-file
+// decodes a batch whose answers equal the requests run alone; bench reports the replay draft's
+// tau and identical output; mismatched drafts and bad input files are clear errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "common/errors.h"
+#include "model/gguf_fixture.h"
+#include "model/random_draft.h"
+#include "support/test_util.h"
+
+namespace es::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+int runCli(std::vector<std::string> args) {
+  args.insert(args.begin(), "edgespec");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return run(static_cast<int>(argv.size()), argv.data());
+}
+
+nlohmann::json runJson(const std::vector<std::string>& args) {
+  testing::internal::CaptureStdout();
+  const int rc = runCli(args);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0) << out;
+  return nlohmann::json::parse(out);
+}
+
+TEST(CliDraft, GenerateWithADFlashDraftEqualsPlainGreedy) {
+  test::TempDir tmp;
+  const std::string target = test::test_data_dir() + "/models/qwen3";
+  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(target).build());
+  model::test_draft::DraftSpec spec;
+  spec.blockSize = 4;
+  model::test_draft::writeDraft(tmp / "draft", spec);
+  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "-n", "20", "--raw",
+                                         "--model", (tmp / "q.gguf").string(), "--prompt", "hello there general"};
+  std::vector<std::string> withDraft = base;
+  withDraft.insert(withDraft.end(), {"--draft", (tmp / "draft").string()});
+  const nlohmann::json plain = runJson(base), spec_out = runJson(withDraft);
+  EXPECT_EQ(spec_out["tokens"], plain["tokens"]);
+  EXPECT_EQ(spec_out["text"], plain["text"]);
+  ASSERT_TRUE(spec_out.contains("tau"));
+  EXPECT_GE(spec_out["tau"].get<double>(), 1.0);
+  EXPECT_FALSE(plain.contains("tau"));
+}
+
+TEST(CliGenerate, StopStringEndsTheAnswerBeforeIt) {
+  test::TempDir tmp;
+  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "-n", "24", "--raw",
+                                         "--model", (tmp / "q.gguf").string(), "--prompt", "hello there general"};
+  const nlohmann::json full = runJson(base);
+  const std::string text = full["text"];
+  ASSERT_GT(text.size(), 12u);
+  const std::string stop = text.substr(text.size() / 2, 3);
+  std::vector<std::string> args = base;
+  args.insert(args.end(), {"--stop", stop});
+  const nlohmann::json cut = runJson(args);
+  EXPECT_EQ(cut["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(cut["finish_reason"], "stop");
+  EXPECT_TRUE(cut["stop_string_hit"].get<bool>());
+  EXPECT_LT(cut["tokens"].size(), full["tokens"].size());
+  // The tokens are the full run's prefix: stopping changes nothing before the stop.
+  for (size_t i = 0; i < cut["tokens"].size(); ++i) EXPECT_EQ(cut["tokens"][i], full["tokens"][i]);
+}
+
+TEST(CliGenerate, InputFileBatchEqualsRequestsAlone) {
+  test::TempDir tmp;
+  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  test::writeText(tmp / "in.json",
+                  R"(["hello there", {"prompt": "general kenobi", "max_new_tokens": 5},
+                      {"prompt": "a longer prompt with more words in it", "temperature": 0.8, "seed": 9}])");
+  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "--raw",
+                                         "--model", (tmp / "q.gguf").string()};
+  std::vector<std::string> batch = base;
+  batch.insert(batch.end(), {"-n", "12", "--input-file", (tmp / "in.json").string()});
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(runCli(batch), 0);
+  std::istringstream lines(testing::internal::GetCapturedStdout());
+  std::vector<nlohmann::json> outs;
+  for (std::string line; std::getline(lines, line);) outs.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(outs.size(), 3u);
+  auto alone = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return runJson(a);
+  };
+  EXPECT_EQ(outs[0]["tokens"], alone({"--prompt", "hello there", "-n", "12"})["tokens"]);
+  EXPECT_EQ(outs[1]["tokens"], alone({"--prompt", "general kenobi", "-n", "5"})["tokens"]);
+  EXPECT_EQ(outs[1]["tokens"].size(), 5u);
+  EXPECT_EQ(outs[2]["tokens"],
+            alone({"--prompt", "a longer prompt with more words in it", "-n", "12", "--temperature", "0.8", "--seed",
+                   "9"})["tokens"]);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(outs[static_cast<size_t>(r)]["request"], r);
+
+  test::writeText(tmp / "bad.json", R"([{"text": "no prompt field"}])");
+  std::vector<std::string> bad = base;
+  bad.insert(bad.end(), {"--input-file", (tmp / "bad.json").string()});
+  EXPECT_THROW(runCli(bad), FormatError);
+  test::writeText(tmp / "bad.json", "[");
+  EXPECT_THROW(runCli(bad), FormatError);
+}
+
+TEST(CliDraft, BenchReplayDraftAcceptsWholeBlocksAndMatchesPlain) {
+  const std::string target = test::test_data_dir() + "/models/qwen3";
+  const nlohmann::json out = runJson({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size", "4",
+                                      "--prompt-len", "20", "--gen-len", "33", "--repeats", "2", "--json"});
+  EXPECT_EQ(out["identical_prefix_fraction"].get<double>(), 1.0);
+  EXPECT_GT(out["tau"].get<double>(), 3.5);  // 32 tokens in blocks of 4 (the last one cut by the budget)
+  EXPECT_GT(out["plain_tok_s"].get<double>(), 0.0);
+  EXPECT_GT(out["verify_forward_ms"].get<double>(), 0.0);
+}
+
+TEST(CliDraft, MismatchedDraftIsAClearError) {
+  test::TempDir tmp;
+  const std::string target = test::test_data_dir() + "/models/qwen3";
+  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(target).build());
+  model::test_draft::DraftSpec spec;
+  spec.hidden = 64;  // the target's hidden size is 128
+  spec.layers = 1;
+  model::test_draft::writeDraft(tmp / "draft", spec);
+  EXPECT_THROW(runCli({"generate", "--backend", "cpu", "-n", "4", "--raw", "--model", (tmp / "q.gguf").string(),
+                       "--draft", (tmp / "draft").string()}),
+               InvalidArgument);
+  EXPECT_THROW(runCli({"bench", "--model", target, "--replay", "--draft", (tmp / "draft").string()}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace es::cli
