@@ -155,6 +155,18 @@ stage_smollm2() {
     [ $rc -eq 0 ] || { tail -5 "$out/smollm2_hf_check.err"; status=1; }
     summary+=("smollm2 vs transformers $([ $rc -eq 0 ] && echo ok || echo FAILED)   smollm2_hf_check.txt")
     while read -r line; do summary+=("  $line"); done < "$out/smollm2_hf_check.txt"
+    # The same prompts on the CPU backend (f32 activations, as transformers' fp32 run): the
+    # exact-arithmetic comparison, where bf16 near-ties cannot explain a divergence.
+    local cpu_files=()
+    for i in 0 1 2; do
+      "$build_dir/edgespec" generate --model "$gguf" --backend cpu --json -n "$n" -p "${prompts[$i]}" \
+        >"$out/smollm2_cpu_$i.json" 2>"$out/smollm2_cpu_$i.err" && cpu_files+=("$out/smollm2_cpu_$i.json")
+    done
+    python3 tools/hf_greedy_check.py --model "$dir" "${cpu_files[@]}" "${prompt_args[@]}" \
+      --report "$out/smollm2_hf_check_cpu.json" >"$out/smollm2_hf_check_cpu.txt" 2>"$out/smollm2_hf_check_cpu.err"
+    rc=$?
+    summary+=("smollm2 cpu (f32) vs transformers $([ $rc -eq 0 ] && echo ok || echo FAILED)   smollm2_hf_check_cpu.txt")
+    while read -r line; do summary+=("  $line"); done < "$out/smollm2_hf_check_cpu.txt"
   fi
   rm -rf "$dir"
   return $status
