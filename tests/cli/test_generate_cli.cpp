@@ -15,6 +15,7 @@
 #include "common/errors.h"
 #include "model/gguf_fixture.h"
 #include "model/random_draft.h"
+#include "support/cli_test_util.h"
 #include "support/test_util.h"
 
 namespace es::cli {
@@ -22,20 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int runCli(std::vector<std::string> args) {
-  args.insert(args.begin(), "edgespec");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  return run(static_cast<int>(argv.size()), argv.data());
-}
+using test::runCli;
 
-nlohmann::json runJson(const std::vector<std::string>& args) {
-  testing::internal::CaptureStdout();
-  const int rc = runCli(args);
-  const std::string out = testing::internal::GetCapturedStdout();
-  EXPECT_EQ(rc, 0) << out;
-  return nlohmann::json::parse(out);
-}
+nlohmann::json runJson(const std::vector<std::string>& args) { return test::runCliJson(args); }
 
 TEST(CliDraft, GenerateWithADFlashDraftEqualsPlainGreedy) {
   test::TempDir tmp;

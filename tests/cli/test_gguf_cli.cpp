@@ -14,6 +14,7 @@
 #include "model/gguf_convert.h"
 #include "model/gguf_fixture.h"
 #include "model/safetensors_test_writer.h"
+#include "support/cli_test_util.h"
 #include "support/test_util.h"
 
 namespace es::cli {
@@ -21,20 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int runCli(std::vector<std::string> args) {
-  args.insert(args.begin(), "edgespec");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  return run(static_cast<int>(argv.size()), argv.data());
-}
+using test::runCli;
 
-nlohmann::json runJson(const std::vector<std::string>& args) {
-  testing::internal::CaptureStdout();
-  const int rc = runCli(args);
-  const std::string out = testing::internal::GetCapturedStdout();
-  EXPECT_EQ(rc, 0) << out;
-  return nlohmann::json::parse(out);
-}
+nlohmann::json runJson(const std::vector<std::string>& args) { return test::runCliJson(args); }
 
 std::string fixture(const std::string& family) { return test::test_data_dir() + "/models/" + family; }
 
