@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
+#include <cmath>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -59,6 +62,26 @@ struct PromptSpec {
 
 constexpr int32_t kMaxRequests = 64;
 
+// Well-formed UTF-8 (shortest forms, no surrogates, <= U+10FFFF).
+bool isValidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (int k = 1; k < n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 0x2) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 // --input-file: a JSON array whose entries are a prompt string or an object
 // {"prompt", "system"?, "max_new_tokens"?, "temperature"?, "top_k"?, "top_p"?, "seed"?}; fields
 // left out take the command line's values.
@@ -74,31 +97,61 @@ std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
     ES_THROW(FormatError, o.inputFile, ": not valid JSON (", e.what(), ")");
   }
   if (!doc.is_array() || doc.empty() || doc.size() > kMaxRequests) {
-    ES_THROW(FormatError, o.inputFile, ": must be a JSON array of 1 to ", kMaxRequests, " requests");
+    ES_THROW(FormatError, o.inputFile, ": must be a JSON array of 1 to ", kMaxRequests, " requests (it is ",
+             doc.is_array() ? std::to_string(doc.size()) + " entries" : std::string("not an array"), ")");
   }
   std::vector<PromptSpec> out;
   for (size_t i = 0; i < doc.size(); ++i) {
     const nlohmann::json& e = doc[i];
+    const std::string where = o.inputFile + ": entry " + std::to_string(i);
     PromptSpec r = defaults;
-    try {
-      if (e.is_string()) {
-        r.prompt = e.get<std::string>();
-      } else if (e.is_object() && e.contains("prompt")) {
-        r.prompt = e.at("prompt").get<std::string>();
-        r.system = e.value("system", r.system);
-        r.maxNewTokens = e.value("max_new_tokens", r.maxNewTokens);
-        r.sampling.temperature = e.value("temperature", r.sampling.temperature);
-        r.sampling.topK = e.value("top_k", r.sampling.topK);
-        r.sampling.topP = e.value("top_p", r.sampling.topP);
-        r.sampling.seed = e.value("seed", r.sampling.seed);
-      } else {
-        ES_THROW(FormatError, o.inputFile, ": entry ", i, " must be a string or an object with \"prompt\"");
+    if (e.is_string()) {
+      r.prompt = e.get<std::string>();
+    } else if (e.is_object() && e.contains("prompt") && e.at("prompt").is_string()) {
+      static const char* const kKeys[] = {"prompt", "system", "max_new_tokens", "temperature", "top_k", "top_p", "seed"};
+      for (const auto& [key, value] : e.items()) {
+        if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) == std::end(kKeys)) {
+          ES_THROW(FormatError, where, ": unknown field '", key,
+                   "' (known: prompt, system, max_new_tokens, temperature, top_k, top_p, seed)");
+        }
       }
-    } catch (const nlohmann::json::exception& err) {
-      ES_THROW(FormatError, o.inputFile, ": entry ", i, " has a field of the wrong type (", err.what(), ")");
+      // Numbers are checked before narrowing: no silent wrap, truncation or infinity.
+      auto integer = [&](const char* key, int64_t lo, int64_t hi, int64_t fallback) {
+        if (!e.contains(key)) return fallback;
+        const nlohmann::json& v = e.at(key);
+        if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi)
+                                                               : v.get<int64_t>() < lo || v.get<int64_t>() > hi)) {
+          ES_THROW(FormatError, where, ": field '", key, "' = ", v.dump(), " must be an integer in [", lo, ", ", hi, "]");
+        }
+        return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
+      };
+      auto real = [&](const char* key, double lo, double hi, double fallback) {
+        if (!e.contains(key)) return fallback;
+        const nlohmann::json& v = e.at(key);
+        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo || v.get<double>() > hi) {
+          ES_THROW(FormatError, where, ": field '", key, "' = ", v.dump(), " must be a number in [", lo, ", ", hi, "]");
+        }
+        return v.get<double>();
+      };
+      r.prompt = e.at("prompt").get<std::string>();
+      if (e.contains("system")) {
+        if (!e.at("system").is_string()) ES_THROW(FormatError, where, ": field 'system' must be a string");
+        r.system = e.at("system").get<std::string>();
+      }
+      r.maxNewTokens = static_cast<int32_t>(integer("max_new_tokens", 1, 1 << 20, r.maxNewTokens));
+      r.sampling.temperature = static_cast<float>(real("temperature", 0.0, 100.0, r.sampling.temperature));
+      r.sampling.topK = static_cast<int32_t>(integer("top_k", 0, INT32_MAX, r.sampling.topK));
+      r.sampling.topP = static_cast<float>(real("top_p", 1e-6, 1.0, r.sampling.topP));
+      if (e.contains("seed")) {
+        const nlohmann::json& v = e.at("seed");
+        if (!v.is_number_unsigned()) {
+          ES_THROW(FormatError, where, ": field 'seed' = ", v.dump(), " must be an integer in [0, 2^64)");
+        }
+        r.sampling.seed = v.get<uint64_t>();
+      }
+    } else {
+      ES_THROW(FormatError, where, " must be a string or an object with a string \"prompt\"");
     }
-    ES_CHECK_ARG(r.maxNewTokens >= 1 && r.maxNewTokens <= (1 << 20), "generate",
-                 "--input-file entry " + std::to_string(i) + " max_new_tokens", r.maxNewTokens, "must be in [1, 1048576]");
     out.push_back(std::move(r));
   }
   return out;
@@ -209,6 +262,8 @@ void runGenerate(const GenerateOptions& o) {
   for (const std::string& stop : o.stops) {
     ES_CHECK_ARG(!stop.empty() && stop.size() <= 256, "generate", "--stop", "\"" + stop + "\"",
                  "must be 1 to 256 bytes");
+    // A stop string cuts the answer where it starts: it must be whole characters.
+    ES_CHECK_ARG(isValidUtf8(stop), "generate", "--stop", "(bytes)", "must be valid UTF-8");
   }
   const std::vector<PromptSpec> specs = readRequests(o);
   const int32_t n = static_cast<int32_t>(specs.size());

@@ -44,15 +44,20 @@ void DecodeEngine::allocate() {
   const int64_t B = maxBatch_, S = width_, BS = proposer_ ? width_ : 1;
   const int64_t maskWords = (S + 31) / 32, propMaskWords = (BS + 31) / 32;
 
-  // Sampling workspace for the largest step (per-row filtering arrays, as the step passes them).
-  SamplingParams sp;
-  sp.batch = static_cast<int32_t>(B); sp.vocab = vocab_; sp.top_ks = reinterpret_cast<const int32_t*>(1);
-  sampleWorkspaceBytes_ = sampling_workspace_bytes(sp);
-  if (S > 1) {
-    SpecVerifyParams vp;
-    vp.batch = static_cast<int32_t>(B); vp.num_draft = static_cast<int32_t>(S - 1); vp.vocab = vocab_;
-    vp.top_ks = reinterpret_cast<const int32_t*>(1);
-    sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, spec_verify_workspace_bytes(vp));
+  // Sampling workspace for every batch size a step can take (the need is not monotone in the
+  // batch: the general path splits rows into more chunks when there are fewer rows), with
+  // per-row filtering arrays as the step passes them (only their presence matters here).
+  const int32_t anyRow = 0;
+  sampleWorkspaceBytes_ = 0;
+  for (int32_t b = 1; b <= maxBatch_; ++b) {
+    SamplingParams sp;
+    sp.batch = b; sp.vocab = vocab_; sp.top_ks = &anyRow;
+    sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(sp));
+    if (S > 1) {
+      SpecVerifyParams vp;
+      vp.batch = b; vp.num_draft = static_cast<int32_t>(S - 1); vp.vocab = vocab_; vp.top_ks = &anyRow;
+      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, spec_verify_workspace_bytes(vp));
+    }
   }
 
   // One arena: i32 arrays, then i64/u64 (8-byte aligned), f32, i8, workspace (256-aligned).
@@ -128,10 +133,12 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
     // beyond them before the host retires it. Hence the margin 2·(S − 1) with a draft, 0 without.
     const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens;
     const int64_t margin = proposer_ ? 2 * (width_ - 1) : 0;
-    const int64_t limit = std::min(cache_.capacity(), target_.maxPositions()) - margin;
+    const int64_t positions =
+        std::min<int64_t>(target_.maxPositions(), proposer_ ? proposer_->maxPositions() : INT32_MAX);
+    const int64_t limit = std::min<int64_t>(cache_.capacity(), positions) - margin;
     ES_CHECK_ARG(total <= limit, kWhere, name + " prompt + maxNewTokens", total, "must be <= ", limit,
-                 ": the KV capacity (", cache_.capacity(), ") and RoPE table (", target_.maxPositions(),
-                 ") less ", margin, " rows a speculative step may write past the budget");
+                 ": the KV capacity (", cache_.capacity(), ") and RoPE tables (", positions,
+                 " positions) less ", margin, " rows a speculative step may write past the budget");
   }
 }
 
@@ -254,8 +261,14 @@ void DecodeEngine::step(int32_t B) {
 }
 
 void DecodeEngine::launchStep(int32_t B) {
-  target_.syncPageTable(cache_);
-  if (proposer_) proposer_->prepareLaunch(cache_);
+  // A captured step reads the page-table copies at the addresses they had at capture: should
+  // a copy move (the model was used with a cache of another shape), capture again.
+  const std::pair<const void*, const void*> tables(target_.syncPageTable(cache_),
+                                                   proposer_ ? proposer_->prepareLaunch(cache_) : nullptr);
+  if (tables != capturedTables_) {
+    graphs_.clear();
+    capturedTables_ = tables;
+  }
   const auto key = std::make_pair(B, sampled_);
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
@@ -280,6 +293,19 @@ void DecodeEngine::launchStep(int32_t B) {
 std::vector<GenerationResult> DecodeEngine::generate(const std::vector<GenerationRequest>& requests,
                                                      const TokenCallback& onToken) {
   checkRequests(requests);
+  try {
+    return run(requests, onToken);
+  } catch (...) {
+    // Leave the cache empty so the engine (and the cache) can serve the next call.
+    const std::vector<uint8_t> none(static_cast<size_t>(cache_.activeCount()), 0);
+    const std::vector<int32_t> oldToNew = cache_.retireAndCompact(none);
+    if (proposer_) proposer_->onCompact(oldToNew);
+    throw;
+  }
+}
+
+std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequest>& requests,
+                                                const TokenCallback& onToken) {
   const int32_t n = static_cast<int32_t>(requests.size());
   const int32_t S = width_;
   sampled_ = std::any_of(requests.begin(), requests.end(), [](const GenerationRequest& q) { return !isGreedy(q.sampling); });
@@ -373,8 +399,10 @@ std::vector<GenerationResult> DecodeEngine::generate(const std::vector<Generatio
     for (int32_t s = 0; s < B; ++s) {
       const int32_t r = requestOfSlot[static_cast<size_t>(s)];
       const int32_t count = host[s];
-      ES_CHECK_ARG(count >= 1 && count <= S, "DecodeEngine::generate", "emitted count", count,
-                   "must be in [1, ", S, "] (device state is corrupt)");
+      if (count < 1 || count > S) {
+        ES_THROW(Error, "DecodeEngine::generate: the step emitted ", count, " tokens for slot ", s,
+                 ", outside [1, ", S, "]: the device state is corrupt");
+      }
       const int32_t* tokens = host + B + static_cast<int64_t>(s) * S;
       int32_t emitted = 0;
       bool finished = false;

@@ -70,6 +70,7 @@ class DecodeEngine {
 
  private:
   void checkRequests(const std::vector<GenerationRequest>& requests) const;
+  std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests, const TokenCallback& onToken);
   void allocate();
   void uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
                    const std::vector<const GenerationRequest*>& requestOfSlot);
@@ -109,6 +110,7 @@ class DecodeEngine {
   // Captured steps per (batch size, sampled); a size runs eagerly once before it is captured.
   std::map<std::pair<int32_t, bool>, std::unique_ptr<ops::CapturedWork>> graphs_;
   std::map<std::pair<int32_t, bool>, int32_t> eagerRuns_;
+  std::pair<const void*, const void*> capturedTables_{nullptr, nullptr};  // page-table copies the graphs read
 };
 
 }  // namespace es::runtime

@@ -24,7 +24,8 @@ class DFlashProposer final : public DraftProposer {
   void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) override {
     draft_.propose(inputs, cache);
   }
-  void prepareLaunch(kv::KvCacheManager& cache) override { draft_.syncPageTable(cache); }
+  int32_t maxPositions() const override { return draft_.maxPositions(); }
+  const void* prepareLaunch(kv::KvCacheManager& cache) override { return draft_.syncPageTable(cache); }
 
  private:
   model::DFlashDraft& draft_;

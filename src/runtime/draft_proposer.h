@@ -3,6 +3,7 @@
 // committed tokens, and propose a block per sequence — on backend memory, so the engine's step
 // never needs the host. The DFlash draft is the product's proposer (runtime/dflash_proposer.h);
 // the replay proposer (runtime/replay_proposer.h) drives tests and benchmarks at any acceptance.
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -36,8 +37,16 @@ class DraftProposer {
   // T_b + BS; writes [B, BS] token ids into inputs.argmaxOut (row 0 included).
   virtual void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) = 0;
 
-  // Host work before the engine launches a captured step (e.g. page-table uploads).
-  virtual void prepareLaunch(kv::KvCacheManager& cache) { (void)cache; }
+  // Positions the draft can address (its RoPE table); the engine keeps requests within them.
+  virtual int32_t maxPositions() const { return INT32_MAX; }
+
+  // Host work before the engine launches a captured step (e.g. page-table uploads). Returns the
+  // address of the backend memory that work refreshes (null if none): when it changes, the
+  // engine captures its steps again.
+  virtual const void* prepareLaunch(kv::KvCacheManager& cache) {
+    (void)cache;
+    return nullptr;
+  }
   // Request `request` (index in the engine's generate call) now occupies page-table row `slot`.
   virtual void onAdmit(int32_t slot, int32_t request) { (void)slot, (void)request; }
   // Slots moved (KvCacheManager::retireAndCompact's oldToNew; -1 = retired).

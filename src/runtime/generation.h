@@ -25,7 +25,7 @@ struct GenerationRequest {
   SamplingConfig sampling;           // default: greedy
   // Asked after each generated token (after the token callback saw it): true ends the request
   // there (FinishReason::kStop), e.g. when the decoded text now holds a stop string.
-  std::function<bool()> stopWhen;
+  std::function<bool()> stopWhen = {};
 };
 
 enum class FinishReason { kLength, kStop };

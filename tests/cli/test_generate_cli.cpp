@@ -95,12 +95,32 @@ TEST(CliGenerate, InputFileBatchEqualsRequestsAlone) {
                    "9"})["tokens"]);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(outs[static_cast<size_t>(r)]["request"], r);
 
-  test::writeText(tmp / "bad.json", R"([{"text": "no prompt field"}])");
   std::vector<std::string> bad = base;
   bad.insert(bad.end(), {"--input-file", (tmp / "bad.json").string()});
-  EXPECT_THROW(runCli(bad), FormatError);
-  test::writeText(tmp / "bad.json", "[");
-  EXPECT_THROW(runCli(bad), FormatError);
+  // Each bad file is refused with a FormatError naming the field; nothing is silently narrowed.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"([{"text": "no prompt field"}])", "prompt"},
+      {"[", "JSON"},
+      {"[]", "1 to"},
+      {R"([{"prompt": "a", "max_new_tokens": 4294967297}])", "max_new_tokens"},
+      {R"([{"prompt": "a", "top_k": 2.9}])", "top_k"},
+      {R"([{"prompt": "a", "seed": -1}])", "seed"},
+      {R"([{"prompt": "a", "temperature": 1e300}])", "temperature"},
+      {R"([{"prompt": "a", "max_tokens": 3}])", "max_tokens"},
+      {R"([{"prompt": "a", "system": 5}])", "system"}};
+  for (const auto& [text, field] : cases) {
+    test::writeText(tmp / "bad.json", text);
+    try {
+      runCli(bad);
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+  // A stop string must be whole UTF-8 characters (it cuts the answer where it starts).
+  std::vector<std::string> badStop = base;
+  badStop.insert(badStop.end(), {"--prompt", "hi", "--stop", std::string("\xa9")});
+  EXPECT_THROW(runCli(badStop), InvalidArgument);
 }
 
 TEST(CliDraft, BenchReplayDraftAcceptsWholeBlocksAndMatchesPlain) {

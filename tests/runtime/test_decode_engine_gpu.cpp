@@ -43,10 +43,10 @@ kv::KvCacheConfig cacheFor(const model::TargetModel& m, int32_t batch, DType dty
 std::vector<GenerationRequest> raggedRequests(int32_t vocab, uint64_t seedBase = 0, float temperature = 0.0f) {
   std::mt19937 rng(11);
   std::vector<GenerationRequest> requests;
-  for (int32_t len : {5, 131, 40}) {
+  for (const auto& [len, budget] : {std::pair{5, 17}, std::pair{131, 25}, std::pair{40, 31}}) {
     GenerationRequest q;
     for (int32_t i = 0; i < len; ++i) q.prompt.push_back(static_cast<int32_t>(rng() % vocab));
-    q.maxNewTokens = 24 + len % 7;
+    q.maxNewTokens = budget;  // different budgets: the batch compacts as requests finish
     q.sampling = {temperature, 0, 1.0f, seedBase + static_cast<uint64_t>(len)};
     requests.push_back(q);
   }

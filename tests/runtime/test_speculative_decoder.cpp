@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -104,10 +105,10 @@ TEST(SpeculativeDecoder, RaggedBatchEqualsPlainGreedy) {
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
   std::mt19937 rng(11);
   std::vector<GenerationRequest> requests;
-  for (int32_t len : {5, 131, 40}) {
+  for (const auto& [len, budget] : {std::pair{5, 17}, std::pair{131, 25}, std::pair{40, 31}}) {
     std::vector<int32_t> prompt(static_cast<size_t>(len));
     for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % V);
-    requests.push_back({prompt, 20 + len % 7, {}, {}});
+    requests.push_back({prompt, budget, {}, {}});
   }
   std::vector<GenerationResult> plain;
   {
@@ -160,6 +161,27 @@ TEST(SpeculativeDecoder, StopWhenEndsTheRequestAtThatToken) {
     EXPECT_EQ(seen, 11);
     EXPECT_EQ(cache.activeCount(), 0);
   }
+}
+
+// A failure in the middle of generate (here a throwing stopWhen) leaves the cache empty and the
+// engine usable.
+TEST(SpeculativeDecoder, AFailedCallLeavesTheEngineUsable) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
+  kv::KvCacheManager cache(cacheFor(target, 2), MemorySpace::kHost);
+  const std::vector<int32_t> prompt = {5, 17, 99};
+  ReplayProposer proposer(*backend, 4, 2, {{5, 17, 99}, {5, 17, 99}}, 384, 0.0f);
+  SpeculativeDecoder decoder(target, proposer, cache);
+  GenerationRequest failing{prompt, 10, {}, {}};
+  int calls = 0;
+  failing.stopWhen = [&calls]() -> bool {
+    if (++calls == 4) throw std::runtime_error("caller failure");
+    return false;
+  };
+  EXPECT_THROW(decoder.generate({failing, {prompt, 10, {}, {}}}), std::runtime_error);
+  EXPECT_EQ(cache.activeCount(), 0);
+  const std::vector<GenerationResult> again = decoder.generate({{prompt, 10, {}, {}}});
+  EXPECT_EQ(again[0].tokens.size(), 10u);
 }
 
 TEST(SpeculativeDecoder, BadRequestsAreClearErrors) {
