@@ -300,10 +300,16 @@ void runGenerate(const GenerateOptions& o) {
 
   std::fprintf(stderr, "[edgespec] loading %s on the %s backend\n", dir.string().c_str(),
                backend->name().c_str());
-  // Rows of one forward: prefill chunks (256), and one verify block per request.
+  // Rows of one forward: prefill chunks (256), and one verify block per request (the draft's
+  // block size, read from its config before anything loads).
   const std::vector<int32_t> taps =
       o.draft.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(o.draft, model::loadModelConfig(dir));
-  const int32_t maxTokens = std::max(256, n * 32);
+  int64_t blockSize = 1;
+  if (!o.draft.empty()) {
+    const model::ModelConfig draftConfig = model::loadModelConfig(o.draft);
+    if (draftConfig.dflash) blockSize = std::max<int64_t>(1, draftConfig.dflash->block_size);
+  }
+  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, n * blockSize));
   model::TargetModel target(dir, *backend, maxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;
   if (!o.draft.empty()) {
