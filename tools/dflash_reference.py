@@ -271,13 +271,43 @@ def target_forward(model, ids, taps):
 
 # ---- The draft. ----
 
+def add_draft_modules(root, cfg, qcfg, n_taps):
+    """Gives `root` the DFlash draft's modules, named as in the z-lab checkpoint (fc, hidden_norm,
+    norm, layers.{i}.self_attn.{q,k,v,o}_proj and {q,k}_norm, input_layernorm,
+    post_attention_layernorm, mlp). One definition for the oracle and train/train_dflash.py, so
+    the weights one saves are the names the other (and the runtime) loads. Returns root."""
+    from torch import nn
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm
+    H, D = cfg["hidden_size"], cfg["head_dim"]
+    Hq, Hkv, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["rms_norm_eps"]
+    root.fc = nn.Linear(n_taps * H, H, bias=False)
+    root.hidden_norm = Qwen3RMSNorm(H, eps=eps)
+    root.norm = Qwen3RMSNorm(H, eps=eps)
+    layers = []
+    for _ in range(cfg["num_hidden_layers"]):
+        layer, attn = nn.Module(), nn.Module()
+        attn.q_proj = nn.Linear(H, Hq * D, bias=False)
+        attn.k_proj = nn.Linear(H, Hkv * D, bias=False)
+        attn.v_proj = nn.Linear(H, Hkv * D, bias=False)
+        attn.o_proj = nn.Linear(Hq * D, H, bias=False)
+        attn.q_norm = Qwen3RMSNorm(D, eps=eps)
+        attn.k_norm = Qwen3RMSNorm(D, eps=eps)
+        layer.self_attn = attn
+        layer.input_layernorm = Qwen3RMSNorm(H, eps=eps)
+        layer.post_attention_layernorm = Qwen3RMSNorm(H, eps=eps)
+        layer.mlp = Qwen3MLP(qcfg)
+        layers.append(layer)
+    root.layers = nn.ModuleList(layers)
+    return root
+
+
 class DFlashReference:
     """The draft of `draft_dir` paired with `target` (its embedding table and lm_head)."""
 
     def __init__(self, draft_dir, target):
         from torch import nn
         from safetensors.torch import load_file
-        from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
         with open(os.path.join(draft_dir, "config.json")) as f:
             cfg = json.load(f)
         if cfg.get("architectures") != ["DFlashDraftModel"]:
@@ -288,7 +318,6 @@ class DFlashReference:
         self.block_size = cfg["block_size"]
         self.mask_token_id = cfg["dflash_config"]["mask_token_id"]
         self.taps = list(cfg["dflash_config"]["target_layer_ids"])
-        eps = cfg["rms_norm_eps"]
         if cfg.get("rope_scaling") or cfg.get("attention_bias") or \
                 any(t != "full_attention" for t in cfg.get("layer_types", [])):
             raise SystemExit("the oracle covers default RoPE, no bias, full attention only")
@@ -297,28 +326,10 @@ class DFlashReference:
                                     "num_attention_heads", "num_key_value_heads", "head_dim",
                                     "max_position_embeddings", "rms_norm_eps")}
         qcfg = qwen3_config(dims, theta)
-        H, D, Hq, Hkv, n = self.H, self.D, self.Hq, self.Hkv, len(self.taps)
+        H, D, n = self.H, self.D, len(self.taps)
 
         # Modules named as the z-lab checkpoint, so load_state_dict(strict) checks every name.
-        root = nn.Module()
-        root.fc = nn.Linear(n * H, H, bias=False)
-        root.hidden_norm = Qwen3RMSNorm(H, eps=eps)
-        root.norm = Qwen3RMSNorm(H, eps=eps)
-        layers = []
-        for _ in range(cfg["num_hidden_layers"]):
-            layer, attn = nn.Module(), nn.Module()
-            attn.q_proj = nn.Linear(H, Hq * D, bias=False)
-            attn.k_proj = nn.Linear(H, Hkv * D, bias=False)
-            attn.v_proj = nn.Linear(H, Hkv * D, bias=False)
-            attn.o_proj = nn.Linear(Hq * D, H, bias=False)
-            attn.q_norm = Qwen3RMSNorm(D, eps=eps)
-            attn.k_norm = Qwen3RMSNorm(D, eps=eps)
-            layer.self_attn = attn
-            layer.input_layernorm = Qwen3RMSNorm(H, eps=eps)
-            layer.post_attention_layernorm = Qwen3RMSNorm(H, eps=eps)
-            layer.mlp = Qwen3MLP(qcfg)
-            layers.append(layer)
-        root.layers = nn.ModuleList(layers)
+        root = add_draft_modules(nn.Module(), cfg, qcfg, n)
         weights = load_file(os.path.join(draft_dir, "model.safetensors"))
         mask = weights.pop("mask_embedding", None)
         root.load_state_dict({k: v.float() for k, v in weights.items()}, strict=True)

@@ -88,10 +88,10 @@ def draft_config(target_cfg, args):
 def build_draft(cfg, init_mask_row):
     import torch
     from torch import nn
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
     H, D, Hq, Hkv = cfg["hidden_size"], cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    n, eps = len(cfg["dflash_config"]["target_layer_ids"]), cfg["rms_norm_eps"]
+    n = len(cfg["dflash_config"]["target_layer_ids"])
     dims = {k: cfg[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                 "num_attention_heads", "num_key_value_heads", "head_dim",
                                 "max_position_embeddings", "rms_norm_eps")}
@@ -100,24 +100,7 @@ def build_draft(cfg, init_mask_row):
     class Draft(nn.Module):
         def __init__(self):
             super().__init__()
-            self.fc = nn.Linear(n * H, H, bias=False)
-            self.hidden_norm = Qwen3RMSNorm(H, eps=eps)
-            self.norm = Qwen3RMSNorm(H, eps=eps)
-            layers = []
-            for _ in range(cfg["num_hidden_layers"]):
-                layer, attn = nn.Module(), nn.Module()
-                attn.q_proj = nn.Linear(H, Hq * D, bias=False)
-                attn.k_proj = nn.Linear(H, Hkv * D, bias=False)
-                attn.v_proj = nn.Linear(H, Hkv * D, bias=False)
-                attn.o_proj = nn.Linear(Hq * D, H, bias=False)
-                attn.q_norm = Qwen3RMSNorm(D, eps=eps)
-                attn.k_norm = Qwen3RMSNorm(D, eps=eps)
-                layer.self_attn = attn
-                layer.input_layernorm = Qwen3RMSNorm(H, eps=eps)
-                layer.post_attention_layernorm = Qwen3RMSNorm(H, eps=eps)
-                layer.mlp = Qwen3MLP(qcfg)
-                layers.append(layer)
-            self.layers = nn.ModuleList(layers)
+            ref.add_draft_modules(self, cfg, qcfg, n)  # fc, hidden_norm, norm, layers (z-lab names)
             self.mask_embedding = nn.Parameter(init_mask_row.detach().float().clone().reshape(H))
             # Not a parameter: rebuilt from the config (as z-lab and the runtime do), never saved.
             self.rotary = Qwen3RotaryEmbedding(config=qcfg)
