@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/buffer.h"
+#include "bench_gpu_util.cuh"
 #include "common/cuda_check.h"
 #include "common/dtype.h"
 #include "kernels/paged_attention.h"
@@ -36,6 +37,10 @@
 
 namespace es {
 namespace {
+
+using bench::hashUniform;
+using bench::median_us;
+using bench::upload;
 
 constexpr int32_t kPage = kv::kTokensPerPage;
 constexpr int32_t kHq = 32, kHkv = 8, kDim = 128;
@@ -49,18 +54,10 @@ std::vector<Row> g_rows;
 std::vector<std::string> g_notes;
 
 // ---- random fill (finite, never zero) -------------------------------------------------------------
-__device__ __forceinline__ uint32_t hash32(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
 __global__ void fill_bf16(bf16* out, int64_t n, uint32_t seed, float lo, float hi) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float u = float(hash32((uint64_t{seed} << 40) ^ uint64_t(i)) >> 8) * (1.0f / 16777216.0f);
+    const float u = hashUniform(seed, i);
     float x = lo + (hi - lo) * u;
     if (x == 0.0f) x = 0.5f;
     out[i] = to_bf16(x);
@@ -70,36 +67,7 @@ void fill(Buffer& b, uint32_t seed, float lo, float hi) {
   fill_bf16<<<2048, 256>>>(b.as<bf16>(), b.bytes() / 2, seed, lo, hi);
   ES_CUDA_CHECK_LAUNCH();
 }
-template <typename T>
-Buffer upload(const std::vector<T>& host) {
-  Buffer b = Buffer::allocate(MemorySpace::kDevice, int64_t(host.size() * sizeof(T)));
-  ES_CUDA_CHECK(cudaMemcpy(b.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return b;
-}
 
-// ---- timing -------------------------------------------------------------------------------------
-template <typename F>
-double median_us(cudaStream_t stream, int warmup, int iters, F&& fn) {
-  cudaEvent_t start, stop;
-  ES_CUDA_CHECK(cudaEventCreate(&start));
-  ES_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) fn(i);
-  ES_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> t(iters);
-  for (int i = 0; i < iters; ++i) {
-    ES_CUDA_CHECK(cudaEventRecord(start, stream));
-    fn(i);
-    ES_CUDA_CHECK(cudaEventRecord(stop, stream));
-    ES_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    ES_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    t[i] = ms * 1000.0;
-  }
-  ES_CUDA_CHECK(cudaEventDestroy(start));
-  ES_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(t.begin(), t.end());
-  return t[iters / 2];
-}
 
 // Per-call time of `calls` back-to-back fn(i) captured in one graph, median of `reps` replays.
 template <typename F>

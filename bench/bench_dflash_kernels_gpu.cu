@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/buffer.h"
+#include "bench_gpu_util.cuh"
 #include "common/cuda_check.h"
 #include "kernels/dflash_kv_update.h"
 #include "kernels/dflash_kv_update_kernel.cuh"
@@ -41,6 +42,10 @@
 
 namespace es {
 namespace {
+
+using bench::hashUniform;
+using bench::median_us;
+using bench::upload;
 
 constexpr int32_t kPage = kv::kTokensPerPage;
 
@@ -57,36 +62,7 @@ Buffer device(int64_t bytes) {
   return b;
 }
 
-template <typename T>
-Buffer upload(const std::vector<T>& host) {
-  Buffer b = Buffer::allocate(MemorySpace::kDevice, int64_t(host.size() * sizeof(T)));
-  ES_CUDA_CHECK(cudaMemcpy(b.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return b;
-}
 
-// Median over `iters` timed calls of fn(i) (each between its own pair of events) after `warmup`.
-template <typename F>
-double median_us(cudaStream_t stream, int warmup, int iters, F&& fn) {
-  cudaEvent_t start, stop;
-  ES_CUDA_CHECK(cudaEventCreate(&start));
-  ES_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) fn(i);
-  ES_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> t(iters);
-  for (int i = 0; i < iters; ++i) {
-    ES_CUDA_CHECK(cudaEventRecord(start, stream));
-    fn(i);
-    ES_CUDA_CHECK(cudaEventRecord(stop, stream));
-    ES_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    ES_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    t[i] = ms * 1000.0;
-  }
-  ES_CUDA_CHECK(cudaEventDestroy(start));
-  ES_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(t.begin(), t.end());
-  return t[iters / 2];
-}
 
 double copy_ceiling_gbps(cudaStream_t stream, const char* name, int warmup, int iters) {
   const int64_t bytes = int64_t{1} << 30;  // 1 GiB each way
@@ -236,19 +212,11 @@ void launch_variant(KvVariant v, const kernel::DFlashTargetKVCacheUpdateParams<T
 }
 
 // Random finite values (never zeros: METHOD.md), deterministic per (seed, index).
-__device__ __forceinline__ uint32_t hash32(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
 template <typename T>
 __global__ void fill_random(T* out, int64_t n, uint32_t seed, float lo, float hi) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float u = float(hash32((uint64_t{seed} << 40) ^ uint64_t(i)) >> 8) * (1.0f / 16777216.0f);
+    const float u = hashUniform(seed, i);
     const float x = lo + (hi - lo) * u;
     if constexpr (std::is_same_v<T, float>) {
       out[i] = x;

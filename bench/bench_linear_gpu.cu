@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/buffer.h"
+#include "bench_gpu_util.cuh"
 #include "common/cuda_check.h"
 #include "common/dtype.h"
 #include "kernels/linear.h"
@@ -37,6 +38,10 @@
 
 namespace es {
 namespace {
+
+using bench::hashUniform;
+using bench::median_us;
+using bench::upload;
 
 using kernel::LinearAlgo;
 using kernel::detail::GemvConfig;
@@ -48,18 +53,10 @@ struct Row {
 std::vector<Row> g_rows;
 
 // Random finite values in [lo, hi) (never all zeros), deterministic per (seed, index).
-__device__ __forceinline__ uint32_t hash32(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
 __global__ void fill_bf16(bf16* out, int64_t n, uint32_t seed, float lo, float hi) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float u = float(hash32((uint64_t{seed} << 40) ^ uint64_t(i)) >> 8) * (1.0f / 16777216.0f);
+    const float u = hashUniform(seed, i);
     out[i] = to_bf16(lo + (hi - lo) * u);
   }
 }
@@ -100,29 +97,6 @@ __global__ void __launch_bounds__(256) read_reduce(const uint4* __restrict__ p, 
   if ((threadIdx.x & 31) == 0) out[(blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32] = acc;
 }
 
-// Median of `iters` timed calls of fn() (each between its own pair of events) after `warmup`.
-template <typename F>
-double median_us(cudaStream_t stream, int warmup, int iters, F&& fn) {
-  cudaEvent_t start, stop;
-  ES_CUDA_CHECK(cudaEventCreate(&start));
-  ES_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) fn();
-  ES_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> t(iters);
-  for (int i = 0; i < iters; ++i) {
-    ES_CUDA_CHECK(cudaEventRecord(start, stream));
-    fn();
-    ES_CUDA_CHECK(cudaEventRecord(stop, stream));
-    ES_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    ES_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    t[i] = ms * 1000.0;
-  }
-  ES_CUDA_CHECK(cudaEventDestroy(start));
-  ES_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(t.begin(), t.end());
-  return t[iters / 2];
-}
 
 // Best of the U = 4 and U = 8 reductions over 4 GiB, in TB/s; one row each.
 double read_ceiling(cudaStream_t stream, const char* when, const Buffer& data, Buffer& out,
@@ -131,7 +105,7 @@ double read_ceiling(cudaStream_t stream, const char* when, const Buffer& data, B
   const int blocks = sms * 8;
   double best = 0;
   for (int u : {4, 8}) {
-    const double us = median_us(stream, 3, 15, [&] {
+    const double us = median_us(stream, 3, 15, [&](int) {
       if (u == 4) {
         read_reduce<4><<<blocks, 256, 0, stream>>>(data.as<uint4>(), n16, out.as<uint32_t>());
       } else {
@@ -263,7 +237,7 @@ void bench_shape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s
       for (int i = 0; i < launches; ++i) launch(v, i % copies, y.data());
       ES_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
       ES_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double us = median_us(stream, 3, 15, [&] {
+      const double us = median_us(stream, 3, 15, [&](int) {
                           ES_CUDA_CHECK(cudaGraphLaunch(exec, stream));
                         }) / launches;
       ES_CUDA_CHECK(cudaGraphExecDestroy(exec));
