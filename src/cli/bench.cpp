@@ -130,11 +130,7 @@ void runBench(const BenchOptions& o) {
       o.draft.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(o.draft, config);
   const int32_t BS0 = o.replay ? o.blockSize : 0;
   // Rows of one forward: a prefill chunk, and a whole batch's verify.
-  int64_t blockSize = o.replay ? o.blockSize : 1;
-  if (!o.draft.empty()) {
-    const model::ModelConfig draftConfig = model::loadModelConfig(o.draft);
-    if (draftConfig.dflash) blockSize = std::max<int64_t>(1, draftConfig.dflash->block_size);
-  }
+  const int64_t blockSize = !o.draft.empty() ? model::DFlashDraft::blockSizeOf(o.draft) : o.replay ? o.blockSize : 1;
   const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, o.batch * blockSize));
   const Clock::time_point l0 = Clock::now();
   model::TargetModel target(o.model, *backend, maxTokens, taps);

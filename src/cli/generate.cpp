@@ -304,11 +304,7 @@ void runGenerate(const GenerateOptions& o) {
   // block size, read from its config before anything loads).
   const std::vector<int32_t> taps =
       o.draft.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(o.draft, model::loadModelConfig(dir));
-  int64_t blockSize = 1;
-  if (!o.draft.empty()) {
-    const model::ModelConfig draftConfig = model::loadModelConfig(o.draft);
-    if (draftConfig.dflash) blockSize = std::max<int64_t>(1, draftConfig.dflash->block_size);
-  }
+  const int64_t blockSize = o.draft.empty() ? 1 : model::DFlashDraft::blockSizeOf(o.draft);
   const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, n * blockSize));
   model::TargetModel target(dir, *backend, maxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;

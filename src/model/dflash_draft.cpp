@@ -71,6 +71,13 @@ std::vector<int32_t> DFlashDraft::requiredTargetTaps(const std::filesystem::path
   return out;
 }
 
+int32_t DFlashDraft::blockSizeOf(const std::filesystem::path& draftDir) {
+  const ModelConfig c = loadModelConfig(draftDir);
+  ES_CHECK_ARG(c.isDraft(), "DFlashDraft::blockSizeOf", "architecture", architectureName(c.architecture),
+               "must be DFlashDraftModel (", c.source, ")");
+  return static_cast<int32_t>(c.dflash->block_size);
+}
+
 DFlashDraft::DFlashDraft(const std::filesystem::path& dir, ops::Backend& backend,
                          const TargetModel& target, int32_t maxContextTokens, int32_t maxBatch)
     : config_(loadModelConfig(dir)),

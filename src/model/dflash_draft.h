@@ -85,6 +85,8 @@ class DFlashDraft {
   static std::vector<int32_t> requiredTargetTaps(const std::filesystem::path& draftDir,
                                                  const ModelConfig& targetConfig);
   const std::vector<int32_t>& requiredTargetTaps() const { return taps_; }
+  // The block size of the draft in `draftDir` (to size the target's forwards before loading).
+  static int32_t blockSizeOf(const std::filesystem::path& draftDir);
 
   const ModelConfig& config() const { return config_; }
   ops::Backend& backend() const { return backend_; }
