@@ -37,6 +37,7 @@ def main():
     p.add_argument("--limit", type=int, default=0, help="at most this many sequences")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--json", help="write the result here")
+    p.add_argument("--device", default="cuda", help="cuda (bf16 autocast) or cpu (float32)")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args()
     import torch
@@ -52,8 +53,9 @@ def main():
         device, dtype = "cpu", torch.float32
     else:
         from transformers import AutoModelForCausalLM
-        device, dtype = "cuda", torch.bfloat16
-        target = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16)
+        device = a.device
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        target = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype)
     target = target.to(device).eval()
     with open(os.path.join(a.draft, "config.json")) as f:
         cfg = json.load(f)

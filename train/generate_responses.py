@@ -96,10 +96,11 @@ def main():
     p.add_argument("--heldout-prompts", default=os.path.join(HERE, "data", "prompts_heldout.jsonl"))
     p.add_argument("--out", default=os.path.join(HERE, "work", "responses.npz"))
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--batch", type=int, default=512)
     p.add_argument("--sampled-rounds", type=int, default=2, help="sampled (T=1) responses per training prompt")
     p.add_argument("--limit", type=int, default=0, help="use only the first N prompts of each set (testing)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", default="cuda", help="cuda (bf16) or cpu (float32: smoke tests)")
     p.add_argument("--dry-run", action="store_true", help="tiny random model on the CPU")
     a = p.parse_args()
     import torch
@@ -116,9 +117,10 @@ def main():
         from transformers import AutoModelForCausalLM, AutoTokenizer
         if a.limit:
             train_p, held_p = train_p[:a.limit], held_p[:a.limit]
-        device = "cuda"
+        device = a.device
         tok = AutoTokenizer.from_pretrained(a.model)
-        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).to(device).eval()
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype).to(device).eval()
         eos = tok.convert_tokens_to_ids("<|im_end|>")
         pad = model.config.pad_token_id if model.config.pad_token_id is not None else eos
         if eos is None or eos < 0:

@@ -120,6 +120,10 @@ def build_draft(cfg, init_mask_row):
                 for layer in self.layers:
                     layer.self_attn.o_proj.weight.mul_(scale)
                     layer.mlp.down_proj.weight.mul_(scale)
+                # The output goes through the target's lm_head, whose rows (tied embeddings) are
+                # long: with a unit final norm the first logits span ~±80 (SmolLM2: initial loss
+                # ~87 against ln V = 10.8). A small final-norm scale starts near uniform instead.
+                self.norm.weight.fill_(1.0 / math.sqrt(H))
 
         def state_for_save(self):
             return {k: v for k, v in self.state_dict().items() if not k.startswith("rotary.")}
@@ -515,6 +519,7 @@ def main():
     p.add_argument("--save-every-seconds", type=float, default=180.0)
     p.add_argument("--shard-mib", type=int, default=15)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cuda", help="cuda (bf16 autocast) or cpu (float32: smoke tests)")
     p.add_argument("--dry-run", action="store_true", help="tiny random target and data on the CPU")
     p.add_argument("--check", action="store_true", help="torch-free unit checks only")
     a = p.parse_args()
@@ -545,9 +550,10 @@ def main():
         device, compute_dtype = "cpu", torch.float32
     else:
         from transformers import AutoModelForCausalLM
-        device, compute_dtype = "cuda", torch.bfloat16
+        device = a.device
+        compute_dtype = torch.bfloat16 if device == "cuda" else torch.float32
         torch.backends.cuda.matmul.allow_tf32 = True
-        target = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16)
+        target = AutoModelForCausalLM.from_pretrained(a.model, dtype=compute_dtype)
     target = target.to(device).eval()
     for q in target.parameters():
         q.requires_grad_(False)
