@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "kv/page_geometry.h"
+#include "kv/prefix_cache.h"
 
 namespace es::kv {
 namespace {
@@ -52,7 +53,23 @@ KvCachePlan planKvCache(const KvCacheConfig& c) {
   ES_CHECK_ARG(c.numPages == 0 || c.numPages >= minimumPages, "planKvCache", "numPages",
                c.numPages, "must be 0 (minimum) or >= computeMinimumKvPoolPages (", minimumPages,
                ")");
-  plan.numPages = checkedPoolPages(c.numPages == 0 ? minimumPages : c.numPages, "numPages");
+  ES_CHECK_ARG(c.prefixCachePages >= 0, "planKvCache", "prefixCachePages", c.prefixCachePages,
+               "must be >= 0 (0 = prefix reuse off)");
+  if (c.prefixCachePages > 0) {
+    ES_CHECK_ARG(c.numPages == 0, "planKvCache", "numPages", c.numPages,
+                 "must be 0 when prefixCachePages (", c.prefixCachePages, ") sizes the pool");
+    checkedPoolPages(minimumPages, "numPages");
+    ES_CHECK_ARG(c.prefixCachePages <= kMaxKvPoolPages - minimumPages, "planKvCache",
+                 "prefixCachePages", c.prefixCachePages, "must be <= ",
+                 kMaxKvPoolPages - minimumPages, " (kMaxKvPoolPages less the minimum pool of ",
+                 minimumPages, " pages)");
+  }
+  const int64_t poolPages =
+      c.prefixCachePages > 0
+          ? computePrefixCachePoolPages(c.maxBatchSize, c.maxSequenceLength, c.prefixCachePages)
+          : c.numPages == 0 ? minimumPages : c.numPages;
+  plan.numPages = checkedPoolPages(poolPages, "numPages");
+  plan.prefixCachePages = static_cast<int32_t>(c.prefixCachePages);
 
   // Reduced layers share one bounded pool, so they must agree on the window.
   for (size_t i = 0; i < c.baseLayers.size(); ++i) {
@@ -68,6 +85,11 @@ KvCachePlan planKvCache(const KvCacheConfig& c) {
       plan.slidingWindow = cap;
     }
   }
+  // Reused pages would need the bounded pool's window pages too; not supported yet.
+  ES_CHECK_ARG(c.prefixCachePages == 0 || plan.slidingWindow == 0, "planKvCache",
+               "prefixCachePages", c.prefixCachePages,
+               "must be 0 with sliding-window (reduced) layers: prefix reuse needs full-capacity "
+               "layers only");
   if (plan.slidingWindow > 0) {
     plan.numSwaPages = checkedPoolPages(
         computeMinimumSwaPoolPages(c.maxBatchSize, plan.slidingWindow), "numSwaPages");
@@ -102,6 +124,11 @@ KvCachePlan planKvCache(const KvCacheConfig& c) {
     plan.draft.push_back(place(s, false));
   }
   plan.totalBytes = offset;
+  for (const auto* layers : {&plan.base, &plan.draft}) {
+    for (const KvLayerPlan& l : *layers) {
+      if (!l.reduced) plan.prefixCacheBytes += l.bytes / l.numPages * plan.prefixCachePages;
+    }
+  }
   ES_CHECK_ARG(c.memoryBudgetBytes == 0 || plan.totalBytes <= c.memoryBudgetBytes, "planKvCache",
                "memoryBudgetBytes", c.memoryBudgetBytes, "is below the ", plan.totalBytes,
                " bytes the KV cache needs");
@@ -117,6 +144,11 @@ std::string KvCachePlan::describe() const {
   os << "  full pool: " << numPages << " pages";
   if (numSwaPages > 0) os << "; sliding-window pool: " << numSwaPages << " pages (window " << slidingWindow << ")";
   os << "\n";
+  if (prefixCachePages > 0) {
+    os << "  prefix reuse: " << prefixCachePages << " retained pages beyond the minimum of "
+       << numPages - prefixCachePages << " (" << std::fixed << std::setprecision(2)
+       << mib(prefixCacheBytes) << " MiB)\n";
+  }
   os << "  layers          kind   kv_heads  head_dim  pages  MiB/layer\n";
   // Consecutive layers of identical shape share one row.
   auto rows = [&](const std::vector<KvLayerPlan>& layers, const std::string& prefix) {
@@ -156,7 +188,8 @@ nlohmann::json KvCachePlan::toJson() const {
   return {{"max_batch_size", maxBatchSize}, {"capacity_padded", capacityPadded},
           {"max_pages_per_seq", maxPagesPerSeq}, {"tokens_per_page", kTokensPerPage},
           {"num_pages", numPages}, {"num_swa_pages", numSwaPages},
-          {"sliding_window", slidingWindow}, {"dtype", std::string(dtype_name(dtype))},
+          {"sliding_window", slidingWindow}, {"prefix_cache_pages", prefixCachePages},
+          {"prefix_cache_bytes", prefixCacheBytes}, {"dtype", std::string(dtype_name(dtype))},
           {"base_layers", layers(base)}, {"draft_layers", layers(draft)},
           {"total_bytes", totalBytes}};
 }

@@ -26,6 +26,10 @@ struct KvCacheConfig {
   std::vector<KvLayerShape> baseLayers;   // the target model
   std::vector<KvLayerShape> draftLayers;  // the DFlash draft (empty: no draft cache)
   int64_t numPages = 0;           // K pages of the full-capacity pool; 0 = the minimum
+  // Prefix reuse (spec §1.4, retained pages): pages beyond computeMinimumKvPoolPages that hold
+  // records of finished requests' prompt blocks; > 0 turns reuse on and sizes the pool as
+  // computePrefixCachePoolPages (numPages must then be 0). 0 = off.
+  int64_t prefixCachePages = 0;
   int64_t memoryBudgetBytes = 0;  // 0 = no budget; else the plan must fit in it
 };
 
@@ -44,6 +48,8 @@ struct KvCachePlan {
   int32_t capacityPadded;  // per-slot token capacity, a multiple of 128
   int32_t maxPagesPerSeq;
   int32_t numPages;        // full-capacity pool pages (base and draft pools)
+  int32_t prefixCachePages;  // of which retained for prefix reuse (0: reuse off)
+  int64_t prefixCacheBytes;  // their memory: every full-capacity base and draft layer
   int32_t numSwaPages;     // bounded pool pages, 0 when no layer is reduced
   int32_t slidingWindow;   // the reduced layers' common capacity, 0 when none
   DType dtype;

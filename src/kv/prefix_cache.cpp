@@ -164,6 +164,7 @@ std::optional<PrefixBlockPages> PrefixCache::evictOne() {
     lru_.erase({use, id});
     base_.drop(pages.base, true);
     if (pages.draft >= 0) draft_.drop(pages.draft, true);
+    ++evictions_;
     return pages;
   }
   return std::nullopt;

@@ -100,6 +100,7 @@ class PrefixCache {
   int32_t freeDraftPages() const { return static_cast<int32_t>(draft_.free.size()); }
   int32_t recordCount() const { return static_cast<int32_t>(records_.size()); }
   int32_t activeRequests() const { return static_cast<int32_t>(requests_.size()); }
+  int64_t evictions() const { return evictions_; }  // records evicted so far
   int32_t baseActiveCount(PageId page) const;
   int32_t baseCacheCount(PageId page) const;
   int32_t draftActiveCount(PageId page) const;
@@ -146,6 +147,7 @@ class PrefixCache {
   int64_t nextRecord_ = 0;
   int64_t nextRequest_ = 1;
   uint64_t clock_ = 0;
+  int64_t evictions_ = 0;
 };
 
 }  // namespace es::kv
