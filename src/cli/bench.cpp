@@ -16,6 +16,7 @@
 #include "model/dflash_draft.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
+#include "runtime/decode_engine.h"
 #include "runtime/dflash_proposer.h"
 #include "runtime/plain_decoder.h"
 #include "runtime/replay_proposer.h"
@@ -39,6 +40,9 @@ struct BenchOptions {
   int32_t repeats = 20;      // launches per isolated step timing
   std::string backend = "auto";
   bool json = false;
+  bool prefixReuse = false;   // time to first token with and without prefix reuse instead
+  int32_t sharedLength = 4096;  // prefix reuse: prompt tokens shared with an earlier request
+  int32_t ttftRuns = 5;         // prefix reuse: timed requests per mode (median reported)
 };
 
 // Seconds per launch of `work` on `backend`: captured once and replayed where the backend can
@@ -111,6 +115,106 @@ double proposalSeconds(model::DFlashDraft& draft, kv::KvCacheManager& cache, int
   return timeLaunches(backend, repeats, [&] { draft.propose(in, cache); });
 }
 
+// --prefix-reuse: time to first token of a prompt whose first sharedLength tokens an earlier
+// request already ran, with prefix reuse off (the whole prompt is prefilled) and on (only the
+// blocks after the shared, published ones are). Each mode gets its own cache and engine; one
+// untimed request (the shared prefix and its own suffix) warms up and, with reuse, publishes
+// the prefix; then ttftRuns requests with fresh suffixes are timed from generate() to their
+// first token (maxNewTokens 1: the prefill's token). With --draft the draft's context of the
+// suffix is computed too (and the prefix's reused), as the speculative decoder does.
+void runPrefixReuseBench(const BenchOptions& o, ops::Backend& backend, const model::ModelConfig& config,
+                         model::TargetModel& target, model::DFlashDraft* draft, double loadS) {
+  constexpr const char* kWhere = "bench";
+  ES_CHECK_ARG(!o.replay, kWhere, "--replay", "set", "cannot be combined with --prefix-reuse (use --draft or none)");
+  ES_CHECK_ARG(o.batch == 1, kWhere, "--batch", o.batch, "must be 1 with --prefix-reuse");
+  ES_CHECK_ARG(o.sharedLength >= kv::kTokensPerPage && o.sharedLength < o.promptLength, kWhere, "--shared-len",
+               o.sharedLength, "must be in [", kv::kTokensPerPage, ", --prompt-len = ", o.promptLength,
+               ") with --prefix-reuse");
+  ES_CHECK_ARG(o.ttftRuns >= 1 && o.ttftRuns <= 1000, kWhere, "--ttft-runs", o.ttftRuns, "must be in [1, 1000]");
+  const int32_t BS = draft ? draft->blockSize() : 1;
+  std::mt19937 rng(0);
+  auto randomTokens = [&](int32_t n) {
+    std::vector<int32_t> t;
+    for (int32_t i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(rng() % config.vocab_size));
+    return t;
+  };
+  const std::vector<int32_t> shared = randomTokens(o.sharedLength);
+  std::vector<runtime::GenerationRequest> requests;  // [0]: warm-up, then the timed ones
+  for (int32_t r = 0; r <= o.ttftRuns; ++r) {
+    runtime::GenerationRequest q;
+    q.prompt = shared;
+    const std::vector<int32_t> suffix = randomTokens(o.promptLength - o.sharedLength);
+    q.prompt.insert(q.prompt.end(), suffix.begin(), suffix.end());
+    q.maxNewTokens = 1;
+    requests.push_back(std::move(q));
+  }
+
+  kv::KvCacheConfig kvc;
+  kvc.maxBatchSize = 1;
+  kvc.maxSequenceLength = o.promptLength + 2 + 2 * BS;
+  kvc.dtype = backend.computeDtype();
+  kvc.baseLayers = target.kvLayerShapes();
+  if (draft) kvc.draftLayers = draft->kvLayerShapes();
+  const int64_t promptPages = (o.promptLength + kv::kTokensPerPage - 1) / kv::kTokensPerPage;
+
+  struct Mode {
+    std::vector<double> ttft;
+    std::vector<int32_t> firstTokens;
+    int64_t prefillRows = 0, reusedTokens = 0;
+  };
+  auto measure = [&](bool reuse) {
+    // Room to retain the shared prefix and a suffix or two (older suffixes are evicted, LRU).
+    kvc.prefixCachePages = reuse ? 2 * promptPages : 0;
+    kv::KvCacheManager cache(kvc, backend.space());
+    std::unique_ptr<runtime::DFlashProposer> proposer;
+    if (draft) proposer = std::make_unique<runtime::DFlashProposer>(*draft);
+    runtime::DecodeEngine engine(target, cache, proposer.get());
+    engine.generate({requests[0]});
+    Mode m;
+    for (int32_t r = 1; r <= o.ttftRuns; ++r) {
+      backend.synchronize();
+      Clock::time_point first;
+      const Clock::time_point t0 = Clock::now();
+      const std::vector<runtime::GenerationResult> out =
+          engine.generate({requests[static_cast<size_t>(r)]}, [&](int32_t, int32_t) { first = Clock::now(); });
+      m.ttft.push_back(std::chrono::duration<double>(first - t0).count());
+      m.firstTokens.push_back(out[0].tokens[0]);
+      m.prefillRows += engine.stats().prefillRows;
+      m.reusedTokens += engine.stats().reusedTokens;
+    }
+    return m;
+  };
+  const Mode off = measure(false), on = measure(true);
+  auto medianMs = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return 1e3 * v[v.size() / 2];
+  };
+  int32_t same = 0;
+  for (size_t r = 0; r < off.firstTokens.size(); ++r) same += off.firstTokens[r] == on.firstTokens[r];
+  const nlohmann::json out = {
+      {"model", o.model}, {"backend", backend.name()}, {"draft", draft ? o.draft : ""}, {"load_s", loadS},
+      {"prompt_len", o.promptLength}, {"shared_len", o.sharedLength}, {"runs", o.ttftRuns},
+      {"ttft_ms_reuse_off", medianMs(off.ttft)}, {"ttft_ms_reuse_on", medianMs(on.ttft)},
+      {"speedup", medianMs(off.ttft) / medianMs(on.ttft)},
+      {"prefill_rows_reuse_off", off.prefillRows / o.ttftRuns}, {"prefill_rows_reuse_on", on.prefillRows / o.ttftRuns},
+      {"reused_tokens", on.reusedTokens / o.ttftRuns}, {"first_token_identical", same}};
+  if (o.json) {
+    std::printf("%s\n", out.dump().c_str());
+    return;
+  }
+  std::printf("%-28s %s (%s backend)%s%s\n", "model", o.model.c_str(), backend.name().c_str(),
+              draft ? ", DFlash draft " : "", draft ? o.draft.c_str() : "");
+  std::printf("%-28s prompt %d tokens, the first %d shared with an earlier request; median of %d\n", "workload",
+              o.promptLength, o.sharedLength, o.ttftRuns);
+  std::printf("%-28s %10.2f ms  (%lld prompt rows prefilled)\n", "TTFT, prefix reuse off", medianMs(off.ttft),
+              static_cast<long long>(off.prefillRows / o.ttftRuns));
+  std::printf("%-28s %10.2f ms  (%lld prompt rows prefilled, %lld reused)\n", "TTFT, prefix reuse on",
+              medianMs(on.ttft), static_cast<long long>(on.prefillRows / o.ttftRuns),
+              static_cast<long long>(on.reusedTokens / o.ttftRuns));
+  std::printf("%-28s %10.2fx\n", "speedup", out["speedup"].get<double>());
+  std::printf("%-28s %d of %d\n", "first token identical", same, o.ttftRuns);
+}
+
 void runBench(const BenchOptions& o) {
   constexpr const char* kWhere = "bench";
   ES_CHECK_ARG(!o.model.empty(), kWhere, "--model", "\"\"", "is required (a model folder)");
@@ -137,6 +241,10 @@ void runBench(const BenchOptions& o) {
   std::unique_ptr<model::DFlashDraft> draft;
   if (!o.draft.empty()) draft = std::make_unique<model::DFlashDraft>(o.draft, *backend, target, maxTokens, o.batch);
   const double loadS = std::chrono::duration<double>(Clock::now() - l0).count();
+  if (o.prefixReuse) {
+    runPrefixReuseBench(o, *backend, config, target, draft.get(), loadS);
+    return;
+  }
   const int32_t BS = draft ? draft->blockSize() : BS0;
 
   kv::KvCacheConfig kvc;
@@ -286,6 +394,13 @@ void addBenchCommand(CLI::App& app) {
   cmd->add_option("--repeats", options->repeats, "Launches per isolated step timing")->capture_default_str();
   cmd->add_option("--backend", options->backend, "auto (GPU if present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_flag("--prefix-reuse", options->prefixReuse,
+                "Instead: time to first token of a --prompt-len prompt whose first --shared-len tokens an "
+                "earlier request ran, prefix reuse off vs on (batch 1; --draft adds the draft's context)");
+  cmd->add_option("--shared-len", options->sharedLength, "--prefix-reuse: tokens shared with the earlier request")
+      ->capture_default_str();
+  cmd->add_option("--ttft-runs", options->ttftRuns, "--prefix-reuse: timed requests per mode (median)")
       ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of the table");
   cmd->callback([options] { runBench(*options); });

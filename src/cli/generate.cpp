@@ -50,6 +50,7 @@ struct GenerateOptions {
   bool json = false;
   std::vector<std::string> stops;  // stop strings
   std::string inputFile;           // a JSON batch of requests
+  int64_t prefixCachePages = 0;    // retained pages for prefix reuse (0 = off)
   bool warmup = false;             // an untimed short run first (graph capture, caches)
 };
 
@@ -260,6 +261,8 @@ std::vector<int32_t> stopTokens(const tokenizer::BpeTokenizer& tok, const model:
 void runGenerate(const GenerateOptions& o) {
   ES_CHECK_ARG(o.maxNewTokens >= 1 && o.maxNewTokens <= (1 << 20), "generate", "--max-new-tokens",
                o.maxNewTokens, "must be in [1, 1048576]");
+  ES_CHECK_ARG(o.prefixCachePages >= 0, "generate", "--prefix-cache-pages", o.prefixCachePages,
+               "must be >= 0 (0 = prefix reuse off)");
   for (const std::string& stop : o.stops) {
     ES_CHECK_ARG(!stop.empty() && stop.size() <= 256, "generate", "--stop", "\"" + stop + "\"",
                  "must be 1 to 256 bytes");
@@ -325,6 +328,13 @@ void runGenerate(const GenerateOptions& o) {
   kvc.dtype = backend->computeDtype();
   kvc.baseLayers = target.kvLayerShapes();
   if (draft) kvc.draftLayers = draft->kvLayerShapes();
+  if (o.prefixCachePages > 0) {
+    // Named here so the error speaks of the flag; planKvCache checks the same bound.
+    const int64_t limit = kv::kMaxKvPoolPages - kv::computeMinimumKvPoolPages(kvc.maxBatchSize, kvc.maxSequenceLength);
+    ES_CHECK_ARG(o.prefixCachePages <= limit, "generate", "--prefix-cache-pages", o.prefixCachePages,
+                 "must be <= ", limit, " (kMaxKvPoolPages less the minimum pool for this batch)");
+    kvc.prefixCachePages = o.prefixCachePages;
+  }
   kv::KvCacheManager cache(kvc, backend->space());
   const auto t1 = std::chrono::steady_clock::now();
 
@@ -388,6 +398,7 @@ void runGenerate(const GenerateOptions& o) {
                             {"time_to_first_token_s", ttftS}, {"decode_tok_s", tokS}};
       if (n > 1) out["request"] = r;
       if (answer.stopped()) out["stop_string_hit"] = true;
+      if (cache.prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
       if (draft) {
         out["draft"] = o.draft;
         out["tau"] = decoder.stats().meanAcceptLength();
@@ -441,6 +452,10 @@ void addGenerateCommand(CLI::App& app) {
   cmd->add_option("--seed", options->seed, "Seed of the request-stable sampler")->capture_default_str();
   cmd->add_flag("--raw", options->raw, "Use the prompt as raw text (no chat template)");
   cmd->add_flag("--no-think", options->noThink, "Qwen3: disable thinking (enable_thinking=false)");
+  cmd->add_option("--prefix-cache-pages", options->prefixCachePages,
+                  "Prefix reuse: KV pages (128 tokens each) retained beyond the active minimum for "
+                  "prompt blocks requests share (0 = off)")
+      ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object (text, tokens, timings) on stdout");
   cmd->add_flag("--warmup", options->warmup,
                 "Run the requests for a few tokens first, untimed (graph capture), so timings are steady-state");

@@ -11,6 +11,7 @@
 
 #include "common/errors.h"
 #include "kv/kv_cache_plan.h"
+#include "kv/page_geometry.h"
 #include "model/model_config.h"
 #include "model/weight_names.h"
 #include "model/weight_store.h"
@@ -44,6 +45,7 @@ struct InspectOptions {
   int32_t slidingWindow = 0;
   std::vector<int32_t> swaLayers;
   int64_t numPages = 0;
+  int64_t prefixCachePages = 0;
   std::string dtype = "bf16";
   bool json = false;
   bool tensors = false;  // with --model: list the checkpoint's tensors and check them
@@ -122,6 +124,14 @@ void runInspect(const InspectOptions& o) {
   config.maxSequenceLength = o.maxSeqLen;
   config.dtype = parseDtype(o.dtype);
   config.numPages = o.numPages;
+  if (o.prefixCachePages != 0) {
+    const int64_t limit = kv::kMaxKvPoolPages - kv::computeMinimumKvPoolPages(o.maxBatch, o.maxSeqLen);
+    ES_CHECK_ARG(o.prefixCachePages >= 0 && o.prefixCachePages <= limit, "inspect", "--prefix-cache-pages",
+                 o.prefixCachePages, "must be in [0, ", limit, "] (kMaxKvPoolPages less the minimum pool)");
+    ES_CHECK_ARG(o.numPages == 0, "inspect", "--num-pages", o.numPages,
+                 "cannot be combined with --prefix-cache-pages (the pool is the minimum plus those pages)");
+  }
+  config.prefixCachePages = o.prefixCachePages;
   config.baseLayers.assign(static_cast<size_t>(shape.layers),
                            kv::KvLayerShape{shape.kvHeads, shape.headDim, 0});
   for (int32_t layer : slidingLayers) {
@@ -164,6 +174,8 @@ void addInspectCommand(CLI::App& app) {
   cmd->add_option("--sliding-window", options->slidingWindow, "Window of the --swa-layers");
   cmd->add_option("--swa-layers", options->swaLayers, "Sliding-window layer ids")->delimiter(',');
   cmd->add_option("--num-pages", options->numPages, "Pool pages (0 = minimum)");
+  cmd->add_option("--prefix-cache-pages", options->prefixCachePages,
+                  "Prefix reuse: pages retained beyond the minimum pool (0 = off)");
   cmd->add_option("--dtype", options->dtype, "KV element type: bf16, f16, f32")->capture_default_str();
   cmd->add_flag("--tensors", options->tensors,
                 "With --model: list and check the checkpoint's tensors instead of the KV plan");

@@ -132,7 +132,7 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
     // request may commit up to S tokens past its budget and still proposes a block (BS = S rows)
     // beyond them before the host retires it. Hence the margin 2·(S − 1) with a draft, 0 without.
     const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens;
-    const int64_t margin = proposer_ ? 2 * (width_ - 1) : 0;
+    const int64_t margin = positionMargin();
     const int64_t positions =
         std::min<int64_t>(target_.maxPositions(), proposer_ ? proposer_->maxPositions() : INT32_MAX);
     const int64_t limit = std::min<int64_t>(cache_.capacity(), positions) - margin;
@@ -141,6 +141,9 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
                  " positions) less ", margin, " rows a speculative step may write past the budget");
   }
 }
+
+// Rows a request may touch past prompt + maxNewTokens (docs/runtime.md, capacity).
+int64_t DecodeEngine::positionMargin() const { return proposer_ ? 2 * (width_ - 1) : 0; }
 
 void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
                                const std::vector<const GenerationRequest*>& requestOfSlot) {
@@ -336,20 +339,49 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
     return false;
   };
 
+  // Publishes a finishing request's complete blocks (prompt and generated tokens whose K/V is
+  // committed) before its slot retires.
+  auto publishFinished = [&](int32_t r, int32_t slot) {
+    if (!cache_.prefixReuse()) return;
+    std::vector<int32_t> tokens = requests[static_cast<size_t>(r)].prompt;
+    const std::vector<int32_t>& out = results[static_cast<size_t>(r)].tokens;
+    tokens.insert(tokens.end(), out.begin(), out.end());
+    cache_.publish(slot, tokens);
+  };
+  const bool withDraft = proposer_ && proposer_->usesDraftCache();
+
   // Prefill (chunked), round 0 of the draft, and the first token from the prompt's last row.
   const Clock::time_point prefillStart = Clock::now();
   std::vector<uint8_t> keep;
   for (int32_t r = 0; r < n; ++r) {
     const GenerationRequest& q = requests[static_cast<size_t>(r)];
-    const int32_t slot = cache_.admit();
+    int32_t slot = 0, reused = 0;
+    if (cache_.prefixReuse()) {
+      // The pages it may touch: checkRequests keeps prompt + maxNewTokens + margin in capacity.
+      const int64_t positions = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens + positionMargin();
+      const kv::KvCacheManager::Admission a = cache_.admit(
+          q.prompt, static_cast<int32_t>(std::min<int64_t>(positions, cache_.capacity())), withDraft);
+      slot = a.slot;
+      reused = a.reusedTokens;
+    } else {
+      slot = cache_.admit();
+    }
     slotOf[static_cast<size_t>(r)] = slot;
     if (proposer_) proposer_->onAdmit(slot, r);
-    const std::vector<float> logits =
-        prefillSequence(target_, cache_, slot, q.prompt, [&](const model::ForwardBatch& chunk) {
+    // A reused prefix already holds the target's K/V and, for a draft request, the draft's
+    // context K/V of those positions: only the rest of the prompt runs (and becomes context).
+    const std::vector<float> logits = prefillSequence(
+        target_, cache_, slot, q.prompt,
+        [&](const model::ForwardBatch& chunk) {
           if (!proposer_) return;
           proposer_->appendContext(target_, chunk.positions, chunk.tokenToSequence, cache_);
           cache_.commitDraft(slot, static_cast<int32_t>(chunk.tokens.size()));
-        });
+        },
+        reused);
+    stats_.prefillRows += static_cast<int64_t>(q.prompt.size()) - reused;
+    stats_.reusedTokens += reused;
+    // Published now, so requests admitted after it in this call share its prompt already.
+    if (cache_.prefixReuse()) cache_.publish(slot, q.prompt);
     pending[static_cast<size_t>(r)] =
         chooseToken(logits.data(), vocab_, q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
     keep.push_back(emit(r, pending[static_cast<size_t>(r)]) ? 0 : 1);
@@ -386,6 +418,12 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
   int32_t B = compactAndPrepare();
   std::vector<int32_t> requestOfSlot;
   while (B > 0) {
+    // The step writes S rows from each committed length (and the draft its block there): never
+    // into pages shared with other requests.
+    for (int32_t s = 0; s < B; ++s) {
+      cache_.checkWritable(s, cache_.baseLength(s), S);
+      if (withDraft) cache_.checkWritable(s, cache_.draftLength(s), S);
+    }
     launchStep(B);
     ++stats_.iterations;
     int32_t* host = outHost_.as<int32_t>();
@@ -415,6 +453,7 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
       if (proposer_) cache_.commitDraft(s, count);
       pending[static_cast<size_t>(r)] = tokens[count - 1];
       if (finished) {  // retired by compactAndPrepare
+        publishFinished(r, s);
         keep[static_cast<size_t>(s)] = 0;
         anyFinished = true;
       }

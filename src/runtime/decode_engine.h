@@ -45,6 +45,8 @@ struct SpeculationStats {
   int64_t acceptedTokens = 0;            // tokens emitted by steps (the prefill's first excluded)
   std::vector<int64_t> acceptHistogram;  // [S + 1]: how often each emitted count occurred
   int64_t iterations = 0;                // device steps
+  int64_t prefillRows = 0;               // prompt rows the target computed in prefill
+  int64_t reusedTokens = 0;              // prompt tokens served from reused pages (prefix reuse)
   double prefillSeconds = 0.0;           // host wall clock
   double decodeSeconds = 0.0;            // host wall clock of the loop
   double meanAcceptLength() const {
@@ -55,7 +57,9 @@ struct SpeculationStats {
 class DecodeEngine {
  public:
   // `cache` must be empty; with a proposer it must hold the draft layers too, and the target
-  // must have the taps the draft needs. proposer == null: plain decoding.
+  // must have the taps the draft needs. proposer == null: plain decoding. A cache with prefix
+  // reuse (KvCacheConfig::prefixCachePages > 0) makes every generate() reuse the prompt blocks
+  // published by earlier requests (of this call or earlier ones) and publish its own.
   DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache, DraftProposer* proposer = nullptr,
                EngineOptions options = {});
   ~DecodeEngine();
@@ -70,6 +74,7 @@ class DecodeEngine {
 
  private:
   void checkRequests(const std::vector<GenerationRequest>& requests) const;
+  int64_t positionMargin() const;
   std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests, const TokenCallback& onToken);
   void allocate();
   void uploadState(int32_t B, const std::vector<int32_t>& lastTokens,

@@ -37,6 +37,10 @@ class DraftProposer {
   // T_b + BS; writes [B, BS] token ids into inputs.argmaxOut (row 0 included).
   virtual void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) = 0;
 
+  // Whether the proposer keeps context K/V in the cache's draft pools: with prefix reuse, such a
+  // request needs draft pages and only reuses blocks whose draft context is kept too.
+  virtual bool usesDraftCache() const { return false; }
+
   // Positions the draft can address (its RoPE table); the engine keeps requests within them.
   virtual int32_t maxPositions() const { return INT32_MAX; }
 

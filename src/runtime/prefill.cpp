@@ -1,18 +1,28 @@
 #include "runtime/prefill.h"
 
 #include <algorithm>
+#include <string>
 
+#include "common/errors.h"
 #include "kernels/sampling.h"
 
 namespace es::runtime {
 
 std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache,
                                    int32_t slot, const std::vector<int32_t>& prompt,
-                                   const std::function<void(const model::ForwardBatch&)>& onChunk) {
+                                   const std::function<void(const model::ForwardBatch&)>& onChunk,
+                                   int32_t firstPosition) {
+  constexpr const char* kWhere = "prefillSequence";
   const int32_t L = static_cast<int32_t>(prompt.size());
+  // The last row's logits are the point of a prefill: at least one row runs.
+  ES_CHECK_ARG(firstPosition >= 0 && firstPosition < L, kWhere, "firstPosition", firstPosition,
+               "must be in [0, prompt.size() = ", L, ")");
+  ES_CHECK_ARG(cache.baseLength(slot) == firstPosition, kWhere, "firstPosition", firstPosition,
+               "must equal slot " + std::to_string(slot) + "'s committed length ", cache.baseLength(slot));
   std::vector<float> last;
-  for (int32_t first = 0; first < L; first += target.maxTokens()) {
+  for (int32_t first = firstPosition; first < L; first += target.maxTokens()) {
     const int32_t count = std::min(target.maxTokens(), L - first);
+    cache.checkWritable(slot, first, count);
     // Batch entry b is page-table row b: the lower slots take part with no rows.
     model::ForwardBatch b;
     b.cuQSeqLens.assign(static_cast<size_t>(slot) + 2, 0);

@@ -11,13 +11,15 @@
 
 namespace es::runtime {
 
-// Runs `prompt` through the target into page-table row `slot` (an active slot of `cache` whose
-// lower slots keep their lengths), in chunks of at most target.maxTokens() rows, committing each
-// chunk to the base cache and then calling onChunk with that chunk's forward batch. Returns the
-// f32 logits [vocab] of the prompt's last row.
+// Runs prompt positions [firstPosition, prompt.size()) through the target into page-table row
+// `slot` (an active slot of `cache` whose lower slots keep their lengths, with firstPosition
+// tokens committed: a reused prefix, 0 without one), in chunks of at most target.maxTokens()
+// rows, committing each chunk to the base cache and then calling onChunk with that chunk's
+// forward batch. Returns the f32 logits [vocab] of the prompt's last row.
 std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache,
                                    int32_t slot, const std::vector<int32_t>& prompt,
-                                   const std::function<void(const model::ForwardBatch&)>& onChunk = {});
+                                   const std::function<void(const model::ForwardBatch&)>& onChunk = {},
+                                   int32_t firstPosition = 0);
 
 // First maximum (ties to the lower index, spec §3.2).
 int32_t argmaxRow(const float* row, int64_t vocab);
