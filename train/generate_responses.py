@@ -39,12 +39,16 @@ def encode(tok, prompts):
     return out
 
 
-def generate(model, prompts_ids, eos, pad, batch, max_new, sample, seed, device, log):
-    """List of response id lists (EOS included when produced), in the order of prompts_ids."""
+def generate(model, prompts_ids, eos, pad, batch, max_new, sample, seed, device, log, deadline=None):
+    """List of response id lists (EOS included when produced), in the order of prompts_ids; None
+    for prompts left when `deadline` (time.time()) passed before their batch started."""
     import torch
     order = sorted(range(len(prompts_ids)), key=lambda i: len(prompts_ids[i]))
     out = [None] * len(prompts_ids)
     for s in range(0, len(order), batch):
+        if deadline is not None and time.time() > deadline:
+            log(f"  deadline: {len(order) - s} prompts not generated")
+            break
         idx = order[s:s + batch]
         width = max(len(prompts_ids[i]) for i in idx)
         ids = torch.full((len(idx), width), pad, dtype=torch.long)
@@ -99,6 +103,11 @@ def main():
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--sampled-rounds", type=int, default=2, help="sampled (T=1) responses per training prompt")
     p.add_argument("--limit", type=int, default=0, help="use only the first N prompts of each set (testing)")
+    p.add_argument("--skip-train", type=int, default=0,
+                   help="skip the first N training prompts (their responses are in an earlier file)")
+    p.add_argument("--no-heldout", action="store_true", help="no held-out responses (an extra training file)")
+    p.add_argument("--max-seconds", type=float, default=0,
+                   help="start no batch after this many seconds; prompts left out are not in the file (0 = none)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="cuda", help="cuda (bf16) or cpu (float32: smoke tests)")
     p.add_argument("--dry-run", action="store_true", help="tiny random model on the CPU")
@@ -126,8 +135,11 @@ def main():
         if eos is None or eos < 0:
             sys.exit("the tokenizer has no <|im_end|> token")
         log(f"model {a.model}: eos {eos}, pad {pad}, loaded in {time.time() - t_start:.1f} s")
+    train_p = train_p[a.skip_train:]
+    if a.no_heldout:
+        held_p = []
     train_ids, held_ids = encode(tok, train_p), encode(tok, held_p)
-    every = list(range(len(train_ids)))
+    every = [a.skip_train + i for i in range(len(train_ids))]  # prompt_index: line in the prompt file
     jobs = [("train greedy", train_ids, every, 0, False, a.seed)]
     jobs += [(f"train sampled {r}", train_ids, every, 0, True, a.seed + 100003 * (r + 1)) for r in range(a.sampled_rounds)]
     jobs += [("held-out greedy", held_ids, list(range(len(held_ids))), 1, False, a.seed)]
@@ -139,7 +151,12 @@ def main():
             continue
         t0 = time.time()
         log(f"{name}: {len(ids)} prompts")
-        resp = generate(model, ids, eos, pad, a.batch, a.max_new_tokens, sample, seed, device, log)
+        deadline = t_start + a.max_seconds if a.max_seconds > 0 else None
+        resp = generate(model, ids, eos, pad, a.batch, a.max_new_tokens, sample, seed, device, log, deadline)
+        kept = [k for k, r in enumerate(resp) if r is not None]
+        ids, resp, index = [ids[k] for k in kept], [resp[k] for k in kept], [index[k] for k in kept]
+        if not ids:
+            continue
         for p_ids, r_ids, i in zip(ids, resp, index):
             seq = list(p_ids) + list(r_ids)
             tokens.extend(seq)

@@ -230,13 +230,16 @@ class Taps:
 # ---- Data. ----
 
 class Data:
-    def __init__(self, path, split):
-        z = np.load(path)
-        keep = np.nonzero(z["split"] == split)[0]
-        off, toks, pl = z["offsets"], z["tokens"], z["prompt_lens"]
-        self.seqs = [toks[off[i]:off[i + 1]].astype(np.int64) for i in keep]
-        self.prompt_lens = [int(pl[i]) for i in keep]
-        self.temperature = [float(z["temperature"][i]) for i in keep]
+    def __init__(self, paths, split):
+        """paths: one .npz of generate_responses.py, or several separated by commas."""
+        self.seqs, self.prompt_lens, self.temperature = [], [], []
+        for path in paths.split(","):
+            z = np.load(path)
+            keep = np.nonzero(z["split"] == split)[0]
+            off, toks, pl = z["offsets"], z["tokens"], z["prompt_lens"]
+            self.seqs += [toks[off[i]:off[i + 1]].astype(np.int64) for i in keep]
+            self.prompt_lens += [int(pl[i]) for i in keep]
+            self.temperature += [float(z["temperature"][i]) for i in keep]
         ok = [i for i, (s, p) in enumerate(zip(self.seqs, self.prompt_lens)) if len(s) - p >= 2]
         self.seqs = [self.seqs[i] for i in ok]
         self.prompt_lens = [self.prompt_lens[i] for i in ok]
