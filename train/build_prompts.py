@@ -229,7 +229,7 @@ def main():
     p.add_argument("--check", action="store_true", help="unit checks only")
     p.add_argument("--root", help="an unpacked tree holding usr/share/games/fortunes and usr/share/dict")
     p.add_argument("--work", default=os.path.join(HERE, "work"))
-    p.add_argument("--train", type=int, default=2000)
+    p.add_argument("--train", type=int, default=20000)
     p.add_argument("--heldout", type=int, default=200)
     p.add_argument("--seed", type=int, default=20260206)
     a = p.parse_args()

@@ -37,6 +37,7 @@ namespace fs = std::filesystem;
 struct GenerateOptions {
   std::string model;  // empty: the default model in the cache
   std::string draft;  // a DFlash draft folder: speculative decoding
+  bool noDraft = false;  // never the default model's shipped draft
   std::string prompt = "Write one sentence about the sea.";
   std::string system;
   int32_t maxNewTokens = 128;
@@ -217,6 +218,20 @@ fs::path defaultModelDir() {
   return base / "smollm2-135m-instruct";
 }
 
+// Where tools/fetch_default_model.sh installs the default model's trained DFlash draft (shipped
+// in the repository under models/, docs/training.md).
+fs::path defaultDraftDir() { return defaultModelDir().parent_path() / "smollm2-135m-instruct-dflash"; }
+
+// The draft to run: --draft, else the default model's own draft when the default model runs on
+// a GPU. Not on the CPU backend: there a 16-row verify costs about five 1-row decodes, so at
+// the draft's τ ≈ 2 it is ~3× slower than plain decoding (docs/perf.md).
+std::string chooseDraft(const GenerateOptions& o, const ops::Backend& backend) {
+  if (!o.draft.empty() || o.noDraft || !o.model.empty()) return o.draft;
+  const fs::path dir = defaultDraftDir();
+  if (backend.name() != "cuda" || !fs::exists(dir / "config.json")) return "";
+  return dir.string();
+}
+
 // The model to load: an HF folder with a tokenizer.json, or a GGUF file (config, weights and
 // tokenizer all from the one file).
 fs::path resolveModel(const GenerateOptions& o) {
@@ -261,6 +276,8 @@ std::vector<int32_t> stopTokens(const tokenizer::BpeTokenizer& tok, const model:
 void runGenerate(const GenerateOptions& o) {
   ES_CHECK_ARG(o.maxNewTokens >= 1 && o.maxNewTokens <= (1 << 20), "generate", "--max-new-tokens",
                o.maxNewTokens, "must be in [1, 1048576]");
+  ES_CHECK_ARG(!(o.noDraft && !o.draft.empty()), "generate", "--no-draft", "set",
+               "cannot be combined with --draft ", o.draft);
   ES_CHECK_ARG(o.prefixCachePages >= 0, "generate", "--prefix-cache-pages", o.prefixCachePages,
                "must be >= 0 (0 = prefix reuse off)");
   for (const std::string& stop : o.stops) {
@@ -275,6 +292,7 @@ void runGenerate(const GenerateOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto backend = ops::makeBackend(o.backend);
   tokenizer::BpeTokenizer tok(loadTokenizer(dir));
+  const std::string draftDir = chooseDraft(o, *backend);
 
   std::vector<std::vector<int32_t>> prompts;
   for (int32_t r = 0; r < n; ++r) {
@@ -307,14 +325,15 @@ void runGenerate(const GenerateOptions& o) {
   // Rows of one forward: prefill chunks (256), and one verify block per request (the draft's
   // block size, read from its config before anything loads).
   const std::vector<int32_t> taps =
-      o.draft.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(o.draft, model::loadModelConfig(dir));
-  const int64_t blockSize = o.draft.empty() ? 1 : model::DFlashDraft::blockSizeOf(o.draft);
+      draftDir.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(dir));
+  const int64_t blockSize = draftDir.empty() ? 1 : model::DFlashDraft::blockSizeOf(draftDir);
   const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, n * blockSize));
   model::TargetModel target(dir, *backend, maxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;
-  if (!o.draft.empty()) {
-    std::fprintf(stderr, "[edgespec] loading the DFlash draft %s\n", o.draft.c_str());
-    draft = std::make_unique<model::DFlashDraft>(o.draft, *backend, target, maxTokens, n);
+  if (!draftDir.empty()) {
+    std::fprintf(stderr, "[edgespec] loading the DFlash draft %s%s\n", draftDir.c_str(),
+                 o.draft.empty() ? " (the default model's; --no-draft to decode without it)" : "");
+    draft = std::make_unique<model::DFlashDraft>(draftDir, *backend, target, maxTokens, n);
   }
   kv::KvCacheConfig kvc;
   kvc.maxBatchSize = n;
@@ -400,7 +419,7 @@ void runGenerate(const GenerateOptions& o) {
       if (answer.stopped()) out["stop_string_hit"] = true;
       if (cache.prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
       if (draft) {
-        out["draft"] = o.draft;
+        out["draft"] = draftDir;
         out["tau"] = decoder.stats().meanAcceptLength();
         out["accept_histogram"] = decoder.stats().acceptHistogram;
       }
@@ -431,7 +450,10 @@ void addGenerateCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (greedy or sampled; speculative with --draft)");
   cmd->add_option("--model", options->model,
                   "HF model folder with tokenizer.json, or a GGUF file (default: the embedded SmolLM2-135M-Instruct)");
-  cmd->add_option("--draft", options->draft, "DFlash draft folder (z-lab format): speculative decoding");
+  cmd->add_option("--draft", options->draft,
+                  "DFlash draft folder (z-lab format): speculative decoding (default: the default model's "
+                  "trained draft, on a GPU)");
+  cmd->add_flag("--no-draft", options->noDraft, "Plain decoding even where the default draft would run");
   cmd->add_option("-p,--prompt", options->prompt, "The user message")->capture_default_str();
   cmd->add_option("--system", options->system, "A system message");
   cmd->add_option("--input-file", options->inputFile,
