@@ -5,6 +5,7 @@
 // tau and identical output; mismatched drafts and bad input files are clear errors.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -145,6 +146,33 @@ TEST(CliDraft, MismatchedDraftIsAClearError) {
                        "--draft", (tmp / "draft").string()}),
                InvalidArgument);
   EXPECT_THROW(runCli({"bench", "--model", target, "--replay", "--draft", (tmp / "draft").string()}), InvalidArgument);
+}
+
+// The default model's draft (ES_CACHE_DIR/smollm2-135m-instruct-dflash, installed by
+// tools/fetch_default_model.sh) runs only on a GPU backend: on the CPU, generate without --model
+// decodes plainly; --draft still forces it; --no-draft together with --draft is an error.
+TEST(CliDraft, DefaultDraftIsNotUsedOnTheCpu) {
+  test::TempDir tmp;
+  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  ASSERT_EQ(runCli({"convert", (tmp / "q.gguf").string(), (tmp / "smollm2-135m-instruct").string(), "-q"}), 0);
+  model::test_draft::DraftSpec spec;
+  spec.blockSize = 4;
+  model::test_draft::writeDraft(tmp / "smollm2-135m-instruct-dflash", spec);
+  const char* old = std::getenv("ES_CACHE_DIR");
+  const std::string saved = old ? old : "";
+  setenv("ES_CACHE_DIR", tmp.path().c_str(), 1);
+  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "-n", "8", "--raw", "-p", "hello"};
+  const nlohmann::json plain = runJson(base);
+  std::vector<std::string> forced = base;
+  forced.insert(forced.end(), {"--draft", (tmp / "smollm2-135m-instruct-dflash").string()});
+  const nlohmann::json withDraft = runJson(forced);
+  std::vector<std::string> both = forced;
+  both.push_back("--no-draft");
+  EXPECT_THROW(runCli(both), InvalidArgument);
+  if (old) setenv("ES_CACHE_DIR", saved.c_str(), 1); else unsetenv("ES_CACHE_DIR");
+  EXPECT_FALSE(plain.contains("tau"));
+  ASSERT_TRUE(withDraft.contains("tau"));
+  EXPECT_EQ(withDraft["tokens"], plain["tokens"]);
 }
 
 }  // namespace
