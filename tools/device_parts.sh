@@ -13,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=.devparts
-# PART_MIB: part size (default 60); the whole working tree counts towards a call's 64 MiB too.
+# PART_MIB: part size (default 60); the whole working tree counts towards a call's 64 MiB too
+# (~45 MB since models/ holds the default model's draft: use PART_MIB=16).
 part_bytes=$((${PART_MIB:-60} * 1024 * 1024))
 
 usage() {

@@ -2,7 +2,7 @@
 # The DFlash training pipeline's steps on the GPU machine (see docs/training.md), and the staging
 # step on the development machine.
 #
-#   train/device.sh stage            HERE: GGUF parts (.devparts/smollm2.gguf, 32 MiB each) and the
+#   train/device.sh stage            HERE: GGUF parts (.devparts/smollm2.gguf, 16 MiB each) and the
 #                                    tokenizer files (train/work/tokenizer) to carry
 #   train/device.sh dry-run          tiny random models on the CPU: generate, train, eval (seconds)
 #   train/device.sh prepare          join the GGUF parts, dequantize into train/work/smollm2
@@ -38,7 +38,8 @@ case "${1:-}" in
     folder="${ES_SMOLLM2_FOLDER:-$HOME/.cache/edgespec/smollm2-135m-instruct}"
     [ -f "$gguf" ] || { echo "device.sh stage: no GGUF at $gguf (tools/fetch_default_model.sh)" >&2; exit 1; }
     if [ ! -f ".devparts/$gguf_name/SHA256" ] || [ "$(cut -d' ' -f1 ".devparts/$gguf_name/SHA256")" != "$(sha256sum < "$gguf" | cut -d' ' -f1)" ]; then
-      PART_MIB=32 tools/device_parts.sh split "$gguf" "$gguf_name"
+      # 16 MiB: the tracked tree (~45 MB with models/) travels with every call too.
+      PART_MIB="${PART_MIB:-16}" tools/device_parts.sh split "$gguf" "$gguf_name"
     fi
     mkdir -p "$work/tokenizer"
     for f in tokenizer.json tokenizer_config.json generation_config.json; do cp "$folder/$f" "$work/tokenizer/"; done
