@@ -91,8 +91,16 @@ double targetStepSeconds(model::TargetModel& target, kv::KvCacheManager& cache, 
   f.tokenToSequence = dOwners.as<int32_t>(); f.cuQSeqLens = dCuQ.as<int32_t>();
   f.kvLengths = dKvLengths.as<int32_t>(); f.logitRows = dRows.as<int32_t>();
   f.numTokens = batch * rows; f.batchSize = batch; f.maxQSeqLen = rows; f.numLogitRows = batch * rows;
+  // One cache step for the timed rows (binds their window pages with sliding-window layers); the
+  // repeats rewrite the same rows, nothing is committed.
+  std::vector<kv::SwaStepWrite> writes;
+  for (int32_t b = 0; b < batch; ++b) writes.push_back({b, rows});
+  const int64_t step = cache.beginStep(writes);
   target.syncPageTable(cache);
-  return timeLaunches(backend, repeats, [&] { target.forwardDevice(f, cache); });
+  const double seconds = timeLaunches(backend, repeats, [&] { target.forwardDevice(f, cache); });
+  backend.synchronize();
+  cache.completeStep(step);
+  return seconds;
 }
 
 // One DFlash proposal (block of BS rows per sequence over `context` cached tokens).
@@ -165,6 +173,9 @@ void runPrefixReuseBench(const BenchOptions& o, ops::Backend& backend, const mod
   auto measure = [&](bool reuse) {
     // Room to retain the shared prefix and a suffix or two (older suffixes are evicted, LRU).
     kvc.prefixCachePages = reuse ? 2 * promptPages : 0;
+    // Prefix reuse shares full-capacity pages only: sliding-window layers are stored at full
+    // capacity in both modes, so the two measure the same forward.
+    kvc.slidingWindowStorage = kv::SlidingWindowStorage::kFullCapacity;
     kv::KvCacheManager cache(kvc, backend.space());
     std::unique_ptr<runtime::DFlashProposer> proposer;
     if (draft) proposer = std::make_unique<runtime::DFlashProposer>(*draft);
@@ -337,7 +348,15 @@ void runBench(const BenchOptions& o) {
     kv::KvCacheManager timing(kvc, backend->space());
     for (int32_t b = 0; b < o.batch; ++b) {
       timing.admit();
-      timing.commitBase(b, o.promptLength);
+      // The prompt's rows as cache steps (nothing is computed: only the timing's context length
+      // matters), in pieces the slot's window reservation allows.
+      for (int32_t length = 0; length < o.promptLength;) {
+        const kv::SwaStepWrite w{b, static_cast<int32_t>(std::min<int64_t>(
+                                        timing.maxStepTokens(b), o.promptLength - length))};
+        timing.completeStep(timing.beginStep({&w, 1}));
+        timing.commitBase(b, w.count);
+        length += w.count;
+      }
       if (draft) timing.commitDraft(b, o.promptLength);
     }
     const double decodeS = targetStepSeconds(target, timing, o.batch, 1, o.promptLength, o.repeats);

@@ -36,7 +36,10 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config, MemorySpace space)
     draft_.setIdentity();
   }
   if (plan_.numSwaPages > 0) {
+    // Same logical page range as the dense table (positions stay absolute); only the pages of
+    // each slot's window are mapped.
     swa_.emplace(plan_.maxBatchSize, plan_.maxPagesPerSeq, plan_.numSwaPages);
+    swaPages_.emplace(*swa_, plan_.slidingWindow);
   }
 }
 
@@ -64,6 +67,12 @@ int32_t KvCacheManager::admit() {
                "is needed with prefix reuse on: use admit(prompt, positions, withDraft)");
   ES_CHECK_ARG(activeCount_ < plan_.maxBatchSize, "KvCacheManager::admit", "active slots",
                activeCount_, "already at maxBatchSize (", plan_.maxBatchSize, ")");
+  if (swaPages_) {
+    // Refuses (changing nothing) while retired slots' window pages wait for their last step.
+    const int32_t windowSlot = swaPages_->admit();
+    ES_CHECK_ARG(windowSlot == activeCount_, "KvCacheManager::admit", "window slot", windowSlot,
+                 "internal: differs from the dense slot ", activeCount_);
+  }
   const int32_t slot = activeCount_++;
   baseLengths_[static_cast<size_t>(slot)] = 0;
   draftLengths_[static_cast<size_t>(slot)] = 0;
@@ -175,7 +184,72 @@ void KvCacheManager::commit(std::vector<int32_t>& lengths, int32_t slot, int32_t
 }
 
 void KvCacheManager::commitBase(int32_t slot, int32_t tokens) {
+  if (swaPages_) {
+    checkActive(slot, "KvCacheManager::commitBase");
+    // Validates tokens against the rows the slot's last step wrote (and changes nothing on error).
+    swaPages_->commit(slot, tokens);
+  }
   commit(baseLengths_, slot, tokens, "KvCacheManager::commitBase");
+}
+
+int64_t KvCacheManager::beginStep(std::span<const SwaStepWrite> writes) {
+  constexpr const char* kWhere = "KvCacheManager::beginStep";
+  if (swaPages_) return swaPages_->beginStep(writes);  // validates the same and more
+  ES_CHECK_ARG(!writes.empty(), kWhere, "writes.size()", 0, "must be > 0");
+  std::vector<uint8_t> seen(static_cast<size_t>(activeCount_), 0);
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const SwaStepWrite& w = writes[i];
+    const std::string name = "writes[" + std::to_string(i) + "]";
+    ES_CHECK_ARG(w.slot >= 0 && w.slot < activeCount_, kWhere, name + ".slot", w.slot,
+                 "must be an active slot in [0, activeCount ", activeCount_, ")");
+    ES_CHECK_ARG(!seen[static_cast<size_t>(w.slot)], kWhere, name + ".slot", w.slot,
+                 "appears more than once in one step");
+    seen[static_cast<size_t>(w.slot)] = 1;
+    ES_CHECK_ARG(w.count > 0 && int64_t{baseLengths_[static_cast<size_t>(w.slot)]} + w.count <=
+                                    plan_.capacityPadded,
+                 kWhere, name + ".count", w.count, "must be in [1, capacity ", plan_.capacityPadded,
+                 " - length ", baseLengths_[static_cast<size_t>(w.slot)], "]");
+  }
+  return ++lastIssued_;
+}
+
+void KvCacheManager::completeStep(int64_t stepId) {
+  if (swaPages_) return swaPages_->completeStep(stepId);
+  ES_CHECK_ARG(stepId > lastCompleted_ && stepId <= lastIssued_, "KvCacheManager::completeStep",
+               "stepId", stepId, "must be in (lastCompletedStep ", lastCompleted_,
+               ", lastIssuedStep ", lastIssued_, "]");
+  lastCompleted_ = stepId;
+}
+
+int64_t KvCacheManager::lastIssuedStep() const {
+  return swaPages_ ? swaPages_->lastIssuedStep() : lastIssued_;
+}
+
+int64_t KvCacheManager::lastCompletedStep() const {
+  return swaPages_ ? swaPages_->lastCompletedStep() : lastCompleted_;
+}
+
+int64_t KvCacheManager::maxStepTokens(int32_t slot) const {
+  checkActive(slot, "KvCacheManager::maxStepTokens");
+  const int64_t room = plan_.capacityPadded - int64_t{baseLengths_[static_cast<size_t>(slot)]};
+  return swaPages_ ? std::min(room, swaPages_->maxStepTokens(slot)) : room;
+}
+
+void KvCacheManager::checkWindowMapped(int32_t slot, int64_t firstKey, int64_t endKey) const {
+  constexpr const char* kWhere = "KvCacheManager::checkWindowMapped";
+  checkActive(slot, kWhere);
+  if (!swaPages_ || endKey <= firstKey) return;
+  ES_CHECK_ARG(firstKey >= 0 && endKey <= plan_.capacityPadded, kWhere, "endKey", endKey,
+               "must be within capacity ", plan_.capacityPadded, " (firstKey " +
+               std::to_string(firstKey) + ")");
+  const int64_t last = (endKey - 1) / kTokensPerPage;
+  for (int64_t p = firstKey / kTokensPerPage; p <= last; ++p) {
+    ES_CHECK_ARG(swa_->kPage(slot, static_cast<int32_t>(p)) >= 0, kWhere, "slot", slot,
+                 "has no window page for keys [", p * kTokensPerPage, ", ",
+                 (p + 1) * kTokensPerPage, ") a sliding-window row reads (keys [" +
+                 std::to_string(firstKey) + ", " + std::to_string(endKey) +
+                 ")): beginStep() must bind them before the forward");
+  }
 }
 
 void KvCacheManager::commitDraft(int32_t slot, int32_t tokens) {
@@ -234,7 +308,8 @@ std::vector<int32_t> KvCacheManager::retireAndCompact(std::span<const uint8_t> k
   }
   base_.compactRows(permutation);
   draft_.compactRows(permutation);
-  if (swa_) swa_->compactRows(permutation);
+  // The window manager moves the same survivors to the same slots and clears the rest of swa_.
+  if (swaPages_) swaPages_->retireAndCompact(keep);
   baseLengths_.swap(baseNext);
   draftLengths_.swap(draftNext);
   sharedBlocks_.swap(sharedNext);

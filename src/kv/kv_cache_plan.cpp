@@ -72,11 +72,17 @@ KvCachePlan planKvCache(const KvCacheConfig& c) {
   plan.prefixCachePages = static_cast<int32_t>(c.prefixCachePages);
 
   // Reduced layers share one bounded pool, so they must agree on the window.
+  std::vector<int32_t> markers;  // the base layers' markers, explicit or from their windows
   for (size_t i = 0; i < c.baseLayers.size(); ++i) {
     const KvLayerShape& s = c.baseLayers[i];
     const std::string name = "baseLayers[" + std::to_string(i) + "]";
     checkShape(s, name);
-    const int32_t cap = resolveKvCacheCapacity(s.kvCacheCapacity, c.maxSequenceLength);
+    ES_CHECK_ARG(s.slidingWindow >= 0, "planKvCache", name + ".slidingWindow", s.slidingWindow,
+                 "must be >= 0 (0 = full attention)");
+    const bool bounded = c.slidingWindowStorage == SlidingWindowStorage::kBounded &&
+                         s.slidingWindow > 0 && s.slidingWindow < c.maxSequenceLength;
+    markers.push_back(s.kvCacheCapacity != 0 ? s.kvCacheCapacity : bounded ? s.slidingWindow : 0);
+    const int32_t cap = resolveKvCacheCapacity(markers.back(), c.maxSequenceLength);
     if (cap < c.maxSequenceLength) {
       ES_CHECK_ARG(plan.slidingWindow == 0 || plan.slidingWindow == cap, "planKvCache",
                    name + ".kvCacheCapacity", cap,
@@ -89,10 +95,12 @@ KvCachePlan planKvCache(const KvCacheConfig& c) {
   ES_CHECK_ARG(c.prefixCachePages == 0 || plan.slidingWindow == 0, "planKvCache",
                "prefixCachePages", c.prefixCachePages,
                "must be 0 with sliding-window (reduced) layers: prefix reuse needs full-capacity "
-               "layers only");
+               "layers only (slidingWindowStorage = kFullCapacity stores them so)");
   if (plan.slidingWindow > 0) {
     plan.numSwaPages = checkedPoolPages(
         computeMinimumSwaPoolPages(c.maxBatchSize, plan.slidingWindow), "numSwaPages");
+    plan.swaPrivatePagesPerSlot = static_cast<int32_t>(
+        computeSwaPrivatePagesPerSlot(plan.slidingWindow, kTokensPerPage, kSwaReplacementPages));
   }
 
   int64_t offset = 0;
@@ -110,9 +118,9 @@ KvCachePlan planKvCache(const KvCacheConfig& c) {
     offset += (lp.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
     return lp;
   };
-  for (const KvLayerShape& s : c.baseLayers) {
+  for (size_t i = 0; i < c.baseLayers.size(); ++i) {
     plan.base.push_back(
-        place(s, isReducedKvCacheCapacity(s.kvCacheCapacity, c.maxSequenceLength)));
+        place(c.baseLayers[i], isReducedKvCacheCapacity(markers[i], c.maxSequenceLength)));
   }
   for (size_t i = 0; i < c.draftLayers.size(); ++i) {
     const KvLayerShape& s = c.draftLayers[i];
@@ -121,6 +129,8 @@ KvCachePlan planKvCache(const KvCacheConfig& c) {
     ES_CHECK_ARG(!isReducedKvCacheCapacity(s.kvCacheCapacity, c.maxSequenceLength), "planKvCache",
                  name + ".kvCacheCapacity", s.kvCacheCapacity,
                  "must be 0 or maxSequenceLength: draft layers attend over the full context");
+    ES_CHECK_ARG(s.slidingWindow == 0, "planKvCache", name + ".slidingWindow", s.slidingWindow,
+                 "must be 0: draft layers attend over the full context");
     plan.draft.push_back(place(s, false));
   }
   plan.totalBytes = offset;
@@ -142,7 +152,10 @@ std::string KvCachePlan::describe() const {
      << " tokens/slot (" << maxPagesPerSeq << " pages of " << kTokensPerPage << "), "
      << dtype_name(dtype) << "\n";
   os << "  full pool: " << numPages << " pages";
-  if (numSwaPages > 0) os << "; sliding-window pool: " << numSwaPages << " pages (window " << slidingWindow << ")";
+  if (numSwaPages > 0) {
+    os << "; sliding-window pool: " << numSwaPages << " pages (window " << slidingWindow << ", "
+       << swaPrivatePagesPerSlot << " private pages per slot)";
+  }
   os << "\n";
   if (prefixCachePages > 0) {
     os << "  prefix reuse: " << prefixCachePages << " retained pages beyond the minimum of "
@@ -188,7 +201,8 @@ nlohmann::json KvCachePlan::toJson() const {
   return {{"max_batch_size", maxBatchSize}, {"capacity_padded", capacityPadded},
           {"max_pages_per_seq", maxPagesPerSeq}, {"tokens_per_page", kTokensPerPage},
           {"num_pages", numPages}, {"num_swa_pages", numSwaPages},
-          {"sliding_window", slidingWindow}, {"prefix_cache_pages", prefixCachePages},
+          {"sliding_window", slidingWindow},
+          {"swa_private_pages_per_slot", swaPrivatePagesPerSlot}, {"prefix_cache_pages", prefixCachePages},
           {"prefix_cache_bytes", prefixCacheBytes}, {"dtype", std::string(dtype_name(dtype))},
           {"base_layers", layers(base)}, {"draft_layers", layers(draft)},
           {"total_bytes", totalBytes}};

@@ -13,11 +13,21 @@ namespace es::kv {
 
 // One attention layer's KV shape. kvCacheCapacity is the per-layer marker of spec §1.1:
 // 0 = the engine's full capacity; a smaller value marks a sliding-window (reduced) layer.
+// slidingWindow is the layer's attention window (0 = full attention): with a 0 marker the plan
+// derives the marker from it (reduced when the window is below maxSequenceLength and
+// KvCacheConfig::slidingWindowStorage is kBounded), so a model can describe its layers without
+// knowing the cache's capacity.
 struct KvLayerShape {
   int32_t numKvHeads = 0;
   int32_t headDim = 0;
   int32_t kvCacheCapacity = 0;
+  int32_t slidingWindow = 0;
 };
+
+// Where sliding-window layers (KvLayerShape::slidingWindow) are stored: in the bounded window
+// pool, or at full capacity like every other layer (the window is then only an attention mask;
+// tests compare the two, and prefix reuse needs it).
+enum class SlidingWindowStorage { kBounded, kFullCapacity };
 
 struct KvCacheConfig {
   int32_t maxBatchSize = 0;
@@ -31,6 +41,7 @@ struct KvCacheConfig {
   // computePrefixCachePoolPages (numPages must then be 0). 0 = off.
   int64_t prefixCachePages = 0;
   int64_t memoryBudgetBytes = 0;  // 0 = no budget; else the plan must fit in it
+  SlidingWindowStorage slidingWindowStorage = SlidingWindowStorage::kBounded;
 };
 
 struct KvLayerPlan {
@@ -52,6 +63,7 @@ struct KvCachePlan {
   int64_t prefixCacheBytes;  // their memory: every full-capacity base and draft layer
   int32_t numSwaPages;     // bounded pool pages, 0 when no layer is reduced
   int32_t slidingWindow;   // the reduced layers' common capacity, 0 when none
+  int32_t swaPrivatePagesPerSlot;  // computeSwaPrivatePagesPerSlot(slidingWindow, 128, 1), 0 when none
   DType dtype;
   std::vector<KvLayerPlan> base;
   std::vector<KvLayerPlan> draft;

@@ -51,14 +51,18 @@ TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend
 }
 
 std::vector<kv::KvLayerShape> TargetModel::kvLayerShapes() const {
-  // Every layer at full capacity: sliding-window layers get their window from the attention mask
-  // (forward sets slidingWindow), while the bounded window pool and its page manager (spec §1.4,
-  // issue 10) are not wired into the forward yet. Planning them into the small pool without that
-  // manager would index it with the full pool's page table.
-  return std::vector<kv::KvLayerShape>(
+  std::vector<kv::KvLayerShape> shapes(
       static_cast<size_t>(config_.num_hidden_layers),
       kv::KvLayerShape{static_cast<int32_t>(config_.num_key_value_heads),
-                       static_cast<int32_t>(config_.head_dim), 0});
+                       static_cast<int32_t>(config_.head_dim), 0, 0});
+  // The marker stays 0: whether a window bounds storage depends on the cache's capacity (a
+  // marker above it is an error, spec §1.1), which the plan knows and the model does not.
+  for (size_t l = 0; l < shapes.size() && config_.sliding_window; ++l) {
+    if (l < config_.layer_types.size() && config_.layer_types[l] == LayerType::kSlidingAttention) {
+      shapes[l].slidingWindow = static_cast<int32_t>(*config_.sliding_window);
+    }
+  }
+  return shapes;
 }
 
 void TargetModel::loadWeights(const std::filesystem::path& dir) {
@@ -172,6 +176,21 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
   }
   int32_t maxQ = 0;
   for (int32_t s = 0; s < B; ++s) maxQ = std::max(maxQ, b.cuQSeqLens[static_cast<size_t>(s) + 1] - b.cuQSeqLens[static_cast<size_t>(s)]);
+  if (cache.swaPages()) {
+    // Every key a sliding row can see, (position - W, position], must be mapped in the window
+    // table: unmapped pages are skipped by the kernels, which would silently drop keys.
+    const int64_t W = cache.plan().slidingWindow;
+    for (int32_t s = 0; s < B; ++s) {
+      int64_t lo = INT64_MAX, hi = -1;
+      for (int32_t r = b.cuQSeqLens[static_cast<size_t>(s)]; r < b.cuQSeqLens[static_cast<size_t>(s) + 1]; ++r) {
+        const int32_t p = b.positions[static_cast<size_t>(r)];
+        if (p < 0) continue;
+        lo = std::min<int64_t>(lo, std::max<int64_t>(0, p - W + 1));
+        hi = std::max<int64_t>(hi, std::min<int64_t>(p, b.kvLengths[static_cast<size_t>(s)] - 1));
+      }
+      if (hi >= lo) cache.checkWindowMapped(s, lo, hi + 1);
+    }
+  }
   const int32_t maskWords = (maxQ + 31) / 32;
   if (b.mask == kernel::AttentionMask::kPackedTree) {
     ES_CHECK_ARG(b.packedMask.size() == static_cast<size_t>(T) * maskWords, "TargetModel::forward",
@@ -214,8 +233,10 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
   return result;
 }
 
-const int32_t* TargetModel::syncPageTable(kv::KvCacheManager& cache) {
-  return pageTable_.sync(backend_, cache.basePageTable());
+std::pair<const int32_t*, const int32_t*> TargetModel::syncPageTable(kv::KvCacheManager& cache) {
+  const int32_t* base = pageTable_.sync(backend_, cache.basePageTable());
+  kv::PageTable* window = cache.swaPageTable();
+  return {base, window ? swaPageTable_.sync(backend_, *window) : nullptr};
 }
 
 void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager& cache) {
@@ -235,7 +256,20 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
   ES_CHECK_ARG(cache.space() == backend_.space(), kWhere, "cache memory space",
                static_cast<int>(cache.space()), "must be the backend's");
   kv::PageTable& table = cache.basePageTable();
-  const int32_t* pageTable = pageTable_.sync(backend_, table);
+  const kv::KvCachePlan& plan = cache.plan();
+  ES_CHECK_ARG(static_cast<int64_t>(plan.base.size()) == c.num_hidden_layers, kWhere,
+               "cache base layers", plan.base.size(), "must equal num_hidden_layers = ", c.num_hidden_layers);
+  for (size_t l = 0; l < plan.base.size(); ++l) {
+    // A reduced layer's pool holds only its window: the layer must attend within that window.
+    const bool sliding = l < c.layer_types.size() && c.layer_types[l] == LayerType::kSlidingAttention;
+    ES_CHECK_ARG(!plan.base[l].reduced || (sliding && c.sliding_window.value_or(0) == plan.slidingWindow),
+                 kWhere, "cache layer " + std::to_string(l) + " window", plan.base[l].capacity,
+                 "is bounded, but the model's layer ", sliding ? "slides over " : "is full attention",
+                 sliding ? std::to_string(c.sliding_window.value_or(0)) : std::string(),
+                 " (build the cache from kvLayerShapes)");
+  }
+  // Both copies are current after this (a no-op when syncPageTable just ran).
+  const auto [pageTable, windowTable] = syncPageTable(cache);
 
   const int32_t H = static_cast<int32_t>(c.hidden_size), D = static_cast<int32_t>(c.head_dim);
   const int32_t Hq = static_cast<int32_t>(c.num_attention_heads);
@@ -281,12 +315,16 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     linear(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H, dtype_);
 
     const TensorView pool = cache.basePool(l);
+    // Reduced layers read and write the bounded pool through the window table, whose entries
+    // below each slot's window are -1: K/V writes skip them and the attention loops start at the
+    // window's first key (pos - W + 1), so they are never read (paged_attention.h).
+    const int32_t* layerTable = plan.base[static_cast<size_t>(l)].reduced ? windowTable : pageTable;
     kernel::QkvRopeKvWriteParams rope;
     rope.qkv = qkv_.data(); rope.qNormWeight = w.qNorm.bytes() ? w.qNorm.data() : nullptr;
     rope.kNormWeight = w.kNorm.bytes() ? w.kNorm.data() : nullptr; rope.normEps = eps;
     rope.cosSin = ropeTable_.as<float>(); rope.maxPositions = maxPositions_;
     rope.positions = b.positions; rope.tokenToSequence = b.tokenToSequence;
-    rope.pageTable = pageTable; rope.kvPool = pool.data; rope.qOut = q_.data();
+    rope.pageTable = layerTable; rope.kvPool = pool.data; rope.qOut = q_.data();
     rope.numTokens = T; rope.batchSize = cache.maxBatchSize(); rope.numQHeads = Hq; rope.numKVHeads = Hkv;
     rope.headDim = D; rope.rotaryDim = D; rope.numPages = static_cast<int32_t>(pool.shape[1]);
     rope.maxPagesPerSeq = table.maxPagesPerSeq(); rope.dtype = dtype_;
@@ -296,7 +334,7 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     att.query.q = q_.data(); att.query.out = attn_.data(); att.query.cuQSeqLens = b.cuQSeqLens;
     att.query.qPositions = b.positions; att.query.totalQ = T; att.query.maxQSeqLen = maxQ;
     att.query.numQHeads = Hq;
-    att.kv.pool = pool.data; att.kv.pageTable = pageTable;
+    att.kv.pool = pool.data; att.kv.pageTable = layerTable;
     att.kv.numPages = rope.numPages; att.kv.maxPagesPerSeq = rope.maxPagesPerSeq; att.kv.numKVHeads = Hkv;
     att.kvLengths = b.kvLengths; att.mask = b.mask;
     att.packedMask = b.mask == kernel::AttentionMask::kPackedTree ? b.packedMask : nullptr;

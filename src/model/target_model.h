@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/buffer.h"
@@ -82,8 +83,10 @@ class TargetModel {
   int64_t workspaceBytes() const { return workspaceBytes_; }
   const std::vector<int32_t>& tapLayers() const { return tapLayers_; }
 
-  // The KV cache shape this model needs per layer (all at full capacity for now: sliding-window
-  // layers are masked in attention, their bounded storage is issue 10's).
+  // The KV cache shape this model needs per layer (KvCacheConfig::baseLayers): sliding-window
+  // layers carry their window (KvLayerShape::slidingWindow), so the plan stores them in the
+  // bounded window pool when the window is below the cache's capacity (and
+  // KvCacheConfig::slidingWindowStorage is kBounded); every marker is 0.
   std::vector<kv::KvLayerShape> kvLayerShapes() const;
   // RoPE positions the model can address (the cos/sin table's rows).
   int32_t maxPositions() const { return maxPositions_; }
@@ -93,13 +96,17 @@ class TargetModel {
   ForwardResult forward(const ForwardBatch& batch, kv::KvCacheManager& cache);
 
   // The same forward on backend-resident rows; enqueues work only (no host copies or waits once
-  // the page table is in sync), so it can be captured. Logits land in logitsDevice() [R, vocab]
+  // the page tables are in sync), so it can be captured. Logits land in logitsDevice() [R, vocab]
   // f32, taps in tapsDevice(). The page-table upload is host work a replayed graph does not
-  // repeat: call syncPageTable before launching a captured forward.
+  // repeat: call syncPageTable before launching a captured forward. With reduced (sliding-window)
+  // layers in the cache the caller must have run cache.beginStep() for the rows written (the
+  // host forward() checks that the windows are mapped; this one cannot read device rows).
   void forwardDevice(const DeviceForwardBatch& batch, kv::KvCacheManager& cache);
   const float* logitsDevice() const { return logits_.as<float>(); }
-  // Uploads the base page table's dirty rows; returns the backend copy.
-  const int32_t* syncPageTable(kv::KvCacheManager& cache);
+  // Uploads the dirty rows of the base page table and of the window table (reduced layers);
+  // returns the backend copies {base, window (null without reduced layers)}: a captured forward
+  // reads both at these addresses.
+  std::pair<const int32_t*, const int32_t*> syncPageTable(kv::KvCacheManager& cache);
 
   // Backend memory the DFlash draft reads (no copies): the last forward's taps
   // [numTaps, T, H] in the compute dtype (T = that forward's rows; valid until the next
@@ -132,6 +139,7 @@ class TargetModel {
   Buffer attnSplit_;     // split-KV attention partials (CUDA backend; empty when none are needed)
   Buffer meta_;          // i32 metadata, see forward()
   ops::BackendPageTable pageTable_;  // backend copy of the base page table
+  ops::BackendPageTable swaPageTable_;  // backend copy of the window table (reduced layers)
 };
 
 }  // namespace es::model

@@ -1,6 +1,7 @@
 #include "runtime/decode_engine.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "common/errors.h"
@@ -266,8 +267,11 @@ void DecodeEngine::step(int32_t B) {
 void DecodeEngine::launchStep(int32_t B) {
   // A captured step reads the page-table copies at the addresses they had at capture: should
   // a copy move (the model was used with a cache of another shape), capture again.
-  const std::pair<const void*, const void*> tables(target_.syncPageTable(cache_),
-                                                   proposer_ ? proposer_->prepareLaunch(cache_) : nullptr);
+  // The window table (sliding-window layers) is one more copy the graphs read by address; its
+  // entries change between steps (beginStep binds, commits clear), which only needs the upload.
+  const auto [baseTable, windowTable] = target_.syncPageTable(cache_);
+  const std::array<const void*, 3> tables{baseTable, windowTable,
+                                          proposer_ ? proposer_->prepareLaunch(cache_) : nullptr};
   if (tables != capturedTables_) {
     graphs_.clear();
     capturedTables_ = tables;
@@ -299,7 +303,16 @@ std::vector<GenerationResult> DecodeEngine::generate(const std::vector<Generatio
   try {
     return run(requests, onToken);
   } catch (...) {
-    // Leave the cache empty so the engine (and the cache) can serve the next call.
+    // Leave the cache empty so the engine (and the cache) can serve the next call. A step that
+    // was begun may still run on the backend: wait for it before its window pages are released.
+    if (cache_.lastCompletedStep() < cache_.lastIssuedStep()) {
+      try {
+        backend_.synchronize();
+      } catch (...) {
+        // A failed device runs nothing any more; the original error is the one to report.
+      }
+      cache_.completeStep(cache_.lastIssuedStep());
+    }
     const std::vector<uint8_t> none(static_cast<size_t>(cache_.activeCount()), 0);
     const std::vector<int32_t> oldToNew = cache_.retireAndCompact(none);
     if (proposer_) proposer_->onCompact(oldToNew);
@@ -420,14 +433,22 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
   while (B > 0) {
     // The step writes S rows from each committed length (and the draft its block there): never
     // into pages shared with other requests.
+    stepWrites_.clear();
     for (int32_t s = 0; s < B; ++s) {
       cache_.checkWritable(s, cache_.baseLength(s), S);
       if (withDraft) cache_.checkWritable(s, cache_.draftLength(s), S);
+      stepWrites_.push_back({s, S});
     }
+    // Binds the window pages of the S rows (sliding-window layers) before launchStep uploads
+    // the tables; the device commits at most S of them.
+    const int64_t stepId = cache_.beginStep(stepWrites_);
     launchStep(B);
     ++stats_.iterations;
     int32_t* host = outHost_.as<int32_t>();
     backend_.copyToHost(host, out_, (int64_t{B} + int64_t{B} * S) * 4);  // the one D2H copy
+    // The copy waited for the whole step (same stream, after its last kernel): its window pages
+    // are no longer read, so the pages the commits below push out of the window can be rebound.
+    cache_.completeStep(stepId);
 
     requestOfSlot.assign(static_cast<size_t>(B), -1);
     for (int32_t r = 0; r < n; ++r) {

@@ -19,6 +19,7 @@
 //
 // Random numbers are request-stable (spec §3.6): a request's output depends only on its prompt,
 // settings and seed, never on its batch-mates or on graphs.
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -115,7 +116,9 @@ class DecodeEngine {
   // Captured steps per (batch size, sampled); a size runs eagerly once before it is captured.
   std::map<std::pair<int32_t, bool>, std::unique_ptr<ops::CapturedWork>> graphs_;
   std::map<std::pair<int32_t, bool>, int32_t> eagerRuns_;
-  std::pair<const void*, const void*> capturedTables_{nullptr, nullptr};  // page-table copies the graphs read
+  // Page-table copies the graphs read: base, window (sliding-window layers), draft.
+  std::array<const void*, 3> capturedTables_{nullptr, nullptr, nullptr};
+  std::vector<kv::SwaStepWrite> stepWrites_;  // the running step's writes (reused buffer)
 };
 
 }  // namespace es::runtime

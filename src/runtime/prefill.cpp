@@ -20,8 +20,13 @@ std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManage
   ES_CHECK_ARG(cache.baseLength(slot) == firstPosition, kWhere, "firstPosition", firstPosition,
                "must equal slot " + std::to_string(slot) + "'s committed length ", cache.baseLength(slot));
   std::vector<float> last;
-  for (int32_t first = firstPosition; first < L; first += target.maxTokens()) {
-    const int32_t count = std::min(target.maxTokens(), L - first);
+  for (int32_t first = firstPosition; first < L;) {
+    // A chunk binds the window pages of all its rows at once: with sliding-window layers the
+    // slot's reservation bounds it (maxStepTokens >= 128 once earlier steps completed).
+    const int32_t count = static_cast<int32_t>(
+        std::min<int64_t>({target.maxTokens(), L - first, cache.maxStepTokens(slot)}));
+    ES_CHECK_ARG(count > 0, kWhere, "slot", slot, "has no room for a prefill chunk at position ", first,
+                 " (capacity or window reservation; complete the running steps first)");
     cache.checkWritable(slot, first, count);
     // Batch entry b is page-table row b: the lower slots take part with no rows.
     model::ForwardBatch b;
@@ -36,10 +41,16 @@ std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManage
     b.cuQSeqLens[static_cast<size_t>(slot) + 1] = count;
     b.kvLengths[static_cast<size_t>(slot)] = first + count;
     if (first + count == L) b.logitRows = {count - 1};
+    const kv::SwaStepWrite write{slot, count};
+    const int64_t step = cache.beginStep({&write, 1});
     model::ForwardResult out = target.forward(b, cache);
+    // forward() returned host copies after synchronizing the backend: the chunk has completed,
+    // so the pages that leave the window with this commit go straight back to the reservation.
+    cache.completeStep(step);
     cache.commitBase(slot, count);
     if (onChunk) onChunk(b);
     if (first + count == L) last = std::move(out.logits);
+    first += count;
   }
   return last;
 }

@@ -14,8 +14,10 @@ namespace es::runtime {
 // Runs prompt positions [firstPosition, prompt.size()) through the target into page-table row
 // `slot` (an active slot of `cache` whose lower slots keep their lengths, with firstPosition
 // tokens committed: a reused prefix, 0 without one), in chunks of at most target.maxTokens()
-// rows, committing each chunk to the base cache and then calling onChunk with that chunk's
-// forward batch. Returns the f32 logits [vocab] of the prompt's last row.
+// rows (and cache.maxStepTokens(slot): sliding-window reservations), each one cache step
+// (beginStep, forward, completeStep), committing each chunk to the base cache and then calling
+// onChunk with that chunk's forward batch. Returns the f32 logits [vocab] of the prompt's last
+// row.
 std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache,
                                    int32_t slot, const std::vector<int32_t>& prompt,
                                    const std::function<void(const model::ForwardBatch&)>& onChunk = {},

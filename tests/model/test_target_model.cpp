@@ -240,7 +240,8 @@ TEST(TargetModel, CheckpointNotMatchingItsConfigIsAFormatError) {
 
 TEST(TargetModel, SlidingWindowLayersMaskOldKeys) {
   // The qwen3 fixture with layer 0 marked sliding over 8 tokens: rows whose window still covers
-  // the whole prefix are unchanged, later rows change; storage stays at full capacity.
+  // the whole prefix are unchanged, later rows change; storage at full capacity here (the mask
+  // alone; the bounded window pool is test_sliding_window_model's).
   const std::filesystem::path src = test::test_data_dir() + "/models/qwen3";
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "es_sliding_qwen3";
   std::filesystem::create_directories(dir);
@@ -254,11 +255,17 @@ TEST(TargetModel, SlidingWindowLayersMaskOldKeys) {
   std::ofstream(dir / "config.json") << config.dump();
   auto backend = ops::makeCpuBackend();
   TargetModel full(src, *backend, 32), sliding(dir, *backend, 32);
-  for (const kv::KvLayerShape& l : sliding.kvLayerShapes()) EXPECT_EQ(l.kvCacheCapacity, 0);
+  const std::vector<kv::KvLayerShape> shapes = sliding.kvLayerShapes();
+  ASSERT_EQ(shapes.size(), 2u);
+  for (const kv::KvLayerShape& l : shapes) EXPECT_EQ(l.kvCacheCapacity, 0);
+  EXPECT_EQ(shapes[0].slidingWindow, 8);
+  EXPECT_EQ(shapes[1].slidingWindow, 0);
   const Fixture fx = loadFixture("qwen3");
   const std::vector<int32_t> a = fx.meta["prompts"]["a"];
   auto logits = [&](TargetModel& m) {
-    kv::KvCacheManager cache(cacheFor(m, 1, 128), MemorySpace::kHost);
+    kv::KvCacheConfig config = cacheFor(m, 1, 128);
+    config.slidingWindowStorage = kv::SlidingWindowStorage::kFullCapacity;
+    kv::KvCacheManager cache(config, MemorySpace::kHost);
     cache.admit();
     ForwardBatch b;
     for (int32_t i = 0; i < 20; ++i) {
