@@ -353,6 +353,9 @@ void runGenerate(const GenerateOptions& o) {
     ES_CHECK_ARG(o.prefixCachePages <= limit, "generate", "--prefix-cache-pages", o.prefixCachePages,
                  "must be <= ", limit, " (kMaxKvPoolPages less the minimum pool for this batch)");
     kvc.prefixCachePages = o.prefixCachePages;
+    // Shared pages hold whole prompt blocks, which a bounded window pool drops as it slides:
+    // with reuse, sliding layers keep full-capacity storage (the window stays a mask).
+    kvc.slidingWindowStorage = kv::SlidingWindowStorage::kFullCapacity;
   }
   kv::KvCacheManager cache(kvc, backend->space());
   const auto t1 = std::chrono::steady_clock::now();
