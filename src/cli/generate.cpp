@@ -368,6 +368,7 @@ void runGenerate(const GenerateOptions& o) {
     // The first step of each (batch size, greedy/sampled) runs eagerly and is captured as a CUDA
     // graph inside the loop; an untimed run of the same requests, a few steps long, pays that
     // (for this batch size) so the timings below are steady-state. Its tokens are discarded.
+    // With --prefix-cache-pages it also publishes the prompts: the timed run then reuses them.
     std::vector<runtime::GenerationRequest> warm;
     for (int32_t r = 0; r < n; ++r) {
       warm.push_back({prompts[static_cast<size_t>(r)],
