@@ -10,6 +10,8 @@
 #                                 random-weight presets in ES_ENGINE_PRESETS next to the torch anchor
 #   tools/gpu_check.sh smollm2    the default model's GGUF ($ES_SMOLLM2_GGUF, e.g. assembled by
 #                                 tools/device_parts.sh join) generated on cuda vs transformers
+#   tools/gpu_check.sh draft      the same GGUF with and without models/'s DFlash draft:
+#                                 tau and tok/s on held-out prompts (tools/draft_eval.py)
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -172,6 +174,25 @@ stage_smollm2() {
   return $status
 }
 
+# The default model with and without its shipped DFlash draft on held-out prompts (docs/perf.md,
+# issue 9): tau and tok/s at T = 0 and 1 through `edgespec generate --warmup`.
+stage_draft() {
+  local gguf="${ES_SMOLLM2_GGUF:-}"
+  if [ ! -f "$gguf" ]; then
+    summary+=("draft                 FAILED   ES_SMOLLM2_GGUF = '$gguf' is not a file")
+    return 1
+  fi
+  if python3 tools/draft_eval.py --edgespec "$build_dir/edgespec" --model "$gguf" \
+       --draft models/smollm2-135m-instruct-dflash --limit "${ES_DRAFT_PROMPTS:-10}" -n 200 \
+       --temperatures 0,1 --backend cuda --json "$final_out/draft_eval.json" >"$out/draft_eval.txt" 2>&1; then
+    while read -r line; do summary+=("draft  $line"); done < "$out/draft_eval.txt"
+    return 0
+  fi
+  tail -5 "$out/draft_eval.txt"
+  summary+=("draft                 FAILED   draft_eval.txt")
+  return 1
+}
+
 # The DFlash draft oracle's fixture (PyTorch on this machine), returned as one archive.
 stage_oracle() {
   local dir=tests/data/models/dflash_tiny
@@ -232,9 +253,10 @@ if build; then
       sanitize) stage_sanitize || status=1 ;;
       bench) stage_bench || status=1 ;;
       smollm2) stage_smollm2 || status=1 ;;
+      draft) stage_draft || status=1 ;;
       oracle) stage_oracle || status=1 ;;
       engine) stage_engine || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, oracle, engine)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine)" >&2; status=2 ;;
     esac
   done
 else
