@@ -364,20 +364,6 @@ void runGenerate(const GenerateOptions& o) {
   if (draft) proposer = std::make_unique<runtime::DFlashProposer>(*draft);
   runtime::DecodeEngine decoder(target, cache, proposer.get());
   const std::vector<int32_t> stops = stopTokens(tok, target.config());
-  if (o.warmup) {
-    // The first step of each (batch size, greedy/sampled) runs eagerly and is captured as a CUDA
-    // graph inside the loop; an untimed run of the same requests, a few steps long, pays that
-    // (for this batch size) so the timings below are steady-state. Its tokens are discarded.
-    // With --prefix-cache-pages it also publishes the prompts: the timed run then reuses them.
-    std::vector<runtime::GenerationRequest> warm;
-    for (int32_t r = 0; r < n; ++r) {
-      warm.push_back({prompts[static_cast<size_t>(r)],
-                      std::min<int32_t>(specs[static_cast<size_t>(r)].maxNewTokens, 4), stops,
-                      specs[static_cast<size_t>(r)].sampling});
-    }
-    decoder.generate(warm, [](int32_t, int32_t) {});
-  }
-  const auto tStart = std::chrono::steady_clock::now();  // TTFT counts from here
   std::vector<AnswerText> answers;
   std::vector<runtime::GenerationRequest> requests;
   answers.reserve(static_cast<size_t>(n));
@@ -388,6 +374,19 @@ void runGenerate(const GenerateOptions& o) {
     q.stopWhen = [&answers, r] { return answers[static_cast<size_t>(r)].stopped(); };
     requests.push_back(std::move(q));
   }
+  if (o.warmup) {
+    // The first step of each (batch size, greedy/sampled) runs eagerly and is captured as a CUDA
+    // graph inside the loop; an untimed run of the same requests, a few steps long, pays that
+    // (for this batch size) so the timings below are steady-state. Its tokens are discarded.
+    // With --prefix-cache-pages it also publishes the prompts: the timed run then reuses them.
+    std::vector<runtime::GenerationRequest> warm = requests;
+    for (runtime::GenerationRequest& q : warm) {
+      q.maxNewTokens = std::min<int32_t>(q.maxNewTokens, 4);
+      q.stopWhen = nullptr;  // the answers belong to the timed run
+    }
+    decoder.generate(warm, [](int32_t, int32_t) {});
+  }
+  const auto tStart = std::chrono::steady_clock::now();  // TTFT counts from here
   const bool streaming = !o.json && n == 1;
   std::chrono::steady_clock::time_point firstToken;
   int64_t generated = 0;
