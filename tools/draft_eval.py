@@ -41,12 +41,18 @@ def generate(a, prompt, temperature, seed, draft):
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def decode_totals(rows, which):
+    """(tokens after each run's first, decode-loop seconds), summed over the rows' `which` runs.
+    decode_tok_s = (tokens - 1) / loop seconds, so the seconds are recovered to be summed."""
+    runs = [r[which] for r in rows]
+    tokens = sum(len(x["tokens"]) - 1 for x in runs)
+    seconds = sum((len(x["tokens"]) - 1) / x["decode_tok_s"] for x in runs if x["decode_tok_s"] > 0)
+    return tokens, seconds
+
+
 def summarize(rows, temperature):
-    plain_tok = sum(len(r["plain"]["tokens"]) - 1 for r in rows)
-    spec_tok = sum(len(r["spec"]["tokens"]) - 1 for r in rows)
-    # decode_tok_s = (tokens - 1) / loop seconds: recover the seconds to sum them.
-    plain_s = sum((len(r["plain"]["tokens"]) - 1) / r["plain"]["decode_tok_s"] for r in rows if r["plain"]["decode_tok_s"] > 0)
-    spec_s = sum((len(r["spec"]["tokens"]) - 1) / r["spec"]["decode_tok_s"] for r in rows if r["spec"]["decode_tok_s"] > 0)
+    plain_tok, plain_s = decode_totals(rows, "plain")
+    spec_tok, spec_s = decode_totals(rows, "spec")
     steps = sum(sum(r["spec"]["accept_histogram"]) for r in rows)
     emitted = sum(sum(k * c for k, c in enumerate(r["spec"]["accept_histogram"])) for r in rows)
     hist = [sum(r["spec"]["accept_histogram"][k] for r in rows) for k in range(len(rows[0]["spec"]["accept_histogram"]))]

@@ -61,11 +61,7 @@ def main():
         cfg = json.load(f)
     BS = cfg["block_size"]
     draft = td.build_draft(cfg, target.get_input_embeddings().weight.float().mean(0))
-    w = td.load_draft_weights(a.draft)
-    res = draft.load_state_dict({k: v.float() for k, v in w.items()}, strict=False)
-    bad = [k for k in res.missing_keys if not k.startswith("rotary.")] + list(res.unexpected_keys)
-    if bad:
-        raise SystemExit(f"{a.draft}: weights do not match its config: {bad[:5]}")
+    td.load_draft_into(draft, a.draft)
     draft = draft.to(device).eval()  # fp32 weights + bf16 autocast, as in training
     taps = td.Taps(target, cfg["dflash_config"]["target_layer_ids"])
     data = td.Data(a.data, a.split)

@@ -416,6 +416,15 @@ def load_draft_weights(folder):
     return load_file(os.path.join(folder, "model.safetensors"))
 
 
+def load_draft_into(draft, folder):
+    """Loads a z-lab folder's weights (as float32) into the Draft module; exits naming the folder
+    when the names do not match (rotary.* is rebuilt from the config, never saved)."""
+    res = draft.load_state_dict({k: v.float() for k, v in load_draft_weights(folder).items()}, strict=False)
+    bad = [k for k in res.missing_keys if not k.startswith("rotary.")] + list(res.unexpected_keys)
+    if bad:
+        raise SystemExit(f"{folder}: weights do not match the draft its config builds: {bad[:5]}")
+
+
 def reference_check(draft, cfg, target, feats_row, ids_row, anchor, out_dir, compute_dtype):
     """The saved folder, run by tools/dflash_reference.py's DFlashReference (the oracle of the
     runtime's forward, float32 on the CPU), against this module's forward for one anchor: the
@@ -591,14 +600,10 @@ def main():
         step, history, evals = ck["step"], ck.get("history", []), ck.get("evals", [])
         log(f"resumed from {a.ckpt} at step {step} (weights and AdamW state)")
     elif init_from:
-        w = load_draft_weights(init_from)
         with open(os.path.join(init_from, "config.json")) as f:
             if json.load(f) != cfg:
                 raise SystemExit(f"{init_from}/config.json differs from the draft these flags build")
-        missing = draft.load_state_dict({k: v.float() for k, v in w.items()}, strict=False)
-        bad = [k for k in missing.missing_keys if not k.startswith("rotary.")] + list(missing.unexpected_keys)
-        if bad:
-            raise SystemExit(f"{init_from}: weights do not match the draft: {bad[:5]}")
+        load_draft_into(draft, init_from)
         logp = os.path.join(init_from, "train_log.json")
         if os.path.exists(logp):
             with open(logp) as f:
