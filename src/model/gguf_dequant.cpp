@@ -64,36 +64,18 @@ void kScaleMin(const uint8_t* s, int j, float* scale, float* min) {
 // chunk c reads qs[32c .. 32c + 31]: low nibbles are elements 64c + l (sub-block 2c), high
 // nibbles elements 64c + 32 + l (sub-block 2c + 1). x = (d * scale) * q - (dmin * min), the
 // products rounded to f32 first as in ggml.
-void dequantQ4_K(const uint8_t* src, float* dst, size_t blocks) {
-  for (size_t b = 0; b < blocks; ++b, src += 144, dst += 256) {
-    const float d = halfAt(src);
-    const float dmin = halfAt(src + 2);
-    const uint8_t* scales = src + 4;
-    const uint8_t* qs = src + 16;
-    for (int c = 0; c < 4; ++c) {
-      float sc0, m0, sc1, m1;
-      kScaleMin(scales, 2 * c, &sc0, &m0);
-      kScaleMin(scales, 2 * c + 1, &sc1, &m1);
-      const float d0 = d * sc0, min0 = dmin * m0, d1 = d * sc1, min1 = dmin * m1;
-      const uint8_t* q = qs + 32 * c;
-      float* y = dst + 64 * c;
-      for (int l = 0; l < 32; ++l) {
-        y[l] = d0 * static_cast<float>(q[l] & 0x0F) - min0;
-        y[l + 32] = d1 * static_cast<float>(q[l] >> 4) - min1;
-      }
-    }
-  }
-}
-
 // Q5_K (176 bytes / 256 elements): d, dmin, scales[12], qh[32], qs[128]. As Q4_K, plus a fifth
 // bit per element: element 64c + l takes bit 2c of qh[l], element 64c + 32 + l bit 2c + 1.
-void dequantQ5_K(const uint8_t* src, float* dst, size_t blocks) {
-  for (size_t b = 0; b < blocks; ++b, src += 176, dst += 256) {
+// One loop serves both: kFifthBit selects the Q5_K layout.
+template <bool kFifthBit>
+void dequantQ45_K(const uint8_t* src, float* dst, size_t blocks) {
+  constexpr size_t kBlockBytes = kFifthBit ? 176 : 144;
+  for (size_t b = 0; b < blocks; ++b, src += kBlockBytes, dst += 256) {
     const float d = halfAt(src);
     const float dmin = halfAt(src + 2);
     const uint8_t* scales = src + 4;
-    const uint8_t* qh = src + 16;
-    const uint8_t* qs = src + 48;
+    const uint8_t* qh = src + 16;  // Q5_K only
+    const uint8_t* qs = src + (kFifthBit ? 48 : 16);
     for (int c = 0; c < 4; ++c) {
       float sc0, m0, sc1, m1;
       kScaleMin(scales, 2 * c, &sc0, &m0);
@@ -102,8 +84,11 @@ void dequantQ5_K(const uint8_t* src, float* dst, size_t blocks) {
       const uint8_t* q = qs + 32 * c;
       float* y = dst + 64 * c;
       for (int l = 0; l < 32; ++l) {
-        const int lo = (q[l] & 0x0F) | (((qh[l] >> (2 * c)) & 1) << 4);
-        const int hi = (q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
+        int lo = q[l] & 0x0F, hi = q[l] >> 4;
+        if constexpr (kFifthBit) {
+          lo |= ((qh[l] >> (2 * c)) & 1) << 4;
+          hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+        }
         y[l] = d0 * static_cast<float>(lo) - min0;
         y[l + 32] = d1 * static_cast<float>(hi) - min1;
       }
@@ -180,8 +165,8 @@ void dequantizeToF32(uint32_t type, std::span<const uint8_t> src, std::span<floa
     case GgmlType::kQ8_0: dequantQ8_0(s, d, blocks); break;
     case GgmlType::kQ4_0: dequantQ4_0(s, d, blocks); break;
     case GgmlType::kQ4_1: dequantQ4_1(s, d, blocks); break;
-    case GgmlType::kQ4_K: dequantQ4_K(s, d, blocks); break;
-    case GgmlType::kQ5_K: dequantQ5_K(s, d, blocks); break;
+    case GgmlType::kQ4_K: dequantQ45_K<false>(s, d, blocks); break;
+    case GgmlType::kQ5_K: dequantQ45_K<true>(s, d, blocks); break;
     case GgmlType::kQ6_K: dequantQ6_K(s, d, blocks); break;
     default: break;  // rejected above
   }
