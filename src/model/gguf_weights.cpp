@@ -21,14 +21,6 @@ std::string joinFirst(const std::vector<std::string>& items, size_t max = 8) {
   return s;
 }
 
-std::string shapeText(const std::vector<int64_t>& shape) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << "]";
-  return os.str();
-}
-
 }  // namespace
 
 bool isGgufPath(const std::filesystem::path& path) {

@@ -11,14 +11,6 @@ namespace {
 
 constexpr size_t kListedPerCategory = 8;
 
-std::string shapeText(const std::vector<int64_t>& shape) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << "]";
-  return os.str();
-}
-
 bool endsWith(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -31,6 +23,14 @@ void appendCategory(std::ostringstream& os, const char* what, const std::vector<
 }
 
 }  // namespace
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
 
 std::string layerPrefix(const ModelConfig& config, int64_t layer) {
   return (config.isDraft() ? "layers." : "model.layers.") + std::to_string(layer) + ".";

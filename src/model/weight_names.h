@@ -51,4 +51,7 @@ struct WeightCheckReport {
 // every missing, misshapen, unsupported and unexpected tensor (the first few of each, by name).
 WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& config);
 
+// "[a, b, c]": how weight errors print a shape (checkWeights, the GGUF loader).
+std::string shapeText(const std::vector<int64_t>& shape);
+
 }  // namespace es::model
