@@ -151,18 +151,9 @@ def check_apply_rotary():
 
 
 def perturb_target(model, seed):
-    # As tools/make_fixtures.py: transformers initialises norms to one; randomise every weight.
-    import torch
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if "norm" in name:
-                p.copy_(1.0 + 0.2 * noise)
-            elif "embed" in name or "lm_head" in name:
-                p.copy_(0.5 * noise)
-            else:
-                p.copy_(0.08 * noise)
+    # The fixtures' randomisation (transformers initialises norms to one): every weight matters.
+    from make_fixtures import perturb
+    perturb(model, seed)
 
 
 def make_target(folder):
