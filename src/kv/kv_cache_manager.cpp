@@ -195,20 +195,12 @@ void KvCacheManager::commitBase(int32_t slot, int32_t tokens) {
 int64_t KvCacheManager::beginStep(std::span<const SwaStepWrite> writes) {
   constexpr const char* kWhere = "KvCacheManager::beginStep";
   if (swaPages_) return swaPages_->beginStep(writes);  // validates the same and more
-  ES_CHECK_ARG(!writes.empty(), kWhere, "writes.size()", 0, "must be > 0");
-  std::vector<uint8_t> seen(static_cast<size_t>(activeCount_), 0);
+  checkStepWrites(writes, activeCount_, kWhere);
   for (size_t i = 0; i < writes.size(); ++i) {
     const SwaStepWrite& w = writes[i];
-    const std::string name = "writes[" + std::to_string(i) + "]";
-    ES_CHECK_ARG(w.slot >= 0 && w.slot < activeCount_, kWhere, name + ".slot", w.slot,
-                 "must be an active slot in [0, activeCount ", activeCount_, ")");
-    ES_CHECK_ARG(!seen[static_cast<size_t>(w.slot)], kWhere, name + ".slot", w.slot,
-                 "appears more than once in one step");
-    seen[static_cast<size_t>(w.slot)] = 1;
-    ES_CHECK_ARG(w.count > 0 && int64_t{baseLengths_[static_cast<size_t>(w.slot)]} + w.count <=
-                                    plan_.capacityPadded,
-                 kWhere, name + ".count", w.count, "must be in [1, capacity ", plan_.capacityPadded,
-                 " - length ", baseLengths_[static_cast<size_t>(w.slot)], "]");
+    ES_CHECK_ARG(int64_t{baseLengths_[static_cast<size_t>(w.slot)]} + w.count <= plan_.capacityPadded, kWhere,
+                 "writes[" + std::to_string(i) + "].count", w.count, "must be <= capacity ",
+                 plan_.capacityPadded, " - length ", baseLengths_[static_cast<size_t>(w.slot)]);
   }
   return ++lastIssued_;
 }

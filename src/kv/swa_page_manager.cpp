@@ -80,21 +80,29 @@ int64_t SwaPageManager::maxStepTokens(int32_t slot) const {
   return std::max<int64_t>(0, hi * kTokensPerPage - s.length);
 }
 
+void checkStepWrites(std::span<const SwaStepWrite> writes, int32_t activeCount, const char* where) {
+  ES_CHECK_ARG(!writes.empty(), where, "writes.size()", writes.size(), "must be > 0");
+  std::vector<uint8_t> seen(static_cast<size_t>(activeCount), 0);
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const SwaStepWrite& w = writes[i];
+    const std::string name = "writes[" + std::to_string(i) + "]";
+    ES_CHECK_ARG(w.slot >= 0 && w.slot < activeCount, where, name + ".slot", w.slot,
+                 "must be an active slot in [0, activeCount ", activeCount, ")");
+    ES_CHECK_ARG(!seen[static_cast<size_t>(w.slot)], where, name + ".slot", w.slot,
+                 "appears more than once in one step");
+    seen[static_cast<size_t>(w.slot)] = 1;
+    ES_CHECK_ARG(w.count > 0, where, name + ".count", w.count, "must be > 0");
+  }
+}
+
 int64_t SwaPageManager::beginStep(std::span<const SwaStepWrite> writes) {
   const char* where = "SwaPageManager::beginStep";
-  ES_CHECK_ARG(!writes.empty(), where, "writes.size()", writes.size(), "must be > 0");
-  std::vector<uint8_t> seen(static_cast<size_t>(activeCount_), 0);
+  checkStepWrites(writes, activeCount_, where);
   // Validate every write before changing anything.
   for (size_t i = 0; i < writes.size(); ++i) {
     const SwaStepWrite& w = writes[i];
     const std::string name = "writes[" + std::to_string(i) + "]";
-    ES_CHECK_ARG(w.slot >= 0 && w.slot < activeCount_, where, name + ".slot", w.slot,
-                 "must be an active slot in [0, activeCount ", activeCount_, ")");
-    ES_CHECK_ARG(!seen[static_cast<size_t>(w.slot)], where, name + ".slot", w.slot,
-                 "appears more than once in one step");
-    seen[static_cast<size_t>(w.slot)] = 1;
     const Slot& s = slots_[static_cast<size_t>(w.slot)];
-    ES_CHECK_ARG(w.count > 0, where, name + ".count", w.count, "must be > 0");
     ES_CHECK_ARG(int64_t{s.length} + w.count <= capacity(), where, name + ".count", w.count,
                  "must be <= capacity ", capacity(), " - length ", s.length);
     // Rows [length, writtenEnd) were produced by a step that may still read them (its own

@@ -43,6 +43,11 @@ struct SwaStepWrite {
   int32_t count;  // rows written from the slot's current length, > 0
 };
 
+// The checks a step's writes pass whoever tracks the step (SwaPageManager, or KvCacheManager
+// without sliding layers): at least one write, every slot in [0, activeCount) and named once,
+// every count > 0. Errors name `where` and the write.
+void checkStepWrites(std::span<const SwaStepWrite> writes, int32_t activeCount, const char* where);
+
 class SwaPageManager {
  public:
   // `table` is the bounded pool's page table ([maxBatch, maxPagesPerSeq], numPages K pages); it
