@@ -134,6 +134,13 @@ TEST(KvSwaWiring, WithoutSlidingLayersStepsAreOnlyCounted) {
   EXPECT_EQ(cache.maxStepTokens(s), 246);
   cache.completeStep(1);
   expectInvalidArgument([&] { cache.completeStep(1); }, "stepId");
+  // The same write checks as with a window pool (checkStepWrites), and the capacity.
+  const SwaStepWrite twice[] = {{s, 1}, {s, 1}}, unknown{s + 1, 1}, zero{s, 0}, past{s, 247};
+  expectInvalidArgument([&] { cache.beginStep(twice); }, "writes[1].slot");
+  expectInvalidArgument([&] { cache.beginStep({&unknown, 1}); }, "writes[0].slot");
+  expectInvalidArgument([&] { cache.beginStep({&zero, 1}); }, "writes[0].count");
+  expectInvalidArgument([&] { cache.beginStep({&past, 1}); }, "writes[0].count");
+  expectInvalidArgument([&] { cache.beginStep({}); }, "writes.size()");
 }
 
 // A step in flight: the physical K rows (page * 128 + row) of layer 1 it reads.
