@@ -268,16 +268,9 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
 }
 
 int run() {
-  if (cuda_device_count() == 0) {
-    std::fprintf(stderr, "bench_attention_gpu: no CUDA device\n");
-    return 1;
-  }
   cudaDeviceProp prop{};
-  ES_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::fprintf(stderr, "device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
-               prop.l2CacheSize >> 20);
-  cudaStream_t stream;
-  ES_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaStream_t stream = bench::openDeviceStream("bench_attention_gpu", &prop);
+  if (stream == nullptr) return 1;
 
   double ceiling = 0;
   {

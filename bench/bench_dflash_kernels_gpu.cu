@@ -496,15 +496,9 @@ void bench_metadata_graph(cudaStream_t stream, int32_t batch) {
 }
 
 int run() {
-  if (cuda_device_count() == 0) {
-    std::fprintf(stderr, "bench_dflash_kernels_gpu: no CUDA device\n");
-    return 1;
-  }
   cudaDeviceProp prop{};
-  ES_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::fprintf(stderr, "device: %s, L2 %d MB\n", prop.name, prop.l2CacheSize >> 20);
-  cudaStream_t stream;
-  ES_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaStream_t stream = bench::openDeviceStream("bench_dflash_kernels_gpu", &prop);
+  if (stream == nullptr) return 1;
 
   // Clocks up before anything is timed (70 x 1 GiB copies, ~35 ms).
   double ceiling = copy_ceiling_gbps(stream, "cudaMemcpy D2D (before)", 10, 60);

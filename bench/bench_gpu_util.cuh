@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "common/buffer.h"
@@ -25,6 +26,22 @@ __device__ __forceinline__ uint32_t hash32(uint64_t x) {
 // A uniform in [0, 1) with 24 random bits, deterministic per (seed, index).
 __device__ __forceinline__ float hashUniform(uint32_t seed, int64_t i) {
   return float(hash32((uint64_t{seed} << 40) ^ uint64_t(i)) >> 8) * (1.0f / 16777216.0f);
+}
+
+// Device 0's properties (into *prop) described on stderr, and a non-blocking stream on it (the
+// caller destroys it); nullptr, after saying so with the benchmark's `name`, when there is no
+// CUDA device.
+inline cudaStream_t openDeviceStream(const char* name, cudaDeviceProp* prop) {
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "%s: no CUDA device\n", name);
+    return nullptr;
+  }
+  ES_CUDA_CHECK(cudaGetDeviceProperties(prop, 0));
+  std::fprintf(stderr, "device: %s, %d SMs, L2 %d MB\n", prop->name, prop->multiProcessorCount,
+               prop->l2CacheSize >> 20);
+  cudaStream_t stream = nullptr;
+  ES_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return stream;
 }
 
 template <typename T>

@@ -260,16 +260,9 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  if (cuda_device_count() == 0) {
-    std::fprintf(stderr, "bench_linear_gpu: no CUDA device\n");
-    return 1;
-  }
   cudaDeviceProp prop{};
-  ES_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::fprintf(stderr, "device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
-               prop.l2CacheSize >> 20);
-  cudaStream_t stream;
-  ES_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaStream_t stream = bench::openDeviceStream("bench_linear_gpu", &prop);
+  if (stream == nullptr) return 1;
   kernel::LinearContext ctx;
 
   double ceiling = 0;
