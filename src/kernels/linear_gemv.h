@@ -23,10 +23,12 @@ inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
 
 // The launcher's choice for an m x n x k problem on a device with numSms multiprocessors
 // (linear_args.cpp, so the rule is tested in every build):
+//   kSplit   = the smallest of 1, 2, 4, 8 giving at least 3/2 CTAs per SM with one 16-row tile
+//   per CTA, capped so that every warp still has at least one 32-element K block. It does not
+//   depend on m: each output is then summed in the same order at every m (row-invariant: the
+//   rows of a 16-row verify equal 1-row decodes bit for bit);
 //   rowTiles = 2 when m > 4 (x, read from L2 once per CTA, then costs at most half of W's
-//   traffic) unless that leaves fewer CTAs than the target, else 1;
-//   kSplit   = the smallest of 1, 2, 4, 8 giving at least 3/2 CTAs per SM, capped so that every
-//   warp still has at least one 32-element K block.
+//   traffic) unless that leaves fewer CTAs than the target, else 1.
 GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms);
 
 // Validates p (validate + gemvSupported) and cfg, then launches (linear_gemv.cu, CUDA builds).

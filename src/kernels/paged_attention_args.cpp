@@ -70,26 +70,37 @@ namespace {
 
 constexpr int32_t kTile = splitkv::kTileKeys;
 
-struct SplitShape {
-  int32_t warpsM = 0, rowBlocks = 0;
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Packed rows (query row, GQA head) of one sequence and KV head -> 16-row tiles, one per CTA.
+int32_t row_blocks(int32_t maxQSeqLen, int32_t group) {
+  return static_cast<int32_t>(ceil_div(int64_t{maxQSeqLen} * group, 16));
+}
+
+// The split geometry (paged_attention.h, "Split boundaries"). Depends on the batch, the heads and
+// the key bound, never on maxQSeqLen or the real key counts: a row gets the same key ranges in a
+// decode call and in a verify call, so its result is bit-identical.
+struct SplitGeometry {
+  int64_t tilesPerSplit = 1, numSplits = 1;
 };
 
-// Packed rows (query row, GQA head) of one sequence and KV head -> 16-row tiles -> CTAs.
-SplitShape split_shape(int32_t maxQSeqLen, int32_t group) {
-  const int64_t tiles = (int64_t{maxQSeqLen} * group + 15) / 16;
-  const int32_t wm = tiles >= 3 ? 4 : static_cast<int32_t>(tiles);
-  return {wm, static_cast<int32_t>((tiles + wm - 1) / wm)};
+// tilesSpan: 64-key tiles one CTA's rows can see together (all of the key bound, or with a
+// window its span); windowed: the span starts anywhere, so one more split covers its
+// misalignment against the fixed boundaries.
+SplitGeometry split_geometry(int64_t pairs, int32_t headDim, int64_t tilesSpan, bool windowed) {
+  const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim);
+  // Splits wanted: one full wave of (sequence, KV head) pairs, one split kept for the window's
+  // misalignment so that the count stays <= kSplitKvMaxSplits.
+  const int64_t fill =
+      std::min<int64_t>(std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)), kSplitKvMaxSplits - 1);
+  SplitGeometry g;
+  g.tilesPerSplit = std::max<int64_t>(kSplitKvMinTilesPerSplit, ceil_div(tilesSpan, fill));
+  g.numSplits = windowed ? ceil_div(tilesSpan + g.tilesPerSplit - 1, g.tilesPerSplit)
+                         : ceil_div(tilesSpan, g.tilesPerSplit);
+  return g;
 }
 
-// Splits before dropping the ones an even division would leave empty: enough CTAs for one full
-// wave of kSplitKvPlanSMs * ctasPerSm, never a second partial wave, at most one per 64-key tile
-// of `keys` and at most kSplitKvMaxSplits. Monotone in keys (the workspace bound relies on it).
-int64_t raw_splits(int64_t pairs, int32_t headDim, int32_t warpsM, int64_t keys) {
-  const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, warpsM);
-  const int64_t tiles = std::max<int64_t>(1, (keys + kTile - 1) / kTile);
-  return std::min({std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)), tiles,
-                   int64_t{kSplitKvMaxSplits}});
-}
+int64_t tiles_of(int64_t keys) { return std::max<int64_t>(1, ceil_div(keys, kTile)); }
 
 int64_t partial_bytes(int64_t splits, int64_t totalQ, int32_t numQHeads, int32_t headDim) {
   return splits < 2 ? 0 : splits * totalQ * numQHeads * (int64_t{headDim} + 2) * 4;
@@ -120,28 +131,26 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   if (*plan.reason) return plan;
 
   const int32_t group = q.numQHeads / p.kv.numKVHeads;
-  const SplitShape shape = split_shape(q.maxQSeqLen, group);
-  const int64_t pairs = int64_t{p.batchSize} * p.kv.numKVHeads * shape.rowBlocks;
-  // Keys one row block can see: all of maxKvLength, or with a window about W + maxQSeqLen - 1
-  // (+1 tile of misalignment). Only the fill depends on this; any real range is handled.
-  int64_t keys = std::min<int64_t>(p.maxKvLength, int64_t{p.kv.maxPagesPerSeq} * kv::kTokensPerPage);
+  plan.rowBlocks = row_blocks(q.maxQSeqLen, group);
+  // Tiles one CTA's rows can see: all of the key bound, or with a window at most W + 15 keys
+  // (16 query rows, whatever this call's maxQSeqLen) and one tile of misalignment.
+  const int64_t tilesFull =
+      tiles_of(std::min<int64_t>(p.maxKvLength, int64_t{p.kv.maxPagesPerSeq} * kv::kTokensPerPage));
+  int64_t tilesSpan = tilesFull;
   if (p.slidingWindow > 0) {
-    keys = std::min<int64_t>(keys, int64_t{p.slidingWindow} + q.maxQSeqLen - 1 + kTile);
+    tilesSpan = std::min(tilesFull, tiles_of(int64_t{p.slidingWindow} + kSplitKvMaxQSeqLen - 1) + 1);
   }
-  int64_t splits = raw_splits(pairs, p.headDim, shape.warpsM, keys);
+  const bool windowed = tilesSpan < tilesFull;
+  SplitGeometry g = split_geometry(int64_t{p.batchSize} * p.kv.numKVHeads, p.headDim, tilesSpan, windowed);
   if (forceNumSplits > 0) {
-    splits = std::min(forceNumSplits, kSplitKvMaxSplits);
-  } else {
-    const int64_t tiles = std::max<int64_t>(1, (keys + kTile - 1) / kTile);
-    const int64_t per_split = (tiles + splits - 1) / splits;
-    splits = (tiles + per_split - 1) / per_split;  // same tiles per split, no empty tail splits
+    g.numSplits = std::min(forceNumSplits, kSplitKvMaxSplits);
+    g.tilesPerSplit = std::max<int64_t>(1, tilesSpan / g.numSplits);
   }
-  const int64_t ctas = pairs * splits;
+  const int64_t ctas = int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks * g.numSplits;
   const int64_t combine_ctas = (int64_t{q.totalQ} * q.numQHeads + 3) / 4;
-  plan.numSplits = static_cast<int32_t>(splits);
-  plan.warpsM = shape.warpsM;
-  plan.rowBlocks = shape.rowBlocks;
-  plan.workspaceBytes = partial_bytes(splits, q.totalQ, q.numQHeads, p.headDim);
+  plan.numSplits = static_cast<int32_t>(g.numSplits);
+  plan.tilesPerSplit = static_cast<int32_t>(std::min<int64_t>(g.tilesPerSplit, INT32_MAX));
+  plan.workspaceBytes = partial_bytes(g.numSplits, q.totalQ, q.numQHeads, p.headDim);
   if (ctas > INT32_MAX || combine_ctas > INT32_MAX) {
     plan.reason = "grid too large";
   } else if (plan.workspaceBytes > p.workspaceBytes) {
@@ -167,20 +176,19 @@ int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, i
   ES_CHECK_ARG(maxKvLength >= 0, kWhere, "maxKvLength", maxKvLength, "must be >= 0");
   ES_CHECK_ARG(maxTotalQ >= 0, kWhere, "maxTotalQ", maxTotalQ, "must be >= 0 (0 = batch * qLen)");
   if (maxKvLength == 0) return 0;
-  // A call's split count before the even-division trim is raw_splits(...) with its own batch,
-  // maxQSeqLen and key count; it grows with the key count, so the largest maxKvLength bounds
-  // it, and the trim only lowers it. Maximise over the batch and maxQSeqLen the call may use.
-  const int32_t group = numQHeads / numKVHeads;
+  // A call's split count is split_geometry's for its batch and tile span. Any span up to the
+  // bound's tiles, windowed or not, gives at most min(fill, span / kSplitKvMinTilesPerSplit) + 1
+  // splits, and fill falls with the batch: maximise that bound times the rows over the batch.
+  const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim);
+  const int64_t tiles = tiles_of(maxKvLength);
+  const int64_t ql = std::min(maxQSeqLen, kSplitKvMaxQSeqLen);
   int64_t best = 0;
-  for (int32_t ql = 1; ql <= std::min(maxQSeqLen, kSplitKvMaxQSeqLen); ++ql) {
-    const SplitShape shape = split_shape(ql, group);
-    for (int32_t b = 1; b <= maxBatchSize; ++b) {
-      const int64_t pairs = int64_t{b} * numKVHeads * shape.rowBlocks;
-      const int64_t splits = raw_splits(pairs, headDim, shape.warpsM, maxKvLength);
-      const int64_t rows = maxTotalQ > 0 ? int64_t{maxTotalQ} : int64_t{b} * ql;
-      best = std::max(best, partial_bytes(splits, rows, numQHeads, headDim));
-      if (splits == 1) break;  // larger batches: one split, no partials
-    }
+  for (int32_t b = 1; b <= maxBatchSize; ++b) {
+    const int64_t fill = std::min<int64_t>(std::max<int64_t>(1, slots / (int64_t{b} * numKVHeads)),
+                                           kSplitKvMaxSplits - 1);
+    const int64_t splits = std::min(fill, ceil_div(tiles, kSplitKvMinTilesPerSplit)) + 1;
+    const int64_t rows = maxTotalQ > 0 ? int64_t{maxTotalQ} : int64_t{b} * ql;
+    best = std::max(best, partial_bytes(splits, rows, numQHeads, headDim));
   }
   return best;
 }

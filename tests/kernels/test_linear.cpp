@@ -190,17 +190,34 @@ TEST(LinearGemvRules, GridChoice) {
   };
   // 132 SMs: at least 198 CTAs wanted.
   expect(chooseGemvConfig(1, 4096, 4096, 132), 1, 1);      // 256 tiles
-  expect(chooseGemvConfig(16, 4096, 4096, 132), 2, 2);     // 128 tiles of 32 rows, 2 CTAs each
+  expect(chooseGemvConfig(16, 4096, 4096, 132), 1, 1);     // 128 tiles of 32 rows: too few
   expect(chooseGemvConfig(4, 6144, 4096, 132), 1, 1);
-  expect(chooseGemvConfig(5, 6144, 4096, 132), 2, 2);      // 192 < 198
+  expect(chooseGemvConfig(5, 6144, 4096, 132), 1, 1);      // 192 tiles of 32 rows < 198
+  expect(chooseGemvConfig(5, 8192, 4096, 132), 2, 1);      // 256 tiles of 32 rows
   expect(chooseGemvConfig(1, 151936, 4096, 132), 1, 1);
   expect(chooseGemvConfig(16, 151936, 1024, 132), 2, 1);
   expect(chooseGemvConfig(1, 1024, 1024, 132), 1, 4);      // k = 1024: 32 blocks, 4 x 8 warps
-  expect(chooseGemvConfig(16, 1024, 3072, 132), 2, 8);     // 32 tiles x 8 = 256
+  expect(chooseGemvConfig(16, 1024, 3072, 132), 1, 4);     // m = 1's split: 64 x 4; 32 x 4 < 198
   expect(chooseGemvConfig(16, 1024, 1024, 132), 1, 4);     // 2 x 32 tiles would be 128 CTAs
   expect(chooseGemvConfig(1, 1, 8, 132), 1, 1);            // one K block: no split
   expect(chooseGemvConfig(1, 64, 520, 132), 1, 2);         // 17 blocks: at most 2 x 8 warps
   expect(chooseGemvConfig(1, 4096, 4096, 0), 1, 1);        // unknown SM count
+}
+
+// The K split (which warp and CTA sums which K blocks, in which order) must not depend on m:
+// then a row of x gives bit-identical outputs at every m (a verify row = the decode row).
+TEST(LinearGemvRules, KSplitDoesNotDependOnRows) {
+  using kernel::detail::chooseGemvConfig;
+  for (const int32_t sms : {1, 78, 132}) {
+    for (const int32_t n : {1, 64, 576, 1024, 1536, 4096, 6144, 24576, 49152, 151936}) {
+      for (const int32_t k : {8, 520, 576, 1024, 1536, 3072, 4096, 12288}) {
+        const int32_t split = chooseGemvConfig(1, n, k, sms).kSplit;
+        for (int32_t m = 2; m <= 16; ++m) {
+          EXPECT_EQ(chooseGemvConfig(m, n, k, sms).kSplit, split) << m << " x " << n << " x " << k;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

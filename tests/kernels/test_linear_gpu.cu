@@ -248,6 +248,47 @@ TEST(LinearGpu, GemvEveryConfiguration) {
   }
 }
 
+// Row invariance (linear_gemv.h): through kAuto, each row of a 16-row x gives the same bits as
+// that row alone (m = 1) and inside m = 5: the launcher keeps the K split of m = 1 (rowTiles may
+// change). Shapes of SmolLM2-135M and Qwen3-8B, with bias, 16-bit and f32 outputs.
+TEST(LinearGpu, GemvRowsDoNotDependOnTheOtherRows) {
+  ES_SKIP_IF_NO_GPU();
+  kernel::LinearContext ctx;
+  std::mt19937 rng(16);
+  struct Shape {
+    int32_t n, k;
+  };
+  for (const Shape sh : {Shape{576, 576}, Shape{3072, 576}, Shape{576, 1536}, Shape{49152, 576},
+                         Shape{6144, 4096}, Shape{4096, 12288}, Shape{8192, 4096}}) {
+    SCOPED_TRACE(::testing::Message() << sh.n << " x " << sh.k);
+    Problem<bf16> full(16, sh.n, sh.k, 0, rng);
+    for (const DType out : {DType::kBF16, DType::kF32}) {
+      const size_t esize = out == DType::kF32 ? 4 : 2;
+      test::DeviceArray<uint8_t> y16(size_t(16) * sh.n * esize), y1(size_t(sh.n) * esize),
+          y5(size_t(5) * sh.n * esize);
+      kernel::launchLinear(full.params(y16.get(), out, true, LinearAlgo::kAuto), ctx, nullptr);
+      const std::vector<uint8_t> all = y16.download();
+      size_t bad = 0;
+      for (int32_t r = 0; r < 16; ++r) {
+        kernel::LinearParams one = full.params(y1.get(), out, true, LinearAlgo::kAuto);
+        one.x = full.d_x.get() + size_t(r) * sh.k;
+        one.m = 1;
+        y1.poison();
+        kernel::launchLinear(one, ctx, nullptr);
+        const std::vector<uint8_t> row = y1.download();
+        bad += !std::equal(row.begin(), row.end(), all.begin() + size_t(r) * sh.n * esize);
+      }
+      kernel::LinearParams five = full.params(y5.get(), out, true, LinearAlgo::kAuto);
+      five.x = full.d_x.get() + size_t(11) * sh.k;  // rows 11 ... 15
+      five.m = 5;
+      kernel::launchLinear(five, ctx, nullptr);
+      const std::vector<uint8_t> part = y5.download();
+      bad += !std::equal(part.begin(), part.end(), all.begin() + size_t(11) * sh.n * esize);
+      EXPECT_EQ(bad, 0u) << "rows differing from the 16-row call (out " << dtype_name(out) << ")";
+    }
+  }
+}
+
 // launchLinear (gemv, single CTA per tile and clusters; cuBLASLt) recorded into a CUDA graph
 // and replayed: no allocation, synchronisation or host read inside.
 TEST(LinearGpu, CapturedInAGraph) {

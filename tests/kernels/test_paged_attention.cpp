@@ -514,18 +514,20 @@ int64_t partial_bytes(int64_t splits, int64_t rows, int64_t hq, int64_t dim) {
 
 TEST(PagedAttentionPlan, DecodeSplitCounts) {
   // Qwen3-8B-like decode: 32 q / 8 kv heads, D 128. 132 SMs x 2 CTAs = 264 slots.
-  {  // B 1, 32k: 8 (seq, head) pairs -> 33 splits raw, 512 tiles of 64 keys -> 16 per split -> 32
+  {  // B 1, 32k: 8 (seq, head) pairs -> 33 splits wanted, 512 tiles of 64 keys -> 16 per split -> 32
     PlanShape s(1, 1, 32, 8, 128, 32768);
     const auto plan = kernel::planPagedAttention(s.p);
     EXPECT_TRUE(plan.splitKv) << plan.reason;
     EXPECT_EQ(plan.numSplits, 32);
-    EXPECT_EQ(plan.warpsM, 1);
+    EXPECT_EQ(plan.tilesPerSplit, 16);
     EXPECT_EQ(plan.rowBlocks, 1);
     EXPECT_EQ(plan.workspaceBytes, partial_bytes(32, 1, 32, 128));
   }
-  {  // B 1, 4k: 64 tiles -> 2 per split -> 32 splits
+  {  // B 1, 4k: 64 tiles -> 2 per split would do, but at least 4 -> 16 splits
     PlanShape s(1, 1, 32, 8, 128, 4096);
-    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 32);
+    const auto plan = kernel::planPagedAttention(s.p);
+    EXPECT_EQ(plan.numSplits, 16);
+    EXPECT_EQ(plan.tilesPerSplit, kernel::kSplitKvMinTilesPerSplit);
   }
   {  // B 16, 32k: 128 pairs -> 2 splits (a third would start a second wave)
     PlanShape s(16, 1, 32, 8, 128, 32768);
@@ -541,29 +543,57 @@ TEST(PagedAttentionPlan, DecodeSplitCounts) {
     EXPECT_EQ(plan.numSplits, 1);
     EXPECT_EQ(plan.workspaceBytes, 0);
   }
-  {  // short context: no more splits than 64-key tiles (129 keys -> 3)
+  {  // short context: 129 keys = 3 tiles, fewer than the 4 of one split
     PlanShape s(1, 1, 32, 8, 128, 129);
-    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 3);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 1);
   }
-  {  // a sliding window bounds the keys one row block sees (W 256 + 0 more rows + 1 tile of
-     // misalignment = 320 keys -> 5 tiles)
+  {  // a sliding window bounds the keys one row block sees (W 256 + 15 more rows = 5 tiles, + 1
+     // tile of misalignment = 6); 4 tiles per split and one split more for the window's offset
+     // against the fixed boundaries: 3
     PlanShape s(1, 1, 32, 8, 128, 32768);
     s.p.slidingWindow = 256;
-    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 5);
+    const auto plan = kernel::planPagedAttention(s.p);
+    EXPECT_EQ(plan.numSplits, 3);
+    EXPECT_EQ(plan.tilesPerSplit, 4);
+  }
+}
+
+// The split boundaries depend on the batch, heads and key bound only: a verify call (16 rows per
+// sequence) splits every row's keys exactly as the decode call (1 row) does.
+TEST(PagedAttentionPlan, SplitBoundariesDoNotDependOnTheQueryRows) {
+  for (const auto& [hq, hkv] : {std::pair{32, 8}, std::pair{9, 3}, std::pair{16, 16}}) {
+    for (const int32_t dim : {64, 128, 256}) {
+      for (const int32_t batch : {1, 2, 7, 64}) {
+        for (const int32_t kv : {1, 100, 4096, 32768}) {
+          for (const int32_t window : {0, 200}) {
+            PlanShape one(batch, 1, hq, hkv, dim, kv);
+            one.p.slidingWindow = window;
+            const auto decode = kernel::planPagedAttention(one.p);
+            for (const int32_t qLen : {2, 5, 16}) {
+              PlanShape many(batch, qLen, hq, hkv, dim, kv);
+              many.p.slidingWindow = window;
+              const auto verify = kernel::planPagedAttention(many.p);
+              ASSERT_TRUE(verify.splitKv && decode.splitKv);
+              EXPECT_EQ(verify.numSplits, decode.numSplits) << batch << " " << kv << " " << qLen;
+              EXPECT_EQ(verify.tilesPerSplit, decode.tilesPerSplit) << batch << " " << kv << " " << qLen;
+            }
+          }
+        }
+      }
+    }
   }
 }
 
 TEST(PagedAttentionPlan, RowTiles) {
   struct Want {
-    int32_t qLen, hq, hkv, warpsM, rowBlocks;
+    int32_t qLen, hq, hkv, rowBlocks;  // one 16-row tile per CTA
   };
-  for (const Want w : {Want{1, 32, 8, 1, 1}, Want{1, 64, 8, 1, 1}, Want{16, 8, 8, 1, 1},
-                       Want{16, 16, 8, 2, 1}, Want{16, 24, 8, 4, 1}, Want{16, 32, 8, 4, 1},
-                       Want{16, 64, 8, 4, 2}, Want{16, 9, 3, 4, 1}, Want{5, 64, 1, 4, 5}}) {
+  for (const Want w : {Want{1, 32, 8, 1}, Want{1, 64, 8, 1}, Want{16, 8, 8, 1}, Want{16, 16, 8, 2},
+                       Want{16, 24, 8, 3}, Want{16, 32, 8, 4}, Want{16, 64, 8, 8}, Want{16, 9, 3, 3},
+                       Want{5, 64, 1, 20}}) {
     PlanShape s(2, w.qLen, w.hq, w.hkv, 128, 4096);
     const auto plan = kernel::planPagedAttention(s.p);
     EXPECT_TRUE(plan.splitKv) << plan.reason;
-    EXPECT_EQ(plan.warpsM, w.warpsM) << w.qLen << " x " << w.hq / w.hkv;
     EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << w.qLen << " x " << w.hq / w.hkv;
   }
 }
@@ -607,9 +637,11 @@ TEST(PagedAttentionPlan, ForcedSplits) {
   auto plan = kernel::planPagedAttention(s.p, 7);
   EXPECT_TRUE(plan.splitKv);
   EXPECT_EQ(plan.numSplits, 7);
+  EXPECT_EQ(plan.tilesPerSplit, 2);  // 16 tiles / 7 (the last split takes the rest)
   EXPECT_EQ(plan.workspaceBytes, partial_bytes(7, 64, 32, 64));
   plan = kernel::planPagedAttention(s.p, 100000);
   EXPECT_EQ(plan.numSplits, kernel::kSplitKvMaxSplits);
+  EXPECT_EQ(plan.tilesPerSplit, 1);
   s.p.workspaceBytes = partial_bytes(7, 64, 32, 64) - 1;
   EXPECT_FALSE(kernel::planPagedAttention(s.p, 7).splitKv);
   EXPECT_TRUE(kernel::planPagedAttention(s.p, 1).splitKv);  // one split needs no workspace
@@ -618,7 +650,7 @@ TEST(PagedAttentionPlan, ForcedSplits) {
 // pagedAttentionWorkspaceBytes covers every call within its bounds.
 TEST(PagedAttentionPlan, WorkspaceBoundCoversEveryCall) {
   EXPECT_EQ(kernel::pagedAttentionWorkspaceBytes(1, 1, 32, 8, 128, 32768),
-            partial_bytes(33, 1, 32, 128));  // the bound is taken before the even-division trim
+            partial_bytes(34, 1, 32, 128));  // 33 splits wanted, + 1 for a window's offset
   EXPECT_EQ(kernel::pagedAttentionWorkspaceBytes(8, 16, 32, 8, 128, 0), 0);
   for (const int32_t dim : {64, 128, 256}) {
     for (const auto& [hq, hkv] : {std::pair{32, 8}, std::pair{9, 3}, std::pair{16, 1}}) {
@@ -627,14 +659,17 @@ TEST(PagedAttentionPlan, WorkspaceBoundCoversEveryCall) {
       for (int32_t b = 1; b <= maxBatch; b += 3) {
         for (int32_t ql : {1, 2, 5, 16}) {
           for (int32_t kv : {1, 64, 65, 1000, 4096, 19999, 20000}) {
-            PlanShape s(b, ql, hq, hkv, dim, kv);
-            s.p.query.totalQ = b * ql;
-            const auto plan = kernel::planPagedAttention(s.p);
-            ASSERT_TRUE(plan.splitKv) << plan.reason;
-            EXPECT_LE(plan.workspaceBytes, bound)
-                << "B " << b << " qLen " << ql << " kv " << kv << " D " << dim << " " << hq << "/" << hkv;
-            s.p.workspaceBytes = bound;
-            EXPECT_TRUE(kernel::planPagedAttention(s.p).splitKv);
+            for (int32_t window : {0, 1, 100, 700, 5000}) {  // any window: the bound knows none
+              PlanShape s(b, ql, hq, hkv, dim, kv);
+              s.p.query.totalQ = b * ql;
+              s.p.slidingWindow = window;
+              const auto plan = kernel::planPagedAttention(s.p);
+              ASSERT_TRUE(plan.splitKv) << plan.reason;
+              EXPECT_LE(plan.workspaceBytes, bound) << "B " << b << " qLen " << ql << " kv " << kv
+                                                    << " W " << window << " D " << dim << " " << hq << "/" << hkv;
+              s.p.workspaceBytes = bound;
+              EXPECT_TRUE(kernel::planPagedAttention(s.p).splitKv);
+            }
           }
         }
       }
@@ -643,7 +678,7 @@ TEST(PagedAttentionPlan, WorkspaceBoundCoversEveryCall) {
   // Padded totalQ: with maxTotalQ the bound holds for any totalQ <= maxTotalQ at any batch.
   {
     const int64_t bound = kernel::pagedAttentionWorkspaceBytes(8, 16, 32, 8, 128, 32768, 256);
-    EXPECT_EQ(bound, partial_bytes(33, 256, 32, 128));  // batch 1 (33 splits) with 256 rows
+    EXPECT_EQ(bound, partial_bytes(34, 256, 32, 128));  // batch 1 (33 + 1 splits) with 256 rows
     for (int32_t b = 1; b <= 8; ++b) {
       PlanShape s(b, 1, 32, 8, 128, 32768);
       s.p.query.totalQ = 256;

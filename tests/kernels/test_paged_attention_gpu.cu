@@ -442,5 +442,115 @@ TEST(PagedAttentionGpu, SplitKvMasksAndEdges) {
   }
 }
 
+// Row invariance (paged_attention.h, "Split boundaries"): a 16-row causal verify of each
+// sequence gives, row for row, the same bits as 16 one-row decode calls at those positions with
+// the same batch, K/V and key bound. This is what makes greedy speculative decoding equal plain
+// greedy decoding on the GPU. Contexts that cross split boundaries inside the block, GQA 3 / 4 /
+// 8, a sliding window.
+template <typename T>
+void expect_verify_rows_equal_decode_rows(int32_t hq, int32_t hkv, int32_t dim, int32_t window,
+                                          int32_t max_kv, const std::vector<int32_t>& kv_ends,
+                                          std::mt19937& rng) {
+  const int32_t batch = int32_t(kv_ends.size()), rows = 16;
+  SCOPED_TRACE(::testing::Message() << "Hq " << hq << " Hkv " << hkv << " D " << dim << " W "
+                                    << window << " maxKv " << max_kv << " kv0 " << kv_ends[0]);
+  const int32_t max_pages = (max_kv + kPage - 1) / kPage;
+  const int32_t num_pages = batch * max_pages;
+  std::vector<int32_t> ids(size_t(2) * num_pages);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.begin() + num_pages, rng);
+  std::shuffle(ids.begin() + num_pages, ids.end(), rng);
+  std::vector<int32_t> table(size_t(batch) * 2 * max_pages);
+  for (int32_t b = 0; b < batch; ++b) {
+    for (int32_t lp = 0; lp < max_pages; ++lp) {
+      table[size_t(b) * 2 * max_pages + lp] = ids[size_t(b) * max_pages + lp];
+      table[size_t(b) * 2 * max_pages + max_pages + lp] = ids[num_pages + size_t(b) * max_pages + lp];
+    }
+  }
+  std::vector<T> q(size_t(batch) * rows * hq * dim), pool(size_t(2) * num_pages * kPage * hkv * dim);
+  fill(q, rng, -3.0f, 3.0f);
+  fill(pool, rng, -1.0f, 1.0f);
+  const size_t row_elems = size_t(hq) * dim;
+  test::DeviceArray<T> d_q(q), d_pool(pool), d_out(q.size()), d_q1(batch * row_elems),
+      d_out1(batch * row_elems);
+  test::DeviceArray<int32_t> d_table(table);
+  const int64_t ws_bytes = kernel::pagedAttentionWorkspaceBytes(batch, rows, hq, hkv, dim, max_kv);
+  test::DeviceArray<float> ws = workspace_for(ws_bytes);
+
+  auto params = [&](const void* qp, void* out, const int32_t* cu, const int32_t* pos,
+                    const int32_t* kv, int32_t q_len) {
+    kernel::PagedAttentionParams p;
+    p.query = {qp, out, cu, pos, batch * q_len, q_len, hq};
+    p.kv = {d_pool.get(), d_table.get(), num_pages, max_pages, hkv};
+    p.kvLengths = kv;
+    p.slidingWindow = window;
+    p.batchSize = batch;
+    p.headDim = dim;
+    p.scale = 1.0f / std::sqrt(float(dim));
+    p.dtype = dtype_of<T>;
+    p.maxKvLength = max_kv;
+    p.workspace = ws.get();
+    p.workspaceBytes = std::max<int64_t>(ws_bytes, 16);
+    return p;
+  };
+  // The verify: rows kv_end - 16 ... kv_end - 1 of every sequence.
+  std::vector<int32_t> cu = {0}, pos, cu1 = {0};
+  for (int32_t b = 0; b < batch; ++b) {
+    cu.push_back(cu.back() + rows);
+    cu1.push_back(b + 1);
+    for (int32_t i = 0; i < rows; ++i) pos.push_back(kv_ends[b] - rows + i);
+  }
+  test::DeviceArray<int32_t> d_cu(cu), d_pos(pos), d_kv(kv_ends), d_cu1(cu1);
+  test::DeviceArray<int32_t> d_pos1{static_cast<size_t>(batch)}, d_kv1{static_cast<size_t>(batch)};
+  const kernel::PagedAttentionParams pv = params(d_q.get(), d_out.get(), d_cu.get(), d_pos.get(), d_kv.get(), rows);
+  ASSERT_TRUE(kernel::planPagedAttention(pv).splitKv);
+  kernel::launchPagedAttention(pv, nullptr);
+  const std::vector<T> verify = d_out.download();
+
+  size_t bad = 0;
+  for (int32_t i = 0; i < rows; ++i) {
+    std::vector<T> q1(size_t(batch) * row_elems);
+    std::vector<int32_t> pos1, kv1;
+    for (int32_t b = 0; b < batch; ++b) {
+      std::copy_n(q.begin() + (size_t(b) * rows + i) * row_elems, row_elems, q1.begin() + b * row_elems);
+      pos1.push_back(kv_ends[b] - rows + i);
+      kv1.push_back(kv_ends[b] - rows + i + 1);
+    }
+    d_q1.upload(q1);
+    d_pos1.upload(pos1);
+    d_kv1.upload(kv1);
+    d_out1.poison();
+    kernel::launchPagedAttention(params(d_q1.get(), d_out1.get(), d_cu1.get(), d_pos1.get(), d_kv1.get(), 1), nullptr);
+    const std::vector<T> decode = d_out1.download();
+    for (int32_t b = 0; b < batch; ++b) {
+      for (size_t e = 0; e < row_elems; ++e) {
+        const T& want = decode[b * row_elems + e];
+        const T& got = verify[(size_t(b) * rows + i) * row_elems + e];
+        if (!same_bits(got, want) && ++bad <= 5) {
+          ADD_FAILURE() << "sequence " << b << " row " << i << " element " << e << ": verify "
+                        << to_d(got) << " decode " << to_d(want);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u) << bad << " elements differ between the verify and the decode rows";
+}
+
+TEST(PagedAttentionGpu, VerifyRowsEqualDecodeRowsBitForBit) {
+  ES_SKIP_IF_NO_GPU();
+  std::mt19937 rng(41);
+  // Qwen3-8B heads at batch 1, 4k bound (4 tiles = 256 keys per split): blocks across 256,
+  // 512 and inside one split; and batch 3.
+  expect_verify_rows_equal_decode_rows<bf16>(32, 8, 128, 0, 4096, {16}, rng);
+  expect_verify_rows_equal_decode_rows<bf16>(32, 8, 128, 0, 4096, {265}, rng);
+  expect_verify_rows_equal_decode_rows<bf16>(32, 8, 128, 0, 4096, {3000}, rng);
+  expect_verify_rows_equal_decode_rows<fp16>(32, 8, 128, 0, 4096, {520, 700, 4096}, rng);
+  // SmolLM2 heads (9 q / 3 kv, D 64: 48 packed verify rows, 3 row blocks), 8k bound.
+  expect_verify_rows_equal_decode_rows<bf16>(9, 3, 64, 0, 8192, {1030}, rng);
+  expect_verify_rows_equal_decode_rows<bf16>(9, 3, 64, 0, 8192, {8000}, rng);
+  // GQA 8 with a sliding window (fixed boundaries offset by the window's start), D 256.
+  expect_verify_rows_equal_decode_rows<bf16>(16, 2, 256, 300, 4096, {1000, 2100}, rng);
+}
+
 }  // namespace
 }  // namespace es

@@ -197,5 +197,47 @@ TEST(DecodeEngineGpu, DFlashDraftEqualsPlainGreedyUpToNearTies) {
   EXPECT_GE(decoder.stats().meanAcceptLength(), 1.0);
 }
 
+// Batch 1: the verify forward's rows equal decode rows bit for bit (the gemv keeps one K split
+// for every m <= 16, attention splits keys at fixed boundaries), so greedy speculative decoding
+// must give exactly the plain greedy tokens, with no near-tie allowance: replay drafts (block
+// 4 and 16, corrupted or not) and a random DFlash draft (block 8), each request alone.
+TEST(DecodeEngineGpu, BatchOneSpeculationEqualsPlainGreedyExactly) {
+  ES_SKIP_IF_NO_GPU();
+  const std::string targetDir = test::test_data_dir() + "/models/qwen3";
+  const std::filesystem::path draftDir = std::filesystem::temp_directory_path() / "es_engine_gpu_draft_b1";
+  model::test_draft::DraftSpec spec;
+  spec.blockSize = 8;
+  model::test_draft::writeDraft(draftDir, spec);
+  auto gpu = ops::makeCudaBackend();
+  const std::vector<int32_t> taps = model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(targetDir));
+  model::TargetModel target(targetDir, *gpu, 64, taps);
+  model::DFlashDraft draft(draftDir, *gpu, target, 64, 1);
+  const int32_t V = static_cast<int32_t>(target.config().vocab_size);
+  int64_t multiTokenAccepts = 0;
+  for (const GenerationRequest& request : raggedRequests(V)) {
+    SCOPED_TRACE(::testing::Message() << "prompt of " << request.prompt.size() << " tokens");
+    const std::vector<GenerationRequest> one = {request};
+    std::vector<int32_t> plain;
+    {
+      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+      plain = PlainDecoder(target, cache).generate(one)[0].tokens;
+    }
+    std::vector<int32_t> recording = request.prompt;
+    recording.insert(recording.end(), plain.begin(), plain.end());
+    for (const auto& [BS, corrupt] : {std::pair{4, 0.0f}, std::pair{16, 0.3f}}) {
+      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+      ReplayProposer proposer(*gpu, BS, 1, {recording}, V, corrupt);
+      SpeculativeDecoder decoder(target, proposer, cache);
+      EXPECT_EQ(decoder.generate(one)[0].tokens, plain) << "replay BS " << BS << " corrupt " << corrupt;
+      multiTokenAccepts += decoder.stats().meanAcceptLength() > 1.5;
+    }
+    kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+    DFlashProposer proposer(draft);
+    SpeculativeDecoder decoder(target, proposer, cache);
+    EXPECT_EQ(decoder.generate(one)[0].tokens, plain) << "DFlash draft";
+  }
+  EXPECT_EQ(multiTokenAccepts, 6) << "the replay drafts must be accepted over several tokens";
+}
+
 }  // namespace
 }  // namespace es::runtime
