@@ -245,9 +245,9 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
   }
   rms = std::sqrt(rms / double(ref.size()));
   char note[256];
-  std::snprintf(note, sizeof(note), "%s %s: split (%d splits of %d tiles, %d row blocks) vs simple: max |diff| %.3g = %.3g x rms %.3g",
+  std::snprintf(note, sizeof(note), "%s %s: split (%d splits of %d tiles, %d row tiles/CTA) vs simple: max |diff| %.3g = %.3g x rms %.3g",
                 worst > 5e-2 * rms ? "MISMATCH" : "check", pr.name().c_str(), plan.numSplits,
-                plan.tilesPerSplit, plan.rowBlocks, worst, worst / std::max(rms, 1e-30), rms);
+                plan.tilesPerSplit, plan.warpsM, worst, worst / std::max(rms, 1e-30), rms);
   g_notes.push_back(note);
 
   time_variant(stream, pr, "simple (per row, head)", [&](int set) {

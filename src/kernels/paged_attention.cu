@@ -14,8 +14,8 @@
 // (causal bound, window) -> the CTA's union range, cut into 64-key tiles; the split takes the
 // tiles of that range inside its fixed boundaries (paged_attention.h; a split outside the range
 // gets none and writes a neutral partial). A row outside a tile's keys adds exact zeros there
-// (its running max, sum and output do not change), so the rows a CTA shares never change a
-// row's result.
+// (its running max, sum and output do not change), so with one row tile per CTA (warpsM = 1)
+// the other rows of a call never change a row's result.
 // Main loop: a ring of 2-3 shared-memory stages filled by 16-byte cp.async (zero-filled outside
 // the range; tiles on unmapped/out-of-range pages are not loaded and skipped), the page ids of the
 // next tile prefetched into registers; per tile S = Q K^T, the per-row mask, an online softmax in
@@ -277,32 +277,32 @@ __device__ void zero_unowned_rows(const SplitArgs& a) {
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, int WM>
 __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(const SplitArgs a) {
-  constexpr int WN = 4;                // warps sharing the row tile (they split the keys)
-  constexpr int MB = sk::kRowsPerCta;  // packed rows per CTA
+  constexpr int WN = 4 / WM;           // warps sharing one row tile (they split the keys)
+  constexpr int MB = 16 * WM;          // packed rows per CTA
   constexpr int KT = sk::kTileKeys;    // keys per tile
   constexpr int KS = KT / WN;          // keys per warp and tile
   constexpr int NT = KS / 8;           // S n-tiles per warp
   constexpr int DC = D / 8;            // 16-byte chunks per K/V/Q row
   constexpr int DT = D / 8;            // O n-tiles
-  constexpr int ST = sk::stages(D);
+  constexpr int ST = sk::stages(D, WM);
   constexpr bool kQRegs = D <= 128;    // Q fragments live in registers (D 256: re-read from smem)
   constexpr int kMergeStride = D + 4;  // floats per row of the epilogue merge buffer
-  static_assert(NT % 2 == 0 && MB == 16 && (KT * DC) % sk::kThreads == 0);
+  static_assert(NT % 2 == 0 && MB <= sk::kMaxRowsPerCta && (KT * DC) % sk::kThreads == 0);
   static_assert(kPage % KT == 0);
 
   extern __shared__ __align__(16) unsigned char smem[];
   T* s_kv = reinterpret_cast<T*>(smem);                                     // [ST][K|V][KT][D]
   T* s_q = s_kv + ST * 2 * KT * D;                                          // [MB][D]
   RowInfo* s_row = reinterpret_cast<RowInfo*>(s_q + MB * D);                // [MB]
-  float2* s_ml = reinterpret_cast<float2*>(s_row + MB);                     // [4 warps][16]
+  float2* s_ml = reinterpret_cast<float2*>(s_row + sk::kMaxRowsPerCta);     // [4 warps][16]
   float* s_merge = reinterpret_cast<float*>(smem);  // [4 warps][16][D + 4], after the main loop
   // Shared tiles are [row][16-byte chunk] with the chunk index XORed with (row & 7), so the 8
   // rows of one ldmatrix hit 8 different bank groups.
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wn = warp;  // this warp's 16 keys of every tile
+  const int wm = warp / WN, wn = warp % WN;
   const int g = lane >> 2, tq = lane & 3;  // mma fragment row / column-pair of this lane
   // KV head fastest: the CTAs of one (sequence, split) read the same pages (each its 2*D bytes
   // of every token row) at about the same time; then row blocks (same K/V, from L2), splits.
@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   uint32_t rword[2];
 #pragma unroll
   for (int ri = 0; ri < 2; ++ri) {
-    const RowInfo& x = s_row[g + 8 * ri];
+    const RowInfo& x = s_row[wm * 16 + g + 8 * ri];
     rlo[ri] = x.lo;
     rhi[ri] = x.hi;
     rword[ri] = x.word;
@@ -450,7 +450,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // l: this lane's columns
   uint32_t qa[kQRegs ? D / 16 : 1][4];
-  const uint32_t q_lane_row = lane & 15;
+  const uint32_t q_lane_row = wm * 16 + (lane & 15);
 
   for (int32_t t = t0; t < t1; ++t) {
     cp_async_wait<ST - 2>();  // tile t (and Q) landed for this thread ...
@@ -600,18 +600,19 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
     const int lr = idx / D4, d = (idx % D4) * 4;
     const int64_t rh = s_row[lr].rh;
     if (rh < 0) continue;
+    const int w0 = (lr >> 4) * WN, rr = lr & 15;  // first warp of the row's tile, row in tile
     float mmax = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < WN; ++w) mmax = fmaxf(mmax, s_ml[w * 16 + lr].x);
+    for (int w = 0; w < WN; ++w) mmax = fmaxf(mmax, s_ml[(w0 + w) * 16 + rr].x);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lsum = 0.0f;
     if (mmax != -INFINITY) {
 #pragma unroll
       for (int w = 0; w < WN; ++w) {
-        const float2 ml = s_ml[w * 16 + lr];
+        const float2 ml = s_ml[(w0 + w) * 16 + rr];
         const float wt = exp2f(ml.x - mmax);  // a warp that saw nothing: exp2(-inf) = 0
         lsum += wt * ml.y;
         const float4 v =
-            *reinterpret_cast<const float4*>(s_merge + (w * 16 + lr) * kMergeStride + d);
+            *reinterpret_cast<const float4*>(s_merge + ((w0 + w) * 16 + rr) * kMergeStride + d);
         acc[0] += wt * v.x;
         acc[1] += wt * v.y;
         acc[2] += wt * v.z;
@@ -684,20 +685,20 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   fwd::store_span<T, E, true>(static_cast<T*>(a.out) + item * D + lane * E, acc);
 }
 
-template <typename T, int D>
+template <typename T, int D, int WM>
 void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
-  constexpr int smem = static_cast<int>(sk::smemBytes(D));
+  constexpr int smem = static_cast<int>(sk::smemBytes(D, WM));
   // The dynamic shared-memory limit is raised once per device (bit d: device d, first 64).
   static std::atomic<uint64_t> raised{0};
   int device = 0;
   ES_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit == 0 || (raised.load(std::memory_order_acquire) & bit) == 0) {
-    ES_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D>,
+    ES_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D, WM>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     raised.fetch_or(bit, std::memory_order_release);
   }
-  split_kernel<T, D><<<static_cast<unsigned>(ctas), sk::kThreads, smem, stream>>>(a);
+  split_kernel<T, D, WM><<<static_cast<unsigned>(ctas), sk::kThreads, smem, stream>>>(a);
   ES_CUDA_CHECK_LAUNCH();
 }
 
@@ -719,7 +720,11 @@ void launch_combine(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
 template <typename T, int D>
 void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, int64_t ctas,
                       cudaStream_t stream) {
-  launch_split_kernel<T, D>(a, ctas, stream);
+  switch (plan.warpsM) {
+    case 1: launch_split_kernel<T, D, 1>(a, ctas, stream); break;
+    case 2: launch_split_kernel<T, D, 2>(a, ctas, stream); break;
+    default: launch_split_kernel<T, D, 4>(a, ctas, stream); break;
+  }
   if (plan.numSplits > 1) launch_combine<T, D>(a, (int64_t{a.total_q} * a.hq + 3) / 4, stream);
 }
 

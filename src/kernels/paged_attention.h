@@ -95,8 +95,9 @@ inline constexpr int32_t kSplitKvPlanSMs = 132;
 // its sequence, T = tilesPerSplit, s0 the first such range its rows' keys touch (0 without a
 // window); the last split also takes any tiles past that (kvLengths above maxKvLength). T is
 // chosen from the batch, the heads, the key bound and the window only, so a query row gets the
-// same key ranges, summed in the same order, whatever the other rows of its call: a verify
-// row equals the decode row at its position bit for bit. At least this many tiles per split (a
+// same key ranges, summed in the same order, whatever the other rows of its call; with one row
+// tile per CTA (always at batch 1) a verify row then equals the decode row at its position bit
+// for bit. At least this many tiles per split (a
 // 4k-context batch-1 decode measured 15.0 us with 16 splits against 19.1 us with 32).
 inline constexpr int32_t kSplitKvMinTilesPerSplit = 4;
 
@@ -106,7 +107,8 @@ struct PagedAttentionPlan {
   const char* reason = "";     // why it does not (empty when splitKv)
   int32_t numSplits = 0;       // KV splits per (sequence, KV head, row block); 1 = no combine
   int32_t tilesPerSplit = 0;   // 64-key tiles per split (the boundaries above)
-  int32_t rowBlocks = 0;       // CTAs (16-row tiles) over the maxQSeqLen * group packed rows
+  int32_t warpsM = 0;          // 16-row tensor-core tiles per CTA (1, 2 or 4; 1 at batch 1)
+  int32_t rowBlocks = 0;       // CTAs over the ceil(maxQSeqLen * group / 16) row tiles
   int64_t workspaceBytes = 0;  // partials this call needs (0 when numSplits == 1)
 };
 

@@ -520,6 +520,7 @@ TEST(PagedAttentionPlan, DecodeSplitCounts) {
     EXPECT_TRUE(plan.splitKv) << plan.reason;
     EXPECT_EQ(plan.numSplits, 32);
     EXPECT_EQ(plan.tilesPerSplit, 16);
+    EXPECT_EQ(plan.warpsM, 1);
     EXPECT_EQ(plan.rowBlocks, 1);
     EXPECT_EQ(plan.workspaceBytes, partial_bytes(32, 1, 32, 128));
   }
@@ -586,14 +587,25 @@ TEST(PagedAttentionPlan, SplitBoundariesDoNotDependOnTheQueryRows) {
 
 TEST(PagedAttentionPlan, RowTiles) {
   struct Want {
-    int32_t qLen, hq, hkv, rowBlocks;  // one 16-row tile per CTA
+    int32_t qLen, hq, hkv, warpsM, rowBlocks;
   };
-  for (const Want w : {Want{1, 32, 8, 1}, Want{1, 64, 8, 1}, Want{16, 8, 8, 1}, Want{16, 16, 8, 2},
-                       Want{16, 24, 8, 3}, Want{16, 32, 8, 4}, Want{16, 64, 8, 8}, Want{16, 9, 3, 3},
-                       Want{5, 64, 1, 20}}) {
+  // Batch 2: up to 4 row tiles per CTA.
+  for (const Want w : {Want{1, 32, 8, 1, 1}, Want{1, 64, 8, 1, 1}, Want{16, 8, 8, 1, 1},
+                       Want{16, 16, 8, 2, 1}, Want{16, 24, 8, 4, 1}, Want{16, 32, 8, 4, 1},
+                       Want{16, 64, 8, 4, 2}, Want{16, 9, 3, 4, 1}, Want{5, 64, 1, 4, 5}}) {
     PlanShape s(2, w.qLen, w.hq, w.hkv, 128, 4096);
     const auto plan = kernel::planPagedAttention(s.p);
     EXPECT_TRUE(plan.splitKv) << plan.reason;
+    EXPECT_EQ(plan.warpsM, w.warpsM) << w.qLen << " x " << w.hq / w.hkv;
+    EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << w.qLen << " x " << w.hq / w.hkv;
+  }
+  // Batch 1: one row tile per CTA (row invariance: decode and verify rows sum alike).
+  for (const Want w : {Want{1, 32, 8, 1, 1}, Want{16, 16, 8, 1, 2}, Want{16, 32, 8, 1, 4},
+                       Want{16, 9, 3, 1, 3}, Want{5, 64, 1, 1, 20}}) {
+    PlanShape s(1, w.qLen, w.hq, w.hkv, 128, 4096);
+    const auto plan = kernel::planPagedAttention(s.p);
+    EXPECT_TRUE(plan.splitKv) << plan.reason;
+    EXPECT_EQ(plan.warpsM, w.warpsM) << w.qLen << " x " << w.hq / w.hkv;
     EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << w.qLen << " x " << w.hq / w.hkv;
   }
 }
