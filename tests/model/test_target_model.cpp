@@ -14,6 +14,7 @@
 #include "model/safetensors.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
+#include "support/logit_checks.h"
 #include "support/test_util.h"
 
 namespace es::model {
@@ -41,18 +42,8 @@ std::vector<float> referenceRows(const Fixture& fx, const std::string& name) {
   return std::vector<float>(p, p + v.numel());
 }
 
-// max |a - b| / (1 + |b|) over a range.
-double maxError(const float* got, const float* want, int64_t n) {
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]) / (1.0 + std::abs(want[i])));
-  }
-  return worst;
-}
-
-int32_t argmaxOf(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);
-}
+using test::argmaxOf;
+using test::maxError;  // max |a - b| / (1 + |b|) over a range
 
 kv::KvCacheConfig cacheFor(const TargetModel& m, int32_t batch, int32_t seq) {
   kv::KvCacheConfig c;

@@ -13,6 +13,7 @@
 #include "model/safetensors.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
+#include "support/logit_checks.h"
 #include "support/test_util.h"
 
 namespace es::model {
@@ -40,25 +41,9 @@ const float* referenceRows(const Fixture& fx, const std::string& name) {
   return fx.reference.view(name).as<float>();
 }
 
-// max |a - b| / (1 + max |b|) over a row: bf16 error scales with the row's magnitude.
-double rowError(const float* got, const float* want, int64_t n) {
-  double worst = 0, scale = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
-  }
-  return worst / (1.0 + scale);
-}
-
-double topMargin(const float* row, int64_t n) {
-  std::vector<float> v(row, row + n);
-  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
-  return v[0] - v[1];
-}
-
-int32_t argmaxOf(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);
-}
+using test::argmaxOf;
+using test::rowError;  // max |a - b| / (1 + max |b|) over a row: bf16 error scales with its magnitude
+using test::topMargin;
 
 class TargetModelGpu : public ::testing::TestWithParam<std::string> {};
 
