@@ -165,10 +165,13 @@ struct Problem {
       fill(pools.back(), seed * 64 + 2 * i + 1, -1.0f, 1.0f);
       fill(qs.back(), seed * 64 + 2 * i + 2, -2.0f, 2.0f);
     }
-    // Enough for the plan and for every forced split count of the sweep.
+    // Enough for the plan and for every forced split count of a decode sweep (prefill shapes
+    // take one split and sweep nothing).
+    const int64_t forced = s.q_len <= kernel::kSplitKvMaxQSeqLen
+                               ? int64_t{kernel::kSplitKvMaxSplits} * total_q * kHq * (kDim + 2) * 4
+                               : 16;
     const int64_t ws = std::max(
-        kernel::pagedAttentionWorkspaceBytes(s.batch, s.q_len, kHq, kHkv, kDim, s.ctx),
-        int64_t{kernel::kSplitKvMaxSplits} * total_q * kHq * (kDim + 2) * 4);
+        kernel::pagedAttentionWorkspaceBytes(s.batch, s.q_len, kHq, kHkv, kDim, s.ctx), forced);
     workspace = Buffer::allocate(MemorySpace::kDevice, ws);
     ES_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -258,6 +261,16 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
   time_variant(stream, pr, name, [&](int set) {
     kernel::launchPagedAttention(pr.params(set, true), stream);
   });
+  if (shape.q_len > kernel::kSplitKvMaxQSeqLen) {
+    // Causal FLOPs: row at position p sees p + 1 keys; QK^T and PV are 2 * D FLOPs per key each.
+    double flops = 0;
+    for (int32_t r = 0; r < shape.q_len; ++r) flops += double(shape.ctx - shape.q_len + r + 1);
+    flops *= 4.0 * kDim * kHq * shape.batch;
+    const double split_us = g_rows.back().graph_us, simple_us = g_rows[g_rows.size() - 2].graph_us;
+    std::snprintf(note, sizeof(note), "prefill %s: split %.1f TFLOP/s (%.1f us), simple %.2f TFLOP/s",
+                  pr.name().c_str(), flops / (split_us * 1e6), split_us, flops / (simple_us * 1e6));
+    g_notes.push_back(note);
+  }
   for (int32_t n : sweep) {
     if (n == plan.numSplits) continue;
     std::snprintf(name, sizeof(name), "split, forced %d", n);
@@ -285,6 +298,8 @@ int run() {
     bench_shape(stream, {16, 32768, 1}, {1, 3, 4});
     bench_shape(stream, {1, 4096, 16}, {});
     bench_shape(stream, {16, 4096, 16}, {});
+    bench_shape(stream, {1, 4096, 4096}, {});  // causal prefill of a 4k prompt
+    bench_shape(stream, {1, 4224, 128}, {});   // a 128-token suffix after a reused 4k prefix
     ceiling = std::max(ceiling, read_ceiling_tbps(stream, big, sink, "read stream (after)"));
     for (size_t i = 0; i < g_rows.size(); ++i) {
       if (g_rows[i].tbps >= 0) g_rows[i].pct = 100.0 * g_rows[i].tbps / ceiling;

@@ -26,15 +26,17 @@
 // is packedMask[r * ceil(maxQSeqLen/32) ...], indexed by the global row r.
 //
 // Two kernels behind one launcher (docs/forward_ops.md, "Attention"):
-//   split-KV  (flash-decoding) for calls with maxQSeqLen <= 16 (decode, verify, DFlash blocks) in
-//             f16/bf16: one CTA per (sequence, KV head, row block, KV split) with all GQA heads
-//             of the KV head packed into tensor-core tiles, so K/V are read once per group; the
-//             splits' fp32 partials (max, sum, unnormalised output) go to `workspace` and a small
-//             combine kernel merges them. Chosen on the host from host values only (batchSize,
-//             heads, maxQSeqLen, maxKvLength, workspaceBytes): no device read, CUDA-graph safe.
-//             Every mask, window, padding and page-id rule above holds on this path too.
-//   simple    one CTA per (query row, query head); every other call (maxKvLength = 0, no or too
-//             small workspace, f32, maxQSeqLen > 16, unaligned pointers).
+//   split-KV  (flash-decoding) for f16/bf16 calls with a key bound: one CTA per (sequence, KV
+//             head, row block, KV split) with all GQA heads of the KV head packed into
+//             tensor-core tiles, so K/V are read once per group; with several splits their fp32
+//             partials (max, sum, unnormalised output) go to `workspace` and a small combine
+//             kernel merges them. Decode, verify and DFlash blocks (maxQSeqLen <= 16) split the
+//             keys; prefill (maxQSeqLen > 16, not kPackedTree) takes one split: its row blocks
+//             fill the GPU. Chosen on the host from host values only (batchSize, heads,
+//             maxQSeqLen, maxKvLength, workspaceBytes): no device read, CUDA-graph safe. Every
+//             mask, window, padding and page-id rule above holds on this path too.
+//   simple    one CTA per (query row, query head); every other call (maxKvLength = 0, too small
+//             a workspace, f32, kPackedTree with maxQSeqLen > 16, unaligned pointers).
 // planPagedAttention says which one a call takes. On the split-KV path the tensor cores multiply
 // every key row inside a CTA's key range by its softmax weight, 0 where one row masks it: keys
 // below kvLengths[b] must hold finite values (qkv_rope_kv_write wrote them); rows outside the

@@ -76,13 +76,14 @@ struct SplitShape {
   int32_t warpsM = 0, rowBlocks = 0;
 };
 
-// Packed rows (query row, GQA head) of one sequence and KV head -> 16-row tiles -> CTAs. Batch 1
-// keeps one tile per CTA whatever the rows (row invariance, paged_attention.h); larger batches
-// take up to 4 tiles per CTA, which reads K/V from L2 4x less often (a batch-16 16-row verify
-// at 4k context: 105 us against 190 us with one tile per CTA).
+// Packed rows (query row, GQA head) of one sequence and KV head -> 16-row tiles -> CTAs. Batch-1
+// decode and verify calls keep one tile per CTA whatever the rows (row invariance,
+// paged_attention.h); other calls take up to 4 tiles per CTA, which reads K/V from L2 4x less
+// often (a batch-16 16-row verify at 4k context: 105 us against 190 us with one tile per CTA).
 SplitShape split_shape(int32_t batchSize, int32_t maxQSeqLen, int32_t group) {
   const int64_t tiles = ceil_div(int64_t{maxQSeqLen} * group, 16);
-  const int32_t wm = batchSize == 1 ? 1 : tiles >= 3 ? 4 : static_cast<int32_t>(tiles);
+  const bool invariant = batchSize == 1 && maxQSeqLen <= kSplitKvMaxQSeqLen;
+  const int32_t wm = invariant ? 1 : tiles >= 3 ? 4 : static_cast<int32_t>(tiles);
   return {wm, static_cast<int32_t>(ceil_div(tiles, wm))};
 }
 
@@ -126,14 +127,15 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
     return plan;
   }
   const RaggedQueryArgs& q = p.query;
+  const bool prefill = q.maxQSeqLen > kSplitKvMaxQSeqLen;
   if (p.maxKvLength == 0) {
     plan.reason = "maxKvLength = 0 (unknown)";
-  } else if (p.workspace == nullptr) {
-    plan.reason = "no workspace";
   } else if (p.dtype != DType::kF16 && p.dtype != DType::kBF16) {
     plan.reason = "dtype is not f16/bf16";
-  } else if (q.maxQSeqLen < 1 || q.maxQSeqLen > kSplitKvMaxQSeqLen) {
-    plan.reason = "maxQSeqLen outside [1, 16]";
+  } else if (q.maxQSeqLen < 1) {
+    plan.reason = "maxQSeqLen < 1";
+  } else if (prefill && p.mask == AttentionMask::kPackedTree) {
+    plan.reason = "maxQSeqLen > 16 with a packed tree mask";
   } else if (!aligned16(q.q) || !aligned16(q.out) || !aligned16(p.kv.pool)) {
     plan.reason = "q, out or pool not 16-byte aligned";
   }
@@ -141,6 +143,7 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
 
   const int32_t group = q.numQHeads / p.kv.numKVHeads;
   const SplitShape shape = split_shape(p.batchSize, q.maxQSeqLen, group);
+  // (prefill: the rows alone fill the GPU; one split, no partials)
   plan.warpsM = shape.warpsM;
   plan.rowBlocks = shape.rowBlocks;
   // Tiles one CTA's rows can see: all of the key bound, or with a window at most W + 15 keys
@@ -153,6 +156,7 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   }
   const bool windowed = tilesSpan < tilesFull;
   SplitGeometry g = split_geometry(int64_t{p.batchSize} * p.kv.numKVHeads, p.headDim, tilesSpan, windowed);
+  if (prefill) g = {tilesFull, 1};
   if (forceNumSplits > 0) {
     g.numSplits = std::min(forceNumSplits, kSplitKvMaxSplits);
     g.tilesPerSplit = std::max<int64_t>(1, tilesSpan / g.numSplits);

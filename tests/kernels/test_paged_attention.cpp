@@ -585,6 +585,28 @@ TEST(PagedAttentionPlan, SplitBoundariesDoNotDependOnTheQueryRows) {
   }
 }
 
+// Prefill (more than 16 rows per sequence, causal or bidirectional): the split path with one
+// split and up to 4 row tiles per CTA at any batch; no workspace needed.
+TEST(PagedAttentionPlan, PrefillTakesOneSplit) {
+  for (const int32_t batch : {1, 3}) {
+    PlanShape s(batch, 4096, 32, 8, 128, 32768);
+    s.p.workspace = nullptr;
+    s.p.workspaceBytes = 0;
+    const auto plan = kernel::planPagedAttention(s.p);
+    EXPECT_TRUE(plan.splitKv) << plan.reason;
+    EXPECT_EQ(plan.numSplits, 1);
+    EXPECT_EQ(plan.warpsM, 4);
+    EXPECT_EQ(plan.rowBlocks, 4096 * 4 / 64);
+    EXPECT_EQ(plan.workspaceBytes, 0);
+  }
+  PlanShape s(1, 17, 9, 3, 64, 1000);  // 51 packed rows: 4 tiles, one CTA
+  s.p.mask = kernel::AttentionMask::kBidirectional;
+  const auto plan = kernel::planPagedAttention(s.p);
+  EXPECT_TRUE(plan.splitKv) << plan.reason;
+  EXPECT_EQ(plan.warpsM, 4);
+  EXPECT_EQ(plan.rowBlocks, 1);
+}
+
 TEST(PagedAttentionPlan, RowTiles) {
   struct Want {
     int32_t qLen, hq, hkv, warpsM, rowBlocks;
@@ -623,7 +645,12 @@ TEST(PagedAttentionPlan, FallbacksToTheSimpleKernel) {
   EXPECT_NE(reason([](P& p) { p.workspace = nullptr; p.workspaceBytes = 0; }).find("workspace"),
             std::string::npos);
   EXPECT_NE(reason([](P& p) { p.dtype = DType::kF32; }).find("dtype"), std::string::npos);
-  EXPECT_NE(reason([](P& p) { p.query.maxQSeqLen = 17; }).find("maxQSeqLen"), std::string::npos);
+  EXPECT_NE(reason([](P& p) {
+              p.query.maxQSeqLen = 17;
+              p.mask = kernel::AttentionMask::kPackedTree;
+              p.packedMask = static_cast<const int32_t*>(p.kvLengths);
+            }).find("tree"),
+            std::string::npos);
   EXPECT_NE(reason([](P& p) { p.query.maxQSeqLen = 0; }).find("maxQSeqLen"), std::string::npos);
   EXPECT_NE(reason([](P& p) { p.query.q = static_cast<const char*>(p.query.q) + 2; }).find("aligned"),
             std::string::npos);
