@@ -241,16 +241,22 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
   const std::vector<float> ref = pr.download_out(0);
   kernel::launchPagedAttention(pr.params(0, true), stream);
   const std::vector<float> got = pr.download_out(0);
-  double rms = 0, worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    rms += double(ref[i]) * ref[i];
-    worst = std::max(worst, std::abs(double(got[i]) - ref[i]));
+  // Per (row, head): max |diff| relative to that output's largest element. Early prefill rows
+  // average few values and are far larger than the late ones, so one rms for all would flag
+  // their bf16 half-ulp differences.
+  double worst = 0;
+  for (size_t o = 0; o < ref.size(); o += kDim) {
+    double scale = 0, diff = 0;
+    for (size_t d = o; d < o + kDim; ++d) {
+      scale = std::max(scale, std::abs(double(ref[d])));
+      diff = std::max(diff, std::abs(double(got[d]) - ref[d]));
+    }
+    worst = std::max(worst, diff / std::max(scale, 1e-30));
   }
-  rms = std::sqrt(rms / double(ref.size()));
   char note[256];
-  std::snprintf(note, sizeof(note), "%s %s: split (%d splits of %d tiles, %d row tiles/CTA) vs simple: max |diff| %.3g = %.3g x rms %.3g",
-                worst > 5e-2 * rms ? "MISMATCH" : "check", pr.name().c_str(), plan.numSplits,
-                plan.tilesPerSplit, plan.warpsM, worst, worst / std::max(rms, 1e-30), rms);
+  std::snprintf(note, sizeof(note), "%s %s: split (%d splits of %d tiles, %d row tiles/CTA) vs simple: max |diff| %.3g of the output's max",
+                worst > 3e-2 ? "MISMATCH" : "check", pr.name().c_str(), plan.numSplits,
+                plan.tilesPerSplit, plan.warpsM, worst);
   g_notes.push_back(note);
 
   time_variant(stream, pr, "simple (per row, head)", [&](int set) {
