@@ -104,7 +104,9 @@ SplitGeometry split_geometry(int64_t pairs, int32_t headDim, int64_t tilesSpan, 
   const int64_t fill =
       std::min<int64_t>(std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)), kSplitKvMaxSplits - 1);
   SplitGeometry g;
-  g.tilesPerSplit = std::max<int64_t>(kSplitKvMinTilesPerSplit, ceil_div(tilesSpan, fill));
+  const int64_t min_tiles = std::clamp<int64_t>(ceil_div(tilesSpan, kSplitKvMinSplitsBeforeMinTiles), 1,
+                                                kSplitKvMinTilesPerSplit);
+  g.tilesPerSplit = std::max(min_tiles, ceil_div(tilesSpan, fill));
   g.numSplits = windowed ? ceil_div(tilesSpan + g.tilesPerSplit - 1, g.tilesPerSplit)
                          : ceil_div(tilesSpan, g.tilesPerSplit);
   return g;
@@ -192,7 +194,7 @@ int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, i
   ES_CHECK_ARG(maxTotalQ >= 0, kWhere, "maxTotalQ", maxTotalQ, "must be >= 0 (0 = batch * qLen)");
   if (maxKvLength == 0) return 0;
   // A call's split count is split_geometry's for its batch and tile span. Any span up to the
-  // bound's tiles, windowed or not, gives at most min(fill, span / kSplitKvMinTilesPerSplit) + 1
+  // bound's tiles, windowed or not, gives at most min(fill, tiles) + 1
   // splits, and fill falls with the batch: maximise that bound times the rows over the batch.
   const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
   const int64_t tiles = tiles_of(maxKvLength);
@@ -201,7 +203,7 @@ int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, i
   for (int32_t b = 1; b <= maxBatchSize; ++b) {
     const int64_t fill = std::min<int64_t>(std::max<int64_t>(1, slots / (int64_t{b} * numKVHeads)),
                                            kSplitKvMaxSplits - 1);
-    const int64_t splits = std::min(fill, ceil_div(tiles, kSplitKvMinTilesPerSplit)) + 1;
+    const int64_t splits = std::min(fill, tiles) + 1;
     const int64_t rows = maxTotalQ > 0 ? int64_t{maxTotalQ} : int64_t{b} * ql;
     best = std::max(best, partial_bytes(splits, rows, numQHeads, headDim));
   }

@@ -544,18 +544,34 @@ TEST(PagedAttentionPlan, DecodeSplitCounts) {
     EXPECT_EQ(plan.numSplits, 1);
     EXPECT_EQ(plan.workspaceBytes, 0);
   }
-  {  // short context: 129 keys = 3 tiles, fewer than the 4 of one split
+  {  // short context: 129 keys = 3 tiles, one per split (fewer than 8 splits of 4)
     PlanShape s(1, 1, 32, 8, 128, 129);
-    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 1);
+    const auto plan = kernel::planPagedAttention(s.p);
+    EXPECT_EQ(plan.numSplits, 3);
+    EXPECT_EQ(plan.tilesPerSplit, 1);
+  }
+  {  // 384 keys = 6 tiles: 6 splits of 1; 1536 keys = 24 tiles: 8 splits of 3
+    PlanShape s(1, 1, 32, 8, 128, 384);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).numSplits, 6);
+    PlanShape m(1, 1, 32, 8, 128, 1536);
+    EXPECT_EQ(kernel::planPagedAttention(m.p).numSplits, 8);
+    EXPECT_EQ(kernel::planPagedAttention(m.p).tilesPerSplit, 3);
   }
   {  // a sliding window bounds the keys one row block sees (W 256 + 15 more rows = 5 tiles, + 1
-     // tile of misalignment = 6); 4 tiles per split and one split more for the window's offset
-     // against the fixed boundaries: 3
+     // tile of misalignment = 6); 1 tile per split, and one split more for the window's offset
+     // against the fixed boundaries (no more than it needs here: 6)
     PlanShape s(1, 1, 32, 8, 128, 32768);
     s.p.slidingWindow = 256;
     const auto plan = kernel::planPagedAttention(s.p);
-    EXPECT_EQ(plan.numSplits, 3);
+    EXPECT_EQ(plan.numSplits, 6);
+    EXPECT_EQ(plan.tilesPerSplit, 1);
+  }
+  {  // W 4000: 4015 keys = 63 tiles, + 1 = 64 -> 4 per split (33 wanted) -> 16 + 1 splits
+    PlanShape s(1, 1, 32, 8, 128, 32768);
+    s.p.slidingWindow = 4000;
+    const auto plan = kernel::planPagedAttention(s.p);
     EXPECT_EQ(plan.tilesPerSplit, 4);
+    EXPECT_EQ(plan.numSplits, 17);
   }
 }
 
