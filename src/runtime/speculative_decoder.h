@@ -2,8 +2,10 @@
 // Speculative decoding (spec §6) with any DraftProposer (the DFlash draft, or the replay draft in
 // tests and benchmarks): one DecodeEngine step of width BS per iteration — verify, accept
 // (greedy or lossless sampled), commit, draft context, next proposal — on the device. Greedy
-// output equals PlainDecoder's token for token (exactly on the CPU backend; up to near-ties of
-// bf16 rounding on the GPU); sampled output has the target's distribution (spec §3.7).
+// output equals PlainDecoder's token for token: exactly on the CPU backend, and on the GPU at
+// batch 1 (verify rows equal decode rows bit for bit: the gemv's and the split-KV attention's
+// row invariance); at batch > 1 on the GPU up to near-ties of bf16 rounding. Sampled output has
+// the target's distribution (spec §3.7).
 #include <vector>
 
 #include "kv/kv_cache_manager.h"

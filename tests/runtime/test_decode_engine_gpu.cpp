@@ -1,8 +1,9 @@
 // The decode engine on the CUDA backend (bf16, CUDA graphs) with the fixture target:
 //  * replaying captured steps gives exactly the eager steps' tokens (greedy and sampled);
 //  * greedy speculative decoding (replay draft at corruption 0 / 0.3, block 4 and 16; a random
-//    DFlash draft) equals plain greedy decoding on the GPU except after a near-tie, judged on the
-//    CPU backend's f32 logits (spec §6: verify rows and decode rows round differently in bf16);
+//    DFlash draft) equals plain greedy decoding on the GPU: exactly at batch 1 (verify rows equal
+//    decode rows bit for bit), and in a batch of 3 except after a near-tie, judged on the CPU
+//    backend's f32 logits (there the verify's 48 rows take cuBLASLt and packed attention tiles);
 //  * a ragged batch crossing the 128-token page and compacting as requests finish.
 #include <gtest/gtest.h>
 
