@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -170,17 +171,31 @@ TEST(DecodeEngineGpu, ReplaySpeculationEqualsPlainGreedyUpToNearTies) {
   EXPECT_LE(divergences, 2) << "near-ties should be rare";
 }
 
+// The fixture target on the GPU with a random block-8 DFlash draft (written to a temporary
+// folder named `name`) for up to maxBatch sequences.
+struct TargetWithDraft {
+  std::unique_ptr<ops::Backend> gpu = ops::makeCudaBackend();
+  std::unique_ptr<model::TargetModel> target;
+  std::unique_ptr<model::DFlashDraft> draft;
+
+  TargetWithDraft(const char* name, int32_t maxBatch) {
+    const std::string targetDir = test::test_data_dir() + "/models/qwen3";
+    const std::filesystem::path draftDir = std::filesystem::temp_directory_path() / name;
+    model::test_draft::DraftSpec spec;
+    spec.blockSize = 8;
+    model::test_draft::writeDraft(draftDir, spec);
+    const std::vector<int32_t> taps =
+        model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(targetDir));
+    target = std::make_unique<model::TargetModel>(targetDir, *gpu, 64, taps);
+    draft = std::make_unique<model::DFlashDraft>(draftDir, *gpu, *target, 64, maxBatch);
+  }
+};
+
 TEST(DecodeEngineGpu, DFlashDraftEqualsPlainGreedyUpToNearTies) {
   ES_SKIP_IF_NO_GPU();
-  const std::string targetDir = test::test_data_dir() + "/models/qwen3";
-  const std::filesystem::path draftDir = std::filesystem::temp_directory_path() / "es_engine_gpu_draft";
-  model::test_draft::DraftSpec spec;
-  spec.blockSize = 8;
-  model::test_draft::writeDraft(draftDir, spec);
-  auto gpu = ops::makeCudaBackend();
-  const std::vector<int32_t> taps = model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(targetDir));
-  model::TargetModel target(targetDir, *gpu, 64, taps);
-  model::DFlashDraft draft(draftDir, *gpu, target, 64, 3);
+  TargetWithDraft setup("es_engine_gpu_draft", 3);
+  model::TargetModel& target = *setup.target;
+  model::DFlashDraft& draft = *setup.draft;
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
   const std::vector<GenerationRequest> requests = raggedRequests(V);
   std::vector<GenerationResult> plain;
@@ -204,15 +219,10 @@ TEST(DecodeEngineGpu, DFlashDraftEqualsPlainGreedyUpToNearTies) {
 // 4 and 16, corrupted or not) and a random DFlash draft (block 8), each request alone.
 TEST(DecodeEngineGpu, BatchOneSpeculationEqualsPlainGreedyExactly) {
   ES_SKIP_IF_NO_GPU();
-  const std::string targetDir = test::test_data_dir() + "/models/qwen3";
-  const std::filesystem::path draftDir = std::filesystem::temp_directory_path() / "es_engine_gpu_draft_b1";
-  model::test_draft::DraftSpec spec;
-  spec.blockSize = 8;
-  model::test_draft::writeDraft(draftDir, spec);
-  auto gpu = ops::makeCudaBackend();
-  const std::vector<int32_t> taps = model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(targetDir));
-  model::TargetModel target(targetDir, *gpu, 64, taps);
-  model::DFlashDraft draft(draftDir, *gpu, target, 64, 1);
+  TargetWithDraft setup("es_engine_gpu_draft_b1", 1);
+  model::TargetModel& target = *setup.target;
+  model::DFlashDraft& draft = *setup.draft;
+  ops::Backend* gpu = setup.gpu.get();
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
   int64_t multiTokenAccepts = 0;
   for (const GenerationRequest& request : raggedRequests(V)) {
