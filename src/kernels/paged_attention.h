@@ -112,7 +112,8 @@ struct PagedAttentionPlan {
   const char* reason = "";     // why it does not (empty when splitKv)
   int32_t numSplits = 0;       // KV splits per (sequence, KV head, row block); 1 = no combine
   int32_t tilesPerSplit = 0;   // 64-key tiles per split (the boundaries above)
-  int32_t warpsM = 0;          // 16-row tensor-core tiles per CTA (1, 2 or 4; 1 at batch 1)
+  int32_t warpsM = 0;          // 16-row tensor-core tiles per CTA (1, 2 or 4; 1 for batch-1
+                               // calls of <= 16 rows)
   int32_t rowBlocks = 0;       // CTAs over the ceil(maxQSeqLen * group / 16) row tiles
   int64_t workspaceBytes = 0;  // partials this call needs (0 when numSplits == 1)
 };

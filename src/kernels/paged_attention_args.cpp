@@ -145,7 +145,6 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
 
   const int32_t group = q.numQHeads / p.kv.numKVHeads;
   const SplitShape shape = split_shape(p.batchSize, q.maxQSeqLen, group);
-  // (prefill: the rows alone fill the GPU; one split, no partials)
   plan.warpsM = shape.warpsM;
   plan.rowBlocks = shape.rowBlocks;
   // Tiles one CTA's rows can see: all of the key bound, or with a window at most W + 15 keys
@@ -158,7 +157,7 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   }
   const bool windowed = tilesSpan < tilesFull;
   SplitGeometry g = split_geometry(int64_t{p.batchSize} * p.kv.numKVHeads, p.headDim, tilesSpan, windowed);
-  if (prefill) g = {tilesFull, 1};
+  if (prefill) g = {tilesFull, 1};  // the row blocks alone fill the GPU: one split, no partials
   if (forceNumSplits > 0) {
     g.numSplits = std::min(forceNumSplits, kSplitKvMaxSplits);
     g.tilesPerSplit = std::max<int64_t>(1, tilesSpan / g.numSplits);
@@ -193,9 +192,9 @@ int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, i
   ES_CHECK_ARG(maxKvLength >= 0, kWhere, "maxKvLength", maxKvLength, "must be >= 0");
   ES_CHECK_ARG(maxTotalQ >= 0, kWhere, "maxTotalQ", maxTotalQ, "must be >= 0 (0 = batch * qLen)");
   if (maxKvLength == 0) return 0;
-  // A call's split count is split_geometry's for its batch and tile span. Any span up to the
-  // bound's tiles, windowed or not, gives at most min(fill, tiles) + 1
-  // splits, and fill falls with the batch: maximise that bound times the rows over the batch.
+  // A call's split count is split_geometry's for its batch and tile span (prefill: 1). Any span
+  // up to the bound's tiles, windowed or not, gives at most min(fill, tiles) + 1 splits, and
+  // fill falls with the batch: maximise that bound times the rows over the batch.
   const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
   const int64_t tiles = tiles_of(maxKvLength);
   const int64_t ql = std::min(maxQSeqLen, kSplitKvMaxQSeqLen);

@@ -8,8 +8,8 @@
 // tile; the CTA holds warpsM tiles (1, 2 or 4) and the 4 warps are arranged warpsM x (4/warpsM):
 // warps of one row tile split each 64-key tile of K/V between them. K/V tiles stream through a
 // ring of `stages` shared-memory buffers with 16-byte cp.async; Q sits in shared memory.
-// A row's summation order depends on warpsM (4 / warpsM warps share its keys): batch-1 calls
-// always take warpsM = 1, so a verify row equals the decode row bit for bit there.
+// A row's summation order depends on warpsM (4 / warpsM warps share its keys): batch-1 calls of
+// up to 16 rows always take warpsM = 1, so a verify row equals the decode row bit for bit there.
 #include <cstdint>
 
 namespace es::kernel::splitkv {
