@@ -232,6 +232,8 @@ def main():
     p.add_argument("--train", type=int, default=20000)
     p.add_argument("--heldout", type=int, default=200)
     p.add_argument("--seed", type=int, default=20260206)
+    p.add_argument("--out-train", help="write only the training prompts, to this file (a bigger set "
+                   "for the GPU machine; train/data stays as it is)")
     a = p.parse_args()
     if a.check:
         sys.exit(check())
@@ -240,6 +242,10 @@ def main():
     if not root:
         root, debs = fetch_packages(a.work)
     train, heldout, n_texts, n_words = build(root, a.train, a.heldout, a.seed)
+    if a.out_train:
+        write_jsonl(a.out_train, train)
+        print(f"wrote {len(train)} training prompts to {a.out_train} ({os.path.getsize(a.out_train)} bytes)")
+        return
     os.makedirs(os.path.join(DATA, "sources"), exist_ok=True)
     write_jsonl(os.path.join(DATA, "prompts_train.jsonl"), train)
     write_jsonl(os.path.join(DATA, "prompts_heldout.jsonl"), heldout)

@@ -9,6 +9,12 @@
 #   train/device.sh generate [ARGS]  prepare if needed; responses -> train/work/responses.npz, $OUT
 #   train/device.sh train [ARGS]     train (ARGS go to train_dflash.py) -> train/work/draft, $OUT/draft
 #   train/device.sh all [ARGS]       generate, then train for the rest of a 9.5-minute call
+#   train/device.sh gen START COUNT [SECONDS]
+#                                    prepare if needed; greedy responses to training prompts
+#                                    [START, START + COUNT) of $ES_PROMPTS (default
+#                                    train/work/prompts_train_big.jsonl, carried) in 1,024-row
+#                                    batches, stopping after SECONDS (default 500) ->
+#                                    train/work/extra_START.npz (uint16 ids) and $OUT
 #   train/device.sh eval [ARGS]      held-out τ of train/work/draft -> $OUT/tau.json
 #
 # $OUT defaults to ./out. Everything under train/work stays on the machine while it is warm.
@@ -86,6 +92,16 @@ case "${1:-}" in
     set -e
     copy_draft
     exit "$rc"
+    ;;
+  gen)
+    start="${2:?gen START COUNT [SECONDS]}" count="${3:?gen START COUNT [SECONDS]}" seconds="${4:-500}"
+    prompts="${ES_PROMPTS:-$work/prompts_train_big.jsonl}"
+    [ -f "$prompts" ] || { echo "device.sh gen: no prompt file $prompts (build it here with build_prompts.py --out-train, carry it)" >&2; exit 1; }
+    prepare
+    python3 train/generate_responses.py --model "$work/smollm2" --train-prompts "$prompts" \
+      --skip-train "$start" --take "$count" --no-heldout --sampled-rounds 0 --batch 1024 \
+      --max-new-tokens 256 --max-seconds "$((seconds - (SECONDS - t0)))" --out "$work/extra_$start.npz"
+    cp "$work/extra_$start.npz" "$work/extra_$start.json" "$out/"
     ;;
   eval)
     shift

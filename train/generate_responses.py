@@ -9,7 +9,8 @@ Per training prompt: one greedy response, plus --sampled-rounds responses sample
 (no top-k / top-p; a different seed per round). Per held-out prompt: one greedy response (eval_tau.py follows it).
 Responses end at the first EOS (<|im_end|>, kept as the last token) or after --max-new-tokens.
 
-Output (.npz, uncompressed, int32 token ids): tokens [sum of lengths] (prompt + response, flat),
+Output (.npz, uncompressed): tokens [sum of lengths] (prompt + response, flat; uint16 when every
+id fits, as SmolLM2's 49,152 do, else int32: half the bytes to carry back from the GPU machine),
 offsets [N + 1] (int64), prompt_lens [N], split [N] (0 train, 1 held-out), temperature [N]
 (float32), prompt_index [N]; and a .json summary next to it.
 """
@@ -105,6 +106,8 @@ def main():
     p.add_argument("--limit", type=int, default=0, help="use only the first N prompts of each set (testing)")
     p.add_argument("--skip-train", type=int, default=0,
                    help="skip the first N training prompts (their responses are in an earlier file)")
+    p.add_argument("--take", type=int, default=0,
+                   help="then use only the next N training prompts (0 = all the rest)")
     p.add_argument("--no-heldout", action="store_true", help="no held-out responses (an extra training file)")
     p.add_argument("--max-seconds", type=float, default=0,
                    help="start no batch after this many seconds; prompts left out are not in the file (0 = none)")
@@ -136,6 +139,8 @@ def main():
             sys.exit("the tokenizer has no <|im_end|> token")
         log(f"model {a.model}: eos {eos}, pad {pad}, loaded in {time.time() - t_start:.1f} s")
     train_p = train_p[a.skip_train:]
+    if a.take > 0:
+        train_p = train_p[:a.take]
     if a.no_heldout:
         held_p = []
     train_ids, held_ids = encode(tok, train_p), encode(tok, held_p)
@@ -172,7 +177,8 @@ def main():
                                  "new_tokens": int(sum(lens))}
         log(f"{name}: {summary['jobs'][name]}")
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    np.savez(a.out, tokens=np.asarray(tokens, np.int32), offsets=np.asarray(offsets, np.int64),
+    token_dtype = np.uint16 if not tokens or max(tokens) < 65536 else np.int32
+    np.savez(a.out, tokens=np.asarray(tokens, token_dtype), offsets=np.asarray(offsets, np.int64),
              prompt_lens=np.asarray(prompt_lens, np.int32), split=np.asarray(split, np.int32),
              temperature=np.asarray(temp, np.float32), prompt_index=np.asarray(pidx, np.int32))
     summary["seconds"] = round(time.time() - t_start, 1)

@@ -685,7 +685,7 @@ def main():
         run_steps += 1
         if step % 25 == 0 or step == 1:
             acc = accept_proxy(pred, labels)
-            history.append({"step": step, "loss": round(float(loss), 4), "accept_proxy": round(acc, 3),
+            history.append({"step": step, "loss": round(float(loss.detach()), 4), "accept_proxy": round(acc, 3),
                             "lr": lr, "grad_norm": round(gn, 3), "t": round(time.time() - t_start, 1)})
             sps = run_steps / max(1e-6, time.time() - t_loop)
             log(f"step {step} loss {float(loss):.4f} accept-proxy {acc:.2f} lr {lr:.2e} |g| {gn:.2f} "
