@@ -72,13 +72,12 @@ TEST(SlidingWindowModelGpu, BoundedWindowPoolMatchesTransformers) {
 //  * paged_attention's plan (simple or split-KV, the split count and boundaries) is a function of
 //    host values both layouts share: batch, heads, maxQSeqLen, maxKvLength (the cache capacity),
 //    maxPagesPerSeq (the window table has the base table's) and the window; not of numPages.
-//  * Split-KV (the decode steps): a CTA's key range is the union of its rows' visible ranges
-//    (causal, window), walked in logical 64-key tiles in order through either table. Every tile
-//    of that range holds a key some row sees, so its page is mapped in the window table too
+//  * Split-KV (decode steps, and prefill chunks with one split): a CTA's key range is the union
+//    of its rows' visible ranges (causal, window), walked in logical 64-key tiles in order
+//    through either table. Every tile of that range holds a key some row sees, so its page is
+//    mapped in the window table too
 //    (TargetModel::forward checks it); keys of a tile outside the range are zero-filled, never
 //    read, so stale rows of recycled window pages cannot enter. Same keys, same order, same sums.
-//  * Simple kernel (the prefill chunks): each row's keys lo + warp, lo + warp + 4, ... of its
-//    window, all mapped in both tables.
 TEST(SlidingWindowModelGpu, BoundedAndFullCapacityStorageGiveIdenticalLogits) {
   ES_SKIP_IF_NO_GPU();
   auto backend = ops::makeCudaBackend();
