@@ -351,7 +351,8 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   __syncthreads();
 
   // Union of the rows' ranges (every warp computes it), its 64-key tiles, this split's share:
-  // tiles [t0, t1) inside the fixed boundaries (s0 + split) * T ... (s0 + split + 1) * T.
+  // tiles [t0, t1) inside the fixed boundaries (s0 + split) * per ... (s0 + split + 1) * per
+  // (per = tilesPerSplit).
   int32_t lo_all = INT32_MAX, hi_all = 0;
   for (int m = lane; m < MB; m += 32) {
     if (s_row[m].hi > s_row[m].lo) {
@@ -366,10 +367,10 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   }
   int32_t t0 = 0, t1 = 0;  // this CTA's tiles [t0, t1)
   if (hi_all > 0) {
-    const int64_t tb = lo_all / KT, te = (hi_all - 1) / KT + 1, T = a.tiles_per_split;
-    const int64_t first = (tb / T + split) * T;
+    const int64_t tb = lo_all / KT, te = (hi_all - 1) / KT + 1, per = a.tiles_per_split;
+    const int64_t first = (tb / per + split) * per;
     t0 = static_cast<int32_t>(max(tb, first));
-    t1 = static_cast<int32_t>(split == a.splits - 1 ? te : min(te, first + T));
+    t1 = static_cast<int32_t>(split == a.splits - 1 ? te : min(te, first + per));
   }
 
   int32_t rlo[2], rhi[2];
