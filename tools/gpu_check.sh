@@ -7,7 +7,9 @@
 #   tools/gpu_check.sh build sanitize bench   (several stages in one call, in order)
 #   tools/gpu_check.sh oracle     tools/dflash_reference.py make-fixture -> $OUT/dflash_tiny.tgz
 #   tools/gpu_check.sh engine     edgespec bench (plain, replay draft, random DFlash draft) on the
-#                                 random-weight presets in ES_ENGINE_PRESETS next to the torch anchor
+#                                 random-weight presets in ES_ENGINE_PRESETS next to the torch anchor,
+#                                 then a 4,096-token prefill and the prefix-reuse time to first token
+#                                 (4,224-token prompt, 4,096 shared)
 #   tools/gpu_check.sh smollm2    the default model's GGUF ($ES_SMOLLM2_GGUF, e.g. assembled by
 #                                 tools/device_parts.sh join) generated on cuda vs transformers
 #   tools/gpu_check.sh draft      the same GGUF with and without models/'s DFlash draft:
@@ -238,6 +240,16 @@ stage_engine() {
         status=1
       fi
     done
+    # Long prompts: the whole-model prefill of 4,096 tokens, and the time to first token of a
+    # 4,224-token prompt whose first 4,096 tokens an earlier request ran (reuse off vs on).
+    if "$build_dir/edgespec" bench --model "$dir" --prompt-len 4096 --gen-len 16 --json >"$out/prefill_$preset.json" 2>"$out/prefill_$preset.err" &&
+       "$build_dir/edgespec" bench --model "$dir" --prefix-reuse --prompt-len 4224 --shared-len 4096 --json >"$out/ttft_$preset.json" 2>"$out/ttft_$preset.err"; then
+      summary+=("prefill $(printf '%-10s' "$preset") $(python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); print("4096-token prefill %.1f ms; ttft reuse off %.1f ms, on %.1f ms, first token identical %d/%d" % (a["prefill_ms"], b["ttft_ms_reuse_off"], b["ttft_ms_reuse_on"], b["first_token_identical"], b["runs"]))' "$out/prefill_$preset.json" "$out/ttft_$preset.json")")
+    else
+      tail -3 "$out/prefill_$preset.err" "$out/ttft_$preset.err"
+      summary+=("prefill $(printf '%-10s' "$preset") FAILED   prefill_$preset.err / ttft_$preset.err")
+      status=1
+    fi
     rm -rf "$dir" "$draft"
   done
   return $status
