@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "kv/swa_step_completion.h"
 #include "support/test_util.h"
 
 namespace es::kv {
@@ -180,7 +180,7 @@ TEST(KvSwaWiring, PropertyStepsThroughTheManagerNeverClobberWhatARunningStepRead
     std::vector<int64_t> requestOf(static_cast<size_t>(maxB), -1);
     int64_t nextRequest = 0;
     std::vector<RunningStep> running;
-    std::map<int32_t, std::pair<int64_t, int32_t>> awaiting;  // verify slot -> (step, rows)
+    swa_test::AwaitingCommits awaiting;
 
     auto checkAll = [&] {
       for (int32_t s = 0; s < cache.activeCount(); ++s) {
@@ -213,28 +213,15 @@ TEST(KvSwaWiring, PropertyStepsThroughTheManagerNeverClobberWhatARunningStepRead
         for (auto& k : keep) k = std::uniform_int_distribution<int>(0, 3)(rng) != 0;
         const std::vector<int32_t> oldToNew = cache.retireAndCompact(keep);
         std::vector<int64_t> nextOf(static_cast<size_t>(maxB), -1);
-        std::map<int32_t, std::pair<int64_t, int32_t>> moved;
         for (size_t s = 0; s < oldToNew.size(); ++s) {
-          if (oldToNew[s] < 0) continue;
-          nextOf[static_cast<size_t>(oldToNew[s])] = requestOf[s];
-          if (awaiting.count(static_cast<int32_t>(s))) moved[oldToNew[s]] = awaiting[static_cast<int32_t>(s)];
+          if (oldToNew[s] >= 0) nextOf[static_cast<size_t>(oldToNew[s])] = requestOf[s];
         }
         requestOf.swap(nextOf);
-        awaiting.swap(moved);
+        swa_test::remapAwaiting(awaiting, oldToNew);
         table.syncDirtyToHost(mirror);
       } else if (kind <= 3 && !running.empty()) {
-        const size_t upto = std::uniform_int_distribution<size_t>(0, running.size() - 1)(rng);
-        const int64_t id = running[upto].id;
-        cache.completeStep(id);
-        running.erase(running.begin(), running.begin() + static_cast<long>(upto) + 1);
-        for (auto it = awaiting.begin(); it != awaiting.end();) {
-          if (it->second.first <= id) {
-            cache.commitBase(it->first, std::uniform_int_distribution<int32_t>(0, it->second.second)(rng));
-            it = awaiting.erase(it);
-          } else {
-            ++it;
-          }
-        }
+        swa_test::completeOldestSteps(running, awaiting, rng, [&](int64_t id) { cache.completeStep(id); },
+                                      [&](int32_t slot, int32_t rows) { cache.commitBase(slot, rows); });
         table.syncDirtyToHost(mirror);
       } else if (cache.activeCount() > 0) {
         std::vector<SwaStepWrite> writes;

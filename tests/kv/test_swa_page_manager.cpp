@@ -1,12 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <map>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "kv/swa_page_manager.h"
+#include "kv/swa_step_completion.h"
 #include "support/test_util.h"
 
 namespace es::kv {
@@ -233,7 +233,7 @@ TEST(SwaPageManager, PropertyRandomStepsNeverWriteWhatARunningStepReads) {
     SwaPageManager m(t, W);
     std::vector<RunningStep> running;
     // Slots whose last step was a verify step: they commit only once it completes.
-    std::map<int32_t, std::pair<int64_t, int32_t>> awaiting;  // slot -> (step, rows)
+    swa_test::AwaitingCommits awaiting;
     std::vector<int32_t> mirror(static_cast<size_t>(t.deviceLayoutElements()), -1);
     int64_t steps = 0;
     for (int op = 0; op < 400; ++op) {
@@ -243,25 +243,11 @@ TEST(SwaPageManager, PropertyRandomStepsNeverWriteWhatARunningStepReads) {
       } else if (kind == 1 && m.activeCount() > 0) {
         std::vector<uint8_t> keep(static_cast<size_t>(m.activeCount()));
         for (auto& k : keep) k = std::uniform_int_distribution<int>(0, 3)(rng) != 0;
-        const std::vector<int32_t> oldToNew = m.retireAndCompact(keep);
-        std::map<int32_t, std::pair<int64_t, int32_t>> moved;
-        for (auto& [slot, v] : awaiting)
-          if (oldToNew[static_cast<size_t>(slot)] >= 0) moved[oldToNew[static_cast<size_t>(slot)]] = v;
-        awaiting.swap(moved);
+        swa_test::remapAwaiting(awaiting, m.retireAndCompact(keep));
       } else if (kind <= 3 && !running.empty()) {
         // Complete the oldest step (or several); verify slots then commit their accepted rows.
-        const size_t upto = std::uniform_int_distribution<size_t>(0, running.size() - 1)(rng);
-        const int64_t id = running[upto].id;
-        m.completeStep(id);
-        running.erase(running.begin(), running.begin() + static_cast<long>(upto) + 1);
-        for (auto it = awaiting.begin(); it != awaiting.end();) {
-          if (it->second.first <= id) {
-            m.commit(it->first, std::uniform_int_distribution<int32_t>(0, it->second.second)(rng));
-            it = awaiting.erase(it);
-          } else {
-            ++it;
-          }
-        }
+        swa_test::completeOldestSteps(running, awaiting, rng, [&](int64_t id) { m.completeStep(id); },
+                                      [&](int32_t slot, int32_t rows) { m.commit(slot, rows); });
       } else if (m.activeCount() > 0) {
         std::vector<SwaStepWrite> writes;
         std::vector<uint8_t> prefill;
