@@ -17,7 +17,6 @@ reported separately as well). The runtime's τ can differ a little: it decodes i
 kernels, so its greedy path can diverge from transformers' after a near-tie.
 """
 import argparse
-import json
 import os
 import sys
 
@@ -57,13 +56,9 @@ def main():
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
         target = AutoModelForCausalLM.from_pretrained(a.model, dtype=dtype)
     target = target.to(device).eval()
-    with open(os.path.join(a.draft, "config.json")) as f:
-        cfg = json.load(f)
+    cfg, draft, taps = td.open_draft(a.draft, target)
     BS = cfg["block_size"]
-    draft = td.build_draft(cfg, target.get_input_embeddings().weight.float().mean(0))
-    td.load_draft_into(draft, a.draft)
     draft = draft.to(device).eval()  # fp32 weights + bf16 autocast, as in training
-    taps = td.Taps(target, cfg["dflash_config"]["target_layer_ids"])
     data = td.Data(a.data, a.split)
     idx = [i for i in range(len(data)) if data.temperature[i] == 0.0]  # greedy responses only
     if a.limit:
@@ -118,11 +113,7 @@ def main():
               "tau": float(np.mean(rounds_all)), "tau_uncapped_rounds": float(np.mean(rounds_full)) if rounds_full else None,
               "tau_per_sequence_mean": float(np.mean(per_seq)),
               "tokens_per_round_histogram_1_to_BS": hist, "temperature": 0}
-    print(json.dumps(result, indent=1))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+    td.print_report(result, a.json)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ same approximation for both rules, so the comparison is fair; the argmax rule's 
 checked against the runtime's measured τ (docs/perf.md).
 """
 import argparse
-import json
 import os
 import sys
 
@@ -55,13 +54,9 @@ def main():
     tok = AutoTokenizer.from_pretrained(a.model)
     target = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).eval()
     eos = tok.convert_tokens_to_ids("<|im_end|>")
-    with open(os.path.join(a.draft, "config.json")) as f:
-        cfg = json.load(f)
+    cfg, draft, taps = td.open_draft(a.draft, target)
     BS = cfg["block_size"]
-    draft = td.build_draft(cfg, target.get_input_embeddings().weight.float().mean(0))
-    td.load_draft_into(draft, a.draft)
     draft = draft.eval()
-    taps = td.Taps(target, cfg["dflash_config"]["target_layer_ids"])
     emb = target.get_input_embeddings().weight
     lm_head = target.get_output_embeddings().weight
     prompts = gr.read_prompts(a.prompts)[:a.limit]
@@ -99,11 +94,7 @@ def main():
     result = {"draft": a.draft, "temperature": T, "prompts": len(prompts), "anchors": len(per_rule["argmax"]),
               "block_size": BS, "tau_argmax_proposals": float(np.mean(per_rule["argmax"])),
               "tau_sampled_proposals": float(np.mean(per_rule["sampled"]))}
-    print(json.dumps(result, indent=1))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+    td.print_report(result, a.json)
 
 
 if __name__ == "__main__":

@@ -425,6 +425,25 @@ def load_draft_into(draft, folder):
         raise SystemExit(f"{folder}: weights do not match the draft its config builds: {bad[:5]}")
 
 
+def open_draft(folder, target):
+    """A trained draft folder for evaluation: (its config, the Draft module with its weights,
+    Taps on `target` at the draft's tapped layers)."""
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    draft = build_draft(cfg, target.get_input_embeddings().weight.float().mean(0))
+    load_draft_into(draft, folder)
+    return cfg, draft, Taps(target, cfg["dflash_config"]["target_layer_ids"])
+
+
+def print_report(result, path=None):
+    """Prints an evaluation's result as JSON, and writes it to `path` when given."""
+    print(json.dumps(result, indent=1))
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+
+
 def reference_check(draft, cfg, target, feats_row, ids_row, anchor, out_dir, compute_dtype):
     """The saved folder, run by tools/dflash_reference.py's DFlashReference (the oracle of the
     runtime's forward, float32 on the CPU), against this module's forward for one anchor: the
