@@ -21,6 +21,7 @@
 #include "model/safetensors.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
+#include "support/decode_batch.h"
 #include "support/test_util.h"
 
 namespace es::model::swa {
@@ -151,13 +152,7 @@ inline ScenarioRun runScenario(TargetModel& model, kv::KvCacheManager& cache, co
   const std::vector<int32_t> cont = meta["continuation"];
   for (int32_t i = 0; i < steps; ++i) {
     const int32_t t = cont[static_cast<size_t>(i) % cont.size()];
-    ForwardBatch f;
-    f.tokens = {t, t};
-    f.positions = {cache.baseLength(s0), cache.baseLength(s1)};
-    f.tokenToSequence = {s0, s1};
-    f.cuQSeqLens = {0, 1, 2};
-    f.kvLengths = {cache.baseLength(s0) + 1, cache.baseLength(s1) + 1};
-    f.logitRows = {0, 1};
+    ForwardBatch f = test::decodeBatch(cache, {s0, s1}, {t, t});
     const ForwardResult out = step(f, {{s0, 1}, {s1, 1}});
     run.decodeA.insert(run.decodeA.end(), out.logits.begin(), out.logits.begin() + V);
     run.decodeB.insert(run.decodeB.end(), out.logits.begin() + V, out.logits.end());

@@ -28,6 +28,7 @@
 #include "model/weight_names.h"
 #include "model/weight_store.h"
 #include "ops/backend.h"
+#include "support/decode_batch.h"
 #include "support/test_util.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
@@ -97,14 +98,7 @@ std::vector<float> runLogits(const fs::path& model_path, const std::vector<int32
   for (int s = 0; s < steps; ++s) {
     const float* last = all.data() + all.size() - V;
     const auto next = static_cast<int32_t>(std::max_element(last, last + V) - last);
-    ForwardBatch d;
-    d.tokens = {next};
-    d.positions = {cache.baseLength(slot)};
-    d.tokenToSequence = {slot};
-    d.cuQSeqLens = {0, 1};
-    d.kvLengths = {cache.baseLength(slot) + 1};
-    d.logitRows = {0};
-    r = model.forward(d, cache);
+    r = model.forward(test::decodeBatch(cache, {slot}, {next}), cache);
     cache.commitBase(slot, 1);
     all.insert(all.end(), r.logits.begin(), r.logits.end());
   }

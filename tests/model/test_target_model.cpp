@@ -14,6 +14,7 @@
 #include "model/safetensors.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
+#include "support/decode_batch.h"
 #include "support/logit_checks.h"
 #include "support/test_util.h"
 
@@ -103,14 +104,7 @@ TEST_P(TargetModelCpu, RaggedPrefillDecodeAndVerifyMatchTransformers) {
     ASSERT_EQ(nextA, greedyA[s]) << "step " << s;
     ASSERT_EQ(nextB, greedyB[s]) << "step " << s;
     if (s + 1 == steps) break;
-    ForwardBatch step;
-    step.tokens = {nextA, nextB};
-    step.positions = {cache.baseLength(s0), cache.baseLength(s1)};
-    step.tokenToSequence = {s0, s1};
-    step.cuQSeqLens = {0, 1, 2};
-    step.kvLengths = {cache.baseLength(s0) + 1, cache.baseLength(s1) + 1};
-    step.logitRows = {0, 1};
-    const ForwardResult r = model.forward(step, cache);
+    const ForwardResult r = model.forward(test::decodeBatch(cache, {s0, s1}, {nextA, nextB}), cache);
     cache.commitBase(s0, 1);
     cache.commitBase(s1, 1);
     EXPECT_LT(maxError(r.logits.data(), stepA.data() + (s + 1) * V, V), kLogitTolerance) << "step " << s;

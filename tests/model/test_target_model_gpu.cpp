@@ -13,6 +13,7 @@
 #include "model/safetensors.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
+#include "support/decode_batch.h"
 #include "support/logit_checks.h"
 #include "support/test_util.h"
 
@@ -87,14 +88,7 @@ TEST_P(TargetModelGpu, PrefillDecodeVerifyMatchTransformers) {
       break;  // the continuation may legitimately differ from here on
     }
     ASSERT_EQ(next, greedy[s]) << "step " << s;
-    ForwardBatch step;
-    step.tokens = {next};
-    step.positions = {cache.baseLength(slot)};
-    step.tokenToSequence = {slot};
-    step.cuQSeqLens = {0, 1};
-    step.kvLengths = {cache.baseLength(slot) + 1};
-    step.logitRows = {0};
-    const ForwardResult r = model.forward(step, cache);
+    const ForwardResult r = model.forward(test::decodeBatch(cache, {slot}, {next}), cache);
     cache.commitBase(slot, 1);
     if (s + 1 < greedy.size()) {
       EXPECT_LT(rowError(r.logits.data(), steps + (s + 1) * V, V), kLogitTolerance) << "step " << s;
