@@ -94,15 +94,18 @@ struct SplitGeometry {
   int64_t tilesPerSplit = 1, numSplits = 1;
 };
 
+// Splits wanted for `pairs` (sequence, KV head) pairs: one full wave of CTAs, one split kept for
+// a window's misalignment so that the count stays <= kSplitKvMaxSplits.
+int64_t split_fill(int64_t pairs, int32_t headDim) {
+  const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
+  return std::min<int64_t>(std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)), kSplitKvMaxSplits - 1);
+}
+
 // tilesSpan: 64-key tiles one CTA's rows can see together (all of the key bound, or with a
 // window its span); windowed: the span starts anywhere, so one more split covers its
 // misalignment against the fixed boundaries.
 SplitGeometry split_geometry(int64_t pairs, int32_t headDim, int64_t tilesSpan, bool windowed) {
-  const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
-  // Splits wanted: one full wave of (sequence, KV head) pairs, one split kept for the window's
-  // misalignment so that the count stays <= kSplitKvMaxSplits.
-  const int64_t fill =
-      std::min<int64_t>(std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)), kSplitKvMaxSplits - 1);
+  const int64_t fill = split_fill(pairs, headDim);
   SplitGeometry g;
   const int64_t min_tiles = std::clamp<int64_t>(ceil_div(tilesSpan, kSplitKvMinSplitsBeforeMinTiles), 1,
                                                 kSplitKvMinTilesPerSplit);
@@ -195,14 +198,11 @@ int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, i
   // A call's split count is split_geometry's for its batch and tile span (prefill: 1). Any span
   // up to the bound's tiles, windowed or not, gives at most min(fill, tiles) + 1 splits, and
   // fill falls with the batch: maximise that bound times the rows over the batch.
-  const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
   const int64_t tiles = tiles_of(maxKvLength);
   const int64_t ql = std::min(maxQSeqLen, kSplitKvMaxQSeqLen);
   int64_t best = 0;
   for (int32_t b = 1; b <= maxBatchSize; ++b) {
-    const int64_t fill = std::min<int64_t>(std::max<int64_t>(1, slots / (int64_t{b} * numKVHeads)),
-                                           kSplitKvMaxSplits - 1);
-    const int64_t splits = std::min(fill, tiles) + 1;
+    const int64_t splits = std::min(split_fill(int64_t{b} * numKVHeads, headDim), tiles) + 1;
     const int64_t rows = maxTotalQ > 0 ? int64_t{maxTotalQ} : int64_t{b} * ql;
     best = std::max(best, partial_bytes(splits, rows, numQHeads, headDim));
   }
