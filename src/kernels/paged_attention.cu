@@ -61,6 +61,22 @@ struct Args {
   float scale;
 };
 
+// The sequence that owns query row r: the largest b < batch with cuQ[b] <= r, -1 if none (the
+// row is still outside it when r >= cuQ[b + 1], i.e. past every sequence).
+__device__ __forceinline__ int32_t owning_sequence(const int32_t* cuQ, int32_t batch, int32_t r) {
+  int32_t lo = 0, hi = batch - 1, b = -1;
+  while (lo <= hi) {
+    const int32_t mid = (lo + hi) >> 1;
+    if (cuQ[mid] <= r) {
+      b = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return b;
+}
+
 template <typename T, int D, bool ALIGNED>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
   pdl::enter();
@@ -72,18 +88,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
   const int32_t h = blockIdx.y;
   T* out = static_cast<T*>(a.out) + (int64_t{r} * a.hq + h) * D;
 
-  // Owning sequence: the largest b < batch with cu_q[b] <= r (it then has r < cu_q[b + 1]
-  // unless r lies past every sequence).
-  int32_t lo_b = 0, hi_b = a.batch - 1, b = -1;
-  while (lo_b <= hi_b) {
-    const int32_t mid = (lo_b + hi_b) >> 1;
-    if (a.cu_q[mid] <= r) {
-      b = mid;
-      lo_b = mid + 1;
-    } else {
-      hi_b = mid - 1;
-    }
-  }
+  const int32_t b = owning_sequence(a.cu_q, a.batch, r);
   const int32_t pos = a.q_pos[r];
   if (b < 0 || r >= a.cu_q[b + 1] || pos < 0) {
     for (int32_t d = threadIdx.x; d < D; d += blockDim.x) out[d] = fwd::from_f<T>(0.0f);
@@ -652,16 +657,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   const int64_t stride = int64_t{a.total_q} * a.hq;
   if (item >= stride) return;
   const int32_t r = static_cast<int32_t>(item / a.hq);
-  int32_t lo_b = 0, hi_b = a.batch - 1, b = -1;  // owner: as the simple kernel
-  while (lo_b <= hi_b) {
-    const int32_t mid = (lo_b + hi_b) >> 1;
-    if (a.cu_q[mid] <= r) {
-      b = mid;
-      lo_b = mid + 1;
-    } else {
-      hi_b = mid - 1;
-    }
-  }
+  const int32_t b = owning_sequence(a.cu_q, a.batch, r);
   const bool valid = b >= 0 && r < a.cu_q[b + 1] && r - a.cu_q[b] < a.max_q && a.q_pos[r] >= 0;
   float acc[E];
 #pragma unroll
