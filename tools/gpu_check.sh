@@ -14,6 +14,9 @@
 #                                 tools/device_parts.sh join) generated on cuda vs transformers
 #   tools/gpu_check.sh draft      the same GGUF with and without models/'s DFlash draft:
 #                                 tau and tok/s on held-out prompts (tools/draft_eval.py)
+#   tools/gpu_check.sh pdl        programmatic dependent launch off vs on (ES_PDL=0 / unset):
+#                                 ctest -L gpu both ways, then edgespec bench (plain + replay
+#                                 draft) on the random presets in ES_ENGINE_PRESETS, both ways
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -255,6 +258,38 @@ stage_engine() {
   return $status
 }
 
+# Programmatic dependent launch (src/kernels/pdl.cuh) A/B in one call: the same binaries with
+# ES_PDL=0 (ordinary launches) and without (PDL), tests first.
+stage_pdl() {
+  local status=0 mode preset
+  for mode in 0 1; do
+    (cd "$build_dir" && ES_PDL=$mode ctest -L gpu --timeout 300) >"$out/ctest_gpu_pdl$mode.log" 2>&1
+    local rc=$?
+    summary+=("ctest -L gpu ES_PDL=$mode $([ $rc -eq 0 ] && echo ok || echo FAILED)   $(grep -Eo '[0-9]+% tests passed.*' "$out/ctest_gpu_pdl$mode.log")")
+    [ $rc -eq 0 ] || status=1
+  done
+  for preset in ${ES_ENGINE_PRESETS:-qwen3-0.6b qwen3-8b}; do
+    local dir="/dev/shm/es_$preset"
+    if ! python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err"; then
+      summary+=("pdl $(printf '%-22s' "$preset") FAILED   anchor_$preset.err")
+      status=1
+      continue
+    fi
+    summary+=("anchor $(printf '%-22s' "$preset") $(grep -o '"decode_tok_s": [0-9.]*' "$out/anchor_$preset.json")")
+    for mode in 0 1; do
+      if ES_PDL=$mode "$build_dir/edgespec" bench --model "$dir" --replay --block-size 16 --json >"$out/bench_${preset}_pdl$mode.json" 2>"$out/bench_${preset}_pdl$mode.err"; then
+        summary+=("bench $(printf '%-10s ES_PDL=%s' "$preset" "$mode") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("plain_tok_s","spec_tok_s","decode_forward_ms","verify_forward_ms","identical_prefix_fraction") if k in d))' "$out/bench_${preset}_pdl$mode.json")")
+      else
+        tail -5 "$out/bench_${preset}_pdl$mode.err"
+        summary+=("bench $(printf '%-10s ES_PDL=%s' "$preset" "$mode") FAILED")
+        status=1
+      fi
+    done
+    rm -rf "$dir"
+  done
+  return $status
+}
+
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
 status=0
@@ -268,7 +303,8 @@ if build; then
       draft) stage_draft || status=1 ;;
       oracle) stage_oracle || status=1 ;;
       engine) stage_engine || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine)" >&2; status=2 ;;
+      pdl) stage_pdl || status=1 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl)" >&2; status=2 ;;
     esac
   done
 else

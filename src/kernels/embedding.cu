@@ -5,6 +5,7 @@
 #include "common/cuda_check.h"
 #include "kernels/embedding.h"
 #include "kernels/forward_ops_device.cuh"
+#include "kernels/pdl.cuh"
 
 namespace es::kernel {
 namespace {
@@ -12,6 +13,7 @@ namespace {
 template <typename V>
 __global__ void embedding_kernel(const int32_t* __restrict__ tokens, const V* __restrict__ table,
                                  V* __restrict__ out, int32_t vocab, int64_t row_vecs) {
+  pdl::enter();
   const int64_t t = blockIdx.x;
   const int32_t id = tokens[t];
   const bool valid = id >= 0 && id < vocab;
@@ -24,7 +26,7 @@ template <typename V>
 void launch(const EmbeddingParams& p, int64_t row_bytes, cudaStream_t stream) {
   const int64_t row_vecs = row_bytes / int64_t{sizeof(V)};
   const int threads = row_vecs >= 256 ? 256 : static_cast<int>((row_vecs + 31) / 32 * 32);
-  embedding_kernel<V><<<p.numTokens, threads, 0, stream>>>(
+  pdl::launch(embedding_kernel<V>, dim3(p.numTokens), dim3(threads), 0, stream,
       p.tokens, static_cast<const V*>(p.table), static_cast<V*>(p.out), p.vocabSize, row_vecs);
 }
 

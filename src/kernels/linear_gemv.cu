@@ -36,6 +36,7 @@
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
+#include "kernels/pdl.cuh"
 
 namespace es::kernel {
 namespace {
@@ -62,6 +63,11 @@ __device__ __forceinline__ uint4 load_w(const void* ptr, bool pred) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(ptr), "r"(static_cast<int>(pred)));
   return v;
+}
+
+// Asks the L2 for the 128 bytes around ptr (no register, no fault on a valid address).
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
 
 // 16 bytes of x: read by every CTA, so cached in L1. Zeros and no access when !pred.
@@ -147,6 +153,24 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     xp[t] = x + (xok[t] ? int64_t{xr} * kk : 0) + 8 * t4;
   }
 
+  // W is never written by the kernel before this one (a programmatic dependent launch, pdl.cuh):
+  // pull this thread's first round of W into L2 while that kernel finishes, then wait for it
+  // before x is read or y written.
+  const int64_t blocks = (kk + 31) / 32;
+  const int64_t stride = int64_t{split} * kWarps;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t b = int64_t{rank} * kWarps + warp + u * stride;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (b < blocks && b * 32 + 8 * t4 < kk && wok[r][h]) prefetch_l2(wp[r][h] + b * 32);
+      }
+    }
+  }
+  pdl::enter();
+
   float acc[R][NT][4];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -158,8 +182,6 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
   }
 
   // 32-element K blocks, dealt round-robin over the split * 8 warps of the cluster.
-  const int64_t blocks = (kk + 31) / 32;
-  const int64_t stride = int64_t{split} * kWarps;
   for (int64_t b0 = int64_t{rank} * kWarps + warp; b0 < blocks; b0 += U * stride) {
     uint4 wv[U][R][2];
     uint4 xv[U][NT];
@@ -246,13 +268,22 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   config.blockDim = dim3(kThreads, 1, 1);
   config.dynamicSmemBytes = 0;
   config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(split);
-  attr[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attr[2];
+  int used = 0;
+  if (split > 1) {
+    attr[used].id = cudaLaunchAttributeClusterDimension;
+    attr[used].val.clusterDim.x = 1;
+    attr[used].val.clusterDim.y = static_cast<unsigned>(split);
+    attr[used].val.clusterDim.z = 1;
+    ++used;
+  }
+  if (pdl::enabled()) {  // a programmatic dependent of the previous kernel (pdl.cuh)
+    attr[used].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[used].val.programmaticStreamSerializationAllowed = 1;
+    ++used;
+  }
   config.attrs = attr;
-  config.numAttrs = split > 1 ? 1 : 0;
+  config.numAttrs = used;
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, linear_gemv_kernel<T, Y, R, NT>,
                                    static_cast<const T*>(p.x), static_cast<const T*>(p.w),
                                    static_cast<const T*>(p.bias), static_cast<Y*>(p.y), p.m, p.n,

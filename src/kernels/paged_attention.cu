@@ -33,6 +33,7 @@
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_split.h"
+#include "kernels/pdl.cuh"
 #include "kv/page_geometry.h"
 
 namespace es::kernel {
@@ -60,8 +61,25 @@ struct Args {
   float scale;
 };
 
+// The sequence that owns query row r: the largest b < batch with cuQ[b] <= r, -1 if none (the
+// row is still outside it when r >= cuQ[b + 1], i.e. past every sequence).
+__device__ __forceinline__ int32_t owning_sequence(const int32_t* cuQ, int32_t batch, int32_t r) {
+  int32_t lo = 0, hi = batch - 1, b = -1;
+  while (lo <= hi) {
+    const int32_t mid = (lo + hi) >> 1;
+    if (cuQ[mid] <= r) {
+      b = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return b;
+}
+
 template <typename T, int D, bool ALIGNED>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
+  pdl::enter();
   constexpr int kEpt = D / 32;  // dims per lane
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps][D];
@@ -70,18 +88,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
   const int32_t h = blockIdx.y;
   T* out = static_cast<T*>(a.out) + (int64_t{r} * a.hq + h) * D;
 
-  // Owning sequence: the largest b < batch with cu_q[b] <= r (it then has r < cu_q[b + 1]
-  // unless r lies past every sequence).
-  int32_t lo_b = 0, hi_b = a.batch - 1, b = -1;
-  while (lo_b <= hi_b) {
-    const int32_t mid = (lo_b + hi_b) >> 1;
-    if (a.cu_q[mid] <= r) {
-      b = mid;
-      lo_b = mid + 1;
-    } else {
-      hi_b = mid - 1;
-    }
-  }
+  const int32_t b = owning_sequence(a.cu_q, a.batch, r);
   const int32_t pos = a.q_pos[r];
   if (b < 0 || r >= a.cu_q[b + 1] || pos < 0) {
     for (int32_t d = threadIdx.x; d < D; d += blockDim.x) out[d] = fwd::from_f<T>(0.0f);
@@ -171,9 +178,9 @@ template <typename T, int D>
 void launch(const Args& a, bool aligned, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.total_q), static_cast<unsigned>(a.hq));
   if (aligned) {
-    attention_kernel<T, D, true><<<grid, kWarps * 32, 0, stream>>>(a);
+    pdl::launch(attention_kernel<T, D, true>, grid, dim3(kWarps * 32), 0, stream, a);
   } else {
-    attention_kernel<T, D, false><<<grid, kWarps * 32, 0, stream>>>(a);
+    pdl::launch(attention_kernel<T, D, false>, grid, dim3(kWarps * 32), 0, stream, a);
   }
 }
 
@@ -315,6 +322,9 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   const int32_t b = bid / a.splits;
   const bool direct = a.splits == 1;
   const bool tree = a.mask == static_cast<int32_t>(AttentionMask::kPackedTree);
+  // Launched as a programmatic dependent (pdl.cuh): the previous kernel wrote q. Its own
+  // dependents (the combine kernel, or the next layer's kernel) are let in at the epilogue.
+  pdl::wait();
 
   if (direct && blockIdx.x == 0) zero_unowned_rows<T, D>(a);
 
@@ -573,7 +583,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   // ---- epilogue: merge the WN warps of each row tile, write the output or the partials
   cp_async_wait<0>();
   __syncthreads();  // the K/V ring becomes the merge buffer
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  pdl::trigger();
 #pragma unroll
   for (int ri = 0; ri < 2; ++ri) {
     l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 1);
@@ -640,23 +650,14 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 // programmatic dependent of split_kernel: griddepcontrol.wait orders it after its writes.
 template <typename T, int D>
 __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  pdl::enter();
   constexpr int E = D / 32;  // dims per lane
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = int64_t{blockIdx.x} * 4 + warp;  // r * Hq + h
   const int64_t stride = int64_t{a.total_q} * a.hq;
   if (item >= stride) return;
   const int32_t r = static_cast<int32_t>(item / a.hq);
-  int32_t lo_b = 0, hi_b = a.batch - 1, b = -1;  // owner: as the simple kernel
-  while (lo_b <= hi_b) {
-    const int32_t mid = (lo_b + hi_b) >> 1;
-    if (a.cu_q[mid] <= r) {
-      b = mid;
-      lo_b = mid + 1;
-    } else {
-      hi_b = mid - 1;
-    }
-  }
+  const int32_t b = owning_sequence(a.cu_q, a.batch, r);
   const bool valid = b >= 0 && r < a.cu_q[b + 1] && r - a.cu_q[b] < a.max_q && a.q_pos[r] >= 0;
   float acc[E];
 #pragma unroll
@@ -699,23 +700,9 @@ void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) 
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     raised.fetch_or(bit, std::memory_order_release);
   }
-  split_kernel<T, D, WM><<<static_cast<unsigned>(ctas), sk::kThreads, smem, stream>>>(a);
+  pdl::launch(split_kernel<T, D, WM>, dim3(static_cast<unsigned>(ctas)), dim3(sk::kThreads), smem,
+              stream, a);
   ES_CUDA_CHECK_LAUNCH();
-}
-
-template <typename T, int D>
-void launch_combine(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-  cfg.blockDim = dim3(128);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  ES_CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine_kernel<T, D>, a));
 }
 
 template <typename T, int D>
@@ -726,7 +713,10 @@ void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, int64_
     case 2: launch_split_kernel<T, D, 2>(a, ctas, stream); break;
     default: launch_split_kernel<T, D, 4>(a, ctas, stream); break;
   }
-  if (plan.numSplits > 1) launch_combine<T, D>(a, (int64_t{a.total_q} * a.hq + 3) / 4, stream);
+  if (plan.numSplits > 1) {
+    const int64_t ctas = (int64_t{a.total_q} * a.hq + 3) / 4;
+    pdl::launch(combine_kernel<T, D>, dim3(static_cast<unsigned>(ctas)), dim3(128), 0, stream, a);
+  }
 }
 
 void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,

@@ -7,6 +7,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/forward_ops_device.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/qkv_rope_kv_write.h"
 #include "kv/page_geometry.h"
 
@@ -34,6 +35,7 @@ struct Args {
 
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
+  pdl::enter();
   __shared__ float buf[kWarps][kMaxDim];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t head = blockIdx.y * kWarps + warp;
@@ -120,7 +122,7 @@ void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    qkv_rope_kernel<T><<<grid, kWarps * 32, 0, stream>>>(a);
+    pdl::launch(qkv_rope_kernel<T>, grid, dim3(kWarps * 32), 0, stream, a);
   });
   ES_CUDA_CHECK_LAUNCH();
 }

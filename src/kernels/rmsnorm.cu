@@ -6,6 +6,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/forward_ops_device.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/rmsnorm.h"
 
 namespace es::kernel {
@@ -14,6 +15,7 @@ namespace {
 template <typename T, int VEC>
 __global__ void rmsnorm_kernel(const T* x, T* residual, const T* __restrict__ weight, T* out,
                                int32_t hidden, float eps) {
+  pdl::enter();
   constexpr bool kAligned = VEC > 1;
   const int64_t base = int64_t{blockIdx.x} * hidden;
   const int32_t vecs = hidden / VEC;
@@ -49,7 +51,7 @@ void launch(const RmsNormParams& p, cudaStream_t stream) {
   const int32_t vecs = p.hiddenSize / VEC;
   int threads = 1024;
   while (threads > 32 && threads / 2 >= vecs) threads /= 2;
-  rmsnorm_kernel<T, VEC><<<p.rows, threads, 0, stream>>>(
+  pdl::launch(rmsnorm_kernel<T, VEC>, dim3(p.rows), dim3(threads), 0, stream,
       static_cast<const T*>(p.x), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
       static_cast<T*>(p.out), p.hiddenSize, p.eps);
 }

@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int f
   const RowParams rp = row_params(a, row);
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
   uint32_t* keys = reinterpret_cast<uint32_t*>(dyn);  // [V]
-  pdl_trigger();
+  kernel::pdl::trigger();
   uint64_t local = 0;
   constexpr int kPer = kSmallVocabMax / kThreads;  // all loads issued before any is used
   float raw[kPer];
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) chunk_kernel(RowsArgs a) {
   const int start = chunk * a.plan.chunk_len;
   const int len = min(a.plan.chunk_len, V - start);
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V + start;
-  pdl_trigger();  // the final kernel may be scheduled as the last chunk CTAs start
+  kernel::pdl::trigger();  // the final kernel may be scheduled as the last chunk CTAs start
   uint64_t local = 0;
   constexpr int kPer = kMaxChunk / kThreads;  // all loads issued before any is used
   float raw[kPer];
@@ -292,8 +292,8 @@ __global__ void __launch_bounds__(kThreads) final_kernel(RowsArgs a) {
   const int row = blockIdx.x, V = a.vocab;
   const RowParams rp = row_params(a, row);
   if (!candidate_row(a, rp)) return;
-  pdl_trigger();
-  pdl_wait();  // launched as a dependent of chunk_kernel: its candidates are visible after this
+  kernel::pdl::trigger();
+  kernel::pdl::wait();  // launched as a dependent of chunk_kernel: its candidates are visible after this
   uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
   const int chunks = a.plan.chunks;
   const int kfull = min(rp.k, a.plan.chunk_len);
@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
   __shared__ BlockScratch scratch;
   const int row = blockIdx.x, V = a.vocab;
   const RowParams rp = row_params(a, row);
-  pdl_trigger();
+  kernel::pdl::trigger();
   if (candidate_row(a, rp)) return;
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
   auto scaled = [&](int i) { return scale_logit(load_logit(x, i), rp.inv_t, rp.greedy); };
@@ -584,7 +584,7 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
     ES_CUDA_CHECK_LAUNCH();
     const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
     allow_dynamic_smem(final_kernel, bytes, "final_kernel");
-    launch_dependent(final_kernel, dim3(a.rows), dim3(kThreads), bytes, stream, a);
+    kernel::pdl::launch(final_kernel, dim3(a.rows), dim3(kThreads), bytes, stream, a);
   }
   if (a.plan.any_full || !a.plan.any_candidate) {
     full_row_kernel<T><<<a.rows, kThreads, 0, stream>>>(a);

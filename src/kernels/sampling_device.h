@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/cuda_check.h"
+#include "kernels/pdl.cuh"
 #include "kernels/sampling.h"
 #include "kernels/sampling_layout.h"
 #include "kernels/sampling_math.h"
@@ -17,29 +18,6 @@ namespace es::sampling::dev {
 
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr unsigned kFull = 0xffffffffu;
-
-// Programmatic dependent launch (sm_90): a kernel launched with launch_dependent() may start
-// while the previous kernel of the stream is finishing; it calls pdl_wait() before reading that
-// kernel's results (a no-op when launched normally). pdl_trigger() lets the dependent launch
-// begin early.
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
-
-template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  ES_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
 __device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
   __shared__ VerifyShared vs;
   __shared__ BlockScratch scratch;
   const int b = blockIdx.x, L = a.L, V = a.V;
-  pdl_wait();  // launched as a dependent of the sampling kernels: their rows are visible after this
+  kernel::pdl::wait();  // launched as a dependent of the sampling kernels: their rows are visible after this
   int accepted = 0;
   int token = -1;
   bool rejected = false;
@@ -225,7 +225,7 @@ void spec_verify(const SpecVerifyParams& p, cudaStream_t stream) {
   v.dense = a.probs;
   v.out = p.out_tokens;
   v.num_accepted = p.num_accepted;
-  sampling::dev::launch_dependent(spec_verify::verify_kernel, dim3(p.batch), dim3(sampling::kThreads),
+  kernel::pdl::launch(spec_verify::verify_kernel, dim3(p.batch), dim3(sampling::kThreads),
                                   0, stream, v);
 }
 

@@ -6,6 +6,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/forward_ops_device.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/swiglu.h"
 
 namespace es::kernel {
@@ -14,6 +15,7 @@ namespace {
 template <typename T, int VEC>
 __global__ void swiglu_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
                               int64_t inter) {
+  pdl::enter();
   const int64_t vecs_per_row = inter / VEC;
   const int64_t total = rows * vecs_per_row;
   for (int64_t v = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; v < total;
@@ -34,7 +36,7 @@ void launch(const SwigluParams& p, cudaStream_t stream) {
   const int64_t total = int64_t{p.rows} * (p.intermediateSize / VEC);
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, int64_t{132} * 16);
-  swiglu_kernel<T, VEC><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+  pdl::launch(swiglu_kernel<T, VEC>, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream,
       static_cast<const T*>(p.gateUp), static_cast<T*>(p.out), p.rows, p.intermediateSize);
 }
 

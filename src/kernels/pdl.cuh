@@ -1,0 +1,58 @@
+#pragma once
+// Programmatic dependent launch (sm_90), shared by the kernels of a forward step.
+//
+// A kernel launched with pdl::launch may be scheduled while the previous kernel of its stream is
+// still running: its CTAs become resident during that kernel's tail instead of after it, which
+// hides the launch gap between the many small kernels of a decode step (inside a CUDA graph as
+// well: stream capture records the programmatic edge). In exchange every such kernel must call
+// pdl::wait() before it touches memory the previous kernel reads or writes; pdl::enter() does
+// that first thing, then pdl::trigger() lets the next kernel be scheduled in turn (only once this
+// one's CTAs have all passed their wait: the chain never runs more than one kernel ahead).
+// Both are no-ops in a kernel launched the ordinary way; a kernel that never triggers (cuBLASLt)
+// simply lets its dependent start when it completes. The environment variable ES_PDL=0 (read
+// once per process) makes pdl::launch an ordinary launch: the same binary measures both.
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "common/cuda_check.h"
+
+namespace es::kernel::pdl {
+
+__device__ __forceinline__ void wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+__device__ __forceinline__ void enter() {
+  wait();
+  trigger();
+}
+
+// False when the environment sets ES_PDL=0.
+inline bool enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("ES_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the stream's
+// previous kernel (an ordinary launch with ES_PDL=0).
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = enabled() ? 1 : 0;
+  ES_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace es::kernel::pdl
