@@ -86,8 +86,10 @@ __device__ __forceinline__ RowParams row_params(const RowsArgs& a, int row) {
 }
 
 __device__ __forceinline__ float row_uniform(const RowsArgs& a, int row) {
+  const int q = row / a.rows_per_param;
   return a.uniforms ? a.uniforms[row]
-                    : request_uniform(a.seeds[row], a.positions[row], RngPurpose::kTarget, 0);
+                    : request_uniform(a.seeds[q], a.positions[q], a.purpose,
+                                      static_cast<uint32_t>(row - q * a.rows_per_param));
 }
 
 // Key of -inf: a row whose maximum is this has no finite entry (uniform fallback).
@@ -622,9 +624,11 @@ void sample_rows(const SamplingParams& p, cudaStream_t stream) {
   a.top_ks = p.top_ks;
   a.top_ps = p.top_ps;
   a.mode = p.top_p_mode;
+  a.rows_per_param = p.rows_per_request;
   a.uniforms = p.uniforms;
   a.seeds = p.seeds;
   a.positions = p.positions;
+  a.purpose = p.purpose;
   a.tokens = p.tokens;
   a.probs = p.probs;
   a.small_vocab = p.path == SamplingPath::kSmallVocab ||

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "common/rng.h"
 #include "common/stream.h"
 
 namespace es {
@@ -30,7 +31,8 @@ struct SamplingParams {
   int32_t batch = 0;
   int32_t vocab = 0;
 
-  // Scalars used for every row whose per-row array is null.
+  // Scalars used for every row whose per-request array is null (arrays: [batch /
+  // rows_per_request], see rows_per_request).
   float temperature = 1.0f;  // >= 0; < 1e-3 means greedy
   int32_t top_k = 0;         // <= 0 or >= vocab: off
   float top_p = 1.0f;        // (0, 1]; >= 1 - 1e-6: off
@@ -39,11 +41,19 @@ struct SamplingParams {
   const float* top_ps = nullptr;        // [batch] f32 or null
   TopPMode top_p_mode = TopPMode::kNucleus;
 
-  // Uniforms for the inverse CDF: either given, or computed as
-  // request_uniform(seeds[b], positions[b], RngPurpose::kTarget, 0) (same bits host and device).
+  // Rows per request (>= 1, divides batch): row r takes its per-request entries (temperatures,
+  // top_ks, top_ps, seeds, positions) from index r / rows_per_request. A drafted block samples
+  // its BS rows as one request's.
+  int32_t rows_per_request = 1;
+
+  // Uniforms for the inverse CDF: either given, or computed as request_uniform(seeds[q],
+  // positions[q], purpose, r % rows_per_request) for row r of request q (same bits host and
+  // device; spec §3.6: a plain sample is kTarget lane 0, draft proposals kProposal lane = row).
   const float* uniforms = nullptr;     // [batch] f32 in (0, 1), or null
-  const uint64_t* seeds = nullptr;     // [batch] u64 (used when uniforms is null)
-  const int64_t* positions = nullptr;  // [batch] i64 absolute position of the last token
+  const uint64_t* seeds = nullptr;     // [batch / rows_per_request] u64 (when uniforms is null)
+  const int64_t* positions = nullptr;  // [batch / rows_per_request] i64 absolute position of the
+                                       // last token
+  RngPurpose purpose = RngPurpose::kTarget;
 
   int32_t* tokens = nullptr;  // [batch] i32 out, or null (probabilities only)
   float* probs = nullptr;     // [batch, vocab] f32 out, or null (tokens only)

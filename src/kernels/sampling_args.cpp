@@ -34,6 +34,9 @@ void validate_sampling_params(const SamplingParams& p, const char* where) {
     ES_CHECK_ARG(p.vocab <= kSmallVocabMax, where, "vocab", p.vocab,
                  "must be <= ", kSmallVocabMax, " for the small-vocab path");
   }
+  ES_CHECK_ARG(p.rows_per_request >= 1, where, "rows_per_request", p.rows_per_request, "must be >= 1");
+  ES_CHECK_ARG(p.batch % p.rows_per_request == 0, where, "batch", p.batch,
+               "must be a multiple of rows_per_request = ", p.rows_per_request);
   if (p.batch == 0) return;
   ES_CHECK_ARG(p.logits != nullptr, where, "logits", "null", "must be non-null");
   ES_CHECK_ARG(p.tokens != nullptr || p.probs != nullptr, where, "tokens", "null",

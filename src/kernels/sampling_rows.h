@@ -35,8 +35,9 @@ struct RowsArgs {
   const float* top_ps = nullptr;
   TopPMode mode = TopPMode::kNucleus;
   const float* uniforms = nullptr;  // [rows] or null
-  const uint64_t* seeds = nullptr;  // [rows]
-  const int64_t* positions = nullptr;
+  const uint64_t* seeds = nullptr;  // [rows / rows_per_param]
+  const int64_t* positions = nullptr;  // [rows / rows_per_param]
+  RngPurpose purpose = RngPurpose::kTarget;  // of the uniforms: lane = row % rows_per_param
   int32_t* tokens = nullptr;        // [rows] or null
   float* probs = nullptr;           // [rows, vocab] or null
   bool dense_for_sparse_rows = true;  // false: rows with <= 512 kept entries skip `probs`

@@ -24,7 +24,8 @@ using namespace es::sampling::dev;
 struct VerifyArgs {
   const int32_t* drafts;      // [batch, draft_stride]
   int draft_stride;
-  const float* draft_probs;   // [batch, L, V] or null (onehot)
+  const float* draft_probs;   // [batch, probs_stride, V] or null (onehot)
+  int32_t probs_stride;       // rows between sequences of draft_probs
   int32_t batch, L, V;
   const float* uniforms;      // [batch, 2L + 1] or null
   const uint64_t* seeds;      // [batch]
@@ -104,7 +105,8 @@ __global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
     const SparseRow& r = a.sparse[row];
     const int status = r.status;
     const int x = a.drafts[static_cast<size_t>(b) * a.draft_stride + s];
-    const float* qrow = a.draft_probs ? a.draft_probs + (static_cast<size_t>(b) * L + s) * V : nullptr;
+    const float* qrow =
+        a.draft_probs ? a.draft_probs + (static_cast<size_t>(b) * a.probs_stride + s) * V : nullptr;
     if (threadIdx.x == 0) {
       vs.px = status == kUniform ? fdiv_rn(1.0f, static_cast<float>(V))
               : status == kDense ? a.dense[static_cast<size_t>(row) * V + x]
@@ -215,6 +217,7 @@ void spec_verify(const SpecVerifyParams& p, cudaStream_t stream) {
   v.drafts = p.draft_tokens;
   v.draft_stride = p.draft_tokens_stride > 0 ? p.draft_tokens_stride : p.num_draft;
   v.draft_probs = p.draft_probs;
+  v.probs_stride = p.draft_probs_stride > 0 ? p.draft_probs_stride : p.num_draft;
   v.batch = p.batch;
   v.L = p.num_draft;
   v.V = p.vocab;

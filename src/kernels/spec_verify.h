@@ -22,7 +22,10 @@ struct SpecVerifyParams {
   const int32_t* draft_tokens = nullptr;  // [batch, draft_tokens_stride] i32 in [0, vocab), the
                                           // first num_draft of each row are read
   int32_t draft_tokens_stride = 0;        // elements between sequences; 0 = num_draft, else >= it
-  const float* draft_probs = nullptr;     // [batch, num_draft, vocab] f32, or null = onehot
+  const float* draft_probs = nullptr;     // [batch, draft_probs_stride, vocab] f32 (row s of
+                                          // sequence b: the draft's distribution of token s), or
+                                          // null = onehot
+  int32_t draft_probs_stride = 0;         // rows between sequences; 0 = num_draft, else >= it
   int32_t batch = 0;
   int32_t num_draft = 0;  // L >= 0
   int32_t vocab = 0;

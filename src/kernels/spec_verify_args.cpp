@@ -14,6 +14,8 @@ void validate_spec_verify_params(const SpecVerifyParams& p, const char* where) {
   ES_CHECK_ARG(p.num_draft >= 0, where, "num_draft", p.num_draft, "must be >= 0");
   ES_CHECK_ARG(p.draft_tokens_stride == 0 || p.draft_tokens_stride >= p.num_draft, where,
                "draft_tokens_stride", p.draft_tokens_stride, "must be 0 or >= num_draft = ", p.num_draft);
+  ES_CHECK_ARG(p.draft_probs_stride == 0 || p.draft_probs_stride >= p.num_draft, where,
+               "draft_probs_stride", p.draft_probs_stride, "must be 0 or >= num_draft = ", p.num_draft);
   // The target rows are validated as one sampling batch of batch * (num_draft + 1) rows.
   SamplingParams s = spec_verify::target_sampling_params(p);
   validate_sampling_params(s, where);

@@ -114,14 +114,15 @@ void sample_rows(const SamplingParams& p) {
   std::vector<float> probs(p.vocab);
   for (int32_t b = 0; b < p.batch; ++b) {
     const std::vector<float> row = row_as_f32(p, b);
-    const float t = p.temperatures ? p.temperatures[b] : p.temperature;
-    const int32_t k = p.top_ks ? p.top_ks[b] : p.top_k;
-    const float tp = p.top_ps ? p.top_ps[b] : p.top_p;
+    const int32_t q = b / p.rows_per_request;  // the request whose entries this row takes
+    const float t = p.temperatures ? p.temperatures[q] : p.temperature;
+    const int32_t k = p.top_ks ? p.top_ks[q] : p.top_k;
+    const float tp = p.top_ps ? p.top_ps[q] : p.top_p;
     float* out = p.probs ? p.probs + static_cast<size_t>(b) * p.vocab : probs.data();
     const bool uniform = row_probs(row.data(), p.vocab, t, k, tp, p.top_p_mode, out);
     if (p.tokens) {
-      const float u = p.uniforms ? p.uniforms[b]
-                                 : request_uniform(p.seeds[b], p.positions[b], RngPurpose::kTarget, 0);
+      const uint32_t lane = static_cast<uint32_t>(b % p.rows_per_request);
+      const float u = p.uniforms ? p.uniforms[b] : request_uniform(p.seeds[q], p.positions[q], p.purpose, lane);
       p.tokens[b] = uniform ? uniform_row_token(u, p.vocab) : sample_from_probs(out, p.vocab, u);
     }
   }

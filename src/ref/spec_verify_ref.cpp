@@ -47,7 +47,9 @@ void spec_verify(const SpecVerifyParams& p) {
       const bool uniform_row = target_row(s);
       const int32_t x = p.draft_tokens[static_cast<size_t>(b) * (p.draft_tokens_stride > 0 ? p.draft_tokens_stride : L) + s];
       const float* qrow =
-          p.draft_probs ? p.draft_probs + (static_cast<size_t>(b) * L + s) * V : nullptr;
+          p.draft_probs
+              ? p.draft_probs + (static_cast<size_t>(b) * (p.draft_probs_stride > 0 ? p.draft_probs_stride : L) + s) * V
+              : nullptr;
       const float px = probs[x];
       const float qx = qrow ? qrow[x] : 1.0f;
       const float alpha = qx <= kDraftProbFloor ? 1.0f : std::min(1.0f, fdiv_rn(px, qx));

@@ -49,11 +49,16 @@ void DecodeEngine::allocate() {
   // batch: the general path splits rows into more chunks when there are fewer rows), with
   // per-row filtering arrays as the step passes them (only their presence matters here).
   const int32_t anyRow = 0;
+  const bool sampledProposals = proposer_ && proposer_->proposalLogits() != nullptr;
   sampleWorkspaceBytes_ = 0;
   for (int32_t b = 1; b <= maxBatch_; ++b) {
     SamplingParams sp;
     sp.batch = b; sp.vocab = vocab_; sp.top_ks = &anyRow;
     sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(sp));
+    if (sampledProposals) {  // the draft's b * BS rows (prepareNext)
+      sp.batch = static_cast<int32_t>(b * BS); sp.rows_per_request = static_cast<int32_t>(BS);
+      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(sp));
+    }
     if (S > 1) {
       SpecVerifyParams vp;
       vp.batch = b; vp.num_draft = static_cast<int32_t>(S - 1); vp.vocab = vocab_; vp.top_ks = &anyRow;
@@ -79,6 +84,7 @@ void DecodeEngine::allocate() {
   slots.push_back({reinterpret_cast<void**>(&temperatures_), B * 4});
   slots.push_back({reinterpret_cast<void**>(&topPs_), B * 4});
   slots.push_back({reinterpret_cast<void**>(&treeMask_), B * S * S});
+  if (sampledProposals) slots.push_back({reinterpret_cast<void**>(&proposalProbs_), B * BS * vocab_ * 4});
   slots.push_back({&sampleWorkspace_, static_cast<int64_t>(sampleWorkspaceBytes_)});
   std::vector<int64_t> offsets;
   int64_t total = 0;
@@ -186,6 +192,20 @@ void DecodeEngine::prepareNext(int32_t B) {
     in.anchors = lastTokens_; in.positions = propPositions_; in.kvLengths = propContextLengths_;
     in.batchSize = B; in.argmaxOut = draftOut_;
     proposer_->propose(in, cache_);
+    if (sampled_ && proposalProbs_ != nullptr) {
+      // Sampled requests draw their drafts from the draft's distribution, filtered like their
+      // target rows, with the proposal uniforms of spec §3.6 (row j of a block: lane j at its
+      // anchor), and keep it as q for the verify: accepted with sum min(p, q) instead of
+      // p(argmax q). Greedy requests of the batch get the argmax again (one-hot q).
+      SamplingParams sp;
+      sp.logits = proposer_->proposalLogits(); sp.batch = B * S; sp.vocab = vocab_;
+      sp.rows_per_request = S;
+      sp.temperatures = temperatures_; sp.top_ks = topKs_; sp.top_ps = topPs_;
+      sp.seeds = seeds_; sp.positions = anchors_; sp.purpose = RngPurpose::kProposal;
+      sp.tokens = draftOut_; sp.probs = proposalProbs_;
+      sp.workspace = sampleWorkspace_; sp.workspace_bytes = sampleWorkspaceBytes_;
+      backend_.sampleRows(sp);
+    }
     kernel::DFlashLinearVerifyInputsParams vi;
     vi.lastAcceptedTokens = lastTokens_; vi.draftTokenIds = draftOut_; vi.verifyTokenIds = verifyTokens_;
     vi.verifyTreeMask = treeMask_; vi.batchSize = B; vi.proposalLen = S - 1; vi.draftTokenStride = S;
@@ -243,6 +263,9 @@ void DecodeEngine::step(int32_t B) {
     vp.batch = B; vp.num_draft = S - 1; vp.vocab = vocab_;
     vp.temperatures = temperatures_; vp.top_ks = topKs_; vp.top_ps = topPs_;
     vp.seeds = seeds_; vp.anchors = anchors_; vp.out_tokens = tokens; vp.num_accepted = acceptCounts_;
+    if (proposalProbs_ != nullptr) {  // rows 1 … S−1 of each block: the drafts' distributions
+      vp.draft_probs = proposalProbs_ + vocab_; vp.draft_probs_stride = S;
+    }
     vp.workspace = sampleWorkspace_; vp.workspace_bytes = sampleWorkspaceBytes_;
     backend_.specVerify(vp);
     commit.counts = acceptCounts_;

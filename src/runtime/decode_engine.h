@@ -105,6 +105,8 @@ class DecodeEngine {
   int32_t *propMask_ = nullptr, *propAttPos_ = nullptr, *propContextLengths_ = nullptr;
   int32_t *propPositions_ = nullptr, *propQStart_ = nullptr, *propQLengths_ = nullptr;
   int32_t *propPast_ = nullptr, *propSeqLengths_ = nullptr, *draftOut_ = nullptr;
+  // [B, BS, V] f32: the distributions sampled proposals were drawn from (proposers with logits).
+  float* proposalProbs_ = nullptr;
   int64_t *anchors_ = nullptr, *selectIndices_ = nullptr;
   uint64_t* seeds_ = nullptr;
   float *temperatures_ = nullptr, *topPs_ = nullptr;

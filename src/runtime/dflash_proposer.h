@@ -24,6 +24,7 @@ class DFlashProposer final : public DraftProposer {
   void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) override {
     draft_.propose(inputs, cache);
   }
+  const float* proposalLogits() const override { return draft_.logitsDevice(); }
   bool usesDraftCache() const override { return true; }
   int32_t maxPositions() const override { return draft_.maxPositions(); }
   const void* prepareLaunch(kv::KvCacheManager& cache) override { return draft_.syncPageTable(cache); }

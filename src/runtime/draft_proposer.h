@@ -37,6 +37,11 @@ class DraftProposer {
   // T_b + BS; writes [B, BS] token ids into inputs.argmaxOut (row 0 included).
   virtual void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) = 0;
 
+  // The last propose's [B, BS] rows of f32 logits over the target's vocabulary (backend memory),
+  // or null for a proposer without a distribution. With it, sampled requests draw their
+  // proposals from the draft's distribution (spec §3.7) instead of taking its argmax.
+  virtual const float* proposalLogits() const { return nullptr; }
+
   // Whether the proposer keeps context K/V in the cache's draft pools: with prefix reuse, such a
   // request needs draft pages and only reuses blocks whose draft context is kept too.
   virtual bool usesDraftCache() const { return false; }

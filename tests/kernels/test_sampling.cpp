@@ -395,5 +395,49 @@ TEST(SamplingRef, SampleRowsUsesRequestUniformsAndPerRowParams) {
   EXPECT_EQ(tokens[0], std::max_element(logits.begin(), logits.begin() + v) - logits.begin());
 }
 
+// Draft proposals: rows_per_request rows share one request's parameters and (seed, position),
+// and row r draws request_uniform(seed, position, purpose, r % rows_per_request).
+TEST(SamplingRef, RowsPerRequestShareParametersAndTakeLaneUniforms) {
+  const int32_t v = 32, requests = 2, rows = 4, b = requests * rows;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(v * b);
+  for (float& x : logits) x = nd(rng);
+  std::vector<uint64_t> seeds = {41, 42};
+  std::vector<int64_t> positions = {100, 7};
+  std::vector<float> temps = {1.0f, 0.7f};
+  std::vector<int32_t> ks = {6, 0};
+  std::vector<float> ps = {1.0f, 0.8f};
+  std::vector<int32_t> tokens(b, -9);
+  std::vector<float> probs(v * b, -9.0f);
+  SamplingParams p;
+  p.logits = logits.data();
+  p.batch = b;
+  p.vocab = v;
+  p.rows_per_request = rows;
+  p.temperatures = temps.data();
+  p.top_ks = ks.data();
+  p.top_ps = ps.data();
+  p.seeds = seeds.data();
+  p.positions = positions.data();
+  p.purpose = RngPurpose::kProposal;
+  p.tokens = tokens.data();
+  p.probs = probs.data();
+  ref::sample_rows(p);
+  for (int32_t r = 0; r < b; ++r) {
+    const int32_t q = r / rows;
+    const std::vector<float> row(logits.begin() + r * v, logits.begin() + (r + 1) * v);
+    const std::vector<float> want = probs_of(row, temps[q], ks[q], ps[q]);
+    for (int32_t i = 0; i < v; ++i) EXPECT_EQ(probs[r * v + i], want[i]) << "row " << r;
+    const float u = request_uniform(seeds[q], positions[q], RngPurpose::kProposal, static_cast<uint32_t>(r % rows));
+    EXPECT_EQ(tokens[r], ref::sample_from_probs(want.data(), v, u)) << "row " << r;
+  }
+  p.batch = b - 1;  // not a whole number of requests
+  EXPECT_THROW(ref::sample_rows(p), InvalidArgument);
+  p.batch = b;
+  p.rows_per_request = 0;
+  EXPECT_THROW(ref::sample_rows(p), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace es

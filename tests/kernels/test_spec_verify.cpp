@@ -197,6 +197,61 @@ TEST(SpecVerifyRef, AcceptUsesLessOrEqualAndResidualFallsBackToTarget) {
   EXPECT_EQ(out[0], 1);
 }
 
+// draft_probs_stride: sequence b's row s of q is read at (b * stride + s); a strided buffer
+// with an extra row in front of each sequence gives the decisions of the compact one.
+TEST(SpecVerifyRef, DraftProbsStrideSkipsRowsBetweenSequences) {
+  const int32_t v = 6, L = 2, batch = 2;
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  std::vector<float> logits(static_cast<size_t>(batch) * (L + 1) * v);
+  for (float& x : logits) x = 3.0f * ud(rng);
+  std::vector<float> compact(static_cast<size_t>(batch) * L * v), strided(static_cast<size_t>(batch) * (L + 1) * v, 0.0f);
+  for (int32_t b = 0; b < batch; ++b) {
+    for (int32_t s = 0; s < L; ++s) {
+      float sum = 0.0f;
+      for (int32_t i = 0; i < v; ++i) sum += (compact[(b * L + s) * v + i] = ud(rng) + 0.01f);
+      for (int32_t i = 0; i < v; ++i) {
+        compact[(b * L + s) * v + i] /= sum;
+        strided[(b * (L + 1) + 1 + s) * v + i] = compact[(b * L + s) * v + i];
+      }
+    }
+  }
+  for (int32_t b = 0; b < batch; ++b) {  // the skipped rows: q = 1 on token 0, wrong if read
+    strided[static_cast<size_t>(b) * (L + 1) * v] = 1.0f;
+  }
+  const std::vector<int32_t> drafts = {1, 4, 2, 5};
+  int32_t differing = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    std::vector<int32_t> out1((L + 1) * batch), out2((L + 1) * batch), acc1(batch), acc2(batch);
+    std::vector<uint64_t> seeds(batch, seed);
+    std::vector<int64_t> anchors = {10, 20};
+    SpecVerifyParams p;
+    p.target_logits = logits.data();
+    p.draft_tokens = drafts.data();
+    p.batch = batch;
+    p.num_draft = L;
+    p.vocab = v;
+    p.seeds = seeds.data();
+    p.anchors = anchors.data();
+    p.draft_probs = compact.data();
+    p.out_tokens = out1.data();
+    p.num_accepted = acc1.data();
+    ref::spec_verify(p);
+    p.draft_probs = strided.data() + v;
+    p.draft_probs_stride = L + 1;
+    p.out_tokens = out2.data();
+    p.num_accepted = acc2.data();
+    ref::spec_verify(p);
+    EXPECT_EQ(out1, out2) << "seed " << seed;
+    EXPECT_EQ(acc1, acc2) << "seed " << seed;
+    // The skipped rows would change decisions if read (checks that the test can fail).
+    p.draft_probs_stride = 0;
+    ref::spec_verify(p);
+    differing += out1 != out2;
+  }
+  EXPECT_GT(differing, 0);
+}
+
 TEST(SpecVerifyRef, BadParameters) {
   std::vector<float> logits(8);
   std::vector<int32_t> drafts(1), out(2), acc(1);
@@ -237,6 +292,9 @@ TEST(SpecVerifyRef, BadParameters) {
   p = make();
   p.draft_tokens = nullptr;
   expect_arg(p, "draft_tokens");
+  p = make();
+  p.draft_probs_stride = -1;
+  expect_arg(p, "draft_probs_stride");
   p = make();
   p.uniforms = nullptr;
   expect_arg(p, "uniforms");
