@@ -1,10 +1,21 @@
 // CPU reference of the linear layer (kernels/linear.h): y = x · W^T (+ bias), fp32 products and
 // fp32 accumulation, one rounding to outDtype.
 //
+// Summation order (the reference's definition, kept bit for bit by every path below): each
+// output is a dot product over k with 8 partial sums, lane l taking elements l, l + 8, l + 16, …
+// in order (a tail of k % 8 elements goes to lanes 0 … k % 8 − 1), reduced as
+// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Every product is rounded before it is added:
+// this file is compiled with -ffp-contract=off (CMakeLists.txt), so no path fuses a multiply-add.
+// An output therefore does not depend on m or on the other rows, so a 16-row verify equals 16
+// one-row decodes on the CPU backend, as on the GPU.
+//
 // This is also the CPU backend's GEMM, so it is blocked: x is converted to fp32 once; each thread
-// owns a range of output features and converts a block of W rows at a time to fp32, then forms
-// row-by-row dot products (both operands contiguous; 8 independent partial sums so the compiler
-// can vectorise the inner loop).
+// owns a range of output features (blocks of 32 W rows, used in place when W is fp32, else
+// converted to fp32 per block so the block stays in L2), and forms register tiles of 4 x rows by
+// 2 W rows (1 x 4 for the last m % 4 rows): each loaded 8-lane vector then feeds 2–4 products
+// instead of one. The tile loop is compiled for AVX2 and for the baseline x86-64 (GCC's
+// target_clones picks one at load time); both give the same bits, since vector lanes are the
+// partial sums above.
 #include <algorithm>
 #include <vector>
 
@@ -14,16 +25,94 @@
 namespace es::ref {
 namespace {
 
-constexpr int64_t kWBlockRows = 32;  // W rows converted per block (32 x K fp32 stays in L2)
+// The tile loop in an AVX2 and a baseline version on x86-64 (one chosen at load time).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ES_X86_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ES_X86_CLONES
+#endif
 
-inline float dot(const float* a, const float* b, int64_t k) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+constexpr int64_t kWBlockRows = 32;  // W rows per block (32 x K fp32 stays in L2)
+
+// Eight fp32 lanes: one lane per partial sum of the summation order above. LanesAt reads 8
+// floats at any float-aligned address (one unaligned vector load).
+typedef float Lanes __attribute__((vector_size(32)));
+typedef float LanesAt __attribute__((vector_size(32), aligned(4), may_alias));
+
+// By reference: a 32-byte vector passed by value has a different ABI with and without AVX.
+__attribute__((always_inline)) inline float reduceLanes(const Lanes& a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+// out[r][c] = dot(x[r], w[c]) over k, for an R x C tile (the loops over r and c unrolled, so the
+// R * C accumulators stay in registers). Inlined into the cloned caller, so it is compiled once
+// per target there.
+template <int R, int C>
+__attribute__((always_inline)) inline void dotTile(const float* const* x, const float* const* w, int64_t k,
+                                                   float (&out)[R][C]) {
+  Lanes acc[R][C] = {};
   int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+    Lanes xv[R], wv[C];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) xv[r] = *reinterpret_cast<const LanesAt*>(x[r] + i);
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) wv[c] = *reinterpret_cast<const LanesAt*>(w[c] + i);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r][c] += xv[r] * wv[c];
+    }
   }
-  for (; i < k; ++i) acc[i & 7] += a[i] * b[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < k; ++i) {
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < C; ++c) acc[r][c][i & 7] += x[r][i] * w[c][i];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) out[r][c] = reduceLanes(acc[r][c]);
+  }
+}
+
+// One block of W rows against every x row: y[i, j0 + j] for i < m, j < rows.
+struct BlockJob {
+  const float* x;     // [m, k] fp32
+  const float* w;     // [rows, k] fp32: W rows j0 … j0 + rows − 1
+  const float* bias;  // [n] fp32, or null
+  int64_t m, k, n, j0, rows;
+  void* y;            // [m, n] outDtype
+  DType outDtype;
+};
+
+template <int R, int C>
+__attribute__((always_inline)) inline void storeTile(const BlockJob& b, int64_t i, int64_t j) {
+  const float* xs[R];
+  const float* ws[C];
+  for (int r = 0; r < R; ++r) xs[r] = b.x + (i + r) * b.k;
+  for (int c = 0; c < C; ++c) ws[c] = b.w + (j + c) * b.k;
+  float out[R][C];
+  dotTile<R, C>(xs, ws, b.k, out);
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      float acc = out[r][c];
+      if (b.bias != nullptr) acc += b.bias[b.j0 + j + c];
+      storeFromFloat(b.y, b.outDtype, (i + r) * b.n + b.j0 + j + c, acc);
+    }
+  }
+}
+
+ES_X86_CLONES void runBlock(const BlockJob& b) {
+  int64_t i = 0;
+  for (; i + 4 <= b.m; i += 4) {
+    int64_t j = 0;
+    for (; j + 2 <= b.rows; j += 2) storeTile<4, 2>(b, i, j);
+    for (; j < b.rows; ++j) storeTile<4, 1>(b, i, j);
+  }
+  for (; i < b.m; ++i) {
+    int64_t j = 0;
+    for (; j + 4 <= b.rows; j += 4) storeTile<1, 4>(b, i, j);
+    for (; j < b.rows; ++j) storeTile<1, 1>(b, i, j);
+  }
 }
 
 }  // namespace
@@ -38,21 +127,21 @@ void linear(const kernel::LinearParams& p) {
     bias.resize(static_cast<size_t>(n));
     loadFloats(p.bias, p.dtype, 0, n, bias.data());
   }
+  const bool wIsF32 = p.dtype == DType::kF32;
   const int64_t blocks = (n + kWBlockRows - 1) / kWBlockRows;
   detail::parallel_for(blocks, 2 * kWBlockRows * k * m, [&](int64_t begin, int64_t end) {
-    std::vector<float> wf(static_cast<size_t>(kWBlockRows * k));
+    std::vector<float> wf(wIsF32 ? 0 : static_cast<size_t>(kWBlockRows * k));
     for (int64_t blk = begin; blk < end; ++blk) {
-      const int64_t j0 = blk * kWBlockRows;
-      const int64_t rows = std::min(kWBlockRows, n - j0);
-      loadFloats(p.w, p.dtype, j0 * k, rows * k, wf.data());
-      for (int64_t i = 0; i < m; ++i) {
-        const float* xr = xf.data() + i * k;
-        for (int64_t j = 0; j < rows; ++j) {
-          float acc = dot(xr, wf.data() + j * k, k);
-          if (!bias.empty()) acc += bias[static_cast<size_t>(j0 + j)];
-          storeFromFloat(p.y, p.outDtype, i * n + j0 + j, acc);
-        }
+      BlockJob job{xf.data(), nullptr, bias.empty() ? nullptr : bias.data(), m, k, n, blk * kWBlockRows, 0,
+                   p.y, p.outDtype};
+      job.rows = std::min(kWBlockRows, n - job.j0);
+      if (wIsF32) {
+        job.w = static_cast<const float*>(p.w) + job.j0 * k;
+      } else {
+        loadFloats(p.w, p.dtype, job.j0 * k, job.rows * k, wf.data());
+        job.w = wf.data();
       }
+      runBlock(job);
     }
   });
 }

@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "common/dtype_convert.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
 #include "support/test_util.h"
@@ -98,6 +100,66 @@ TEST(LinearRef, MatchesNaiveDoubleLoop) {
   naive_case<fp16>(DType::kF16, DType::kF32, 2, 40, 24, true, 1e-6);
   // Large enough to take the threaded path.
   naive_case<bf16>(DType::kBF16, DType::kBF16, 64, 192, 160, true, std::ldexp(1.0, -8));
+}
+
+// The summation order linear_ref.cpp defines, one output at a time: 8 partial sums (lane l takes
+// elements l, l + 8, …; the k % 8 tail goes to the first lanes), every product rounded, reduced
+// as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), then the bias.
+float definedOrderDot(const float* x, const float* w, int64_t k, float bias) {
+  volatile float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // volatile: no fused multiply-add here either
+  for (int64_t i = 0; i < k; ++i) {
+    const float product = x[i] * w[i];
+    lanes[i & 7] = lanes[i & 7] + product;
+  }
+  const float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  return sum + bias;
+}
+
+float roundedTo(DType t, float v) { return t == DType::kBF16 ? to_float(to_bf16(v)) : v; }
+
+std::vector<uint8_t> bytesOf(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> out(v.size() * static_cast<size_t>(dtype_size(t)));
+  for (size_t i = 0; i < v.size(); ++i) storeFromFloat(out.data(), t, static_cast<int64_t>(i), v[i]);
+  return out;
+}
+
+// Every register tile (4 x 2, 4 x 1, 1 x 4, 1 x 1), the W-block edges and the threaded split give
+// exactly the bits of the defined order, f32 (W used in place) and bf16 (W converted per block);
+// and each row equals the same row computed alone (a verify row equals a decode row).
+TEST(LinearRef, EveryOutputSumsInTheDefinedOrderBitForBit) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int32_t shapes[][3] = {{1, 1, 1},  {1, 3, 7},   {2, 5, 9},    {3, 33, 8},   {4, 2, 17},
+                               {5, 65, 64}, {7, 31, 71}, {16, 70, 576}, {17, 33, 45}, {64, 192, 160}};
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const auto& s : shapes) {
+      const int32_t m = s[0], n = s[1], k = s[2];
+      std::vector<float> xf(static_cast<size_t>(m) * k), wf(static_cast<size_t>(n) * k), bf(static_cast<size_t>(n));
+      for (float& v : xf) v = roundedTo(dtype, dist(rng));
+      for (float& v : wf) v = roundedTo(dtype, dist(rng));
+      for (float& v : bf) v = roundedTo(dtype, dist(rng));
+      std::vector<uint8_t> x = bytesOf(xf, dtype), w = bytesOf(wf, dtype), b = bytesOf(bf, dtype);
+      std::vector<float> y(static_cast<size_t>(m) * n, std::nanf("")), row(static_cast<size_t>(n), std::nanf(""));
+      kernel::LinearParams p;
+      p.x = x.data(); p.w = w.data(); p.bias = b.data(); p.y = y.data();
+      p.m = m; p.n = n; p.k = k; p.dtype = dtype; p.outDtype = DType::kF32;
+      ref::linear(p);
+      for (int32_t i = 0; i < m; ++i) {
+        kernel::LinearParams one = p;
+        one.x = x.data() + static_cast<size_t>(i) * k * dtype_size(dtype);
+        one.y = row.data();
+        one.m = 1;
+        ref::linear(one);
+        for (int32_t j = 0; j < n; ++j) {
+          const float want = definedOrderDot(&xf[static_cast<size_t>(i) * k], &wf[static_cast<size_t>(j) * k], k, bf[j]);
+          const float got = y[static_cast<size_t>(i) * n + j];
+          ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << dtype_name(dtype) << " m " << m << " n " << n << " k " << k
+                                                    << " at " << i << "," << j << ": " << got << " vs " << want;
+          ASSERT_EQ(std::memcmp(&row[j], &got, 4), 0) << "row " << i << " alone differs at column " << j;
+        }
+      }
+    }
+  }
 }
 
 TEST(LinearRef, Validation) {
