@@ -16,6 +16,7 @@
 // per shape; the gemv allocates nothing at all).
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "common/dtype.h"
 #include "common/stream.h"
@@ -34,7 +35,7 @@ inline constexpr int32_t kGemvAutoMaxRows = 16;
 
 struct LinearParams {
   const void* x = nullptr;     // [M, K] dtype
-  const void* w = nullptr;     // [N, K] dtype (row-major, as stored by HF)
+  const void* w = nullptr;     // [N, K] weightDtype, else dtype (row-major, as stored by HF)
   const void* bias = nullptr;  // [N] dtype, or null
   void* y = nullptr;           // [M, N] outDtype
   int32_t m = 0;               // rows, >= 0; 0 = no-op
@@ -43,6 +44,10 @@ struct LinearParams {
   DType dtype = DType::kBF16;  // x, w, bias: f32, f16 or bf16
   DType outDtype = DType::kBF16;  // y: dtype or f32
   LinearAlgo algo = LinearAlgo::kAuto;  // CUDA path only (the CPU reference ignores it)
+  // W's dtype where it differs from dtype: bf16 or f16 W with f32 x, on the CPU reference only
+  // (the CPU backend keeps bf16 checkpoints' matrices in bf16, half the bytes a decode step
+  // streams; widening bf16 to f32 is exact, so the results are those of f32 W). Empty: dtype.
+  std::optional<DType> weightDtype;
 };
 
 bool validate(const LinearParams& p);

@@ -16,6 +16,11 @@ bool validate(const LinearParams& p) {
                kWhere, "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
   ES_CHECK_ARG(p.outDtype == p.dtype || p.outDtype == DType::kF32, kWhere, "outDtype",
                dtype_name(p.outDtype), "must be dtype (", dtype_name(p.dtype), ") or f32");
+  if (p.weightDtype && *p.weightDtype != p.dtype) {
+    ES_CHECK_ARG(p.dtype == DType::kF32 && (*p.weightDtype == DType::kBF16 || *p.weightDtype == DType::kF16),
+                 kWhere, "weightDtype", dtype_name(*p.weightDtype),
+                 "may differ from dtype only as bf16 or f16 W with f32 x (dtype is ", dtype_name(p.dtype), ")");
+  }
   ES_CHECK_ARG(p.algo == LinearAlgo::kAuto || p.algo == LinearAlgo::kCublasLt ||
                    p.algo == LinearAlgo::kGemv,
                kWhere, "algo", static_cast<int>(p.algo), "must be kAuto, kCublasLt or kGemv");
@@ -35,6 +40,7 @@ bool aligned_to(const void* p, uintptr_t bytes) {
 
 const char* gemvRejection(const LinearParams& p) {
   if (p.dtype != DType::kBF16 && p.dtype != DType::kF16) return "dtype must be bf16 or f16";
+  if (p.weightDtype && *p.weightDtype != p.dtype) return "weightDtype must equal dtype";
   if (p.m < 1 || p.m > 16) return "m must be in [1, 16]";
   if (p.n < 1) return "n must be > 0";
   if (p.k < 1 || p.k % 8 != 0) return "k must be a positive multiple of 8";

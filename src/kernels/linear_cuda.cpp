@@ -194,6 +194,9 @@ LinearContext::~LinearContext() = default;
 
 void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
   if (!validate(p)) return;
+  ES_CHECK_ARG(!p.weightDtype || *p.weightDtype == p.dtype, "launchLinear", "weightDtype",
+               dtype_name(*p.weightDtype), "must equal dtype (", dtype_name(p.dtype),
+               ") on the GPU: mixed W and x dtypes are the CPU reference's");
   LinearContext::State& s = context.state();
   const LinearAlgo algo = p.algo == LinearAlgo::kAuto ? auto_algo() : p.algo;
   if (algo == LinearAlgo::kGemv || (algo == LinearAlgo::kAuto && p.m <= kGemvAutoMaxRows && gemvSupported(p))) {

@@ -25,6 +25,24 @@ std::vector<float> toHostFloats(ops::Backend& backend, const void* src, DType dt
   return out;
 }
 
+// The dtype the layer matrices (q/k/v/o, gate/up/down) are stored in on the backend. A backend
+// computing in f32 (the CPU) keeps a checkpoint's bf16 matrices in bf16: the CPU linear widens
+// them exactly (kernels/linear.h weightDtype), so the results are unchanged and a decode step
+// streams half the bytes. Everything else (norms, biases, embeddings, lm_head) and every other
+// case use the compute dtype. GGUF stores are read in the compute dtype (dequantised values need
+// not be bf16).
+DType chooseMatrixDtype(const WeightStore& store, const ModelConfig& c, DType compute) {
+  if (compute != DType::kF32 || store.isGguf()) return compute;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = layerPrefix(c, l);
+    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+      if (store.info(p + m + ".weight").dtype != DType::kBF16) return compute;
+    }
+  }
+  return DType::kBF16;
+}
+
 }  // namespace
 
 TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend,
@@ -32,6 +50,7 @@ TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend
     : config_(loadModelConfig(dir)),
       backend_(backend),
       dtype_(backend.computeDtype()),
+      matrixDtype_(dtype_),
       maxTokens_(maxTokens),
       tapLayers_(std::move(tapLayers)) {
   ES_CHECK_ARG(!config_.isDraft(), "TargetModel", "architecture", architectureName(config_.architecture),
@@ -76,6 +95,10 @@ void TargetModel::loadWeights(const std::filesystem::path& dir) {
   auto optional = [&](bool present, const std::string& name) {
     return present ? one(name) : Buffer();
   };
+  matrixDtype_ = chooseMatrixDtype(store, c, dtype_);
+  auto matrix = [&](const std::vector<std::string>& names) {
+    return uploadConcatenated(backend_, store, names, matrixDtype_);
+  };
   embed_ = one("model.embed_tokens.weight");
   finalNorm_ = one("model.norm.weight");
   if (!c.tie_word_embeddings) lmHead_ = one("lm_head.weight");
@@ -86,20 +109,20 @@ void TargetModel::loadWeights(const std::filesystem::path& dir) {
     w.inputNorm = one(p + "input_layernorm.weight");
     w.postNorm = one(p + "post_attention_layernorm.weight");
     const std::string q = p + "self_attn.q_proj", k = p + "self_attn.k_proj", v = p + "self_attn.v_proj";
-    w.qkv = uploadConcatenated(backend_, store, {q + ".weight", k + ".weight", v + ".weight"}, dtype_);
+    w.qkv = matrix({q + ".weight", k + ".weight", v + ".weight"});
     if (c.qkv_bias) {
       w.qkvBias = uploadConcatenated(backend_, store, {q + ".bias", k + ".bias", v + ".bias"}, dtype_);
     }
     w.qNorm = optional(c.qk_norm, p + "self_attn.q_norm.weight");
     w.kNorm = optional(c.qk_norm, p + "self_attn.k_norm.weight");
-    w.o = one(p + "self_attn.o_proj.weight");
+    w.o = matrix({p + "self_attn.o_proj.weight"});
     w.oBias = optional(c.o_bias, p + "self_attn.o_proj.bias");
     const std::string g = p + "mlp.gate_proj", u = p + "mlp.up_proj";
-    w.gateUp = uploadConcatenated(backend_, store, {g + ".weight", u + ".weight"}, dtype_);
+    w.gateUp = matrix({g + ".weight", u + ".weight"});
     if (c.mlp_bias) {
       w.gateUpBias = uploadConcatenated(backend_, store, {g + ".bias", u + ".bias"}, dtype_);
     }
-    w.down = one(p + "mlp.down_proj.weight");
+    w.down = matrix({p + "mlp.down_proj.weight"});
     w.downBias = optional(c.mlp_bias, p + "mlp.down_proj.bias");
   }
   weightBytes_ = embed_.bytes() + finalNorm_.bytes() + lmHead_.bytes();
@@ -279,11 +302,13 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t es = dtype_size(dtype_);
 
+  // A layer matrix (stored in matrixDtype_) or the lm_head / tied embedding table (dtype_).
   auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t m,
-                    int32_t n, int32_t k, DType outDtype) {
+                    int32_t n, int32_t k, DType outDtype, DType wDtype) {
     kernel::LinearParams p;
     p.x = x; p.w = w.data(); p.bias = bias.bytes() ? bias.data() : nullptr; p.y = y;
     p.m = m; p.n = n; p.k = k; p.dtype = dtype_; p.outDtype = outDtype;
+    if (wDtype != dtype_) p.weightDtype = wDtype;
     backend_.linear(p);
   };
   auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
@@ -312,7 +337,7 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     norm(l == 0 ? residual_.data() : tmp_.data(), l == 0 ? nullptr : residual_.data(), w.inputNorm,
          normed_.data());
     if (l > 0) saveTap(l - 1);
-    linear(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H, dtype_);
+    linear(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H, dtype_, matrixDtype_);
 
     const TensorView pool = cache.basePool(l);
     // Reduced layers read and write the bounded pool through the window table, whose entries
@@ -348,13 +373,13 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     att.workspaceBytes = attnSplit_.bytes();
     backend_.pagedAttention(att);
 
-    linear(attn_.data(), w.o, w.oBias, tmp_.data(), T, H, Hq * D, dtype_);
+    linear(attn_.data(), w.o, w.oBias, tmp_.data(), T, H, Hq * D, dtype_, matrixDtype_);
     norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
-    linear(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), T, 2 * I, H, dtype_);
+    linear(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), T, 2 * I, H, dtype_, matrixDtype_);
     kernel::SwigluParams act;
     act.gateUp = gateUp_.data(); act.out = act_.data(); act.rows = T; act.intermediateSize = I; act.dtype = dtype_;
     backend_.swiglu(act);
-    linear(act_.data(), w.down, w.downBias, tmp_.data(), T, H, I, dtype_);
+    linear(act_.data(), w.down, w.downBias, tmp_.data(), T, H, I, dtype_, matrixDtype_);
   }
   norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());
   saveTap(static_cast<int32_t>(c.num_hidden_layers) - 1);
@@ -365,7 +390,7 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     gather.numTokens = R; gather.vocabSize = T; gather.hiddenSize = H; gather.dtype = dtype_;
     backend_.embedding(gather);
     linear(rows_.data(), lmHead_.bytes() ? lmHead_ : embed_, Buffer(), logits_.data(), R,
-           static_cast<int32_t>(c.vocab_size), H, DType::kF32);
+           static_cast<int32_t>(c.vocab_size), H, DType::kF32, dtype_);
   }
 }
 

@@ -122,6 +122,7 @@ class TargetModel {
   ModelConfig config_;
   ops::Backend& backend_;
   DType dtype_;
+  DType matrixDtype_;  // the layer matrices' dtype on the backend: dtype_, or bf16 on the CPU (loadWeights)
   int32_t maxTokens_;
   int32_t maxPositions_ = 0;
   std::vector<int32_t> tapLayers_;

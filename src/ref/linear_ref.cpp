@@ -10,13 +10,14 @@
 // one-row decodes on the CPU backend, as on the GPU.
 //
 // This is also the CPU backend's GEMM, so it is blocked: x is converted to fp32 once; each thread
-// owns a range of output features (blocks of 32 W rows, used in place when W is fp32, else
-// converted to fp32 per block so the block stays in L2), and forms register tiles of 4 x rows by
+// owns a range of output features (blocks of 32 W rows: fp32 and bf16 W are read in place, bf16
+// widened in registers; f16 W is converted per block), and forms register tiles of 4 x rows by
 // 2 W rows (1 x 4 for the last m % 4 rows): each loaded 8-lane vector then feeds 2–4 products
 // instead of one. The tile loop is compiled for AVX2 and for the baseline x86-64 (GCC's
 // target_clones picks one at load time); both give the same bits, since vector lanes are the
 // partial sums above.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/linear.h"
@@ -35,20 +36,37 @@ namespace {
 constexpr int64_t kWBlockRows = 32;  // W rows per block (32 x K fp32 stays in L2)
 
 // Eight fp32 lanes: one lane per partial sum of the summation order above. LanesAt reads 8
-// floats at any float-aligned address (one unaligned vector load).
+// floats, Bf16At 8 bf16 values, at any element-aligned address (one unaligned vector load).
 typedef float Lanes __attribute__((vector_size(32)));
 typedef float LanesAt __attribute__((vector_size(32), aligned(4), may_alias));
+typedef uint16_t Bf16At __attribute__((vector_size(16), aligned(2), may_alias));
+typedef uint32_t Bits __attribute__((vector_size(32)));
 
 // By reference: a 32-byte vector passed by value has a different ABI with and without AVX.
 __attribute__((always_inline)) inline float reduceLanes(const Lanes& a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+// W element loads: fp32 in place, or bf16 widened in registers (exact: a bf16 is the top half of
+// an fp32), so bf16 W is read from memory at half the bytes and never copied.
+__attribute__((always_inline)) inline void loadW(Lanes& v, const float* p) { v = *reinterpret_cast<const LanesAt*>(p); }
+__attribute__((always_inline)) inline void loadW(Lanes& v, const uint16_t* p) {
+  const Bits bits = __builtin_convertvector(*reinterpret_cast<const Bf16At*>(p), Bits) << 16;
+  v = (Lanes)bits;  // a vector cast between equal sizes reinterprets the bits
+}
+__attribute__((always_inline)) inline float wAt(const float* p, int64_t i) { return p[i]; }
+__attribute__((always_inline)) inline float wAt(const uint16_t* p, int64_t i) {
+  const uint32_t bits = uint32_t{p[i]} << 16;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
 // out[r][c] = dot(x[r], w[c]) over k, for an R x C tile (the loops over r and c unrolled, so the
 // R * C accumulators stay in registers). Inlined into the cloned caller, so it is compiled once
-// per target there.
-template <int R, int C>
-__attribute__((always_inline)) inline void dotTile(const float* const* x, const float* const* w, int64_t k,
+// per target there. WT: float or uint16_t (bf16 bits).
+template <int R, int C, typename WT>
+__attribute__((always_inline)) inline void dotTile(const float* const* x, const WT* const* w, int64_t k,
                                                    float (&out)[R][C]) {
   Lanes acc[R][C] = {};
   int64_t i = 0;
@@ -57,7 +75,7 @@ __attribute__((always_inline)) inline void dotTile(const float* const* x, const 
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) xv[r] = *reinterpret_cast<const LanesAt*>(x[r] + i);
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) wv[c] = *reinterpret_cast<const LanesAt*>(w[c] + i);
+    for (int c = 0; c < C; ++c) loadW(wv[c], w[c] + i);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
@@ -66,7 +84,7 @@ __attribute__((always_inline)) inline void dotTile(const float* const* x, const 
   }
   for (; i < k; ++i) {
     for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < C; ++c) acc[r][c][i & 7] += x[r][i] * w[c][i];
+      for (int c = 0; c < C; ++c) acc[r][c][i & 7] += x[r][i] * wAt(w[c], i);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -75,23 +93,24 @@ __attribute__((always_inline)) inline void dotTile(const float* const* x, const 
 }
 
 // One block of W rows against every x row: y[i, j0 + j] for i < m, j < rows.
+template <typename WT>
 struct BlockJob {
   const float* x;     // [m, k] fp32
-  const float* w;     // [rows, k] fp32: W rows j0 … j0 + rows − 1
+  const WT* w;        // [rows, k] fp32 or bf16 bits: W rows j0 … j0 + rows − 1
   const float* bias;  // [n] fp32, or null
   int64_t m, k, n, j0, rows;
   void* y;            // [m, n] outDtype
   DType outDtype;
 };
 
-template <int R, int C>
-__attribute__((always_inline)) inline void storeTile(const BlockJob& b, int64_t i, int64_t j) {
+template <int R, int C, typename WT>
+__attribute__((always_inline)) inline void storeTile(const BlockJob<WT>& b, int64_t i, int64_t j) {
   const float* xs[R];
-  const float* ws[C];
+  const WT* ws[C];
   for (int r = 0; r < R; ++r) xs[r] = b.x + (i + r) * b.k;
   for (int c = 0; c < C; ++c) ws[c] = b.w + (j + c) * b.k;
   float out[R][C];
-  dotTile<R, C>(xs, ws, b.k, out);
+  dotTile<R, C, WT>(xs, ws, b.k, out);
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {
       float acc = out[r][c];
@@ -101,7 +120,8 @@ __attribute__((always_inline)) inline void storeTile(const BlockJob& b, int64_t 
   }
 }
 
-ES_X86_CLONES void runBlock(const BlockJob& b) {
+template <typename WT>
+__attribute__((always_inline)) inline void runBlockOf(const BlockJob<WT>& b) {
   int64_t i = 0;
   for (; i + 4 <= b.m; i += 4) {
     int64_t j = 0;
@@ -115,6 +135,9 @@ ES_X86_CLONES void runBlock(const BlockJob& b) {
   }
 }
 
+ES_X86_CLONES void runBlock(const BlockJob<float>& b) { runBlockOf(b); }
+ES_X86_CLONES void runBlock(const BlockJob<uint16_t>& b) { runBlockOf(b); }
+
 }  // namespace
 
 void linear(const kernel::LinearParams& p) {
@@ -127,21 +150,25 @@ void linear(const kernel::LinearParams& p) {
     bias.resize(static_cast<size_t>(n));
     loadFloats(p.bias, p.dtype, 0, n, bias.data());
   }
-  const bool wIsF32 = p.dtype == DType::kF32;
+  const DType wDtype = p.weightDtype.value_or(p.dtype);
   const int64_t blocks = (n + kWBlockRows - 1) / kWBlockRows;
+  const float* biasF = bias.empty() ? nullptr : bias.data();
   detail::parallel_for(blocks, 2 * kWBlockRows * k * m, [&](int64_t begin, int64_t end) {
-    std::vector<float> wf(wIsF32 ? 0 : static_cast<size_t>(kWBlockRows * k));
+    // f16 W (no in-register widening): converted to fp32 per block.
+    std::vector<float> wf(wDtype == DType::kF16 ? static_cast<size_t>(kWBlockRows * k) : 0);
     for (int64_t blk = begin; blk < end; ++blk) {
-      BlockJob job{xf.data(), nullptr, bias.empty() ? nullptr : bias.data(), m, k, n, blk * kWBlockRows, 0,
-                   p.y, p.outDtype};
-      job.rows = std::min(kWBlockRows, n - job.j0);
-      if (wIsF32) {
-        job.w = static_cast<const float*>(p.w) + job.j0 * k;
-      } else {
-        loadFloats(p.w, p.dtype, job.j0 * k, job.rows * k, wf.data());
-        job.w = wf.data();
+      const int64_t j0 = blk * kWBlockRows, rows = std::min(kWBlockRows, n - j0);
+      if (wDtype == DType::kBF16) {
+        runBlock(BlockJob<uint16_t>{xf.data(), static_cast<const uint16_t*>(p.w) + j0 * k, biasF, m, k, n, j0,
+                                    rows, p.y, p.outDtype});
+        continue;
       }
-      runBlock(job);
+      const float* w = static_cast<const float*>(p.w) + j0 * k;
+      if (wDtype == DType::kF16) {
+        loadFloats(p.w, wDtype, j0 * k, rows * k, wf.data());
+        w = wf.data();
+      }
+      runBlock(BlockJob<float>{xf.data(), w, biasF, m, k, n, j0, rows, p.y, p.outDtype});
     }
   });
 }

@@ -4,6 +4,7 @@
 // sizes its grid).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -162,6 +163,39 @@ TEST(LinearRef, EveryOutputSumsInTheDefinedOrderBitForBit) {
   }
 }
 
+// bf16 W under f32 x (the CPU backend's layer matrices): exactly the f32 computation with W
+// widened, for every tile shape; and the mixed dtypes the reference does not take are errors.
+TEST(LinearRef, Bf16WeightsUnderF32ActivationsEqualWidenedWeights) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const auto& s : {std::array<int32_t, 3>{1, 33, 576}, {3, 7, 9}, {16, 70, 64}, {5, 65, 71}}) {
+    const int32_t m = s[0], n = s[1], k = s[2];
+    std::vector<float> x(static_cast<size_t>(m) * k), wf(static_cast<size_t>(n) * k), bias(static_cast<size_t>(n));
+    for (float& v : x) v = dist(rng);
+    for (float& v : wf) v = roundedTo(DType::kBF16, dist(rng));
+    for (float& v : bias) v = dist(rng);
+    const std::vector<uint8_t> w16 = bytesOf(wf, DType::kBF16);
+    std::vector<float> want(static_cast<size_t>(m) * n, std::nanf("")), got(want.size(), std::nanf(""));
+    kernel::LinearParams p;
+    p.x = x.data(); p.w = wf.data(); p.bias = bias.data(); p.y = want.data();
+    p.m = m; p.n = n; p.k = k; p.dtype = p.outDtype = DType::kF32;
+    ref::linear(p);
+    p.w = w16.data(); p.y = got.data(); p.weightDtype = DType::kBF16;
+    ref::linear(p);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "m " << m << " n " << n << " k " << k;
+  }
+  std::vector<float> x(8, 1.0f), y(1);
+  std::vector<uint8_t> w(16);
+  kernel::LinearParams p;
+  p.x = x.data(); p.w = w.data(); p.y = y.data(); p.m = 1; p.n = 1; p.k = 8;
+  p.dtype = DType::kBF16; p.outDtype = DType::kF32; p.weightDtype = DType::kF32;  // f32 W under bf16 x
+  test::expectInvalidArgument([&] { ref::linear(p); }, "weightDtype");
+  p.dtype = DType::kF32; p.weightDtype = DType::kI8;
+  test::expectInvalidArgument([&] { ref::linear(p); }, "weightDtype");
+  p.dtype = DType::kBF16; p.weightDtype = DType::kBF16;  // equal: fine
+  EXPECT_NO_THROW(ref::linear(p));
+}
+
 TEST(LinearRef, Validation) {
   std::vector<float> x(6), w(6), y(4);
   auto make = [&] {
@@ -242,6 +276,10 @@ TEST(LinearGemvRules, Eligibility) {
   EXPECT_STREQ(kernel::gemvRejection(p), "y must be aligned to its element size");
   p = make(); p.bias = b + 1;
   EXPECT_STREQ(kernel::gemvRejection(p), "bias must be 2-byte aligned");
+  p = make(); p.weightDtype = DType::kF16;
+  EXPECT_STREQ(kernel::gemvRejection(p), "weightDtype must equal dtype");
+  p = make(); p.weightDtype = DType::kBF16;
+  EXPECT_TRUE(kernel::gemvSupported(p));
 }
 
 TEST(LinearGemvRules, GridChoice) {

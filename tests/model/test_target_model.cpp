@@ -201,6 +201,24 @@ TEST(TargetModel, BadInputIsAClearError) {
   test::expectInvalidArgument([&] { model.forward(b, cache); }, "logitRows.size()");
 }
 
+// On the CPU (f32 compute) a bf16 checkpoint's layer matrices stay bf16 (kernels/linear.h
+// weightDtype); everything else is widened to f32. The logits tests above then run that path.
+TEST(TargetModel, CpuKeepsBf16LayerMatricesInBf16) {
+  const std::string dir = test::test_data_dir() + "/models/qwen3";
+  const SafetensorsFile weights = SafetensorsFile::open(dir + "/model.safetensors");
+  int64_t want = 0, matrixElements = 0;
+  for (const TensorInfo& t : weights.tensors()) {
+    ASSERT_EQ(t.dtype, DType::kBF16) << t.name;
+    const bool matrix = t.name.find("_proj.weight") != std::string::npos;
+    want += t.numel() * (matrix ? 2 : 4);
+    if (matrix) matrixElements += t.numel();
+  }
+  ASSERT_GT(matrixElements, 0);
+  auto backend = ops::makeCpuBackend();
+  TargetModel model(dir, *backend, 16);
+  EXPECT_EQ(model.weightBytes(), want) << "all f32 would be " << want + 2 * matrixElements;
+}
+
 TEST(TargetModel, CheckpointNotMatchingItsConfigIsAFormatError) {
   // The fixture's weights with a config that claims a third layer.
   const std::filesystem::path src = test::test_data_dir() + "/models/qwen3";
