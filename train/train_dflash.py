@@ -632,6 +632,11 @@ def main():
             f"{min(a.warmup, 100)} steps of re-warm-up)")
         a.rewarm_from = step
     rewarm_from = getattr(a, "rewarm_from", None)
+    if step >= a.total_steps:
+        # The schedule counts from step 0 of the first run: a continued draft needs a longer one.
+        raise SystemExit(f"--total-steps {a.total_steps} is not past the starting step {step} "
+                         f"(from {a.ckpt if a.resume and os.path.exists(a.ckpt) else init_from}): "
+                         "nothing would be trained; pass a larger --total-steps")
 
     train, held = Data(a.data, 0), Data(a.data, 1)
     if not len(train):
