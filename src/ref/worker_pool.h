@@ -6,6 +6,7 @@
 // One run at a time: a run from another thread while one is in flight, or from inside a task
 // (nesting), executes its tasks inline on the caller instead of waiting. Tasks are independent,
 // so where they run never changes a result.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -45,6 +46,8 @@ class WorkerPool {
   int64_t next_ = 0, count_ = 0;  // the next task index to hand out, of count_
   int64_t busy_ = 0;              // workers still inside the current run
   uint64_t generation_ = 0;
+  std::atomic<uint64_t> generationSeen_{0};  // generation_, readable without the mutex (polling)
+  static constexpr int kSpinPolls = 20000;   // ~0.1–0.5 ms of pause instructions
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };
