@@ -47,7 +47,7 @@ class WorkerPool {
   int64_t busy_ = 0;              // workers still inside the current run
   uint64_t generation_ = 0;
   std::atomic<uint64_t> generationSeen_{0};  // generation_, readable without the mutex (polling)
-  static constexpr int kSpinPolls = 20000;   // ~0.1–0.5 ms of pause instructions
+  static constexpr int kSpinPolls = 2000;    // sched_yield polls before sleeping
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };
