@@ -22,6 +22,7 @@
 #include "ops/backend.h"
 #include "runtime/decode_engine.h"
 #include "runtime/dflash_proposer.h"
+#include "support/forwarding_proposer.h"
 #include "runtime/prefill.h"
 #include "support/test_util.h"
 
@@ -62,31 +63,15 @@ std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) 
 }
 
 // Logs every proposal of the wrapped proposer (CPU backend: its output is host memory).
-class RecordingProposer final : public DraftProposer {
+class RecordingProposer final : public test::ForwardingProposer {
  public:
-  explicit RecordingProposer(DraftProposer& inner) : inner_(inner) {}
-  int32_t blockSize() const override { return inner_.blockSize(); }
-  int32_t maxContextRows() const override { return inner_.maxContextRows(); }
-  int32_t maxBatch() const override { return inner_.maxBatch(); }
-  void appendContext(const model::TargetModel& target, const std::vector<int32_t>& positions,
-                     const std::vector<int32_t>& owners, kv::KvCacheManager& cache) override {
-    inner_.appendContext(target, positions, owners, cache);
-  }
-  void appendContext(const model::DraftContextDelta& delta, kv::KvCacheManager& cache) override {
-    inner_.appendContext(delta, cache);
-  }
+  using ForwardingProposer::ForwardingProposer;
   void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) override {
-    inner_.propose(inputs, cache);
+    ForwardingProposer::propose(inputs, cache);
     const int32_t* out = inputs.argmaxOut;
     log.emplace_back(out, out + static_cast<ptrdiff_t>(inputs.batchSize) * blockSize());
   }
-  bool usesDraftCache() const override { return inner_.usesDraftCache(); }
-  int32_t maxPositions() const override { return inner_.maxPositions(); }
-  const void* prepareLaunch(kv::KvCacheManager& cache) override { return inner_.prepareLaunch(cache); }
   std::vector<std::vector<int32_t>> log;
-
- private:
-  DraftProposer& inner_;
 };
 
 struct Scenario {

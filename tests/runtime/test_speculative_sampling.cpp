@@ -20,6 +20,7 @@
 #include "runtime/plain_decoder.h"
 #include "runtime/replay_proposer.h"
 #include "runtime/speculative_decoder.h"
+#include "support/forwarding_proposer.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -133,7 +134,9 @@ TEST(SpeculativeSampling, SecondTokenFollowsTheTargetDistribution) {
       accepted += decoder.stats().acceptHistogram[2];
       rejected += decoder.stats().acceptHistogram[1];
     }
-    if (corrupt == 0.0f) EXPECT_GT(accepted, 0) << "the accept path must be exercised";
+    if (corrupt == 0.0f) {
+      EXPECT_GT(accepted, 0) << "the accept path must be exercised";
+    }
     EXPECT_GT(rejected, 0);
     expectSecondTokensFollow(counts, secondTokenProbsOf, V);
   }
@@ -144,34 +147,20 @@ TEST(SpeculativeSampling, SecondTokenFollowsTheTargetDistribution) {
 // top-p). The engine then samples every drafted token from q and the verify accepts it with
 // min(1, p / q) = min(1, V p) — often, unlike a random DFlash draft, whose few favourite tokens
 // the tiny target rarely ranks.
-class UniformProposer final : public DraftProposer {
+class UniformProposer final : public test::ForwardingProposer {
  public:
   UniformProposer(ops::Backend& backend, int32_t blockSize, int32_t maxBatch,
                   std::vector<std::vector<int32_t>> recordings, int32_t vocab)
-      : inner_(backend, blockSize, maxBatch, std::move(recordings), vocab, 0.0f),
+      : ForwardingProposer(replay_),
+        replay_(backend, blockSize, maxBatch, std::move(recordings), vocab, 0.0f),
         zeros_(backend.allocate(int64_t{maxBatch} * blockSize * vocab * 4)) {
     const std::vector<float> host(static_cast<size_t>(maxBatch) * blockSize * vocab, 0.0f);
     backend.copyFromHost(zeros_.data(), host.data(), static_cast<int64_t>(host.size()) * 4);
   }
-  int32_t blockSize() const override { return inner_.blockSize(); }
-  int32_t maxContextRows() const override { return inner_.maxContextRows(); }
-  int32_t maxBatch() const override { return inner_.maxBatch(); }
-  void appendContext(const model::TargetModel& target, const std::vector<int32_t>& positions,
-                     const std::vector<int32_t>& owners, kv::KvCacheManager& cache) override {
-    inner_.appendContext(target, positions, owners, cache);
-  }
-  void appendContext(const model::DraftContextDelta& delta, kv::KvCacheManager& cache) override {
-    inner_.appendContext(delta, cache);
-  }
-  void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) override {
-    inner_.propose(inputs, cache);
-  }
-  void onAdmit(int32_t slot, int32_t request) override { inner_.onAdmit(slot, request); }
-  void onCompact(const std::vector<int32_t>& oldToNew) override { inner_.onCompact(oldToNew); }
   const float* proposalLogits() const override { return zeros_.as<float>(); }
 
  private:
-  ReplayProposer inner_;
+  ReplayProposer replay_;
   Buffer zeros_;
 };
 
