@@ -222,13 +222,19 @@ fs::path defaultModelDir() {
 // in the repository under models/, docs/training.md).
 fs::path defaultDraftDir() { return defaultModelDir().parent_path() / "smollm2-135m-instruct-dflash"; }
 
-// The draft to run: --draft, else the default model's own draft when the default model runs on
-// a GPU. Not on the CPU backend: there a 16-row verify costs about five 1-row decodes, so at
-// the draft's τ ≈ 2 it is ~3× slower than plain decoding (docs/perf.md).
-std::string chooseDraft(const GenerateOptions& o, const ops::Backend& backend) {
+// The draft to run: --draft, else the default model's own draft where defaultDraftPays.
+std::string chooseDraft(const GenerateOptions& o, const ops::Backend& backend,
+                        const std::vector<PromptSpec>& specs) {
   if (!o.draft.empty() || o.noDraft || !o.model.empty()) return o.draft;
   const fs::path dir = defaultDraftDir();
-  if (backend.name() != "cuda" || !fs::exists(dir / "config.json")) return "";
+  if (!fs::exists(dir / "config.json")) return "";
+  std::vector<float> temperatures;
+  for (const PromptSpec& spec : specs) temperatures.push_back(spec.sampling.temperature);
+  if (!defaultDraftPays(backend.name(), temperatures)) {
+    std::fprintf(stderr, "[edgespec] plain decoding: the default draft is used on a GPU at temperature 0 only, "
+                         "where it is faster (--draft %s forces it)\n", dir.c_str());
+    return "";
+  }
   return dir.string();
 }
 
@@ -292,7 +298,7 @@ void runGenerate(const GenerateOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto backend = ops::makeBackend(o.backend);
   tokenizer::BpeTokenizer tok(loadTokenizer(dir));
-  const std::string draftDir = chooseDraft(o, *backend);
+  const std::string draftDir = chooseDraft(o, *backend, specs);
 
   std::vector<std::vector<int32_t>> prompts;
   for (int32_t r = 0; r < n; ++r) {
@@ -448,6 +454,18 @@ void runGenerate(const GenerateOptions& o) {
 
 }  // namespace
 
+// Measured with run 4's draft (docs/perf.md, 2026-11-30): on the H200 1.73x plain decoding at
+// temperature 0 but 0.94x at temperature 1 (a sampled step runs the full-row sampler for the
+// proposals and again for the verify); on the 2-core CPU 0.34x at temperature 0 (a 16-row verify
+// costs several 1-row decodes there). Temperatures in between were not measured: plain decoding.
+bool defaultDraftPays(std::string_view backendName, const std::vector<float>& temperatures) {
+  if (backendName != "cuda") return false;
+  for (float t : temperatures) {
+    if (t != 0.0f) return false;
+  }
+  return true;
+}
+
 void addGenerateCommand(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (greedy or sampled; speculative with --draft)");
@@ -455,7 +473,7 @@ void addGenerateCommand(CLI::App& app) {
                   "HF model folder with tokenizer.json, or a GGUF file (default: the embedded SmolLM2-135M-Instruct)");
   cmd->add_option("--draft", options->draft,
                   "DFlash draft folder (z-lab format): speculative decoding (default: the default model's "
-                  "trained draft, on a GPU)");
+                  "trained draft, on a GPU at temperature 0)");
   cmd->add_flag("--no-draft", options->noDraft, "Plain decoding even where the default draft would run");
   cmd->add_option("-p,--prompt", options->prompt, "The user message")->capture_default_str();
   cmd->add_option("--system", options->system, "A system message");
