@@ -24,7 +24,9 @@ Output lines: {"id": "train-00000", "prompt": "...", "source": "fortunes:123", "
 """
 import argparse
 import glob
+import gzip
 import hashlib
+import io
 import json
 import os
 import random
@@ -170,7 +172,9 @@ def build(root, n_train, n_heldout, seed):
 
 
 def write_jsonl(path, rows):
-    with open(path, "w", encoding="utf-8") as f:
+    # mtime 0: a gzipped set is byte for byte the same on every run, like the plain one
+    with (gzip.GzipFile(path, "wb", mtime=0) if path.endswith(".gz") else open(path, "wb")) as raw, \
+            io.TextIOWrapper(raw, encoding="utf-8", newline="\n") as f:
         for r in rows:
             f.write(json.dumps({"id": r["id"], "prompt": r["prompt"], "source": r["source"], "kind": r["kind"]},
                                ensure_ascii=False) + "\n")

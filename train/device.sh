@@ -12,7 +12,7 @@
 #   train/device.sh gen START COUNT [SECONDS]
 #                                    prepare if needed; greedy responses to training prompts
 #                                    [START, START + COUNT) of $ES_PROMPTS (default
-#                                    train/work/prompts_train_big.jsonl, carried) in 1,024-row
+#                                    train/work/prompts_train_200k.jsonl.gz, carried) in 1,024-row
 #                                    batches, stopping after SECONDS (default 500) ->
 #                                    train/work/extra_START.npz (uint16 ids) and $OUT
 #   train/device.sh eval [ARGS]      held-out τ of train/work/draft -> $OUT/tau.json
@@ -95,7 +95,7 @@ case "${1:-}" in
     ;;
   gen)
     start="${2:?gen START COUNT [SECONDS]}" count="${3:?gen START COUNT [SECONDS]}" seconds="${4:-500}"
-    prompts="${ES_PROMPTS:-$work/prompts_train_big.jsonl}"
+    prompts="${ES_PROMPTS:-$work/prompts_train_200k.jsonl.gz}"
     [ -f "$prompts" ] || { echo "device.sh gen: no prompt file $prompts (build it here with build_prompts.py --out-train, carry it)" >&2; exit 1; }
     prepare
     python3 train/generate_responses.py --model "$work/smollm2" --train-prompts "$prompts" \

@@ -15,6 +15,7 @@ offsets [N + 1] (int64), prompt_lens [N], split [N] (0 train, 1 held-out), tempe
 (float32), prompt_index [N]; and a .json summary next to it.
 """
 import argparse
+import gzip
 import json
 import os
 import sys
@@ -26,7 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def read_prompts(path):
-    with open(path, encoding="utf-8") as f:
+    opener = gzip.open if path.endswith(".gz") else open  # big prompt sets travel gzipped
+    with opener(path, "rt", encoding="utf-8") as f:
         return [json.loads(line)["prompt"] for line in f if line.strip()]
 
 
