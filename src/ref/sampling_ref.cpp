@@ -18,6 +18,19 @@ namespace es::ref {
 
 using namespace es::sampling;
 
+namespace {
+// The first `count` ranks of the descending order over `ranks` (composite ranks are unique, so
+// this prefix is exactly the full sort's prefix), sorted; the rest of `ranks` in any order.
+void sort_prefix(std::vector<uint64_t>& ranks, size_t count) {
+  if (count < ranks.size()) {
+    std::partial_sort(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(count), ranks.end(),
+                      std::greater<uint64_t>());
+  } else {
+    std::sort(ranks.begin(), ranks.end(), std::greater<uint64_t>());
+  }
+}
+}  // namespace
+
 bool row_probs(const float* logits, int32_t vocab, float temperature, int32_t top_k, float top_p,
                TopPMode mode, float* probs) {
   const RowParams rp = make_row_params(temperature, top_k, top_p, vocab);
@@ -28,49 +41,56 @@ bool row_probs(const float* logits, int32_t vocab, float temperature, int32_t to
     poisoned = poisoned || poisons_row(s[i]);
   }
   // Descending order, ties to the lower index: the composite rank is unique and encodes both.
-  std::vector<uint64_t> order(vocab);
+  // The spec's definition sorts all V ranks; only a prefix of that order is ever read (the top-k
+  // set, and for top-p the entries up to the cut), so the ranks are selected and sorted only as
+  // far as needed. The results are those of the full sort, bit for bit (the tests compare).
+  std::vector<uint64_t> order;
+  uint64_t top = 0;
   if (!poisoned) {
-    for (int32_t i = 0; i < vocab; ++i) order[i] = composite(order_key(s[i]), i);
-    std::sort(order.begin(), order.end(), std::greater<uint64_t>());
+    order.resize(vocab);
+    for (int32_t i = 0; i < vocab; ++i) {
+      order[i] = composite(order_key(s[i]), i);
+      top = std::max(top, order[i]);
+    }
   }
-  const float row_max = poisoned ? 0.0f : s[composite_index(order[0])];
+  const float row_max = poisoned ? 0.0f : s[composite_index(top)];
   if (poisoned || row_max == -__builtin_huge_valf()) {
     const float uniform = fdiv_rn(1.0f, static_cast<float>(vocab));
     for (int32_t i = 0; i < vocab; ++i) probs[i] = uniform;
     return true;
   }
   const int32_t kept = rp.k;  // top-k set: the first `kept` entries of the order
-  std::vector<uint64_t> mass(kept), prefix(kept);
-  uint64_t running = 0;
-  for (int32_t j = 0; j < kept; ++j) {
-    const float d = fsub_rn(s[composite_index(order[j])], row_max);
-    mass[j] = mass_of(exp_nonpos(d));
-    running += mass[j];
-    prefix[j] = running;
+  if (kept < vocab) {  // the set only: its order is settled below where it matters
+    std::nth_element(order.begin(), order.begin() + (kept - 1), order.end(), std::greater<uint64_t>());
+    order.resize(kept);
   }
-  const uint64_t total = running;  // S >= 2^40: the maximum itself has weight exactly 1
-  int32_t cut = kept;              // entries [0, cut) survive
-  uint64_t norm = total;
-  uint64_t last_weight = mass[kept - 1];
-  if (rp.top_p_on) {
-    const uint64_t budget = top_p_budget(rp.top_p, total);
-    cut = 0;
-    while (prefix[cut] < budget) ++cut;  // terminates: prefix[kept-1] = S > budget
-    ++cut;                               // smallest prefix whose mass reaches the budget
-    if (mode == TopPMode::kNucleus) {
-      norm = prefix[cut - 1];
-      last_weight = mass[cut - 1];
-    } else {
-      norm = budget;
-      last_weight = budget - (cut >= 2 ? prefix[cut - 2] : 0);
-    }
-  } else {
-    last_weight = mass[cut - 1];
-  }
+  auto mass_at = [&](uint64_t rank) { return mass_of(exp_nonpos(fsub_rn(s[composite_index(rank)], row_max))); };
+  uint64_t total = 0;  // S >= 2^40: the maximum itself has weight exactly 1 (integer: any order)
+  for (uint64_t rank : order) total += mass_at(rank);
   for (int32_t i = 0; i < vocab; ++i) probs[i] = 0.0f;
-  for (int32_t j = 0; j < cut; ++j) {
-    const uint64_t w = (j == cut - 1) ? last_weight : mass[j];
-    probs[composite_index(order[j])] = prob_of(w, norm);
+  if (!rp.top_p_on) {  // every kept entry survives with its own weight
+    for (uint64_t rank : order) probs[composite_index(rank)] = prob_of(mass_at(rank), total);
+    return false;
+  }
+  // Top-p: the smallest prefix of the order whose mass reaches the budget (at least one entry).
+  // Sort a prefix of the set and grow it until its mass reaches the budget or it is the whole
+  // set (the budget is at most S, so the whole set always reaches it).
+  const uint64_t budget = top_p_budget(rp.top_p, total);
+  size_t cut = 0;
+  uint64_t before_cut = 0, running = 0;  // prefix masses before entry cut - 1 and through it
+  for (size_t sorted = std::min<size_t>(order.size(), 1024);; sorted = std::min(order.size(), sorted * 8)) {
+    sort_prefix(order, sorted);  // the sorted prefix only grows; its entries never move
+    for (; cut < sorted && (cut == 0 || running < budget); ++cut) {
+      before_cut = running;
+      running += mass_at(order[cut]);
+    }
+    if (running >= budget || sorted == order.size()) break;
+  }
+  // entries [0, cut) survive; the last one's weight depends on the mode
+  const uint64_t norm = mode == TopPMode::kNucleus ? running : budget;
+  const uint64_t last_weight = mode == TopPMode::kNucleus ? running - before_cut : budget - before_cut;
+  for (size_t j = 0; j < cut; ++j) {
+    probs[composite_index(order[j])] = prob_of(j + 1 == cut ? last_weight : mass_at(order[j]), norm);
   }
   return false;
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -302,6 +303,85 @@ TEST(SamplingRef, MatchesBruteForceOnRandomRows) {
   }
   EXPECT_GT(compared, 380);
   EXPECT_LT(ambiguous, 20);
+}
+
+// The spec's definition run literally (ref::row_probs before it learned to sort only the prefix
+// it reads): all V ranks sorted, masses and prefixes over the whole top-k set.
+std::vector<float> full_sort_probs(const std::vector<float>& logits, float temperature, int32_t top_k,
+                                   float top_p, TopPMode mode) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  const sampling::RowParams rp = sampling::make_row_params(temperature, top_k, top_p, vocab);
+  std::vector<float> s(vocab), probs(vocab, 0.0f);
+  bool poisoned = false;
+  for (int32_t i = 0; i < vocab; ++i) {
+    s[i] = sampling::scale_logit(logits[i], rp.inv_t, rp.greedy);
+    poisoned = poisoned || sampling::poisons_row(s[i]);
+  }
+  std::vector<uint64_t> order(vocab);
+  for (int32_t i = 0; i < vocab; ++i) order[i] = sampling::composite(sampling::order_key(s[i]), i);
+  std::sort(order.begin(), order.end(), std::greater<uint64_t>());
+  const float row_max = s[sampling::composite_index(order[0])];
+  if (poisoned || row_max == -__builtin_huge_valf()) {
+    std::fill(probs.begin(), probs.end(), sampling::fdiv_rn(1.0f, static_cast<float>(vocab)));
+    return probs;
+  }
+  const int32_t kept = rp.k;
+  std::vector<uint64_t> mass(kept), prefix(kept);
+  uint64_t running = 0;
+  for (int32_t j = 0; j < kept; ++j) {
+    mass[j] = sampling::mass_of(sampling::exp_nonpos(sampling::fsub_rn(s[sampling::composite_index(order[j])], row_max)));
+    prefix[j] = (running += mass[j]);
+  }
+  int32_t cut = kept;
+  uint64_t norm = running, last_weight = mass[kept - 1];
+  if (rp.top_p_on) {
+    const uint64_t budget = sampling::top_p_budget(rp.top_p, running);
+    cut = 0;
+    while (prefix[cut] < budget) ++cut;
+    ++cut;
+    norm = mode == TopPMode::kNucleus ? prefix[cut - 1] : budget;
+    last_weight = mode == TopPMode::kNucleus ? mass[cut - 1] : budget - (cut >= 2 ? prefix[cut - 2] : 0);
+  }
+  for (int32_t j = 0; j < cut; ++j) {
+    probs[sampling::composite_index(order[j])] = sampling::prob_of(j == cut - 1 ? last_weight : mass[j], norm);
+  }
+  return probs;
+}
+
+// ref::row_probs selects and sorts only the prefix of the order it reads (growing it from 1,024
+// ranks for top-p): bit for bit the full sort's probabilities, at vocabularies where the nucleus
+// needs one, two or three rounds of growth, with ties, signed zeros and -inf entries.
+TEST(SamplingRef, PrefixSelectionEqualsTheFullSort) {
+  std::mt19937 rng(77);
+  int rows = 0, wide_nuclei = 0;
+  for (int32_t v : {1, 2, 1023, 1025, 5000, 49152, 151936}) {
+    for (int trial = 0; trial < (v > 50000 ? 8 : 32); ++trial) {
+      // Small scales make flat rows whose nucleus spans thousands of entries.
+      const float scale = std::array<float, 4>{0.05f, 0.5f, 3.0f, 12.0f}[trial % 4];
+      std::normal_distribution<float> nd(0.0f, scale);
+      std::vector<float> logits(v);
+      for (float& x : logits) x = nd(rng);
+      if (trial % 6 == 1) for (float& x : logits) x = std::round(x * 4.0f) / 4.0f;   // many ties
+      if (trial % 6 == 2) for (int32_t i = 0; i < v; i += 7) logits[i] = (i % 2) ? 0.0f : -0.0f;
+      if (trial % 6 == 3) for (int32_t i = 0; i < v; i += 3) logits[i] = -INFINITY;
+      const float t = std::array<float, 4>{0.0f, 0.6f, 1.0f, 1.0f}[rng() % 4];  // 0: greedy
+      const int32_t k = std::array<int32_t, 6>{0, 1, 50, 2000, v, 0}[rng() % 6];
+      const float p = std::array<float, 4>{1.0f, 0.9f, 0.99f, 0.3f}[rng() % 4];
+      const TopPMode mode = (rng() % 2) ? TopPMode::kTruncate : TopPMode::kNucleus;
+      const std::vector<float> want = full_sort_probs(logits, t, k, p, mode);
+      const std::vector<float> got = probs_of(logits, t, k, p, mode);
+      int32_t support = 0;
+      for (int32_t i = 0; i < v; ++i) {
+        ASSERT_EQ(sampling::f2u(got[i]), sampling::f2u(want[i]))
+            << "V " << v << " trial " << trial << " index " << i << " got " << got[i] << " want " << want[i];
+        support += want[i] > 0.0f;
+      }
+      wide_nuclei += (p < 1.0f && support > 1024);
+      ++rows;
+    }
+  }
+  EXPECT_EQ(rows, 6 * 32 + 8);
+  EXPECT_GE(wide_nuclei, 10);  // the growth rounds ran
 }
 
 std::vector<int64_t> draw_counts(const std::vector<float>& probs, int64_t n, uint64_t seed) {
