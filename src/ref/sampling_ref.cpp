@@ -1,4 +1,5 @@
-// CPU reference of spec §3.1-3.6: plain loops, straight from the definitions.
+// CPU reference of spec §3.1-3.6: plain loops from the definitions (the descending order is
+// sorted only as far as it is read; the results are the full sort's).
 //
 // Precision: scaled logits and exp weights in fp32 through kernels/sampling_math.h (the same
 // operations the kernels use); masses are exact 2^-40 fixed-point integers, so "prefix mass
