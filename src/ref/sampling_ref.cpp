@@ -65,9 +65,15 @@ bool row_probs(const float* logits, int32_t vocab, float temperature, int32_t to
     std::nth_element(order.begin(), order.begin() + (kept - 1), order.end(), std::greater<uint64_t>());
     order.resize(kept);
   }
-  auto mass_at = [&](uint64_t rank) { return mass_of(exp_nonpos(fsub_rn(s[composite_index(rank)], row_max))); };
+  // Each kept entry's mass, by vocabulary index (computed once: the steps below read it again).
+  std::vector<uint64_t> mass(vocab);
+  auto mass_at = [&](uint64_t rank) { return mass[composite_index(rank)]; };
   uint64_t total = 0;  // S >= 2^40: the maximum itself has weight exactly 1 (integer: any order)
-  for (uint64_t rank : order) total += mass_at(rank);
+  for (uint64_t rank : order) {
+    const uint32_t i = composite_index(rank);
+    mass[i] = mass_of(exp_nonpos(fsub_rn(s[i], row_max)));
+    total += mass[i];
+  }
   for (int32_t i = 0; i < vocab; ++i) probs[i] = 0.0f;
   if (!rp.top_p_on) {  // every kept entry survives with its own weight
     for (uint64_t rank : order) probs[composite_index(rank)] = prob_of(mass_at(rank), total);
