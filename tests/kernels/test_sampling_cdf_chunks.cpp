@@ -11,6 +11,8 @@
 
 #include "kernels/sampling.h"
 #include "kernels/sampling_cdf_chunks.h"
+#include "kernels/sampling_cdf_split.h"
+#include "kernels/sampling_layout.h"
 #include "kernels/sampling_math.h"
 
 namespace es {
@@ -378,6 +380,27 @@ TEST(SamplingCdfChunks, GuessBinadesCoverTheNearerEdge) {
   guess_binades(1.99f, &a, &b);
   EXPECT_EQ(a, 127);
   EXPECT_EQ(b, 128);
+}
+
+// Which batches take the split CDF, and that its workspace region lies inside the plan's bytes.
+TEST(SamplingCdfChunks, PlanReservesTheSplitRegion) {
+  for (int32_t batch : {1, 8, 9}) {
+    for (int32_t vocab : {32767, 49152, 100003, 151936}) {
+      for (int32_t k : {0, 50, 2000}) {
+        SamplingParams p;
+        p.batch = batch;
+        p.vocab = vocab;
+        p.top_k = k;
+        const GeneralPlan plan = plan_general(p);
+        const bool want = batch <= kCdfSplitMaxRows && vocab >= kCdfSplitMinVocab && plan.any_full;
+        EXPECT_EQ(plan.cdf_split, want) << batch << " " << vocab << " " << k;
+        if (!plan.cdf_split) continue;
+        EXPECT_EQ(plan.cdf_chunks, (vocab + kCdfChunk - 1) / kCdfChunk);
+        EXPECT_EQ(plan.cdf_offset % 16, 0u);
+        EXPECT_EQ(plan.workspace_bytes, plan.cdf_offset + cdf_layout(batch, plan.cdf_chunks).bytes);
+      }
+    }
+  }
 }
 
 }  // namespace
