@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <vector>
@@ -322,6 +323,8 @@ TEST(SamplingCdfChunks, SplitTokensEqualReferenceAtFullVocab) {
         ASSERT_EQ(split_search(v, 4096, r, fmul_rn(u, r.total)), want) << "n " << n << " u " << u;
       }
       EXPECT_LE(st.replays, st.chunks / 2 + 2) << "n " << n << " kind " << static_cast<int>(kind);
+      // The GPU cost driver: each replay is one chunk summed sequentially by one CTA.
+      std::printf("  V=%d kind %d: %d of %d chunks replayed\n", n, static_cast<int>(kind), st.replays, st.chunks);
     }
   }
 }
