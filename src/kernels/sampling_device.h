@@ -467,14 +467,14 @@ __device__ __forceinline__ void block_min2(int* a, int* b, BlockScratch& sh) {
 }
 
 // The sequential fp32 sum of the positive val_at(i), i in [0, n), in index order, bit for bit,
-// starting from `start` (>= 0; 0 for a whole row, a chunk's exact start for the split CDF).
+// starting from r0 (>= 0; 0 for a whole row, a chunk's exact start for the split CDF).
 // search: returns the first index whose running sum is > threshold (or the last positive index,
 // or -1); otherwise returns -1 and *total gets the full sum.
 template <typename ValAt>
 __device__ int sequential_cdf(ValAt val_at, int n, bool search, float threshold, float* total,
-                              BlockScratch& scratch, float start = 0.0f) {
+                              BlockScratch& scratch, float r0 = 0.0f) {
   constexpr int kNone = 0x7fffffff;
-  float r = start;
+  float r = r0;
   int my_last = -1;
   for (int base = 0; base < n; base += kTile) {
     const int start = base + threadIdx.x * kItems;
