@@ -157,5 +157,47 @@ TEST(SamplingCdfSplitGpu, Fp16TruncateAndLargeTopK) {
   check({151936, 4, DType::kF32, 1.0f, 0.95f, 2000}, 8);  // k above the candidate cap
 }
 
+// Per-row top-k: candidate rows (k <= cap, drawn by final_kernel) and full-row rows (drawn by the
+// split kernels) in one batch; each row's token must come from exactly one of them.
+TEST(SamplingCdfSplitGpu, MixedCandidateAndFullRows) {
+  ES_SKIP_IF_NO_GPU();
+  const SplitCase c{151936, 6, DType::kF32, 1.0f, 1.0f};
+  const std::vector<int32_t> ks = {50, 0, 600, 0, 1, 20000};
+  const std::vector<float> ts = {1.0f, 0.7f, 1.3f, 2.0f, 1.0f, 0.5f};
+  for (uint32_t seed = 0; seed < 6; ++seed) {
+    const auto x = make_logits(c, 300 + seed, false);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+    std::vector<float> u(c.batch);
+    for (auto& v : u) v = uni(rng);
+    SamplingParams p = params_of(c);
+    p.top_ks = ks.data();
+    p.temperatures = ts.data();
+    p.logits = x.data();
+    p.uniforms = u.data();
+    std::vector<int32_t> want(c.batch, -77);
+    p.tokens = want.data();
+    ref::sample_rows(p);
+
+    test::DeviceArray<float> d_x(x), d_u(u), d_t(ts);
+    test::DeviceArray<int32_t> d_k(ks), d_tokens(c.batch);
+    p.logits = d_x.get();
+    p.uniforms = d_u.get();
+    p.top_ks = d_k.get();
+    p.temperatures = d_t.get();
+    p.tokens = d_tokens.get();
+    ASSERT_TRUE(sampling::plan_general(p).cdf_split);
+    const size_t ws = sampling_workspace_bytes(p);
+    test::DeviceArray<uint8_t> d_ws(ws);
+    p.workspace = d_ws.get();
+    p.workspace_bytes = ws;
+    kernel::sample_rows(p, nullptr);
+    const auto got = d_tokens.download();
+    for (int32_t b = 0; b < c.batch; ++b) {
+      EXPECT_EQ(got[b], want[b]) << "seed " << seed << " row " << b << " k " << ks[b];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace es
