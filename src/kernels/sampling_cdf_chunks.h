@@ -168,4 +168,70 @@ ES_HOST_DEVICE inline int first_chunk_above(const float* ends, int chunks, float
   return lo;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Kernel BC's block-level control flow (chain of exact chunk starts, then the search), written
+// once for the kernel (kernels/sampling_cdf_split.cu) and for a host model of a CTA (the CPU test
+// runs it on threads with a barrier). Block provides tid() and sync() (a barrier of all threads).
+//
+// Block-uniformity rule: every value that steers the block (the chunk to replay, its start, the
+// total, the threshold, the search's chunk) is read from `start` / `sh` (shared memory) after a
+// barrier, never from registers that only thread 0 advanced. replay and search are collectives
+// (sequential_cdf on the GPU): a thread that passes them another start or threshold than its
+// neighbours returns at another point, which picks a wrong token or leaves the others at a
+// barrier forever. The first GPU run did both: the total was each thread's own running sum, which
+// only thread 0 carried through the chunks whose summaries applied (every other thread held the
+// end of the last replayed chunk, so its threshold was too small).
+struct ChainShared {
+  int next_chunk;
+  int found;
+  float threshold;
+};
+
+// Thread 0's walk: from chunk c (exact start start[c]) applies summaries while one applies,
+// writing start[c + 1], ...; returns the first chunk >= c whose summaries miss, or `chunks`
+// (start[chunks] is then the row's exact total).
+ES_HOST_DEVICE inline int walk_summaries(const ChunkSummary* summ, int chunks, int c, float* start) {
+  float s = start[c];
+  float end;
+  while (c < chunks && summaries_end(summ + 2 * c, 2, s, &end)) {
+    s = end;
+    start[++c] = s;
+  }
+  return c;
+}
+
+// The row's token (block-uniform), spec §3.5. summ: [chunks][2]; start: [chunks + 1] shared;
+// replay(c, r0): collective, chunk c's exact end from its exact start r0;
+// search(c, r0, threshold): collective, the offset in chunk c of the first entry whose running
+// sum from r0 exceeds threshold; last_positive(): the row's last positive index (or -1), the
+// answer when nothing exceeds the threshold. The chain takes at most chunks + 1 rounds: each
+// round ends it or replays one chunk and moves past it (c strictly grows).
+template <typename Block, typename Replay, typename Search, typename LastPositive>
+ES_HOST_DEVICE int chain_and_search(const Block& blk, int chunks, int chunk_len, const ChunkSummary* summ,
+                                    float u, float* start, ChainShared& sh, Replay replay, Search search,
+                                    LastPositive last_positive) {
+  if (blk.tid() == 0) start[0] = 0.0f;
+  int c = 0;
+  for (;;) {
+    if (blk.tid() == 0) sh.next_chunk = walk_summaries(summ, chunks, c, start);
+    blk.sync();
+    c = sh.next_chunk;
+    const float r0 = c < chunks ? start[c] : 0.0f;
+    blk.sync();  // all have read sh.next_chunk before thread 0 rewrites it
+    if (c >= chunks) break;
+    const float end = replay(c, r0);
+    if (blk.tid() == 0) start[c + 1] = end;  // thread 0 reads it next round; the others after a barrier
+    ++c;
+  }
+  if (blk.tid() == 0) {  // chunk ends are start[1..chunks], non-decreasing
+    sh.threshold = fmul_rn(u, start[chunks]);
+    sh.found = first_chunk_above(start + 1, chunks, sh.threshold);
+  }
+  blk.sync();
+  const float threshold = sh.threshold;  // nothing rewrites sh or start after this point
+  const int found = sh.found;
+  if (found >= chunks) return last_positive();  // nothing exceeds: as the reference
+  return found * chunk_len + search(found, start[found], threshold);
+}
+
 }  // namespace es::sampling::cdf

@@ -135,14 +135,20 @@ __global__ void __launch_bounds__(kThreads) cdf_chunk_summary_kernel(RowsArgs a)
   }
 }
 
-// BC: exact chunk starts (summary or replay), then the token.
+// BC: exact chunk starts (summary or replay), then the token: cdf::chain_and_search, whose
+// block-uniformity rule (every value that steers the CTA comes from shared memory after a
+// barrier) keeps sequential_cdf's collective loop in step across the threads.
+struct CtaBlock {
+  __device__ __forceinline__ int tid() const { return static_cast<int>(threadIdx.x); }
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) cdf_chain_search_kernel(RowsArgs a) {
   __shared__ BlockScratch scratch;
   __shared__ float start[kCdfMaxChunks + 1];  // start[c]: exact sum before chunk c; [chunks]: total
   __shared__ cdf::ChunkSummary summ[kCdfMaxChunks * 2];  // staged: thread 0's walk is latency-bound
-  __shared__ int next_chunk;
-  __shared__ int token_sh;
+  __shared__ cdf::ChainShared chain;
   const int row = blockIdx.x, chunks = a.plan.cdf_chunks;
   const CdfPtrs w = cdf_ptrs(a);
   const CdfRowParams p = w.params[row];
@@ -150,51 +156,24 @@ __global__ void __launch_bounds__(kThreads) cdf_chain_search_kernel(RowsArgs a) 
   const RowProb<T> prob{static_cast<const T*>(a.logits) + static_cast<size_t>(row) * a.vocab, p};
   for (int j = threadIdx.x; j < 2 * chunks; j += kThreads) summ[j] = w.summary[static_cast<size_t>(row) * chunks * 2 + j];
   __syncthreads();
-  int c = 0;
-  float s = 0.0f;
-  for (;;) {
-    // Thread 0 walks the chunks whose summaries apply (O(1) each) up to the first miss.
-    if (threadIdx.x == 0) {
-      float end;
-      while (c < chunks && cdf::summaries_end(summ + 2 * c, 2, s, &end)) {
-        start[c++] = s;
-        s = end;
-      }
-      if (c < chunks) start[c] = s;
-      next_chunk = c;
-    }
-    __syncthreads();
-    c = next_chunk;
-    if (c == chunks) break;
-    s = start[c];
-    __syncthreads();  // every thread has read next_chunk before thread 0 rewrites it
-    // A miss: replay chunk c sequentially (block-parallel, bit-exact) from its exact start.
-    const int base = c * kCdfChunk, len = min(a.vocab, base + kCdfChunk) - base;
+  auto chunk_len = [&](int c) { return min(a.vocab, (c + 1) * kCdfChunk) - c * kCdfChunk; };
+  auto replay = [&](int c, float r0) {
     float end = 0.0f;
-    sequential_cdf([&](int i) { return prob(base + i); }, len, false, 0.0f, &end, scratch, s);
-    s = end;
-    ++c;
-  }
-  if (threadIdx.x == 0) start[chunks] = s;
-  __syncthreads();
-  const float total = s;
-  const float threshold = fmul_rn(p.u, total);
-  if (threadIdx.x == 0) {  // chunk ends are start[1..chunks], non-decreasing
-    const int found = cdf::first_chunk_above(start + 1, chunks, threshold);
-    token_sh = found;
-    if (found == chunks) {  // nothing exceeds: the row's last positive index (as the reference)
-      int last = -1;
-      for (int j = 0; j < chunks; ++j) last = max(last, w.last_pos[static_cast<size_t>(row) * chunks + j]);
-      a.tokens[row] = last;
-    }
-  }
-  __syncthreads();
-  const int found = token_sh;
-  if (found == chunks) return;
-  const int base = found * kCdfChunk, len = min(a.vocab, base + kCdfChunk) - base;
-  const int i = sequential_cdf([&](int j) { return prob(base + j); }, len, true, threshold, nullptr,
-                               scratch, start[found]);
-  if (threadIdx.x == 0) a.tokens[row] = base + i;  // i >= 0: this chunk's end exceeds threshold
+    sequential_cdf([&](int i) { return prob(c * kCdfChunk + i); }, chunk_len(c), false, 0.0f, &end, scratch, r0);
+    return end;
+  };
+  auto search = [&](int c, float r0, float threshold) {  // >= 0: chunk c's end exceeds threshold
+    return sequential_cdf([&](int i) { return prob(c * kCdfChunk + i); }, chunk_len(c), true, threshold,
+                          nullptr, scratch, r0);
+  };
+  auto last_positive = [&] {
+    int last = -1;
+    for (int j = 0; j < chunks; ++j) last = max(last, w.last_pos[static_cast<size_t>(row) * chunks + j]);
+    return last;
+  };
+  const int token = cdf::chain_and_search(CtaBlock{}, chunks, kCdfChunk, summ, p.u, start, chain, replay,
+                                          search, last_positive);
+  if (threadIdx.x == 0) a.tokens[row] = token;
 }
 
 template <typename T>

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/sampling.h"
@@ -116,6 +119,7 @@ struct SplitStats {
 struct SplitRow {
   std::vector<float> start, end;  // exact, per chunk
   std::vector<int> last_positive;
+  std::vector<ChunkSummary> summ;  // [chunks][2], as A2 writes them
   float total = 0.0f;
 };
 
@@ -177,6 +181,7 @@ SplitRow split_pass_ab(const std::vector<float>& v, int chunk_len, int guess_mod
   }
   if (stats) stats->chunks += chunks;
   out.total = s;
+  out.summ = summ;
   return out;
 }
 
@@ -327,6 +332,289 @@ TEST(SamplingCdfChunks, SplitTokensEqualReferenceAtFullVocab) {
       std::printf("  V=%d kind %d: %d of %d chunks replayed\n", n, static_cast<int>(kind), st.replays, st.chunks);
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel BC as a CTA: cdf::chain_and_search (the code the kernel runs) on kModelThreads host
+// threads with a barrier, each thread with its own registers. The collectives stand for
+// sequential_cdf thread by thread: running sums in index order from the caller's own r0; in the
+// search, thread t owns entries [t kModelItems, (t + 1) kModelItems) of every tile of
+// kModelThreads * kModelItems, reports the first of them whose running sum exceeds *its own*
+// threshold, and the CTA takes the minimum (block_min2). On uniform inputs that is exactly the
+// definition; on non-uniform inputs the GPU's collective is undefined (wrong token or a thread
+// waiting at a barrier forever), so the model counts them.
+
+constexpr int kModelThreads = 8;
+constexpr int kModelItems = 4;
+
+struct ModelCta {
+  explicit ModelCta(int chunks)
+      : bar(kModelThreads), start(chunks + 1, -1.0f), in_c(kModelThreads), in_r0(kModelThreads),
+        in_th(kModelThreads), found(kModelThreads) {}
+  std::barrier<> bar;
+  std::vector<float> start;  // __shared__ float start[chunks + 1]
+  ChainShared sh{-7, -7, -7.0f};
+  std::vector<int> in_c;  // each thread's collective inputs, to check they agree
+  std::vector<float> in_r0, in_th;
+  std::vector<int> found;
+  std::atomic<int> nonuniform{0};  // collectives called with disagreeing inputs
+  std::atomic<int> replays{0};
+};
+
+struct ModelBlock {
+  ModelCta* cta;
+  int t;
+  int tid() const { return t; }
+  void sync() const { cta->bar.arrive_and_wait(); }
+};
+
+// The collectives of one thread of the model CTA over row v (chunks of chunk_len entries).
+struct ModelCollectives {
+  const std::vector<float>* v;
+  int chunk_len;
+  ModelBlock blk;
+  int begin(int c) const { return c * chunk_len; }
+  int end(int c) const { return std::min(static_cast<int>(v->size()), (c + 1) * chunk_len); }
+  // Publishes this thread's inputs; thread 0 counts a disagreement.
+  void enter(int c, float r0, float th) const {
+    ModelCta& m = *blk.cta;
+    m.in_c[blk.t] = c;
+    m.in_r0[blk.t] = r0;
+    m.in_th[blk.t] = th;
+    blk.sync();
+    if (blk.t == 0) {
+      for (int j = 1; j < kModelThreads; ++j) {
+        if (m.in_c[j] != c || f2u(m.in_r0[j]) != f2u(r0) || f2u(m.in_th[j]) != f2u(th)) {
+          ++m.nonuniform;
+          break;
+        }
+      }
+    }
+    blk.sync();
+  }
+  float replay(int c, float r0) const {
+    enter(c, r0, 0.0f);
+    if (blk.t == 0) ++blk.cta->replays;
+    return chunk_replay([&](int i) { return (*v)[i]; }, begin(c), end(c), r0);
+  }
+  int search(int c, float r0, float threshold) const {
+    enter(c, r0, threshold);
+    constexpr int kNone = 0x7fffffff;
+    const int b = begin(c), n = end(c) - b;
+    int mine = kNone, last = -1;
+    float r = r0;
+    for (int i = 0; i < n; ++i) {
+      const float x = (*v)[b + i];
+      if (!(x > 0.0f)) continue;
+      last = i;
+      r = fadd_rn(r, x);
+      if (mine == kNone && r > threshold && (i % (kModelThreads * kModelItems)) / kModelItems == blk.t) mine = i;
+    }
+    ModelCta& m = *blk.cta;
+    m.found[blk.t] = mine;
+    blk.sync();
+    int first = kNone;
+    for (int j = 0; j < kModelThreads; ++j) first = std::min(first, m.found[j]);
+    blk.sync();
+    return first == kNone ? last : first;  // sequential_cdf: else the last positive index
+  }
+};
+
+// Runs body(ModelBlock, ModelCollectives) on every thread of a model CTA; returns thread 0's
+// result (the kernel's thread 0 writes the token) and checks the others agree.
+template <typename Body>
+int run_model_cta(ModelCta& cta, const std::vector<float>& v, int chunk_len, Body body, bool* agree) {
+  std::vector<int> out(kModelThreads, -9);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kModelThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const ModelBlock blk{&cta, t};
+      out[t] = body(blk, ModelCollectives{&v, chunk_len, blk});
+    });
+  }
+  for (auto& th : threads) th.join();
+  *agree = std::all_of(out.begin(), out.end(), [&](int x) { return x == out[0]; });
+  return out[0];
+}
+
+int model_bc(const std::vector<float>& v, const SplitRow& r, int chunk_len, float u, ModelCta& cta, bool* agree) {
+  const int chunks = static_cast<int>(r.end.size());
+  return run_model_cta(cta, v, chunk_len, [&](const ModelBlock& blk, const ModelCollectives& col) {
+    return chain_and_search(
+        blk, chunks, chunk_len, r.summ.data(), u, cta.start.data(), cta.sh,
+        [&](int c, float r0) { return col.replay(c, r0); },
+        [&](int c, float r0, float th) { return col.search(c, r0, th); },
+        [&] { return *std::max_element(r.last_positive.begin(), r.last_positive.end()); });
+  }, agree);
+}
+
+// BC as the first GPU run had it (commit 37e03bb), statement for statement: thread 0 carries the
+// running sum s through the chunks whose summaries apply; the others only update theirs on a
+// replay; afterwards every thread takes its own s as the total.
+int model_bc_first_gpu_run(const std::vector<float>& v, const SplitRow& r, int chunk_len, float u, ModelCta& cta,
+                           bool* agree) {
+  const int chunks = static_cast<int>(r.end.size());
+  const ChunkSummary* summ = r.summ.data();
+  return run_model_cta(cta, v, chunk_len, [&](const ModelBlock& blk, const ModelCollectives& col) {
+    float* start = cta.start.data();
+    int c = 0;
+    float s = 0.0f;
+    for (;;) {
+      if (blk.tid() == 0) {
+        float end;
+        while (c < chunks && summaries_end(summ + 2 * c, 2, s, &end)) {
+          start[c++] = s;
+          s = end;
+        }
+        if (c < chunks) start[c] = s;
+        cta.sh.next_chunk = c;
+      }
+      blk.sync();
+      c = cta.sh.next_chunk;
+      if (c == chunks) break;
+      s = start[c];
+      blk.sync();
+      s = col.replay(c, s);
+      ++c;
+    }
+    if (blk.tid() == 0) start[chunks] = s;
+    blk.sync();
+    const float total = s;
+    const float threshold = fmul_rn(u, total);
+    int token = -1;
+    if (blk.tid() == 0) {
+      const int found = first_chunk_above(start + 1, chunks, threshold);
+      cta.sh.found = found;
+      if (found == chunks) token = *std::max_element(r.last_positive.begin(), r.last_positive.end());
+    }
+    blk.sync();
+    const int found = cta.sh.found;
+    if (found == chunks) return token;
+    return found * chunk_len + col.search(found, start[found], threshold);
+  }, agree);
+}
+
+std::vector<float> model_uniforms(std::mt19937& rng, int count) {
+  std::vector<float> u = {0.0f, 0.99999994f};
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  while (static_cast<int>(u.size()) < count) u.push_back(uni(rng));
+  return u;
+}
+
+// Probabilities of a row as the GPU tests build them (tests/kernels/test_sampling_cdf_split_gpu.cu:
+// Gaussian logits of scale 1..4, kind 1 coarse (ties), kind 3 one peak), through the reference's
+// temperature / top-p (the same fixed-point masses and divisions as full_row_kernel).
+std::vector<float> gpu_like_row(int n, uint32_t seed, int kind, float temperature, float top_p, TopPMode mode) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f + static_cast<float>(seed % 4));
+  std::vector<float> x(n), probs(n);
+  for (auto& l : x) l = nd(rng);
+  if (kind == 1) {
+    for (auto& l : x) l = std::round(l * 2.0f) * 0.5f;
+  }
+  if (kind == 3) x[(seed * 7919u) % n] = 20.0f;
+  const bool uniform = ref::row_probs(x.data(), n, temperature, 0, top_p, mode, probs.data());
+  EXPECT_FALSE(uniform);
+  return probs;
+}
+
+struct GpuLikeCase {
+  float temperature, top_p;
+  TopPMode mode;
+};
+constexpr GpuLikeCase kGpuLikeCases[] = {{0.5f, 1.0f, TopPMode::kNucleus},
+                                         {1.0f, 0.9f, TopPMode::kNucleus},
+                                         {2.0f, 1.0f, TopPMode::kNucleus},
+                                         {1.0f, 0.9f, TopPMode::kTruncate}};
+
+// The kernel's chain and search (the same template) on a model CTA: the reference's token, every
+// thread agreeing, every collective called with block-uniform inputs; with wrong guesses (every
+// chunk replayed) and random ones too.
+TEST(SamplingCdfChunks, ChainAndSearchOnAModelCtaEqualsReference) {
+  std::mt19937 rng(6);
+  int rows = 0, replays = 0, chunks_seen = 0;
+  for (int n : {151936, 100003, 49152, 4096 * 3}) {
+    for (Kind kind : {Kind::kSoftmax, Kind::kFlat, Kind::kHalfUlp, Kind::kTies, Kind::kJunk, Kind::kNearPow2}) {
+      const auto v = make_row(kind, n, rng);
+      for (int mode = 0; mode < 3; ++mode) {
+        const SplitRow r = split_pass_ab(v, kCdfChunk, mode, rng, nullptr);
+        for (float u : model_uniforms(rng, mode == 0 ? 6 : 3)) {
+          ModelCta cta(static_cast<int>(r.end.size()));
+          bool agree = false;
+          const int got = model_bc(v, r, kCdfChunk, u, cta, &agree);
+          const int want = ref::sample_from_probs(v.data(), n, u);
+          ASSERT_EQ(got, want) << "n " << n << " kind " << static_cast<int>(kind) << " mode " << mode << " u " << u;
+          ASSERT_TRUE(agree);
+          ASSERT_EQ(cta.nonuniform.load(), 0) << "a collective got thread-dependent inputs";
+          ASSERT_EQ(f2u(cta.start.back()), f2u(r.total));
+          ++rows;
+          replays += cta.replays.load();
+          chunks_seen += static_cast<int>(r.end.size());
+        }
+      }
+    }
+  }
+  uint32_t seed = 200;
+  for (const GpuLikeCase& gc : kGpuLikeCases) {
+    for (int kind = 0; kind < 4; ++kind) {
+      const int n = kind % 2 ? 151936 : 128256;
+      const auto v = gpu_like_row(n, ++seed, kind, gc.temperature, gc.top_p, gc.mode);
+      const SplitRow r = split_pass_ab(v, kCdfChunk, 0, rng, nullptr);
+      for (float u : model_uniforms(rng, 4)) {
+        ModelCta cta(static_cast<int>(r.end.size()));
+        bool agree = false;
+        ASSERT_EQ(model_bc(v, r, kCdfChunk, u, cta, &agree), ref::sample_from_probs(v.data(), n, u))
+            << "GPU-like row kind " << kind << " T " << gc.temperature << " p " << gc.top_p << " u " << u;
+        ASSERT_TRUE(agree);
+        ASSERT_EQ(cta.nonuniform.load(), 0);
+        ++rows;
+        replays += cta.replays.load();
+        chunks_seen += static_cast<int>(r.end.size());
+      }
+    }
+  }
+  EXPECT_GT(replays, 0);
+  EXPECT_LT(replays, chunks_seen);
+  std::printf("  %d model CTAs, %d of %d chunks replayed\n", rows, replays, chunks_seen);
+}
+
+// The first GPU run's failure, reproduced on the CPU: with the total taken from each thread's own
+// running sum, every thread but 0 searches for a too small threshold (u times the end of the last
+// replayed chunk). The H200 showed exactly this: tokens too early but in the right chunk (thread
+// 0 picks the chunk), mostly a few entries past the chunk start (threads 1, 2, ... own those),
+// and hangs (on the GPU a thread whose threshold is already passed at a binade crossing returns
+// from sequential_cdf while the others wait at its next barrier). Rows whose last chunks are all
+// replayed (their sum crosses a power of two there) come out right, so not every row fails.
+TEST(SamplingCdfChunks, FirstGpuRunChainFailsOnAModelCta) {
+  std::mt19937 rng(7);
+  int wrong = 0, near_start = 0, nonuniform = 0, runs = 0;
+  uint32_t seed = 100;
+  for (const GpuLikeCase& gc : kGpuLikeCases) {
+    for (int kind = 0; kind < 4; ++kind) {
+      const int n = 151936;
+      const auto v = gpu_like_row(n, ++seed, kind, gc.temperature, gc.top_p, gc.mode);
+      const SplitRow r = split_pass_ab(v, kCdfChunk, 0, rng, nullptr);
+      for (float u : model_uniforms(rng, 4)) {
+        ModelCta cta(static_cast<int>(r.end.size()));
+        bool agree = false;
+        const int got = model_bc_first_gpu_run(v, r, kCdfChunk, u, cta, &agree);
+        const int want = ref::sample_from_probs(v.data(), n, u);
+        ++runs;
+        nonuniform += cta.nonuniform.load() > 0 ? 1 : 0;
+        if (got == want) continue;
+        ++wrong;
+        EXPECT_LT(got, want);  // too early, in the right chunk
+        EXPECT_EQ(got / kCdfChunk, want / kCdfChunk) << "got " << got << " want " << want;
+        if (got % kCdfChunk < 2 * kModelThreads * kModelItems) ++near_start;
+      }
+    }
+  }
+  std::printf("  first-GPU-run chain: %d of %d tokens wrong (%d near the chunk start), %d with "
+              "thread-dependent collective inputs\n",
+              wrong, runs, near_start, nonuniform);
+  EXPECT_GT(wrong, runs / 3);
+  EXPECT_GT(near_start, wrong / 2);
+  EXPECT_GE(nonuniform, wrong);
 }
 
 // The tests above must be able to fail: the obvious compositions are wrong on these rows.
