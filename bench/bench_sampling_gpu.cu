@@ -192,7 +192,13 @@ int main() {
   rows.push_back(bench_sample("sample V=2048 f32 B=64 k50 p0.8 (small)", 64, 2048, 50, 0.8f, 10));
   rows.push_back(bench_verify(60));
   // Not targets; shown so the slower modes are visible.
-  rows.push_back(bench_sample("sample V=151936 f32 B=1 k-off p0.9 (full-row)", 1, 151936, 0, 0.9f, 0));
+  // B <= 8 and V >= 32768 take the split CDF (sampling_cdf_split.cu) unless ES_CDF_SPLIT=0;
+  // B = 9 always takes the one-CTA-per-row full_row_kernel draw.
+  rows.push_back(bench_sample("sample V=151936 f32 B=1 k-off p1 (split CDF)", 1, 151936, 0, 1.0f, 0));
+  rows.push_back(bench_sample("sample V=151936 f32 B=1 k-off p0.9 (split CDF)", 1, 151936, 0, 0.9f, 0));
+  rows.push_back(bench_sample("sample V=49152 f32 B=1 k-off p1 (split CDF)", 1, 49152, 0, 1.0f, 0));
+  rows.push_back(bench_sample("sample V=151936 f32 B=8 k-off p1 (split CDF)", 8, 151936, 0, 1.0f, 0));
+  rows.push_back(bench_sample("sample V=151936 f32 B=9 k-off p1 (full-row)", 9, 151936, 0, 1.0f, 0));
   rows.push_back(bench_sample("sample V=151936 f32 B=64 k-off p0.9 (full-row)", 64, 151936, 0, 0.9f, 0));
   rows.push_back(bench_sample("sample V=2048 f32 B=64 k-off p0.9 (full sort)", 64, 2048, 0, 0.9f, 0));
   // Floor of this timing method: one empty launch between two events.

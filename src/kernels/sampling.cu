@@ -22,6 +22,7 @@
 #include "common/errors.h"
 #include "common/rng.h"
 #include "kernels/sampling.h"
+#include "kernels/sampling_cdf_split.h"
 #include "kernels/sampling_device.h"
 #include "kernels/sampling_rows.h"
 
@@ -434,6 +435,12 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
   const int row = blockIdx.x, V = a.vocab;
   const RowParams rp = row_params(a, row);
   kernel::pdl::trigger();
+  // Split CDF (sampling_cdf_split.cu) draws the token: inactive unless this row reaches the draw.
+  const bool split_cdf = a.plan.cdf_split && a.tokens != nullptr;
+  CdfRowParams* cdf_params = split_cdf ? reinterpret_cast<CdfRowParams*>(
+                                             static_cast<uint8_t*>(a.workspace) + a.plan.cdf_offset) + row
+                                       : nullptr;
+  if (split_cdf && threadIdx.x == 0) cdf_params->active = 0;
   if (candidate_row(a, rp)) return;
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
   auto scaled = [&](int i) { return scale_logit(load_logit(x, i), rp.inv_t, rp.greedy); };
@@ -516,7 +523,12 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
     a.sparse[row].status = kDense;
     a.sparse[row].count = -1;
   }
-  if (a.tokens) {
+  if (split_cdf) {  // same inputs as prob_at (RowProb in sampling_cdf_split.cu)
+    if (threadIdx.x == 0) {
+      *cdf_params = CdfRowParams{cc,       norm, last, rp.inv_t, row_max, row_uniform(a, row),
+                                 rp.greedy, partial, 1,    {0, 0}};
+    }
+  } else if (a.tokens) {
     const int token = full_row_sample(prob_at, V, row_uniform(a, row), scratch);
     if (threadIdx.x == 0) a.tokens[row] = token;
   }
@@ -591,6 +603,7 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
   if (a.plan.any_full || !a.plan.any_candidate) {
     full_row_kernel<T><<<a.rows, kThreads, 0, stream>>>(a);
     ES_CUDA_CHECK_LAUNCH();
+    if (a.plan.cdf_split && a.tokens != nullptr) launch_cdf_split(a, stream);
   }
 }
 
@@ -635,6 +648,7 @@ void sample_rows(const SamplingParams& p, cudaStream_t stream) {
                   (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
   if (!a.small_vocab) {
     a.plan = sampling::plan_general(p);
+    a.plan.cdf_split = a.plan.cdf_split && sampling::cdf_split_enabled();  // A/B: ES_CDF_SPLIT=0
     ES_CHECK_ARG(p.workspace_bytes >= a.plan.workspace_bytes, "kernel::sample_rows",
                  "workspace_bytes", p.workspace_bytes, "must be >= ", a.plan.workspace_bytes,
                  " (sampling_workspace_bytes)");

@@ -466,14 +466,30 @@ __device__ __forceinline__ void block_min2(int* a, int* b, BlockScratch& sh) {
   *b = ry;
 }
 
-// The sequential fp32 sum of the positive val_at(i), i in [0, n), in index order, bit for bit.
+// The sequential fp32 sum of the positive val_at(i), i in [0, n), in index order, bit for bit,
+// starting from r0 (>= 0; 0 for a whole row, a chunk's exact start for the split CDF).
 // search: returns the first index whose running sum is > threshold (or the last positive index,
 // or -1); otherwise returns -1 and *total gets the full sum.
+//
+// A collective: n and search must be block-uniform; r0 and threshold are taken from thread 0
+// (broadcast below), because the loop's exits compare the shared running sum against them: a
+// thread with another threshold would return while the others wait at the next barrier forever
+// (the split CDF's first GPU run hung this way). The loop is bounded: each round returns, ends
+// the tile, or moves `from` past a crossing (at most kTile rounds per tile, in practice one per
+// binade passed).
 template <typename ValAt>
 __device__ int sequential_cdf(ValAt val_at, int n, bool search, float threshold, float* total,
-                              BlockScratch& scratch) {
+                              BlockScratch& scratch, float r0 = 0.0f) {
   constexpr int kNone = 0x7fffffff;
-  float r = 0.0f;
+  // scratch.out is free here: its last reader (a crossing below, in an earlier call) passed a
+  // barrier after reading, and its next writer (a crossing) comes after the scan's barriers.
+  if (threadIdx.x == 0) {
+    scratch.out[0] = f2u(r0);
+    scratch.out[1] = f2u(threshold);
+  }
+  __syncthreads();
+  float r = u2f(static_cast<uint32_t>(scratch.out[0]));
+  threshold = u2f(static_cast<uint32_t>(scratch.out[1]));
   int my_last = -1;
   for (int base = 0; base < n; base += kTile) {
     const int start = base + threadIdx.x * kItems;

@@ -23,8 +23,18 @@ struct GeneralPlan {
   int32_t chunks = 0;          // chunk CTAs per row (candidate mode)
   int32_t chunk_len = 0;       // entries per chunk (the last one may be shorter)
   int32_t kcap = 0;            // largest effective top-k a candidate row may have
-  size_t workspace_bytes = 0;  // [batch][chunks] x (min(kcap, chunk_len) u64 + flag u64)
+  size_t workspace_bytes = 0;  // [batch][chunks] x (min(kcap, chunk_len) u64 + flag u64),
+                               // then the split CDF's region when cdf_split
+  // Split full-row inverse CDF (kernels/sampling_cdf_split.h): few rows, large vocab.
+  bool cdf_split = false;
+  int32_t cdf_chunks = 0;      // chunks of kCdfChunk entries per row
+  size_t cdf_offset = 0;       // byte offset of its region in the workspace (16-aligned)
 };
+
+inline constexpr int32_t kCdfChunk = 2 * kTile;        // entries per split-CDF chunk
+inline constexpr int32_t kCdfSplitMaxRows = 8;         // split only for batches this small
+inline constexpr int32_t kCdfSplitMinVocab = 32768;    // ... and vocabularies this large
+inline constexpr int32_t kCdfMaxChunks = 256;          // per row (V <= 1M; the chain stages them in shared memory)
 
 // Rows with effective top-k kk use the candidate mode iff
 //   any_candidate && kk <= kcap (then chunks * min(kk, chunk_len) <= kMaxFinalCandidates).
