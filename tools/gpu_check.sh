@@ -17,6 +17,10 @@
 #   tools/gpu_check.sh pdl        programmatic dependent launch off vs on (ES_PDL=0 / unset):
 #                                 ctest -L gpu both ways, then edgespec bench (plain + replay
 #                                 draft) on the random presets in ES_ENGINE_PRESETS, both ways
+#   tools/gpu_check.sh cdfsplit   the split full-row CDF (sampling_cdf_split.cu) A/B: its GPU tests and
+#                                 test_sampling_gpu under a timeout, bench_sampling_gpu with ES_CDF_SPLIT=0
+#                                 and on, and T = 1 generations of $ES_SMOLLM2_GGUF (plain and with
+#                                 models/'s draft) that must give the same tokens both ways
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -290,6 +294,47 @@ stage_pdl() {
   return $status
 }
 
+# The split full-row inverse CDF (batch <= 8, V >= 32768) against the one-CTA path, in one call.
+# Each test binary runs under a timeout: the split CDF's first GPU run hung in a barrier.
+stage_cdfsplit() {
+  local status=0 t m d rc
+  for t in test_sampling_cdf_split_gpu test_sampling_gpu test_spec_verify_gpu; do
+    timeout 120 "$build_dir/tests/$t" --gtest_brief=1 >"$out/cdfsplit_$t.log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || { status=1; grep -A6 "Failure" "$out/cdfsplit_$t.log" | head -30; }
+    summary+=("cdfsplit $(printf '%-28s' "$t") $([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")")
+  done
+  for m in 0 1; do
+    ES_CDF_SPLIT=$m timeout 120 "$build_dir/bench/bench_sampling_gpu" >"$out/cdfsplit_bench$m.txt" 2>&1
+    summary+=("bench_sampling ES_CDF_SPLIT=$m rc=$?   cdfsplit_bench$m.txt")
+    grep -E "k-off|verify" "$out/cdfsplit_bench$m.txt" | while read -r line; do echo "  ES_CDF_SPLIT=$m $line"; done
+  done
+  local gguf="${ES_SMOLLM2_GGUF:-}"
+  if [ ! -f "$gguf" ]; then
+    summary+=("cdfsplit generate      skipped  ES_SMOLLM2_GGUF = '$gguf' is not a file")
+    return $status
+  fi
+  for m in 0 1; do
+    for d in plain draft; do
+      local args=(--no-draft)
+      [ $d = draft ] && args=(--draft models/smollm2-135m-instruct-dflash)
+      ES_CDF_SPLIT=$m timeout 60 "$build_dir/edgespec" generate --model "$gguf" "${args[@]}" --backend cuda --json \
+        -n 128 --temperature 1 --seed 11 -p "Write a short story about a lighthouse keeper." \
+        >"$out/cdfsplit_t1_${d}_$m.json" 2>"$out/cdfsplit_t1_${d}_$m.err" || status=1
+    done
+  done
+  for d in plain draft; do
+    if python3 -c 'import json,sys; a,b=(json.load(open(p))["tokens"] for p in sys.argv[1:]); sys.exit(a!=b)' \
+         "$out/cdfsplit_t1_${d}_0.json" "$out/cdfsplit_t1_${d}_1.json" 2>/dev/null; then
+      summary+=("cdfsplit T=1 $d       ok       same tokens with ES_CDF_SPLIT=0 and 1")
+    else
+      summary+=("cdfsplit T=1 $d       FAILED   cdfsplit_t1_${d}_{0,1}.json differ or are missing")
+      status=1
+    fi
+  done
+  return $status
+}
+
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
 status=0
@@ -304,7 +349,8 @@ if build; then
       oracle) stage_oracle || status=1 ;;
       engine) stage_engine || status=1 ;;
       pdl) stage_pdl || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl)" >&2; status=2 ;;
+      cdfsplit) stage_cdfsplit || status=1 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit)" >&2; status=2 ;;
     esac
   done
 else
