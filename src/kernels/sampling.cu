@@ -345,9 +345,11 @@ struct FullShared {
 };
 
 // Threshold search by weight: the key K with W(key > K) < target <= W(key >= K), where W sums
-// weight_at over entries (0 = excluded). 4 passes of 8-bit digits over the row.
-template <typename KeyWeight>
-__device__ void radix_select_weighted(KeyWeight key_weight, int n, uint64_t target,
+// weight_at(i, key_at(i)) over entries (0 = excluded). 4 passes of 8-bit digits over the row.
+// The weight is evaluated only for entries whose key matches the digits found so far (the exp of
+// the top-p mass is the expensive part), and the histogram is warp-aggregated.
+template <typename KeyAt, typename WeightAt>
+__device__ void radix_select_weighted(KeyAt key_at, WeightAt weight_at, int n, uint64_t target,
                                       FullShared& fs, uint32_t* out_key, uint64_t* out_above) {
   uint32_t prefix = 0;
   uint64_t above = 0;
@@ -355,13 +357,18 @@ __device__ void radix_select_weighted(KeyWeight key_weight, int n, uint64_t targ
     const int shift = 24 - 8 * d;
     for (int i = threadIdx.x; i < 256; i += kThreads) fs.hist[i] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      uint32_t key;
-      const uint64_t w = key_weight(i, &key);
-      if (w != 0 && (d == 0 || (key >> (shift + 8)) == prefix)) {
-        atomicAdd(reinterpret_cast<unsigned long long*>(&fs.hist[(key >> shift) & 0xffu]),
-                  static_cast<unsigned long long>(w));
+    for (int base = 0; base < n; base += kThreads) {  // whole warps: warp_aggregated_add
+      const int i = base + static_cast<int>(threadIdx.x);
+      uint32_t digit = 0x100u;
+      uint64_t w = 0;
+      if (i < n) {
+        const uint32_t key = key_at(i);
+        if (d == 0 || (key >> (shift + 8)) == prefix) {
+          w = weight_at(i, key);
+          digit = (key >> shift) & 0xffu;
+        }
       }
+      warp_aggregated_add(fs.hist, digit, w);
     }
     __syncthreads();
     if (warp_id() == 0) {
@@ -455,19 +462,16 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
     return;
   }
   const float row_max = key_value(static_cast<uint32_t>(red));
-  auto mass_at = [&](float s) { return mass_of(exp_nonpos(fsub_rn(s, row_max))); };
+  auto mass_at = [&](float s) { return mass_below_max(s, row_max); };
 
   // Top-k set: composite ranks >= ck.
   uint64_t ck = 0;
   if (rp.k < V) {
     uint32_t kkey;
     uint64_t above;
-    radix_select_weighted(
-        [&](int i, uint32_t* key) {
-          *key = order_key(scaled(i));
-          return uint64_t{1};
-        },
-        V, static_cast<uint64_t>(rp.k), fs, &kkey, &above);
+    radix_select_weighted([&](int i) { return order_key(scaled(i)); },
+                          [](int, uint32_t) { return uint64_t{1}; }, V, static_cast<uint64_t>(rp.k),
+                          fs, &kkey, &above);
     const int idx = jth_in_index_order([&](int i) { return order_key(scaled(i)) == kkey; }, V,
                                        static_cast<uint64_t>(rp.k) - above, fs, scratch);
     ck = composite(kkey, static_cast<uint32_t>(idx));
@@ -485,11 +489,11 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
     const uint64_t budget = top_p_budget(rp.top_p, total);
     uint32_t pkey;
     uint64_t above;
+    // key_value(key) is the scaled logit (a -0 becomes +0: the same exp_nonpos and mass).
     radix_select_weighted(
-        [&](int i, uint32_t* key) {
-          const float s = scaled(i);
-          *key = order_key(s);
-          return composite(*key, static_cast<uint32_t>(i)) >= ck ? mass_at(s) : uint64_t{0};
+        [&](int i) { return order_key(scaled(i)); },
+        [&](int i, uint32_t key) {
+          return composite(key, static_cast<uint32_t>(i)) >= ck ? mass_at(key_value(key)) : uint64_t{0};
         },
         V, budget, fs, &pkey, &above);
     const uint64_t qk = mass_at(key_value(pkey));  // > 0: the crossing bin has mass

@@ -111,6 +111,35 @@ __device__ inline void bitonic_sort(uint64_t* s, int n, bool descending) {
   }
 }
 
+// Adds w to hist[digit] for every lane of the warp, one shared atomic per distinct digit per
+// warp (the warp's full-row histograms would otherwise serialise: the first digit of the order
+// keys of real logits falls in 1-3 bins, so all 512 threads hit the same u64 shared atomic).
+// Lanes with w == 0 or digit >= 256 add nothing. Peers (equal digits, from __match_any_sync) sum
+// their weights by a shuffle tree over their relative positions (log2(group) rounds; NVIDIA's
+// "reduce_peers"), then the lowest peer adds once. Exact: integer sums in any order.
+// Must be called by all 32 lanes (warp-converged).
+__device__ __forceinline__ void warp_aggregated_add(uint64_t* hist, uint32_t digit, uint64_t w) {
+  if (w == 0) digit = 0x100u;
+  if (__all_sync(kFull, digit >= 0x100u)) return;  // nothing to add (common after digit 0)
+  unsigned peers = __match_any_sync(kFull, digit);
+  const int lane = lane_id();
+  const bool leader = (__ffs(peers) - 1) == lane;
+  unsigned rel = __popc(peers & ((1u << lane) - 1u));  // peers below this lane
+  peers &= ~((2u << lane) - 1u);                       // peers above this lane (lane 31: none)
+  uint64_t x = w;
+  while (__any_sync(kFull, peers != 0)) {
+    const int next = __ffs(peers);  // 1-based lane of the next peer above, 0 if none
+    const uint64_t t = __shfl_sync(kFull, x, next > 0 ? next - 1 : lane);
+    if ((rel & 1) == 0 && next > 0) x += t;
+    const bool done = (rel & 1) != 0;
+    peers &= __ballot_sync(kFull, !done);
+    rel >>= 1;
+  }
+  if (leader && digit < 0x100u) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(&hist[digit]), static_cast<unsigned long long>(x));
+  }
+}
+
 struct alignas(16) SelectShared {
   uint64_t tmp[kMaxCandidateTopK + 2];  // unsorted candidates (+ padding for pair reads)
   uint32_t hist[256];

@@ -106,6 +106,15 @@ ES_HOST_DEVICE ES_FORCE_INLINE uint64_t mass_of(float e) {
   return static_cast<uint64_t>(fmul_rn(e, kMassScale));
 }
 
+// Mass of a scaled logit s below the row maximum: mass_of(exp_nonpos(s - max)), bit for bit,
+// with the exp skipped where the mass is certainly 0: for d < -28, exp_nonpos(d) is within
+// 4e-7 relative of e^d <= 6.92e-13 < 2^-40 = 9.09e-13, so floor(e * 2^40) = 0. Most entries of
+// a real row are that far below the maximum, and the full-row passes evaluate it per entry.
+ES_HOST_DEVICE ES_FORCE_INLINE uint64_t mass_below_max(float s, float row_max) {
+  const float d = fsub_rn(s, row_max);
+  return d < -28.0f ? 0 : mass_of(exp_nonpos(d));
+}
+
 // Scaled logit (spec §3.1): greedy rows keep the raw logit (only the order matters then).
 ES_HOST_DEVICE ES_FORCE_INLINE float scale_logit(float x, float inv_t, bool greedy) {
   return greedy ? x : fmul_rn(x, inv_t);

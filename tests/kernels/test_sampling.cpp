@@ -69,6 +69,24 @@ TEST(SamplingMath, ExpMatchesLibmAndIsExactAtZero) {
   }
 }
 
+// mass_below_max skips the exp below d = -28; it must equal mass_of(exp_nonpos(d)) for every d.
+// Exhaustive over the floats in [-64, -16] (every d around the shortcut), sampled elsewhere.
+TEST(SamplingMath, MassBelowMaxEqualsMassOfExp) {
+  auto check = [](float d) {
+    ASSERT_EQ(mass_below_max(d, 0.0f), mass_of(exp_nonpos(d))) << "d " << d;
+  };
+  for (uint32_t b = f2u(-16.0f); b <= f2u(-64.0f); ++b) {
+    const float d = u2f(b);
+    if (mass_below_max(d, 0.0f) != mass_of(exp_nonpos(d))) check(d);  // fast path, then report
+  }
+  EXPECT_GT(mass_of(exp_nonpos(-27.0f)), 0u);  // the shortcut sits near the real edge (~-27.7)
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uni(-200.0f, 0.0f);
+  for (int i = 0; i < 100000; ++i) check(uni(rng));
+  for (float d : {0.0f, -0.0f, -1e-30f, -27.7f, -28.0f, -103.9f, -104.0f, -__builtin_huge_valf()}) check(d);
+  EXPECT_EQ(mass_below_max(3.0f, 5.0f), mass_of(exp_nonpos(-2.0f)));
+}
+
 TEST(SamplingMath, OrderKeyIsMonotoneAndZerosTie) {
   const float values[] = {-__builtin_huge_valf(), -1e30f, -2.5f, -1e-40f, -0.0f,
                           0.0f, 1e-40f, 1.0f, 3e38f, __builtin_huge_valf()};
