@@ -7,14 +7,17 @@
 //                      candidates (sorted composites) to the workspace.
 //  final_kernel        one CTA per row merges the chunk candidates (radix select again), then the
 //                      same finalisation and emission as the small-vocab candidate mode.
-//  full_row_kernel     general path, top-k off or k > kcap: one CTA per row, radix threshold
-//                      searches over the row (4 passes each, by count for top-k and by exact
-//                      fixed-point mass for top-p), never O(k) passes.
+//  full_row_kernel     general path, top-k off or k > kcap: one CTA per row, or for few long
+//                      rows (plan.fullrow_split) one cluster of 8-16 CTAs per row; radix
+//                      threshold searches over the row (4 passes each, by count for top-k and by
+//                      exact fixed-point mass for top-p), never O(k) passes.
 // All paths share kernels/sampling_device.h, so they produce bit-identical probabilities.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -24,6 +27,8 @@
 #include "kernels/sampling.h"
 #include "kernels/sampling_cdf_split.h"
 #include "kernels/sampling_device.h"
+#include "kernels/sampling_fullrow_cut.h"
+#include "kernels/sampling_fullrow_groups.cuh"
 #include "kernels/sampling_rows.h"
 
 namespace es::sampling {
@@ -93,8 +98,7 @@ __device__ __forceinline__ float row_uniform(const RowsArgs& a, int row) {
                                       static_cast<uint32_t>(row - q * a.rows_per_param));
 }
 
-// Key of -inf: a row whose maximum is this has no finite entry (uniform fallback).
-constexpr uint32_t kMinusInfKey = 0x007fffffu;
+constexpr uint32_t kMinusInfKey = fullrow::kMinusInfKey;
 
 // Shared memory of the candidate modes.
 struct alignas(16) CandShared {
@@ -337,205 +341,113 @@ __global__ void __launch_bounds__(kThreads) final_kernel(RowsArgs a) {
 // ---------------------------------------------------------------------------------------------
 // General path, full-row mode.
 
-struct FullShared {
-  uint64_t hist[256];
-  uint64_t gt;
-  uint32_t bin;
-  int found;
-};
-
-// Threshold search by weight: the key K with W(key > K) < target <= W(key >= K), where W sums
-// weight_at(i, key_at(i)) over entries (0 = excluded). 4 passes of 8-bit digits over the row.
-// The weight is evaluated only for entries whose key matches the digits found so far (the exp of
-// the top-p mass is the expensive part), and the histogram is warp-aggregated.
-template <typename KeyAt, typename WeightAt>
-__device__ void radix_select_weighted(KeyAt key_at, WeightAt weight_at, int n, uint64_t target,
-                                      FullShared& fs, uint32_t* out_key, uint64_t* out_above) {
-  uint32_t prefix = 0;
-  uint64_t above = 0;
-  for (int d = 0; d < 4; ++d) {
-    const int shift = 24 - 8 * d;
-    for (int i = threadIdx.x; i < 256; i += kThreads) fs.hist[i] = 0;
-    __syncthreads();
-    for (int base = 0; base < n; base += kThreads) {  // whole warps: warp_aggregated_add
-      const int i = base + static_cast<int>(threadIdx.x);
-      uint32_t digit = 0x100u;
-      uint64_t w = 0;
-      if (i < n) {
-        const uint32_t key = key_at(i);
-        if (d == 0 || (key >> (shift + 8)) == prefix) {
-          w = weight_at(i, key);
-          digit = (key >> shift) & 0xffu;
-        }
-      }
-      warp_aggregated_add(fs.hist, digit, w);
-    }
-    __syncthreads();
-    if (warp_id() == 0) {
-      uint64_t c[8], sum = 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        c[j] = fs.hist[255 - 8 * lane_id() - j];
-        sum += c[j];
-      }
-      uint64_t incl = sum;
-      for (int o = 1; o < 32; o <<= 1) {
-        const uint64_t y = __shfl_up_sync(kFull, incl, o);
-        if (lane_id() >= o) incl += y;
-      }
-      uint64_t run = incl - sum;
-      const uint64_t need = target - above;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (run < need && need <= run + c[j]) {
-          fs.bin = 255 - 8 * lane_id() - j;
-          fs.gt = run;
-        }
-        run += c[j];
-      }
-    }
-    __syncthreads();
-    above += fs.gt;
-    prefix = (prefix << 8) | fs.bin;
-    __syncthreads();
-  }
-  *out_key = prefix;
-  *out_above = above;
-}
-
-// Index of the j-th (1-based) entry in index order for which match(i) holds.
-template <typename Match>
-__device__ int jth_in_index_order(Match match, int n, uint64_t j, FullShared& fs,
-                                  BlockScratch& scratch) {
-  if (threadIdx.x == 0) fs.found = -1;
-  __syncthreads();
-  uint64_t carry = 0;
-  for (int base = 0; base < n; base += kTile) {
-    const int start = base + threadIdx.x * kItems;
-    uint64_t count = 0;
-#pragma unroll
-    for (int r = 0; r < kItems; ++r) count += (start + r < n && match(start + r)) ? 1 : 0;
-    uint64_t tile_total;
-    const uint64_t before = carry + block_exclusive_scan_u64(count, scratch, &tile_total);
-    if (before < j && j <= before + count) {
-      uint64_t c = before;
-      for (int r = 0; r < kItems; ++r) {
-        if (start + r < n && match(start + r) && ++c == j) {
-          fs.found = start + r;
-          break;
-        }
-      }
-    }
-    carry += tile_total;
-    __syncthreads();
-    if (fs.found >= 0) break;
-  }
-  const int found = fs.found;
-  __syncthreads();
-  return found;
-}
-
-template <typename T>
+// One row's probabilities over a group (a CTA, or a cluster of CTAs with blockIdx.x = rank):
+// the cut by fullrow::decide_cut (kernels/sampling_fullrow_cut.h, the same template the CPU test
+// runs on a model of the group), then each CTA writes its slice of the probabilities. The lead
+// CTA (rank 0) writes the row's status, the split CDF's parameters, or draws the token itself.
+template <typename T, bool kCluster>
 __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
-  __shared__ FullShared fs;
+  __shared__ FullGroupShared gs;
   __shared__ BlockScratch scratch;
-  const int row = blockIdx.x, V = a.vocab;
+  const int row = kCluster ? blockIdx.y : blockIdx.x, V = a.vocab;
   const RowParams rp = row_params(a, row);
   kernel::pdl::trigger();
+  using Group = std::conditional_t<kCluster, ClusterGroup, CtaGroup>;
+  Group g = [&] {
+    if constexpr (kCluster) {
+      return ClusterGroup(gs, scratch, V);
+    } else {
+      return CtaGroup{gs, scratch, 0, V};
+    }
+  }();
   // Split CDF (sampling_cdf_split.cu) draws the token: inactive unless this row reaches the draw.
   const bool split_cdf = a.plan.cdf_split && a.tokens != nullptr;
   CdfRowParams* cdf_params = split_cdf ? reinterpret_cast<CdfRowParams*>(
                                              static_cast<uint8_t*>(a.workspace) + a.plan.cdf_offset) + row
                                        : nullptr;
-  if (split_cdf && threadIdx.x == 0) cdf_params->active = 0;
-  if (candidate_row(a, rp)) return;
+  if (split_cdf && g.lead() && threadIdx.x == 0) cdf_params->active = 0;
+  if (candidate_row(a, rp)) return;  // the same for every CTA of the row: before any cluster barrier
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
   auto scaled = [&](int i) { return scale_logit(load_logit(x, i), rp.inv_t, rp.greedy); };
-  uint64_t local = 0;
-  for (int i = threadIdx.x; i < V; i += kThreads) {
-    const float s = scaled(i);
-    local = umax64(local, (poisons_row(s) ? (1ull << 32) : 0ull) | order_key(s));
-  }
-  const uint64_t red = block_max_u64(local, scratch);
-  if ((red >> 32) != 0 || static_cast<uint32_t>(red) == kMinusInfKey) {
-    emit_uniform(a, row);
+  const fullrow::Cut cut = fullrow::decide_cut(g, scaled, V, rp, a.mode);  // group-uniform
+  if (cut.uniform) {
+    if (g.lead()) emit_uniform(a, row);
+    g.finish();
     return;
   }
-  const float row_max = key_value(static_cast<uint32_t>(red));
-  auto mass_at = [&](float s) { return mass_below_max(s, row_max); };
-
-  // Top-k set: composite ranks >= ck.
-  uint64_t ck = 0;
-  if (rp.k < V) {
-    uint32_t kkey;
-    uint64_t above;
-    radix_select_weighted([&](int i) { return order_key(scaled(i)); },
-                          [](int, uint32_t) { return uint64_t{1}; }, V, static_cast<uint64_t>(rp.k),
-                          fs, &kkey, &above);
-    const int idx = jth_in_index_order([&](int i) { return order_key(scaled(i)) == kkey; }, V,
-                                       static_cast<uint64_t>(rp.k) - above, fs, scratch);
-    ck = composite(kkey, static_cast<uint32_t>(idx));
-  }
-  uint64_t s_local = 0;
-  for (int i = threadIdx.x; i < V; i += kThreads) {
-    const float s = scaled(i);
-    if (composite(order_key(s), static_cast<uint32_t>(i)) >= ck) s_local += mass_at(s);
-  }
-  const uint64_t total = block_sum_u64(s_local, scratch);
-
-  uint64_t cc = ck, norm = total, last = 0;
-  bool partial = false;
-  if (rp.top_p_on) {
-    const uint64_t budget = top_p_budget(rp.top_p, total);
-    uint32_t pkey;
-    uint64_t above;
-    // key_value(key) is the scaled logit (a -0 becomes +0: the same exp_nonpos and mass).
-    radix_select_weighted(
-        [&](int i) { return order_key(scaled(i)); },
-        [&](int i, uint32_t key) {
-          return composite(key, static_cast<uint32_t>(i)) >= ck ? mass_at(key_value(key)) : uint64_t{0};
-        },
-        V, budget, fs, &pkey, &above);
-    const uint64_t qk = mass_at(key_value(pkey));  // > 0: the crossing bin has mass
-    const uint64_t j = (budget - above + qk - 1) / qk;
-    const int idx = jth_in_index_order(
-        [&](int i) {
-          const uint32_t key = order_key(scaled(i));
-          return key == pkey && composite(key, static_cast<uint32_t>(i)) >= ck;
-        },
-        V, j, fs, scratch);
-    cc = composite(pkey, static_cast<uint32_t>(idx));
-    if (a.mode == TopPMode::kNucleus) {
-      norm = above + j * qk;
-    } else {
-      norm = budget;
-      last = budget - (above + (j - 1) * qk);
-      partial = true;
-    }
-  }
-  auto prob_at = [&](int i) {
-    const float s = scaled(i);
-    const uint64_t c = composite(order_key(s), static_cast<uint32_t>(i));
-    if (c < cc) return 0.0f;
-    return prob_of((partial && c == cc) ? last : mass_at(s), norm);
-  };
+  auto prob_at = [&](int i) { return fullrow::cut_prob(cut, scaled(i), i); };
   if (a.probs) {
     float* out = a.probs + static_cast<size_t>(row) * V;
-    for (int i = threadIdx.x; i < V; i += kThreads) out[i] = prob_at(i);
+    for (int i = g.begin + threadIdx.x; i < g.end; i += kThreads) out[i] = prob_at(i);
   }
-  if (a.sparse && threadIdx.x == 0) {
+  if (a.sparse && g.lead() && threadIdx.x == 0) {
     a.sparse[row].status = kDense;
     a.sparse[row].count = -1;
   }
+  g.finish();  // after the last cluster collective; the draw below reads global memory only
   if (split_cdf) {  // same inputs as prob_at (RowProb in sampling_cdf_split.cu)
-    if (threadIdx.x == 0) {
-      *cdf_params = CdfRowParams{cc,       norm, last, rp.inv_t, row_max, row_uniform(a, row),
-                                 rp.greedy, partial, 1,    {0, 0}};
+    if (g.lead() && threadIdx.x == 0) {
+      *cdf_params = CdfRowParams{cut.cc,    cut.norm, cut.last, rp.inv_t, cut.row_max, row_uniform(a, row),
+                                 rp.greedy, cut.partial, 1,     {0, 0}};
     }
-  } else if (a.tokens) {
+  } else if (a.tokens && g.lead()) {  // the lead CTA draws over the whole row (the others are done)
     const int token = full_row_sample(prob_at, V, row_uniform(a, row), scratch);
     if (threadIdx.x == 0) a.tokens[row] = token;
   }
+}
+
+// CTAs a full-row row is split over (one cluster): 16 (non-portable) where the device can
+// co-schedule such a cluster of this kernel, else 8 (portable), as argmax.cu does. Cached.
+template <typename T>
+int full_row_cluster_ranks() {
+  static thread_local int cached = 0;
+  if (cached) return cached;
+  constexpr int kWant = kMaxClusterRanks;
+  int ranks = 8;
+  if (cudaFuncSetAttribute(full_row_kernel<T, true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+      cudaSuccess) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kWant, 1, 1);
+    cfg.blockDim = dim3(kThreads, 1, 1);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kWant;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, full_row_kernel<T, true>, &cfg) == cudaSuccess && clusters > 0) {
+      ranks = kWant;
+    }
+  }
+  (void)cudaGetLastError();  // a refused query leaves no sticky error behind
+  cached = ranks;
+  return ranks;
+}
+
+template <typename T>
+void launch_full_row(const RowsArgs& a, cudaStream_t stream) {
+  if (!(a.plan.fullrow_split && fullrow_split_enabled())) {
+    full_row_kernel<T, false><<<a.rows, kThreads, 0, stream>>>(a);
+    ES_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int ranks = full_row_cluster_ranks<T>();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(ranks, a.rows, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = ranks;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  ES_CUDA_CHECK(cudaLaunchKernelEx(&cfg, full_row_kernel<T, true>, a));
+  ES_CUDA_CHECK_LAUNCH();
 }
 
 // Prepares `kernel` for a launch with `bytes` of dynamic shared memory. Without the opt-in
@@ -605,13 +517,20 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
     kernel::pdl::launch(final_kernel, dim3(a.rows), dim3(kThreads), bytes, stream, a);
   }
   if (a.plan.any_full || !a.plan.any_candidate) {
-    full_row_kernel<T><<<a.rows, kThreads, 0, stream>>>(a);
-    ES_CUDA_CHECK_LAUNCH();
+    launch_full_row<T>(a, stream);
     if (a.plan.cdf_split && a.tokens != nullptr) launch_cdf_split(a, stream);
   }
 }
 
 }  // namespace
+
+bool fullrow_split_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("ES_FULLROW_SPLIT");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
 
 void launch_rows(const RowsArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;

@@ -86,6 +86,7 @@ GeneralPlan plan_rows(const SamplingParams& p);
 // The row modes, then the split CDF's workspace region when full-row rows may be few and long.
 GeneralPlan plan_general(const SamplingParams& p) {
   GeneralPlan plan = plan_rows(p);
+  plan.fullrow_split = plan.any_full && p.batch <= kFullRowSplitMaxRows && p.vocab >= kFullRowSplitMinVocab;
   if (plan.any_full && p.batch <= kCdfSplitMaxRows && p.vocab >= kCdfSplitMinVocab) {
     const int64_t chunks = (static_cast<int64_t>(p.vocab) + kCdfChunk - 1) / kCdfChunk;
     if (chunks <= kCdfMaxChunks) {

@@ -29,12 +29,22 @@ struct GeneralPlan {
   bool cdf_split = false;
   int32_t cdf_chunks = 0;      // chunks of kCdfChunk entries per row
   size_t cdf_offset = 0;       // byte offset of its region in the workspace (16-aligned)
+  // Split full-row decision (kernels/sampling_fullrow_groups.cuh): few rows, large vocab, so
+  // full_row_kernel spreads each row over a cluster of CTAs. Needs no workspace.
+  bool fullrow_split = false;
 };
 
 inline constexpr int32_t kCdfChunk = 2 * kTile;        // entries per split-CDF chunk
 inline constexpr int32_t kCdfSplitMaxRows = 8;         // split only for batches this small
 inline constexpr int32_t kCdfSplitMinVocab = 32768;    // ... and vocabularies this large
 inline constexpr int32_t kCdfMaxChunks = 256;          // per row (V <= 1M; the chain stages them in shared memory)
+
+inline constexpr int32_t kFullRowSplitMaxRows = kCdfSplitMaxRows;    // the same rows as the split CDF
+inline constexpr int32_t kFullRowSplitMinVocab = kCdfSplitMinVocab;
+
+// False when the environment sets ES_FULLROW_SPLIT=0 (read once): every full-row row then takes
+// one CTA (the kernel before the split), so one binary measures both. CUDA builds.
+bool fullrow_split_enabled();
 
 // Rows with effective top-k kk use the candidate mode iff
 //   any_candidate && kk <= kcap (then chunks * min(kk, chunk_len) <= kMaxFinalCandidates).
