@@ -14,6 +14,8 @@
 #include "common/rng.h"
 #include "kernels/argmax.h"
 #include "kernels/sampling.h"
+#include "kernels/sampling_cdf_split.h"
+#include "kernels/sampling_layout.h"
 #include "kernels/spec_verify.h"
 
 namespace {
@@ -185,6 +187,8 @@ int main() {
   ES_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20);
+  std::printf("ES_CDF_SPLIT %s, ES_FULLROW_SPLIT %s\n", sampling::cdf_split_enabled() ? "on" : "off",
+              sampling::fullrow_split_enabled() ? "on" : "off");
   std::vector<Row> rows;
   rows.push_back(bench_sample("sample V=151936 f32 B=1 k50 p0.9", 1, 151936, 50, 0.9f, 20));
   rows.push_back(bench_sample("sample V=151936 f32 B=64 k50 p0.9", 64, 151936, 50, 0.9f, 60));
@@ -195,9 +199,14 @@ int main() {
   // B <= 8 and V >= 32768 take the split CDF (sampling_cdf_split.cu) unless ES_CDF_SPLIT=0;
   // B = 9 always takes the one-CTA-per-row full_row_kernel draw.
   rows.push_back(bench_sample("sample V=151936 f32 B=1 k-off p1 (split CDF)", 1, 151936, 0, 1.0f, 0));
-  rows.push_back(bench_sample("sample V=151936 f32 B=1 k-off p0.9 (split CDF)", 1, 151936, 0, 0.9f, 0));
+  rows.push_back(bench_sample("sample V=151936 f32 B=1 k-off p0.9 (split CDF+split)", 1, 151936, 0, 0.9f, 0));
   rows.push_back(bench_sample("sample V=49152 f32 B=1 k-off p1 (split CDF)", 1, 49152, 0, 1.0f, 0));
   rows.push_back(bench_sample("sample V=151936 f32 B=8 k-off p1 (split CDF)", 8, 151936, 0, 1.0f, 0));
+  // Top-p without top-k (Llama-style requests): B <= 8 and V >= 32768 decide each row's cut on a
+  // cluster of CTAs unless ES_FULLROW_SPLIT=0 (then one CTA per row); run the binary both ways.
+  rows.push_back(bench_sample("sample V=151936 f32 B=8 k-off p0.9 (split)", 8, 151936, 0, 0.9f, 0));
+  rows.push_back(bench_sample("sample V=49152 f32 B=1 k-off p0.9 (split)", 1, 49152, 0, 0.9f, 0));
+  rows.push_back(bench_sample("sample V=49152 f32 B=8 k-off p0.9 (split)", 8, 49152, 0, 0.9f, 0));
   rows.push_back(bench_sample("sample V=151936 f32 B=9 k-off p1 (full-row)", 9, 151936, 0, 1.0f, 0));
   rows.push_back(bench_sample("sample V=151936 f32 B=64 k-off p0.9 (full-row)", 64, 151936, 0, 0.9f, 0));
   rows.push_back(bench_sample("sample V=2048 f32 B=64 k-off p0.9 (full sort)", 64, 2048, 0, 0.9f, 0));

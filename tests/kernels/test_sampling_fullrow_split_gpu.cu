@@ -1,0 +1,232 @@
+// The split full-row decision (full_row_kernel on a cluster of CTAs per row: batch <= 8,
+// V >= 32768, top-k off or above the candidate cap) against the CPU reference: probabilities bit
+// for bit and tokens exactly. ctest runs this binary twice: as is (the cluster path) and with
+// ES_FULLROW_SPLIT=0 (the one-CTA kernel), so both sides of the A/B switch are checked.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "kernels/sampling.h"
+#include "kernels/sampling_layout.h"
+#include "support/gpu_test_util.h"
+
+namespace es {
+namespace {
+
+struct FrCase {
+  int32_t vocab;
+  int32_t batch;
+  DType dtype;
+  float temperature;
+  float top_p;
+  int32_t top_k = 0;
+  TopPMode mode = TopPMode::kNucleus;
+};
+
+std::string describe(const FrCase& c, uint32_t seed) {
+  return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " + std::string(dtype_name(c.dtype)) +
+         " T=" + std::to_string(c.temperature) + " p=" + std::to_string(c.top_p) + " k=" + std::to_string(c.top_k) +
+         (c.mode == TopPMode::kTruncate ? " truncate" : " nucleus") + " seed=" + std::to_string(seed);
+}
+
+SamplingParams params_of(const FrCase& c) {
+  SamplingParams p;
+  p.batch = c.batch;
+  p.vocab = c.vocab;
+  p.logits_dtype = c.dtype;
+  p.temperature = c.temperature;
+  p.top_k = c.top_k;
+  p.top_p = c.top_p;
+  p.top_p_mode = c.mode;
+  return p;
+}
+
+// Row b: N(0, 3) logits; b % 4 == 1 on a 0.5 grid (the cuts fall inside tie groups spanning
+// CTAs); b % 4 == 2 one constant (a single tie group); b % 4 == 3 a peak over N(0, 1).
+std::vector<float> make_logits(const FrCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> x(static_cast<size_t>(c.batch) * c.vocab);
+  for (int32_t b = 0; b < c.batch; ++b) {
+    float* row = x.data() + static_cast<size_t>(b) * c.vocab;
+    std::normal_distribution<float> nd(0.0f, b % 4 == 3 ? 1.0f : 3.0f);
+    for (int32_t i = 0; i < c.vocab; ++i) row[i] = nd(rng);
+    if (b % 4 == 1) {
+      for (int32_t i = 0; i < c.vocab; ++i) row[i] = std::round(row[i] * 2.0f) * 0.5f;
+    }
+    if (b % 4 == 2) {
+      for (int32_t i = 0; i < c.vocab; ++i) row[i] = 0.25f;
+    }
+    if (b % 4 == 3) row[(seed * 7919u + b) % c.vocab] = 12.0f;
+  }
+  if (c.dtype == DType::kF16) {
+    for (auto& v : x) v = to_float(to_fp16(v));
+  }
+  return x;
+}
+
+struct Out {
+  std::vector<int32_t> tokens;
+  std::vector<float> probs;
+};
+
+// with_probs false: tokens only (then the split CDF draws them, unless ES_CDF_SPLIT=0).
+Out run_gpu(SamplingParams p, const std::vector<float>& x, const std::vector<float>& u, bool with_probs) {
+  test::DeviceArray<float> d_f32(p.logits_dtype == DType::kF32 ? x.size() : 0);
+  test::DeviceArray<fp16> d_f16(p.logits_dtype == DType::kF16 ? x.size() : 0);
+  if (p.logits_dtype == DType::kF32) {
+    d_f32.upload(x);
+    p.logits = d_f32.get();
+  } else {
+    std::vector<fp16> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = to_fp16(x[i]);
+    d_f16.upload(h);
+    p.logits = d_f16.get();
+  }
+  test::DeviceArray<float> d_u(u);
+  test::DeviceArray<int32_t> d_tokens(p.batch);                                   // poisoned
+  test::DeviceArray<float> d_probs(with_probs ? static_cast<size_t>(p.batch) * p.vocab : 0);  // poisoned
+  p.uniforms = d_u.get();
+  p.tokens = d_tokens.get();
+  p.probs = with_probs ? d_probs.get() : nullptr;
+  const size_t ws = sampling_workspace_bytes(p);
+  test::DeviceArray<uint8_t> d_ws(ws);
+  p.workspace = ws ? d_ws.get() : nullptr;
+  p.workspace_bytes = ws;
+  kernel::sample_rows(p, nullptr);
+  ES_CUDA_CHECK(cudaDeviceSynchronize());
+  Out o;
+  o.tokens = d_tokens.download();
+  if (with_probs) o.probs = d_probs.download();
+  return o;
+}
+
+Out run_ref(SamplingParams p, const std::vector<float>& x, const std::vector<float>& u) {
+  p.logits_dtype = DType::kF32;  // fp16 rows were rounded to their f32 values already
+  p.logits = x.data();
+  p.uniforms = u.data();
+  Out o;
+  o.tokens.assign(p.batch, -77);
+  o.probs.assign(static_cast<size_t>(p.batch) * p.vocab, -7.0f);
+  p.tokens = o.tokens.data();
+  p.probs = o.probs.data();
+  ref::sample_rows(p);
+  return o;
+}
+
+void compare(const Out& got, const Out& want, int32_t batch, int32_t vocab, const std::string& what) {
+  for (int32_t b = 0; b < batch; ++b) EXPECT_EQ(got.tokens[b], want.tokens[b]) << what << " row " << b;
+  if (got.probs.empty()) return;
+  for (int32_t b = 0; b < batch; ++b) {
+    int bad = 0, first = -1;
+    for (int32_t i = 0; i < vocab; ++i) {
+      const size_t k = static_cast<size_t>(b) * vocab + i;
+      if (std::memcmp(&got.probs[k], &want.probs[k], sizeof(float)) != 0 && bad++ == 0) first = i;
+    }
+    EXPECT_EQ(bad, 0) << what << " row " << b << ": " << bad << " probabilities differ, first at " << first
+                      << " (gpu " << (first >= 0 ? got.probs[static_cast<size_t>(b) * vocab + first] : 0.0f)
+                      << ", ref " << (first >= 0 ? want.probs[static_cast<size_t>(b) * vocab + first] : 0.0f) << ")";
+  }
+}
+
+void check(const FrCase& c, uint32_t seed) {
+  const SamplingParams p = params_of(c);
+  ASSERT_TRUE(sampling::plan_general(p).fullrow_split) << "not the split decision: " << describe(c, seed);
+  const auto x = make_logits(c, seed);
+  std::mt19937 rng(seed ^ 0x5bd1e995u);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  std::vector<float> u(c.batch);
+  for (auto& v : u) v = uni(rng);
+  const Out want = run_ref(p, x, u);
+  compare(run_gpu(p, x, u, true), want, c.batch, c.vocab, describe(c, seed) + " (probs + tokens)");
+  compare(run_gpu(p, x, u, false), want, c.batch, c.vocab, describe(c, seed) + " (tokens only)");
+}
+
+TEST(SamplingFullRowSplitGpu, SwitchFollowsTheEnvironment) {
+  const char* v = std::getenv("ES_FULLROW_SPLIT");
+  EXPECT_EQ(sampling::fullrow_split_enabled(), v == nullptr || std::strcmp(v, "0") != 0);
+  std::printf("  ES_FULLROW_SPLIT=%s: %s\n", v ? v : "(unset)",
+              sampling::fullrow_split_enabled() ? "cluster per row" : "one CTA per row");
+}
+
+TEST(SamplingFullRowSplitGpu, ProbsAndTokensEqualReference) {
+  ES_SKIP_IF_NO_GPU();
+  for (int32_t v : {151936, 128256, 49152, 40961}) {
+    for (int32_t batch : {1, 2, 3, 5, 8}) {
+      check({v, batch, DType::kF32, 1.0f, 0.9f}, 1000u * v + batch);
+      if (v == 151936 || batch == 8) {
+        check({v, batch, DType::kF32, 0.7f, 0.5f, 0, TopPMode::kTruncate}, 77u * v + batch);
+        check({v, batch, DType::kF32, 1.3f, 1.0f}, 13u * v + batch);
+      }
+    }
+  }
+}
+
+TEST(SamplingFullRowSplitGpu, TopKAboveCapFp16AndTinyTopP) {
+  ES_SKIP_IF_NO_GPU();
+  check({151936, 4, DType::kF32, 1.0f, 0.95f, 2000}, 1);   // top-k select + tie across CTAs
+  check({151936, 4, DType::kF32, 1.0f, 1.0f, 60000}, 2);   // top-k only
+  check({151936, 8, DType::kF16, 1.0f, 0.9f}, 3);
+  check({49152, 8, DType::kF16, 0.8f, 0.9f, 0, TopPMode::kTruncate}, 4);
+  check({151936, 2, DType::kF32, 1.0f, 1e-6f}, 5);          // budget 1: the top token only
+}
+
+// Per-row parameters: candidate rows (chunk + final kernels), full-row rows (the cluster), a
+// greedy row and a uniform-fallback row (NaN) in one batch.
+TEST(SamplingFullRowSplitGpu, MixedRows) {
+  ES_SKIP_IF_NO_GPU();
+  const FrCase c{151936, 8, DType::kF32, 1.0f, 1.0f};
+  const std::vector<int32_t> ks = {50, 0, 600, 0, 1, 20000, 0, 0};
+  const std::vector<float> ts = {1.0f, 0.7f, 1.3f, 2.0f, 1.0f, 0.5f, 0.0f, 1.0f};
+  const std::vector<float> ps = {0.9f, 0.9f, 0.5f, 1.0f, 0.9f, 0.95f, 0.9f, 0.9f};
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    auto x = make_logits(c, 500 + seed);
+    x[7 * static_cast<size_t>(c.vocab) + 123] = std::nanf("");  // row 7: uniform fallback
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+    std::vector<float> u(c.batch);
+    for (auto& v : u) v = uni(rng);
+    SamplingParams p = params_of(c);
+    p.top_ks = ks.data();
+    p.temperatures = ts.data();
+    p.top_ps = ps.data();
+    const Out want = run_ref(p, x, u);
+    test::DeviceArray<int32_t> d_k(ks);
+    test::DeviceArray<float> d_t(ts), d_p(ps);
+    p.top_ks = d_k.get();
+    p.temperatures = d_t.get();
+    p.top_ps = d_p.get();
+    ASSERT_TRUE(sampling::plan_general(p).fullrow_split);
+    for (bool with_probs : {true, false}) {
+      const Out got = run_gpu(p, x, u, with_probs);
+      for (int32_t b = 0; b < c.batch; ++b) {
+        EXPECT_EQ(got.tokens[b], want.tokens[b]) << "seed " << seed << " row " << b << " k " << ks[b];
+      }
+      if (!with_probs) continue;
+      for (int32_t b = 0; b < c.batch; ++b) {  // candidate rows may differ in float rounding nowhere either
+        int bad = 0;
+        for (int32_t i = 0; i < c.vocab; ++i) {
+          const size_t k = static_cast<size_t>(b) * c.vocab + i;
+          bad += std::memcmp(&got.probs[k], &want.probs[k], sizeof(float)) != 0 ? 1 : 0;
+        }
+        EXPECT_EQ(bad, 0) << "seed " << seed << " row " << b;
+      }
+    }
+  }
+}
+
+// Batch 9 is above the split's row limit: the plan says so (the one-CTA kernel serves).
+TEST(SamplingFullRowSplitGpu, PlanLimits) {
+  EXPECT_TRUE(sampling::plan_general(params_of({151936, 8, DType::kF32, 1.0f, 0.9f})).fullrow_split);
+  EXPECT_FALSE(sampling::plan_general(params_of({151936, 9, DType::kF32, 1.0f, 0.9f})).fullrow_split);
+  EXPECT_FALSE(sampling::plan_general(params_of({32767, 1, DType::kF32, 1.0f, 0.9f})).fullrow_split);
+  EXPECT_FALSE(sampling::plan_general(params_of({151936, 1, DType::kF32, 1.0f, 0.9f, 50})).fullrow_split);
+}
+
+}  // namespace
+}  // namespace es
