@@ -8,6 +8,8 @@
 //     (the anchor keeps its logits in the L2; these do not). Launch gaps between kernels of one
 //     call still count, the event floor does not.
 // Table printed last; `ok` judges the target on each column.
+// Usage: bench_sampling_gpu [SUBSTRING]: only the cases whose name contains SUBSTRING (e.g.
+// "verify" for a profiler run of one case).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -195,7 +197,9 @@ __global__ void empty_kernel() {}
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
+  auto want = [&](const std::string& name) { return only.empty() || name.find(only) != std::string::npos; };
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("bench_sampling_gpu: no CUDA device\n");
@@ -206,23 +210,26 @@ int main() {
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20);
   std::vector<Row> rows;
-  rows.push_back(bench_sample("sample V=151936 f32 B=1 k50 p0.9", 1, 151936, 50, 0.9f, 20));
-  rows.push_back(bench_sample("sample V=151936 f32 B=64 k50 p0.9", 64, 151936, 50, 0.9f, 60));
-  rows.push_back(bench_argmax(1, 151936, 8));
-  rows.push_back(bench_sample("sample V=2048 f32 B=64 k50 p0.8 (small)", 64, 2048, 50, 0.8f, 10));
-  rows.push_back(bench_verify(60));
+  auto sample = [&](const std::string& name, int32_t batch, int32_t vocab, int32_t k, float p, double target_us) {
+    if (want(name)) rows.push_back(bench_sample(name, batch, vocab, k, p, target_us));
+  };
+  sample("sample V=151936 f32 B=1 k50 p0.9", 1, 151936, 50, 0.9f, 20);
+  sample("sample V=151936 f32 B=64 k50 p0.9", 64, 151936, 50, 0.9f, 60);
+  if (want("argmax V=151936 f32 B=1")) rows.push_back(bench_argmax(1, 151936, 8));
+  sample("sample V=2048 f32 B=64 k50 p0.8 (small)", 64, 2048, 50, 0.8f, 10);
+  if (want("verify B=16 L=15 V=151936 f32 k50 p0.9")) rows.push_back(bench_verify(60));
   // Not targets; shown so the slower modes are visible.
   // B <= 8 and V >= 32768 take the split CDF (sampling_cdf_split.cu) unless ES_CDF_SPLIT=0;
   // B = 9 always takes the one-CTA-per-row full_row_kernel draw.
-  rows.push_back(bench_sample("sample V=151936 f32 B=1 k-off p1 (split CDF)", 1, 151936, 0, 1.0f, 0));
-  rows.push_back(bench_sample("sample V=151936 f32 B=1 k-off p0.9 (split CDF)", 1, 151936, 0, 0.9f, 0));
-  rows.push_back(bench_sample("sample V=49152 f32 B=1 k-off p1 (split CDF)", 1, 49152, 0, 1.0f, 0));
-  rows.push_back(bench_sample("sample V=151936 f32 B=8 k-off p1 (split CDF)", 8, 151936, 0, 1.0f, 0));
-  rows.push_back(bench_sample("sample V=151936 f32 B=9 k-off p1 (full-row)", 9, 151936, 0, 1.0f, 0));
-  rows.push_back(bench_sample("sample V=151936 f32 B=64 k-off p0.9 (full-row)", 64, 151936, 0, 0.9f, 0));
-  rows.push_back(bench_sample("sample V=2048 f32 B=64 k-off p0.9 (full sort)", 64, 2048, 0, 0.9f, 0));
+  sample("sample V=151936 f32 B=1 k-off p1 (split CDF)", 1, 151936, 0, 1.0f, 0);
+  sample("sample V=151936 f32 B=1 k-off p0.9 (split CDF)", 1, 151936, 0, 0.9f, 0);
+  sample("sample V=49152 f32 B=1 k-off p1 (split CDF)", 1, 49152, 0, 1.0f, 0);
+  sample("sample V=151936 f32 B=8 k-off p1 (split CDF)", 8, 151936, 0, 1.0f, 0);
+  sample("sample V=151936 f32 B=9 k-off p1 (full-row)", 9, 151936, 0, 1.0f, 0);
+  sample("sample V=151936 f32 B=64 k-off p0.9 (full-row)", 64, 151936, 0, 0.9f, 0);
+  sample("sample V=2048 f32 B=64 k-off p0.9 (full sort)", 64, 2048, 0, 0.9f, 0);
   // Floor of this timing method: one empty launch between two events.
-  rows.push_back(time_it("empty kernel (event-timing floor)", 0, [&](int) {
+  if (want("empty kernel (event-timing floor)")) rows.push_back(time_it("empty kernel (event-timing floor)", 0, [&](int) {
     empty_kernel<<<1, 32>>>();
     ES_CUDA_CHECK(cudaGetLastError());
   }));
