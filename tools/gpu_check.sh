@@ -21,6 +21,10 @@
 #                                 test_sampling_gpu under a timeout, bench_sampling_gpu with ES_CDF_SPLIT=0
 #                                 and on, and T = 1 generations of $ES_SMOLLM2_GGUF (plain and with
 #                                 models/'s draft) that must give the same tokens both ways
+#   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
+#                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
+#                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
+#                                 models/'s draft, summed by kernel name (tools/ncu_summary.py); ~4 min
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -335,6 +339,41 @@ stage_cdfsplit() {
   return $status
 }
 
+# Per-kernel hardware counters (ncu, clocks left alone) of the cases furthest from their targets:
+# bench_sampling_gpu's B 16 verify (issue 4) and plain decode steps of the random Qwen3-0.6B
+# (issue 8). Aggregated by kernel name: launches, mean time, DRAM and SM throughput (% of peak).
+stage_profile() {
+  local status=0 preset=qwen3-0.6b dir=/dev/shm/es_profile_q06
+  local metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,sm__warps_active.avg.pct_of_peak_sustained_active
+  local ncu_args=(--clock-control none --csv --page raw --metrics "$metrics")
+  # bench_sampling_gpu verify: 20 warm-up calls first (skipped), then 8 calls' kernels.
+  timeout 240 ncu "${ncu_args[@]}" --launch-skip 80 --launch-count 40 \
+    "$build_dir/bench/bench_sampling_gpu" verify >"$out/ncu_verify.csv" 2>"$out/ncu_verify.err" || status=1
+  summary+=("profile verify        $([ $status -eq 0 ] && echo ok || echo FAILED)   ncu_verify.csv")
+  if python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err"; then
+    # 16-token prompt, 12 decode steps: the decode kernels dominate the first 2,500 launches.
+    timeout 300 ncu "${ncu_args[@]}" --launch-count 2500 "$build_dir/edgespec" bench --model "$dir" \
+      --prompt-len 16 --gen-len 12 --repeats 1 --json >"$out/ncu_decode06.csv" 2>"$out/ncu_decode06.err" || status=1
+    summary+=("profile decode 0.6b   $([ -s "$out/ncu_decode06.csv" ] && echo ok || echo FAILED)   ncu_decode06.csv")
+  else
+    summary+=("profile decode 0.6b   FAILED   anchor_$preset.err")
+    status=1
+  fi
+  rm -rf "$dir"
+  local reports=("$out/ncu_verify.csv" "$out/ncu_decode06.csv")
+  # The default model decoding greedily with its draft: where a speculative step's 1.44 plain
+  # steps go (draft forward, 16-row verify, accept and commit kernels).
+  if [ -f "${ES_SMOLLM2_GGUF:-}" ]; then
+    timeout 240 ncu "${ncu_args[@]}" --launch-count 3000 "$build_dir/edgespec" generate --model "$ES_SMOLLM2_GGUF" \
+      --draft models/smollm2-135m-instruct-dflash --backend cuda -n 64 --temperature 0 \
+      -p "Write a short story about a lighthouse keeper." >"$out/ncu_spec_smollm2.csv" 2>"$out/ncu_spec_smollm2.err" || status=1
+    reports+=("$out/ncu_spec_smollm2.csv")
+  fi
+  summary+=("$(python3 tools/ncu_summary.py "${reports[@]}" 2>&1)")
+  return $status
+}
+
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
 status=0
@@ -350,7 +389,8 @@ if build; then
       engine) stage_engine || status=1 ;;
       pdl) stage_pdl || status=1 ;;
       cdfsplit) stage_cdfsplit || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit)" >&2; status=2 ;;
+      profile) stage_profile || status=1 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile)" >&2; status=2 ;;
     esac
   done
 else

@@ -16,6 +16,12 @@
 #                                    batches, stopping after SECONDS (default 500) ->
 #                                    train/work/extra_START.npz (uint16 ids) and $OUT
 #   train/device.sh eval [ARGS]      held-out τ of train/work/draft -> $OUT/tau.json
+#   train/device.sh train-eval [ARGS]
+#                                    one call: train (ARGS as for train; give --max-seconds ~420),
+#                                    meanwhile build edgespec from this checkout in the background;
+#                                    then eval, then tools/draft_eval.py (20 held-out prompts, 200
+#                                    tokens, T = 0 and 1, cuda) -> $OUT/draft, tau.json,
+#                                    draft_eval.json, train_stdout.txt (8 files)
 #
 # $OUT defaults to ./out. Everything under train/work stays on the machine while it is warm.
 set -euo pipefail
@@ -108,5 +114,26 @@ case "${1:-}" in
     python3 train/eval_tau.py --model "$work/smollm2" --draft "$work/draft" --data "$work/responses.npz" \
       --json "$out/tau.json" "$@"
     ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  train-eval)
+    shift
+    build=/dev/shm/es-train-eval-build
+    # The runtime build (~40 s on 16 cores) overlaps the training, which is GPU-bound.
+    ( cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$work/train_eval_build.log" 2>&1 &&
+      ninja -C "$build" -j 8 edgespec >>"$work/train_eval_build.log" 2>&1 ) &
+    builder=$!
+    set +e
+    "$0" train "$@"
+    rc=$?
+    "$0" eval
+    # The first 20 held-out responses answer the 20 prompts draft_eval runs: τ replayed on the
+    # same prompts tells the runtime's τ from the prompt set's.
+    "$0" eval --limit 20 --json "$work/tau_first20.json" >/dev/null &&
+      python3 -c 'import json,sys; print("PyTorch tau on draft_eval'"'"'s 20 prompts:", json.load(open(sys.argv[1]))["tau"])' "$work/tau_first20.json"
+    wait "$builder" || { tail -20 "$work/train_eval_build.log" >&2; echo "device.sh train-eval: edgespec build failed" >&2; exit 1; }
+    python3 tools/draft_eval.py --edgespec "$build/edgespec" --model "$(tools/device_parts.sh join "$gguf_name")" \
+      --draft "$work/draft" --limit 20 -n 200 --temperatures 0,1 --backend cuda --json "$out/draft_eval.json"
+    set -e
+    exit "$rc"
+    ;;
+  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
