@@ -26,6 +26,10 @@
 #                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
 #                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
 #                                 models/'s draft, summed by kernel name (tools/ncu_summary.py); ~4 min
+#   tools/gpu_check.sh fullrowsplit  the cluster-split full-row decision A/B (ES_FULLROW_SPLIT=0 / 1):
+#                                 sampling GPU tests under timeouts and bench_sampling_gpu both ways,
+#                                 torch_anchor.py --sampling, and T = 1 top-p 0.9 generations of
+#                                 $ES_SMOLLM2_GGUF that must give the same tokens both ways (~3 min)
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -375,6 +379,53 @@ stage_profile() {
   return $status
 }
 
+# The full-row decision split over a cluster (sampling_fullrow_groups.cuh, batch <= 8, V >= 32768)
+# against one CTA per row (ES_FULLROW_SPLIT=0), in one call: GPU tests under timeouts both ways,
+# bench_sampling_gpu both ways next to the torch anchor, and T = 1 top-p 0.9 generations of
+# $ES_SMOLLM2_GGUF (plain and with models/'s draft) that must give the same tokens both ways.
+stage_fullrowsplit() {
+  local status=0 t m d rc
+  for m in 1 0; do
+    for t in test_sampling_fullrow_split_gpu test_sampling_gpu test_spec_verify_gpu test_sampling_cdf_split_gpu; do
+      ES_FULLROW_SPLIT=$m timeout 120 "$build_dir/tests/$t" --gtest_brief=1 >"$out/fullrow${m}_$t.log" 2>&1
+      rc=$?
+      [ $rc -eq 0 ] || { status=1; grep -A6 "Failure" "$out/fullrow${m}_$t.log" | head -30; }
+      summary+=("fullrow ES_FULLROW_SPLIT=$m $(printf '%-32s' "$t") $([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")")
+    done
+  done
+  for m in 1 0; do
+    ES_FULLROW_SPLIT=$m timeout 150 "$build_dir/bench/bench_sampling_gpu" >"$out/fullrow_bench$m.txt" 2>&1
+    summary+=("bench_sampling ES_FULLROW_SPLIT=$m rc=$?   fullrow_bench$m.txt")
+    grep -E "^case|k-off|verify|V=151936 f32 B=1 k50|argmax|small" "$out/fullrow_bench$m.txt" | while read -r line; do echo "  ES_FULLROW_SPLIT=$m $line"; done
+  done
+  timeout 120 python3 tools/torch_anchor.py --sampling >"$out/anchor_sampling.json" 2>"$out/anchor_sampling.err"
+  summary+=("anchor sampling rc=$?   $(head -c 400 "$out/anchor_sampling.json")")
+  local gguf="${ES_SMOLLM2_GGUF:-}"
+  if [ ! -f "$gguf" ]; then
+    summary+=("fullrow generate       skipped  ES_SMOLLM2_GGUF = '$gguf' is not a file")
+    return $status
+  fi
+  for m in 0 1; do
+    for d in plain draft; do
+      local args=(--no-draft)
+      [ $d = draft ] && args=(--draft models/smollm2-135m-instruct-dflash)
+      ES_FULLROW_SPLIT=$m timeout 60 "$build_dir/edgespec" generate --model "$gguf" "${args[@]}" --backend cuda --json \
+        -n 128 --temperature 1 --top-p 0.9 --seed 11 -p "Write a short story about a lighthouse keeper." \
+        >"$out/fullrow_t1_${d}_$m.json" 2>"$out/fullrow_t1_${d}_$m.err" || status=1
+    done
+  done
+  for d in plain draft; do
+    if python3 -c 'import json,sys; a,b=(json.load(open(p))["tokens"] for p in sys.argv[1:]); sys.exit(a!=b)' \
+         "$out/fullrow_t1_${d}_0.json" "$out/fullrow_t1_${d}_1.json" 2>/dev/null; then
+      summary+=("fullrow T=1 p0.9 $d   ok       same tokens with ES_FULLROW_SPLIT=0 and 1")
+    else
+      summary+=("fullrow T=1 p0.9 $d   FAILED   fullrow_t1_${d}_{0,1}.json differ or are missing")
+      status=1
+    fi
+  done
+  return $status
+}
+
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
 status=0
@@ -391,7 +442,8 @@ if build; then
       pdl) stage_pdl || status=1 ;;
       cdfsplit) stage_cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile)" >&2; status=2 ;;
+      fullrowsplit) stage_fullrowsplit || status=1 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit)" >&2; status=2 ;;
     esac
   done
 else
