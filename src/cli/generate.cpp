@@ -1,6 +1,7 @@
 #include "cli/generate.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <iterator>
 #include <cmath>
@@ -38,6 +39,7 @@ struct GenerateOptions {
   std::string model;  // empty: the default model in the cache
   std::string draft;  // a DFlash draft folder: speculative decoding
   bool noDraft = false;  // never the default model's shipped draft
+  std::string verifyWidth = "auto";  // rows per speculative step (resolveVerifyWidth)
   std::string prompt = "Write one sentence about the sea.";
   std::string system;
   int32_t maxNewTokens = 128;
@@ -332,8 +334,14 @@ void runGenerate(const GenerateOptions& o) {
   // block size, read from its config before anything loads).
   const std::vector<int32_t> taps =
       draftDir.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(dir));
-  const int64_t blockSize = draftDir.empty() ? 1 : model::DFlashDraft::blockSizeOf(draftDir);
-  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, n * blockSize));
+  const int32_t blockSize = draftDir.empty() ? 1 : model::DFlashDraft::blockSizeOf(draftDir);
+  // W: the rows a speculative step verifies per request (1 plain), which a forward must hold.
+  const int32_t verifyWidth = draftDir.empty() ? 1 : resolveVerifyWidth(o.verifyWidth, backend->name(), blockSize);
+  if (draftDir.empty() && o.verifyWidth != "auto") {
+    std::fprintf(stderr, "[edgespec] --verify-width %s has no effect: plain decoding (no draft)\n",
+                 o.verifyWidth.c_str());
+  }
+  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, int64_t{n} * verifyWidth));
   model::TargetModel target(dir, *backend, maxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;
   if (!draftDir.empty()) {
@@ -368,7 +376,9 @@ void runGenerate(const GenerateOptions& o) {
 
   std::unique_ptr<runtime::DFlashProposer> proposer;
   if (draft) proposer = std::make_unique<runtime::DFlashProposer>(*draft);
-  runtime::DecodeEngine decoder(target, cache, proposer.get());
+  runtime::EngineOptions engineOptions;
+  if (draft) engineOptions.verifyWidth = verifyWidth;
+  runtime::DecodeEngine decoder(target, cache, proposer.get(), engineOptions);
   const std::vector<int32_t> stops = stopTokens(tok, target.config());
   std::vector<AnswerText> answers;
   std::vector<runtime::GenerationRequest> requests;
@@ -429,6 +439,7 @@ void runGenerate(const GenerateOptions& o) {
       if (cache.prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
       if (draft) {
         out["draft"] = draftDir;
+        out["verify_width"] = verifyWidth;
         out["tau"] = decoder.stats().meanAcceptLength();
         out["accept_histogram"] = decoder.stats().acceptHistogram;
       }
@@ -446,8 +457,8 @@ void runGenerate(const GenerateOptions& o) {
                  "first token %.2f s, decode %.1f tok/s\n",
                  backend->name().c_str(), n, prompts[0].size(), static_cast<long long>(generated), loadS, ttftS, tokS);
     if (draft) {
-      std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of block %d\n",
-                   decoder.stats().meanAcceptLength(), draft->blockSize());
+      std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of verify width %d (block %d)\n",
+                   decoder.stats().meanAcceptLength(), verifyWidth, draft->blockSize());
     }
   }
 }
@@ -466,6 +477,16 @@ bool defaultDraftPays(std::string_view backendName, const std::vector<float>& te
   return true;
 }
 
+int32_t resolveVerifyWidth(std::string_view flag, std::string_view backendName, int32_t blockSize) {
+  if (flag == "auto") return backendName == "cuda" ? blockSize : std::min(kCpuVerifyWidth, blockSize);
+  int32_t w = 0;
+  const auto [end, ec] = std::from_chars(flag.data(), flag.data() + flag.size(), w);
+  ES_CHECK_ARG(ec == std::errc() && end == flag.data() + flag.size() && w >= 2 && w <= blockSize, "generate",
+               "--verify-width", std::string(flag), "must be auto or an integer in [2, draft block size = ",
+               blockSize, "]");
+  return w;
+}
+
 void addGenerateCommand(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (greedy or sampled; speculative with --draft)");
@@ -475,6 +496,11 @@ void addGenerateCommand(CLI::App& app) {
                   "DFlash draft folder (z-lab format): speculative decoding (default: the default model's "
                   "trained draft, on a GPU at temperature 0)");
   cmd->add_flag("--no-draft", options->noDraft, "Plain decoding even where the default draft would run");
+  cmd->add_option("--verify-width", options->verifyWidth,
+                  "Rows a speculative step verifies per request, 2 to the draft's block size: the anchor and "
+                  "the first drafts of the block (auto: the block size on cuda, " +
+                      std::to_string(kCpuVerifyWidth) + " on cpu)")
+      ->capture_default_str();
   cmd->add_option("-p,--prompt", options->prompt, "The user message")->capture_default_str();
   cmd->add_option("--system", options->system, "A system message");
   cmd->add_option("--input-file", options->inputFile,

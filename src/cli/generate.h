@@ -1,6 +1,7 @@
 #pragma once
 // `edgespec generate`: text in, text out on a model folder (the embedded default model when no
 // --model is given), streaming the answer to stdout; statistics go to stderr.
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -13,4 +14,11 @@ void addGenerateCommand(CLI::App& app);
 // given: only where it measured faster than plain decoding, i.e. on the cuda backend with every
 // request greedy (temperature 0). temperatures: one per request.
 bool defaultDraftPays(std::string_view backendName, const std::vector<float>& temperatures);
+
+// The verify width W of `--verify-width` (rows one speculative step verifies per request, of
+// the draft's blockSize-row proposal): "auto" is the block size on cuda and kCpuVerifyWidth
+// (capped at the block size) on cpu; otherwise an integer in [2, blockSize]. Anything else is
+// an InvalidArgument naming --verify-width and the limit.
+inline constexpr int32_t kCpuVerifyWidth = 4;
+int32_t resolveVerifyWidth(std::string_view flag, std::string_view backendName, int32_t blockSize);
 }  // namespace es::cli

@@ -135,6 +135,38 @@ TEST(CliDraft, BenchReplayDraftAcceptsWholeBlocksAndMatchesPlain) {
   EXPECT_GT(out["verify_forward_ms"].get<double>(), 0.0);
 }
 
+// --verify-width W (bench): a replay draft of block 4 verified 2 rows at a time emits at most 2
+// tokens a step, and still the plain tokens.
+TEST(CliDraft, BenchVerifyWidthCapsTheTokensPerStep) {
+  const std::string target = test::test_data_dir() + "/models/qwen3";
+  const nlohmann::json out =
+      runJson({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size", "4", "--verify-width", "2",
+               "--prompt-len", "20", "--gen-len", "33", "--repeats", "2", "--json"});
+  EXPECT_EQ(out["identical_prefix_fraction"].get<double>(), 1.0);
+  EXPECT_EQ(out["verify_width"].get<int>(), 2);
+  EXPECT_GT(out["tau"].get<double>(), 1.9);
+  EXPECT_LE(out["tau"].get<double>(), 2.0);
+  EXPECT_EQ(out["accept_histogram"].size(), 3u);
+  EXPECT_THROW(runCli({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size", "4",
+                       "--verify-width", "5"}),
+               InvalidArgument);
+}
+
+// --verify-width: auto is the block size on cuda and kCpuVerifyWidth on cpu (never above the
+// block); an explicit width must be an integer in [2, block size].
+TEST(CliDraft, VerifyWidthResolution) {
+  EXPECT_EQ(resolveVerifyWidth("auto", "cuda", 16), 16);
+  EXPECT_EQ(resolveVerifyWidth("auto", "cpu", 16), kCpuVerifyWidth);
+  EXPECT_EQ(resolveVerifyWidth("auto", "cpu", 2), 2);
+  EXPECT_EQ(resolveVerifyWidth("5", "cpu", 16), 5);
+  EXPECT_EQ(resolveVerifyWidth("16", "cuda", 16), 16);
+  EXPECT_EQ(resolveVerifyWidth("2", "cuda", 16), 2);
+  for (const char* bad : {"1", "17", "0", "-3", "four", "4x", ""}) {
+    SCOPED_TRACE(bad);
+    test::expectInvalidArgument([&] { resolveVerifyWidth(bad, "cpu", 16); }, "--verify-width");
+  }
+}
+
 TEST(CliDraft, MismatchedDraftIsAClearError) {
   test::TempDir tmp;
   const std::string target = test::test_data_dir() + "/models/qwen3";
