@@ -234,8 +234,8 @@ std::string chooseDraft(const GenerateOptions& o, const ops::Backend& backend,
   for (const PromptSpec& spec : specs) temperatures.push_back(spec.sampling.temperature);
   if (!defaultDraftPays(backend.name(), temperatures)) {
     std::fprintf(stderr, "[edgespec] plain decoding: the default draft is used on a GPU at temperature 0 only, "
-                         "where it is faster; on the CPU it measured 0.92-0.97x plain even at its best verify width "
-                         "(%d rows) (--draft %s forces it)\n", kCpuVerifyWidth, dir.c_str());
+                         "where it is faster; on the CPU it about breaks even at best (0.92-1.06x plain at a "
+                         "verify width of %d rows) (--draft %s forces it)\n", kCpuVerifyWidth, dir.c_str());
     return "";
   }
   return dir.string();
@@ -469,9 +469,10 @@ void runGenerate(const GenerateOptions& o) {
 // Measured (docs/perf.md): run 5's draft on the H200 1.84x plain decoding at temperature 0 but
 // 0.96x at temperature 1 (a sampled step runs the full-row sampler for the proposals and again
 // for the verify). On the 2-core CPU, at its best verify width (kCpuVerifyWidth = 4 rows,
-// 2026-11-30) 0.92-0.97x at temperature 0 and 0.65x at 1 (0.41x with the whole 16-row block):
-// the 4-row verify costs ~1.3 decode steps and the draft's 16-row block ~0.7 more, against
-// τ 2.12. Temperatures in between were not measured: plain decoding.
+// 2026-11-30) 0.92-0.97x at temperature 0 for 128-token answers, 1.06x for 256, and 0.65x at 1
+// (0.41x with the whole 16-row block): the 4-row verify costs ~1.3 decode steps and the draft's
+// 16-row block ~0.7 more, against τ 2.1-2.5. Not a clear gain: plain decoding there.
+// Temperatures in between were not measured: plain decoding.
 bool defaultDraftPays(std::string_view backendName, const std::vector<float>& temperatures) {
   if (backendName != "cuda") return false;
   for (float t : temperatures) {

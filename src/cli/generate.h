@@ -21,7 +21,8 @@ bool defaultDraftPays(std::string_view backendName, const std::vector<float>& te
 // (capped at the block size) on cpu; otherwise an integer in [2, blockSize]. Anything else is
 // an InvalidArgument naming --verify-width and the limit.
 // The fastest width measured on the 2-core CPU with the default model's draft (docs/perf.md,
-// 2026-11-30: W = 3, 4, 5, 6, 8, 16 gave 0.83, 0.97, 0.79, 0.74, 0.68, 0.41x plain at T = 0).
+// 2026-11-30, 128-token answers: W = 3, 4, 5, 6, 8, 16 gave 0.83, 0.97, 0.79, 0.74, 0.68,
+// 0.41x plain at T = 0).
 inline constexpr int32_t kCpuVerifyWidth = 4;
 int32_t resolveVerifyWidth(std::string_view flag, std::string_view backendName, int32_t blockSize);
 }  // namespace es::cli
