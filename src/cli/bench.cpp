@@ -251,6 +251,8 @@ void runBench(const BenchOptions& o) {
   ES_CHECK_ARG(o.verifyWidth == 0 || (speculative && o.verifyWidth >= 2 && o.verifyWidth <= blockSize), kWhere,
                "--verify-width", o.verifyWidth, "must be 0 (the block size) or, with --draft or --replay, in [2, block size = ",
                blockSize, "]");
+  ES_CHECK_ARG(o.verifyWidth == 0 || !o.prefixReuse, kWhere, "--verify-width", o.verifyWidth,
+               "cannot be combined with --prefix-reuse (its engine verifies whole blocks)");
   const int32_t W = speculative ? (o.verifyWidth == 0 ? blockSize : o.verifyWidth) : 1;
   const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, int64_t{o.batch} * W));
   const Clock::time_point l0 = Clock::now();
