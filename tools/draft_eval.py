@@ -3,7 +3,7 @@
 
     python3 tools/draft_eval.py --edgespec build/edgespec --model MODEL --draft DRAFT \
         --prompts train/data/prompts_heldout.jsonl --limit 20 -n 256 --temperatures 0,1 \
-        [--backend cuda] [--json report.json]
+        [--backend cuda] [--verify-width auto|W] [--json report.json]
 
 For every prompt and temperature it runs `generate --json --warmup` twice, without and with the
 draft (batch 1, the model's chat template, its end-of-turn tokens as stops; sampled runs use the
@@ -15,7 +15,9 @@ same seed per prompt), and reports per temperature:
   * greedy only: how many prompts give the same tokens with and without the draft (speculative
     greedy decoding is exact; a difference can only come from a near-tie in the target's bf16
     logits between a 1-row and a block-row forward, which the report counts rather than hides).
-`--warmup` makes each process run its requests for a few tokens untimed first, so the one-time CUDA
+`--verify-width` goes to the runs with the draft (generate's flag: the rows a speculative step
+verifies, 2 to the block size; auto = generate's default for the backend); the report records the
+width each run used. `--warmup` makes each process run its requests for a few tokens untimed first, so the one-time CUDA
 graph capture is not in the timings.
 """
 import argparse
@@ -34,7 +36,7 @@ def generate(a, prompt, temperature, seed, draft):
     cmd = [a.edgespec, "generate", "--model", a.model, "--json", "--warmup", "-n", str(a.max_new_tokens),
            "--backend", a.backend, "--temperature", str(temperature), "--seed", str(seed), "-p", prompt]
     if draft:
-        cmd += ["--draft", a.draft]
+        cmd += ["--draft", a.draft, "--verify-width", a.verify_width]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"draft_eval: {' '.join(cmd[:8])} … failed ({run.returncode}):\n{run.stderr[-2000:]}")
@@ -56,7 +58,8 @@ def summarize(rows, temperature):
     steps = sum(sum(r["spec"]["accept_histogram"]) for r in rows)
     emitted = sum(sum(k * c for k, c in enumerate(r["spec"]["accept_histogram"])) for r in rows)
     hist = [sum(r["spec"]["accept_histogram"][k] for r in rows) for k in range(len(rows[0]["spec"]["accept_histogram"]))]
-    out = {"temperature": temperature, "prompts": len(rows), "tau": emitted / steps if steps else None,
+    out = {"temperature": temperature, "prompts": len(rows), "verify_width": rows[0]["spec"].get("verify_width"),
+           "tau": emitted / steps if steps else None,
            "speculative_steps": steps, "tokens_per_step_histogram": hist,
            "plain_tok_s": plain_tok / plain_s if plain_s else None,
            "draft_tok_s": spec_tok / spec_s if spec_s else None,
@@ -78,11 +81,13 @@ def main():
     p.add_argument("-n", "--max-new-tokens", type=int, default=256)
     p.add_argument("--temperatures", default="0,1")
     p.add_argument("--backend", default="auto")
+    p.add_argument("--verify-width", default="auto",
+                   help="rows a speculative step verifies (2 to the draft's block size, or auto)")
     p.add_argument("--json", help="write the report here")
     a = p.parse_args()
     prompts = read_prompts(a.prompts, a.limit)
     report = {"model": a.model, "draft": a.draft, "prompts_file": a.prompts, "max_new_tokens": a.max_new_tokens,
-              "backend": a.backend, "results": []}
+              "backend": a.backend, "verify_width_flag": a.verify_width, "results": []}
     for t in [float(x) for x in a.temperatures.split(",")]:
         rows = []
         for i, prompt in enumerate(prompts):
@@ -90,7 +95,7 @@ def main():
         s = summarize(rows, t)
         report["results"].append(s)
         report["backend_used"] = rows[0]["plain"]["backend"]
-        line = (f"T={t:g}: {s['prompts']} prompts, tau {s['tau']:.2f}, plain {s['plain_tok_s']:.1f} tok/s, "
+        line = (f"T={t:g}: {s['prompts']} prompts, W {s['verify_width']}, tau {s['tau']:.2f}, plain {s['plain_tok_s']:.1f} tok/s, "
                 f"with draft {s['draft_tok_s']:.1f} tok/s, speedup {s.get('speedup', float('nan')):.2f}x")
         if "identical_outputs" in s:
             line += f", identical outputs {s['identical_outputs']}/{s['prompts']}"

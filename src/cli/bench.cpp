@@ -34,6 +34,7 @@ struct BenchOptions {
   bool replay = false;       // the replay draft instead (τ = block size while it matches)
   int32_t blockSize = 16;    // replay draft's block size
   float corrupt = 0.0f;      // replay draft's corruption rate
+  int32_t verifyWidth = 0;   // W, rows a speculative step verifies (0 = the block size)
   int32_t batch = 1;
   int32_t promptLength = 128;
   int32_t genLength = 256;
@@ -103,9 +104,10 @@ double targetStepSeconds(model::TargetModel& target, kv::KvCacheManager& cache, 
   return seconds;
 }
 
-// One DFlash proposal (block of BS rows per sequence over `context` cached tokens).
+// One DFlash proposal (block of BS rows per sequence over `context` cached tokens, the first
+// `rows` of each scored).
 double proposalSeconds(model::DFlashDraft& draft, kv::KvCacheManager& cache, int32_t batch, int32_t context,
-                       int32_t repeats) {
+                       int32_t rows, int32_t repeats) {
   ops::Backend& backend = draft.backend();
   const int32_t BS = draft.blockSize();
   std::vector<int32_t> anchors(static_cast<size_t>(batch), 1), positions, kvLengths;
@@ -115,10 +117,10 @@ double proposalSeconds(model::DFlashDraft& draft, kv::KvCacheManager& cache, int
   }
   const Buffer dAnchors = upload(backend, anchors), dPositions = upload(backend, positions),
                dKv = upload(backend, kvLengths);
-  Buffer out = backend.allocate(static_cast<int64_t>(batch) * BS * 4);
+  Buffer out = backend.allocate(static_cast<int64_t>(batch) * rows * 4);  // [batch, rows] i32
   model::DraftProposalInputs in;
   in.anchors = dAnchors.as<int32_t>(); in.positions = dPositions.as<int32_t>(); in.kvLengths = dKv.as<int32_t>();
-  in.batchSize = batch; in.argmaxOut = out.as<int32_t>();
+  in.batchSize = batch; in.rowsPerBlock = rows; in.argmaxOut = out.as<int32_t>();
   draft.syncPageTable(cache);
   return timeLaunches(backend, repeats, [&] { draft.propose(in, cache); });
 }
@@ -244,9 +246,15 @@ void runBench(const BenchOptions& o) {
   const std::vector<int32_t> taps =
       o.draft.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(o.draft, config);
   const int32_t BS0 = o.replay ? o.blockSize : 0;
-  // Rows of one forward: a prefill chunk, and a whole batch's verify.
-  const int64_t blockSize = !o.draft.empty() ? model::DFlashDraft::blockSizeOf(o.draft) : o.replay ? o.blockSize : 1;
-  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, o.batch * blockSize));
+  // Rows of one forward: a prefill chunk, and a whole batch's verify of W rows per sequence.
+  const int32_t blockSize = !o.draft.empty() ? model::DFlashDraft::blockSizeOf(o.draft) : o.replay ? o.blockSize : 1;
+  ES_CHECK_ARG(o.verifyWidth == 0 || (speculative && o.verifyWidth >= 2 && o.verifyWidth <= blockSize), kWhere,
+               "--verify-width", o.verifyWidth, "must be 0 (the block size) or, with --draft or --replay, in [2, block size = ",
+               blockSize, "]");
+  ES_CHECK_ARG(o.verifyWidth == 0 || !o.prefixReuse, kWhere, "--verify-width", o.verifyWidth,
+               "cannot be combined with --prefix-reuse (its engine verifies whole blocks)");
+  const int32_t W = speculative ? (o.verifyWidth == 0 ? blockSize : o.verifyWidth) : 1;
+  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, int64_t{o.batch} * W));
   const Clock::time_point l0 = Clock::now();
   model::TargetModel target(o.model, *backend, maxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;
@@ -315,12 +323,13 @@ void runBench(const BenchOptions& o) {
       {
         kv::KvCacheManager cache(kvc, backend->space());
         runtime::ReplayProposer first(*backend, BS, o.batch, record(plain), V, 0.0f);
-        recorded = runtime::SpeculativeDecoder(target, first, cache).generate(requests);
+        recorded = runtime::SpeculativeDecoder(target, first, cache, runtime::EngineOptions{.verifyWidth = W})
+                       .generate(requests);
       }
       proposer = std::make_unique<runtime::ReplayProposer>(*backend, BS, o.batch, record(recorded), V, o.corrupt);
     }
     kv::KvCacheManager cache(kvc, backend->space());
-    runtime::SpeculativeDecoder decoder(target, *proposer, cache);
+    runtime::SpeculativeDecoder decoder(target, *proposer, cache, runtime::EngineOptions{.verifyWidth = W});
     decoder.generate(requests);
     const std::vector<runtime::GenerationResult> spec = decoder.generate(requests);
     const runtime::SpeculationStats& s = decoder.stats();
@@ -335,6 +344,7 @@ void runBench(const BenchOptions& o) {
     const double specTokS = tokens / s.decodeSeconds;
     out["draft"] = draft ? o.draft : "replay";
     out["block_size"] = BS;
+    out["verify_width"] = W;
     out["spec_tok_s"] = specTokS;
     out["speedup"] = specTokS / plainTokS;
     out["tau"] = s.meanAcceptLength();
@@ -361,12 +371,12 @@ void runBench(const BenchOptions& o) {
       if (draft) timing.commitDraft(b, o.promptLength);
     }
     const double decodeS = targetStepSeconds(target, timing, o.batch, 1, o.promptLength, o.repeats);
-    const double verifyS = targetStepSeconds(target, timing, o.batch, BS, o.promptLength, o.repeats);
+    const double verifyS = targetStepSeconds(target, timing, o.batch, W, o.promptLength, o.repeats);
     out["decode_forward_ms"] = 1e3 * decodeS;
     out["verify_forward_ms"] = 1e3 * verifyS;
     out["verify_over_decode"] = verifyS / decodeS;
     if (draft) {
-      const double proposeS = proposalSeconds(*draft, timing, o.batch, o.promptLength, o.repeats);
+      const double proposeS = proposalSeconds(*draft, timing, o.batch, o.promptLength, W, o.repeats);
       out["proposal_ms"] = 1e3 * proposeS;
       out["proposal_over_decode"] = proposeS / decodeS;
     }
@@ -383,7 +393,8 @@ void runBench(const BenchOptions& o) {
   if (speculative) {
     std::printf("%-28s %10.1f tok/s  (%.3f ms/step, %.2fx)\n", draft ? "DFlash decode" : "replay-draft decode",
                 out["spec_tok_s"].get<double>(), out["spec_step_ms"].get<double>(), out["speedup"].get<double>());
-    std::printf("%-28s %10.2f  (block %d)\n", "tau (mean accept length)", out["tau"].get<double>(), BS);
+    std::printf("%-28s %10.2f  (verify width %d, block %d)\n", "tau (mean accept length)", out["tau"].get<double>(),
+                W, BS);
     std::printf("%-28s %10.3f ms\n", "decode forward", out["decode_forward_ms"].get<double>());
     std::printf("%-28s %10.3f ms  (%.2fx decode)\n", "verify forward", out["verify_forward_ms"].get<double>(),
                 out["verify_over_decode"].get<double>());
@@ -406,6 +417,9 @@ void addBenchCommand(CLI::App& app) {
   cmd->add_flag("--replay", options->replay,
                 "Use the replay draft: it proposes the plain run's own tokens (tau = block size)");
   cmd->add_option("--block-size", options->blockSize, "Replay draft block size")->capture_default_str();
+  cmd->add_option("--verify-width", options->verifyWidth,
+                  "Rows a speculative step verifies per sequence, 2 to the block size (0 = the block size)")
+      ->capture_default_str();
   cmd->add_option("--corrupt", options->corrupt, "Replay draft: fraction of proposals corrupted")
       ->capture_default_str();
   cmd->add_option("-b,--batch", options->batch, "Sequences decoded together")->capture_default_str();

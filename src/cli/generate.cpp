@@ -1,6 +1,7 @@
 #include "cli/generate.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <iterator>
 #include <cmath>
@@ -38,6 +39,7 @@ struct GenerateOptions {
   std::string model;  // empty: the default model in the cache
   std::string draft;  // a DFlash draft folder: speculative decoding
   bool noDraft = false;  // never the default model's shipped draft
+  std::string verifyWidth = "auto";  // rows per speculative step (resolveVerifyWidth)
   std::string prompt = "Write one sentence about the sea.";
   std::string system;
   int32_t maxNewTokens = 128;
@@ -232,7 +234,8 @@ std::string chooseDraft(const GenerateOptions& o, const ops::Backend& backend,
   for (const PromptSpec& spec : specs) temperatures.push_back(spec.sampling.temperature);
   if (!defaultDraftPays(backend.name(), temperatures)) {
     std::fprintf(stderr, "[edgespec] plain decoding: the default draft is used on a GPU at temperature 0 only, "
-                         "where it is faster (--draft %s forces it)\n", dir.c_str());
+                         "where it is faster; on the CPU it about breaks even at best (0.92-1.06x plain at a "
+                         "verify width of %d rows) (--draft %s forces it)\n", kCpuVerifyWidth, dir.c_str());
     return "";
   }
   return dir.string();
@@ -332,8 +335,14 @@ void runGenerate(const GenerateOptions& o) {
   // block size, read from its config before anything loads).
   const std::vector<int32_t> taps =
       draftDir.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(dir));
-  const int64_t blockSize = draftDir.empty() ? 1 : model::DFlashDraft::blockSizeOf(draftDir);
-  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, n * blockSize));
+  const int32_t blockSize = draftDir.empty() ? 1 : model::DFlashDraft::blockSizeOf(draftDir);
+  // W: the rows a speculative step verifies per request (1 plain), which a forward must hold.
+  const int32_t verifyWidth = draftDir.empty() ? 1 : resolveVerifyWidth(o.verifyWidth, backend->name(), blockSize);
+  if (draftDir.empty() && o.verifyWidth != "auto") {
+    std::fprintf(stderr, "[edgespec] --verify-width %s has no effect: plain decoding (no draft)\n",
+                 o.verifyWidth.c_str());
+  }
+  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, int64_t{n} * verifyWidth));
   model::TargetModel target(dir, *backend, maxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;
   if (!draftDir.empty()) {
@@ -368,7 +377,9 @@ void runGenerate(const GenerateOptions& o) {
 
   std::unique_ptr<runtime::DFlashProposer> proposer;
   if (draft) proposer = std::make_unique<runtime::DFlashProposer>(*draft);
-  runtime::DecodeEngine decoder(target, cache, proposer.get());
+  runtime::EngineOptions engineOptions;
+  if (draft) engineOptions.verifyWidth = verifyWidth;
+  runtime::DecodeEngine decoder(target, cache, proposer.get(), engineOptions);
   const std::vector<int32_t> stops = stopTokens(tok, target.config());
   std::vector<AnswerText> answers;
   std::vector<runtime::GenerationRequest> requests;
@@ -429,6 +440,7 @@ void runGenerate(const GenerateOptions& o) {
       if (cache.prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
       if (draft) {
         out["draft"] = draftDir;
+        out["verify_width"] = verifyWidth;
         out["tau"] = decoder.stats().meanAcceptLength();
         out["accept_histogram"] = decoder.stats().acceptHistogram;
       }
@@ -446,24 +458,37 @@ void runGenerate(const GenerateOptions& o) {
                  "first token %.2f s, decode %.1f tok/s\n",
                  backend->name().c_str(), n, prompts[0].size(), static_cast<long long>(generated), loadS, ttftS, tokS);
     if (draft) {
-      std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of block %d\n",
-                   decoder.stats().meanAcceptLength(), draft->blockSize());
+      std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of verify width %d (block %d)\n",
+                   decoder.stats().meanAcceptLength(), verifyWidth, draft->blockSize());
     }
   }
 }
 
 }  // namespace
 
-// Measured with run 4's draft (docs/perf.md, 2026-11-30): on the H200 1.73x plain decoding at
-// temperature 0 but 0.94x at temperature 1 (a sampled step runs the full-row sampler for the
-// proposals and again for the verify); on the 2-core CPU 0.34x at temperature 0 (a 16-row verify
-// costs several 1-row decodes there). Temperatures in between were not measured: plain decoding.
+// Measured (docs/perf.md): run 5's draft on the H200 1.84x plain decoding at temperature 0 but
+// 0.96x at temperature 1 (a sampled step runs the full-row sampler for the proposals and again
+// for the verify). On the 2-core CPU, at its best verify width (kCpuVerifyWidth = 4 rows,
+// 2026-11-30) 0.92-0.97x at temperature 0 for 128-token answers, 1.06x for 256, and 0.65x at 1
+// (0.41x with the whole 16-row block): the 4-row verify costs ~1.3 decode steps and the draft's
+// 16-row block ~0.7 more, against τ 2.1-2.5. Not a clear gain: plain decoding there.
+// Temperatures in between were not measured: plain decoding.
 bool defaultDraftPays(std::string_view backendName, const std::vector<float>& temperatures) {
   if (backendName != "cuda") return false;
   for (float t : temperatures) {
     if (t != 0.0f) return false;
   }
   return true;
+}
+
+int32_t resolveVerifyWidth(std::string_view flag, std::string_view backendName, int32_t blockSize) {
+  if (flag == "auto") return backendName == "cuda" ? blockSize : std::min(kCpuVerifyWidth, blockSize);
+  int32_t w = 0;
+  const auto [end, ec] = std::from_chars(flag.data(), flag.data() + flag.size(), w);
+  ES_CHECK_ARG(ec == std::errc() && end == flag.data() + flag.size() && w >= 2 && w <= blockSize, "generate",
+               "--verify-width", std::string(flag), "must be auto or an integer in [2, draft block size = ",
+               blockSize, "]");
+  return w;
 }
 
 void addGenerateCommand(CLI::App& app) {
@@ -475,6 +500,11 @@ void addGenerateCommand(CLI::App& app) {
                   "DFlash draft folder (z-lab format): speculative decoding (default: the default model's "
                   "trained draft, on a GPU at temperature 0)");
   cmd->add_flag("--no-draft", options->noDraft, "Plain decoding even where the default draft would run");
+  cmd->add_option("--verify-width", options->verifyWidth,
+                  "Rows a speculative step verifies per request, 2 to the draft's block size: the anchor and "
+                  "the first drafts of the block (auto: the block size on cuda, " +
+                      std::to_string(kCpuVerifyWidth) + " on cpu)")
+      ->capture_default_str();
   cmd->add_option("-p,--prompt", options->prompt, "The user message")->capture_default_str();
   cmd->add_option("--system", options->system, "A system message");
   cmd->add_option("--input-file", options->inputFile,

@@ -382,9 +382,12 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
   if (B == 0) return;
   ES_CHECK_ARG(in.anchors && in.positions && in.kvLengths && in.argmaxOut, where, "anchors/positions/kvLengths/argmaxOut",
                "null", "must not be null");
+  const int32_t BS = blockSize_, R = B * BS;
+  const int32_t W = in.rowsPerBlock == 0 ? BS : in.rowsPerBlock;
+  ES_CHECK_ARG(W >= 1 && W <= BS, where, "rowsPerBlock", in.rowsPerBlock, "must be 0 (the block size) or in [1, block size = ",
+               BS, "]");
   checkCache(cache, where);
   const int32_t* pageTable = pageTable_.sync(backend_, cache.draftPageTable());
-  const int32_t BS = blockSize_, R = B * BS;
   const int32_t H = static_cast<int32_t>(c.hidden_size), D = static_cast<int32_t>(c.head_dim);
   const int32_t Hq = static_cast<int32_t>(c.num_attention_heads), Hkv = static_cast<int32_t>(c.num_key_value_heads);
   const int32_t I = static_cast<int32_t>(c.intermediate_size);
@@ -456,13 +459,23 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
     backend_.swiglu(act);
     linear(act_.data(), w.down, w.downBias, tmp_.data(), H, I, dtype_);
   }
+  // The final norm runs over all R rows (R × H, nothing beside the lm_head's R × V × H); the
+  // lm_head and argmax only over the W rows per block the caller uses: rows b·BS … b·BS + W − 1
+  // of normed_ are gathered into rows b·W … of tmp_ (free once the norm has read it).
   norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());
-  kernel::LinearParams head;  // the target's lm_head, f32 logits [R, V]
-  head.x = normed_.data(); head.w = targetLmHead_; head.y = logits_.data();
-  head.m = R; head.n = vocab_; head.k = H; head.dtype = dtype_; head.outDtype = DType::kF32;
+  const void* headIn = normed_.data();  // [B·W, H] compute dtype
+  if (W < BS) {
+    const int64_t rowBytes = int64_t{H} * dtype_size(dtype_);
+    backend_.copy2D(tmp_.data(), W * rowBytes, normed_.data(), BS * rowBytes, W * rowBytes, B);
+    headIn = tmp_.data();
+  }
+  const int32_t scored = B * W;
+  kernel::LinearParams head;  // the target's lm_head, f32 logits [B·W, V]
+  head.x = headIn; head.w = targetLmHead_; head.y = logits_.data();
+  head.m = scored; head.n = vocab_; head.k = H; head.dtype = dtype_; head.outDtype = DType::kF32;
   backend_.linear(head);
-  ArgmaxParams am;
-  am.logits = logits_.data(); am.dtype = DType::kF32; am.rows = R; am.vocab = vocab_; am.out = in.argmaxOut;
+  ArgmaxParams am;  // [B, W] i32
+  am.logits = logits_.data(); am.dtype = DType::kF32; am.rows = scored; am.vocab = vocab_; am.out = in.argmaxOut;
   backend_.argmax(am);
 }
 
@@ -515,7 +528,7 @@ void DFlashDraft::appendContextFromHost(const std::vector<float>& taps, const st
 }
 
 DraftProposal DFlashDraft::propose(const std::vector<int32_t>& anchors, const std::vector<int32_t>& blockStarts,
-                                   kv::KvCacheManager& cache, bool wantLogits) {
+                                   kv::KvCacheManager& cache, bool wantLogits, int32_t rowsPerBlock) {
   constexpr const char* where = "DFlashDraft::propose";
   const int32_t B = static_cast<int32_t>(anchors.size());
   ES_CHECK_ARG(blockStarts.size() == anchors.size(), where, "blockStarts.size()", blockStarts.size(),
@@ -523,7 +536,10 @@ DraftProposal DFlashDraft::propose(const std::vector<int32_t>& anchors, const st
   ES_CHECK_ARG(B >= 1 && B <= maxBatch_ && B <= cache.maxBatchSize(), where, "anchors.size()", B,
                "must be in [1, min(maxBatch = ", maxBatch_, ", cache maxBatchSize = ", cache.maxBatchSize(), ")]");
   const int32_t BS = blockSize_;
-  // anchors [B] | positions [B·BS] | kvLengths [B] | argmax out [B·BS]
+  ES_CHECK_ARG(rowsPerBlock >= 0 && rowsPerBlock <= BS, where, "rowsPerBlock", rowsPerBlock,
+               "must be 0 (the block size) or in [1, block size = ", BS, "]");
+  const int32_t W = rowsPerBlock == 0 ? BS : rowsPerBlock;
+  // anchors [B] | positions [B·BS] | kvLengths [B] | argmax out [B·W]
   std::vector<int32_t> meta(anchors);
   for (int32_t b = 0; b < B; ++b) {
     const int32_t a = anchors[static_cast<size_t>(b)], s = blockStarts[static_cast<size_t>(b)];
@@ -535,17 +551,17 @@ DraftProposal DFlashDraft::propose(const std::vector<int32_t>& anchors, const st
   }
   for (int32_t b = 0; b < B; ++b) meta.push_back(blockStarts[static_cast<size_t>(b)] + BS);
   const size_t outAt = meta.size();
-  meta.resize(outAt + static_cast<size_t>(B) * BS, -1);
+  meta.resize(outAt + static_cast<size_t>(B) * W, -1);
   int32_t* d = uploadMeta(meta);
   DraftProposalInputs in;
   in.anchors = d; in.positions = d + B; in.kvLengths = d + B + int64_t{B} * BS; in.batchSize = B;
-  in.argmaxOut = d + outAt;
+  in.rowsPerBlock = W; in.argmaxOut = d + outAt;
   propose(in, cache);
   DraftProposal out;
-  out.tokens.resize(static_cast<size_t>(B) * BS);
+  out.tokens.resize(static_cast<size_t>(B) * W);
   backend_.copyToHost(out.tokens.data(), in.argmaxOut, static_cast<int64_t>(out.tokens.size()) * 4);
   if (wantLogits) {
-    out.logits.resize(static_cast<size_t>(B) * BS * vocab_);
+    out.logits.resize(static_cast<size_t>(B) * W * vocab_);
     backend_.copyToHost(out.logits.data(), logits_.data(), static_cast<int64_t>(out.logits.size()) * 4);
   }
   return out;

@@ -11,8 +11,10 @@
 //   propose        one block [anchor, mask × (BS−1)] per sequence at positions T_b … T_b+BS−1:
 //                  the draft layers with bidirectional attention over the cached context and the
 //                  block's own K/V (written at T_b … into the draft cache as scratch beyond the
-//                  committed length), final norm, the target's lm_head, argmax of every row into
-//                  [B, BS] (row 0 included; verify uses rows 1 … BS−1, spec §2.9).
+//                  committed length), final norm, the target's lm_head, argmax of the first W
+//                  rows of every block into [B, W] (row 0 included; a verify of width W uses rows
+//                  1 … W−1, spec §2.9). W = BS by default; the layers always run all BS rows, but
+//                  the lm_head (V × H per row, most of a small draft's work) only the W used.
 // The draft never commits: the caller advances cache.commitDraft after propose (spec §6).
 #include <cstdint>
 #include <filesystem>
@@ -60,13 +62,16 @@ struct DraftProposalInputs {
   const int32_t* positions = nullptr;  // [B * BS] i32 T_b + i (spec §2.3 `positions`), < 0 = padding
   const int32_t* kvLengths = nullptr;  // [B] i32 T_b + BS (spec §2.3 `contextLengths`)
   int32_t batchSize = 0;               // B, <= maxBatch
-  int32_t* argmaxOut = nullptr;        // [B, BS] i32 out: argmax of every block row
+  // W: the leading rows of each block the caller uses (the verify width), in [1, BS]; 0 = BS.
+  // Only these rows are scored: argmaxOut and the proposal logits hold W rows per block.
+  int32_t rowsPerBlock = 0;
+  int32_t* argmaxOut = nullptr;        // [B, W] i32 out: argmax of block rows 0 … W−1
 };
 
 // Host convenience result.
 struct DraftProposal {
-  std::vector<int32_t> tokens;  // [B, BS] argmax ids, row 0 included
-  std::vector<float> logits;    // [B * BS, V] when asked for, else empty
+  std::vector<int32_t> tokens;  // [B, W] argmax ids, row 0 included (W = rowsPerBlock, default BS)
+  std::vector<float> logits;    // [B * W, V] when asked for, else empty
 };
 
 class DFlashDraft {
@@ -110,7 +115,8 @@ class DFlashDraft {
   void appendContext(const DraftContextDelta& delta, kv::KvCacheManager& cache);
   void propose(const DraftProposalInputs& inputs, kv::KvCacheManager& cache);
   const int32_t* syncPageTable(kv::KvCacheManager& cache);
-  // [B * BS, V] f32 logits of the last propose (backend memory).
+  // [B * W, V] f32 logits of the last propose's scored rows (block b's row i at b·W + i;
+  // backend memory).
   const float* logitsDevice() const { return logits_.as<float>(); }
 
   // Host conveniences (tests, simple callers): metadata validated on the host and uploaded.
@@ -124,9 +130,9 @@ class DFlashDraft {
   void appendContextFromHost(const std::vector<float>& taps, const std::vector<int32_t>& positions,
                              const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache);
   // blockStarts[b] = T_b (draft cache length after the delta); block b writes scratch K/V at
-  // T_b … T_b + BS − 1 of page-table row b.
+  // T_b … T_b + BS − 1 of page-table row b. rowsPerBlock: as in DraftProposalInputs.
   DraftProposal propose(const std::vector<int32_t>& anchors, const std::vector<int32_t>& blockStarts,
-                        kv::KvCacheManager& cache, bool wantLogits = false);
+                        kv::KvCacheManager& cache, bool wantLogits = false, int32_t rowsPerBlock = 0);
 
  private:
   void checkPair(const TargetModel& target, const std::filesystem::path& dir);
@@ -166,6 +172,7 @@ class DFlashDraft {
   // Workspace. Context path (maxContextTokens rows):
   Buffer concat_, ctx_, kDelta_, vDelta_, cosSin_, hostTaps_;
   // Block path (maxBatch·BS rows):
+  // (logits_: [maxBatch·BS, V] f32, of which a propose of W rows per block uses [B·W, V].)
   Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, logits_;
   Buffer attnSplit_;  // split-KV attention partials (CUDA backend; empty when none are needed)
   Buffer meta_;       // i32 host-convenience metadata

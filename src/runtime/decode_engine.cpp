@@ -21,9 +21,18 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
     : target_(target), cache_(cache), proposer_(proposer), backend_(target.backend()), options_(options) {
   constexpr const char* kWhere = "DecodeEngine";
   vocab_ = static_cast<int32_t>(target_.config().vocab_size);
-  width_ = proposer_ ? proposer_->blockSize() : 1;
-  ES_CHECK_ARG(!proposer_ || (width_ >= 2 && width_ <= kernel::kDFlashMaxBlockSize), kWhere, "blockSize", width_,
-               "must be in [2, ", kernel::kDFlashMaxBlockSize, "]");
+  blockSize_ = proposer_ ? proposer_->blockSize() : 1;
+  ES_CHECK_ARG(!proposer_ || (blockSize_ >= 2 && blockSize_ <= kernel::kDFlashMaxBlockSize), kWhere, "blockSize",
+               blockSize_, "must be in [2, ", kernel::kDFlashMaxBlockSize, "]");
+  if (proposer_) {
+    width_ = options_.verifyWidth == 0 ? blockSize_ : options_.verifyWidth;
+    ES_CHECK_ARG(width_ >= 2 && width_ <= blockSize_, kWhere, "EngineOptions::verifyWidth", options_.verifyWidth,
+                 "must be 0 (the block size) or in [2, block size = ", blockSize_, "]");
+  } else {
+    ES_CHECK_ARG(options_.verifyWidth == 0, kWhere, "EngineOptions::verifyWidth", options_.verifyWidth,
+                 "must be 0 without a proposer (plain decoding verifies one row)");
+    width_ = 1;
+  }
   ES_CHECK_ARG(cache_.space() == backend_.space(), kWhere, "cache memory space", static_cast<int>(cache_.space()),
                "must be the target backend's");
   maxBatch_ = std::min(cache_.maxBatchSize(), target_.maxTokens() / width_);
@@ -42,8 +51,8 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
 DecodeEngine::~DecodeEngine() = default;
 
 void DecodeEngine::allocate() {
-  const int64_t B = maxBatch_, S = width_, BS = proposer_ ? width_ : 1;
-  const int64_t maskWords = (S + 31) / 32, propMaskWords = (BS + 31) / 32;
+  const int64_t B = maxBatch_, W = width_, BS = blockSize_;
+  const int64_t maskWords = (W + 31) / 32, propMaskWords = (BS + 31) / 32;
 
   // Sampling workspace for every batch size a step can take (the need is not monotone in the
   // batch: the general path splits rows into more chunks when there are fewer rows), with
@@ -55,13 +64,13 @@ void DecodeEngine::allocate() {
     SamplingParams sp;
     sp.batch = b; sp.vocab = vocab_; sp.top_ks = &anyRow;
     sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(sp));
-    if (sampledProposals) {  // the draft's b * BS rows (prepareNext)
-      sp.batch = static_cast<int32_t>(b * BS); sp.rows_per_request = static_cast<int32_t>(BS);
+    if (sampledProposals) {  // the draft's b * W scored rows (prepareNext)
+      sp.batch = static_cast<int32_t>(b * W); sp.rows_per_request = static_cast<int32_t>(W);
       sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(sp));
     }
-    if (S > 1) {
+    if (W > 1) {
       SpecVerifyParams vp;
-      vp.batch = b; vp.num_draft = static_cast<int32_t>(S - 1); vp.vocab = vocab_; vp.top_ks = &anyRow;
+      vp.batch = b; vp.num_draft = static_cast<int32_t>(W - 1); vp.vocab = vocab_; vp.top_ks = &anyRow;
       sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, spec_verify_workspace_bytes(vp));
     }
   }
@@ -71,20 +80,22 @@ void DecodeEngine::allocate() {
   std::vector<Slot> slots;
   auto i32 = [&](int32_t*& p, int64_t n) { slots.push_back({reinterpret_cast<void**>(&p), n * 4}); };
   i32(lengths_, B); i32(newLengths_, B); i32(lastTokens_, B); i32(zeros_, B); i32(topKs_, B);
-  i32(owners_, B * S); i32(cuQ_, B + 1); i32(rows_, B * S);
-  i32(verifyTokens_, B * S); i32(verifyPositions_, B * S); i32(verifyKvLengths_, B);
-  i32(verifyMask_, B * S * maskWords); i32(argmax_, B * S); i32(acceptNodes_, B * S); i32(acceptCounts_, B);
-  i32(out_, B + B * S); i32(deltaPositions_, B * S); i32(deltaOwners_, B * S);
+  // Verify side: W rows per sequence; proposal side: BS rows per sequence, of which the
+  // proposer returns the first W (draftOut_, proposalProbs_).
+  i32(owners_, B * W); i32(cuQ_, B + 1); i32(rows_, B * W);
+  i32(verifyTokens_, B * W); i32(verifyPositions_, B * W); i32(verifyKvLengths_, B);
+  i32(verifyMask_, B * W * maskWords); i32(argmax_, B * W); i32(acceptNodes_, B * W); i32(acceptCounts_, B);
+  i32(out_, B + B * W); i32(deltaPositions_, B * W); i32(deltaOwners_, B * W);
   i32(propMask_, B * BS * propMaskWords); i32(propAttPos_, B * BS); i32(propContextLengths_, B);
   i32(propPositions_, B * BS); i32(propQStart_, B + 1); i32(propQLengths_, B); i32(propPast_, B);
-  i32(propSeqLengths_, B); i32(draftOut_, B * BS);
+  i32(propSeqLengths_, B); i32(draftOut_, B * W);
   slots.push_back({reinterpret_cast<void**>(&anchors_), B * 8});
-  slots.push_back({reinterpret_cast<void**>(&selectIndices_), B * S * 8});
+  slots.push_back({reinterpret_cast<void**>(&selectIndices_), B * W * 8});
   slots.push_back({reinterpret_cast<void**>(&seeds_), B * 8});
   slots.push_back({reinterpret_cast<void**>(&temperatures_), B * 4});
   slots.push_back({reinterpret_cast<void**>(&topPs_), B * 4});
-  slots.push_back({reinterpret_cast<void**>(&treeMask_), B * S * S});
-  if (sampledProposals) slots.push_back({reinterpret_cast<void**>(&proposalProbs_), B * BS * vocab_ * 4});
+  slots.push_back({reinterpret_cast<void**>(&treeMask_), B * W * W});
+  if (sampledProposals) slots.push_back({reinterpret_cast<void**>(&proposalProbs_), B * W * vocab_ * 4});
   slots.push_back({&sampleWorkspace_, static_cast<int64_t>(sampleWorkspaceBytes_)});
   std::vector<int64_t> offsets;
   int64_t total = 0;
@@ -97,21 +108,21 @@ void DecodeEngine::allocate() {
   for (size_t i = 0; i < slots.size(); ++i) *slots[i].at = arena_.as<uint8_t>() + offsets[i];
   if (sampleWorkspaceBytes_ == 0) sampleWorkspace_ = nullptr;
 
-  // Constants: zeros, row owners b, query offsets b·S, logit rows r.
-  std::vector<int32_t> host(static_cast<size_t>(B * S));
+  // Constants: zeros, row owners b, query offsets b·W, logit rows r.
+  std::vector<int32_t> host(static_cast<size_t>(B * W));
   std::fill(host.begin(), host.begin() + B, 0);
   backend_.copyFromHost(zeros_, host.data(), B * 4);
-  for (int64_t r = 0; r < B * S; ++r) host[static_cast<size_t>(r)] = static_cast<int32_t>(r / S);
-  backend_.copyFromHost(owners_, host.data(), B * S * 4);
-  for (int64_t r = 0; r < B * S; ++r) host[static_cast<size_t>(r)] = static_cast<int32_t>(r);
-  backend_.copyFromHost(rows_, host.data(), B * S * 4);
+  for (int64_t r = 0; r < B * W; ++r) host[static_cast<size_t>(r)] = static_cast<int32_t>(r / W);
+  backend_.copyFromHost(owners_, host.data(), B * W * 4);
+  for (int64_t r = 0; r < B * W; ++r) host[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+  backend_.copyFromHost(rows_, host.data(), B * W * 4);
   std::vector<int32_t> cuQ(static_cast<size_t>(B) + 1);
-  for (int64_t b = 0; b <= B; ++b) cuQ[static_cast<size_t>(b)] = static_cast<int32_t>(b * S);
+  for (int64_t b = 0; b <= B; ++b) cuQ[static_cast<size_t>(b)] = static_cast<int32_t>(b * W);
   backend_.copyFromHost(cuQ_, cuQ.data(), (B + 1) * 4);
 
   const MemorySpace hostSpace =
       backend_.space() == MemorySpace::kDevice ? MemorySpace::kPinnedHost : MemorySpace::kHost;
-  outHost_ = Buffer::allocate(hostSpace, (B + B * S) * 4);
+  outHost_ = Buffer::allocate(hostSpace, (B + B * W) * 4);
 }
 
 void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests) const {
@@ -135,9 +146,10 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
     ES_CHECK_ARG(q.sampling.topP > 0.0f && q.sampling.topP <= 1.0f, kWhere, name + ".sampling.topP",
                  q.sampling.topP, "must be in (0, 1]");
     // Positions a request may touch: a live sequence has committed at most prompt + max − 2
-    // tokens and its step writes S rows from there; with a draft, the step that finishes a
-    // request may commit up to S tokens past its budget and still proposes a block (BS = S rows)
-    // beyond them before the host retires it. Hence the margin 2·(S − 1) with a draft, 0 without.
+    // tokens and its step writes W rows from there; with a draft, the step that finishes a
+    // request may commit up to W tokens past its budget and still proposes a block of BS rows
+    // beyond them before the host retires it. Hence the margin (W − 1) + (BS − 1) with a draft
+    // (2·(BS − 1) at full width), 0 without.
     const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens;
     const int64_t margin = positionMargin();
     const int64_t positions =
@@ -150,7 +162,7 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
 }
 
 // Rows a request may touch past prompt + maxNewTokens (docs/runtime.md, capacity).
-int64_t DecodeEngine::positionMargin() const { return proposer_ ? 2 * (width_ - 1) : 0; }
+int64_t DecodeEngine::positionMargin() const { return proposer_ ? (width_ - 1) + (blockSize_ - 1) : 0; }
 
 void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
                                const std::vector<const GenerationRequest*>& requestOfSlot) {
@@ -177,20 +189,21 @@ void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens
 }
 
 // The next step's inputs from lengths_ (committed) and lastTokens_ (anchors): the draft's
-// proposal, then the verify rows [anchor, d_1 … d_{S−1}] at positions length + i.
+// proposal of BS rows (the first W scored), then the verify rows [anchor, d_1 … d_{W−1}] at
+// positions length + i.
 void DecodeEngine::prepareNext(int32_t B) {
-  const int32_t S = width_;
+  const int32_t W = width_, BS = blockSize_;
   if (proposer_) {
     kernel::DFlashProposalInputsParams pi;
     pi.oldDraftCacheLengths = lengths_; pi.deltaLengths = zeros_;  // the delta is already committed
-    pi.blockSize = S; pi.packedAttentionMask = propMask_; pi.attentionPosId = propAttPos_;
+    pi.blockSize = BS; pi.packedAttentionMask = propMask_; pi.attentionPosId = propAttPos_;
     pi.contextLengths = propContextLengths_; pi.positions = propPositions_; pi.queryStartOffsets = propQStart_;
     pi.queryLengths = propQLengths_; pi.pastLengths = propPast_; pi.attentionSequenceLengths = propSeqLengths_;
     pi.batchSize = B;
     backend_.dflashProposalInputs(pi);
     model::DraftProposalInputs in;
     in.anchors = lastTokens_; in.positions = propPositions_; in.kvLengths = propContextLengths_;
-    in.batchSize = B; in.argmaxOut = draftOut_;
+    in.batchSize = B; in.rowsPerBlock = W; in.argmaxOut = draftOut_;  // [B, W]
     proposer_->propose(in, cache_);
     if (sampled_ && proposalProbs_ != nullptr) {
       // Sampled requests draw their drafts from the draft's distribution, filtered like their
@@ -198,8 +211,8 @@ void DecodeEngine::prepareNext(int32_t B) {
       // anchor), and keep it as q for the verify: accepted with sum min(p, q) instead of
       // p(argmax q). Greedy requests of the batch get the argmax again (one-hot q).
       SamplingParams sp;
-      sp.logits = proposer_->proposalLogits(); sp.batch = B * S; sp.vocab = vocab_;
-      sp.rows_per_request = S;
+      sp.logits = proposer_->proposalLogits(); sp.batch = B * W; sp.vocab = vocab_;  // [B, W, V]
+      sp.rows_per_request = W;
       sp.temperatures = temperatures_; sp.top_ks = topKs_; sp.top_ps = topPs_;
       sp.seeds = seeds_; sp.positions = anchors_; sp.purpose = RngPurpose::kProposal;
       sp.tokens = draftOut_; sp.probs = proposalProbs_;
@@ -208,14 +221,14 @@ void DecodeEngine::prepareNext(int32_t B) {
     }
     kernel::DFlashLinearVerifyInputsParams vi;
     vi.lastAcceptedTokens = lastTokens_; vi.draftTokenIds = draftOut_; vi.verifyTokenIds = verifyTokens_;
-    vi.verifyTreeMask = treeMask_; vi.batchSize = B; vi.proposalLen = S - 1; vi.draftTokenStride = S;
-    vi.verifySize = S;
+    vi.verifyTreeMask = treeMask_; vi.batchSize = B; vi.proposalLen = W - 1; vi.draftTokenStride = W;
+    vi.verifySize = W;
     backend_.dflashLinearVerifyInputs(vi);
   } else {
     backend_.copy(verifyTokens_, lastTokens_, int64_t{B} * 4);
   }
   kernel::DFlashBaseVerifyInputsParams bv;
-  bv.baseKVCacheLengths = lengths_; bv.verifySize = S; bv.packedAttentionMask = verifyMask_;
+  bv.baseKVCacheLengths = lengths_; bv.verifySize = W; bv.packedAttentionMask = verifyMask_;
   bv.attentionPosId = verifyPositions_; bv.selectTokenIndices = selectIndices_;
   bv.contextLengths = verifyKvLengths_; bv.batchSize = B;
   backend_.dflashBaseVerifyInputs(bv);
@@ -223,34 +236,34 @@ void DecodeEngine::prepareNext(int32_t B) {
 
 // One iteration, device work only: forward, accept, commit, draft context, next inputs.
 void DecodeEngine::step(int32_t B) {
-  const int32_t S = width_;
+  const int32_t W = width_;
   model::DeviceForwardBatch f;
   f.tokens = verifyTokens_; f.positions = verifyPositions_; f.tokenToSequence = owners_;
   f.cuQSeqLens = cuQ_; f.kvLengths = verifyKvLengths_; f.logitRows = rows_;
-  f.numTokens = B * S; f.batchSize = B; f.maxQSeqLen = S; f.numLogitRows = B * S;
+  f.numTokens = B * W; f.batchSize = B; f.maxQSeqLen = W; f.numLogitRows = B * W;
   target_.forwardDevice(f, cache_);
   const float* logits = target_.logitsDevice();
 
-  // Accept into out_ = [counts B | tokens B·S] (the step's device-to-host payload).
+  // Accept into out_ = [counts B | tokens B·W] (the step's device-to-host payload).
   int32_t* counts = out_;
   int32_t* tokens = out_ + B;
   kernel::SpecCommitParams commit;
   commit.tokens = tokens; commit.lengths = lengths_; commit.emitCounts = counts;
   commit.newLengths = newLengths_; commit.anchorPositions = anchors_; commit.lastTokens = lastTokens_;
-  commit.batchSize = B; commit.width = S;
+  commit.batchSize = B; commit.width = W;
   if (!sampled_) {
     ArgmaxParams am;
-    am.logits = logits; am.dtype = DType::kF32; am.rows = B * S; am.vocab = vocab_;
-    am.out = S == 1 ? tokens : argmax_;
+    am.logits = logits; am.dtype = DType::kF32; am.rows = B * W; am.vocab = vocab_;
+    am.out = W == 1 ? tokens : argmax_;
     backend_.argmax(am);
-    if (S > 1) {
+    if (W > 1) {
       kernel::EagleAcceptParams ea;
       ea.targetTopIds = argmax_; ea.verifyTokenIds = verifyTokens_; ea.acceptedTokens = tokens;
-      ea.acceptedNodeIds = acceptNodes_; ea.acceptLengths = acceptCounts_; ea.batchSize = B; ea.verifySize = S;
+      ea.acceptedNodeIds = acceptNodes_; ea.acceptLengths = acceptCounts_; ea.batchSize = B; ea.verifySize = W;
       backend_.eagleAccept(ea);
       commit.counts = acceptCounts_;
     }
-  } else if (S == 1) {
+  } else if (W == 1) {
     SamplingParams sp;
     sp.logits = logits; sp.batch = B; sp.vocab = vocab_;
     sp.temperatures = temperatures_; sp.top_ks = topKs_; sp.top_ps = topPs_;
@@ -259,12 +272,12 @@ void DecodeEngine::step(int32_t B) {
     backend_.sampleRows(sp);
   } else {
     SpecVerifyParams vp;
-    vp.target_logits = logits; vp.draft_tokens = verifyTokens_ + 1; vp.draft_tokens_stride = S;
-    vp.batch = B; vp.num_draft = S - 1; vp.vocab = vocab_;
+    vp.target_logits = logits; vp.draft_tokens = verifyTokens_ + 1; vp.draft_tokens_stride = W;
+    vp.batch = B; vp.num_draft = W - 1; vp.vocab = vocab_;
     vp.temperatures = temperatures_; vp.top_ks = topKs_; vp.top_ps = topPs_;
     vp.seeds = seeds_; vp.anchors = anchors_; vp.out_tokens = tokens; vp.num_accepted = acceptCounts_;
-    if (proposalProbs_ != nullptr) {  // rows 1 … S−1 of each block: the drafts' distributions
-      vp.draft_probs = proposalProbs_ + vocab_; vp.draft_probs_stride = S;
+    if (proposalProbs_ != nullptr) {  // rows 1 … W−1 of each [W, V] block: the drafts' distributions
+      vp.draft_probs = proposalProbs_ + vocab_; vp.draft_probs_stride = W;
     }
     vp.workspace = sampleWorkspace_; vp.workspace_bytes = sampleWorkspaceBytes_;
     backend_.specVerify(vp);
@@ -275,12 +288,12 @@ void DecodeEngine::step(int32_t B) {
 
   if (proposer_) {  // rows 0 … count−1 of each sequence became committed context
     kernel::DFlashDeltaMetadataParams dm;
-    dm.oldDraftCacheLengths = lengths_; dm.deltaLengths = counts; dm.deltaWidth = S;
+    dm.oldDraftCacheLengths = lengths_; dm.deltaLengths = counts; dm.deltaWidth = W;
     dm.deltaPositions = deltaPositions_; dm.deltaTokenToSequence = deltaOwners_; dm.batchSize = B;
     backend_.dflashDeltaMetadata(dm);
     model::DraftContextDelta delta;
     delta.taps = target_.tapsDevice(); delta.positions = deltaPositions_;
-    delta.tokenToSequence = deltaOwners_; delta.numTokens = B * S;
+    delta.tokenToSequence = deltaOwners_; delta.numTokens = B * W;
     proposer_->appendContext(delta, cache_);
   }
   backend_.copy(lengths_, newLengths_, int64_t{B} * 4);
@@ -346,10 +359,10 @@ std::vector<GenerationResult> DecodeEngine::generate(const std::vector<Generatio
 std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequest>& requests,
                                                 const TokenCallback& onToken) {
   const int32_t n = static_cast<int32_t>(requests.size());
-  const int32_t S = width_;
+  const int32_t W = width_, BS = blockSize_;
   sampled_ = std::any_of(requests.begin(), requests.end(), [](const GenerationRequest& q) { return !isGreedy(q.sampling); });
   stats_ = SpeculationStats{};
-  stats_.acceptHistogram.assign(static_cast<size_t>(S) + 1, 0);
+  stats_.acceptHistogram.assign(static_cast<size_t>(W) + 1, 0);
   std::vector<GenerationResult> results(static_cast<size_t>(n));
   std::vector<int32_t> pending(static_cast<size_t>(n));  // last emitted token (the next anchor)
   std::vector<int32_t> slotOf(static_cast<size_t>(n));  // request -> slot, -1 once finished
@@ -454,21 +467,21 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
   int32_t B = compactAndPrepare();
   std::vector<int32_t> requestOfSlot;
   while (B > 0) {
-    // The step writes S rows from each committed length (and the draft its block there): never
-    // into pages shared with other requests.
+    // The step writes W rows from each committed length (and the draft its block of BS rows
+    // there): never into pages shared with other requests.
     stepWrites_.clear();
     for (int32_t s = 0; s < B; ++s) {
-      cache_.checkWritable(s, cache_.baseLength(s), S);
-      if (withDraft) cache_.checkWritable(s, cache_.draftLength(s), S);
-      stepWrites_.push_back({s, S});
+      cache_.checkWritable(s, cache_.baseLength(s), W);
+      if (withDraft) cache_.checkWritable(s, cache_.draftLength(s), BS);
+      stepWrites_.push_back({s, W});
     }
-    // Binds the window pages of the S rows (sliding-window layers) before launchStep uploads
-    // the tables; the device commits at most S of them.
+    // Binds the window pages of the W rows (sliding-window layers) before launchStep uploads
+    // the tables; the device commits at most W of them.
     const int64_t stepId = cache_.beginStep(stepWrites_);
     launchStep(B);
     ++stats_.iterations;
     int32_t* host = outHost_.as<int32_t>();
-    backend_.copyToHost(host, out_, (int64_t{B} + int64_t{B} * S) * 4);  // the one D2H copy
+    backend_.copyToHost(host, out_, (int64_t{B} + int64_t{B} * W) * 4);  // the one D2H copy
     // The copy waited for the whole step (same stream, after its last kernel): its window pages
     // are no longer read, so the pages the commits below push out of the window can be rebound.
     cache_.completeStep(stepId);
@@ -481,11 +494,11 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
     for (int32_t s = 0; s < B; ++s) {
       const int32_t r = requestOfSlot[static_cast<size_t>(s)];
       const int32_t count = host[s];
-      if (count < 1 || count > S) {
+      if (count < 1 || count > W) {
         ES_THROW(Error, "DecodeEngine::generate: the step emitted ", count, " tokens for slot ", s,
-                 ", outside [1, ", S, "]: the device state is corrupt");
+                 ", outside [1, ", W, "]: the device state is corrupt");
       }
-      const int32_t* tokens = host + B + static_cast<int64_t>(s) * S;
+      const int32_t* tokens = host + B + static_cast<int64_t>(s) * W;
       int32_t emitted = 0;
       bool finished = false;
       while (emitted < count && !finished) finished = emit(r, tokens[emitted++]);

@@ -3,16 +3,20 @@
 // device-resident loop (spec §6).
 //
 // Prefill runs per request on the host path (chunked; with a draft each chunk becomes draft
-// context at once, round 0). Then every iteration is one device step of width S (S = 1 plain,
-// S = BS speculative) with no host work inside:
-//   forward of the S rows [anchor, d_1 … d_{S−1}] per sequence (causal)
-//   → accept: greedy (argmax; greedy EAGLE accept for S > 1) or sampled (spec §3: sample_rows
-//     for S = 1, spec_verify for S > 1 with argmax drafts, q = onehot)
+// context at once, round 0). Then every iteration is one device step of verify width W (W = 1
+// plain; speculative: 2 <= W <= BS, EngineOptions::verifyWidth) with no host work inside:
+//   forward of the W rows [anchor, d_1 … d_{W−1}] per sequence (causal)
+//   → accept: greedy (argmax; greedy EAGLE accept for W > 1) or sampled (spec §3: sample_rows
+//     for W = 1, spec_verify for W > 1 with argmax drafts, q = onehot)
 //   → commit on the device (spec_commit: lengths, next anchor)
 //   → draft context of the committed rows (delta metadata + appendContext)
 //   → next proposal (proposal inputs + propose) and next verify inputs.
+// The draft always proposes a whole block of BS rows (block diffusion needs every position of
+// the block), but only its first W rows are scored and verified: a step of W < BS rows emits at
+// most W tokens and costs about W target rows, which pays where a forward is compute-bound (the
+// CPU), since most steps accept few tokens anyway (docs/perf.md).
 // The step for a batch size is captured once as a CUDA graph and replayed; its only
-// device-to-host copy brings back the emitted counts and tokens [B + B·S] i32. The host then
+// device-to-host copy brings back the emitted counts and tokens [B + B·W] i32. The host then
 // streams tokens, applies stop tokens and budgets, mirrors the commits in the KV cache manager,
 // and retires finished requests (compaction re-uploads the per-slot state: a few bytes per slot).
 // Every buffer is allocated at construction (the arena); nothing is allocated in the loop.
@@ -38,13 +42,17 @@ namespace es::runtime {
 
 struct EngineOptions {
   bool useGraphs = true;  // capture each batch size's step (CUDA backend); false: always eager
+  // W, the rows one speculative step verifies per sequence: the anchor and the first W − 1
+  // drafts of the proposed block. 0 = the draft's block size BS; else in [2, BS]. Must be 0
+  // without a proposer (plain decoding verifies one row).
+  int32_t verifyWidth = 0;
 };
 
 // Statistics of one generate() call.
 struct SpeculationStats {
   int64_t verifySteps = 0;               // sequence-steps (a step of B sequences counts B)
   int64_t acceptedTokens = 0;            // tokens emitted by steps (the prefill's first excluded)
-  std::vector<int64_t> acceptHistogram;  // [S + 1]: how often each emitted count occurred
+  std::vector<int64_t> acceptHistogram;  // [W + 1]: how often each emitted count occurred
   int64_t iterations = 0;                // device steps
   int64_t prefillRows = 0;               // prompt rows the target computed in prefill
   int64_t reusedTokens = 0;              // prompt tokens served from reused pages (prefix reuse)
@@ -65,9 +73,11 @@ class DecodeEngine {
                EngineOptions options = {});
   ~DecodeEngine();
 
-  // Sequences one step can carry: min(cache maxBatchSize, target maxTokens / S, draft maxBatch).
+  // Sequences one step can carry: min(cache maxBatchSize, target maxTokens / W, draft maxBatch).
   int32_t maxBatch() const { return maxBatch_; }
+  // W: rows per sequence of one step (1 plain), and BS: rows of one proposal (1 plain).
   int32_t stepWidth() const { return width_; }
+  int32_t blockSize() const { return blockSize_; }
 
   std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests,
                                          const TokenCallback& onToken = {});
@@ -89,7 +99,8 @@ class DecodeEngine {
   DraftProposer* proposer_;
   ops::Backend& backend_;
   EngineOptions options_;
-  int32_t width_ = 1;     // S
+  int32_t blockSize_ = 1;  // BS: rows of one proposal (1 without a proposer)
+  int32_t width_ = 1;      // W: verify rows per sequence and step, <= BS
   int32_t maxBatch_ = 0;  // B_max
   int32_t vocab_ = 0;
   bool sampled_ = false;  // this generate() call samples (else every request is greedy)
@@ -105,7 +116,7 @@ class DecodeEngine {
   int32_t *propMask_ = nullptr, *propAttPos_ = nullptr, *propContextLengths_ = nullptr;
   int32_t *propPositions_ = nullptr, *propQStart_ = nullptr, *propQLengths_ = nullptr;
   int32_t *propPast_ = nullptr, *propSeqLengths_ = nullptr, *draftOut_ = nullptr;
-  // [B, BS, V] f32: the distributions sampled proposals were drawn from (proposers with logits).
+  // [B, W, V] f32: the distributions sampled proposals were drawn from (proposers with logits).
   float* proposalProbs_ = nullptr;
   int64_t *anchors_ = nullptr, *selectIndices_ = nullptr;
   uint64_t* seeds_ = nullptr;
@@ -113,7 +124,7 @@ class DecodeEngine {
   int8_t* treeMask_ = nullptr;
   void* sampleWorkspace_ = nullptr;
   size_t sampleWorkspaceBytes_ = 0;
-  Buffer outHost_;  // pinned [B_max + B_max·S] i32, the step's one device-to-host copy
+  Buffer outHost_;  // pinned [B_max + B_max·W] i32, the step's one device-to-host copy
 
   // Captured steps per (batch size, sampled); a size runs eagerly once before it is captured.
   std::map<std::pair<int32_t, bool>, std::unique_ptr<ops::CapturedWork>> graphs_;

@@ -34,10 +34,11 @@ class DraftProposer {
   // delta rows are the last target forward's rows with rejected ones turned into padding.
   virtual void appendContext(const model::DraftContextDelta& delta, kv::KvCacheManager& cache) = 0;
   // One block per sequence b (page-table row b): anchors, positions T_b + i, kvLengths
-  // T_b + BS; writes [B, BS] token ids into inputs.argmaxOut (row 0 included).
+  // T_b + BS; writes the first W = inputs.rowsPerBlock (0: BS) token ids of every block into
+  // inputs.argmaxOut [B, W] (row 0 included).
   virtual void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) = 0;
 
-  // The last propose's [B, BS] rows of f32 logits over the target's vocabulary (backend memory),
+  // The last propose's [B, W] rows of f32 logits over the target's vocabulary (backend memory),
   // or null for a proposer without a distribution. With it, sampled requests draw their
   // proposals from the draft's distribution (spec §3.7) instead of taking its argmax.
   virtual const float* proposalLogits() const { return nullptr; }

@@ -27,6 +27,7 @@ ReplayProposer::ReplayProposer(ops::Backend& backend, int32_t blockSize, int32_t
   }
   requestOfSlot_.assign(static_cast<size_t>(maxBatch), -1);
   table_ = backend_.allocate((static_cast<int64_t>(maxBatch) * stride_ + maxBatch) * 4);
+  block_ = backend_.allocate(static_cast<int64_t>(maxBatch) * blockSize * 4);
   upload();
 }
 
@@ -61,13 +62,19 @@ void ReplayProposer::onCompact(const std::vector<int32_t>& oldToNew) {
 }
 
 void ReplayProposer::propose(const model::DraftProposalInputs& in, kv::KvCacheManager&) {
+  const int32_t W = in.rowsPerBlock == 0 ? blockSize_ : in.rowsPerBlock;
+  ES_CHECK_ARG(W >= 1 && W <= blockSize_, "ReplayProposer::propose", "rowsPerBlock", in.rowsPerBlock,
+               "must be 0 (the block size) or in [1, block size = ", blockSize_, "]");
+  // The kernel writes whole blocks [B, BS]; a caller of W < BS rows gets their first W rows
+  // (the same tokens a full-width proposal has there).
+  int32_t* blocks = W == blockSize_ ? in.argmaxOut : block_.as<int32_t>();  // [B, BS] i32
   kernel::ReplayProposalParams p;
   p.recorded = table_.as<int32_t>();
   p.recordedLengths = table_.as<int32_t>() + static_cast<int64_t>(maxBatch_) * stride_;
   p.stride = stride_;
   p.anchors = in.anchors;
   p.positions = in.positions;
-  p.out = in.argmaxOut;
+  p.out = blocks;
   p.batchSize = in.batchSize;
   p.blockSize = blockSize_;
   p.vocab = vocab_;
@@ -76,6 +83,9 @@ void ReplayProposer::propose(const model::DraftProposalInputs& in, kv::KvCacheMa
   ES_CHECK_ARG(in.batchSize <= maxBatch_, "ReplayProposer::propose", "batchSize", in.batchSize,
                "must be <= maxBatch = ", maxBatch_);
   backend_.replayProposal(p);
+  if (blocks != in.argmaxOut) {
+    backend_.copy2D(in.argmaxOut, int64_t{W} * 4, blocks, int64_t{blockSize_} * 4, int64_t{W} * 4, in.batchSize);
+  }
 }
 
 }  // namespace es::runtime

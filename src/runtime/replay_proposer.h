@@ -42,6 +42,7 @@ class ReplayProposer final : public DraftProposer {
   int32_t stride_ = 1;
   std::vector<int32_t> requestOfSlot_;  // [maxBatch], -1 = empty
   Buffer table_;                        // [maxBatch, stride] i32 then [maxBatch] i32 lengths
+  Buffer block_;                        // [maxBatch, BS] i32 whole blocks when the caller takes W < BS rows
 };
 
 }  // namespace es::runtime

@@ -1,6 +1,7 @@
 #pragma once
 // Speculative decoding (spec §6) with any DraftProposer (the DFlash draft, or the replay draft in
-// tests and benchmarks): one DecodeEngine step of width BS per iteration — verify, accept
+// tests and benchmarks): one DecodeEngine step of verify width W per iteration (W <= BS,
+// EngineOptions::verifyWidth, default BS) — verify, accept
 // (greedy or lossless sampled), commit, draft context, next proposal — on the device. Greedy
 // output equals PlainDecoder's token for token: exactly on the CPU backend, and on the GPU at
 // batch 1 (verify rows equal decode rows bit for bit: the gemv's and the split-KV attention's
@@ -19,7 +20,7 @@ namespace es::runtime {
 class SpeculativeDecoder {
  public:
   // `cache` must be empty and hold the draft layers too; the target must have been built with
-  // the taps the proposer needs, and maxTokens >= BS (one verify forward of one sequence).
+  // the taps the proposer needs, and maxTokens >= W (one verify forward of one sequence).
   SpeculativeDecoder(model::TargetModel& target, DraftProposer& proposer, kv::KvCacheManager& cache,
                      EngineOptions options = {})
       : engine_(target, cache, &proposer, options) {}

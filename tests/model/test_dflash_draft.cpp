@@ -282,6 +282,26 @@ TEST_P(DFlashDraftCpu, ProposalMatchesDoubleReference) {
   // The block rows must differ (the attention and positions make them so), or the test is weak.
   EXPECT_NE(std::vector<float>(out.logits.begin(), out.logits.begin() + ref.V),
             std::vector<float>(out.logits.begin() + ref.V, out.logits.begin() + 2 * ref.V));
+
+  // Scoring only the first W rows of each block (rowsPerBlock, the verify width): the same
+  // blocks run, so rows b·W + i are exactly the full proposal's rows b·BS + i (fp32 CPU: a row's
+  // lm_head does not depend on the rows beside it), packed [B, W] (not strided by BS).
+  const int64_t BS = spec.blockSize;
+  for (const int32_t W : {1, 3}) {
+    SCOPED_TRACE(::testing::Message() << "rowsPerBlock " << W);
+    const DraftProposal part = draft.propose(anchors, starts, cache, /*wantLogits=*/true, W);
+    ASSERT_EQ(part.tokens.size(), static_cast<size_t>(2 * W));
+    ASSERT_EQ(part.logits.size(), static_cast<size_t>(2 * W * ref.V));
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t i = 0; i < W; ++i) {
+        EXPECT_EQ(part.tokens[static_cast<size_t>(b * W + i)], out.tokens[static_cast<size_t>(b * BS + i)])
+            << "sequence " << b << " row " << i;
+        const auto got = part.logits.begin() + (b * W + i) * ref.V;
+        const auto want = out.logits.begin() + (b * BS + i) * ref.V;
+        EXPECT_TRUE(std::equal(got, got + ref.V, want)) << "sequence " << b << " row " << i;
+      }
+    }
+  }
 }
 
 DraftSpec withMaskEmbedding() {
@@ -435,6 +455,8 @@ TEST(DFlashDraft, BadCallsAreClearErrors) {
   test::expectInvalidArgument([&] { draft.propose({400}, {0}, cache); }, "anchor");
   test::expectInvalidArgument([&] { draft.propose({1}, {254}, cache); }, "blockStart");
   test::expectInvalidArgument([&] { draft.propose({1, 2, 3}, {0, 0, 0}, cache); }, "anchors.size()");
+  test::expectInvalidArgument([&] { draft.propose({1}, {0}, cache, false, draft.blockSize() + 1); }, "rowsPerBlock");
+  test::expectInvalidArgument([&] { draft.propose({1}, {0}, cache, false, -1); }, "rowsPerBlock");
   std::vector<int32_t> many(65, 0);
   test::expectInvalidArgument([&] { draft.appendContext(target.tapsDevice(), many, many, cache); }, "positions.size()");
   kv::KvCacheConfig noDraft = cacheFor(target, draft, 1, 128);

@@ -4,7 +4,8 @@
 //    DFlash draft) equals plain greedy decoding on the GPU: exactly at batch 1 (verify rows equal
 //    decode rows bit for bit), and in a batch of 3 except after a near-tie, judged on the CPU
 //    backend's f32 logits (there the verify's 48 rows take cuBLASLt and packed attention tiles);
-//  * a ragged batch crossing the 128-token page and compacting as requests finish.
+//  * a ragged batch crossing the 128-token page and compacting as requests finish;
+//  * the same at verify widths below the block size (EngineOptions::verifyWidth).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -248,6 +249,66 @@ TEST(DecodeEngineGpu, BatchOneSpeculationEqualsPlainGreedyExactly) {
     EXPECT_EQ(decoder.generate(one)[0].tokens, plain) << "DFlash draft";
   }
   EXPECT_EQ(multiTokenAccepts, 6) << "the replay drafts must be accepted over several tokens";
+}
+
+// Verify widths W < BS (EngineOptions::verifyWidth) on the GPU, captured steps included:
+// at batch 1 exactly the plain greedy tokens (W rows are within the gemv's row-invariant range
+// like BS rows), replay drafts of block 16 at W = 2 and 5 and the random DFlash draft (block 8,
+// lm_head over its first W rows only) at W = 3; a batch of 3 at W = 4 up to near-ties.
+TEST(DecodeEngineGpu, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
+  ES_SKIP_IF_NO_GPU();
+  TargetWithDraft setup("es_engine_gpu_draft_w", 3);
+  model::TargetModel& target = *setup.target;
+  model::DFlashDraft& draft = *setup.draft;
+  ops::Backend* gpu = setup.gpu.get();
+  const int32_t V = static_cast<int32_t>(target.config().vocab_size);
+  const std::vector<GenerationRequest> requests = raggedRequests(V);
+  std::vector<GenerationResult> plain;
+  {
+    kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+    plain = PlainDecoder(target, cache).generate(requests);
+  }
+  std::vector<std::vector<int32_t>> recordings;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    std::vector<int32_t> rec = requests[r].prompt;
+    rec.insert(rec.end(), plain[r].tokens.begin(), plain[r].tokens.end());
+    recordings.push_back(rec);
+  }
+  int64_t fullWidthAccepts = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    SCOPED_TRACE(::testing::Message() << "request " << r << " alone");
+    const std::vector<GenerationRequest> one = {requests[r]};
+    std::vector<int32_t> plainOne;
+    {
+      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+      plainOne = PlainDecoder(target, cache).generate(one)[0].tokens;
+    }
+    for (const auto& [W, corrupt] : {std::pair{2, 0.0f}, std::pair{5, 0.3f}}) {
+      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+      ReplayProposer proposer(*gpu, 16, 1, {recordings[r]}, V, corrupt);
+      SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = W});
+      EXPECT_EQ(decoder.generate(one)[0].tokens, plainOne) << "replay BS 16 W " << W << " corrupt " << corrupt;
+      ASSERT_EQ(decoder.stats().acceptHistogram.size(), static_cast<size_t>(W) + 1);
+      if (corrupt == 0.0f) fullWidthAccepts += decoder.stats().acceptHistogram[static_cast<size_t>(W)] > 0;
+    }
+    kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+    DFlashProposer proposer(draft);
+    SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = 3});
+    EXPECT_EQ(decoder.generate(one)[0].tokens, plainOne) << "DFlash draft W 3";
+  }
+  EXPECT_EQ(fullWidthAccepts, 3) << "uncorrupted replay drafts must fill whole verify widths";
+
+  NearTieJudge judge;
+  kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+  ReplayProposer proposer(*gpu, 16, 3, recordings, V, 0.0f);
+  SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = 4});
+  const std::vector<GenerationResult> batch = decoder.generate(requests);
+  EXPECT_LE(expectEqualUpToNearTies(judge, requests, plain, batch), 1);
+  EXPECT_GT(decoder.stats().meanAcceptLength(), 0.6 * 4);
+  DFlashProposer dflash(draft);
+  kv::KvCacheManager cache2(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+  SpeculativeDecoder withDraft(target, dflash, cache2, EngineOptions{.verifyWidth = 3});
+  EXPECT_LE(expectEqualUpToNearTies(judge, requests, plain, withDraft.generate(requests)), 1);
 }
 
 }  // namespace

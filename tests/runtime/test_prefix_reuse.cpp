@@ -69,7 +69,8 @@ class RecordingProposer final : public test::ForwardingProposer {
   void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) override {
     ForwardingProposer::propose(inputs, cache);
     const int32_t* out = inputs.argmaxOut;
-    log.emplace_back(out, out + static_cast<ptrdiff_t>(inputs.batchSize) * blockSize());
+    const int32_t rows = inputs.rowsPerBlock == 0 ? blockSize() : inputs.rowsPerBlock;  // [B, W] written
+    log.emplace_back(out, out + static_cast<ptrdiff_t>(inputs.batchSize) * rows);
   }
   std::vector<std::vector<int32_t>> log;
 };

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
@@ -216,6 +217,111 @@ TEST(SpeculativeDecoder, BadRequestsAreClearErrors) {
   } narrow(small);
   kv::KvCacheManager cache2(cacheFor(target, 2), MemorySpace::kHost);
   test::expectInvalidArgument([&] { SpeculativeDecoder(target, narrow, cache2); }, "target maxTokens");
+}
+
+// Verify width W < BS (EngineOptions::verifyWidth): the draft proposes blocks of BS = 8 rows,
+// each step verifies the anchor and the first W − 1 drafts only. Greedy output still equals
+// plain decoding's, alone and in a ragged batch that compacts; a step emits at most W tokens
+// (the histogram has W + 1 entries) and perfect drafts need ceil((maxNewTokens − 1) / W) steps
+// per request, which a step that verified the whole block (or fewer rows than W), or read
+// another request's drafts, would not.
+TEST(SpeculativeDecoder, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 64);
+  const int32_t V = static_cast<int32_t>(target.config().vocab_size);
+  constexpr int32_t BS = 8;
+  std::mt19937 rng(5);
+  std::vector<GenerationRequest> alone(1), batch;
+  alone[0].prompt.resize(13);
+  for (int32_t& t : alone[0].prompt) t = static_cast<int32_t>(rng() % V);
+  alone[0].maxNewTokens = 40;
+  for (const auto& [len, budget] : {std::pair{5, 17}, std::pair{131, 25}, std::pair{40, 31}}) {
+    std::vector<int32_t> prompt(static_cast<size_t>(len));
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % V);
+    batch.push_back({prompt, budget, {}, {}});
+  }
+  for (const std::vector<GenerationRequest>* requests : {&alone, &batch}) {
+    const int32_t n = static_cast<int32_t>(requests->size());
+    std::vector<GenerationResult> plain;
+    {
+      kv::KvCacheManager cache(cacheFor(target, n), MemorySpace::kHost);
+      plain = PlainDecoder(target, cache).generate(*requests);
+    }
+    std::vector<std::vector<int32_t>> recordings;
+    for (int32_t r = 0; r < n; ++r) {
+      std::vector<int32_t> rec = (*requests)[static_cast<size_t>(r)].prompt;
+      rec.insert(rec.end(), plain[static_cast<size_t>(r)].tokens.begin(), plain[static_cast<size_t>(r)].tokens.end());
+      recordings.push_back(rec);
+    }
+    for (const int32_t W : {2, 3, 5, BS}) {
+      for (const float corrupt : {0.0f, 0.3f}) {
+        SCOPED_TRACE(::testing::Message() << "batch " << n << " W " << W << " corrupt " << corrupt);
+        kv::KvCacheManager cache(cacheFor(target, n), MemorySpace::kHost);
+        ReplayProposer proposer(*backend, BS, n, recordings, V, corrupt, 3);
+        SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = W});
+        EXPECT_EQ(decoder.engine().stepWidth(), W);
+        EXPECT_EQ(decoder.engine().blockSize(), BS);
+        const std::vector<GenerationResult> spec = decoder.generate(*requests);
+        for (int32_t r = 0; r < n; ++r) {
+          EXPECT_EQ(spec[static_cast<size_t>(r)].tokens, plain[static_cast<size_t>(r)].tokens) << "request " << r;
+        }
+        const SpeculationStats& s = decoder.stats();
+        ASSERT_EQ(s.acceptHistogram.size(), static_cast<size_t>(W) + 1);
+        EXPECT_GT(s.acceptHistogram[static_cast<size_t>(W)], 0) << "full-width accepts";
+        if (corrupt == 0.0f) {
+          // Perfect drafts for every request (read from its own row of the [B, W] proposal):
+          // W tokens a step until the budget cuts the last one.
+          int64_t steps = 0, full = 0;
+          for (const GenerationRequest& q : *requests) {
+            steps += (q.maxNewTokens - 1 + W - 1) / W;
+            full += (q.maxNewTokens - 1) / W;
+          }
+          EXPECT_EQ(s.verifySteps, steps);
+          EXPECT_EQ(s.acceptHistogram[static_cast<size_t>(W)], full);
+        }
+        EXPECT_EQ(cache.activeCount(), 0);
+      }
+    }
+  }
+}
+
+// A narrower verify needs fewer target rows per sequence: with maxTokens = 8 and BS = 8, one
+// sequence fits a full-width step and two fit steps of W = 4.
+TEST(SpeculativeDecoder, VerifyWidthSetsTheMaxBatch) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 8);
+  const int32_t V = static_cast<int32_t>(target.config().vocab_size);
+  kv::KvCacheManager cache(cacheFor(target, 2), MemorySpace::kHost);
+  ReplayProposer proposer(*backend, 8, 2, {{1, 2, 3}, {4, 5, 6}}, V, 0.0f);
+  EXPECT_EQ(SpeculativeDecoder(target, proposer, cache).engine().maxBatch(), 1);
+  SpeculativeDecoder narrow(target, proposer, cache, EngineOptions{.verifyWidth = 4});
+  EXPECT_EQ(narrow.engine().maxBatch(), 2);
+  const std::vector<GenerationResult> out = narrow.generate({{{1}, 6, {}, {}}, {{4}, 6, {}, {}}});
+  EXPECT_EQ(out[0].tokens.size(), 6u);
+  EXPECT_EQ(out[1].tokens.size(), 6u);
+}
+
+// W outside [2, BS] (0 = BS aside) is refused at construction, naming the option and the limit;
+// plain decoding (no proposer) takes no width.
+TEST(SpeculativeDecoder, VerifyWidthOutsideTwoToTheBlockSizeIsAClearError) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
+  const int32_t V = static_cast<int32_t>(target.config().vocab_size);
+  kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
+  ReplayProposer proposer(*backend, 8, 1, {{1, 2, 3}}, V, 0.0f);
+  for (const int32_t W : {1, 9, -1}) {
+    SCOPED_TRACE(::testing::Message() << "W " << W);
+    test::expectInvalidArgument([&] { SpeculativeDecoder(target, proposer, cache, EngineOptions{.verifyWidth = W}); },
+                                "EngineOptions::verifyWidth");
+    try {
+      SpeculativeDecoder(target, proposer, cache, EngineOptions{.verifyWidth = W});
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("[2, block size = 8]"), std::string::npos) << e.what();
+    }
+  }
+  test::expectInvalidArgument([&] { DecodeEngine(target, cache, nullptr, EngineOptions{.verifyWidth = 4}); },
+                              "EngineOptions::verifyWidth");
+  EXPECT_EQ(SpeculativeDecoder(target, proposer, cache, EngineOptions{.verifyWidth = 0}).engine().stepWidth(), 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -146,15 +146,22 @@ TEST(SpeculativeSampling, SecondTokenFollowsTheTargetDistribution) {
 // with all-zero logits, so q is uniform over the vocabulary at any temperature (no top-k or
 // top-p). The engine then samples every drafted token from q and the verify accepts it with
 // min(1, p / q) = min(1, V p) — often, unlike a random DFlash draft, whose few favourite tokens
-// the tiny target rarely ranks.
+// the tiny target rarely ranks. rowDependent: logit 2 on tokens x ≡ r (mod 4) of logits row r,
+// 0 elsewhere, so each row has its own q and a verify that paired a draft with another row's
+// q would no longer be lossless.
 class UniformProposer final : public test::ForwardingProposer {
  public:
   UniformProposer(ops::Backend& backend, int32_t blockSize, int32_t maxBatch,
-                  std::vector<std::vector<int32_t>> recordings, int32_t vocab)
+                  std::vector<std::vector<int32_t>> recordings, int32_t vocab, bool rowDependent = false)
       : ForwardingProposer(replay_),
         replay_(backend, blockSize, maxBatch, std::move(recordings), vocab, 0.0f),
         zeros_(backend.allocate(int64_t{maxBatch} * blockSize * vocab * 4)) {
-    const std::vector<float> host(static_cast<size_t>(maxBatch) * blockSize * vocab, 0.0f);
+    // [maxBatch·BS, V]: the engine reads the first B·W rows ([B, W, V]).
+    std::vector<float> host(static_cast<size_t>(maxBatch) * blockSize * vocab, 0.0f);
+    for (size_t i = 0; rowDependent && i < host.size(); ++i) {
+      const size_t r = i / static_cast<size_t>(vocab), x = i % static_cast<size_t>(vocab);
+      if (x % 4 == r % 4) host[i] = 2.0f;
+    }
     backend.copyFromHost(zeros_.data(), host.data(), static_cast<int64_t>(host.size()) * 4);
   }
   const float* proposalLogits() const override { return zeros_.as<float>(); }
@@ -164,7 +171,8 @@ class UniformProposer final : public test::ForwardingProposer {
   Buffer zeros_;
 };
 
-TEST(SpeculativeSampling, SampledProposalsKeepTheTargetDistribution) {
+// Sampled proposals (q uniform) at block size BS, verifying W <= BS rows per step.
+void expectSampledProposalsKeepTheTargetDistribution(int32_t blockSize, int32_t verifyWidth, bool rowDependent) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
@@ -185,16 +193,29 @@ TEST(SpeculativeSampling, SampledProposalsKeepTheTargetDistribution) {
       requests.push_back({prompt, 3, {}, s});
     }
     kv::KvCacheManager cache(cacheFor(target, kBatch), MemorySpace::kHost);
-    UniformProposer proposer(*backend, 4, kBatch, std::vector<std::vector<int32_t>>(kBatch, recording), V);
-    SpeculativeDecoder decoder(target, proposer, cache);
+    UniformProposer proposer(*backend, blockSize, kBatch, std::vector<std::vector<int32_t>>(kBatch, recording), V,
+                             rowDependent);
+    SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = verifyWidth});
     for (const GenerationResult& r : decoder.generate(requests)) ++counts[r.tokens[0]][r.tokens[1]];
     const std::vector<int64_t>& h = decoder.stats().acceptHistogram;
+    ASSERT_EQ(h.size(), static_cast<size_t>(verifyWidth) + 1);
     for (size_t n = 2; n < h.size(); ++n) accepted += h[n];
     rejected += h[1];
   }
   EXPECT_GT(accepted, 100) << "proposals drawn from q must be accepted often";
   EXPECT_GT(rejected, 100);
   expectSecondTokensFollow(counts, [&](int32_t first) { return secondTokenProbs(target, prompt, first, sampling); }, V);
+}
+
+TEST(SpeculativeSampling, SampledProposalsKeepTheTargetDistribution) {
+  expectSampledProposalsKeepTheTargetDistribution(4, 4, false);
+}
+
+// The verify width W = 3 < BS = 6: the draft's distributions arrive as [B, W, V] rows (the
+// engine samples W rows per block and hands rows 1 … W−1 to the verify as q), each row with
+// its own q; a stride mix-up between BS and W would pair drafts with another row's q.
+TEST(SpeculativeSampling, SampledProposalsKeepTheTargetDistributionAtAVerifyWidthBelowTheBlock) {
+  expectSampledProposalsKeepTheTargetDistribution(6, 3, true);
 }
 
 }  // namespace
