@@ -509,12 +509,7 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
       partial = true;
     }
   }
-  auto prob_at = [&](int i) {
-    const float s = scaled(i);
-    const uint64_t c = composite(order_key(s), static_cast<uint32_t>(i));
-    if (c < cc) return 0.0f;
-    return prob_of((partial && c == cc) ? last : mass_at(s), norm);
-  };
+  auto prob_at = [&](int i) { return full_row_prob(scaled(i), i, cc, partial, last, row_max, norm); };
   if (a.probs) {
     float* out = a.probs + static_cast<size_t>(row) * V;
     for (int i = threadIdx.x; i < V; i += kThreads) out[i] = prob_at(i);
@@ -523,7 +518,7 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
     a.sparse[row].status = kDense;
     a.sparse[row].count = -1;
   }
-  if (split_cdf) {  // same inputs as prob_at (RowProb in sampling_cdf_split.cu)
+  if (split_cdf) {  // prob_at's inputs: the split CDF's kernels recompute full_row_prob from them
     if (threadIdx.x == 0) {
       *cdf_params = CdfRowParams{cc,       norm, last, rp.inv_t, row_max, row_uniform(a, row),
                                  rp.greedy, partial, 1,    {0, 0}};
