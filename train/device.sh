@@ -124,11 +124,9 @@ case "${1:-}" in
     set +e
     "$0" train "$@"
     rc=$?
+    # tau.json's tau_first_sequences: the first 20 held-out responses answer the 20 prompts
+    # draft_eval runs, so τ replayed on the same prompts tells the runtime's τ from the prompt set's.
     "$0" eval
-    # The first 20 held-out responses answer the 20 prompts draft_eval runs: τ replayed on the
-    # same prompts tells the runtime's τ from the prompt set's.
-    "$0" eval --limit 20 --json "$work/tau_first20.json" >/dev/null &&
-      python3 -c 'import json,sys; print("PyTorch tau on draft_eval'"'"'s 20 prompts:", json.load(open(sys.argv[1]))["tau"])' "$work/tau_first20.json"
     wait "$builder" || { tail -20 "$work/train_eval_build.log" >&2; echo "device.sh train-eval: edgespec build failed" >&2; exit 1; }
     python3 tools/draft_eval.py --edgespec "$build/edgespec" --model "$(tools/device_parts.sh join "$gguf_name")" \
       --draft "$work/draft" --limit 20 -n 200 --temperatures 0,1 --backend cuda --json "$out/draft_eval.json"

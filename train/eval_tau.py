@@ -34,6 +34,8 @@ def main():
     p.add_argument("--data", default=os.path.join(HERE, "work", "responses.npz"))
     p.add_argument("--split", type=int, default=1, help="1 = held-out greedy responses, 0 = training")
     p.add_argument("--limit", type=int, default=0, help="at most this many sequences")
+    p.add_argument("--first", type=int, default=20,
+                   help="also report τ over the first N sequences (the held-out prompts tools/draft_eval.py runs)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--json", help="write the result here")
     p.add_argument("--device", default="cuda", help="cuda (bf16 autocast) or cpu (float32)")
@@ -67,7 +69,7 @@ def main():
         raise SystemExit(f"{a.data}: no greedy sequences in split {a.split}")
     emb = target.get_input_embeddings().weight
     lm_head = target.get_output_embeddings().weight
-    rounds_all, rounds_full, per_seq = [], [], []
+    rounds_all, rounds_full, seq_rounds = [], [], []  # seq_rounds: each sequence's rounds, in idx order
     with torch.no_grad():
         for s in range(0, len(idx), a.batch):
             chunk = idx[s:s + a.batch]
@@ -107,11 +109,14 @@ def main():
                         rounds_full.append(acc + 1)
                     acc_seq[b].append(acc + 1)
                     anchor[b] = a0 + acc + 1
-            per_seq.extend(float(np.mean(v)) for v in acc_seq if v)
+            seq_rounds.extend(acc_seq)
     hist = np.bincount(np.asarray(rounds_all), minlength=BS + 1)[1:].tolist()
+    per_seq = [float(np.mean(v)) for v in seq_rounds if v]
+    first = [r for v in seq_rounds[:a.first] for r in v]
     result = {"draft": a.draft, "block_size": BS, "sequences": len(idx), "rounds": len(rounds_all),
               "tau": float(np.mean(rounds_all)), "tau_uncapped_rounds": float(np.mean(rounds_full)) if rounds_full else None,
               "tau_per_sequence_mean": float(np.mean(per_seq)),
+              "first_sequences": min(a.first, len(idx)), "tau_first_sequences": float(np.mean(first)) if first else None,
               "tokens_per_round_histogram_1_to_BS": hist, "temperature": 0}
     td.print_report(result, a.json)
 

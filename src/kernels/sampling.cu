@@ -385,7 +385,7 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
     a.sparse[row].count = -1;
   }
   g.finish();  // after the last cluster collective; the draw below reads global memory only
-  if (split_cdf) {  // same inputs as prob_at (RowProb in sampling_cdf_split.cu)
+  if (split_cdf) {  // prob_at's inputs: the split CDF's kernels recompute full_row_prob from them
     if (g.lead() && threadIdx.x == 0) {
       *cdf_params = CdfRowParams{cut.cc,    cut.norm, cut.last, rp.inv_t, cut.row_max, row_uniform(a, row),
                                  rp.greedy, cut.partial, 1,     {0, 0}};

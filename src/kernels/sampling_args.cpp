@@ -77,29 +77,8 @@ bool try_candidate_plan(const SamplingParams& p, int32_t kcap, GeneralPlan* plan
   plan->workspace_bytes = static_cast<size_t>(p.batch) * chunks * (per_chunk * 8 + 8);
   return true;
 }
-}  // namespace
 
-namespace {
-GeneralPlan plan_rows(const SamplingParams& p);
-}  // namespace
-
-// The row modes, then the split CDF's workspace region when full-row rows may be few and long.
-GeneralPlan plan_general(const SamplingParams& p) {
-  GeneralPlan plan = plan_rows(p);
-  plan.fullrow_split = plan.any_full && p.batch <= kFullRowSplitMaxRows && p.vocab >= kFullRowSplitMinVocab;
-  if (plan.any_full && p.batch <= kCdfSplitMaxRows && p.vocab >= kCdfSplitMinVocab) {
-    const int64_t chunks = (static_cast<int64_t>(p.vocab) + kCdfChunk - 1) / kCdfChunk;
-    if (chunks <= kCdfMaxChunks) {
-      plan.cdf_split = true;
-      plan.cdf_chunks = static_cast<int32_t>(chunks);
-      plan.cdf_offset = (plan.workspace_bytes + 15) & ~size_t{15};
-      plan.workspace_bytes = plan.cdf_offset + cdf_layout(p.batch, chunks).bytes;
-    }
-  }
-  return plan;
-}
-
-namespace {
+// Which modes the rows may take (candidate chunks + merge, full row) and their workspace.
 GeneralPlan plan_rows(const SamplingParams& p) {
   GeneralPlan plan;
   if (p.batch <= 0 || p.vocab <= 0) return plan;
@@ -130,6 +109,22 @@ GeneralPlan plan_rows(const SamplingParams& p) {
   return plan;
 }
 }  // namespace
+
+// The row modes, then the split CDF's workspace region when full-row rows may be few and long.
+GeneralPlan plan_general(const SamplingParams& p) {
+  GeneralPlan plan = plan_rows(p);
+  plan.fullrow_split = plan.any_full && p.batch <= kFullRowSplitMaxRows && p.vocab >= kFullRowSplitMinVocab;
+  if (plan.any_full && p.batch <= kCdfSplitMaxRows && p.vocab >= kCdfSplitMinVocab) {
+    const int64_t chunks = (static_cast<int64_t>(p.vocab) + kCdfChunk - 1) / kCdfChunk;
+    if (chunks <= kCdfMaxChunks) {
+      plan.cdf_split = true;
+      plan.cdf_chunks = static_cast<int32_t>(chunks);
+      plan.cdf_offset = (plan.workspace_bytes + 15) & ~size_t{15};
+      plan.workspace_bytes = plan.cdf_offset + cdf_layout(p.batch, chunks).bytes;
+    }
+  }
+  return plan;
+}
 
 }  // namespace sampling
 }  // namespace es

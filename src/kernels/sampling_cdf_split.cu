@@ -23,18 +23,14 @@ using namespace es::sampling::dev;
 __device__ __forceinline__ float load_value(const float* x, int i) { return x[i]; }
 __device__ __forceinline__ float load_value(const fp16* x, int i) { return to_float(x[i]); }
 
-// Entry i's probability, exactly full_row_kernel's prob_at (same operations, same order): keep
-// the two in step.
+// Entry i's probability: full_row_kernel's prob_at, from the parameters it handed over.
 template <typename T>
 struct RowProb {
   const T* x;  // [V] logits of the row
   CdfRowParams p;
   __device__ __forceinline__ float operator()(int i) const {
-    const float s = scale_logit(load_value(x, i), p.inv_t, p.greedy != 0);
-    const uint64_t c = composite(order_key(s), static_cast<uint32_t>(i));
-    if (c < p.cc) return 0.0f;
-    const uint64_t w = (p.partial != 0 && c == p.cc) ? p.last : mass_of(exp_nonpos(fsub_rn(s, p.row_max)));
-    return prob_of(w, p.norm);
+    return full_row_prob(scale_logit(load_value(x, i), p.inv_t, p.greedy != 0), i, p.cc, p.partial != 0, p.last,
+                         p.row_max, p.norm);
   }
 };
 

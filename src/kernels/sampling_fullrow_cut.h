@@ -179,9 +179,7 @@ ES_HOST_DEVICE Cut decide_cut(Group& g, ScaledAt scaled_at, int n, const RowPara
 
 // Probability of entry i with scaled logit s under the cut (0 when filtered).
 ES_HOST_DEVICE ES_FORCE_INLINE float cut_prob(const Cut& c, float s, int i) {
-  const uint64_t comp = composite(order_key(s), static_cast<uint32_t>(i));
-  if (comp < c.cc) return 0.0f;
-  return prob_of((c.partial && comp == c.cc) ? c.last : mass_below_max(s, c.row_max), c.norm);
+  return full_row_prob(s, i, c.cc, c.partial, c.last, c.row_max, c.norm);
 }
 
 }  // namespace es::sampling::fullrow

@@ -155,6 +155,17 @@ ES_HOST_DEVICE ES_FORCE_INLINE float prob_of(uint64_t w, uint64_t total) {
   return d2f_rn(ddiv_rn(static_cast<double>(w), static_cast<double>(total)));
 }
 
+// Probability of entry i (scaled logit s) under a full-row cut (spec §3.2-3.4): 0 for composite
+// ranks below cc; in truncate mode (partial) the cut entry itself weighs `last`, every other
+// kept entry its mass; over the normaliser. full_row_kernel and the split CDF's kernels both
+// call this, so the probabilities the split CDF sums are full_row_kernel's bit for bit.
+ES_HOST_DEVICE ES_FORCE_INLINE float full_row_prob(float s, int32_t i, uint64_t cc, bool partial, uint64_t last,
+                                                   float row_max, uint64_t norm) {
+  const uint64_t c = composite(order_key(s), static_cast<uint32_t>(i));
+  if (c < cc) return 0.0f;
+  return prob_of((partial && c == cc) ? last : mass_below_max(s, row_max), norm);
+}
+
 // Sample of a uniform-fallback row: the exact inverse CDF of the uniform distribution.
 ES_HOST_DEVICE inline int32_t uniform_row_token(float u, int32_t vocab) {
   int64_t t = static_cast<int64_t>(dmul_rn(static_cast<double>(u), static_cast<double>(vocab)));
