@@ -3,6 +3,7 @@
 #
 #   tools/gpu_check.sh build      configure + build with all cores, ctest -L gpu (4 at a time on the
 #                                 one GPU, ES_CTEST_J; ~50 s for 27 tests) and ctest -L cpu
+#                                 (ES_CTEST_CPU=0 skips it)
 #   tools/gpu_check.sh sanitize   compute-sanitizer memcheck over every GPU test binary
 #   tools/gpu_check.sh bench      every bench/bench_*_gpu binary, then the PyTorch anchors
 #   tools/gpu_check.sh build sanitize bench   (several stages in one call, in order)
@@ -18,18 +19,16 @@
 #   tools/gpu_check.sh pdl        programmatic dependent launch off vs on (ES_PDL=0 / unset):
 #                                 ctest -L gpu both ways, then edgespec bench (plain + replay
 #                                 draft) on the random presets in ES_ENGINE_PRESETS, both ways
-#   tools/gpu_check.sh cdfsplit   the split full-row CDF (sampling_cdf_split.cu) A/B: its GPU tests and
-#                                 test_sampling_gpu under a timeout, bench_sampling_gpu with ES_CDF_SPLIT=0
-#                                 and on, and T = 1 generations of $ES_SMOLLM2_GGUF (plain and with
-#                                 models/'s draft) that must give the same tokens both ways
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
 #                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
 #                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
 #                                 models/'s draft, summed by kernel name (tools/ncu_summary.py); ~4 min
-#   tools/gpu_check.sh fullrowsplit  the cluster-split full-row decision A/B (ES_FULLROW_SPLIT=0 / 1):
-#                                 sampling GPU tests under timeouts and bench_sampling_gpu both ways,
-#                                 torch_anchor.py --sampling, and T = 1 top-p 0.9 generations of
-#                                 $ES_SMOLLM2_GGUF that must give the same tokens both ways (~3 min)
+#   tools/gpu_check.sh cdfsplit   A/B of the split full-row CDF (ES_CDF_SPLIT=0 / 1), see sampling_ab below
+#   tools/gpu_check.sh fullrowsplit  A/B of the cluster-split full-row decision (ES_FULLROW_SPLIT=0 / 1):
+#                                 both run the sampling GPU tests under timeouts and bench_sampling_gpu
+#                                 both ways, torch_anchor.py --sampling, and T = 1 generations of
+#                                 $ES_SMOLLM2_GGUF (plain and with models/'s draft; top-p 0.9 for
+#                                 fullrowsplit) that must give the same tokens both ways (~3 min)
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -306,47 +305,6 @@ stage_pdl() {
   return $status
 }
 
-# The split full-row inverse CDF (batch <= 8, V >= 32768) against the one-CTA path, in one call.
-# Each test binary runs under a timeout: the split CDF's first GPU run hung in a barrier.
-stage_cdfsplit() {
-  local status=0 t m d rc
-  for t in test_sampling_cdf_split_gpu test_sampling_gpu test_spec_verify_gpu; do
-    timeout 120 "$build_dir/tests/$t" --gtest_brief=1 >"$out/cdfsplit_$t.log" 2>&1
-    rc=$?
-    [ $rc -eq 0 ] || { status=1; grep -A6 "Failure" "$out/cdfsplit_$t.log" | head -30; }
-    summary+=("cdfsplit $(printf '%-28s' "$t") $([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")")
-  done
-  for m in 0 1; do
-    ES_CDF_SPLIT=$m timeout 120 "$build_dir/bench/bench_sampling_gpu" >"$out/cdfsplit_bench$m.txt" 2>&1
-    summary+=("bench_sampling ES_CDF_SPLIT=$m rc=$?   cdfsplit_bench$m.txt")
-    grep -E "k-off|verify" "$out/cdfsplit_bench$m.txt" | while read -r line; do echo "  ES_CDF_SPLIT=$m $line"; done
-  done
-  local gguf="${ES_SMOLLM2_GGUF:-}"
-  if [ ! -f "$gguf" ]; then
-    summary+=("cdfsplit generate      skipped  ES_SMOLLM2_GGUF = '$gguf' is not a file")
-    return $status
-  fi
-  for m in 0 1; do
-    for d in plain draft; do
-      local args=(--no-draft)
-      [ $d = draft ] && args=(--draft models/smollm2-135m-instruct-dflash)
-      ES_CDF_SPLIT=$m timeout 60 "$build_dir/edgespec" generate --model "$gguf" "${args[@]}" --backend cuda --json \
-        -n 128 --temperature 1 --seed 11 -p "Write a short story about a lighthouse keeper." \
-        >"$out/cdfsplit_t1_${d}_$m.json" 2>"$out/cdfsplit_t1_${d}_$m.err" || status=1
-    done
-  done
-  for d in plain draft; do
-    if python3 -c 'import json,sys; a,b=(json.load(open(p))["tokens"] for p in sys.argv[1:]); sys.exit(a!=b)' \
-         "$out/cdfsplit_t1_${d}_0.json" "$out/cdfsplit_t1_${d}_1.json" 2>/dev/null; then
-      summary+=("cdfsplit T=1 $d       ok       same tokens with ES_CDF_SPLIT=0 and 1")
-    else
-      summary+=("cdfsplit T=1 $d       FAILED   cdfsplit_t1_${d}_{0,1}.json differ or are missing")
-      status=1
-    fi
-  done
-  return $status
-}
-
 # Per-kernel hardware counters (ncu, clocks left alone) of the cases furthest from their targets:
 # bench_sampling_gpu's B 16 verify (issue 4) and plain decode steps of the random Qwen3-0.6B
 # (issue 8). Aggregated by kernel name: launches, mean time, DRAM and SM throughput (% of peak).
@@ -360,8 +318,9 @@ stage_profile() {
     "$build_dir/bench/bench_sampling_gpu" verify >"$out/ncu_verify.csv" 2>"$out/ncu_verify.err" || status=1
   summary+=("profile verify        $([ $status -eq 0 ] && echo ok || echo FAILED)   ncu_verify.csv")
   if python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err"; then
-    # 16-token prompt, 12 decode steps: the decode kernels dominate the first 2,500 launches.
-    timeout 300 ncu "${ncu_args[@]}" --launch-count 2500 "$build_dir/edgespec" bench --model "$dir" \
+    # 16-token prompt, 12 decode steps; past the first 500 launches (load, prefill) ~3 decode
+    # steps. 2,500 launches did not finish in 200 s on 2026-11-30 (ncu replays every kernel).
+    timeout 200 ncu "${ncu_args[@]}" --launch-skip 500 --launch-count 700 "$build_dir/edgespec" bench --model "$dir" \
       --prompt-len 16 --gen-len 12 --repeats 1 --json >"$out/ncu_decode06.csv" 2>"$out/ncu_decode06.err" || status=1
     summary+=("profile decode 0.6b   $([ -s "$out/ncu_decode06.csv" ] && echo ok || echo FAILED)   ncu_decode06.csv")
   else
@@ -373,7 +332,7 @@ stage_profile() {
   # The default model decoding greedily with its draft: where a speculative step's 1.44 plain
   # steps go (draft forward, 16-row verify, accept and commit kernels).
   if [ -f "${ES_SMOLLM2_GGUF:-}" ]; then
-    timeout 240 ncu "${ncu_args[@]}" --launch-count 3000 "$build_dir/edgespec" generate --model "$ES_SMOLLM2_GGUF" \
+    timeout 200 ncu "${ncu_args[@]}" --launch-skip 300 --launch-count 900 "$build_dir/edgespec" generate --model "$ES_SMOLLM2_GGUF" \
       --draft models/smollm2-135m-instruct-dflash --backend cuda -n 64 --temperature 0 \
       -p "Write a short story about a lighthouse keeper." >"$out/ncu_spec_smollm2.csv" 2>"$out/ncu_spec_smollm2.err" || status=1
     reports+=("$out/ncu_spec_smollm2.csv")
@@ -382,47 +341,48 @@ stage_profile() {
   return $status
 }
 
-# The full-row decision split over a cluster (sampling_fullrow_groups.cuh, batch <= 8, V >= 32768)
-# against one CTA per row (ES_FULLROW_SPLIT=0), in one call: GPU tests under timeouts both ways,
-# bench_sampling_gpu both ways next to the torch anchor, and T = 1 top-p 0.9 generations of
-# $ES_SMOLLM2_GGUF (plain and with models/'s draft) that must give the same tokens both ways.
-stage_fullrowsplit() {
-  local status=0 t m d rc
+# A sampling path switched by an environment variable (VAR=0 off, 1 on) against the path it
+# replaces, in one call: the sampling GPU tests under timeouts both ways (the split CDF's first GPU
+# run hung in a barrier), bench_sampling_gpu both ways next to the torch anchor, and T = 1
+# generations of $ES_SMOLLM2_GGUF (plain and with models/'s draft) that must give the same tokens
+# both ways. EXTRA: generate flags that route the generations through the path (e.g. --top-p 0.9).
+sampling_ab() {
+  local var=$1 tag=$2 extra=("${@:3}") status=0 t m d rc
   for m in 1 0; do
     for t in test_sampling_fullrow_split_gpu test_sampling_gpu test_spec_verify_gpu test_sampling_cdf_split_gpu; do
-      ES_FULLROW_SPLIT=$m timeout 120 "$build_dir/tests/$t" --gtest_brief=1 >"$out/fullrow${m}_$t.log" 2>&1
+      env "$var=$m" timeout 120 "$build_dir/tests/$t" --gtest_brief=1 >"$out/${tag}${m}_$t.log" 2>&1
       rc=$?
-      [ $rc -eq 0 ] || { status=1; grep -A6 "Failure" "$out/fullrow${m}_$t.log" | head -30; }
-      summary+=("fullrow ES_FULLROW_SPLIT=$m $(printf '%-32s' "$t") $([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")")
+      [ $rc -eq 0 ] || { status=1; grep -A6 "Failure" "$out/${tag}${m}_$t.log" | head -30; }
+      summary+=("$tag $var=$m $(printf '%-32s' "$t") $([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")")
     done
   done
   for m in 1 0; do
-    ES_FULLROW_SPLIT=$m timeout 150 "$build_dir/bench/bench_sampling_gpu" >"$out/fullrow_bench$m.txt" 2>&1
-    summary+=("bench_sampling ES_FULLROW_SPLIT=$m rc=$?   fullrow_bench$m.txt")
-    grep -E "^case|k-off|verify|V=151936 f32 B=1 k50|argmax|small" "$out/fullrow_bench$m.txt" | while read -r line; do echo "  ES_FULLROW_SPLIT=$m $line"; done
+    env "$var=$m" timeout 150 "$build_dir/bench/bench_sampling_gpu" >"$out/${tag}_bench$m.txt" 2>&1
+    summary+=("bench_sampling $var=$m rc=$?   ${tag}_bench$m.txt")
+    grep -E "^case|k-off|verify|V=151936 f32 B=1 k50|argmax|small" "$out/${tag}_bench$m.txt" | while read -r line; do echo "  $var=$m $line"; done
   done
   timeout 120 python3 tools/torch_anchor.py --sampling >"$out/anchor_sampling.json" 2>"$out/anchor_sampling.err"
   summary+=("anchor sampling rc=$?   $(head -c 400 "$out/anchor_sampling.json")")
   local gguf="${ES_SMOLLM2_GGUF:-}"
   if [ ! -f "$gguf" ]; then
-    summary+=("fullrow generate       skipped  ES_SMOLLM2_GGUF = '$gguf' is not a file")
+    summary+=("$tag generate  skipped  ES_SMOLLM2_GGUF = '$gguf' is not a file")
     return $status
   fi
   for m in 0 1; do
     for d in plain draft; do
       local args=(--no-draft)
       [ $d = draft ] && args=(--draft models/smollm2-135m-instruct-dflash)
-      ES_FULLROW_SPLIT=$m timeout 60 "$build_dir/edgespec" generate --model "$gguf" "${args[@]}" --backend cuda --json \
-        -n 128 --temperature 1 --top-p 0.9 --seed 11 -p "Write a short story about a lighthouse keeper." \
-        >"$out/fullrow_t1_${d}_$m.json" 2>"$out/fullrow_t1_${d}_$m.err" || status=1
+      env "$var=$m" timeout 60 "$build_dir/edgespec" generate --model "$gguf" "${args[@]}" --backend cuda --json \
+        -n 128 --temperature 1 "${extra[@]}" --seed 11 -p "Write a short story about a lighthouse keeper." \
+        >"$out/${tag}_t1_${d}_$m.json" 2>"$out/${tag}_t1_${d}_$m.err" || status=1
     done
   done
   for d in plain draft; do
     if python3 -c 'import json,sys; a,b=(json.load(open(p))["tokens"] for p in sys.argv[1:]); sys.exit(a!=b)' \
-         "$out/fullrow_t1_${d}_0.json" "$out/fullrow_t1_${d}_1.json" 2>/dev/null; then
-      summary+=("fullrow T=1 p0.9 $d   ok       same tokens with ES_FULLROW_SPLIT=0 and 1")
+         "$out/${tag}_t1_${d}_0.json" "$out/${tag}_t1_${d}_1.json" 2>/dev/null; then
+      summary+=("$tag T=1 ${extra[*]} $d   ok       same tokens with $var=0 and 1")
     else
-      summary+=("fullrow T=1 p0.9 $d   FAILED   fullrow_t1_${d}_{0,1}.json differ or are missing")
+      summary+=("$tag T=1 ${extra[*]} $d   FAILED   ${tag}_t1_${d}_{0,1}.json differ or are missing")
       status=1
     fi
   done
@@ -443,9 +403,9 @@ if build; then
       oracle) stage_oracle || status=1 ;;
       engine) stage_engine || status=1 ;;
       pdl) stage_pdl || status=1 ;;
-      cdfsplit) stage_cdfsplit || status=1 ;;
+      cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
-      fullrowsplit) stage_fullrowsplit || status=1 ;;
+      fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit)" >&2; status=2 ;;
     esac
   done
