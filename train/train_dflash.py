@@ -620,8 +620,15 @@ def main():
         log(f"resumed from {a.ckpt} at step {step} (weights and AdamW state)")
     elif init_from:
         with open(os.path.join(init_from, "config.json")) as f:
-            if json.load(f) != cfg:
-                raise SystemExit(f"{init_from}/config.json differs from the draft these flags build")
+            old_cfg = json.load(f)
+        # The block size shapes no weight (it sets the training masks and the runtime's block),
+        # so a draft trained at one block size can start the training at another (--block-size 8
+        # from the 16-block draft); every other field must match.
+        if {**old_cfg, "block_size": cfg["block_size"]} != cfg:
+            raise SystemExit(f"{init_from}/config.json differs from the draft these flags build")
+        if old_cfg.get("block_size") != cfg["block_size"]:
+            log(f"block size {old_cfg.get('block_size')} in {init_from} -> {cfg['block_size']}: "
+                "same weights, new masks")
         load_draft_into(draft, init_from)
         logp = os.path.join(init_from, "train_log.json")
         if os.path.exists(logp):
