@@ -12,6 +12,7 @@
 #include "common/dtype.h"
 #include "common/errors.h"
 #include "kernels/argmax.h"
+#include "kernels/cluster_launch.cuh"
 #include "kernels/sampling_math.h"
 
 namespace es {
@@ -94,28 +95,9 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 
 template <typename T>
 int cluster_split() {
-  static thread_local int cached = 0;
-  if (cached) return cached;
-  int split = 8;
-  if (cudaFuncSetAttribute(argmax_kernel<T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(kClusterSplit, 1, 1);
-    cfg.blockDim = dim3(kArgmaxThreads, 1, 1);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kClusterSplit;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, argmax_kernel<T>, &cfg) == cudaSuccess && clusters > 0) {
-      split = kClusterSplit;
-    }
-  }
-  (void)cudaGetLastError();  // a refused query leaves no sticky error behind
-  cached = split;
-  return split;
+  static thread_local const int size =
+      kernel::cluster::widest_size(argmax_kernel<T>, kClusterSplit, kArgmaxThreads);
+  return size;
 }
 
 template <typename T>
@@ -128,21 +110,8 @@ void launch(const ArgmaxParams& p, cudaStream_t stream) {
     split = cluster_split<T>();
   }
   ES_CHECK_ARG(p.rows <= 65535, "kernel::argmax_rows", "rows", p.rows, "must be <= 65535");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(split, p.rows, 1);
-  cfg.blockDim = dim3(kArgmaxThreads, 1, 1);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = split;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  ES_CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_kernel<T>, static_cast<const T*>(p.logits),
-                                   p.vocab, stride, p.out, split));
-  ES_CUDA_CHECK_LAUNCH();
+  kernel::cluster::launch(argmax_kernel<T>, dim3(split, p.rows, 1), dim3(kArgmaxThreads), split, stream,
+                  static_cast<const T*>(p.logits), p.vocab, stride, p.out, split);
 }
 
 }  // namespace

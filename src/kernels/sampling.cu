@@ -24,6 +24,7 @@
 #include "common/dtype.h"
 #include "common/errors.h"
 #include "common/rng.h"
+#include "kernels/cluster_launch.cuh"
 #include "kernels/sampling.h"
 #include "kernels/sampling_cdf_split.h"
 #include "kernels/sampling_device.h"
@@ -400,29 +401,8 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
 // co-schedule such a cluster of this kernel, else 8 (portable), as argmax.cu does. Cached.
 template <typename T>
 int full_row_cluster_ranks() {
-  static thread_local int cached = 0;
-  if (cached) return cached;
-  constexpr int kWant = kMaxClusterRanks;
-  int ranks = 8;
-  if (cudaFuncSetAttribute(full_row_kernel<T, true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-      cudaSuccess) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(kWant, 1, 1);
-    cfg.blockDim = dim3(kThreads, 1, 1);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kWant;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, full_row_kernel<T, true>, &cfg) == cudaSuccess && clusters > 0) {
-      ranks = kWant;
-    }
-  }
-  (void)cudaGetLastError();  // a refused query leaves no sticky error behind
-  cached = ranks;
+  static thread_local const int ranks =
+      kernel::cluster::widest_size(full_row_kernel<T, true>, kMaxClusterRanks, kThreads);
   return ranks;
 }
 
@@ -434,20 +414,8 @@ void launch_full_row(const RowsArgs& a, cudaStream_t stream) {
     return;
   }
   const int ranks = full_row_cluster_ranks<T>();
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(ranks, a.rows, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = ranks;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  ES_CUDA_CHECK(cudaLaunchKernelEx(&cfg, full_row_kernel<T, true>, a));
-  ES_CUDA_CHECK_LAUNCH();
+  kernel::cluster::launch(full_row_kernel<T, true>, dim3(ranks, a.rows, 1), dim3(kThreads), ranks,
+                          stream, a);
 }
 
 // Prepares `kernel` for a launch with `bytes` of dynamic shared memory. Without the opt-in
