@@ -15,7 +15,9 @@
 #   tools/gpu_check.sh smollm2    the default model's GGUF ($ES_SMOLLM2_GGUF, e.g. assembled by
 #                                 tools/device_parts.sh join) generated on cuda vs transformers
 #   tools/gpu_check.sh draft      the same GGUF with and without models/'s DFlash draft:
-#                                 tau and tok/s on held-out prompts (tools/draft_eval.py)
+#                                 tau and tok/s on held-out prompts (tools/draft_eval.py;
+#                                 ES_DRAFT_PROMPTS 10, ES_DRAFT_TOKENS 200, ES_DRAFT_TEMPERATURES 0,1;
+#                                 all 200 held-out prompts at 256 tokens, T = 0: ~2 min)
 #   tools/gpu_check.sh pdl        programmatic dependent launch off vs on (ES_PDL=0 / unset):
 #                                 ctest -L gpu both ways, then edgespec bench (plain + replay
 #                                 draft) on the random presets in ES_ENGINE_PRESETS, both ways
@@ -203,8 +205,9 @@ stage_draft() {
     return 1
   fi
   if python3 tools/draft_eval.py --edgespec "$build_dir/edgespec" --model "$gguf" \
-       --draft models/smollm2-135m-instruct-dflash --limit "${ES_DRAFT_PROMPTS:-10}" -n 200 \
-       --temperatures 0,1 --backend cuda --json "$final_out/draft_eval.json" >"$out/draft_eval.txt" 2>&1; then
+       --draft models/smollm2-135m-instruct-dflash --limit "${ES_DRAFT_PROMPTS:-10}" -n "${ES_DRAFT_TOKENS:-200}" \
+       --temperatures "${ES_DRAFT_TEMPERATURES:-0,1}" --backend cuda --json "$final_out/draft_eval.json" \
+       >"$out/draft_eval.txt" 2>&1; then
     while read -r line; do summary+=("draft  $line"); done < "$out/draft_eval.txt"
     return 0
   fi
