@@ -5,9 +5,10 @@
         --prompts train/data/prompts_heldout.jsonl --limit 20 -n 256 --temperatures 0,1 \
         [--backend cuda] [--verify-width auto|W] [--json report.json]
 
-For every prompt and temperature it runs `generate --json --warmup` twice, without and with the
-draft (batch 1, the model's chat template, its end-of-turn tokens as stops; sampled runs use the
-same seed per prompt), and reports per temperature:
+For every temperature it runs `generate --json --warmup --one-at-a-time` over all the prompts
+twice, without and with the draft (each prompt alone at batch 1, in one process, so the model
+loads once; the model's chat template, its end-of-turn tokens as stops; sampled runs use the same
+seed per prompt), and reports per temperature:
   * tau: tokens emitted per speculative step over all prompts (sum of tokens / sum of steps, from
     each run's accept histogram: entry k counts steps that emitted k tokens);
   * decode tok/s without and with the draft: tokens after the first, over the decode loop's time,
@@ -22,8 +23,10 @@ graph capture is not in the timings.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 
 def read_prompts(path, limit):
@@ -32,15 +35,26 @@ def read_prompts(path, limit):
     return prompts[:limit] if limit else prompts
 
 
-def generate(a, prompt, temperature, seed, draft):
-    cmd = [a.edgespec, "generate", "--model", a.model, "--json", "--warmup", "-n", str(a.max_new_tokens),
-           "--backend", a.backend, "--temperature", str(temperature), "--seed", str(seed), "-p", prompt]
+def generate_all(a, prompts, temperature, draft):
+    """One `generate` process over all prompts, one at a time; its JSON lines in prompt order.
+    Prompt i is seeded 1000 + i (the same with and without the draft)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as f:
+        json.dump([{"prompt": p, "temperature": temperature, "seed": 1000 + i} for i, p in enumerate(prompts)], f)
+        requests = f.name
+    cmd = [a.edgespec, "generate", "--model", a.model, "--json", "--warmup", "--one-at-a-time",
+           "-n", str(a.max_new_tokens), "--backend", a.backend, "--input-file", requests]
     if draft:
         cmd += ["--draft", a.draft, "--verify-width", a.verify_width]
-    run = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        os.unlink(requests)
     if run.returncode != 0:
         sys.exit(f"draft_eval: {' '.join(cmd[:8])} … failed ({run.returncode}):\n{run.stderr[-2000:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    outs = [json.loads(line) for line in run.stdout.strip().splitlines()]
+    if len(prompts) > 1 and [o.get("request") for o in outs] != list(range(len(prompts))):
+        sys.exit(f"draft_eval: expected {len(prompts)} answers in request order from {' '.join(cmd[:8])} …")
+    return outs
 
 
 def decode_totals(rows, which):
@@ -89,9 +103,8 @@ def main():
     report = {"model": a.model, "draft": a.draft, "prompts_file": a.prompts, "max_new_tokens": a.max_new_tokens,
               "backend": a.backend, "verify_width_flag": a.verify_width, "results": []}
     for t in [float(x) for x in a.temperatures.split(",")]:
-        rows = []
-        for i, prompt in enumerate(prompts):
-            rows.append({"plain": generate(a, prompt, t, 1000 + i, False), "spec": generate(a, prompt, t, 1000 + i, True)})
+        plain, spec = generate_all(a, prompts, t, False), generate_all(a, prompts, t, True)
+        rows = [{"plain": x, "spec": y} for x, y in zip(plain, spec)]
         s = summarize(rows, t)
         report["results"].append(s)
         report["backend_used"] = rows[0]["plain"]["backend"]

@@ -55,6 +55,7 @@ struct GenerateOptions {
   std::string inputFile;           // a JSON batch of requests
   int64_t prefixCachePages = 0;    // retained pages for prefix reuse (0 = off)
   bool warmup = false;             // an untimed short run first (graph capture, caches)
+  bool oneAtATime = false;         // --input-file requests decoded alone, one after another
 };
 
 // One request: its text and settings (from the command line, or one entry of --input-file).
@@ -65,7 +66,8 @@ struct PromptSpec {
   runtime::SamplingConfig sampling;
 };
 
-constexpr int32_t kMaxRequests = 64;
+constexpr int32_t kMaxRequests = 64;              // one batch
+constexpr int32_t kMaxSequentialRequests = 100000;  // --one-at-a-time (one request in memory at once)
 
 // Well-formed UTF-8 (shortest forms, no surrogates, <= U+10FFFF).
 bool isValidUtf8(const std::string& s) {
@@ -101,8 +103,10 @@ std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
   } catch (const nlohmann::json::exception& e) {
     ES_THROW(FormatError, o.inputFile, ": not valid JSON (", e.what(), ")");
   }
-  if (!doc.is_array() || doc.empty() || doc.size() > kMaxRequests) {
-    ES_THROW(FormatError, o.inputFile, ": must be a JSON array of 1 to ", kMaxRequests, " requests (it is ",
+  const size_t maxRequests = o.oneAtATime ? kMaxSequentialRequests : kMaxRequests;
+  if (!doc.is_array() || doc.empty() || doc.size() > maxRequests) {
+    ES_THROW(FormatError, o.inputFile, ": must be a JSON array of 1 to ", maxRequests, " requests",
+             o.oneAtATime ? "" : " (--one-at-a-time takes more)", " (it is ",
              doc.is_array() ? std::to_string(doc.size()) + " entries" : std::string("not an array"), ")");
   }
   std::vector<PromptSpec> out;
@@ -295,8 +299,12 @@ void runGenerate(const GenerateOptions& o) {
     // A stop string cuts the answer where it starts: it must be whole characters.
     ES_CHECK_ARG(isValidUtf8(stop), "generate", "--stop", "(bytes)", "must be valid UTF-8");
   }
+  ES_CHECK_ARG(!o.oneAtATime || !o.inputFile.empty(), "generate", "--one-at-a-time", "set",
+               "needs --input-file (it decodes the file's requests one after another)");
   const std::vector<PromptSpec> specs = readRequests(o);
   const int32_t n = static_cast<int32_t>(specs.size());
+  // Requests decoded together: all of them (one batch), or one (--one-at-a-time).
+  const int32_t batchRows = o.oneAtATime ? 1 : n;
   const fs::path dir = resolveModel(o);
   const auto t0 = std::chrono::steady_clock::now();
   auto backend = ops::makeBackend(o.backend);
@@ -342,16 +350,16 @@ void runGenerate(const GenerateOptions& o) {
     std::fprintf(stderr, "[edgespec] --verify-width %s has no effect: plain decoding (no draft)\n",
                  o.verifyWidth.c_str());
   }
-  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, int64_t{n} * verifyWidth));
+  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, int64_t{batchRows} * verifyWidth));
   model::TargetModel target(dir, *backend, maxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;
   if (!draftDir.empty()) {
     std::fprintf(stderr, "[edgespec] loading the DFlash draft %s%s\n", draftDir.c_str(),
                  o.draft.empty() ? " (the default model's; --no-draft to decode without it)" : "");
-    draft = std::make_unique<model::DFlashDraft>(draftDir, *backend, target, maxTokens, n);
+    draft = std::make_unique<model::DFlashDraft>(draftDir, *backend, target, maxTokens, batchRows);
   }
   kv::KvCacheConfig kvc;
-  kvc.maxBatchSize = n;
+  kvc.maxBatchSize = batchRows;
   int64_t longest = 0;
   for (int32_t r = 0; r < n; ++r) {
     longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[static_cast<size_t>(r)].size()) +
@@ -381,86 +389,97 @@ void runGenerate(const GenerateOptions& o) {
   if (draft) engineOptions.verifyWidth = verifyWidth;
   runtime::DecodeEngine decoder(target, cache, proposer.get(), engineOptions);
   const std::vector<int32_t> stops = stopTokens(tok, target.config());
-  std::vector<AnswerText> answers;
-  std::vector<runtime::GenerationRequest> requests;
-  answers.reserve(static_cast<size_t>(n));
-  for (int32_t r = 0; r < n; ++r) answers.emplace_back(tok, o.stops);
-  for (int32_t r = 0; r < n; ++r) {
-    runtime::GenerationRequest q{prompts[static_cast<size_t>(r)], specs[static_cast<size_t>(r)].maxNewTokens, stops,
-                                 specs[static_cast<size_t>(r)].sampling};
-    q.stopWhen = [&answers, r] { return answers[static_cast<size_t>(r)].stopped(); };
-    requests.push_back(std::move(q));
-  }
-  if (o.warmup) {
-    // The first step of each (batch size, greedy/sampled) runs eagerly and is captured as a CUDA
-    // graph inside the loop; an untimed run of the same requests, a few steps long, pays that
-    // (for this batch size) so the timings below are steady-state. Its tokens are discarded.
-    // With --prefix-cache-pages it also publishes the prompts: the timed run then reuses them.
-    std::vector<runtime::GenerationRequest> warm = requests;
-    for (runtime::GenerationRequest& q : warm) {
-      q.maxNewTokens = std::min<int32_t>(q.maxNewTokens, 4);
-      q.stopWhen = nullptr;  // the answers belong to the timed run
-    }
-    decoder.generate(warm, [](int32_t, int32_t) {});
-  }
-  const auto tStart = std::chrono::steady_clock::now();  // TTFT counts from here
-  const bool streaming = !o.json && n == 1;
-  std::chrono::steady_clock::time_point firstToken;
-  int64_t generated = 0;
-  const std::vector<runtime::GenerationResult> results = decoder.generate(requests, [&](int32_t r, int32_t id) {
-    if (generated++ == 0) firstToken = std::chrono::steady_clock::now();
-    const std::string piece = answers[static_cast<size_t>(r)].push(id);
-    if (streaming) {
-      std::fputs(piece.c_str(), stdout);
-      std::fflush(stdout);
-    }
-  });
-  std::vector<std::string> tails;
-  for (AnswerText& a : answers) tails.push_back(a.finish());
-  const auto t2 = std::chrono::steady_clock::now();
   const double loadS = std::chrono::duration<double>(t1 - t0).count();
-  const double ttftS = std::chrono::duration<double>(firstToken - tStart).count();
-  const double decodeS = std::chrono::duration<double>(t2 - firstToken).count();
-  // Tokens after each request's first (which comes from its prefill), per second of the loop.
-  const double tokS = generated > n ? static_cast<double>(generated - n) / decodeS : 0.0;
-  for (int32_t r = 0; r < n; ++r) {
-    const runtime::GenerationResult& result = results[static_cast<size_t>(r)];
-    const AnswerText& answer = answers[static_cast<size_t>(r)];
-    const char* finish = result.finish == runtime::FinishReason::kStop ? "stop" : "length";
-    if (o.json) {
-      // prompt_ids and stop_ids let another implementation replay exactly this request
-      // (tools/hf_greedy_check.py).
-      nlohmann::json out = {{"text", answer.text()}, {"tokens", result.tokens},
-                            {"prompt_tokens", prompts[static_cast<size_t>(r)].size()},
-                            {"prompt_ids", prompts[static_cast<size_t>(r)]}, {"stop_ids", stops},
-                            {"finish_reason", finish}, {"backend", backend->name()}, {"load_s", loadS},
-                            {"time_to_first_token_s", ttftS}, {"decode_tok_s", tokS}};
-      if (n > 1) out["request"] = r;
-      if (answer.stopped()) out["stop_string_hit"] = true;
-      if (cache.prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
-      if (draft) {
-        out["draft"] = draftDir;
-        out["verify_width"] = verifyWidth;
-        out["tau"] = decoder.stats().meanAcceptLength();
-        out["accept_histogram"] = decoder.stats().acceptHistogram;
+  // Decodes requests [first, first + count) as one batch and prints their answers (with --json
+  // one line each, the timings and draft statistics of this batch).
+  auto decodeAndReport = [&](int32_t first, int32_t count) {
+    std::vector<AnswerText> answers;
+    std::vector<runtime::GenerationRequest> requests;
+    answers.reserve(static_cast<size_t>(count));
+    for (int32_t i = 0; i < count; ++i) answers.emplace_back(tok, o.stops);
+    for (int32_t i = 0; i < count; ++i) {
+      const size_t r = static_cast<size_t>(first + i);
+      runtime::GenerationRequest q{prompts[r], specs[r].maxNewTokens, stops, specs[r].sampling};
+      q.stopWhen = [&answers, i] { return answers[static_cast<size_t>(i)].stopped(); };
+      requests.push_back(std::move(q));
+    }
+    if (o.warmup) {
+      // The first step of each (batch size, greedy/sampled) runs eagerly and is captured as a CUDA
+      // graph inside the loop; an untimed run of the same requests, a few steps long, pays that
+      // (for this batch size) so the timings below are steady-state. Its tokens are discarded.
+      // With --prefix-cache-pages it also publishes the prompts: the timed run then reuses them.
+      std::vector<runtime::GenerationRequest> warm = requests;
+      for (runtime::GenerationRequest& q : warm) {
+        q.maxNewTokens = std::min<int32_t>(q.maxNewTokens, 4);
+        q.stopWhen = nullptr;  // the answers belong to the timed run
       }
-      std::printf("%s\n", out.dump().c_str());
-    } else if (streaming) {
-      std::printf("%s\n", tails[static_cast<size_t>(r)].c_str());
-    } else {
-      std::printf("=== request %d (%s) ===\n%s\n", r, finish, answer.text().c_str());
+      decoder.generate(warm, [](int32_t, int32_t) {});
     }
-  }
-  std::fflush(stdout);  // the answers before the statistics line on stderr
-  if (!o.json) {
-    std::fprintf(stderr,
-                 "[edgespec] %s backend: %d request(s), prompt %zu tokens, generated %lld; load %.2f s, "
-                 "first token %.2f s, decode %.1f tok/s\n",
-                 backend->name().c_str(), n, prompts[0].size(), static_cast<long long>(generated), loadS, ttftS, tokS);
-    if (draft) {
-      std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of verify width %d (block %d)\n",
-                   decoder.stats().meanAcceptLength(), verifyWidth, draft->blockSize());
+    const auto tStart = std::chrono::steady_clock::now();  // TTFT counts from here
+    const bool streaming = !o.json && n == 1;
+    std::chrono::steady_clock::time_point firstToken;
+    int64_t generated = 0;
+    const std::vector<runtime::GenerationResult> results = decoder.generate(requests, [&](int32_t i, int32_t id) {
+      if (generated++ == 0) firstToken = std::chrono::steady_clock::now();
+      const std::string piece = answers[static_cast<size_t>(i)].push(id);
+      if (streaming) {
+        std::fputs(piece.c_str(), stdout);
+        std::fflush(stdout);
+      }
+    });
+    std::vector<std::string> tails;
+    for (AnswerText& a : answers) tails.push_back(a.finish());
+    const auto t2 = std::chrono::steady_clock::now();
+    const double ttftS = std::chrono::duration<double>(firstToken - tStart).count();
+    const double decodeS = std::chrono::duration<double>(t2 - firstToken).count();
+    // Tokens after each request's first (which comes from its prefill), per second of the loop.
+    const double tokS = generated > count ? static_cast<double>(generated - count) / decodeS : 0.0;
+    for (int32_t i = 0; i < count; ++i) {
+      const int32_t r = first + i;
+      const runtime::GenerationResult& result = results[static_cast<size_t>(i)];
+      const AnswerText& answer = answers[static_cast<size_t>(i)];
+      const char* finish = result.finish == runtime::FinishReason::kStop ? "stop" : "length";
+      if (o.json) {
+        // prompt_ids and stop_ids let another implementation replay exactly this request
+        // (tools/hf_greedy_check.py).
+        nlohmann::json out = {{"text", answer.text()}, {"tokens", result.tokens},
+                              {"prompt_tokens", prompts[static_cast<size_t>(r)].size()},
+                              {"prompt_ids", prompts[static_cast<size_t>(r)]}, {"stop_ids", stops},
+                              {"finish_reason", finish}, {"backend", backend->name()}, {"load_s", loadS},
+                              {"time_to_first_token_s", ttftS}, {"decode_tok_s", tokS}};
+        if (n > 1) out["request"] = r;
+        if (answer.stopped()) out["stop_string_hit"] = true;
+        if (cache.prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
+        if (draft) {
+          out["draft"] = draftDir;
+          out["verify_width"] = verifyWidth;
+          out["tau"] = decoder.stats().meanAcceptLength();
+          out["accept_histogram"] = decoder.stats().acceptHistogram;
+        }
+        std::printf("%s\n", out.dump().c_str());
+      } else if (streaming) {
+        std::printf("%s\n", tails[static_cast<size_t>(i)].c_str());
+      } else {
+        std::printf("=== request %d (%s) ===\n%s\n", r, finish, answer.text().c_str());
+      }
     }
+    std::fflush(stdout);  // the answers before the statistics line on stderr
+    if (!o.json) {
+      std::fprintf(stderr,
+                   "[edgespec] %s backend: %d request(s), prompt %zu tokens, generated %lld; load %.2f s, "
+                   "first token %.2f s, decode %.1f tok/s\n",
+                   backend->name().c_str(), count, prompts[static_cast<size_t>(first)].size(),
+                   static_cast<long long>(generated), loadS, ttftS, tokS);
+      if (draft) {
+        std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of verify width %d (block %d)\n",
+                     decoder.stats().meanAcceptLength(), verifyWidth, draft->blockSize());
+      }
+    }
+  };
+  if (o.oneAtATime) {
+    for (int32_t r = 0; r < n; ++r) decodeAndReport(r, 1);
+  } else {
+    decodeAndReport(0, n);
   }
 }
 
@@ -530,6 +549,9 @@ void addGenerateCommand(CLI::App& app) {
                   "prompt blocks requests share (0 = off)")
       ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object (text, tokens, timings) on stdout");
+  cmd->add_flag("--one-at-a-time", options->oneAtATime,
+                "With --input-file: decode each request alone (batch 1), one after another, in this one process "
+                "(the model loads once; up to " + std::to_string(kMaxSequentialRequests) + " requests)");
   cmd->add_flag("--warmup", options->warmup,
                 "Run the requests for a few tokens first, untimed (graph capture), so timings are steady-state");
   cmd->callback([options] { runGenerate(*options); });

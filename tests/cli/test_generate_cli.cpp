@@ -1,8 +1,9 @@
 // `edgespec generate` and `edgespec bench` end to end on the CPU backend, on the qwen3 fixture
 // (as a GGUF, so it carries a tokenizer): --draft (a random DFlash draft) gives exactly the
 // tokens of plain generation, greedy; --stop ends the answer before a stop string; --input-file
-// decodes a batch whose answers equal the requests run alone; bench reports the replay draft's
-// tau and identical output; mismatched drafts and bad input files are clear errors.
+// decodes a batch whose answers equal the requests run alone, and so does --one-at-a-time; bench
+// reports the replay draft's tau and identical output; mismatched drafts and bad input files are
+// clear errors.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -136,6 +137,68 @@ TEST(CliGenerate, InputFileBatchEqualsRequestsAlone) {
   std::vector<std::string> badStop = base;
   badStop.insert(badStop.end(), {"--prompt", "hi", "--stop", std::string("\xa9")});
   EXPECT_THROW(runCli(badStop), InvalidArgument);
+}
+
+// --one-at-a-time: the file's requests decoded alone, one after another, in one process: each
+// answer (and, with a draft, its own accept statistics) equals the request run by itself.
+TEST(CliGenerate, OneAtATimeEqualsRequestsAlone) {
+  test::TempDir tmp;
+  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  model::test_draft::DraftSpec spec;
+  spec.blockSize = 4;
+  model::test_draft::writeDraft(tmp / "draft", spec);
+  test::writeText(tmp / "in.json",
+                  R"(["hello there", {"prompt": "general kenobi", "max_new_tokens": 5},
+                      {"prompt": "a longer prompt with more words in it", "temperature": 0.8, "seed": 9}])");
+  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "--raw",
+                                         "--model", (tmp / "q.gguf").string()};
+  for (const bool withDraft : {false, true}) {
+    std::vector<std::string> extra;
+    if (withDraft) extra = {"--draft", (tmp / "draft").string()};
+    std::vector<std::string> seq = base;
+    seq.insert(seq.end(), extra.begin(), extra.end());
+    seq.insert(seq.end(), {"-n", "12", "--warmup", "--one-at-a-time", "--input-file", (tmp / "in.json").string()});
+    testing::internal::CaptureStdout();
+    ASSERT_EQ(runCli(seq), 0);
+    std::istringstream lines(testing::internal::GetCapturedStdout());
+    std::vector<nlohmann::json> outs;
+    for (std::string line; std::getline(lines, line);) outs.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(outs.size(), 3u);
+    const std::vector<std::vector<std::string>> alone = {
+        {"--prompt", "hello there", "-n", "12"},
+        {"--prompt", "general kenobi", "-n", "5"},
+        {"--prompt", "a longer prompt with more words in it", "-n", "12", "--temperature", "0.8", "--seed", "9"}};
+    for (size_t r = 0; r < 3; ++r) {
+      std::vector<std::string> a = base;
+      a.insert(a.end(), extra.begin(), extra.end());
+      a.insert(a.end(), alone[r].begin(), alone[r].end());
+      const nlohmann::json want = runJson(a);
+      EXPECT_EQ(outs[r]["request"], static_cast<int>(r));
+      EXPECT_EQ(outs[r]["tokens"], want["tokens"]) << "request " << r << " draft " << withDraft;
+      EXPECT_EQ(outs[r].contains("accept_histogram"), withDraft);
+      if (withDraft) {
+        EXPECT_EQ(outs[r]["accept_histogram"], want["accept_histogram"]) << "request " << r;
+      }
+    }
+  }
+  // It needs a file; and a batch file's limit of 64 requests does not apply to it.
+  std::vector<std::string> noFile = base;
+  noFile.insert(noFile.end(), {"--prompt", "hi", "--one-at-a-time"});
+  test::expectInvalidArgument([&] { runCli(noFile); }, "--one-at-a-time");
+  std::string many = "[";
+  for (int i = 0; i < 65; ++i) many += std::string(i ? "," : "") + "\"hi\"";
+  test::writeText(tmp / "many.json", many + "]");
+  std::vector<std::string> batch65 = base;
+  batch65.insert(batch65.end(), {"-n", "2", "--input-file", (tmp / "many.json").string()});
+  EXPECT_THROW(runCli(batch65), FormatError);
+  std::vector<std::string> seq65 = batch65;
+  seq65.push_back("--one-at-a-time");
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(runCli(seq65), 0);
+  std::istringstream lines(testing::internal::GetCapturedStdout());
+  int count = 0;
+  for (std::string line; std::getline(lines, line);) count += nlohmann::json::parse(line)["request"] == count ? 1 : 0;
+  EXPECT_EQ(count, 65);
 }
 
 TEST(CliDraft, BenchReplayDraftAcceptsWholeBlocksAndMatchesPlain) {
