@@ -224,6 +224,9 @@ class Taps:
                     if i < self.L - 1 and not torch.equal(hs[i + 1], self.saved[i]):
                         raise SystemExit(f"hook of layer {i} differs from hidden_states[{i + 1}]")
                 self.checked = True
+            # The final-normed hidden state [B, N, H]: the target's own next-token logits through
+            # its lm_head, for --kd-weight.
+            self.final = out.last_hidden_state
             return torch.cat([self.saved[i] for i in self.taps], dim=-1)
 
 
@@ -323,8 +326,13 @@ def check_pure():
     print("train_dflash --check ok")
 
 
-def block_logits_loss(draft, target, taps, batch, gamma, compute_dtype):
-    """(weighted loss, per-row argmax [B, A, BS], labels) of one batch."""
+def block_logits_loss(draft, target, taps, batch, gamma, compute_dtype, kd_weight=0.0):
+    """(weighted loss, per-row argmax [B, A, BS], labels) of one batch. The loss is the paper's
+    cross-entropy against the response tokens; with kd_weight > 0 it is
+    (1 - kd_weight) CE + kd_weight KL(p_target || q_draft), where p_target is the target's own
+    next-token distribution at the same position (its logits at anchor + k - 1, taken from the
+    forward that already runs for the taps), so a row learns the whole distribution, not only the
+    greedy token. Both terms carry the same exp(-(k-1)/gamma) weights."""
     import torch
     import torch.nn.functional as F
     ids, attn, lengths, anchors, labels = batch
@@ -342,8 +350,52 @@ def block_logits_loss(draft, target, taps, batch, gamma, compute_dtype):
                          reduction="none").view(B, A, BS)
     k = torch.arange(BS, device=ids.device, dtype=torch.float32)
     w = torch.exp(-(k - 1).clamp(min=0) / gamma)[None, None, :] * (labels >= 0)
-    loss = (ce * w).sum() / w.sum().clamp(min=1e-6)
+    per_row = ce
+    if kd_weight > 0:
+        with torch.no_grad():
+            # Row k of the block at anchor a predicts the token at a + k: the target's
+            # distribution for it comes from position a + k - 1 (row 0 is unweighted).
+            N = taps.final.shape[1]
+            pos = (anchors.clamp(min=0)[:, :, None] + torch.arange(BS, device=ids.device)[None, None, :] - 1)
+            pos = pos.clamp(0, N - 1).view(B, A * BS)
+            hid = torch.gather(taps.final, 1, pos[:, :, None].expand(-1, -1, taps.final.shape[-1]))
+            with torch.autocast(device_type=ids.device.type, dtype=compute_dtype,
+                                enabled=compute_dtype != torch.float32):
+                t_logits = F.linear(hid, target.get_output_embeddings().weight)
+            log_p = F.log_softmax(t_logits.float().view(B, A, BS, -1), dim=-1)
+        log_q = F.log_softmax(logits, dim=-1)
+        kl = F.kl_div(log_q, log_p, log_target=True, reduction="none").sum(-1)  # [B, A, BS]
+        # Unlabelled rows (past the response, padding) have weight 0; keep any non-finite value
+        # they might hold out of the sum (0 * NaN is NaN).
+        kl = torch.where(w > 0, kl, torch.zeros_like(kl))
+        per_row = (1.0 - kd_weight) * ce + kd_weight * kl
+    loss = (per_row * w).sum() / w.sum().clamp(min=1e-6)
     return loss, logits.argmax(-1), labels
+
+
+def check_kd_alignment(target, taps, batch, gamma):
+    """--dry-run: the KD term's positions. A stand-in draft whose block row k outputs the target's
+    final hidden state at anchor + k - 1 reproduces the target's distribution for that row, so its
+    KL must be 0 on every weighted row; the same stand-in shifted by one position must not be."""
+    import torch
+    B, A, BS = batch[4].shape
+
+    class StandIn(torch.nn.Module):
+        def __init__(self, shift):
+            super().__init__()
+            self.shift = shift
+
+        def forward(self, feats, ctx_len, anchor_emb, anchors):
+            final = taps.final  # set by the taps call that just ran in block_logits_loss
+            pos = anchors.clamp(min=0)[:, :, None] + torch.arange(BS, device=anchors.device)[None, None, :] - 1
+            pos = (pos + self.shift).clamp(0, final.shape[1] - 1).view(B, A * BS)
+            return torch.gather(final, 1, pos[:, :, None].expand(-1, -1, final.shape[-1]))
+
+    exact = float(block_logits_loss(StandIn(0), target, taps, batch, gamma, torch.float32, kd_weight=1.0)[0])
+    shifted = float(block_logits_loss(StandIn(1), target, taps, batch, gamma, torch.float32, kd_weight=1.0)[0])
+    if not (abs(exact) < 1e-5 and shifted > 1e-3):
+        raise SystemExit(f"KD alignment check failed: KL {exact:.3g} at the right positions, {shifted:.3g} shifted")
+    return exact, shifted
 
 
 def accept_proxy(pred, labels):
@@ -541,6 +593,9 @@ def main():
     p.add_argument("--taps", help="explicit comma list of target layers (overrides --num-taps)")
     p.add_argument("--batch", type=int, default=32, help="sequences per step")
     p.add_argument("--anchors", type=int, default=16, help="anchors (blocks) per sequence per step")
+    p.add_argument("--kd-weight", type=float, default=0.0,
+                   help="weight of KL(target || draft) against the CE on the response tokens (0 = the paper's "
+                        "CE only); the held-out loss stays the CE, comparable across runs")
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--min-lr-frac", type=float, default=0.1)
     p.add_argument("--warmup", type=int, default=200)
@@ -554,6 +609,8 @@ def main():
     p.add_argument("--dry-run", action="store_true", help="tiny random target and data on the CPU")
     p.add_argument("--check", action="store_true", help="torch-free unit checks only")
     a = p.parse_args()
+    if not 0.0 <= a.kd_weight <= 1.0:
+        raise SystemExit(f"--kd-weight {a.kd_weight} must be in [0, 1]")
     if a.check:
         check_pure()
         return
@@ -685,6 +742,11 @@ def main():
         os.replace(a.ckpt + ".tmp", a.ckpt)
         log(f"saved step {step} to {a.out} ({', '.join(written)}) and {a.ckpt}")
 
+    if a.dry_run:
+        exact, shifted = check_kd_alignment(target, taps, make_batch(train, list(range(a.batch)), a.anchors,
+                                                                     a.block_size, pad, random.Random(7), device),
+                                            a.gamma)
+        log(f"KD alignment check: KL {exact:.2e} at anchor + k - 1, {shifted:.3f} one position off")
     draft.train()
     order, pos = [], 0
     last_save, run_steps, t_loop = time.time(), 0, time.time()
@@ -707,7 +769,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         batch = make_batch(train, idx, a.anchors, a.block_size, pad, rng, device)
-        loss, pred, labels = block_logits_loss(draft, target, taps, batch, a.gamma, compute_dtype)
+        loss, pred, labels = block_logits_loss(draft, target, taps, batch, a.gamma, compute_dtype, a.kd_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = float(torch.nn.utils.clip_grad_norm_(draft.parameters(), a.clip))
@@ -719,7 +781,7 @@ def main():
             history.append({"step": step, "loss": round(float(loss.detach()), 4), "accept_proxy": round(acc, 3),
                             "lr": lr, "grad_norm": round(gn, 3), "t": round(time.time() - t_start, 1)})
             sps = run_steps / max(1e-6, time.time() - t_loop)
-            log(f"step {step} loss {float(loss):.4f} accept-proxy {acc:.2f} lr {lr:.2e} |g| {gn:.2f} "
+            log(f"step {step} loss {float(loss.detach()):.4f} accept-proxy {acc:.2f} lr {lr:.2e} |g| {gn:.2f} "
                 f"({sps:.2f} steps/s)")
         if step % a.eval_every == 0 and held_batches:
             hl, ha = evaluate()
