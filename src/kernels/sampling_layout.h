@@ -46,6 +46,11 @@ inline constexpr int32_t kFullRowSplitMinVocab = kCdfSplitMinVocab;
 // one CTA (the kernel before the split), so one binary measures both. CUDA builds.
 bool fullrow_split_enabled();
 
+// False when the environment sets ES_CHUNK_FAST=0 (read once): the candidate mode's chunk stage
+// is then chunk_kernel (keys staged in shared memory, one CTA per chunk) instead of
+// chunk_fast_kernel (registers, persistent CTAs); same outputs bit for bit. CUDA builds.
+bool chunk_fast_enabled();
+
 // Rows with effective top-k kk use the candidate mode iff
 //   any_candidate && kk <= kcap (then chunks * min(kk, chunk_len) <= kMaxFinalCandidates).
 GeneralPlan plan_general(const SamplingParams& p);
