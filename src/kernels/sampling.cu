@@ -7,6 +7,9 @@
 //                      candidates (sorted composites) to the workspace.
 //  final_kernel        one CTA per row merges the chunk candidates (radix select again), then the
 //                      same finalisation and emission as the small-vocab candidate mode.
+//  chunk_fast_kernel,  the default replacements of the two (ES_CHUNK_FAST=0 restores them): the
+//  final_fast_kernel   same records and outputs, entries in registers, persistent chunk CTAs
+//                      that prefetch their next chunk, a tighter pre-filter threshold.
 //  full_row_kernel     general path, top-k off or k > kcap: one CTA per row, or for few long
 //                      rows (plan.fullrow_split) one cluster of 8-16 CTAs per row; radix
 //                      threshold searches over the row (4 passes each, by count for top-k and by
@@ -340,7 +343,8 @@ __global__ void __launch_bounds__(kThreads) final_kernel(RowsArgs a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// General path, candidate mode: the fast chunk stage (default; ES_CHUNK_FAST=0 runs chunk_kernel).
+// General path, candidate mode: the fast chunk stage (default; ES_CHUNK_FAST=0 runs chunk_kernel
+// and final_kernel instead of chunk_fast_kernel and final_fast_kernel).
 //
 // Writes exactly what chunk_kernel writes (each chunk's top-kc composites sorted descending, and
 // the poison flag; kc = min(k, chunk length)), for the unchanged final_kernel. What differs:
@@ -651,6 +655,138 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   }
 }
 
+// The fast final stage (with chunk_fast_kernel; ES_CHUNK_FAST=0 runs final_kernel): the same
+// merge and outputs as final_kernel, with the chunk records held in registers (slot r of thread
+// t = candidate t + r kThreads of the concatenated records, index order within equal keys) and
+// the union threshold of kernels/sampling_chunk_prefilter.h instead of select_top_candidates'
+// min-over-warps one. Why: at 256 rows (verify) the old threshold kept ~375 of 950 candidates
+// (up to ~710, simulated), so the rank sort was long and the > 512 rows fell back to the radix
+// select; one wave of CTAs waits for its slowest. The union keeps ~60 (at most ~80). Uniform
+// rows are found from the same warp maxima (no separate block reduction). > 512 survivors:
+// final_kernel's select over the candidates staged from the workspace.
+struct FinalFastShared {
+  alignas(16) uint32_t uni[kThreads];  // the union U (keys); warp w's jp largest thread maxima first
+  uint32_t warp_bad[kWarps];           // warp w saw a poisoned chunk
+  uint32_t theta;
+  int count;
+};
+
+template <int kPer>
+__global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
+  extern __shared__ __align__(16) uint8_t dyn[];  // [n] u64: the fallback's staged candidates
+  __shared__ CandShared cs;
+  __shared__ SelectShared ss;  // the fallback's select; ss.tmp holds the survivors
+  __shared__ BlockScratch scratch;
+  __shared__ FinalFastShared fs;
+  const int row = blockIdx.x;
+  const RowParams rp = row_params(a, row);
+  if (!candidate_row(a, rp)) return;  // block-uniform, before any barrier
+  kernel::pdl::trigger();
+  kernel::pdl::wait();  // launched as a dependent of the chunk stage: its records are visible after this
+  const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
+  const int chunks = a.plan.chunks;
+  const int kfull = min(rp.k, a.plan.chunk_len);
+  const int klast = min(rp.k, a.vocab - (chunks - 1) * a.plan.chunk_len);
+  const int n = (chunks - 1) * kfull + klast;  // <= kPer * kThreads (the launch's plan)
+  const size_t stride = chunk_stride(a);
+  const unsigned long long* ws = static_cast<const unsigned long long*>(a.workspace) +
+                                 static_cast<size_t>(row) * chunks * stride;
+  uint64_t v[kPer];  // candidate t + r kThreads, or 0 (absent: below every key of a non-NaN value)
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = t + r * kThreads;
+    const int c = i / kfull;
+    v[r] = i < n ? __ldcg(ws + c * stride + (i - c * kfull)) : 0ull;
+  }
+  bool bad = false;
+  for (int c = t; c < chunks; c += kThreads) bad |= __ldcg(ws + c * stride + stride - 1) != 0;
+  uint32_t tmax = 0;
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) tmax = max(tmax, composite_key(v[r]));
+  const int kc = rp.k;  // <= n
+  const int jp = prefilter::union_per_warp(kc);
+  const int nu = kWarps * jp;
+  // A 0 maximum (a thread without candidates) stands for absent entries below every real key:
+  // warp_top_values is exact for values >= 0, and the union argument holds (see the chunk stage).
+  warp_top_values(tmax, jp, fs.uni + warp * jp);
+  const unsigned bad_lanes = __ballot_sync(kFull, bad);
+  if (lane == 0) fs.warp_bad[warp] = bad_lanes != 0u;
+  if (t == 0) fs.count = 0;
+  __syncthreads();  // B1: U, the poison flags and the zeroed count are visible
+  uint32_t poisoned = 0, row_max = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    poisoned |= fs.warp_bad[w];
+    row_max = max(row_max, fs.uni[w * jp]);  // each warp's largest
+  }
+  if (poisoned || row_max == kMinusInfKey) {  // block-uniform; final_kernel's condition
+    emit_uniform(a, row);
+    return;
+  }
+  if (t < nu) {  // theta = the kc-th largest of U
+    const uint32_t x = fs.uni[t];
+    const uint4* u4 = reinterpret_cast<const uint4*>(fs.uni);
+    int gt = 0, ge = 0;
+    for (int i = 0; i < nu / 4; ++i) {
+      const uint4 w = u4[i];
+      gt += (w.x > x ? 1 : 0) + (w.y > x ? 1 : 0) + (w.z > x ? 1 : 0) + (w.w > x ? 1 : 0);
+      ge += (w.x >= x ? 1 : 0) + (w.y >= x ? 1 : 0) + (w.z >= x ? 1 : 0) + (w.w >= x ? 1 : 0);
+    }
+    if (prefilter::is_kth_largest(gt, ge, kc)) fs.theta = x;
+  }
+  __syncthreads();  // B2: theta is set
+  const uint32_t theta = fs.theta;
+  uint32_t mask = 0;
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    if (t + r * kThreads < n && composite_key(v[r]) >= theta) mask |= 1u << r;
+  }
+  const int c = __popc(mask);
+  int incl = c;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += y;
+  }
+  int base = 0;
+  if (lane == 31 && incl > 0) base = atomicAdd(&fs.count, incl);
+  int pos = __shfl_sync(kFull, base, 31) + incl - c;
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    if ((mask >> r) & 1u) {
+      if (pos < kMaxCandidateTopK) ss.tmp[pos] = v[r];
+      ++pos;
+    }
+  }
+  __syncthreads();  // B3: the survivors and their count are complete
+  const int m = fs.count;
+  if (m > kMaxCandidateTopK) {  // block-uniform: final_kernel's select over the staged candidates
+    uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
+    for (int i = t; i < n; i += kThreads) {
+      const int ci = i / kfull;
+      buf[i] = __ldcg(ws + ci * stride + (i - ci * kfull));
+    }
+    __syncthreads();
+    select_top_candidates([&](int i) { return buf[i]; }, n, kc, cs.cand, ss, scratch);
+  } else {
+    if (t < m) {  // rank sort of the m distinct composites into cs.cand (descending)
+      const uint64_t x = ss.tmp[t];
+      const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(ss.tmp);
+      int r = 0;
+#pragma unroll 2
+      for (int p = 0; p < (m >> 1); ++p) {
+        const ulonglong2 w = pairs[p];
+        r += (w.x > x ? 1 : 0) + (w.y > x ? 1 : 0);
+      }
+      if (m & 1) r += ss.tmp[m - 1] > x ? 1 : 0;
+      cs.cand[r] = x;
+    }
+    __syncthreads();  // B4: cs.cand[0, m) sorted, m >= kc
+  }
+  const int cut = finalize_sorted(cs.cand, kc, rp, a.mode, cs.aux, cs.prob, scratch);
+  emit_candidates(a, row, cs.cand, cut, cs);
+}
+
 // ---------------------------------------------------------------------------------------------
 // General path, full-row mode.
 
@@ -838,6 +974,27 @@ void launch_chunk_fast(const RowsArgs& a, cudaStream_t stream) {
   }
 }
 
+// final_fast_kernel with enough register slots per thread for the plan's largest merge
+// (bytes / 8 = chunks * min(kcap, chunk_len) <= kMaxFinalCandidates candidates).
+template <int kPer>
+void launch_final_fast_n(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
+  allow_dynamic_smem(final_fast_kernel<kPer>, bytes, "final_fast_kernel");
+  kernel::pdl::launch(final_fast_kernel<kPer>, dim3(a.rows), dim3(kThreads), bytes, stream, a);
+}
+void launch_final_fast(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
+  const size_t n = bytes / 8;
+  static_assert(kMaxFinalCandidates == 16 * kThreads, "final_fast_kernel instantiates 2, 4, 8, 16 slots");
+  if (n <= 2 * kThreads) {
+    launch_final_fast_n<2>(a, bytes, stream);
+  } else if (n <= 4 * kThreads) {
+    launch_final_fast_n<4>(a, bytes, stream);
+  } else if (n <= 8 * kThreads) {
+    launch_final_fast_n<8>(a, bytes, stream);
+  } else {
+    launch_final_fast_n<16>(a, bytes, stream);
+  }
+}
+
 template <typename T>
 void launch_typed(const RowsArgs& a, cudaStream_t stream) {
   if (a.small_vocab) {
@@ -862,8 +1019,12 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
       ES_CUDA_CHECK_LAUNCH();
     }
     const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
-    allow_dynamic_smem(final_kernel, bytes, "final_kernel");
-    kernel::pdl::launch(final_kernel, dim3(a.rows), dim3(kThreads), bytes, stream, a);
+    if (chunk_fast_enabled()) {
+      launch_final_fast(a, bytes, stream);
+    } else {
+      allow_dynamic_smem(final_kernel, bytes, "final_kernel");
+      kernel::pdl::launch(final_kernel, dim3(a.rows), dim3(kThreads), bytes, stream, a);
+    }
   }
   if (a.plan.any_full || !a.plan.any_candidate) {
     launch_full_row<T>(a, stream);

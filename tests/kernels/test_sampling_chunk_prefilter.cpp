@@ -1,10 +1,12 @@
-// CPU tests of the fast chunk stage's selection (chunk_fast_kernel in kernels/sampling.cu, its
-// arithmetic in kernels/sampling_chunk_prefilter.h): a host model of one CTA (512 threads of
+// CPU tests of the fast chunk and final stages' selections (chunk_fast_kernel and
+// final_fast_kernel in kernels/sampling.cu, their arithmetic in kernels/sampling_chunk_prefilter.h):
+// a host model of one CTA (512 threads of
 // 4 R register slots in the kernel's layouts, 16 warps) runs the kernel's steps (thread maxima,
 // each warp's jp largest, theta = the kc-th largest of their union, survivors, the one-survivor
 // shortcut, the fallback above 512 survivors) and must give each chunk's top-kc composites
-// exactly; a whole row of model chunks merged as final_kernel merges them must keep exactly the
-// support of the CPU reference (ref::row_probs). Mutants (a wrong theta, absent entries read as
+// exactly; the model of final_fast_kernel's merge must give the top-k of the records; a whole row
+// of model chunks and model merge must keep exactly the support of the CPU reference
+// (ref::row_probs). Mutants (a wrong theta, absent entries read as
 // 0, the scalar layout's offsets for vector loads) must fail, so the test can fail.
 #include <gtest/gtest.h>
 
@@ -138,6 +140,49 @@ ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int g
   surv.resize(kc);
   out.top = surv;
   return out;
+}
+
+// final_fast_kernel's merge on the host: cand[] are the concatenated chunk records (index order
+// within equal keys); thread t holds candidates t + r kThreads (absent: 0). Returns the top-k
+// composites, descending; *survivors gets the rank-sorted count (> 512: final_kernel's select).
+std::vector<uint64_t> model_final(const std::vector<uint64_t>& cand, int k, int* survivors) {
+  const int n = static_cast<int>(cand.size());
+  const int per = (n + kThreads - 1) / kThreads;
+  std::vector<uint32_t> tmax(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int r = 0; r < per; ++r) {
+      const int i = t + r * kThreads;
+      if (i < n) tmax[t] = std::max(tmax[t], composite_key(cand[i]));
+    }
+  }
+  const int jp = pf::union_per_warp(k);
+  std::vector<uint32_t> uni;
+  for (int w = 0; w < pf::kWarps; ++w) {
+    std::vector<uint32_t> v(tmax.begin() + 32 * w, tmax.begin() + 32 * w + 32);
+    for (int r = 0; r < jp; ++r) {
+      const auto it = std::max_element(v.begin(), v.end());
+      uni.push_back(*it);
+      *it = 0;  // removed; 0 also stands for a thread without candidates
+    }
+  }
+  uint32_t theta = 0;
+  for (uint32_t v : uni) {
+    int gt = 0, ge = 0;
+    for (uint32_t u : uni) {
+      gt += u > v ? 1 : 0;
+      ge += u >= v ? 1 : 0;
+    }
+    if (pf::is_kth_largest(gt, ge, k)) theta = v;
+  }
+  std::vector<uint64_t> surv;
+  for (uint64_t c : cand) {
+    if (composite_key(c) >= theta) surv.push_back(c);
+  }
+  *survivors = static_cast<int>(surv.size());
+  if (surv.size() > static_cast<size_t>(kMaxCandidateTopK)) surv = cand;  // the exact select
+  std::sort(surv.begin(), surv.end(), std::greater<>());
+  if (surv.size() > static_cast<size_t>(k)) surv.resize(k);
+  return surv;
 }
 
 // Rows of scaled logits of several shapes.
@@ -303,6 +348,41 @@ TEST(SamplingChunkPrefilter, FewSurvivorsOnTypicalRows) {
   }
 }
 
+// The final merge on the concatenated records of model chunks (every shape, chunk length and k):
+// the top-k of the union, as sorting all records gives it.
+TEST(SamplingChunkPrefilter, FinalMergeMatchesBruteForce) {
+  const Shape shapes[] = {Shape::kNormal, Shape::kGrid,         Shape::kConstant,    Shape::kPeak,
+                          Shape::kHalfMinusInf, Shape::kAllMinusInf, Shape::kSignedZeros, Shape::kGumbel};
+  int cases = 0, fallbacks = 0;
+  uint32_t seed = 5;
+  for (Shape shape : shapes) {
+    for (int chunk_len : {2048, 6135, 8192}) {
+      for (int k : {1, 17, 50, 256}) {
+        const int vocab = chunk_len * std::max(1, std::min(16, 8192 / std::min(k, chunk_len))) - 77;
+        const std::vector<float> s = make_values(shape, vocab, seed++);
+        std::vector<uint64_t> records;
+        for (int start = 0; start < vocab; start += chunk_len) {
+          const int len = std::min(chunk_len, vocab - start);
+          const std::vector<float> part(s.begin() + start, s.begin() + start + len);
+          const std::vector<uint64_t> top = brute_top(part, len, static_cast<uint32_t>(start), std::min(k, len));
+          records.insert(records.end(), top.begin(), top.end());
+        }
+        if (records.size() > static_cast<size_t>(kMaxFinalCandidates)) continue;
+        int survivors = 0;
+        std::vector<uint64_t> want = records;
+        std::sort(want.begin(), want.end(), std::greater<>());
+        want.resize(k);
+        EXPECT_EQ(model_final(records, k, &survivors), want)
+            << shape_name(shape) << " chunk_len " << chunk_len << " k " << k;
+        ++cases;
+        fallbacks += survivors > kMaxCandidateTopK ? 1 : 0;
+      }
+    }
+  }
+  std::printf("%d final merges, %d through the fallback\n", cases, fallbacks);
+  EXPECT_GT(cases, 60);
+}
+
 // A whole row: the model chunks of the general path's plan, merged as final_kernel merges them
 // (the top-k of the concatenated chunk lists), keep exactly the entries the CPU reference gives
 // a nonzero probability (top-p off; N(0, 1)-sized logits so that every top-k mass is nonzero).
@@ -340,8 +420,15 @@ TEST(SamplingChunkPrefilter, RowMatchesReferenceSupport) {
             ASSERT_EQ(o.top, brute_top(s, len, static_cast<uint32_t>(start), kc));
             merged.insert(merged.end(), o.top.begin(), o.top.end());
           }
-          std::sort(merged.begin(), merged.end(), std::greater<>());
-          merged.resize(rp.k);
+          int final_survivors = 0;
+          std::vector<uint64_t> all_sorted = merged;
+          std::sort(all_sorted.begin(), all_sorted.end(), std::greater<>());
+          all_sorted.resize(rp.k);
+          merged = model_final(merged, rp.k, &final_survivors);
+          ASSERT_EQ(merged, all_sorted) << "final merge, V=" << vocab << " B=" << batch << " k=" << k;
+          if (shape == 0 && k == 50) {
+            EXPECT_LE(final_survivors, 120) << "final survivors, V=" << vocab << " B=" << batch;
+          }
           std::vector<int32_t> ours;
           for (uint64_t c : merged) ours.push_back(static_cast<int32_t>(composite_index(c)));
           std::sort(ours.begin(), ours.end());
