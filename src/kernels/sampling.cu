@@ -473,8 +473,9 @@ __device__ __forceinline__ float slot_logit(const uint32_t (&raw)[4 * R], int j,
 }
 
 // Writes the jp (1 <= jp <= 32, warp-uniform) largest of the warp's 32 values to dst[0, jp),
-// descending (a value held by several lanes counts once per lane). Values must be nonzero (keys
-// of non-NaN floats are >= kMinusInfKey). All 32 lanes call.
+// descending (a value held by several lanes counts once per lane). The rounds mark a lane that
+// dropped out with 0, the smallest value, so while fewer than 32 values were taken the maximum of
+// the rest is still the next largest: exact for any values, 0 included. All 32 lanes call.
 __device__ __forceinline__ void warp_top_values(uint32_t v, int jp, uint32_t* dst) {
   const int lane = lane_id();
   if (jp <= 8) {  // jp rounds: the warp maximum, then its lowest holder drops out
