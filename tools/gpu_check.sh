@@ -31,6 +31,9 @@
 #                                 both ways, torch_anchor.py --sampling, and T = 1 generations of
 #                                 $ES_SMOLLM2_GGUF (plain and with models/'s draft; top-p 0.9 for
 #                                 fullrowsplit) that must give the same tokens both ways (~3 min)
+#   tools/gpu_check.sh chunkfast  A/B of the candidate mode's chunk stage in registers (ES_CHUNK_FAST=0 / 1:
+#                                 chunk_kernel / chunk_fast_kernel), as fullrowsplit, generations with
+#                                 top-k 50 + top-p 0.9 (~3 min)
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -352,7 +355,8 @@ stage_profile() {
 sampling_ab() {
   local var=$1 tag=$2 extra=("${@:3}") status=0 t m d rc
   for m in 1 0; do
-    for t in test_sampling_fullrow_split_gpu test_sampling_gpu test_spec_verify_gpu test_sampling_cdf_split_gpu; do
+    for t in test_sampling_fullrow_split_gpu test_sampling_gpu test_spec_verify_gpu test_sampling_cdf_split_gpu \
+             test_sampling_chunk_fast_gpu; do
       env "$var=$m" timeout 120 "$build_dir/tests/$t" --gtest_brief=1 >"$out/${tag}${m}_$t.log" 2>&1
       rc=$?
       [ $rc -eq 0 ] || { status=1; grep -A6 "Failure" "$out/${tag}${m}_$t.log" | head -30; }
@@ -362,7 +366,7 @@ sampling_ab() {
   for m in 1 0; do
     env "$var=$m" timeout 150 "$build_dir/bench/bench_sampling_gpu" >"$out/${tag}_bench$m.txt" 2>&1
     summary+=("bench_sampling $var=$m rc=$?   ${tag}_bench$m.txt")
-    grep -E "^case|k-off|verify|V=151936 f32 B=1 k50|argmax|small" "$out/${tag}_bench$m.txt" | while read -r line; do echo "  $var=$m $line"; done
+    grep -E "^case|k-off|verify|V=151936 f32 B=(1|64) k50|argmax|small" "$out/${tag}_bench$m.txt" | while read -r line; do echo "  $var=$m $line"; done
   done
   timeout 120 python3 tools/torch_anchor.py --sampling >"$out/anchor_sampling.json" 2>"$out/anchor_sampling.err"
   summary+=("anchor sampling rc=$?   $(head -c 400 "$out/anchor_sampling.json")")
@@ -409,7 +413,8 @@ if build; then
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit)" >&2; status=2 ;;
+      chunkfast) sampling_ab ES_CHUNK_FAST chunkfast --top-k 50 --top-p 0.9 || status=1 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, chunkfast)" >&2; status=2 ;;
     esac
   done
 else

@@ -7,6 +7,9 @@
 //                      candidates (sorted composites) to the workspace.
 //  final_kernel        one CTA per row merges the chunk candidates (radix select again), then the
 //                      same finalisation and emission as the small-vocab candidate mode.
+//  chunk_fast_kernel,  the default replacements of the two (ES_CHUNK_FAST=0 restores them): the
+//  final_fast_kernel   same records and outputs, entries in registers, persistent chunk CTAs
+//                      that prefetch their next chunk, a tighter pre-filter threshold.
 //  full_row_kernel     general path, top-k off or k > kcap: one CTA per row, or for few long
 //                      rows (plan.fullrow_split) one cluster of 8-16 CTAs per row; radix
 //                      threshold searches over the row (4 passes each, by count for top-k and by
@@ -27,6 +30,7 @@
 #include "kernels/cluster_launch.cuh"
 #include "kernels/sampling.h"
 #include "kernels/sampling_cdf_split.h"
+#include "kernels/sampling_chunk_prefilter.h"
 #include "kernels/sampling_device.h"
 #include "kernels/sampling_fullrow_cut.h"
 #include "kernels/sampling_fullrow_groups.cuh"
@@ -340,6 +344,452 @@ __global__ void __launch_bounds__(kThreads) final_kernel(RowsArgs a) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// General path, candidate mode: the fast chunk stage (default; ES_CHUNK_FAST=0 runs chunk_kernel
+// and final_kernel instead of chunk_fast_kernel and final_fast_kernel).
+//
+// Writes exactly what chunk_kernel writes (each chunk's top-kc composites sorted descending, and
+// the poison flag; kc = min(k, chunk length)), for the unchanged final_kernel. What differs:
+//  * persistent CTAs (as many as are resident at once) walk the (row, chunk) items with a
+//    stride of gridDim.x and issue the next item's loads before processing the current one, so
+//    every CTA keeps its next chunk's bytes in flight: chunk_kernel's CTAs loaded, then computed
+//    for ~10 us with nothing in flight (DRAM at 25 % of peak on the H200 for 256 rows);
+//  * the entries stay in registers: the thread maximum, the threshold and the survivors come
+//    from registers (chunk_kernel staged 8192 keys in shared memory, with 4-way bank conflicts
+//    on the stores, and read them twice), in the float domain (one compare per entry; the
+//    order keys of floats are monotone, -0 == +0 in both);
+//  * a tighter threshold (kernels/sampling_chunk_prefilter.h: the kc-th largest of each warp's
+//    largest thread maxima, ~55 survivors of 8192 for k = 50 instead of ~137), so the rank
+//    sort (O(m^2)) shrinks ~6x;
+//  * 3 block barriers per chunk instead of 8, no shared atomics per entry (one per warp);
+//  * the rare chunk with > 512 survivors (ties; every entry -inf) stages its keys in shared
+//    memory and runs chunk_kernel's select_top_candidates (radix select) unchanged.
+
+template <int R>
+struct alignas(16) ChunkFastShared {
+  uint32_t uni[kThreads];     // the union U: warp w's jp largest thread maxima (keys) at [w jp, w jp + jp)
+  uint32_t warp_bad[kWarps];  // warp w saw a NaN / +inf scaled logit
+  uint32_t theta;             // the item's key threshold (the kc-th largest of U)
+  int count;                  // the item's survivors (may exceed kMaxCandidateTopK: fallback)
+  SelectShared ss;            // the fallback's select; ss.tmp holds the survivors' composites
+  BlockScratch scratch;
+  uint64_t cand[kMaxCandidateTopK];  // the fallback's sorted candidates
+  uint32_t keys[4 * R * kThreads];   // the fallback's order keys of the chunk
+};
+
+// One (row, chunk) work item of the chunk stage. item < rows * chunks.
+struct ChunkItem {
+  int row, start, len;
+  RowParams rp;
+  bool active;  // a candidate row; other rows are full_row_kernel's
+};
+__device__ __forceinline__ ChunkItem chunk_item(const RowsArgs& a, int item) {
+  ChunkItem c;
+  c.row = item / a.plan.chunks;
+  c.start = (item - c.row * a.plan.chunks) * a.plan.chunk_len;
+  c.len = min(a.plan.chunk_len, a.vocab - c.start);
+  c.rp = row_params(a, c.row);
+  c.active = candidate_row(a, c.rp);
+  return c;
+}
+
+// Issues the loads of a chunk's len entries at x into raw[] (4 R slots, prefilter::slot_offset
+// layout) and uses none of them, so they stay in flight while the previous chunk is processed.
+// Absent entries (slot offset >= len) read 0. Returns the layout (block-uniform).
+//   f32: raw[j] = the bits of slot j;
+//   f16: vec (8-byte loads): raw[j / 2] holds slots j & ~1 (low half) and j | 1 (high half);
+//        scalar: raw[j] holds slot j in its low half.
+template <int R>
+__device__ __forceinline__ bool load_chunk(const float* x, int len, uint32_t (&raw)[4 * R]) {
+  const int t = threadIdx.x;
+  if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int b = 4 * (t + r * kThreads);
+      float4 w;
+      if (b + 4 <= len) {
+        w = __ldg(reinterpret_cast<const float4*>(x + b));
+      } else {
+        w.x = b < len ? __ldg(x + b) : 0.0f;
+        w.y = b + 1 < len ? __ldg(x + b + 1) : 0.0f;
+        w.z = b + 2 < len ? __ldg(x + b + 2) : 0.0f;
+        w.w = b + 3 < len ? __ldg(x + b + 3) : 0.0f;
+      }
+      raw[4 * r] = __float_as_uint(w.x);
+      raw[4 * r + 1] = __float_as_uint(w.y);
+      raw[4 * r + 2] = __float_as_uint(w.z);
+      raw[4 * r + 3] = __float_as_uint(w.w);
+    }
+    return true;
+  }
+#pragma unroll
+  for (int j = 0; j < 4 * R; ++j) {
+    const int i = t + j * kThreads;
+    raw[j] = i < len ? __float_as_uint(__ldg(x + i)) : 0u;
+  }
+  return false;
+}
+template <int R>
+__device__ __forceinline__ bool load_chunk(const fp16* x, int len, uint32_t (&raw)[4 * R]) {
+  const unsigned short* h = reinterpret_cast<const unsigned short*>(x);
+  const int t = threadIdx.x;
+  if ((reinterpret_cast<uintptr_t>(x) & 7) == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int b = 4 * (t + r * kThreads);
+      uint2 w;
+      if (b + 4 <= len) {
+        w = __ldg(reinterpret_cast<const uint2*>(h + b));
+      } else {  // the tail of a row's last chunk: these combine (wait for) their loads
+        const uint32_t h0 = b < len ? __ldg(h + b) : 0u, h1 = b + 1 < len ? __ldg(h + b + 1) : 0u;
+        const uint32_t h2 = b + 2 < len ? __ldg(h + b + 2) : 0u, h3 = b + 3 < len ? __ldg(h + b + 3) : 0u;
+        w.x = h0 | (h1 << 16);
+        w.y = h2 | (h3 << 16);
+      }
+      raw[2 * r] = w.x;
+      raw[2 * r + 1] = w.y;
+    }
+    return true;
+  }
+#pragma unroll
+  for (int j = 0; j < 4 * R; ++j) {
+    const int i = t + j * kThreads;
+    raw[j] = i < len ? static_cast<uint32_t>(__ldg(h + i)) : 0u;
+  }
+  return false;
+}
+
+// The logit in slot j (j a constant after unrolling) of raw[] as load_chunk left it.
+template <typename T, int R>
+__device__ __forceinline__ float slot_logit(const uint32_t (&raw)[4 * R], int j, bool vec) {
+  if constexpr (std::is_same_v<T, float>) {
+    return __uint_as_float(raw[j]);
+  } else {
+    // fp16 -> fp32 is exact (as to_float); a NaN's payload may differ, but a NaN poisons the row
+    // whatever its bits.
+    const uint32_t w = vec ? (raw[j >> 1] >> (16 * (j & 1))) : raw[j];
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(w & 0xffffu)));
+    return f;
+  }
+}
+
+// Writes the jp (1 <= jp <= 32, warp-uniform) largest of the warp's 32 values to dst[0, jp),
+// descending (a value held by several lanes counts once per lane). The rounds mark a lane that
+// dropped out with 0, the smallest value, so while fewer than 32 values were taken the maximum of
+// the rest is still the next largest: exact for any values, 0 included. All 32 lanes call.
+__device__ __forceinline__ void warp_top_values(uint32_t v, int jp, uint32_t* dst) {
+  const int lane = lane_id();
+  if (jp <= 8) {  // jp rounds: the warp maximum, then its lowest holder drops out
+    for (int r = 0; r < jp; ++r) {
+      const uint32_t mx = __reduce_max_sync(kFull, v);
+      if (lane == 0) dst[r] = mx;
+      const unsigned holders = __ballot_sync(kFull, v == mx);
+      if (lane == __ffs(holders) - 1) v = 0;
+    }
+    return;
+  }
+#pragma unroll
+  for (int size = 2; size <= 32; size <<= 1) {  // bitonic sort, ascending across lanes
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const uint32_t o = __shfl_xor_sync(kFull, v, stride);
+      const bool asc = (lane & size) == 0 || size == 32;
+      const bool low = (lane & stride) == 0;
+      v = (asc == low) ? min(v, o) : max(v, o);
+    }
+  }
+  if (lane >= 32 - jp) dst[31 - lane] = v;
+}
+
+// Fallback of one item (> kMaxCandidateTopK survivors: many ties, or a row of -inf): chunk_kernel's
+// selection, on the chunk's keys computed as chunk_kernel computes them (re-read from global
+// memory, L2 after the first read: rare, and it keeps s[] out of the registers live here).
+// Called by every thread; starts after a barrier that ends every read of sh.ss.tmp, sh.keys and
+// sh.cand of earlier items, and ends with one (select_top_candidates').
+template <typename T, int R>
+__device__ void chunk_fast_fallback(const T* x, const ChunkItem& it, int kc, uint64_t* out,
+                                    ChunkFastShared<R>& sh) {
+  for (int i = threadIdx.x; i < it.len; i += kThreads) {
+    sh.keys[i] = order_key(scale_logit(load_logit(x, i), it.rp.inv_t, it.rp.greedy));
+  }
+  __syncthreads();
+  const uint32_t start = static_cast<uint32_t>(it.start);
+  select_top_candidates([&](int i) { return composite(sh.keys[i], start + static_cast<uint32_t>(i)); },
+                        it.len, kc, sh.cand, sh.ss, sh.scratch);
+  for (int j = threadIdx.x; j < kc; j += kThreads) out[j] = sh.cand[j];
+}
+
+template <typename T, int R>
+__global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
+  constexpr int kPer = 4 * R;             // entries per thread
+  constexpr int kCap = kPer * kThreads;   // entries per chunk, at most (>= plan.chunk_len)
+  __shared__ ChunkFastShared<R> sh;
+  kernel::pdl::trigger();  // final_kernel may be scheduled as CTAs of this grid finish
+  const int items = a.rows * a.plan.chunks;
+  const size_t stride = chunk_stride(a);
+  const T* logits = static_cast<const T*>(a.logits);
+  const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
+
+  // raw[] holds the loads of item `item`, in flight until decoded. Only the loads and their
+  // layout are carried from one iteration to the next (the item's description is recomputed
+  // from its index: cheap, and it keeps registers free for raw[] and s[]; 64 at most, for 2 CTAs
+  // per SM).
+  uint32_t raw[kPer];
+  bool vec = false;
+  int item = blockIdx.x;
+  if (item < items) {
+    const ChunkItem first = chunk_item(a, item);
+    if (first.active) {
+      vec = load_chunk<R>(logits + static_cast<size_t>(first.row) * a.vocab + first.start, first.len, raw);
+    }
+  }
+  for (; item < items; item += gridDim.x) {  // block-uniform trip count
+    const ChunkItem it = chunk_item(a, item);
+    // Scaled logits (the same fmul_rn as scale_logit: greedy rows have inv_t = 1 exactly).
+    float s[kPer];
+    bool bad = false;
+    float tmax = -INFINITY;
+    if (it.active) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        s[j] = fmul_rn(slot_logit<T, R>(raw, j, vec), it.rp.inv_t);
+        bad |= poisons_row(s[j]);  // absent slots read 0: never poison
+      }
+      if (it.len < kCap) {  // absent slots become NaN: never a survivor, ignored by fmaxf
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          if (prefilter::slot_offset(j, t, vec) >= it.len) s[j] = __uint_as_float(0x7fffffffu);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) tmax = fmaxf(tmax, s[j]);
+    }
+    const bool this_vec = vec;
+    // The next item's loads go out now (raw[] is free) and land while this one is processed.
+    if (item + static_cast<int>(gridDim.x) < items) {
+      const ChunkItem n = chunk_item(a, item + gridDim.x);
+      if (n.active) vec = load_chunk<R>(logits + static_cast<size_t>(n.row) * a.vocab + n.start, n.len, raw);
+    }
+    if (!it.active) continue;  // block-uniform (the row's parameters)
+
+    uint64_t* out = static_cast<uint64_t*>(a.workspace) + static_cast<size_t>(item) * stride;
+    const int kc = min(it.rp.k, it.len);
+    const int jp = prefilter::union_per_warp(kc);
+    const int nu = kWarps * jp;  // |U|, a multiple of 16, >= kc
+    warp_top_values(order_key(tmax), jp, sh.uni + warp * jp);
+    const unsigned bad_lanes = __ballot_sync(kFull, bad);
+    if (lane == 0) sh.warp_bad[warp] = bad_lanes != 0u;
+    __syncthreads();  // B1: U and the poison flags are complete
+    if (t == 0) sh.count = 0;  // last read before B1 (the previous item's rank sort)
+    uint32_t poisoned = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) poisoned |= sh.warp_bad[w];
+    if (poisoned) {  // block-uniform: the row is uniform (final_kernel); no candidates needed
+      if (t == 0) out[stride - 1] = 1;
+      __syncthreads();  // every read of warp_bad is done before the next item rewrites it
+      continue;
+    }
+    if (t < nu) {  // theta = the kc-th largest of U (exactly one distinct value qualifies)
+      const uint32_t v = sh.uni[t];
+      const uint4* u4 = reinterpret_cast<const uint4*>(sh.uni);
+      int gt = 0, ge = 0;
+      for (int i = 0; i < nu / 4; ++i) {
+        const uint4 w = u4[i];
+        gt += (w.x > v ? 1 : 0) + (w.y > v ? 1 : 0) + (w.z > v ? 1 : 0) + (w.w > v ? 1 : 0);
+        ge += (w.x >= v ? 1 : 0) + (w.y >= v ? 1 : 0) + (w.z >= v ? 1 : 0) + (w.w >= v ? 1 : 0);
+      }
+      if (prefilter::is_kth_largest(gt, ge, kc)) sh.theta = v;  // equal values from any writer
+    }
+    __syncthreads();  // B2: theta is set; U is read
+    // Survivors: scaled logit >= key_value(theta) <=> order key >= theta (monotone; NaN: false).
+    const float theta_f = key_value(sh.theta);
+    uint32_t mask = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) mask |= (s[j] >= theta_f ? 1u : 0u) << j;
+    const int c = __popc(mask);
+    int incl = c;  // inclusive warp scan of the survivor counts
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(kFull, incl, o);
+      if (lane >= o) incl += y;
+    }
+    int base = 0;
+    if (lane == 31 && incl > 0) base = atomicAdd(&sh.count, incl);  // one atomic per warp
+    int pos = __shfl_sync(kFull, base, 31) + incl - c;
+    const uint32_t start = static_cast<uint32_t>(it.start);
+    if (c == 1) {  // the common case: the one survivor is the thread maximum
+      const int j = __ffs(mask) - 1;
+      if (pos < kMaxCandidateTopK) {
+        sh.ss.tmp[pos] = composite(order_key(tmax), start + static_cast<uint32_t>(prefilter::slot_offset(j, t, this_vec)));
+      }
+    } else if (c > 1) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if ((mask >> j) & 1u) {
+          if (pos < kMaxCandidateTopK) {
+            sh.ss.tmp[pos] = composite(order_key(s[j]), start + static_cast<uint32_t>(prefilter::slot_offset(j, t, this_vec)));
+          }
+          ++pos;
+        }
+      }
+    }
+    __syncthreads();  // B3: the survivors and their count are complete; theta is read
+    const int m = sh.count;
+    if (t == 0) out[stride - 1] = 0;
+    if (m > kMaxCandidateTopK) {  // block-uniform
+      chunk_fast_fallback<T, R>(logits + static_cast<size_t>(it.row) * a.vocab + it.start, it, kc, out, sh);
+      continue;
+    }
+    // Rank sort of the m <= 512 distinct composites (one thread each): the rank-r one is the
+    // chunk's (r+1)-th; the first kc are the output. Reads of ss.tmp end before the next B1.
+    if (t < m) {
+      const uint64_t v = sh.ss.tmp[t];
+      const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(sh.ss.tmp);
+      int r = 0;
+#pragma unroll 2
+      for (int p = 0; p < (m >> 1); ++p) {
+        const ulonglong2 w = pairs[p];
+        r += (w.x > v ? 1 : 0) + (w.y > v ? 1 : 0);
+      }
+      if (m & 1) r += sh.ss.tmp[m - 1] > v ? 1 : 0;
+      if (r < kc) out[r] = v;
+    }
+  }
+}
+
+// The fast final stage (with chunk_fast_kernel; ES_CHUNK_FAST=0 runs final_kernel): the same
+// merge and outputs as final_kernel, with the chunk records held in registers (slot r of thread
+// t = candidate t + r kThreads of the concatenated records, index order within equal keys) and
+// the union threshold of kernels/sampling_chunk_prefilter.h instead of select_top_candidates'
+// min-over-warps one. Why: at 256 rows (verify) the old threshold kept ~375 of 950 candidates
+// (up to ~710, simulated), so the rank sort was long and the > 512 rows fell back to the radix
+// select; one wave of CTAs waits for its slowest. The union keeps ~60 (at most ~80). Uniform
+// rows are found from the same warp maxima (no separate block reduction). > 512 survivors:
+// final_kernel's select over the candidates staged from the workspace.
+struct FinalFastShared {
+  alignas(16) uint32_t uni[kThreads];  // the union U (keys); warp w's jp largest thread maxima first
+  uint32_t warp_bad[kWarps];           // warp w saw a poisoned chunk
+  uint32_t theta;
+  int count;
+};
+
+template <int kPer>
+__global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
+  extern __shared__ __align__(16) uint8_t dyn[];  // [n] u64: the fallback's staged candidates
+  __shared__ CandShared cs;
+  __shared__ SelectShared ss;  // the fallback's select; ss.tmp holds the survivors
+  __shared__ BlockScratch scratch;
+  __shared__ FinalFastShared fs;
+  const int row = blockIdx.x;
+  const RowParams rp = row_params(a, row);
+  if (!candidate_row(a, rp)) return;  // block-uniform, before any barrier
+  kernel::pdl::trigger();
+  kernel::pdl::wait();  // launched as a dependent of the chunk stage: its records are visible after this
+  const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
+  const int chunks = a.plan.chunks;
+  const int kfull = min(rp.k, a.plan.chunk_len);
+  const int klast = min(rp.k, a.vocab - (chunks - 1) * a.plan.chunk_len);
+  const int n = (chunks - 1) * kfull + klast;  // <= kPer * kThreads (the launch's plan)
+  const size_t stride = chunk_stride(a);
+  const unsigned long long* ws = static_cast<const unsigned long long*>(a.workspace) +
+                                 static_cast<size_t>(row) * chunks * stride;
+  uint64_t v[kPer];  // candidate t + r kThreads, or 0 (absent: below every key of a non-NaN value)
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = t + r * kThreads;
+    const int c = i / kfull;
+    v[r] = i < n ? __ldcg(ws + c * stride + (i - c * kfull)) : 0ull;
+  }
+  bool bad = false;
+  for (int c = t; c < chunks; c += kThreads) bad |= __ldcg(ws + c * stride + stride - 1) != 0;
+  uint32_t tmax = 0;
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) tmax = max(tmax, composite_key(v[r]));
+  const int kc = rp.k;  // <= n
+  const int jp = prefilter::union_per_warp(kc);
+  const int nu = kWarps * jp;
+  // A 0 maximum (a thread without candidates) stands for absent entries below every real key:
+  // warp_top_values is exact for values >= 0, and the union argument holds (see the chunk stage).
+  warp_top_values(tmax, jp, fs.uni + warp * jp);
+  const unsigned bad_lanes = __ballot_sync(kFull, bad);
+  if (lane == 0) fs.warp_bad[warp] = bad_lanes != 0u;
+  if (t == 0) fs.count = 0;
+  __syncthreads();  // B1: U, the poison flags and the zeroed count are visible
+  uint32_t poisoned = 0, row_max = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    poisoned |= fs.warp_bad[w];
+    row_max = max(row_max, fs.uni[w * jp]);  // each warp's largest
+  }
+  if (poisoned || row_max == kMinusInfKey) {  // block-uniform; final_kernel's condition
+    emit_uniform(a, row);
+    return;
+  }
+  if (t < nu) {  // theta = the kc-th largest of U
+    const uint32_t x = fs.uni[t];
+    const uint4* u4 = reinterpret_cast<const uint4*>(fs.uni);
+    int gt = 0, ge = 0;
+    for (int i = 0; i < nu / 4; ++i) {
+      const uint4 w = u4[i];
+      gt += (w.x > x ? 1 : 0) + (w.y > x ? 1 : 0) + (w.z > x ? 1 : 0) + (w.w > x ? 1 : 0);
+      ge += (w.x >= x ? 1 : 0) + (w.y >= x ? 1 : 0) + (w.z >= x ? 1 : 0) + (w.w >= x ? 1 : 0);
+    }
+    if (prefilter::is_kth_largest(gt, ge, kc)) fs.theta = x;
+  }
+  __syncthreads();  // B2: theta is set
+  const uint32_t theta = fs.theta;
+  uint32_t mask = 0;
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    if (t + r * kThreads < n && composite_key(v[r]) >= theta) mask |= 1u << r;
+  }
+  const int c = __popc(mask);
+  int incl = c;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += y;
+  }
+  int base = 0;
+  if (lane == 31 && incl > 0) base = atomicAdd(&fs.count, incl);
+  int pos = __shfl_sync(kFull, base, 31) + incl - c;
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    if ((mask >> r) & 1u) {
+      if (pos < kMaxCandidateTopK) ss.tmp[pos] = v[r];
+      ++pos;
+    }
+  }
+  __syncthreads();  // B3: the survivors and their count are complete
+  const int m = fs.count;
+  if (m > kMaxCandidateTopK) {  // block-uniform: final_kernel's select over the staged candidates
+    uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
+    for (int i = t; i < n; i += kThreads) {
+      const int ci = i / kfull;
+      buf[i] = __ldcg(ws + ci * stride + (i - ci * kfull));
+    }
+    __syncthreads();
+    select_top_candidates([&](int i) { return buf[i]; }, n, kc, cs.cand, ss, scratch);
+  } else {
+    if (t < m) {  // rank sort of the m distinct composites into cs.cand (descending)
+      const uint64_t x = ss.tmp[t];
+      const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(ss.tmp);
+      int r = 0;
+#pragma unroll 2
+      for (int p = 0; p < (m >> 1); ++p) {
+        const ulonglong2 w = pairs[p];
+        r += (w.x > x ? 1 : 0) + (w.y > x ? 1 : 0);
+      }
+      if (m & 1) r += ss.tmp[m - 1] > x ? 1 : 0;
+      cs.cand[r] = x;
+    }
+    __syncthreads();  // B4: cs.cand[0, m) sorted, m >= kc
+  }
+  const int cut = finalize_sorted(cs.cand, kc, rp, a.mode, cs.aux, cs.prob, scratch);
+  emit_candidates(a, row, cs.cand, cut, cs);
+}
+
+// ---------------------------------------------------------------------------------------------
 // General path, full-row mode.
 
 // One row's probabilities over a group (a CTA, or a cluster of CTAs with blockIdx.x = rank):
@@ -461,6 +911,59 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
   }
 }
 
+// chunk_fast_kernel's grid: as many CTAs as are resident at once (each walks items with a stride
+// of gridDim.x), at most one per item. Occupancy and SM count are cached per instance and device.
+template <typename T, int R>
+void launch_chunk_fast_r(const RowsArgs& a, cudaStream_t stream) {
+  static thread_local int cached_device = -1, resident = 0;
+  int device = 0;
+  ES_CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    int per_sm = 0, sms = 0;
+    ES_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chunk_fast_kernel<T, R>, kThreads, 0));
+    ES_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    resident = std::max(1, per_sm) * std::max(1, sms);
+    cached_device = device;
+  }
+  const int64_t items = static_cast<int64_t>(a.rows) * a.plan.chunks;
+  ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
+  const int grid = static_cast<int>(std::min<int64_t>(items, resident));
+  chunk_fast_kernel<T, R><<<grid, kThreads, 0, stream>>>(a);
+  ES_CUDA_CHECK_LAUNCH();
+}
+
+// Instantiates chunk_fast_kernel for the plan's chunk length: R groups of 4 entries per thread.
+template <typename T>
+void launch_chunk_fast(const RowsArgs& a, cudaStream_t stream) {
+  switch (prefilter::groups_for(a.plan.chunk_len)) {
+    case 1: launch_chunk_fast_r<T, 1>(a, stream); break;
+    case 2: launch_chunk_fast_r<T, 2>(a, stream); break;
+    case 3: launch_chunk_fast_r<T, 3>(a, stream); break;
+    default: launch_chunk_fast_r<T, 4>(a, stream); break;
+  }
+}
+
+// final_fast_kernel with enough register slots per thread for the plan's largest merge
+// (bytes / 8 = chunks * min(kcap, chunk_len) <= kMaxFinalCandidates candidates).
+template <int kPer>
+void launch_final_fast_n(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
+  allow_dynamic_smem(final_fast_kernel<kPer>, bytes, "final_fast_kernel");
+  kernel::pdl::launch(final_fast_kernel<kPer>, dim3(a.rows), dim3(kThreads), bytes, stream, a);
+}
+void launch_final_fast(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
+  const size_t n = bytes / 8;
+  static_assert(kMaxFinalCandidates == 16 * kThreads, "final_fast_kernel instantiates 2, 4, 8, 16 slots");
+  if (n <= 2 * kThreads) {
+    launch_final_fast_n<2>(a, bytes, stream);
+  } else if (n <= 4 * kThreads) {
+    launch_final_fast_n<4>(a, bytes, stream);
+  } else if (n <= 8 * kThreads) {
+    launch_final_fast_n<8>(a, bytes, stream);
+  } else {
+    launch_final_fast_n<16>(a, bytes, stream);
+  }
+}
+
 template <typename T>
 void launch_typed(const RowsArgs& a, cudaStream_t stream) {
   if (a.small_vocab) {
@@ -476,13 +979,21 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
     return;
   }
   if (a.plan.any_candidate) {
-    ES_CHECK_ARG(a.rows <= 65535, "sample_rows", "rows", a.rows,
-                 "must be <= 65535 for the general path's chunked launch");
-    chunk_kernel<T><<<dim3(a.plan.chunks, a.rows), kThreads, 0, stream>>>(a);
-    ES_CUDA_CHECK_LAUNCH();
+    if (chunk_fast_enabled()) {
+      launch_chunk_fast<T>(a, stream);
+    } else {
+      ES_CHECK_ARG(a.rows <= 65535, "sample_rows", "rows", a.rows,
+                   "must be <= 65535 for the general path's chunked launch");
+      chunk_kernel<T><<<dim3(a.plan.chunks, a.rows), kThreads, 0, stream>>>(a);
+      ES_CUDA_CHECK_LAUNCH();
+    }
     const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
-    allow_dynamic_smem(final_kernel, bytes, "final_kernel");
-    kernel::pdl::launch(final_kernel, dim3(a.rows), dim3(kThreads), bytes, stream, a);
+    if (chunk_fast_enabled()) {
+      launch_final_fast(a, bytes, stream);
+    } else {
+      allow_dynamic_smem(final_kernel, bytes, "final_kernel");
+      kernel::pdl::launch(final_kernel, dim3(a.rows), dim3(kThreads), bytes, stream, a);
+    }
   }
   if (a.plan.any_full || !a.plan.any_candidate) {
     launch_full_row<T>(a, stream);
@@ -495,6 +1006,14 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
 bool fullrow_split_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("ES_FULLROW_SPLIT");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+bool chunk_fast_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("ES_CHUNK_FAST");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return on;

@@ -46,6 +46,12 @@ inline constexpr int32_t kFullRowSplitMinVocab = kCdfSplitMinVocab;
 // one CTA (the kernel before the split), so one binary measures both. CUDA builds.
 bool fullrow_split_enabled();
 
+// False when the environment sets ES_CHUNK_FAST=0 (read once): the candidate mode then runs
+// chunk_kernel + final_kernel (keys staged in shared memory, one CTA per chunk) instead of
+// chunk_fast_kernel + final_fast_kernel (registers, persistent chunk CTAs, the union threshold of
+// kernels/sampling_chunk_prefilter.h); same outputs bit for bit. CUDA builds.
+bool chunk_fast_enabled();
+
 // Rows with effective top-k kk use the candidate mode iff
 //   any_candidate && kk <= kcap (then chunks * min(kk, chunk_len) <= kMaxFinalCandidates).
 GeneralPlan plan_general(const SamplingParams& p);

@@ -1,0 +1,318 @@
+// The general path's candidate mode with the fast chunk and final stages (chunk_fast_kernel +
+// final_fast_kernel, default) and with the old ones (chunk_kernel + final_kernel,
+// ES_CHUNK_FAST=0): ctest runs this binary both ways
+// (test_sampling_chunk_fast_gpu and test_sampling_chunk_fast_gpu_off). Checked against the CPU
+// reference bit for bit (probabilities by memcmp, tokens exactly), and the chunk stage's own
+// output in the workspace (each chunk's top-kc composites and poison flag) against a host brute
+// force, for vocabularies 151936 / 128256 / odd sizes (misaligned rows: scalar loads), batch 1,
+// 16, 256, k 1 / 50 / 512, f32 and f16, with tie rows, constant rows (every chunk takes the
+// > 512-survivor fallback), -inf rows and NaN / +inf rows (uniform fallback).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "kernels/sampling.h"
+#include "kernels/sampling_layout.h"
+#include "kernels/sampling_math.h"
+#include "support/gpu_test_util.h"
+
+namespace es {
+namespace {
+
+using sampling::composite;
+using sampling::order_key;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct CfCase {
+  int32_t vocab;
+  int32_t batch;
+  DType dtype;
+  float temperature;
+  int32_t top_k;
+  float top_p = 1.0f;
+  TopPMode mode = TopPMode::kNucleus;
+};
+
+std::string describe(const CfCase& c, uint32_t seed) {
+  return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " + std::string(dtype_name(c.dtype)) +
+         " T=" + std::to_string(c.temperature) + " k=" + std::to_string(c.top_k) + " p=" + std::to_string(c.top_p) +
+         (c.mode == TopPMode::kTruncate ? " truncate" : " nucleus") + " seed=" + std::to_string(seed) +
+         (sampling::chunk_fast_enabled() ? " [fast stages]" : " [chunk_kernel + final_kernel]");
+}
+
+// Row b by b % 10: 0 N(0, 3); 1 a 0.5 grid (ties); 2 constant (one tie group); 3 a peak over
+// N(0, 1); 4 half -inf (a masked vocabulary); 5 every entry -inf (uniform); 6 one NaN (uniform);
+// 7 one +inf, or for f32 a finite value that overflows when scaled by 1/T < 1 (uniform);
+// 8 signed zeros with a few small positives (ties at 0 across the chunk); 9 N(0, 3) again.
+std::vector<float> make_logits(const CfCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::uniform_int_distribution<int> coin(0, 1);
+  std::vector<float> x(static_cast<size_t>(c.batch) * c.vocab);
+  for (int32_t b = 0; b < c.batch; ++b) {
+    float* row = x.data() + static_cast<size_t>(b) * c.vocab;
+    const int shape = b % 10;
+    for (int32_t i = 0; i < c.vocab; ++i) {
+      float v = nd(rng);
+      switch (shape) {
+        case 1: v = std::round(v * 2.0f) * 0.5f; break;
+        case 2: v = 0.25f; break;
+        case 3: v = v / 3.0f; break;
+        case 4: v = coin(rng) ? -kInf : v; break;
+        case 5: v = -kInf; break;
+        case 8: v = coin(rng) ? 0.0f : -0.0f; break;
+        default: break;
+      }
+      row[i] = v;
+    }
+    const int32_t at = static_cast<int32_t>((seed * 7919u + 104729u * static_cast<uint32_t>(b)) % static_cast<uint32_t>(c.vocab));
+    if (shape == 3) row[at] = 12.0f;
+    if (shape == 6) row[at] = std::numeric_limits<float>::quiet_NaN();
+    if (shape == 7) {
+      const bool overflow = c.dtype == DType::kF32 && c.temperature > 0.0f && c.temperature < 1.0f;
+      row[at] = overflow ? 3.3e38f : kInf;  // 3.3e38 / 0.95 > FLT_MAX
+    }
+    if (shape == 8) {
+      for (int j = 0; j < 5; ++j) row[(at + 977 * j) % c.vocab] = 0.001f * static_cast<float>(j % 3);
+    }
+  }
+  if (c.dtype == DType::kF16) {
+    for (auto& v : x) v = to_float(to_fp16(v));
+  }
+  return x;
+}
+
+SamplingParams params_of(const CfCase& c) {
+  SamplingParams p;
+  p.batch = c.batch;
+  p.vocab = c.vocab;
+  p.logits_dtype = c.dtype;
+  p.temperature = c.temperature;
+  p.top_k = c.top_k;
+  p.top_p = c.top_p;
+  p.top_p_mode = c.mode;
+  p.path = SamplingPath::kGeneral;
+  return p;
+}
+
+struct Out {
+  std::vector<int32_t> tokens;
+  std::vector<float> probs;
+  std::vector<uint64_t> workspace;
+};
+
+Out run_gpu(SamplingParams p, const std::vector<float>& x, const std::vector<float>& u) {
+  test::DeviceArray<float> d_f32(p.logits_dtype == DType::kF32 ? x.size() : 0);
+  test::DeviceArray<fp16> d_f16(p.logits_dtype == DType::kF16 ? x.size() : 0);
+  if (p.logits_dtype == DType::kF32) {
+    d_f32.upload(x);
+    p.logits = d_f32.get();
+  } else {
+    std::vector<fp16> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = to_fp16(x[i]);
+    d_f16.upload(h);
+    p.logits = d_f16.get();
+  }
+  test::DeviceArray<float> d_u(u);
+  test::DeviceArray<int32_t> d_tokens(p.batch);                                   // poisoned
+  test::DeviceArray<float> d_probs(static_cast<size_t>(p.batch) * p.vocab);       // poisoned
+  p.uniforms = d_u.get();
+  p.tokens = d_tokens.get();
+  p.probs = d_probs.get();
+  const size_t ws = sampling_workspace_bytes(p);
+  test::DeviceArray<uint64_t> d_ws((ws + 7) / 8);  // poisoned: unwritten records are visible
+  p.workspace = ws ? d_ws.get() : nullptr;
+  p.workspace_bytes = ws;
+  kernel::sample_rows(p, nullptr);
+  ES_CUDA_CHECK(cudaDeviceSynchronize());
+  return {d_tokens.download(), d_probs.download(), d_ws.download()};
+}
+
+Out run_ref(SamplingParams p, const std::vector<float>& x, const std::vector<float>& u) {
+  p.logits_dtype = DType::kF32;  // f16 rows were rounded to their f32 values already
+  p.logits = x.data();
+  p.uniforms = u.data();
+  Out o;
+  o.tokens.assign(p.batch, -77);
+  o.probs.assign(static_cast<size_t>(p.batch) * p.vocab, -7.0f);
+  p.tokens = o.tokens.data();
+  p.probs = o.probs.data();
+  ref::sample_rows(p);
+  return o;
+}
+
+void compare_outputs(const Out& got, const Out& want, int32_t batch, int32_t vocab, const std::string& what) {
+  for (int32_t b = 0; b < batch; ++b) EXPECT_EQ(got.tokens[b], want.tokens[b]) << what << " row " << b;
+  for (int32_t b = 0; b < batch; ++b) {
+    int bad = 0, first = -1;
+    for (int32_t i = 0; i < vocab; ++i) {
+      const size_t k = static_cast<size_t>(b) * vocab + i;
+      if (std::memcmp(&got.probs[k], &want.probs[k], sizeof(float)) != 0 && bad++ == 0) first = i;
+    }
+    EXPECT_EQ(bad, 0) << what << " row " << b << ": " << bad << " probabilities differ, first at " << first;
+  }
+}
+
+// The chunk stage's records (kernels/sampling_layout.h: per row and chunk, min(kcap, chunk_len)
+// composites then a poison flag): a poisoned chunk has a nonzero flag (its candidates are not
+// read); any other chunk has flag 0 and exactly its top-kc composites, descending.
+// row_k[b]: row b's effective top-k (rows above the plan's kcap have no records).
+void check_records(const SamplingParams& p, const std::vector<float>& x, const std::vector<float>& temps,
+                   const std::vector<int32_t>& row_k, const std::vector<uint64_t>& ws, const std::string& what) {
+  const sampling::GeneralPlan plan = sampling::plan_general(p);
+  ASSERT_TRUE(plan.any_candidate) << what;
+  const size_t stride = static_cast<size_t>(std::min(plan.kcap, plan.chunk_len)) + 1;
+  int wrong = 0, checked = 0;
+  for (int32_t b = 0; b < p.batch; ++b) {
+    if (row_k[b] > plan.kcap) continue;
+    const sampling::RowParams rp = sampling::make_row_params(temps[b], row_k[b], 1.0f, p.vocab);
+    for (int32_t c = 0; c < plan.chunks; ++c) {
+      const int32_t start = c * plan.chunk_len;
+      const int32_t len = std::min(plan.chunk_len, p.vocab - start);
+      const uint64_t* rec = ws.data() + (static_cast<size_t>(b) * plan.chunks + c) * stride;
+      std::vector<uint64_t> all(len);
+      bool poisoned = false;
+      for (int32_t i = 0; i < len; ++i) {
+        const float s = sampling::scale_logit(x[static_cast<size_t>(b) * p.vocab + start + i], rp.inv_t, rp.greedy);
+        poisoned = poisoned || sampling::poisons_row(s);
+        all[i] = poisoned ? 0 : composite(order_key(s), static_cast<uint32_t>(start + i));
+      }
+      ++checked;
+      if (poisoned) {
+        if (rec[stride - 1] == 0 && wrong++ < 5) ADD_FAILURE() << what << " row " << b << " chunk " << c << ": poison flag 0";
+        continue;
+      }
+      const int32_t kc = std::min(rp.k, len);
+      std::partial_sort(all.begin(), all.begin() + kc, all.end(), std::greater<>());
+      bool ok = rec[stride - 1] == 0;
+      for (int32_t j = 0; j < kc && ok; ++j) ok = rec[j] == all[j];
+      if (!ok && wrong++ < 5) {
+        ADD_FAILURE() << what << " row " << b << " chunk " << c << " (len " << len << ", kc " << kc
+                      << "): record differs from the chunk's top-kc (flag " << rec[stride - 1] << ")";
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0) << what << ": " << wrong << " of " << checked << " chunk records wrong";
+}
+
+void check(const CfCase& c, uint32_t seed) {
+  const SamplingParams p = params_of(c);
+  const std::string what = describe(c, seed);
+  const sampling::GeneralPlan plan = sampling::plan_general(p);
+  ASSERT_TRUE(plan.any_candidate && !plan.any_full) << "not the candidate mode: " << what;
+  const auto x = make_logits(c, seed);
+  std::mt19937 rng(seed ^ 0x5bd1e995u);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  std::vector<float> u(c.batch);
+  for (auto& v : u) v = uni(rng);
+  const Out want = run_ref(p, x, u);
+  const Out got = run_gpu(p, x, u);
+  compare_outputs(got, want, c.batch, c.vocab, what);
+  const sampling::RowParams rp = sampling::make_row_params(c.temperature, c.top_k, 1.0f, c.vocab);
+  check_records(p, x, std::vector<float>(c.batch, c.temperature), std::vector<int32_t>(c.batch, rp.greedy ? 1 : c.top_k),
+                got.workspace, what);
+}
+
+TEST(SamplingChunkFastGpu, SwitchFollowsTheEnvironment) {
+  const char* v = std::getenv("ES_CHUNK_FAST");
+  EXPECT_EQ(sampling::chunk_fast_enabled(), v == nullptr || std::strcmp(v, "0") != 0);
+  std::printf("  ES_CHUNK_FAST=%s: %s\n", v ? v : "(unset)",
+              sampling::chunk_fast_enabled() ? "chunk_fast_kernel + final_fast_kernel" : "chunk_kernel + final_kernel");
+}
+
+// The plans these cases rely on: chunk lengths 2048 (R = 1), ~6100 (R = 3), 8192 (R = 4).
+TEST(SamplingChunkFastGpu, PlanShapes) {
+  EXPECT_EQ(sampling::plan_general(params_of({151936, 1, DType::kF32, 1.0f, 50})).chunk_len, 2048);
+  EXPECT_EQ(sampling::plan_general(params_of({151936, 256, DType::kF32, 1.0f, 50})).chunk_len, 8192);
+  EXPECT_EQ(sampling::plan_general(params_of({151936, 256, DType::kF32, 1.0f, 50})).chunks, 19);
+  const int32_t big = sampling::plan_general(params_of({1000003, 1, DType::kF32, 1.0f, 50})).chunk_len;
+  EXPECT_GT(big, 4096);
+  EXPECT_LE(big, 6144);
+  EXPECT_TRUE(sampling::plan_general(params_of({128256, 16, DType::kF32, 1.0f, 512})).any_candidate);
+  EXPECT_FALSE(sampling::plan_general(params_of({151936, 16, DType::kF32, 1.0f, 512})).any_candidate);
+}
+
+TEST(SamplingChunkFastGpu, Vocab151936) {
+  ES_SKIP_IF_NO_GPU();
+  check({151936, 1, DType::kF32, 0.8f, 50, 0.9f}, 1);
+  check({151936, 1, DType::kF32, 1.0f, 1}, 2);
+  check({151936, 16, DType::kF32, 0.8f, 50, 0.9f}, 3);
+  check({151936, 16, DType::kF32, 0.7f, 50, 0.9f, TopPMode::kTruncate}, 4);
+  check({151936, 16, DType::kF16, 1.0f, 50, 0.9f}, 5);
+  check({151936, 256, DType::kF32, 0.8f, 50, 0.9f}, 6);  // the verify benchmark's shape
+  check({151936, 256, DType::kF32, 0.0f, 0}, 7);         // greedy
+}
+
+TEST(SamplingChunkFastGpu, Vocab128256TopK512) {
+  ES_SKIP_IF_NO_GPU();
+  check({128256, 1, DType::kF32, 1.0f, 512, 0.8f}, 11);
+  check({128256, 16, DType::kF32, 0.9f, 512}, 12);
+  check({128256, 16, DType::kF16, 1.0f, 512, 0.95f, TopPMode::kTruncate}, 13);
+  check({128256, 256, DType::kF32, 1.0f, 1}, 14);
+  check({128256, 256, DType::kF16, 0.8f, 50, 0.9f}, 15);
+}
+
+// Odd vocabularies: most rows start misaligned (scalar loads), short last chunks (absent slots).
+TEST(SamplingChunkFastGpu, OddVocabularies) {
+  ES_SKIP_IF_NO_GPU();
+  check({100003, 16, DType::kF32, 0.8f, 50, 0.9f}, 21);
+  check({100003, 16, DType::kF16, 0.8f, 50, 0.9f}, 22);
+  check({100003, 1, DType::kF32, 1.0f, 512}, 23);
+  check({4097, 16, DType::kF32, 1.0f, 50, 0.8f}, 24);    // 3 chunks of 2048, the last of 1 entry
+  check({4097, 16, DType::kF16, 0.0f, 0}, 25);
+  check({12289, 256, DType::kF32, 0.5f, 50, 0.9f}, 26);  // T 0.5: the overflow rows
+  check({1000003, 1, DType::kF32, 1.0f, 50, 0.9f}, 27);  // R = 3
+  check({40961, 16, DType::kF32, 1.0f, 17}, 28);
+}
+
+// Per-row parameters: rows above the candidate cap (full-row mode) are skipped by the chunk
+// stage; greedy rows and rows of every k share one launch.
+TEST(SamplingChunkFastGpu, PerRowParameters) {
+  ES_SKIP_IF_NO_GPU();
+  const CfCase c{128256, 16, DType::kF32, 1.0f, 0};
+  const std::vector<int32_t> ks = {50, 1, 512, 0, 600, 7, 256, 50, 2, 50, 511, 64, 50, 3, 100, 50};
+  const std::vector<float> ts = {1.0f, 0.7f, 1.3f, 1.0f, 1.0f, 0.0f, 0.5f, 1.0f,
+                                 2.0f, 0.9f, 1.0f, 1.0f, 0.0f, 1.0f, 0.8f, 1.0f};
+  const std::vector<float> ps = {0.9f, 1.0f, 0.5f, 0.9f, 0.9f, 0.9f, 0.95f, 1.0f,
+                                 0.9f, 0.3f, 1.0f, 0.9f, 0.9f, 0.9f, 0.7f, 0.9f};
+  for (uint32_t seed = 0; seed < 2; ++seed) {
+    const auto x = make_logits(c, 900 + seed);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+    std::vector<float> u(c.batch);
+    for (auto& v : u) v = uni(rng);
+    SamplingParams p = params_of(c);
+    p.top_ks = ks.data();
+    p.temperatures = ts.data();
+    p.top_ps = ps.data();
+    const Out want = run_ref(p, x, u);
+    test::DeviceArray<int32_t> d_k(ks);
+    test::DeviceArray<float> d_t(ts), d_p(ps);
+    p.top_ks = d_k.get();
+    p.temperatures = d_t.get();
+    p.top_ps = d_p.get();
+    const std::string what = "per-row parameters seed " + std::to_string(seed) +
+                             (sampling::chunk_fast_enabled() ? " [fast stages]" : " [chunk_kernel + final_kernel]");
+    const Out got = run_gpu(p, x, u);
+    compare_outputs(got, want, c.batch, c.vocab, what);
+    std::vector<int32_t> row_k(c.batch);
+    for (int32_t b = 0; b < c.batch; ++b) {
+      const sampling::RowParams rp = sampling::make_row_params(ts[b], ks[b], 1.0f, c.vocab);
+      row_k[b] = rp.k;
+    }
+    check_records(p, x, ts, row_k, got.workspace, what);
+  }
+}
+
+}  // namespace
+}  // namespace es
