@@ -146,8 +146,10 @@ Row bench_argmax(int32_t rows, int32_t vocab, double target_us) {
   return r;
 }
 
-Row bench_verify(double target_us) {
-  const int32_t batch = 16, L = 15, vocab = 151936;
+// Speculative verification of L argmax-drafted tokens per sequence from fp32 target logits
+// [batch, L + 1, vocab]: the sampling kernels over every row, then the accept walk.
+Row bench_verify(const std::string& name, int32_t batch, int32_t L, int32_t vocab, float temperature, int32_t top_k,
+                 float top_p, double target_us) {
   const size_t rows = static_cast<size_t>(batch) * (L + 1);
   const std::vector<float*> logits = make_logit_copies(rows * vocab, 3);
   std::vector<int32_t> drafts(static_cast<size_t>(batch) * L);
@@ -168,9 +170,9 @@ Row bench_verify(double target_us) {
   vp.batch = batch;
   vp.num_draft = L;
   vp.vocab = vocab;
-  vp.temperature = 0.8f;
-  vp.top_k = 50;
-  vp.top_p = 0.9f;
+  vp.temperature = temperature;
+  vp.top_k = top_k;
+  vp.top_p = top_p;
   vp.draft_tokens = d_drafts;
   vp.seeds = d_seeds;
   vp.anchors = d_anchors;
@@ -181,7 +183,7 @@ Row bench_verify(double target_us) {
   void* d_ws = device_alloc<uint8_t>(ws);
   vp.workspace = d_ws;
   vp.workspace_bytes = ws;
-  Row r = time_it("verify B=16 L=15 V=151936 f32 k50 p0.9", target_us, [&](int i) {
+  Row r = time_it(name, target_us, [&](int i) {
     vp.target_logits = logits[i % logits.size()];
     kernel::spec_verify(vp, nullptr);
   });
@@ -221,21 +223,30 @@ int main(int argc, char** argv) {
   sample("sample V=151936 f32 B=64 k50 p0.9", 64, 151936, 50, 0.9f, 60);
   if (want("argmax V=151936 f32 B=1")) rows.push_back(bench_argmax(1, 151936, 8));
   sample("sample V=2048 f32 B=64 k50 p0.8 (small)", 64, 2048, 50, 0.8f, 10);
-  if (want("verify B=16 L=15 V=151936 f32 k50 p0.9")) rows.push_back(bench_verify(60));
+  auto verify = [&](const std::string& name, int32_t batch, int32_t L, int32_t vocab, float t, int32_t k, float p,
+                    double target_us) {
+    if (want(name)) rows.push_back(bench_verify(name, batch, L, vocab, t, k, p, target_us));
+  };
+  verify("verify B=16 L=15 V=151936 f32 k50 p0.9", 16, 15, 151936, 0.8f, 50, 0.9f, 60);
   // Not targets; shown so the slower modes are visible.
-  // B <= 8 and V >= 32768 take the split CDF (sampling_cdf_split.cu) unless ES_CDF_SPLIT=0;
-  // B = 9 always takes the one-CTA-per-row full_row_kernel draw.
+  // B <= 64 and V >= 32768 take the split CDF (sampling_cdf_split.cu) unless ES_CDF_SPLIT=0;
+  // B = 65 always takes the one-CTA-per-row full_row_kernel draw.
   sample("sample V=151936 f32 B=1 k-off p1 (split CDF)", 1, 151936, 0, 1.0f, 0);
   sample("sample V=151936 f32 B=1 k-off p0.9 (split CDF+split)", 1, 151936, 0, 0.9f, 0);
   sample("sample V=49152 f32 B=1 k-off p1 (split CDF)", 1, 49152, 0, 1.0f, 0);
   sample("sample V=151936 f32 B=8 k-off p1 (split CDF)", 8, 151936, 0, 1.0f, 0);
-  // Top-p without top-k (Llama-style requests): B <= 8 and V >= 32768 decide each row's cut on a
+  // Top-p without top-k (Llama-style requests): B <= 64 and V >= 32768 decide each row's cut on a
   // cluster of CTAs unless ES_FULLROW_SPLIT=0 (then one CTA per row); run the binary both ways.
   sample("sample V=151936 f32 B=8 k-off p0.9 (split)", 8, 151936, 0, 0.9f, 0);
   sample("sample V=49152 f32 B=1 k-off p0.9 (split)", 1, 49152, 0, 0.9f, 0);
   sample("sample V=49152 f32 B=8 k-off p0.9 (split)", 8, 49152, 0, 0.9f, 0);
-  sample("sample V=151936 f32 B=9 k-off p1 (full-row)", 9, 151936, 0, 1.0f, 0);
-  sample("sample V=151936 f32 B=64 k-off p0.9 (full-row)", 64, 151936, 0, 0.9f, 0);
+  // Batches 9-64 split too (fewer CTAs per row as the batch grows: fullrow_split_ranks).
+  sample("sample V=151936 f32 B=9 k-off p1 (split)", 9, 151936, 0, 1.0f, 0);
+  sample("sample V=49152 f32 B=16 k-off p1 (split)", 16, 49152, 0, 1.0f, 0);
+  sample("sample V=151936 f32 B=64 k-off p0.9 (split)", 64, 151936, 0, 0.9f, 0);
+  sample("sample V=151936 f32 B=65 k-off p0.9 (full-row)", 65, 151936, 0, 0.9f, 0);
+  // The default model's T = 1 speculative step: 16 rows of its 49,152-token vocabulary, no top-k.
+  verify("verify B=1 L=15 V=49152 f32 T1 k-off p1", 1, 15, 49152, 1.0f, 0, 1.0f, 0);
   sample("sample V=2048 f32 B=64 k-off p0.9 (full sort)", 64, 2048, 0, 0.9f, 0);
   // Floor of this timing method: one empty launch between two events.
   if (want("empty kernel (event-timing floor)")) rows.push_back(time_it("empty kernel (event-timing floor)", 0, [&](int) {

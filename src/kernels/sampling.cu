@@ -10,8 +10,8 @@
 //  chunk_fast_kernel,  the default replacements of the two (ES_CHUNK_FAST=0 restores them): the
 //  final_fast_kernel   same records and outputs, entries in registers, persistent chunk CTAs
 //                      that prefetch their next chunk, a tighter pre-filter threshold.
-//  full_row_kernel     general path, top-k off or k > kcap: one CTA per row, or for few long
-//                      rows (plan.fullrow_split) one cluster of 8-16 CTAs per row; radix
+//  full_row_kernel     general path, top-k off or k > kcap: one CTA per row, or for up to 64
+//                      long rows (plan.fullrow_split) one cluster of 2-16 CTAs per row; radix
 //                      threshold searches over the row (4 passes each, by count for top-k and by
 //                      exact fixed-point mass for top-p), never O(k) passes.
 // All paths share kernels/sampling_device.h, so they produce bit-identical probabilities.
@@ -847,7 +847,18 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
   }
 }
 
-// CTAs a full-row row is split over (one cluster): 16 (non-portable) where the device can
+// SMs of the current device (cached per thread: a thread stays on one device here).
+int device_sm_count() {
+  static thread_local const int sms = [] {
+    int device = 0, n = 0;
+    ES_CUDA_CHECK(cudaGetDevice(&device));
+    ES_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return sms;
+}
+
+// The widest cluster a full-row row may be split over: 16 (non-portable) where the device can
 // co-schedule such a cluster of this kernel, else 8 (portable), as argmax.cu does. Cached.
 template <typename T>
 int full_row_cluster_ranks() {
@@ -863,7 +874,7 @@ void launch_full_row(const RowsArgs& a, cudaStream_t stream) {
     ES_CUDA_CHECK_LAUNCH();
     return;
   }
-  const int ranks = full_row_cluster_ranks<T>();
+  const int ranks = fullrow_split_ranks(a.rows, full_row_cluster_ranks<T>(), device_sm_count());
   kernel::cluster::launch(full_row_kernel<T, true>, dim3(ranks, a.rows, 1), dim3(kThreads), ranks,
                           stream, a);
 }

@@ -35,12 +35,25 @@ struct GeneralPlan {
 };
 
 inline constexpr int32_t kCdfChunk = 2 * kTile;        // entries per split-CDF chunk
-inline constexpr int32_t kCdfSplitMaxRows = 8;         // split only for batches this small
+// Split only for batches this small. Up to 64 rows a row still has too few CTAs of its own in the
+// one-CTA kernels (64 CTAs on 132 SMs, each streaming a whole row), while the split kernels'
+// grids (chunks x rows, 38 x 64 at V = 151936) fill the GPU many times over.
+inline constexpr int32_t kCdfSplitMaxRows = 64;
 inline constexpr int32_t kCdfSplitMinVocab = 32768;    // ... and vocabularies this large
 inline constexpr int32_t kCdfMaxChunks = 256;          // per row (V <= 1M; the chain stages them in shared memory)
 
 inline constexpr int32_t kFullRowSplitMaxRows = kCdfSplitMaxRows;    // the same rows as the split CDF
 inline constexpr int32_t kFullRowSplitMinVocab = kCdfSplitMinVocab;
+
+// CTAs per row (the cluster size) of the split decision for `rows` rows: the widest cluster the
+// device co-schedules (16, or the portable 8), halved while the grid would exceed two CTAs per SM
+// (more CTAs than that only queue, and every halving halves the cluster barriers' fan-in), but
+// not below 2. B 1-16 on 132 SMs: 16; B 17-33: 8 (at most 264 CTAs); B 34-64: 4.
+constexpr int32_t fullrow_split_ranks(int32_t rows, int32_t widest, int32_t sms) {
+  int32_t ranks = widest;
+  while (ranks > 2 && static_cast<int64_t>(rows) * ranks > 2 * static_cast<int64_t>(sms)) ranks /= 2;
+  return ranks;
+}
 
 // False when the environment sets ES_FULLROW_SPLIT=0 (read once): every full-row row then takes
 // one CTA (the kernel before the split), so one binary measures both. CUDA builds.

@@ -140,6 +140,15 @@ TEST(SamplingCdfSplitGpu, TokensEqualReference) {
   }
 }
 
+// Batches up to the split's limit of 64 rows (grids of chunks x rows CTAs, one chain per row).
+TEST(SamplingCdfSplitGpu, LargerBatchesEqualReference) {
+  ES_SKIP_IF_NO_GPU();
+  for (int32_t batch : {9, 16, 64}) {
+    check({151936, batch, DType::kF32, 1.0f, 1.0f}, 5000u + batch);
+    check({49152, batch, DType::kF32, 0.7f, 0.9f}, 6000u + batch);
+  }
+}
+
 TEST(SamplingCdfSplitGpu, ManyUniformsOnOneRow) {
   ES_SKIP_IF_NO_GPU();
   for (int32_t v : {151936, 49152, 100003}) {

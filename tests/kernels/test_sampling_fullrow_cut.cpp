@@ -16,6 +16,7 @@
 
 #include "kernels/sampling.h"
 #include "kernels/sampling_fullrow_cut.h"
+#include "kernels/sampling_layout.h"
 #include "kernels/sampling_math.h"
 
 namespace es {
@@ -213,9 +214,9 @@ constexpr Case kCases[] = {
     {0.0f, 0, 0.9f, TopPMode::kNucleus},  // greedy: top-k 1
 };
 
-// The model cluster's probabilities equal the reference's bit for bit: 16 and 8 ranks (the GPU's
-// cluster sizes) and 1 rank (the one-CTA kernel), every row kind and case, real vocab sizes and
-// odd ones (slices of unequal length, empty slices).
+// The model cluster's probabilities equal the reference's bit for bit: 16, 8, 4 and 2 ranks (the
+// GPU's cluster sizes, fullrow_split_ranks) and 1 rank (the one-CTA kernel), every row kind and
+// case, real vocab sizes and odd ones (slices of unequal length, empty slices).
 TEST(SamplingFullRowCut, ModelClusterEqualsReference) {
   std::mt19937 rng(11);
   int checked = 0;
@@ -227,8 +228,8 @@ TEST(SamplingFullRowCut, ModelClusterEqualsReference) {
       for (const Case& cs : kCases) {
         if (n > 50000 && (&cs - kCases) % 2 == (static_cast<int>(kind) % 2)) continue;  // time: half at full size
         const auto want = ref_probs(x, cs);
-        for (int ranks : {16, 8, 1}) {
-          if (n > 50000 && ranks == 8) continue;
+        for (int ranks : {16, 8, 4, 2, 1}) {
+          if (n > 50000 && ranks != 16 && ranks != 1) continue;
           const auto got = model_probs(x, cs, ranks, 4);
           ASSERT_EQ(mismatches(got, want), 0)
               << "n " << n << " kind " << static_cast<int>(kind) << " case " << (&cs - kCases) << " ranks " << ranks;
@@ -275,7 +276,7 @@ TEST(SamplingFullRowCut, NaiveClusterTieSearchDisagrees) {
 
 TEST(SamplingFullRowCut, SlicesCoverTheRowInOrder) {
   for (int n : {0, 1, 15, 16, 17, 151936, 100003}) {
-    for (int ranks : {1, 8, 16}) {
+    for (int ranks : {1, 2, 4, 8, 16}) {
       int next = 0;
       for (int r = 0; r < ranks; ++r) {
         int b, e;
@@ -294,6 +295,26 @@ TEST(SamplingFullRowCut, SlicesCoverTheRowInOrder) {
   EXPECT_EQ(fullrow::rank_of_jth([&](int r) { return counts[r]; }, 4, 10, &local), 3);
   EXPECT_EQ(local, 5u);
   EXPECT_EQ(fullrow::rank_of_jth([&](int r) { return counts[r]; }, 4, 11, &local), 4);
+}
+
+// The split decision's cluster size per batch: the widest cluster while the grid stays within
+// two CTAs per SM, never below 2; rows <= 8 keep 16 as before the split covered 64 rows.
+TEST(SamplingFullRowCut, SplitRanksFollowTheBatch) {
+  using sampling::fullrow_split_ranks;
+  for (int32_t rows = 1; rows <= 16; ++rows) EXPECT_EQ(fullrow_split_ranks(rows, 16, 132), 16) << rows;
+  EXPECT_EQ(fullrow_split_ranks(17, 16, 132), 8);
+  EXPECT_EQ(fullrow_split_ranks(33, 16, 132), 8);
+  EXPECT_EQ(fullrow_split_ranks(34, 16, 132), 4);
+  EXPECT_EQ(fullrow_split_ranks(64, 16, 132), 4);
+  EXPECT_EQ(fullrow_split_ranks(64, 8, 132), 4);   // the portable widest size halves the same way
+  EXPECT_EQ(fullrow_split_ranks(8, 8, 132), 8);
+  EXPECT_EQ(fullrow_split_ranks(200, 16, 132), 2);  // never below 2
+  EXPECT_EQ(fullrow_split_ranks(1, 16, 4), 8);      // a small GPU: 8 CTAs = 2 per SM
+  for (int32_t rows = 1; rows <= sampling::kFullRowSplitMaxRows; ++rows) {
+    const int32_t r = fullrow_split_ranks(rows, 16, 132);
+    EXPECT_TRUE(r == 16 || r == 8 || r == 4 || r == 2) << rows;
+    EXPECT_TRUE(r == 2 || rows * r <= 2 * 132) << rows;
+  }
 }
 
 }  // namespace

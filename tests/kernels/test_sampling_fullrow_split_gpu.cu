@@ -1,4 +1,4 @@
-// The split full-row decision (full_row_kernel on a cluster of CTAs per row: batch <= 8,
+// The split full-row decision (full_row_kernel on a cluster of CTAs per row: batch <= 64,
 // V >= 32768, top-k off or above the candidate cap) against the CPU reference: probabilities bit
 // for bit and tokens exactly. ctest runs this binary twice: as is (the cluster path) and with
 // ES_FULLROW_SPLIT=0 (the one-CTA kernel), so both sides of the A/B switch are checked.
@@ -154,6 +154,18 @@ TEST(SamplingFullRowSplitGpu, SwitchFollowsTheEnvironment) {
               sampling::fullrow_split_enabled() ? "cluster per row" : "one CTA per row");
 }
 
+// Batches 9-64: clusters of 16, 8 and 4 CTAs per row (fullrow_split_ranks), tokens drawn by the
+// split CDF (also batch <= 64) unless ES_CDF_SPLIT=0; the default model's 16-row verify shape.
+TEST(SamplingFullRowSplitGpu, LargerBatchesEqualReference) {
+  ES_SKIP_IF_NO_GPU();
+  for (int32_t batch : {9, 16, 17, 33, 64}) {
+    check({151936, batch, DType::kF32, 1.0f, 0.9f}, 31u * batch);
+    check({49152, batch, DType::kF32, 1.0f, 1.0f}, 37u * batch);
+  }
+  check({49152, 16, DType::kF16, 0.8f, 0.9f, 0, TopPMode::kTruncate}, 41);
+  check({128256, 40, DType::kF32, 1.0f, 0.95f, 2000}, 43);  // top-k above the cap, 4 CTAs per row
+}
+
 TEST(SamplingFullRowSplitGpu, ProbsAndTokensEqualReference) {
   ES_SKIP_IF_NO_GPU();
   for (int32_t v : {151936, 128256, 49152, 40961}) {
@@ -220,10 +232,10 @@ TEST(SamplingFullRowSplitGpu, MixedRows) {
   }
 }
 
-// Batch 9 is above the split's row limit: the plan says so (the one-CTA kernel serves).
+// Batch 65 is above the split's row limit: the plan says so (the one-CTA kernel serves).
 TEST(SamplingFullRowSplitGpu, PlanLimits) {
-  EXPECT_TRUE(sampling::plan_general(params_of({151936, 8, DType::kF32, 1.0f, 0.9f})).fullrow_split);
-  EXPECT_FALSE(sampling::plan_general(params_of({151936, 9, DType::kF32, 1.0f, 0.9f})).fullrow_split);
+  EXPECT_TRUE(sampling::plan_general(params_of({151936, 64, DType::kF32, 1.0f, 0.9f})).fullrow_split);
+  EXPECT_FALSE(sampling::plan_general(params_of({151936, 65, DType::kF32, 1.0f, 0.9f})).fullrow_split);
   EXPECT_FALSE(sampling::plan_general(params_of({32767, 1, DType::kF32, 1.0f, 0.9f})).fullrow_split);
   EXPECT_FALSE(sampling::plan_general(params_of({151936, 1, DType::kF32, 1.0f, 0.9f, 50})).fullrow_split);
 }
