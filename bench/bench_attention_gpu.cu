@@ -7,7 +7,12 @@
 //       head) kernel (maxKvLength = 0), "split" = the split-KV path with the planned split count,
 //       then a sweep of forced split counts (launchPagedAttentionSplitKv) to check the plan;
 //   (c) verify-shaped calls (16 causal rows per sequence, 4k context, batch 1 and 16), simple vs
-//       split.
+//       split;
+//   (d) causal prefill (a 4k prompt; a 128-row suffix after a 4k prefix) with TFLOP/s: simple,
+//       the plan, and where the plan can take two row tiles per warp (paged_attention_split.h)
+//       both row-tile variants forced ("split, rowTiles 1/2"). The plan follows ES_ATTN_ROWTILES
+//       (=1: one row tile per warp), so `ES_ATTN_ROWTILES=1 bench_attention_gpu` against the
+//       default is an A/B of the launcher; the forced rows are one inside either run.
 // Times: "graph us" = per call inside a captured CUDA graph of back-to-back calls (how the model
 // runs; no host launch gaps), "eager us" = median of single calls between two events. TB/s counts
 // the K and V bytes the call must read (batch * context * Hkv * D * 2 planes * 2 bytes) over the
@@ -253,11 +258,32 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
     }
     worst = std::max(worst, diff / std::max(scale, 1e-30));
   }
-  char note[256];
-  std::snprintf(note, sizeof(note), "%s %s: split (%d splits of %d tiles, %d row tiles/CTA) vs simple: max |diff| %.3g of the output's max",
+  char note[320];
+  std::snprintf(note, sizeof(note), "%s %s: split (%d splits of %d tiles, %d row tiles/CTA, %d per warp; ES_ATTN_ROWTILES default %d) vs simple: max |diff| %.3g of the output's max",
                 worst > 3e-2 ? "MISMATCH" : "check", pr.name().c_str(), plan.numSplits,
-                plan.tilesPerSplit, plan.warpsM, worst);
+                plan.tilesPerSplit, plan.warpsM * plan.rowTiles, plan.rowTiles,
+                kernel::pagedAttentionRowTiles(), worst);
   g_notes.push_back(note);
+  // Prefill shapes that can take two row tiles per warp: check the other variant too.
+  const bool rowtiles_ab = kernel::planPagedAttention(pr.params(0, true), 0, 2).rowTiles == 2;
+  if (rowtiles_ab) {
+    for (const int32_t rt : {1, 2}) {
+      kernel::launchPagedAttentionSplitKv(pr.params(0, true), 1, stream, rt);
+      const std::vector<float> alt = pr.download_out(0);
+      double w = 0;
+      for (size_t o = 0; o < ref.size(); o += kDim) {
+        double scale = 0, diff = 0;
+        for (size_t d = o; d < o + kDim; ++d) {
+          scale = std::max(scale, std::abs(double(ref[d])));
+          diff = std::max(diff, std::abs(double(alt[d]) - ref[d]));
+        }
+        w = std::max(w, diff / std::max(scale, 1e-30));
+      }
+      std::snprintf(note, sizeof(note), "%s %s: split, rowTiles %d (forced) vs simple: max |diff| %.3g of the output's max",
+                    w > 3e-2 ? "MISMATCH" : "check", pr.name().c_str(), rt, w);
+      g_notes.push_back(note);
+    }
+  }
 
   time_variant(stream, pr, "simple (per row, head)", [&](int set) {
     kernel::launchPagedAttention(pr.params(set, false), stream);
@@ -273,9 +299,22 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
     for (int32_t r = 0; r < shape.q_len; ++r) flops += double(shape.ctx - shape.q_len + r + 1);
     flops *= 4.0 * kDim * kHq * shape.batch;
     const double split_us = g_rows.back().graph_us, simple_us = g_rows[g_rows.size() - 2].graph_us;
-    std::snprintf(note, sizeof(note), "prefill %s: split %.1f TFLOP/s (%.1f us), simple %.2f TFLOP/s",
-                  pr.name().c_str(), flops / (split_us * 1e6), split_us, flops / (simple_us * 1e6));
+    std::snprintf(note, sizeof(note), "prefill %s: split (plan: rowTiles %d) %.1f TFLOP/s (%.1f us), simple %.2f TFLOP/s",
+                  pr.name().c_str(), plan.rowTiles, flops / (split_us * 1e6), split_us,
+                  flops / (simple_us * 1e6));
     g_notes.push_back(note);
+    if (rowtiles_ab) {
+      for (const int32_t rt : {1, 2}) {
+        std::snprintf(name, sizeof(name), "split, rowTiles %d", rt);
+        time_variant(stream, pr, name, [&](int set) {
+          kernel::launchPagedAttentionSplitKv(pr.params(set, true), 1, stream, rt);
+        });
+        const double us = g_rows.back().graph_us;
+        std::snprintf(note, sizeof(note), "prefill %s: split, rowTiles %d forced: %.1f TFLOP/s (%.1f us)",
+                      pr.name().c_str(), rt, flops / (us * 1e6), us);
+        g_notes.push_back(note);
+      }
+    }
   }
   for (int32_t n : sweep) {
     if (n == plan.numSplits) continue;

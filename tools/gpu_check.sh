@@ -34,6 +34,10 @@
 #   tools/gpu_check.sh chunkfast  A/B of the candidate mode's chunk stage in registers (ES_CHUNK_FAST=0 / 1:
 #                                 chunk_kernel / chunk_fast_kernel), as fullrowsplit, generations with
 #                                 top-k 50 + top-p 0.9 (~3 min)
+#   tools/gpu_check.sh prefillab  A/B of the prefill attention row tiles (ES_ATTN_ROWTILES=1 / default 2):
+#                                 test_paged_attention_gpu both ways (timeout 300), bench_attention_gpu
+#                                 both ways, and edgespec bench's 4,096-token prefill of a random
+#                                 Qwen3-8B both ways (~5 min)
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -396,6 +400,49 @@ sampling_ab() {
   return $status
 }
 
+# Prefill attention with one (ES_ATTN_ROWTILES=1) or two (default) 16-row tiles per warp
+# (src/kernels/paged_attention_split.h), in one call: the attention GPU test both ways under a
+# timeout (a hung barrier must not eat the call), bench_attention_gpu both ways (its 4k causal
+# prefill TFLOP/s rows; each run also forces both variants), then the whole-model 4,096-token
+# prefill of a random Qwen3-8B both ways (default first, =1, default again).
+stage_prefillab() {
+  local status=0 m rc preset=${ES_PREFILL_PRESET:-qwen3-8b}
+  for m in 2 1; do
+    ES_ATTN_ROWTILES=$m timeout 300 "$build_dir/tests/test_paged_attention_gpu" --gtest_brief=1 >"$out/prefillab_test$m.log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || { status=1; grep -A6 "Failure" "$out/prefillab_test$m.log" | head -30; }
+    summary+=("prefillab test_paged_attention_gpu ES_ATTN_ROWTILES=$m $([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")")
+  done
+  for m in 2 1; do
+    ES_ATTN_ROWTILES=$m timeout 240 "$build_dir/bench/bench_attention_gpu" >"$out/prefillab_bench$m.txt" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || status=1
+    summary+=("prefillab bench_attention_gpu ES_ATTN_ROWTILES=$m rc=$rc   prefillab_bench$m.txt")
+    local line
+    while read -r line; do summary+=("  ES_ATTN_ROWTILES=$m $line"); done < <(grep -E "^prefill|MISMATCH|rowTiles" "$out/prefillab_bench$m.txt")
+  done
+  # The random checkpoint; its torch prefill of the same 4,096 tokens is the anchor (same call).
+  local dir="/dev/shm/es_prefillab_$preset"
+  if ! timeout 240 python3 tools/torch_anchor.py --preset "$preset" --save "$dir" --prompt-len 4096 --gen-len 16 \
+         >"$out/prefillab_anchor.json" 2>"$out/prefillab_anchor.err"; then
+    summary+=("prefillab $preset        FAILED   prefillab_anchor.err")
+    rm -rf "$dir"
+    return 1
+  fi
+  summary+=("prefillab anchor $preset $(grep -o '"prefill_ms": [0-9.]*' "$out/prefillab_anchor.json")")
+  for m in 2 1 2; do
+    if ES_ATTN_ROWTILES=$m timeout 150 "$build_dir/edgespec" bench --model "$dir" --prompt-len 4096 --gen-len 64 --json          >"$out/prefillab_engine$m.json" 2>"$out/prefillab_engine$m.err"; then
+      summary+=("prefillab $preset 4096-token prefill ES_ATTN_ROWTILES=$m $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.1f ms" % d["prefill_ms"])' "$out/prefillab_engine$m.json")")
+    else
+      tail -3 "$out/prefillab_engine$m.err"
+      summary+=("prefillab $preset 4096-token prefill ES_ATTN_ROWTILES=$m FAILED   prefillab_engine$m.err")
+      status=1
+    fi
+  done
+  rm -rf "$dir"
+  return $status
+}
+
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
 status=0
@@ -414,7 +461,8 @@ if build; then
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       chunkfast) sampling_ab ES_CHUNK_FAST chunkfast --top-k 50 --top-p 0.9 || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, chunkfast)" >&2; status=2 ;;
+      prefillab) stage_prefillab || status=1 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, chunkfast, prefillab)" >&2; status=2 ;;
     esac
   done
 else

@@ -23,6 +23,16 @@
 // tile's keys are merged through shared memory; with one split the CTA writes the normalised
 // output, otherwise (max, sum, unnormalised O) partials for combine_kernel, which is launched with
 // programmatic dependent launch and merges the splits of each (row, head).
+// Prefill variant (template RT = 2; plan.rowTiles, paged_attention_split.h): each of the 4 warps
+// owns 32 packed rows (two m16 tiles) and all 64 keys of every tile, 128 rows per CTA, so a K or V
+// fragment loaded with ldmatrix feeds 2 mma.sync and a K/V tile in shared memory serves 128 rows.
+// D 128 only: 2 stages (64 KiB) + Q (32 KiB) + row data = 99.6 KiB per CTA, 2 CTAs per SM; ptxas
+// (CUDA 13.0, sm_90a): 255 registers, 104 bytes of spill stores / 120 of loads (the cp.async
+// offsets and the running max/sum, about 17 local loads and 4 stores per 64-key tile next to 256
+// mma). It also skips per warp the tiles none of its rows sees, masks only tiles some rows see in
+// part, folds the scale into the exponent (one FFMA + ex2.approx.ftz per logit), runs the last row
+// blocks (the longest under a causal mask) first, and stages its normalised output in its own Q
+// rows for 16-byte stores (no cross-warp merge). Not yet run on a GPU (written 2026-11-30).
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -257,6 +267,14 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
+// 2^x on the SFU alone (ex2.approx.ftz: results below 2^-126 flush to zero, far below what a
+// softmax weight rounded to bf16/f16 next to the row's maximum weight 1 can carry); exp2f adds a
+// range check and two predicated multiplies per call to keep denormal results.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 // Two floats -> one register of two 16-bit values (lo in the low half), round to nearest even.
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -284,27 +302,46 @@ __device__ void zero_unowned_rows(const SplitArgs& a) {
   }
 }
 
-template <typename T, int D, int WM>
+// RT: 16-row tiles per warp (paged_attention_split.h, "rowTiles"). RT = 1 is the kernel of every
+// call; RT = 2 (warpsM 4, so one warp sums all keys of a tile for its rows) is the prefill
+// variant: a warp owns packed rows [32 wm, 32 wm + 32), every K fragment (ldmatrix x4, 16 keys x
+// 16 dims) and V fragment it loads feeds one mma per row tile, and the CTA's K/V tiles serve 128
+// rows. Per 64-key tile and warp: RT 1 loads 64 fragments (32 K + 32 V) for 128 mma (0.5 per mma;
+// Q fragments stay in registers); RT 2 loads 16 Q (from shared memory: 64 more registers of Q would
+// not fit next to 64 S and 128 O accumulators) + 32 K + 32 V = 80 for 256 mma (0.31 per mma).
+// RT 2 also skips the tiles none of a warp's rows sees, masks only tiles some of them see in
+// part, and takes a shorter softmax (kFastSoftmax); RT 1 is unchanged (ES_ATTN_ROWTILES=1 runs
+// exactly the kernel of before for prefill).
+template <typename T, int D, int WM, int RT>
 __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(const SplitArgs a) {
-  constexpr int WN = 4 / WM;           // warps sharing one row tile (they split the keys)
-  constexpr int MB = 16 * WM;          // packed rows per CTA
+  constexpr int WN = 4 / WM;           // warps sharing one warp row (they split the keys)
+  constexpr int MW = 16 * RT;          // packed rows per warp row
+  constexpr int MB = MW * WM;          // packed rows per CTA
   constexpr int KT = sk::kTileKeys;    // keys per tile
   constexpr int KS = KT / WN;          // keys per warp and tile
-  constexpr int NT = KS / 8;           // S n-tiles per warp
+  constexpr int NT = KS / 8;           // S n-tiles per warp and row tile
   constexpr int DC = D / 8;            // 16-byte chunks per K/V/Q row
   constexpr int DT = D / 8;            // O n-tiles
-  constexpr int ST = sk::stages(D, WM);
-  constexpr bool kQRegs = D <= 128;    // Q fragments live in registers (D 256: re-read from smem)
-  constexpr int kMergeStride = D + 4;  // floats per row of the epilogue merge buffer
-  static_assert(NT % 2 == 0 && MB <= sk::kMaxRowsPerCta && (KT * DC) % sk::kThreads == 0);
+  constexpr int ST = sk::stages(D, WM, RT);
+  constexpr bool kQRegs = D <= 128 && RT == 1;  // Q fragments in registers (else re-read from smem)
+  // RT 2: each warp skips the tiles none of its rows sees (the causal diagonal of the row block,
+  // a window's edge) and masks only tiles that some of its rows see in part.
+  constexpr bool kWarpRange = RT > 1;
+  constexpr bool kFastSoftmax = RT > 1;  // see the softmax below
+  static_assert(!kWarpRange || kFastSoftmax, "the unmasked-tile branch leaves logits unscaled");
+  constexpr int kMergeStride = D + 4;  // floats per row of the RT-1 epilogue merge buffer
+  // RT 2 is prefill only: no kPackedTree (the launcher checks; the tree bits are not applied).
+  static_assert(sk::rowTilesBuilt(D, RT) && (RT == 1 || WN == 1));
+  static_assert(NT % 2 == 0 && MB <= sk::maxRowsPerCta(RT) && MB <= sk::kThreads &&
+                (KT * DC) % sk::kThreads == 0);
   static_assert(kPage % KT == 0);
 
   extern __shared__ __align__(16) unsigned char smem[];
-  T* s_kv = reinterpret_cast<T*>(smem);                                     // [ST][K|V][KT][D]
-  T* s_q = s_kv + ST * 2 * KT * D;                                          // [MB][D]
-  RowInfo* s_row = reinterpret_cast<RowInfo*>(s_q + MB * D);                // [MB]
-  float2* s_ml = reinterpret_cast<float2*>(s_row + sk::kMaxRowsPerCta);     // [4 warps][16]
-  float* s_merge = reinterpret_cast<float*>(smem);  // [4 warps][16][D + 4], after the main loop
+  T* s_kv = reinterpret_cast<T*>(smem);                                      // [ST][K|V][KT][D]
+  T* s_q = s_kv + ST * 2 * KT * D;                                           // [MB][D]
+  RowInfo* s_row = reinterpret_cast<RowInfo*>(s_q + MB * D);                 // [maxRowsPerCta]
+  float2* s_ml = reinterpret_cast<float2*>(s_row + sk::maxRowsPerCta(RT));   // [4 warps][16]
+  float* s_merge = reinterpret_cast<float*>(smem);  // RT 1: [4 warps][16][D + 4], after the loop
   // Shared tiles are [row][16-byte chunk] with the chunk index XORed with (row & 7), so the 8
   // rows of one ldmatrix hit 8 different bank groups.
 
@@ -316,7 +353,9 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   int32_t bid = blockIdx.x;
   const int32_t hk = bid % a.hkv;
   bid /= a.hkv;
-  const int32_t rb = bid % a.row_blocks;
+  // RT 2 (prefill) runs the last row blocks first: under a causal mask they see the most keys,
+  // so the long CTAs start in the first wave and the short ones fill the tail.
+  const int32_t rb = RT > 1 ? a.row_blocks - 1 - bid % a.row_blocks : bid % a.row_blocks;
   bid /= a.row_blocks;
   const int32_t split = bid % a.splits;
   const int32_t b = bid / a.splits;
@@ -362,7 +401,8 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 
   // Union of the rows' ranges (every warp computes it), its 64-key tiles, this split's share:
   // tiles [t0, t1) inside the fixed boundaries (s0 + split) * per ... (s0 + split + 1) * per
-  // (per = tilesPerSplit).
+  // (per = tilesPerSplit). With one split under a causal mask this is the row block's causal
+  // bound: tiles past its last row's position are never loaded.
   int32_t lo_all = INT32_MAX, hi_all = 0;
   for (int m = lane; m < MB; m += 32) {
     if (s_row[m].hi > s_row[m].lo) {
@@ -383,14 +423,43 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
     t1 = static_cast<int32_t>(split == a.splits - 1 ? te : min(te, first + per));
   }
 
-  int32_t rlo[2], rhi[2];
-  uint32_t rword[2];
+  // The ranges of this lane's rows: in registers for RT 1; RT 2 reads them from s_row in the
+  // (rare) masked tiles, its registers being taken by the accumulators.
+  int32_t rlo[RT][2], rhi[RT][2];
+  uint32_t rword[RT][2];
+  auto load_row_ranges = [&] {
 #pragma unroll
-  for (int ri = 0; ri < 2; ++ri) {
-    const RowInfo& x = s_row[wm * 16 + g + 8 * ri];
-    rlo[ri] = x.lo;
-    rhi[ri] = x.hi;
-    rword[ri] = x.word;
+    for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+      for (int ri = 0; ri < 2; ++ri) {
+        const RowInfo& x = s_row[wm * MW + mt * 16 + g + 8 * ri];
+        rlo[mt][ri] = x.lo;
+        rhi[mt][ri] = x.hi;
+        rword[mt][ri] = x.word;
+      }
+    }
+  };
+  if constexpr (RT == 1) load_row_ranges();
+  // kWarpRange: the union [w_lo, w_hi) of this warp's rows' ranges and their intersection
+  // [w_in_lo, w_in_hi) (empty as soon as one row sees nothing: its range is [0, 0)).
+  int32_t w_lo = INT32_MAX, w_hi = 0, w_in_lo = 0, w_in_hi = INT32_MAX;
+  if constexpr (kWarpRange) {
+    for (int m = lane; m < MW; m += 32) {
+      const RowInfo& x = s_row[wm * MW + m];
+      if (x.hi > x.lo) {
+        w_lo = min(w_lo, x.lo);
+        w_hi = max(w_hi, x.hi);
+      }
+      w_in_lo = max(w_in_lo, x.lo);
+      w_in_hi = min(w_in_hi, x.hi);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      w_lo = min(w_lo, __shfl_xor_sync(0xffffffffu, w_lo, o));
+      w_hi = max(w_hi, __shfl_xor_sync(0xffffffffu, w_hi, o));
+      w_in_lo = max(w_in_lo, __shfl_xor_sync(0xffffffffu, w_in_lo, o));
+      w_in_hi = min(w_in_hi, __shfl_xor_sync(0xffffffffu, w_in_hi, o));
+    }
   }
 
   // ---- K/V tile loads
@@ -427,6 +496,12 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
     }
   };
 
+  // cp.async groups: every thread commits the same sequence of groups, one per tile slot, empty
+  // when the tile is not loaded. The prologue commits ST - 1 groups (tiles t0 .. t0 + ST - 2,
+  // Q in the first); iteration t commits one more (tile t + ST - 1). At the top of iteration t
+  // the groups of tiles t .. t + ST - 2 may be pending, so wait_group(ST - 2) leaves exactly the
+  // ST - 2 newest pending and tile t (and Q) landed; the barrier after it publishes every
+  // thread's copies and ends all reads of tile t - 1's stage, which iteration t then refills.
   uint32_t vbits = 0;  // bit st: the tile in stage st is loaded (computed)
   if (t0 < t1) {
     const T* qg = static_cast<const T*>(a.q);
@@ -456,12 +531,23 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   bool nok = lookup(t0 + ST - 1, nkp, nvp);  // the next tile to issue, prefetched
 
   // ---- main loop
-  float o[DT][4];
+  float o[RT][DT][4];
 #pragma unroll
-  for (int dt = 0; dt < DT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // l: this lane's columns
+  for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
+  }
+  // Running max (exp2 domain) and sum of rows g and g + 8 of each row tile; l: this lane's columns.
+  float m_run[RT][2], l_run[RT][2];
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt) {
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+    l_run[mt][0] = l_run[mt][1] = 0.0f;
+  }
   uint32_t qa[kQRegs ? D / 16 : 1][4];
-  const uint32_t q_lane_row = wm * 16 + (lane & 15);
+  uint32_t q_lane_row[RT];  // the Q row this lane addresses in ldmatrix, per row tile
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt) q_lane_row[mt] = wm * MW + mt * 16 + (lane & 15);
 
   for (int32_t t = t0; t < t1; ++t) {
     cp_async_wait<ST - 2>();  // tile t (and Q) landed for this thread ...
@@ -482,26 +568,40 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           const uint32_t chunk = kk * 2 + (lane >> 4);
-          ldmatrix_x4(qa[kk], smem_u32(s_q + q_lane_row * D + ((chunk ^ (q_lane_row & 7)) << 3)));
+          ldmatrix_x4(qa[kk], smem_u32(s_q + q_lane_row[0] * D + ((chunk ^ (q_lane_row[0] & 7)) << 3)));
         }
       }
     }
+    // Warp-uniform skips only from here on: every thread has passed this iteration's barrier and
+    // committed its group.
     if (((vbits >> st) & 1u) == 0) continue;
+    const int32_t key0 = t * KT;
+    if constexpr (kWarpRange) {
+      // None of this warp's rows sees a key of this tile: it would add exact zeros (running
+      // max, sum and output unchanged), so skipping it changes no bit.
+      if (key0 >= w_hi || key0 + KT <= w_lo) continue;
+    }
 
     const uint32_t sk_base = smem_u32(s_kv + st * 2 * KT * D);
     const uint32_t sv_base = sk_base + KT * D * static_cast<uint32_t>(sizeof(T));
-    // S = Q K^T for this warp's 16 rows x KS keys.
-    float s[NT][4];
+    // S = Q K^T for this warp's RT x 16 rows x KS keys.
+    float s[RT][NT][4];
 #pragma unroll
-    for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+    }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t af[4];
-      if constexpr (kQRegs) {
-        af[0] = qa[kk][0], af[1] = qa[kk][1], af[2] = qa[kk][2], af[3] = qa[kk][3];
-      } else {
-        const uint32_t chunk = kk * 2 + (lane >> 4);
-        ldmatrix_x4(af, smem_u32(s_q + q_lane_row * D + ((chunk ^ (q_lane_row & 7)) << 3)));
+      uint32_t af[RT][4];
+#pragma unroll
+      for (int mt = 0; mt < RT; ++mt) {
+        if constexpr (kQRegs) {
+          af[mt][0] = qa[kk][0], af[mt][1] = qa[kk][1], af[mt][2] = qa[kk][2], af[mt][3] = qa[kk][3];
+        } else {
+          const uint32_t chunk = kk * 2 + (lane >> 4);
+          ldmatrix_x4(af[mt], smem_u32(s_q + q_lane_row[mt] * D + ((chunk ^ (q_lane_row[mt] & 7)) << 3)));
+        }
       }
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
@@ -510,63 +610,109 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
         uint32_t bf[4];
         ldmatrix_x4(bf, sk_base + static_cast<uint32_t>((krow * D + ((chunk ^ (krow & 7)) << 3)) *
                                                         sizeof(T)));
-        mma16816<T>(s[2 * np], af, bf[0], bf[1]);
-        mma16816<T>(s[2 * np + 1], af, bf[2], bf[3]);
-      }
-    }
-    // Mask, online softmax (exp2 domain). Fragment element e of n-tile n: row g + 8 * (e >> 1),
-    // key kbase + n * 8 + (e & 1).
-    const int32_t kbase = t * KT + wn * KS + 2 * tq;
-    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int ri = e >> 1;
-        const int32_t j = kbase + n * 8 + (e & 1);
-        bool vis = j >= rlo[ri] && j < rhi[ri];
-        if (j >= tpast) {  // kPackedTree, a current row: its mask bit
-          const int64_t c = int64_t{j} - tpast;
-          vis = vis && c < 32 && ((rword[ri] >> c) & 1u) != 0;
+        for (int mt = 0; mt < RT; ++mt) {  // one K fragment, RT mma
+          mma16816<T>(s[mt][2 * np], af[mt], bf[0], bf[1]);
+          mma16816<T>(s[mt][2 * np + 1], af[mt], bf[2], bf[3]);
         }
-        s[n][e] = vis ? s[n][e] * a.scale_log2 : -INFINITY;
-        mx[ri] = fmaxf(mx[ri], s[n][e]);
       }
     }
-    float corr[2], m_use[2];
+    // Mask, online softmax in the exp2 domain. Fragment element e of n-tile n of row tile mt:
+    // row g + 8 * (e >> 1) of the tile, key kbase + n * 8 + (e & 1). Masked logits are -inf.
+    // RT 1: s * scale_log2 first, p = exp2f(s - m) (the kernel as it was). kFastSoftmax (RT 2):
+    // the scale folded into the exponent's FMA, p = 2^(s * scale_log2 - m) on the SFU alone, with
+    // m = max(s) * scale_log2 (rounding is monotonic: the max of the rounded products); per
+    // element one FMNMX, FFMA, MUFU and FADD instead of about eight instructions.
+    const int32_t kbase = key0 + wn * KS + 2 * tq;
+    float mx[RT][2];
 #pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
-      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
-      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
-      const float m_new = fmaxf(m_run[ri], mx[ri]);
-      m_use[ri] = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: keep exp2 finite
-      corr[ri] = exp2f(m_run[ri] - m_use[ri]);
-      m_run[ri] = m_new;
-      l_run[ri] *= corr[ri];
+    for (int mt = 0; mt < RT; ++mt) mx[mt][0] = mx[mt][1] = -INFINITY;
+    if (kWarpRange && key0 >= w_in_lo && key0 + KT <= w_in_hi) {
+      // Every row of this warp sees every key of the tile (inside the causal diagonal).
+#pragma unroll
+      for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) mx[mt][e >> 1] = fmaxf(mx[mt][e >> 1], s[mt][n][e]);
+        }
+      }
+    } else {
+      if constexpr (RT > 1) load_row_ranges();
+#pragma unroll
+      for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int ri = e >> 1;
+            const int32_t j = kbase + n * 8 + (e & 1);
+            bool vis = j >= rlo[mt][ri] && j < rhi[mt][ri];
+            if (RT == 1 && j >= tpast) {  // kPackedTree, a current row: its mask bit (RT 1 only)
+              const int64_t c = int64_t{j} - tpast;
+              vis = vis && c < 32 && ((rword[mt][ri] >> c) & 1u) != 0;
+            }
+            if constexpr (kFastSoftmax) {
+              s[mt][n][e] = vis ? s[mt][n][e] : -INFINITY;
+            } else {
+              s[mt][n][e] = vis ? s[mt][n][e] * a.scale_log2 : -INFINITY;
+            }
+            mx[mt][ri] = fmaxf(mx[mt][ri], s[mt][n][e]);
+          }
+        }
+      }
     }
+    float corr[RT][2], m_use[RT][2];
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
+    for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[n][e] - m_use[e >> 1]);
-        s[n][e] = p;
-        l_run[e >> 1] += p;
+      for (int ri = 0; ri < 2; ++ri) {
+        mx[mt][ri] = fmaxf(mx[mt][ri], __shfl_xor_sync(0xffffffffu, mx[mt][ri], 1));
+        mx[mt][ri] = fmaxf(mx[mt][ri], __shfl_xor_sync(0xffffffffu, mx[mt][ri], 2));
+        const float m_new =
+            fmaxf(m_run[mt][ri], kFastSoftmax ? mx[mt][ri] * a.scale_log2 : mx[mt][ri]);
+        m_use[mt][ri] = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: keep exp2 finite
+        corr[mt][ri] = kFastSoftmax ? exp2_ftz(m_run[mt][ri] - m_use[mt][ri])
+                                    : exp2f(m_run[mt][ri] - m_use[mt][ri]);
+        m_run[mt][ri] = m_new;
+        l_run[mt][ri] *= corr[mt][ri];
       }
     }
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      o[dt][0] *= corr[0];
-      o[dt][1] *= corr[0];
-      o[dt][2] *= corr[1];
-      o[dt][3] *= corr[1];
+    for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p =
+              kFastSoftmax ? exp2_ftz(__fmaf_rn(s[mt][n][e], a.scale_log2, -m_use[mt][e >> 1]))
+                           : exp2f(s[mt][n][e] - m_use[mt][e >> 1]);
+          s[mt][n][e] = p;
+          l_run[mt][e >> 1] += p;
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        o[mt][dt][0] *= corr[mt][0];
+        o[mt][dt][1] *= corr[mt][0];
+        o[mt][dt][2] *= corr[mt][1];
+        o[mt][dt][3] *= corr[mt][1];
+      }
     }
     // O += P V: P (fp32 accumulator layout) is the A fragment of 16-key steps.
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ++ks) {
-      const uint32_t pa[4] = {pack2<T>(s[2 * ks][0], s[2 * ks][1]),
-                              pack2<T>(s[2 * ks][2], s[2 * ks][3]),
-                              pack2<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
-                              pack2<T>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      uint32_t pa[RT][4];
+#pragma unroll
+      for (int mt = 0; mt < RT; ++mt) {
+        pa[mt][0] = pack2<T>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+        pa[mt][1] = pack2<T>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+        pa[mt][2] = pack2<T>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+        pa[mt][3] = pack2<T>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+      }
       const int vrow = wn * KS + ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
 #pragma unroll
       for (int dp = 0; dp < DT / 2; ++dp) {
@@ -574,73 +720,140 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
         uint32_t vf[4];
         ldmatrix_x4_trans(vf, sv_base + static_cast<uint32_t>(
                                             (vrow * D + ((chunk ^ (vrow & 7)) << 3)) * sizeof(T)));
-        mma16816<T>(o[2 * dp], pa, vf[0], vf[1]);
-        mma16816<T>(o[2 * dp + 1], pa, vf[2], vf[3]);
+#pragma unroll
+        for (int mt = 0; mt < RT; ++mt) {  // one V fragment, RT mma
+          mma16816<T>(o[mt][2 * dp], pa[mt], vf[0], vf[1]);
+          mma16816<T>(o[mt][2 * dp + 1], pa[mt], vf[2], vf[3]);
+        }
       }
     }
   }
 
-  // ---- epilogue: merge the WN warps of each row tile, write the output or the partials
+  // ---- epilogue
+  // Every group committed so far is empty or landed (the last real tile was waited for in its
+  // iteration); waiting for all anyway keeps the buffers below free of in-flight copies.
   cp_async_wait<0>();
-  __syncthreads();  // the K/V ring becomes the merge buffer
-  pdl::trigger();
+  // The row sums over the 4 lanes (tq) that hold a row's columns.
+  auto reduce_row_sums = [&] {
 #pragma unroll
-  for (int ri = 0; ri < 2; ++ri) {
-    l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 1);
-    l_run[ri] += __shfl_xor_sync(0xffffffffu, l_run[ri], 2);
-  }
-  {
-    float* mw = s_merge + warp * 16 * kMergeStride;
+    for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      *reinterpret_cast<float2*>(mw + g * kMergeStride + dt * 8 + 2 * tq) =
-          make_float2(o[dt][0], o[dt][1]);
-      *reinterpret_cast<float2*>(mw + (g + 8) * kMergeStride + dt * 8 + 2 * tq) =
-          make_float2(o[dt][2], o[dt][3]);
+      for (int ri = 0; ri < 2; ++ri) {
+        l_run[mt][ri] += __shfl_xor_sync(0xffffffffu, l_run[mt][ri], 1);
+        l_run[mt][ri] += __shfl_xor_sync(0xffffffffu, l_run[mt][ri], 2);
+      }
     }
-    if (tq == 0) {
-      s_ml[warp * 16 + g] = make_float2(m_run[0], l_run[0]);
-      s_ml[warp * 16 + g + 8] = make_float2(m_run[1], l_run[1]);
-    }
-  }
-  __syncthreads();
-  constexpr int D4 = D / 4;
+  };
   const int64_t part_stride = int64_t{a.total_q} * a.hq;
   T* out = static_cast<T*>(a.out);
-  for (int idx = tid; idx < MB * D4; idx += sk::kThreads) {
-    const int lr = idx / D4, d = (idx % D4) * 4;
-    const int64_t rh = s_row[lr].rh;
-    if (rh < 0) continue;
-    const int w0 = (lr >> 4) * WN, rr = lr & 15;  // first warp of the row's tile, row in tile
-    float mmax = -INFINITY;
+  if constexpr (RT > 1) {
+    // One warp holds all keys of its 32 rows: no merge. With one split its normalised output is
+    // staged as T in its own 32 rows of s_q (no other warp reads them; ldmatrix is
+    // warp-synchronous, and the __syncwarp orders its last reads before the writes) and leaves
+    // as 16-byte row stores; with several, the fp32 partials go out from the fragments.
+    pdl::trigger();
+    reduce_row_sums();
+    if (direct) {
+      __syncwarp();
 #pragma unroll
-    for (int w = 0; w < WN; ++w) mmax = fmaxf(mmax, s_ml[(w0 + w) * 16 + rr].x);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lsum = 0.0f;
-    if (mmax != -INFINITY) {
+      for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
-      for (int w = 0; w < WN; ++w) {
-        const float2 ml = s_ml[(w0 + w) * 16 + rr];
-        const float wt = exp2f(ml.x - mmax);  // a warp that saw nothing: exp2(-inf) = 0
-        lsum += wt * ml.y;
-        const float4 v =
-            *reinterpret_cast<const float4*>(s_merge + ((w0 + w) * 16 + rr) * kMergeStride + d);
-        acc[0] += wt * v.x;
-        acc[1] += wt * v.y;
-        acc[2] += wt * v.z;
-        acc[3] += wt * v.w;
+        for (int ri = 0; ri < 2; ++ri) {
+          const int row = wm * MW + mt * 16 + g + 8 * ri;
+          const float l = l_run[mt][ri];
+          const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: zeros
+#pragma unroll
+          for (int dt = 0; dt < DT; ++dt) {
+            const float v0 = l > 0.0f ? o[mt][dt][2 * ri] * inv : 0.0f;
+            const float v1 = l > 0.0f ? o[mt][dt][2 * ri + 1] * inv : 0.0f;
+            *reinterpret_cast<uint32_t*>(s_q + row * D + ((dt ^ (row & 7)) << 3) + 2 * tq) =
+                pack2<T>(v0, v1);
+          }
+        }
+      }
+      __syncwarp();
+      for (int idx = lane; idx < MW * DC; idx += 32) {
+        const int row = wm * MW + idx / DC, c = idx % DC;
+        const int64_t rh = s_row[row].rh;
+        if (rh < 0) continue;
+        *reinterpret_cast<uint4*>(out + rh * D + c * 8) =
+            *reinterpret_cast<const uint4*>(s_q + row * D + ((c ^ (row & 7)) << 3));
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+        for (int ri = 0; ri < 2; ++ri) {
+          const int64_t rh = s_row[wm * MW + mt * 16 + g + 8 * ri].rh;
+          if (rh < 0) continue;
+          const int64_t slot = split * part_stride + rh;
+          if (m_run[mt][ri] != -INFINITY) {
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt) {
+              *reinterpret_cast<float2*>(a.part_o + slot * D + dt * 8 + 2 * tq) =
+                  make_float2(o[mt][dt][2 * ri], o[mt][dt][2 * ri + 1]);
+            }
+          }
+          if (tq == 0) a.part_ml[slot] = make_float2(m_run[mt][ri], l_run[mt][ri]);  // (-inf, 0): neutral
+        }
       }
     }
-    if (direct) {
-      const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;  // no visible key: zeros
-      const float res[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
-      fwd::store_span<T, 4, true>(out + rh * D + d, res);
-    } else {
-      const int64_t slot = split * part_stride + rh;
-      if (mmax != -INFINITY) {
-        *reinterpret_cast<float4*>(a.part_o + slot * D + d) =
-            make_float4(acc[0], acc[1], acc[2], acc[3]);
+  } else {
+    // Merge the WN warps of each row tile, write the output or the partials.
+    __syncthreads();  // the K/V ring becomes the merge buffer
+    pdl::trigger();
+    reduce_row_sums();
+    {
+      float* mw = s_merge + warp * 16 * kMergeStride;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        *reinterpret_cast<float2*>(mw + g * kMergeStride + dt * 8 + 2 * tq) =
+            make_float2(o[0][dt][0], o[0][dt][1]);
+        *reinterpret_cast<float2*>(mw + (g + 8) * kMergeStride + dt * 8 + 2 * tq) =
+            make_float2(o[0][dt][2], o[0][dt][3]);
       }
-      if (d == 0) a.part_ml[slot] = make_float2(mmax, lsum);  // (-inf, 0): neutral
+      if (tq == 0) {
+        s_ml[warp * 16 + g] = make_float2(m_run[0][0], l_run[0][0]);
+        s_ml[warp * 16 + g + 8] = make_float2(m_run[0][1], l_run[0][1]);
+      }
+    }
+    __syncthreads();
+    constexpr int D4 = D / 4;
+    for (int idx = tid; idx < MB * D4; idx += sk::kThreads) {
+      const int lr = idx / D4, d = (idx % D4) * 4;
+      const int64_t rh = s_row[lr].rh;
+      if (rh < 0) continue;
+      const int w0 = (lr >> 4) * WN, rr = lr & 15;  // first warp of the row's tile, row in tile
+      float mmax = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < WN; ++w) mmax = fmaxf(mmax, s_ml[(w0 + w) * 16 + rr].x);
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lsum = 0.0f;
+      if (mmax != -INFINITY) {
+#pragma unroll
+        for (int w = 0; w < WN; ++w) {
+          const float2 ml = s_ml[(w0 + w) * 16 + rr];
+          const float wt = exp2f(ml.x - mmax);  // a warp that saw nothing: exp2(-inf) = 0
+          lsum += wt * ml.y;
+          const float4 v =
+              *reinterpret_cast<const float4*>(s_merge + ((w0 + w) * 16 + rr) * kMergeStride + d);
+          acc[0] += wt * v.x;
+          acc[1] += wt * v.y;
+          acc[2] += wt * v.z;
+          acc[3] += wt * v.w;
+        }
+      }
+      if (direct) {
+        const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;  // no visible key: zeros
+        const float res[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
+        fwd::store_span<T, 4, true>(out + rh * D + d, res);
+      } else {
+        const int64_t slot = split * part_stride + rh;
+        if (mmax != -INFINITY) {
+          *reinterpret_cast<float4*>(a.part_o + slot * D + d) =
+              make_float4(acc[0], acc[1], acc[2], acc[3]);
+        }
+        if (d == 0) a.part_ml[slot] = make_float2(mmax, lsum);  // (-inf, 0): neutral
+      }
     }
   }
 }
@@ -687,31 +900,45 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   fwd::store_span<T, E, true>(static_cast<T*>(a.out) + item * D + lane * E, acc);
 }
 
-template <typename T, int D, int WM>
+template <typename T, int D, int WM, int RT>
 void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
-  constexpr int smem = static_cast<int>(sk::smemBytes(D, WM));
+  constexpr int smem = static_cast<int>(sk::smemBytes(D, WM, RT));
   // The dynamic shared-memory limit is raised once per device (bit d: device d, first 64).
   static std::atomic<uint64_t> raised{0};
   int device = 0;
   ES_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit == 0 || (raised.load(std::memory_order_acquire) & bit) == 0) {
-    ES_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D, WM>,
+    ES_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D, WM, RT>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     raised.fetch_or(bit, std::memory_order_release);
   }
-  pdl::launch(split_kernel<T, D, WM>, dim3(static_cast<unsigned>(ctas)), dim3(sk::kThreads), smem,
-              stream, a);
+  pdl::launch(split_kernel<T, D, WM, RT>, dim3(static_cast<unsigned>(ctas)), dim3(sk::kThreads),
+              smem, stream, a);
   ES_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, int D>
 void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, int64_t ctas,
                       cudaStream_t stream) {
-  switch (plan.warpsM) {
-    case 1: launch_split_kernel<T, D, 1>(a, ctas, stream); break;
-    case 2: launch_split_kernel<T, D, 2>(a, ctas, stream); break;
-    default: launch_split_kernel<T, D, 4>(a, ctas, stream); break;
+  constexpr int RT2 = sk::kPrefillRowTiles;
+  if (plan.rowTiles == RT2) {
+    // The plan gives rowTiles 2 only where rowTilesBuilt (and with warpsM 4).
+    if constexpr (sk::rowTilesBuilt(D, RT2)) {
+      ES_CHECK_ARG(plan.warpsM == 4, "launchPagedAttention", "plan.warpsM", plan.warpsM,
+                   "must be 4 with rowTiles 2");
+      ES_CHECK_ARG(a.mask != static_cast<int32_t>(AttentionMask::kPackedTree),
+                   "launchPagedAttention", "mask", a.mask, "rowTiles 2 takes no packed tree");
+      launch_split_kernel<T, D, 4, RT2>(a, ctas, stream);
+    } else {
+      ES_THROW(InvalidArgument, "launchPagedAttention: rowTiles 2 is not built for head dim ", D);
+    }
+  } else {
+    switch (plan.warpsM) {
+      case 1: launch_split_kernel<T, D, 1, 1>(a, ctas, stream); break;
+      case 2: launch_split_kernel<T, D, 2, 1>(a, ctas, stream); break;
+      default: launch_split_kernel<T, D, 4, 1>(a, ctas, stream); break;
+    }
   }
   if (plan.numSplits > 1) {
     const int64_t ctas = (int64_t{a.total_q} * a.hq + 3) / 4;
@@ -793,12 +1020,12 @@ void launchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
 }
 
 void launchPagedAttentionSplitKv(const PagedAttentionParams& p, int32_t numSplits,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, int32_t maxRowTiles) {
   constexpr const char* kWhere = "launchPagedAttentionSplitKv";
   ES_CHECK_ARG(numSplits >= 1 && numSplits <= kSplitKvMaxSplits, kWhere, "numSplits", numSplits,
                "must be in [1, ", kSplitKvMaxSplits, "]");
   if (!validate(p)) return;
-  const PagedAttentionPlan plan = planPagedAttention(p, numSplits);
+  const PagedAttentionPlan plan = planPagedAttention(p, numSplits, maxRowTiles);
   ES_CHECK_ARG(plan.splitKv, kWhere, "params", plan.reason, "the split-KV path must apply");
   launch_split(p, plan, stream);
 }

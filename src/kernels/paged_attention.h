@@ -32,9 +32,12 @@
 //             partials (max, sum, unnormalised output) go to `workspace` and a small combine
 //             kernel merges them. Decode, verify and DFlash blocks (maxQSeqLen <= 16) split the
 //             keys; prefill (maxQSeqLen > 16, not kPackedTree) takes one split: its row blocks
-//             fill the GPU. Chosen on the host from host values only (batchSize, heads,
-//             maxQSeqLen, maxKvLength, workspaceBytes): no device read, CUDA-graph safe. Every
-//             mask, window, padding and page-id rule above holds on this path too.
+//             fill the GPU. Prefill at head dim 128 with enough rows (plan.rowTiles 2, see
+//             kSplitKvRowTilesMinCtas) gives each warp two 16-row tiles, 128 rows per CTA.
+//             Chosen on the host from host values only (batchSize, heads, maxQSeqLen,
+//             maxKvLength, workspaceBytes, and ES_ATTN_ROWTILES read once): no device read,
+//             CUDA-graph safe. Every mask, window, padding and page-id rule above holds on this
+//             path too.
 //   simple    one CTA per (query row, query head); every other call (maxKvLength = 0, too small
 //             a workspace, f32, kPackedTree with maxQSeqLen > 16, unaligned pointers).
 // planPagedAttention says which one a call takes. On the split-KV path the tensor cores multiply
@@ -105,6 +108,13 @@ inline constexpr int32_t kSplitKvPlanSMs = 132;
 // random Qwen3-0.6B at 384 keys decoded 918 tok/s with 4-tile splits against 973 with 1-tile).
 inline constexpr int32_t kSplitKvMinTilesPerSplit = 4;
 inline constexpr int32_t kSplitKvMinSplitsBeforeMinTiles = 8;
+// Prefill row tiles (paged_attention_split.h): a prefill call (maxQSeqLen > 16) at head dim 128
+// takes 2 row tiles per warp (128 packed rows per CTA) when a sequence has at least 128 packed
+// rows (maxQSeqLen * group) and the call still gets at least kSplitKvRowTilesMinCtas CTAs with
+// them (one per SM: below that, twice as many 64-row CTAs of rowTiles 1 keep more SMs busy, e.g.
+// a 128-row suffix over a long prefix). A row's result does not depend on rowTiles (one warp sums
+// all its keys in both; paged_attention_split.h).
+inline constexpr int32_t kSplitKvRowTilesMinCtas = kSplitKvPlanSMs;
 
 // Which kernel a call takes and, for split-KV, its shape. Host only.
 struct PagedAttentionPlan {
@@ -112,8 +122,9 @@ struct PagedAttentionPlan {
   const char* reason = "";     // why it does not (empty when splitKv)
   int32_t numSplits = 0;       // KV splits per (sequence, KV head, row block); 1 = no combine
   int32_t tilesPerSplit = 0;   // 64-key tiles per split (the boundaries above)
-  int32_t warpsM = 0;          // 16-row tensor-core tiles per CTA (1, 2 or 4; 1 for batch-1
-                               // calls of <= 16 rows)
+  int32_t warpsM = 0;          // warp rows per CTA (1, 2 or 4; 1 for batch-1 calls of <= 16
+                               // rows), each of rowTiles 16-row tensor-core tiles
+  int32_t rowTiles = 0;        // 16-row tiles per warp: 1, or 2 (prefill, warpsM 4: 128 rows)
   int32_t rowBlocks = 0;       // CTAs over the ceil(maxQSeqLen * group / 16) row tiles
   int64_t workspaceBytes = 0;  // partials this call needs (0 when numSplits == 1)
 };
@@ -122,8 +133,16 @@ bool validate(const PagedAttentionParams& p);
 
 // The launcher's choice for p (validates p first). forceNumSplits > 0 replaces the planned split
 // count (clamped to kSplitKvMaxSplits; tests and benchmarks), with tilesPerSplit =
-// max(1, tiles / forceNumSplits).
-PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits = 0);
+// max(1, tiles / forceNumSplits). maxRowTiles: 1 = one row tile per warp always (the kernel
+// before the prefill variant), 2 = the prefill variant where it applies (above), 0 = the process
+// default pagedAttentionRowTiles().
+PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits = 0,
+                                      int32_t maxRowTiles = 0);
+
+// The process default of maxRowTiles: 2, or 1 when the environment sets ES_ATTN_ROWTILES=1 (read
+// once; an A/B switch for benchmarks and tests: launchPagedAttention then runs the prefill kernel
+// of before). InvalidArgument for any other value than 1 or 2.
+int32_t pagedAttentionRowTiles();
 
 // Workspace that covers every split-KV call with batchSize <= maxBatchSize, maxQSeqLen <=
 // maxQSeqLen, maxKvLength <= maxKvLength and totalQ <= batchSize * maxQSeqLen (or, with
@@ -138,10 +157,11 @@ int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, i
 
 void launchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream);
 
-// Tests and benchmarks: the split-KV path with exactly numSplits (1..kSplitKvMaxSplits) splits;
-// InvalidArgument when planPagedAttention(p, numSplits) would not take it (the reason is named).
+// Tests and benchmarks: the split-KV path with exactly numSplits (1..kSplitKvMaxSplits) splits
+// and maxRowTiles as planPagedAttention's; InvalidArgument when planPagedAttention(p, numSplits,
+// maxRowTiles) would not take it (the reason is named).
 void launchPagedAttentionSplitKv(const PagedAttentionParams& p, int32_t numSplits,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, int32_t maxRowTiles = 0);
 
 }  // namespace es::kernel
 

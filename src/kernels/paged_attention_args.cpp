@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/errors.h"
 #include "kernels/paged_attention.h"
@@ -73,18 +75,32 @@ constexpr int32_t kTile = splitkv::kTileKeys;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct SplitShape {
-  int32_t warpsM = 0, rowBlocks = 0;
+  int32_t warpsM = 0, rowTiles = 1, rowBlocks = 0;
 };
 
 // Packed rows (query row, GQA head) of one sequence and KV head -> 16-row tiles -> CTAs. Batch-1
 // decode and verify calls keep one tile per CTA whatever the rows (row invariance,
 // paged_attention.h); other calls take up to 4 tiles per CTA, which reads K/V from L2 4x less
 // often (a batch-16 16-row verify at 4k context: 105 us against 190 us with one tile per CTA).
-SplitShape split_shape(int32_t batchSize, int32_t maxQSeqLen, int32_t group) {
-  const int64_t tiles = ceil_div(int64_t{maxQSeqLen} * group, 16);
+// Prefill at D 128 with enough rows takes 2 tiles per warp, 8 per CTA (kSplitKvRowTilesMinCtas):
+// the 4,096-row causal prefill ran at 164 TFLOP/s with one tile per warp, bound by one ldmatrix
+// per two mma.sync.
+SplitShape split_shape(int32_t batchSize, int32_t maxQSeqLen, int32_t group, int32_t numKVHeads,
+                       int32_t headDim, int32_t maxRowTiles) {
+  const int64_t packed = int64_t{maxQSeqLen} * group;
+  const int64_t tiles = ceil_div(packed, 16);
+  const bool prefill = maxQSeqLen > kSplitKvMaxQSeqLen;
+  constexpr int32_t rt = splitkv::kPrefillRowTiles;
+  if (prefill && maxRowTiles >= rt && splitkv::rowTilesBuilt(headDim, rt) &&
+      packed >= splitkv::maxRowsPerCta(rt)) {
+    const int64_t blocks = ceil_div(tiles, int64_t{4} * rt);
+    if (int64_t{batchSize} * numKVHeads * blocks >= kSplitKvRowTilesMinCtas) {
+      return {4, rt, static_cast<int32_t>(blocks)};
+    }
+  }
   const bool invariant = batchSize == 1 && maxQSeqLen <= kSplitKvMaxQSeqLen;
   const int32_t wm = invariant ? 1 : tiles >= 3 ? 4 : static_cast<int32_t>(tiles);
-  return {wm, static_cast<int32_t>(ceil_div(tiles, wm))};
+  return {wm, 1, static_cast<int32_t>(ceil_div(tiles, wm))};
 }
 
 // The split geometry (paged_attention.h, "Split boundaries"). Depends on the batch, the heads and
@@ -125,7 +141,21 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 }  // namespace
 
-PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits) {
+int32_t pagedAttentionRowTiles() {
+  static const int32_t rt = [] {
+    const char* v = std::getenv("ES_ATTN_ROWTILES");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "2") == 0) return splitkv::kPrefillRowTiles;
+    if (std::strcmp(v, "1") == 0) return 1;
+    ES_THROW(InvalidArgument, "environment variable ES_ATTN_ROWTILES = '", v, "' must be 1 or 2");
+  }();
+  return rt;
+}
+
+PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits,
+                                      int32_t maxRowTiles) {
+  ES_CHECK_ARG(maxRowTiles >= 0 && maxRowTiles <= splitkv::kPrefillRowTiles, "planPagedAttention",
+               "maxRowTiles", maxRowTiles, "must be 0 (the default), 1 or 2");
+  if (maxRowTiles == 0) maxRowTiles = pagedAttentionRowTiles();
   PagedAttentionPlan plan;
   if (!validate(p)) {
     plan.reason = "empty call";
@@ -147,8 +177,10 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   if (*plan.reason) return plan;
 
   const int32_t group = q.numQHeads / p.kv.numKVHeads;
-  const SplitShape shape = split_shape(p.batchSize, q.maxQSeqLen, group);
+  const SplitShape shape =
+      split_shape(p.batchSize, q.maxQSeqLen, group, p.kv.numKVHeads, p.headDim, maxRowTiles);
   plan.warpsM = shape.warpsM;
+  plan.rowTiles = shape.rowTiles;
   plan.rowBlocks = shape.rowBlocks;
   // Tiles one CTA's rows can see: all of the key bound, or with a window at most W + 15 keys
   // (16 query rows, whatever this call's maxQSeqLen) and one tile of misalignment.

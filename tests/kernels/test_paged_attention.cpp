@@ -602,25 +602,101 @@ TEST(PagedAttentionPlan, SplitBoundariesDoNotDependOnTheQueryRows) {
 }
 
 // Prefill (more than 16 rows per sequence, causal or bidirectional): the split path with one
-// split and up to 4 row tiles per CTA at any batch; no workspace needed.
+// split at any batch, no workspace needed; 4 row tiles per CTA with one tile per warp
+// (maxRowTiles 1), 8 with two per warp at D 128 (maxRowTiles 2, the default).
 TEST(PagedAttentionPlan, PrefillTakesOneSplit) {
   for (const int32_t batch : {1, 3}) {
-    PlanShape s(batch, 4096, 32, 8, 128, 32768);
-    s.p.workspace = nullptr;
-    s.p.workspaceBytes = 0;
-    const auto plan = kernel::planPagedAttention(s.p);
-    EXPECT_TRUE(plan.splitKv) << plan.reason;
-    EXPECT_EQ(plan.numSplits, 1);
-    EXPECT_EQ(plan.warpsM, 4);
-    EXPECT_EQ(plan.rowBlocks, 4096 * 4 / 64);
-    EXPECT_EQ(plan.workspaceBytes, 0);
+    for (const int32_t rt : {1, 2}) {
+      PlanShape s(batch, 4096, 32, 8, 128, 32768);
+      s.p.workspace = nullptr;
+      s.p.workspaceBytes = 0;
+      const auto plan = kernel::planPagedAttention(s.p, 0, rt);
+      EXPECT_TRUE(plan.splitKv) << plan.reason;
+      EXPECT_EQ(plan.numSplits, 1);
+      EXPECT_EQ(plan.warpsM, 4);
+      EXPECT_EQ(plan.rowTiles, rt);
+      EXPECT_EQ(plan.rowBlocks, 4096 * 4 / (64 * rt));
+      EXPECT_EQ(plan.workspaceBytes, 0);
+    }
   }
   PlanShape s(1, 17, 9, 3, 64, 1000);  // 51 packed rows: 4 tiles, one CTA
   s.p.mask = kernel::AttentionMask::kBidirectional;
   const auto plan = kernel::planPagedAttention(s.p);
   EXPECT_TRUE(plan.splitKv) << plan.reason;
   EXPECT_EQ(plan.warpsM, 4);
+  EXPECT_EQ(plan.rowTiles, 1);
   EXPECT_EQ(plan.rowBlocks, 1);
+}
+
+// Which calls take two row tiles per warp (paged_attention.h, kSplitKvRowTilesMinCtas): prefill
+// (maxQSeqLen > 16) at head dim 128 with at least 128 packed rows per sequence and at least 132
+// CTAs of 128 rows; everything else keeps one tile per warp, decode and verify in particular
+// (batch-1 calls of <= 16 rows keep warpsM 1: row invariance).
+TEST(PagedAttentionPlan, PrefillRowTiles) {
+  struct Want {
+    int32_t batch, qLen, hq, hkv, dim, rowTiles, warpsM, rowBlocks;
+  };
+  for (const Want w : {
+           Want{1, 4096, 32, 8, 128, 2, 4, 128},  // Qwen3-8B 4k prompt: 1,024 CTAs
+           Want{1, 4096, 64, 8, 128, 2, 4, 256},  // GQA 8
+           Want{2, 600, 16, 4, 128, 2, 4, 19},    // the GPU test's shapes: 2 x 4 x 19 = 152 CTAs
+           Want{2, 600, 16, 2, 128, 2, 4, 38},    //   GQA 8: 2 x 2 x 38 = 152
+           Want{2, 400, 32, 8, 128, 2, 4, 13},    //   400 x 4 = 1,600 rows, 13 blocks: 208 CTAs
+           Want{2, 300, 16, 4, 128, 1, 4, 19},    // 2 x 4 x 10 = 80 CTAs of 128 rows: too few
+           Want{1, 128, 32, 8, 128, 1, 4, 8},     // 128-row suffix: 32 CTAs of 128 rows
+           Want{17, 32, 32, 8, 128, 2, 4, 1},     // exactly 128 packed rows, 136 CTAs
+           Want{16, 32, 32, 8, 128, 1, 4, 2},     // 128 CTAs: one tile per warp
+           Want{64, 31, 32, 8, 128, 1, 4, 2},     // 124 packed rows: no full 128-row block
+           Want{16, 17, 64, 8, 128, 2, 4, 2},     // 17 rows x GQA 8 = 136 packed rows, 256 CTAs
+           Want{1, 4096, 32, 8, 64, 1, 4, 256},   // D 64 and 256: not built
+           Want{1, 4096, 16, 2, 256, 1, 4, 512},
+           Want{1, 16, 64, 8, 128, 1, 1, 8},      // verify shapes: never (row invariance)
+           Want{16, 16, 64, 8, 128, 1, 4, 2},
+           Want{64, 1, 32, 8, 128, 1, 1, 1},      // decode
+       }) {
+    PlanShape s(w.batch, w.qLen, w.hq, w.hkv, w.dim, 8192);
+    const auto plan = kernel::planPagedAttention(s.p, 0, 2);
+    const std::string what = "B " + std::to_string(w.batch) + " qLen " + std::to_string(w.qLen) +
+                             " " + std::to_string(w.hq) + "/" + std::to_string(w.hkv) + " D " +
+                             std::to_string(w.dim);
+    ASSERT_TRUE(plan.splitKv) << plan.reason << " " << what;
+    EXPECT_EQ(plan.rowTiles, w.rowTiles) << what;
+    EXPECT_EQ(plan.warpsM, w.warpsM) << what;
+    EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << what;
+    // maxRowTiles 1 (ES_ATTN_ROWTILES=1): the plan of before, one tile per warp.
+    const auto one = kernel::planPagedAttention(s.p, 0, 1);
+    EXPECT_EQ(one.rowTiles, 1) << what;
+    if (w.rowTiles == 2) {
+      EXPECT_EQ(one.warpsM, 4) << what;
+      EXPECT_EQ(one.rowBlocks, (w.qLen * (w.hq / w.hkv) + 63) / 64) << what;
+    } else {
+      EXPECT_EQ(one.warpsM, plan.warpsM) << what;
+      EXPECT_EQ(one.rowBlocks, plan.rowBlocks) << what;
+    }
+    EXPECT_EQ(one.numSplits, plan.numSplits) << what;
+    EXPECT_EQ(one.tilesPerSplit, plan.tilesPerSplit) << what;
+  }
+  {  // a sliding window and a bidirectional prefill take it too; forced splits keep it
+    PlanShape s(1, 4096, 32, 8, 128, 8192);
+    s.p.slidingWindow = 1024;
+    EXPECT_EQ(kernel::planPagedAttention(s.p, 0, 2).rowTiles, 2);
+    s.p.mask = kernel::AttentionMask::kBidirectional;
+    EXPECT_EQ(kernel::planPagedAttention(s.p, 0, 2).rowTiles, 2);
+    const auto forced = kernel::planPagedAttention(s.p, 3, 2);
+    EXPECT_TRUE(forced.splitKv) << forced.reason;
+    EXPECT_EQ(forced.numSplits, 3);
+    EXPECT_EQ(forced.rowTiles, 2);
+  }
+  {  // the default is the process's (ES_ATTN_ROWTILES, unset in ctest's CPU run: 2)
+    PlanShape s(1, 4096, 32, 8, 128, 8192);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles,
+              kernel::planPagedAttention(s.p, 0, kernel::pagedAttentionRowTiles()).rowTiles);
+    const int32_t rt = kernel::pagedAttentionRowTiles();
+    EXPECT_TRUE(rt == 1 || rt == 2) << rt;
+  }
+  PlanShape s(1, 4096, 32, 8, 128, 8192);
+  test::expectInvalidArgument([&] { kernel::planPagedAttention(s.p, 0, 3); }, "maxRowTiles");
+  test::expectInvalidArgument([&] { kernel::planPagedAttention(s.p, 0, -1); }, "maxRowTiles");
 }
 
 TEST(PagedAttentionPlan, RowTiles) {
@@ -634,6 +710,7 @@ TEST(PagedAttentionPlan, RowTiles) {
     PlanShape s(2, w.qLen, w.hq, w.hkv, 128, 4096);
     const auto plan = kernel::planPagedAttention(s.p);
     EXPECT_TRUE(plan.splitKv) << plan.reason;
+    EXPECT_EQ(plan.rowTiles, 1);
     EXPECT_EQ(plan.warpsM, w.warpsM) << w.qLen << " x " << w.hq / w.hkv;
     EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << w.qLen << " x " << w.hq / w.hkv;
   }

@@ -7,6 +7,10 @@
 // forward_ops_gpu_test_util.h. Each random case runs on the simple kernel and again with
 // maxKvLength + workspace (the split-KV path where it applies).
 //
+// Prefill row tiles (PrefillRowTilesMatchReference): prefill shapes that take two 16-row tiles
+// per warp, each also run with one tile per warp in the same process (ctest runs the whole
+// binary once more with ES_ATTN_ROWTILES=1: test_paged_attention_gpu_rowtiles1).
+//
 // Split-KV (SplitKv* tests): the split path forced on (planned split count and forced counts 1,
 // 2, 3, 7, 64, so splits past a sequence's real length and the one-split direct write are both
 // exercised): batch 1 and 4, context lengths 1/127/128/129/1000/5000 with kv lengths below
@@ -207,6 +211,8 @@ struct SplitCase {
   bool pad_rows = false;         // last row of odd sequences (qLen > 1) is padding (-1)
   int32_t extra_rows = 0;        // rows after the last sequence (in no sequence: zeros)
   bool bad_pages = false;        // a K id >= numPages and a V id < numPages (masked pages)
+  int32_t row_tiles = 0;         // > 0: the plan must give this rowTiles by default (1 under
+                                 // ES_ATTN_ROWTILES=1), and both 1 and 2 are run explicitly
 };
 
 // |got - want| <= rel |want| + c rms(want) on rows that see keys; bit-exact on zero rows.
@@ -345,20 +351,30 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
   p.workspaceBytes = std::max<int64_t>(planned_bytes, 16);
   const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(p);
   ASSERT_TRUE(plan.splitKv) << plan.reason;
+  if (c.row_tiles > 0) {
+    // The prefill variant is the default where it applies; ES_ATTN_ROWTILES=1 turns it off.
+    EXPECT_EQ(plan.rowTiles, kernel::pagedAttentionRowTiles() == 1 ? 1 : c.row_tiles);
+  }
   for (int32_t forced : {0, 1, 2, 3, 7, 64}) {
-    SCOPED_TRACE(::testing::Message() << "splits " << (forced ? forced : plan.numSplits)
-                                      << (forced ? " (forced)" : " (planned)"));
-    d_out.poison();
-    if (forced == 0) {
-      kernel::launchPagedAttention(p, nullptr);
-    } else {
-      kernel::PagedAttentionParams pf = p;
-      pf.workspaceBytes = forced_bytes;
-      kernel::launchPagedAttentionSplitKv(pf, forced, nullptr);
+    // Forced counts run with the process default rowTiles; with c.row_tiles the planned count
+    // runs again with rowTiles 1 and 2 (maxRowTiles), whatever the environment.
+    for (const int32_t rt : c.row_tiles > 0 && forced == 0 ? std::vector<int32_t>{0, 1, 2}
+                                                           : std::vector<int32_t>{0}) {
+      SCOPED_TRACE(::testing::Message() << "splits " << (forced ? forced : plan.numSplits)
+                                        << (forced ? " (forced)" : " (planned)")
+                                        << " maxRowTiles " << rt);
+      d_out.poison();
+      if (forced == 0 && rt == 0) {
+        kernel::launchPagedAttention(p, nullptr);
+      } else {
+        kernel::PagedAttentionParams pf = p;
+        pf.workspaceBytes = forced_bytes;
+        kernel::launchPagedAttentionSplitKv(pf, forced ? forced : plan.numSplits, nullptr, rt);
+      }
+      std::vector<T> got = d_out.download();
+      got.resize(want.size());
+      expect_split_close(got, want, zero_row, int64_t{c.hq} * c.dim);
     }
-    std::vector<T> got = d_out.download();
-    got.resize(want.size());
-    expect_split_close(got, want, zero_row, int64_t{c.hq} * c.dim);
   }
 }
 
@@ -443,6 +459,71 @@ TEST(PagedAttentionGpu, SplitKvMasksAndEdges) {
       run_split<bf16>(c, rng);
     }
   }
+}
+
+// Prefill with two 16-row tiles per warp (paged_attention_split.h, rowTiles 2: D 128, at least
+// 128 packed rows per sequence and 132 CTAs of 128 rows): 300-600 rows per sequence, batch 2
+// with different lengths (one with a cached prefix before its rows, one without), GQA 4 and 8,
+// causal and sliding windows (pages before the window released), bf16 and f16, shuffled pages;
+// then padding rows, rows in no sequence and unmapped / out-of-range pages; a bidirectional
+// block. Each case checks that the plan takes rowTiles 2 (1 under ES_ATTN_ROWTILES=1) and runs
+// the planned split count with rowTiles 1 and 2 explicitly and split counts 1-64 (the fp32
+// partials of rowTiles 2), all against the CPU reference.
+TEST(PagedAttentionGpu, PrefillRowTilesMatchReference) {
+  ES_SKIP_IF_NO_GPU();
+  std::mt19937 rng(43);
+  struct P {
+    int32_t hq, hkv, q_len, window;
+    std::vector<int32_t> kv_lens;
+  };
+  int n = 0;
+  for (const P& x : {
+           P{16, 4, 600, 0, {800, 450}},     // GQA 4: 2 x 4 x 19 = 152 CTAs of 128 rows
+           P{16, 2, 600, 0, {600, 517}},     // GQA 8: 2 x 2 x 38 = 152
+           P{32, 8, 400, 0, {1000, 333}},    // GQA 4, 8 KV heads: 2 x 8 x 13 = 208; 600-key prefix
+           P{16, 4, 600, 257, {1100, 600}},  // sliding windows: a row block's tiles start inside
+           P{16, 2, 560, 100, {1200, 560}},  //   the sequence; pages 0 (W 257) and 0-3 (W 100) of
+                                             //   sequence 0 released; GQA 8: 140 CTAs
+       }) {
+    SplitCase c;
+    c.hq = x.hq;
+    c.hkv = x.hkv;
+    c.dim = 128;
+    c.q_len = x.q_len;
+    c.kv_lens = x.kv_lens;
+    c.window = x.window;
+    c.max_kv = *std::max_element(x.kv_lens.begin(), x.kv_lens.end());
+    c.row_tiles = 2;
+    if (n++ % 2 == 0) {
+      run_split<bf16>(c, rng);
+    } else {
+      run_split<fp16>(c, rng);
+    }
+  }
+  // Padding rows, rows after the last sequence, unmapped and out-of-range page ids.
+  SplitCase c;
+  c.hq = 16;
+  c.hkv = 4;
+  c.dim = 128;
+  c.q_len = 600;
+  c.kv_lens = {700, 600};
+  c.max_kv = 1000;  // above every kv length
+  c.pad_rows = true;
+  c.extra_rows = 3;
+  c.bad_pages = true;
+  c.row_tiles = 2;
+  run_split<bf16>(c, rng);
+  // A bidirectional block of 600 rows (every tile of a warp unmasked but the last, partial one).
+  c = SplitCase{};
+  c.mask = AttentionMask::kBidirectional;
+  c.hq = 16;
+  c.hkv = 2;
+  c.dim = 128;
+  c.q_len = 600;
+  c.kv_lens = {650, 600};
+  c.max_kv = 650;
+  c.row_tiles = 2;
+  run_split<fp16>(c, rng);
 }
 
 // Row invariance (paged_attention.h, "Split boundaries"): at batch 1, a 16-row causal verify
