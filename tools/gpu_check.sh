@@ -323,6 +323,10 @@ stage_profile() {
   local metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
   metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,sm__warps_active.avg.pct_of_peak_sustained_active
   local ncu_args=(--clock-control none --csv --page raw --metrics "$metrics")
+  # The model runs profile hundreds of launches: time and DRAM throughput only (fewer replay
+  # passes per kernel; ncu prints nothing if the timeout kills it).
+  local ncu_fast=(--clock-control none --csv --page raw
+                  --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed)
   # bench_sampling_gpu verify: 20 warm-up calls first (skipped), then 8 calls' kernels.
   timeout 240 ncu "${ncu_args[@]}" --launch-skip 80 --launch-count 40 \
     "$build_dir/bench/bench_sampling_gpu" verify >"$out/ncu_verify.csv" 2>"$out/ncu_verify.err" || status=1
@@ -330,7 +334,7 @@ stage_profile() {
   if python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err"; then
     # 16-token prompt, 12 decode steps; past the first 500 launches (load, prefill) ~3 decode
     # steps. 2,500 launches did not finish in 200 s on 2026-11-30 (ncu replays every kernel).
-    timeout 200 ncu "${ncu_args[@]}" --launch-skip 500 --launch-count 700 "$build_dir/edgespec" bench --model "$dir" \
+    timeout 200 ncu "${ncu_fast[@]}" --launch-skip 500 --launch-count 700 "$build_dir/edgespec" bench --model "$dir" \
       --prompt-len 16 --gen-len 12 --repeats 1 --json >"$out/ncu_decode06.csv" 2>"$out/ncu_decode06.err" || status=1
     summary+=("profile decode 0.6b   $([ -s "$out/ncu_decode06.csv" ] && echo ok || echo FAILED)   ncu_decode06.csv")
   else
@@ -342,7 +346,7 @@ stage_profile() {
   # The default model decoding greedily with its draft: where a speculative step's 1.44 plain
   # steps go (draft forward, 16-row verify, accept and commit kernels).
   if [ -f "${ES_SMOLLM2_GGUF:-}" ]; then
-    timeout 200 ncu "${ncu_args[@]}" --launch-skip 300 --launch-count 900 "$build_dir/edgespec" generate --model "$ES_SMOLLM2_GGUF" \
+    timeout 200 ncu "${ncu_fast[@]}" --launch-skip 300 --launch-count 900 "$build_dir/edgespec" generate --model "$ES_SMOLLM2_GGUF" \
       --draft models/smollm2-135m-instruct-dflash --backend cuda -n 64 --temperature 0 \
       -p "Write a short story about a lighthouse keeper." >"$out/ncu_spec_smollm2.csv" 2>"$out/ncu_spec_smollm2.err" || status=1
     reports+=("$out/ncu_spec_smollm2.csv")

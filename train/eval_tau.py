@@ -117,7 +117,10 @@ def main():
               "tau": float(np.mean(rounds_all)), "tau_uncapped_rounds": float(np.mean(rounds_full)) if rounds_full else None,
               "tau_per_sequence_mean": float(np.mean(per_seq)),
               "first_sequences": min(a.first, len(idx)), "tau_first_sequences": float(np.mean(first)) if first else None,
-              "tokens_per_round_histogram_1_to_BS": hist, "temperature": 0}
+              "tokens_per_round_histogram_1_to_BS": hist, "temperature": 0,
+              # (tokens, rounds) of each of the first N sequences: per-prompt τ to set against the
+              # runtime's (generate --one-at-a-time --json gives each request's accept histogram).
+              "first_sequences_tokens_rounds": [[int(sum(v)), len(v)] for v in seq_rounds[:a.first]]}
     td.print_report(result, a.json)
 
 
