@@ -10,8 +10,9 @@
 #   tools/gpu_check.sh oracle     tools/dflash_reference.py make-fixture -> $OUT/dflash_tiny.tgz
 #   tools/gpu_check.sh engine     edgespec bench (plain, replay draft, random DFlash draft) on the
 #                                 random-weight presets in ES_ENGINE_PRESETS next to the torch anchor,
-#                                 then a 4,096-token prefill and the prefix-reuse time to first token
-#                                 (4,224-token prompt, 4,096 shared)
+#                                 then a 4,096-token prefill, the prefix-reuse time to first token
+#                                 (4,224-token prompt, 4,096 shared) and the replay's verify / decode
+#                                 step costs after a 4,096-token prompt
 #   tools/gpu_check.sh smollm2    the default model's GGUF ($ES_SMOLLM2_GGUF, e.g. assembled by
 #                                 tools/device_parts.sh join) generated on cuda vs transformers
 #   tools/gpu_check.sh draft      the same GGUF with and without models/'s DFlash draft:
@@ -276,6 +277,16 @@ stage_engine() {
     else
       tail -3 "$out/prefill_$preset.err" "$out/ttft_$preset.err"
       summary+=("prefill $(printf '%-10s' "$preset") FAILED   prefill_$preset.err / ttft_$preset.err")
+      status=1
+    fi
+    # Issue 8's "verify of 16 tokens at 4k context <= 1.15x one decode step": the replay draft's
+    # isolated step costs after a 4,096-token prompt.
+    if "$build_dir/edgespec" bench --model "$dir" --replay --block-size 16 --prompt-len 4096 --gen-len 64 --json \
+         >"$out/verify4k_$preset.json" 2>"$out/verify4k_$preset.err"; then
+      summary+=("verify4k $(printf '%-10s' "$preset") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("decode_forward_ms","verify_forward_ms","verify_over_decode") if k in d))' "$out/verify4k_$preset.json")")
+    else
+      tail -3 "$out/verify4k_$preset.err"
+      summary+=("verify4k $(printf '%-10s' "$preset") FAILED   verify4k_$preset.err")
       status=1
     fi
     rm -rf "$dir" "$draft"
