@@ -10,7 +10,8 @@
 #   tools/gpu_check.sh oracle     tools/dflash_reference.py make-fixture -> $OUT/dflash_tiny.tgz
 #   tools/gpu_check.sh engine     edgespec bench (plain, replay draft, random DFlash draft) on the
 #                                 random-weight presets in ES_ENGINE_PRESETS next to the torch anchor,
-#                                 then a 4,096-token prefill, the prefix-reuse time to first token
+#                                 then a 4,096-token prefill (256-row chunks, and one 4,096-row
+#                                 forward), the prefix-reuse time to first token
 #                                 (4,224-token prompt, 4,096 shared) and the replay's verify / decode
 #                                 step costs after a 4,096-token prompt
 #   tools/gpu_check.sh smollm2    the default model's GGUF ($ES_SMOLLM2_GGUF, e.g. assembled by
@@ -271,6 +272,16 @@ stage_engine() {
     done
     # Long prompts: the whole-model prefill of 4,096 tokens, and the time to first token of a
     # 4,224-token prompt whose first 4,096 tokens an earlier request ran (reuse off vs on).
+    # The prefill also as one 4,096-row forward (--prefill-chunk): the default 256-row chunks read
+    # every weight 16 times (16 GB each for Qwen3-8B).
+    if "$build_dir/edgespec" bench --model "$dir" --prompt-len 4096 --gen-len 16 --prefill-chunk 4096 --json \
+         >"$out/prefill4096_$preset.json" 2>"$out/prefill4096_$preset.err"; then
+      summary+=("prefill $(printf '%-10s' "$preset") one 4096-row forward: $(python3 -c 'import json,sys; print("%.1f ms" % json.load(open(sys.argv[1]))["prefill_ms"])' "$out/prefill4096_$preset.json")")
+    else
+      tail -3 "$out/prefill4096_$preset.err"
+      summary+=("prefill $(printf '%-10s' "$preset") one 4096-row forward FAILED   prefill4096_$preset.err")
+      status=1
+    fi
     if "$build_dir/edgespec" bench --model "$dir" --prompt-len 4096 --gen-len 16 --json >"$out/prefill_$preset.json" 2>"$out/prefill_$preset.err" &&
        "$build_dir/edgespec" bench --model "$dir" --prefix-reuse --prompt-len 4224 --shared-len 4096 --json >"$out/ttft_$preset.json" 2>"$out/ttft_$preset.err"; then
       summary+=("prefill $(printf '%-10s' "$preset") $(python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); print("4096-token prefill %.1f ms; ttft reuse off %.1f ms, on %.1f ms, first token identical %d/%d" % (a["prefill_ms"], b["ttft_ms_reuse_off"], b["ttft_ms_reuse_on"], b["first_token_identical"], b["runs"]))' "$out/prefill_$preset.json" "$out/ttft_$preset.json")")

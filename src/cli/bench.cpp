@@ -44,6 +44,9 @@ struct BenchOptions {
   bool prefixReuse = false;   // time to first token with and without prefix reuse instead
   int32_t sharedLength = 4096;  // prefix reuse: prompt tokens shared with an earlier request
   int32_t ttftRuns = 5;         // prefix reuse: timed requests per mode (median reported)
+  // Rows of one target forward (the target's maxTokens, at least batch x verify width): a prompt
+  // is prefilled in chunks of this many rows, each reading every weight once.
+  int32_t prefillChunk = 256;
 };
 
 // Seconds per launch of `work` on `backend`: captured once and replayed where the backend can
@@ -235,6 +238,8 @@ void runBench(const BenchOptions& o) {
   ES_CHECK_ARG(o.promptLength >= 1 && o.promptLength <= 65536, kWhere, "--prompt-len", o.promptLength,
                "must be in [1, 65536]");
   ES_CHECK_ARG(o.genLength >= 2 && o.genLength <= 65536, kWhere, "--gen-len", o.genLength, "must be in [2, 65536]");
+  ES_CHECK_ARG(o.prefillChunk >= 16 && o.prefillChunk <= 65536, kWhere, "--prefill-chunk", o.prefillChunk,
+               "must be in [16, 65536]");
   ES_CHECK_ARG(o.draft.empty() || !o.replay, kWhere, "--replay", "set", "cannot be combined with --draft");
   ES_CHECK_ARG(o.blockSize >= 2 && o.blockSize <= 32, kWhere, "--block-size", o.blockSize, "must be in [2, 32]");
   ES_CHECK_ARG(o.corrupt >= 0.0f && o.corrupt <= 1.0f, kWhere, "--corrupt", o.corrupt, "must be in [0, 1]");
@@ -254,7 +259,7 @@ void runBench(const BenchOptions& o) {
   ES_CHECK_ARG(o.verifyWidth == 0 || !o.prefixReuse, kWhere, "--verify-width", o.verifyWidth,
                "cannot be combined with --prefix-reuse (its engine verifies whole blocks)");
   const int32_t W = speculative ? (o.verifyWidth == 0 ? blockSize : o.verifyWidth) : 1;
-  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, int64_t{o.batch} * W));
+  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(o.prefillChunk, int64_t{o.batch} * W));
   const Clock::time_point l0 = Clock::now();
   model::TargetModel target(o.model, *backend, maxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;
@@ -297,6 +302,7 @@ void runBench(const BenchOptions& o) {
 
   nlohmann::json out = {{"model", o.model}, {"backend", backend->name()}, {"batch", o.batch},
                         {"prompt_len", o.promptLength}, {"gen_len", o.genLength}, {"load_s", loadS},
+                        {"prefill_chunk", maxTokens},
                         {"prefill_ms", 1e3 * plainStats.prefillSeconds / o.batch},
                         {"plain_tok_s", plainTokS}, {"plain_step_ms", stepMs}};
   if (speculative) {
@@ -425,6 +431,9 @@ void addBenchCommand(CLI::App& app) {
   cmd->add_option("-b,--batch", options->batch, "Sequences decoded together")->capture_default_str();
   cmd->add_option("--prompt-len", options->promptLength, "Prompt tokens (random ids)")->capture_default_str();
   cmd->add_option("--gen-len", options->genLength, "Tokens generated per sequence")->capture_default_str();
+  cmd->add_option("--prefill-chunk", options->prefillChunk,
+                  "Rows of one target forward: prompts prefill in chunks this long (each chunk reads every weight)")
+      ->capture_default_str();
   cmd->add_option("--repeats", options->repeats, "Launches per isolated step timing")->capture_default_str();
   cmd->add_option("--backend", options->backend, "auto (GPU if present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))

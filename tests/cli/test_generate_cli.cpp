@@ -209,6 +209,16 @@ TEST(CliDraft, BenchReplayDraftAcceptsWholeBlocksAndMatchesPlain) {
   EXPECT_GT(out["tau"].get<double>(), 3.5);  // 32 tokens in blocks of 4 (the last one cut by the budget)
   EXPECT_GT(out["plain_tok_s"].get<double>(), 0.0);
   EXPECT_GT(out["verify_forward_ms"].get<double>(), 0.0);
+  EXPECT_EQ(out["prefill_chunk"].get<int>(), 256);  // the default rows per target forward
+
+  // --prefill-chunk 16: the 40-token prompt prefills in 3 forwards; the run is still exact.
+  const nlohmann::json chunked = runJson({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size",
+                                          "4", "--prompt-len", "40", "--gen-len", "9", "--repeats", "1",
+                                          "--prefill-chunk", "16", "--json"});
+  EXPECT_EQ(chunked["prefill_chunk"].get<int>(), 16);
+  EXPECT_EQ(chunked["identical_prefix_fraction"].get<double>(), 1.0);
+  test::expectInvalidArgument(
+      [&] { runCli({"bench", "--model", target, "--backend", "cpu", "--prefill-chunk", "8"}); }, "--prefill-chunk");
 }
 
 // --verify-width W (bench): a replay draft of block 4 verified 2 rows at a time emits at most 2
