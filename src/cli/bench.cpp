@@ -310,29 +310,22 @@ void runBench(const BenchOptions& o) {
     if (draft) {
       proposer = std::make_unique<runtime::DFlashProposer>(*draft);
     } else {
-      auto record = [&](const std::vector<runtime::GenerationResult>& runs) {
-        std::vector<std::vector<int32_t>> recordings;
-        for (size_t r = 0; r < requests.size(); ++r) {
-          std::vector<int32_t> rec = requests[r].prompt;
-          rec.insert(rec.end(), runs[r].tokens.begin(), runs[r].tokens.end());
-          recordings.push_back(std::move(rec));
-        }
-        return recordings;
-      };
       const int32_t V = static_cast<int32_t>(config.vocab_size);
       // The greedy run to replay is recorded from the speculative decoder itself (replaying the
       // plain run): on the GPU at batch > 1, verify rows and decode rows round differently in
       // bf16, so on a random-weight model, whose logits are full of near-ties, plain's tokens
       // can stop matching the verify's argmax after the first tie; the speculative run's own
       // tokens do not (same rows, same kernels, same context). At batch 1 both are the same.
+      using runtime::ReplayProposer;
       std::vector<runtime::GenerationResult> recorded;
       {
         kv::KvCacheManager cache(kvc, backend->space());
-        runtime::ReplayProposer first(*backend, BS, o.batch, record(plain), V, 0.0f);
+        ReplayProposer first(*backend, BS, o.batch, ReplayProposer::recordingsOf(requests, plain), V, 0.0f);
         recorded = runtime::SpeculativeDecoder(target, first, cache, runtime::EngineOptions{.verifyWidth = W})
                        .generate(requests);
       }
-      proposer = std::make_unique<runtime::ReplayProposer>(*backend, BS, o.batch, record(recorded), V, o.corrupt);
+      proposer = std::make_unique<ReplayProposer>(*backend, BS, o.batch, ReplayProposer::recordingsOf(requests, recorded),
+                                                  V, o.corrupt);
     }
     kv::KvCacheManager cache(kvc, backend->space());
     runtime::SpeculativeDecoder decoder(target, *proposer, cache, runtime::EngineOptions{.verifyWidth = W});

@@ -111,7 +111,7 @@ void launch(const ArgmaxParams& p, cudaStream_t stream) {
   }
   ES_CHECK_ARG(p.rows <= 65535, "kernel::argmax_rows", "rows", p.rows, "must be <= 65535");
   kernel::cluster::launch(argmax_kernel<T>, dim3(split, p.rows, 1), dim3(kArgmaxThreads), split, stream,
-                  static_cast<const T*>(p.logits), p.vocab, stride, p.out, split);
+                          static_cast<const T*>(p.logits), p.vocab, stride, p.out, split);
 }
 
 }  // namespace

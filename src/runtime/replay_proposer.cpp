@@ -88,4 +88,18 @@ void ReplayProposer::propose(const model::DraftProposalInputs& in, kv::KvCacheMa
   }
 }
 
+std::vector<std::vector<int32_t>> ReplayProposer::recordingsOf(const std::vector<GenerationRequest>& requests,
+                                                                const std::vector<GenerationResult>& results) {
+  ES_CHECK_ARG(results.size() == requests.size(), "ReplayProposer::recordingsOf", "results.size()", results.size(),
+               "must equal requests.size() = ", requests.size());
+  std::vector<std::vector<int32_t>> recordings;
+  recordings.reserve(requests.size());
+  for (size_t r = 0; r < requests.size(); ++r) {
+    std::vector<int32_t> rec = requests[r].prompt;
+    rec.insert(rec.end(), results[r].tokens.begin(), results[r].tokens.end());
+    recordings.push_back(std::move(rec));
+  }
+  return recordings;
+}
+
 }  // namespace es::runtime

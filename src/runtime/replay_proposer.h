@@ -9,6 +9,7 @@
 #include "common/buffer.h"
 #include "ops/backend.h"
 #include "runtime/draft_proposer.h"
+#include "runtime/generation.h"
 
 namespace es::runtime {
 
@@ -19,6 +20,10 @@ class ReplayProposer final : public DraftProposer {
   ReplayProposer(ops::Backend& backend, int32_t blockSize, int32_t maxBatch,
                  std::vector<std::vector<int32_t>> recordings, int32_t vocab, float corruptRate,
                  uint64_t seed = 1);
+
+  // The recordings of a run: requests[r]'s prompt followed by the tokens results[r] generated.
+  static std::vector<std::vector<int32_t>> recordingsOf(const std::vector<GenerationRequest>& requests,
+                                                        const std::vector<GenerationResult>& results);
 
   int32_t blockSize() const override { return blockSize_; }
   int32_t maxContextRows() const override { return INT32_MAX; }

@@ -126,12 +126,7 @@ TEST(DecodeEngineGpu, GraphsReplayExactlyTheEagerSteps) {
       EXPECT_EQ(graphed[r].tokens, eager[r].tokens) << "plain, request " << r;
       EXPECT_EQ(graphed[r].tokens.size(), static_cast<size_t>(requests[r].maxNewTokens));
     }
-    std::vector<std::vector<int32_t>> recordings;
-    for (size_t r = 0; r < requests.size(); ++r) {
-      std::vector<int32_t> rec = requests[r].prompt;
-      rec.insert(rec.end(), eager[r].tokens.begin(), eager[r].tokens.end());
-      recordings.push_back(rec);
-    }
+    const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, eager);
     ReplayProposer replayA(*gpu, 8, 3, recordings, V, 0.3f), replayB(*gpu, 8, 3, recordings, V, 0.3f);
     const std::vector<GenerationResult> specEager = run(false, &replayA), specGraphed = run(true, &replayB);
     for (size_t r = 0; r < requests.size(); ++r) EXPECT_EQ(specGraphed[r].tokens, specEager[r].tokens) << "speculative, request " << r;
@@ -149,12 +144,7 @@ TEST(DecodeEngineGpu, ReplaySpeculationEqualsPlainGreedyUpToNearTies) {
     kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16), MemorySpace::kDevice);
     plain = PlainDecoder(target, cache).generate(requests);
   }
-  std::vector<std::vector<int32_t>> recordings;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    std::vector<int32_t> rec = requests[r].prompt;
-    rec.insert(rec.end(), plain[r].tokens.begin(), plain[r].tokens.end());
-    recordings.push_back(rec);
-  }
+  const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, plain);
   NearTieJudge judge;
   int divergences = 0;
   for (const int32_t BS : {4, 16}) {
@@ -268,12 +258,7 @@ TEST(DecodeEngineGpu, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
     kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
     plain = PlainDecoder(target, cache).generate(requests);
   }
-  std::vector<std::vector<int32_t>> recordings;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    std::vector<int32_t> rec = requests[r].prompt;
-    rec.insert(rec.end(), plain[r].tokens.begin(), plain[r].tokens.end());
-    recordings.push_back(rec);
-  }
+  const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, plain);
   int64_t fullWidthAccepts = 0;
   for (size_t r = 0; r < requests.size(); ++r) {
     SCOPED_TRACE(::testing::Message() << "request " << r << " alone");

@@ -116,12 +116,7 @@ TEST(SpeculativeDecoder, RaggedBatchEqualsPlainGreedy) {
     kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
     plain = PlainDecoder(target, cache).generate(requests);
   }
-  std::vector<std::vector<int32_t>> recordings;
-  for (size_t r = 0; r < requests.size(); ++r) {
-    std::vector<int32_t> rec = requests[r].prompt;
-    rec.insert(rec.end(), plain[r].tokens.begin(), plain[r].tokens.end());
-    recordings.push_back(rec);
-  }
+  const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, plain);
   kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
   ReplayProposer proposer(*backend, 4, 3, recordings, V, 0.3f, 5);
   SpeculativeDecoder decoder(target, proposer, cache);
@@ -247,12 +242,7 @@ TEST(SpeculativeDecoder, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
       kv::KvCacheManager cache(cacheFor(target, n), MemorySpace::kHost);
       plain = PlainDecoder(target, cache).generate(*requests);
     }
-    std::vector<std::vector<int32_t>> recordings;
-    for (int32_t r = 0; r < n; ++r) {
-      std::vector<int32_t> rec = (*requests)[static_cast<size_t>(r)].prompt;
-      rec.insert(rec.end(), plain[static_cast<size_t>(r)].tokens.begin(), plain[static_cast<size_t>(r)].tokens.end());
-      recordings.push_back(rec);
-    }
+    const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(*requests, plain);
     for (const int32_t W : {2, 3, 5, BS}) {
       for (const float corrupt : {0.0f, 0.3f}) {
         SCOPED_TRACE(::testing::Message() << "batch " << n << " W " << W << " corrupt " << corrupt);
