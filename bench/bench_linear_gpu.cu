@@ -285,11 +285,14 @@ void bench_gemm_peak(cudaStream_t stream, kernel::LinearContext& ctx) {
 
 int run(int argc, char** argv) {
   bool sweep = false;
+  bool peak_only = false;  // --gemm-peak: only the GEMM peak (seconds), for gpu_check's engine stage
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
+    } else if (std::strcmp(argv[i], "--gemm-peak") == 0) {
+      peak_only = true;
     } else {
-      std::fprintf(stderr, "usage: bench_linear_gpu [--sweep]\n");
+      std::fprintf(stderr, "usage: bench_linear_gpu [--sweep | --gemm-peak]\n");
       return 2;
     }
   }
@@ -297,6 +300,11 @@ int run(int argc, char** argv) {
   cudaStream_t stream = bench::openDeviceStream("bench_linear_gpu", &prop);
   if (stream == nullptr) return 1;
   kernel::LinearContext ctx;
+  if (peak_only) {
+    bench_gemm_peak(stream, ctx);
+    ES_CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+  }
 
   double ceiling = 0;
   {

@@ -11,7 +11,8 @@
 #   tools/gpu_check.sh engine     edgespec bench (plain, replay draft, random DFlash draft) on the
 #                                 random-weight presets in ES_ENGINE_PRESETS next to the torch anchor,
 #                                 then a 4,096-token prefill (256-row chunks, and one 4,096-row
-#                                 forward), the prefix-reuse time to first token
+#                                 forward as a share of the cuBLASLt bf16 GEMM peak measured
+#                                 first, tools/prefill_share.py), the prefix-reuse time to first token
 #                                 (4,224-token prompt, 4,096 shared) and the replay's verify / decode
 #                                 step costs after a 4,096-token prompt
 #   tools/gpu_check.sh smollm2    the default model's GGUF ($ES_SMOLLM2_GGUF, e.g. assembled by
@@ -248,7 +249,15 @@ stage_oracle() {
 # The decode engine end to end on random-weight presets: plain decode (CUDA graphs), the replay
 # draft (tau = 16) and a random 5-layer DFlash draft of the public shape, next to torch's decode.
 stage_engine() {
-  local status=0 preset
+  local status=0 preset peak=""
+  # The bf16 GEMM peak (cuBLASLt, 8192^3) the 4,096-row prefill is judged against, in this call.
+  if "$build_dir/bench/bench_linear_gpu" --gemm-peak >"$out/gemm_peak.txt" 2>&1; then
+    peak=$(awk '$1 == "square" {print $(NF - 1)}' "$out/gemm_peak.txt")
+    summary+=("gemm peak             ${peak:-?} TFLOP/s (cuBLASLt bf16 8192^3)   gemm_peak.txt")
+  else
+    summary+=("gemm peak             FAILED   gemm_peak.txt")
+    status=1
+  fi
   for preset in ${ES_ENGINE_PRESETS:-qwen3-0.6b qwen3-8b}; do
     local dir="/dev/shm/es_$preset" draft="/dev/shm/es_${preset}_draft"
     if ! python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err" ||
@@ -277,6 +286,7 @@ stage_engine() {
     if "$build_dir/edgespec" bench --model "$dir" --prompt-len 4096 --gen-len 16 --prefill-chunk 4096 --json \
          >"$out/prefill4096_$preset.json" 2>"$out/prefill4096_$preset.err"; then
       summary+=("prefill $(printf '%-10s' "$preset") one 4096-row forward: $(python3 -c 'import json,sys; print("%.1f ms" % json.load(open(sys.argv[1]))["prefill_ms"])' "$out/prefill4096_$preset.json")")
+      [ -n "$peak" ] && summary+=("prefill $(printf '%-10s' "$preset") $(python3 tools/prefill_share.py "$dir" "$out/prefill4096_$preset.json" "$peak")")
     else
       tail -3 "$out/prefill4096_$preset.err"
       summary+=("prefill $(printf '%-10s' "$preset") one 4096-row forward FAILED   prefill4096_$preset.err")
