@@ -75,6 +75,7 @@ case "${1:-}" in
     ;;
   train)
     shift
+    prepare  # a fresh machine has only the GGUF parts: the HF folder the training reads comes first
     set +e
     python3 train/train_dflash.py --model "$work/smollm2" --data "$work/responses.npz" --out "$work/draft" "$@" \
       2>&1 | tee "$out/train_stdout.txt"
@@ -111,6 +112,7 @@ case "${1:-}" in
     ;;
   eval)
     shift
+    prepare
     python3 train/eval_tau.py --model "$work/smollm2" --draft "$work/draft" --data "$work/responses.npz" \
       --json "$out/tau.json" "$@"
     ;;
