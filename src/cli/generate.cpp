@@ -40,6 +40,7 @@ struct GenerateOptions {
   std::string draft;  // a DFlash draft folder: speculative decoding
   bool noDraft = false;  // never the default model's shipped draft
   std::string verifyWidth = "auto";  // rows per speculative step (resolveVerifyWidth)
+  std::string prefillChunk = "auto";  // rows per prefill forward (resolvePrefillChunk)
   std::string prompt = "Write one sentence about the sea.";
   std::string system;
   int32_t maxNewTokens = 128;
@@ -339,8 +340,8 @@ void runGenerate(const GenerateOptions& o) {
 
   std::fprintf(stderr, "[edgespec] loading %s on the %s backend\n", dir.string().c_str(),
                backend->name().c_str());
-  // Rows of one forward: prefill chunks (256), and one verify block per request (the draft's
-  // block size, read from its config before anything loads).
+  // Rows of one forward: prefill chunks (resolvePrefillChunk), and one verify block per request
+  // (the draft's block size, read from its config before anything loads).
   const std::vector<int32_t> taps =
       draftDir.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(dir));
   const int32_t blockSize = draftDir.empty() ? 1 : model::DFlashDraft::blockSizeOf(draftDir);
@@ -350,7 +351,10 @@ void runGenerate(const GenerateOptions& o) {
     std::fprintf(stderr, "[edgespec] --verify-width %s has no effect: plain decoding (no draft)\n",
                  o.verifyWidth.c_str());
   }
-  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(256, int64_t{batchRows} * verifyWidth));
+  int64_t longestPrompt = 0;
+  for (const auto& p : prompts) longestPrompt = std::max<int64_t>(longestPrompt, static_cast<int64_t>(p.size()));
+  const int32_t prefillChunk = resolvePrefillChunk(o.prefillChunk, backend->name(), longestPrompt);
+  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(prefillChunk, int64_t{batchRows} * verifyWidth));
   model::TargetModel target(dir, *backend, maxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;
   if (!draftDir.empty()) {
@@ -446,7 +450,8 @@ void runGenerate(const GenerateOptions& o) {
                               {"prompt_tokens", prompts[static_cast<size_t>(r)].size()},
                               {"prompt_ids", prompts[static_cast<size_t>(r)]}, {"stop_ids", stops},
                               {"finish_reason", finish}, {"backend", backend->name()}, {"load_s", loadS},
-                              {"time_to_first_token_s", ttftS}, {"decode_tok_s", tokS}};
+                              {"time_to_first_token_s", ttftS}, {"decode_tok_s", tokS},
+                              {"prefill_chunk", maxTokens}};
         if (n > 1) out["request"] = r;
         if (answer.stopped()) out["stop_string_hit"] = true;
         if (cache.prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
@@ -510,6 +515,19 @@ int32_t resolveVerifyWidth(std::string_view flag, std::string_view backendName, 
   return w;
 }
 
+int32_t resolvePrefillChunk(std::string_view flag, std::string_view backendName, int64_t longestPrompt) {
+  if (flag == "auto") {
+    if (backendName != "cuda") return 256;
+    const int64_t rounded = (std::max<int64_t>(longestPrompt, 1) + 255) / 256 * 256;
+    return static_cast<int32_t>(std::clamp<int64_t>(rounded, 256, kMaxAutoPrefillChunk));
+  }
+  int32_t rows = 0;
+  const auto [end, ec] = std::from_chars(flag.data(), flag.data() + flag.size(), rows);
+  ES_CHECK_ARG(ec == std::errc() && end == flag.data() + flag.size() && rows >= 16 && rows <= 65536, "generate",
+               "--prefill-chunk", std::string(flag), "must be auto or an integer in [16, 65536]");
+  return rows;
+}
+
 void addGenerateCommand(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (greedy or sampled; speculative with --draft)");
@@ -523,6 +541,10 @@ void addGenerateCommand(CLI::App& app) {
                   "Rows a speculative step verifies per request, 2 to the draft's block size: the anchor and "
                   "the first drafts of the block (auto: the block size on cuda, " +
                       std::to_string(kCpuVerifyWidth) + " on cpu)")
+      ->capture_default_str();
+  cmd->add_option("--prefill-chunk", options->prefillChunk,
+                  "Rows of one prefill forward (each reads every weight): auto (cuda: the longest prompt, "
+                  "256 to 4096; cpu: 256) or an integer in [16, 65536]")
       ->capture_default_str();
   cmd->add_option("-p,--prompt", options->prompt, "The user message")->capture_default_str();
   cmd->add_option("--system", options->system, "A system message");

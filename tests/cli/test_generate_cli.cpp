@@ -82,6 +82,43 @@ TEST(CliGenerate, StopStringEndsTheAnswerBeforeIt) {
   for (size_t i = 0; i < cut["tokens"].size(); ++i) EXPECT_EQ(cut["tokens"][i], full["tokens"][i]);
 }
 
+// --prefill-chunk: a prompt longer than the chunk prefills in several forwards and gives the same
+// tokens as one forward; the JSON reports the rows; bad values are refused by name.
+TEST(CliGenerate, PrefillChunkIsExactAndChecked) {
+  test::TempDir tmp;
+  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "the quick brown fox ";
+  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "-n", "12", "--raw",
+                                         "--model", (tmp / "q.gguf").string(), "--prompt", prompt};
+  const nlohmann::json whole = runJson(base);
+  ASSERT_GT(whole["prompt_tokens"].get<int>(), 32);  // at least three 16-row forwards below
+  EXPECT_EQ(whole["prefill_chunk"].get<int>(), 256);  // auto on the cpu
+  std::vector<std::string> chunked = base;
+  chunked.insert(chunked.end(), {"--prefill-chunk", "16"});
+  const nlohmann::json parts = runJson(chunked);
+  EXPECT_EQ(parts["prefill_chunk"].get<int>(), 16);
+  EXPECT_EQ(parts["tokens"], whole["tokens"]);
+  for (const char* bad : {"8", "65537", "big", "16x", ""}) {
+    SCOPED_TRACE(bad);
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--prefill-chunk", bad});
+    test::expectInvalidArgument([&] { runCli(args); }, "--prefill-chunk");
+  }
+}
+
+// auto: cuda takes the longest prompt rounded up to 256 rows, within [256, 4096]; cpu 256.
+TEST(CliGenerate, PrefillChunkResolution) {
+  EXPECT_EQ(resolvePrefillChunk("auto", "cpu", 5000), 256);
+  EXPECT_EQ(resolvePrefillChunk("auto", "cuda", 1), 256);
+  EXPECT_EQ(resolvePrefillChunk("auto", "cuda", 256), 256);
+  EXPECT_EQ(resolvePrefillChunk("auto", "cuda", 257), 512);
+  EXPECT_EQ(resolvePrefillChunk("auto", "cuda", 4096), 4096);
+  EXPECT_EQ(resolvePrefillChunk("auto", "cuda", 100000), kMaxAutoPrefillChunk);
+  EXPECT_EQ(resolvePrefillChunk("16", "cuda", 100000), 16);
+  EXPECT_EQ(resolvePrefillChunk("65536", "cpu", 1), 65536);
+}
+
 TEST(CliGenerate, InputFileBatchEqualsRequestsAlone) {
   test::TempDir tmp;
   test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
