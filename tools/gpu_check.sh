@@ -34,9 +34,6 @@
 #                                 both ways, torch_anchor.py --sampling, and T = 1 generations of
 #                                 $ES_SMOLLM2_GGUF (plain and with models/'s draft; top-p 0.9 for
 #                                 fullrowsplit) that must give the same tokens both ways (~3 min)
-#   tools/gpu_check.sh chunkfast  A/B of the candidate mode's chunk stage in registers (ES_CHUNK_FAST=0 / 1:
-#                                 chunk_kernel / chunk_fast_kernel), as fullrowsplit, generations with
-#                                 top-k 50 + top-p 0.9 (~3 min)
 #   tools/gpu_check.sh prefillab  A/B of the prefill attention row tiles (ES_ATTN_ROWTILES=1 / default 2):
 #                                 test_paged_attention_gpu both ways (timeout 300), bench_attention_gpu
 #                                 both ways, and edgespec bench's 4,096-token prefill of a random
@@ -502,9 +499,8 @@ if build; then
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
-      chunkfast) sampling_ab ES_CHUNK_FAST chunkfast --top-k 50 --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, chunkfast, prefillab)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab)" >&2; status=2 ;;
     esac
   done
 else

@@ -2,14 +2,14 @@
 //
 //  small_vocab_kernel  V <= 4096: one CTA per row, the row's order keys in shared memory.
 //                      k <= 512: radix select + candidate bitonic sort; else a full bitonic sort.
-//  chunk_kernel        general path, k <= kcap: the row is split into chunks (one CTA each, so
-//                      batch 1 spreads over ~75 SMs for V = 151936); each writes its local top-k
-//                      candidates (sorted composites) to the workspace.
-//  final_kernel        one CTA per row merges the chunk candidates (radix select again), then the
-//                      same finalisation and emission as the small-vocab candidate mode.
-//  chunk_fast_kernel,  the default replacements of the two (ES_CHUNK_FAST=0 restores them): the
-//  final_fast_kernel   same records and outputs, entries in registers, persistent chunk CTAs
-//                      that prefetch their next chunk, a tighter pre-filter threshold.
+//  chunk_fast_kernel   general path, k <= kcap: the rows are split into (row, chunk) items of
+//                      2048-8192 entries, walked by persistent CTAs (as many as are resident)
+//                      that prefetch their next chunk; the entries stay in registers, a
+//                      pre-filter threshold leaves ~55 survivors, and each item writes its local
+//                      top-k candidates (sorted composites) and a poison flag to the workspace.
+//  final_fast_kernel   one CTA per row merges the chunk candidates (records in registers, the
+//                      same pre-filter), then the same finalisation and emission as the
+//                      small-vocab candidate mode.
 //  full_row_kernel     general path, top-k off or k > kcap: one CTA per row, or for up to 64
 //                      long rows (plan.fullrow_split) one cluster of 2-16 CTAs per row; radix
 //                      threshold searches over the row (4 passes each, by count for top-k and by
@@ -259,110 +259,28 @@ __device__ __forceinline__ size_t chunk_stride(const RowsArgs& a) {  // u64 word
   return static_cast<size_t>(min(a.plan.kcap, a.plan.chunk_len)) + 1;
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) chunk_kernel(RowsArgs a) {
-  __shared__ uint32_t keys[kMaxChunk];
-  __shared__ uint64_t cand[kMaxCandidateTopK];
-  __shared__ SelectShared ss;
-  __shared__ BlockScratch scratch;
-  const int row = blockIdx.y, chunk = blockIdx.x, V = a.vocab;
-  const RowParams rp = row_params(a, row);
-  if (!candidate_row(a, rp)) return;
-  const int start = chunk * a.plan.chunk_len;
-  const int len = min(a.plan.chunk_len, V - start);
-  const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V + start;
-  kernel::pdl::trigger();  // the final kernel may be scheduled as the last chunk CTAs start
-  uint64_t local = 0;
-  constexpr int kPer = kMaxChunk / kThreads;  // all loads issued before any is used
-  float raw[kPer];
-  const bool vec = load_entries<kMaxChunk>(x, len, raw);
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int i = entry_index(r, vec);
-    if (i < len) {
-      const float s = scale_logit(raw[r], rp.inv_t, rp.greedy);
-      keys[i] = order_key(s);
-      local |= poisons_row(s) ? 1ull : 0ull;
-    }
-  }
-  const uint64_t poisoned = block_max_u64(local, scratch);
-  const int kc = min(rp.k, len);
-  select_top_candidates(
-      [&](int i) { return composite(keys[i], static_cast<uint32_t>(start + i)); }, len, kc, cand,
-      ss, scratch);
-  uint64_t* out = static_cast<uint64_t*>(a.workspace) +
-                  (static_cast<size_t>(row) * a.plan.chunks + chunk) * chunk_stride(a);
-  for (int j = threadIdx.x; j < kc; j += kThreads) out[j] = cand[j];
-  if (threadIdx.x == 0) out[chunk_stride(a) - 1] = poisoned;
-}
-
-__global__ void __launch_bounds__(kThreads) final_kernel(RowsArgs a) {
-  extern __shared__ __align__(16) uint8_t dyn[];
-  __shared__ CandShared cs;
-  __shared__ SelectShared ss;
-  __shared__ BlockScratch scratch;
-  const int row = blockIdx.x, V = a.vocab;
-  const RowParams rp = row_params(a, row);
-  if (!candidate_row(a, rp)) return;
-  kernel::pdl::trigger();
-  kernel::pdl::wait();  // launched as a dependent of chunk_kernel: its candidates are visible after this
-  uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
-  const int chunks = a.plan.chunks;
-  const int kfull = min(rp.k, a.plan.chunk_len);
-  const int klast = min(rp.k, V - (chunks - 1) * a.plan.chunk_len);
-  const int n = (chunks - 1) * kfull + klast;
-  const size_t stride = chunk_stride(a);
-  const uint64_t* ws = static_cast<const uint64_t*>(a.workspace) + static_cast<size_t>(row) * chunks * stride;
-  uint64_t local = 0;
-  constexpr int kPer = kMaxFinalCandidates / kThreads;  // all loads issued before any is used
-  uint64_t vals[kPer];
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int i = threadIdx.x + r * kThreads;
-    const int c = i / kfull;
-    vals[r] = i < n ? __ldcg(reinterpret_cast<const unsigned long long*>(ws) + c * stride + (i - c * kfull)) : 0;
-  }
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int i = threadIdx.x + r * kThreads;
-    if (i < n) {
-      buf[i] = vals[r];
-      local = umax64(local, static_cast<uint64_t>(composite_key(vals[r])));
-    }
-  }
-  for (int c = threadIdx.x; c < chunks; c += kThreads) {
-    if (ws[c * stride + stride - 1] != 0) local |= 1ull << 32;
-  }
-  const uint64_t red = block_max_u64(local, scratch);  // also publishes buf[]
-  if ((red >> 32) != 0 || static_cast<uint32_t>(red) == kMinusInfKey) {
-    emit_uniform(a, row);
-    return;
-  }
-  select_top_candidates([&](int i) { return buf[i]; }, n, rp.k, cs.cand, ss, scratch);
-  const int cut = finalize_sorted(cs.cand, rp.k, rp, a.mode, cs.aux, cs.prob, scratch);
-  emit_candidates(a, row, cs.cand, cut, cs);
-}
-
 // ---------------------------------------------------------------------------------------------
-// General path, candidate mode: the fast chunk stage (default; ES_CHUNK_FAST=0 runs chunk_kernel
-// and final_kernel instead of chunk_fast_kernel and final_fast_kernel).
+// General path, candidate mode: the chunk stage (chunk_fast_kernel).
 //
-// Writes exactly what chunk_kernel writes (each chunk's top-kc composites sorted descending, and
-// the poison flag; kc = min(k, chunk length)), for the unchanged final_kernel. What differs:
+// Record of one (row, chunk) item in the workspace (chunk_stride(a) u64 words): the chunk's
+// top-kc composites sorted descending (kc = min(k, chunk length)) in words [0, kc), and the
+// poison flag (non-zero: some scaled logit of the chunk is NaN / +inf) in the last word; a
+// poisoned item writes only the flag. final_fast_kernel merges a row's records. How:
 //  * persistent CTAs (as many as are resident at once) walk the (row, chunk) items with a
 //    stride of gridDim.x and issue the next item's loads before processing the current one, so
-//    every CTA keeps its next chunk's bytes in flight: chunk_kernel's CTAs loaded, then computed
-//    for ~10 us with nothing in flight (DRAM at 25 % of peak on the H200 for 256 rows);
+//    every CTA keeps its next chunk's bytes in flight (one CTA per chunk that loads, then
+//    computes for ~10 us with nothing in flight reached only 25 % of DRAM peak on the H200 for
+//    256 rows);
 //  * the entries stay in registers: the thread maximum, the threshold and the survivors come
-//    from registers (chunk_kernel staged 8192 keys in shared memory, with 4-way bank conflicts
-//    on the stores, and read them twice), in the float domain (one compare per entry; the
-//    order keys of floats are monotone, -0 == +0 in both);
-//  * a tighter threshold (kernels/sampling_chunk_prefilter.h: the kc-th largest of each warp's
-//    largest thread maxima, ~55 survivors of 8192 for k = 50 instead of ~137), so the rank
-//    sort (O(m^2)) shrinks ~6x;
-//  * 3 block barriers per chunk instead of 8, no shared atomics per entry (one per warp);
+//    from registers (no staging of 8192 keys in shared memory, whose stores have 4-way bank
+//    conflicts), in the float domain (one compare per entry; the order keys of floats are
+//    monotone, -0 == +0 in both);
+//  * a tight threshold (kernels/sampling_chunk_prefilter.h: the kc-th largest of each warp's
+//    largest thread maxima, ~55 survivors of 8192 for k = 50, against ~137 for
+//    select_top_candidates' min-over-warps threshold), so the rank sort (O(m^2)) is short;
+//  * 3 block barriers per chunk, no shared atomics per entry (one per warp);
 //  * the rare chunk with > 512 survivors (ties; every entry -inf) stages its keys in shared
-//    memory and runs chunk_kernel's select_top_candidates (radix select) unchanged.
+//    memory and runs select_top_candidates (radix select).
 
 template <int R>
 struct alignas(16) ChunkFastShared {
@@ -501,9 +419,10 @@ __device__ __forceinline__ void warp_top_values(uint32_t v, int jp, uint32_t* ds
   if (lane >= 32 - jp) dst[31 - lane] = v;
 }
 
-// Fallback of one item (> kMaxCandidateTopK survivors: many ties, or a row of -inf): chunk_kernel's
-// selection, on the chunk's keys computed as chunk_kernel computes them (re-read from global
-// memory, L2 after the first read: rare, and it keeps s[] out of the registers live here).
+// Fallback of one item (> kMaxCandidateTopK survivors: many ties, or a row of -inf): the radix
+// select (select_top_candidates) over the chunk's order keys, staged in shared memory (re-read
+// from global memory, L2 after the first read: rare, and it keeps s[] out of the registers live
+// here).
 // Called by every thread; starts after a barrier that ends every read of sh.ss.tmp, sh.keys and
 // sh.cand of earlier items, and ends with one (select_top_candidates').
 template <typename T, int R>
@@ -524,7 +443,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   constexpr int kPer = 4 * R;             // entries per thread
   constexpr int kCap = kPer * kThreads;   // entries per chunk, at most (>= plan.chunk_len)
   __shared__ ChunkFastShared<R> sh;
-  kernel::pdl::trigger();  // final_kernel may be scheduled as CTAs of this grid finish
+  kernel::pdl::trigger();  // final_fast_kernel may be scheduled as CTAs of this grid finish
   const int items = a.rows * a.plan.chunks;
   const size_t stride = chunk_stride(a);
   const T* logits = static_cast<const T*>(a.logits);
@@ -584,7 +503,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     uint32_t poisoned = 0;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) poisoned |= sh.warp_bad[w];
-    if (poisoned) {  // block-uniform: the row is uniform (final_kernel); no candidates needed
+    if (poisoned) {  // block-uniform: the row is uniform (final_fast_kernel); no candidates needed
       if (t == 0) out[stride - 1] = 1;
       __syncthreads();  // every read of warp_bad is done before the next item rewrites it
       continue;
@@ -657,15 +576,17 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   }
 }
 
-// The fast final stage (with chunk_fast_kernel; ES_CHUNK_FAST=0 runs final_kernel): the same
-// merge and outputs as final_kernel, with the chunk records held in registers (slot r of thread
-// t = candidate t + r kThreads of the concatenated records, index order within equal keys) and
-// the union threshold of kernels/sampling_chunk_prefilter.h instead of select_top_candidates'
-// min-over-warps one. Why: at 256 rows (verify) the old threshold kept ~375 of 950 candidates
-// (up to ~710, simulated), so the rank sort was long and the > 512 rows fell back to the radix
-// select; one wave of CTAs waits for its slowest. The union keeps ~60 (at most ~80). Uniform
-// rows are found from the same warp maxima (no separate block reduction). > 512 survivors:
-// final_kernel's select over the candidates staged from the workspace.
+// The final stage (after chunk_fast_kernel): one CTA per row merges the row's chunk records
+// (the row's top-k of their concatenated candidates: uniform if a chunk is poisoned or the row
+// maximum is -inf), then finalize_sorted and emit_candidates as in the small-vocab candidate
+// mode. The records are held in registers (slot r of thread t = candidate t + r kThreads of the
+// concatenated records, index order within equal keys) and filtered by the union threshold of
+// kernels/sampling_chunk_prefilter.h rather than select_top_candidates' min-over-warps one. Why:
+// at 256 rows (verify) the min-over-warps threshold keeps ~375 of 950 candidates (up to ~710,
+// simulated), so the rank sort is long and the > 512 rows fall back to the radix select; one
+// wave of CTAs waits for its slowest. The union keeps ~60 (at most ~80). Uniform rows are found
+// from the same warp maxima (no separate block reduction). > 512 survivors: the radix select
+// (select_top_candidates) over the candidates staged from the workspace.
 struct FinalFastShared {
   alignas(16) uint32_t uni[kThreads];  // the union U (keys); warp w's jp largest thread maxima first
   uint32_t warp_bad[kWarps];           // warp w saw a poisoned chunk
@@ -721,7 +642,7 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
     poisoned |= fs.warp_bad[w];
     row_max = max(row_max, fs.uni[w * jp]);  // each warp's largest
   }
-  if (poisoned || row_max == kMinusInfKey) {  // block-uniform; final_kernel's condition
+  if (poisoned || row_max == kMinusInfKey) {  // block-uniform: the row is uniform
     emit_uniform(a, row);
     return;
   }
@@ -762,7 +683,7 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
   }
   __syncthreads();  // B3: the survivors and their count are complete
   const int m = fs.count;
-  if (m > kMaxCandidateTopK) {  // block-uniform: final_kernel's select over the staged candidates
+  if (m > kMaxCandidateTopK) {  // block-uniform: the radix select over the staged candidates
     uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
     for (int i = t; i < n; i += kThreads) {
       const int ci = i / kfull;
@@ -990,21 +911,9 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
     return;
   }
   if (a.plan.any_candidate) {
-    if (chunk_fast_enabled()) {
-      launch_chunk_fast<T>(a, stream);
-    } else {
-      ES_CHECK_ARG(a.rows <= 65535, "sample_rows", "rows", a.rows,
-                   "must be <= 65535 for the general path's chunked launch");
-      chunk_kernel<T><<<dim3(a.plan.chunks, a.rows), kThreads, 0, stream>>>(a);
-      ES_CUDA_CHECK_LAUNCH();
-    }
+    launch_chunk_fast<T>(a, stream);
     const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
-    if (chunk_fast_enabled()) {
-      launch_final_fast(a, bytes, stream);
-    } else {
-      allow_dynamic_smem(final_kernel, bytes, "final_kernel");
-      kernel::pdl::launch(final_kernel, dim3(a.rows), dim3(kThreads), bytes, stream, a);
-    }
+    launch_final_fast(a, bytes, stream);
   }
   if (a.plan.any_full || !a.plan.any_candidate) {
     launch_full_row<T>(a, stream);
@@ -1017,14 +926,6 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
 bool fullrow_split_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("ES_FULLROW_SPLIT");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
-bool chunk_fast_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_CHUNK_FAST");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return on;

@@ -1,10 +1,10 @@
 #pragma once
-// Arithmetic of the fast chunk stage (chunk_fast_kernel in kernels/sampling.cu; ES_CHUNK_FAST,
-// default on), shared with its CPU model (tests/kernels/test_sampling_chunk_prefilter.cpp).
+// Arithmetic of the chunk stage (chunk_fast_kernel in kernels/sampling.cu) and the final merge
+// (final_fast_kernel), shared with its CPU model (tests/kernels/test_sampling_chunk_prefilter.cpp).
 // Plain C++ plus ES_HOST_DEVICE.
 //
 // The chunk stage writes each chunk's top-kc composites (kc = min(k, chunk length)), sorted
-// descending, for final_kernel to merge. The fast stage keeps every thread's entries in
+// descending, for final_fast_kernel to merge. The stage keeps every thread's entries in
 // registers and finds a key threshold theta that provably keeps the top-kc ("survivors" are the
 // entries with key >= theta), so only the survivors (~55 of 8192 for k = 50) go to shared memory
 // and get sorted:
@@ -16,8 +16,9 @@
 //      >= the kc-th largest key >= theta: the survivors contain the top-kc. Which subset of
 //      thread maxima U is does not matter for this (any kc of them would do); the largest few
 //      per warp make theta close to the true kc-th key.
-// The result is the same set in the same order as the old stage (the top-kc composites are
-// unique), so every output of the sampling path is unchanged bit for bit.
+// The result is the same set in the same order as an exact top-kc selection (the top-kc
+// composites are unique; select_top_candidates gives the same), so the outputs do not depend on
+// the threshold.
 //
 // Entries absent from a short (last) chunk take part as NaN: never a survivor, ignored by the
 // maxima (fmaxf), and a thread with no entry has the maximum -inf. Such a -inf maximum counts as
@@ -35,8 +36,8 @@ inline constexpr int32_t kWarps = kThreads / 32;
 // Thread maxima each warp contributes to the union U: ceil(kc / kWarps) are needed for
 // kWarps * jp >= kc; one more makes theta much tighter when a warp holds more than its share of
 // the top-kc (simulated on N(0, 3.75) and Gumbel rows of 8192 entries: k = 50: ~55 survivors
-// instead of ~62 with ceil(kc / 16) alone and ~137 with the old min-over-warps threshold;
-// k = 128: 166 / 244 / 244; k = 256: 381 / 500 / 500). At most 32 (a warp's lanes).
+// instead of ~62 with ceil(kc / 16) alone and ~137 with select_top_candidates' min-over-warps
+// threshold; k = 128: 166 / 244 / 244; k = 256: 381 / 500 / 500). At most 32 (a warp's lanes).
 ES_HOST_DEVICE ES_FORCE_INLINE int32_t union_per_warp(int32_t kc) {
   const int32_t j = (kc + kWarps - 1) / kWarps;
   return j < 32 ? j + 1 : 32;

@@ -11,8 +11,8 @@ namespace es::sampling {
 inline constexpr int32_t kThreads = 512;           // every sampling CTA; the canonical CDF tile
 inline constexpr int32_t kItems = 4;               // consecutive entries per thread in a CDF tile
 inline constexpr int32_t kTile = kThreads * kItems;
-inline constexpr int32_t kMinChunk = 2048;         // general path: entries per chunk CTA, at least
-inline constexpr int32_t kMaxChunk = 8192;         // ... and at most (staged in shared memory)
+inline constexpr int32_t kMinChunk = 2048;         // general path: entries per chunk, at least
+inline constexpr int32_t kMaxChunk = 8192;         // ... and at most (16 per thread in registers)
 inline constexpr int32_t kMaxFinalCandidates = 8192;  // chunk candidates merged by one CTA
 inline constexpr int32_t kTargetCtas = 264;        // ~2 CTAs per H200 SM for the chunk stage
 inline constexpr int32_t kEarlyStopCandidates = 128;  // radix select stops at this many
@@ -58,12 +58,6 @@ constexpr int32_t fullrow_split_ranks(int32_t rows, int32_t widest, int32_t sms)
 // False when the environment sets ES_FULLROW_SPLIT=0 (read once): every full-row row then takes
 // one CTA (the kernel before the split), so one binary measures both. CUDA builds.
 bool fullrow_split_enabled();
-
-// False when the environment sets ES_CHUNK_FAST=0 (read once): the candidate mode then runs
-// chunk_kernel + final_kernel (keys staged in shared memory, one CTA per chunk) instead of
-// chunk_fast_kernel + final_fast_kernel (registers, persistent chunk CTAs, the union threshold of
-// kernels/sampling_chunk_prefilter.h); same outputs bit for bit. CUDA builds.
-bool chunk_fast_enabled();
 
 // Rows with effective top-k kk use the candidate mode iff
 //   any_candidate && kk <= kcap (then chunks * min(kk, chunk_len) <= kMaxFinalCandidates).

@@ -166,8 +166,8 @@ TEST(SamplingCdfSplitGpu, Fp16TruncateAndLargeTopK) {
   check({151936, 4, DType::kF32, 1.0f, 0.95f, 2000}, 8);  // k above the candidate cap
 }
 
-// Per-row top-k: candidate rows (k <= cap, drawn by final_kernel) and full-row rows (drawn by the
-// split kernels) in one batch; each row's token must come from exactly one of them.
+// Per-row top-k: candidate rows (k <= cap, drawn by final_fast_kernel) and full-row rows (drawn
+// by the split kernels) in one batch; each row's token must come from exactly one of them.
 TEST(SamplingCdfSplitGpu, MixedCandidateAndFullRows) {
   ES_SKIP_IF_NO_GPU();
   const SplitCase c{151936, 6, DType::kF32, 1.0f, 1.0f};

@@ -1,18 +1,14 @@
-// The general path's candidate mode with the fast chunk and final stages (chunk_fast_kernel +
-// final_fast_kernel, default) and with the old ones (chunk_kernel + final_kernel,
-// ES_CHUNK_FAST=0): ctest runs this binary both ways
-// (test_sampling_chunk_fast_gpu and test_sampling_chunk_fast_gpu_off). Checked against the CPU
-// reference bit for bit (probabilities by memcmp, tokens exactly), and the chunk stage's own
-// output in the workspace (each chunk's top-kc composites and poison flag) against a host brute
-// force, for vocabularies 151936 / 128256 / odd sizes (misaligned rows: scalar loads), batch 1,
-// 16, 256, k 1 / 50 / 512, f32 and f16, with tie rows, constant rows (every chunk takes the
-// > 512-survivor fallback), -inf rows and NaN / +inf rows (uniform fallback).
+// The general path's candidate mode: its chunk and final stages (chunk_fast_kernel +
+// final_fast_kernel in kernels/sampling.cu). Checked against the CPU reference bit for bit
+// (probabilities by memcmp, tokens exactly), and the chunk stage's own output in the workspace
+// (each chunk's top-kc composites and poison flag) against a host brute force, for vocabularies
+// 151936 / 128256 / odd sizes (misaligned rows: scalar loads), batch 1, 16, 256, k 1 / 50 / 512,
+// f32 and f16, with tie rows, constant rows (every chunk takes the > 512-survivor fallback),
+// -inf rows and NaN / +inf rows (uniform fallback).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -46,8 +42,7 @@ struct CfCase {
 std::string describe(const CfCase& c, uint32_t seed) {
   return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " + std::string(dtype_name(c.dtype)) +
          " T=" + std::to_string(c.temperature) + " k=" + std::to_string(c.top_k) + " p=" + std::to_string(c.top_p) +
-         (c.mode == TopPMode::kTruncate ? " truncate" : " nucleus") + " seed=" + std::to_string(seed) +
-         (sampling::chunk_fast_enabled() ? " [fast stages]" : " [chunk_kernel + final_kernel]");
+         (c.mode == TopPMode::kTruncate ? " truncate" : " nucleus") + " seed=" + std::to_string(seed);
 }
 
 // Row b by b % 10: 0 N(0, 3); 1 a 0.5 grid (ties); 2 constant (one tie group); 3 a peak over
@@ -223,13 +218,6 @@ void check(const CfCase& c, uint32_t seed) {
                 got.workspace, what);
 }
 
-TEST(SamplingChunkFastGpu, SwitchFollowsTheEnvironment) {
-  const char* v = std::getenv("ES_CHUNK_FAST");
-  EXPECT_EQ(sampling::chunk_fast_enabled(), v == nullptr || std::strcmp(v, "0") != 0);
-  std::printf("  ES_CHUNK_FAST=%s: %s\n", v ? v : "(unset)",
-              sampling::chunk_fast_enabled() ? "chunk_fast_kernel + final_fast_kernel" : "chunk_kernel + final_kernel");
-}
-
 // The plans these cases rely on: chunk lengths 2048 (R = 1), ~6100 (R = 3), 8192 (R = 4).
 TEST(SamplingChunkFastGpu, PlanShapes) {
   EXPECT_EQ(sampling::plan_general(params_of({151936, 1, DType::kF32, 1.0f, 50})).chunk_len, 2048);
@@ -301,8 +289,7 @@ TEST(SamplingChunkFastGpu, PerRowParameters) {
     p.top_ks = d_k.get();
     p.temperatures = d_t.get();
     p.top_ps = d_p.get();
-    const std::string what = "per-row parameters seed " + std::to_string(seed) +
-                             (sampling::chunk_fast_enabled() ? " [fast stages]" : " [chunk_kernel + final_kernel]");
+    const std::string what = "per-row parameters seed " + std::to_string(seed);
     const Out got = run_gpu(p, x, u);
     compare_outputs(got, want, c.batch, c.vocab, what);
     std::vector<int32_t> row_k(c.batch);

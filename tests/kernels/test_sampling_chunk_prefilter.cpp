@@ -1,4 +1,4 @@
-// CPU tests of the fast chunk and final stages' selections (chunk_fast_kernel and
+// CPU tests of the chunk and final stages' selections (chunk_fast_kernel and
 // final_fast_kernel in kernels/sampling.cu, their arithmetic in kernels/sampling_chunk_prefilter.h):
 // a host model of one CTA (512 threads of
 // 4 R register slots in the kernel's layouts, 16 warps) runs the kernel's steps (thread maxima,
@@ -41,7 +41,7 @@ enum class Mutant {
 
 struct ChunkOut {
   bool poisoned = false;
-  bool fallback = false;  // > kMaxCandidateTopK survivors: chunk_kernel's select (exact) runs
+  bool fallback = false;  // > kMaxCandidateTopK survivors: the exact radix select runs
   int survivors = 0;
   std::vector<uint64_t> top;  // the top-kc composites, descending
 };
@@ -127,7 +127,7 @@ ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int g
     }
   }
   out.survivors = static_cast<int>(surv.size());
-  if (out.survivors > kMaxCandidateTopK) {  // chunk_kernel's exact selection
+  if (out.survivors > kMaxCandidateTopK) {  // the fallback's exact selection
     out.fallback = true;
     out.top = brute_top(s, len, start, kc);
     return out;
@@ -144,7 +144,7 @@ ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int g
 
 // final_fast_kernel's merge on the host: cand[] are the concatenated chunk records (index order
 // within equal keys); thread t holds candidates t + r kThreads (absent: 0). Returns the top-k
-// composites, descending; *survivors gets the rank-sorted count (> 512: final_kernel's select).
+// composites, descending; *survivors gets the rank-sorted count (> 512: the fallback's select).
 std::vector<uint64_t> model_final(const std::vector<uint64_t>& cand, int k, int* survivors) {
   const int n = static_cast<int>(cand.size());
   const int per = (n + kThreads - 1) / kThreads;
@@ -383,9 +383,10 @@ TEST(SamplingChunkPrefilter, FinalMergeMatchesBruteForce) {
   EXPECT_GT(cases, 60);
 }
 
-// A whole row: the model chunks of the general path's plan, merged as final_kernel merges them
-// (the top-k of the concatenated chunk lists), keep exactly the entries the CPU reference gives
-// a nonzero probability (top-p off; N(0, 1)-sized logits so that every top-k mass is nonzero).
+// A whole row: the model chunks of the general path's plan, merged as final_fast_kernel merges
+// them (the top-k of the concatenated chunk lists), keep exactly the entries the CPU reference
+// gives a nonzero probability (top-p off; N(0, 1)-sized logits so that every top-k mass is
+// nonzero).
 TEST(SamplingChunkPrefilter, RowMatchesReferenceSupport) {
   const int vocabs[] = {151936, 128256, 100003};
   const int batches[] = {1, 16, 256};
