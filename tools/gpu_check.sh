@@ -2,7 +2,7 @@
 # The one script to run on the GPU machine, in stages that each fit one 10-minute device call:
 #
 #   tools/gpu_check.sh build      configure + build with all cores, ctest -L gpu (4 at a time on the
-#                                 one GPU, ES_CTEST_J; ~50 s for 27 tests) and ctest -L cpu
+#                                 one GPU, ES_CTEST_J; ~50 s for 29 tests) and ctest -L cpu
 #                                 (ES_CTEST_CPU=0 skips it)
 #   tools/gpu_check.sh sanitize   compute-sanitizer memcheck over every GPU test binary
 #   tools/gpu_check.sh bench      every bench/bench_*_gpu binary, then the PyTorch anchors
