@@ -51,6 +51,17 @@ mkdir -p "$out"
 build_dir="${BUILD_DIR:-build-gpu}"
 summary=()
 
+# sha256 (12 hex digits) of every file under src/, tests/, bench/, tools/ and CMakeLists.txt, in
+# name order: the same on both machines for the same checkout.
+source_hash() {
+  find src tests bench tools CMakeLists.txt -type f -not -name '*.pyc' -print0 | LC_ALL=C sort -z |
+    xargs -0 sha256sum | sha256sum | cut -c1-12
+}
+if [ "${1:-}" = --source-hash ]; then
+  source_hash
+  exit 0
+fi
+
 build() {
   local prefix=()
   [ -d .deps ] && prefix=(-DCMAKE_PREFIX_PATH="$PWD/.deps")
@@ -509,9 +520,12 @@ fi
 # One archive for all logs (a device call returns at most 8 files); the summary beside it.
 tar -czf "$final_out/logs.tgz" -C "$final_out" logs && rm -rf "$out"
 commit=$(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo '?')
+# The device's copy of .git can lag the copied working tree (its HEAD read dc821f3 for later
+# trees in session 9), so the summary also names the sources by content:
+# `tools/gpu_check.sh --source-hash` here prints the same figure for the local tree.
 {
 echo
-echo "== gpu_check summary ($(date -u +%FT%TZ), commit $commit) =="
+echo "== gpu_check summary ($(date -u +%FT%TZ), commit $commit, sources $(source_hash)) =="
 printf '%s\n' "${summary[@]}"
 } | tee "$final_out/summary.txt"
 exit $status
