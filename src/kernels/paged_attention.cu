@@ -14,8 +14,9 @@
 // (causal bound, window) -> the CTA's union range, cut into 64-key tiles; the split takes the
 // tiles of that range inside its fixed boundaries (paged_attention.h; a split outside the range
 // gets none and writes a neutral partial). A row outside a tile's keys adds exact zeros there
-// (its running max, sum and output do not change), so with one row tile per CTA (warpsM = 1)
-// the other rows of a call never change a row's result.
+// (its running max, sum and output do not change), so with warpsM = 1 (the 4 warps split every
+// tile's keys the same way, whatever the row tiles per CTA) the other rows of a call never change
+// a row's result.
 // Main loop: a ring of 2-3 shared-memory stages filled by 16-byte cp.async (zero-filled outside
 // the range; tiles on unmapped/out-of-range pages are not loaded and skipped), the page ids of the
 // next tile prefetched into registers; per tile S = Q K^T, the per-row mask, an online softmax in
@@ -23,16 +24,23 @@
 // tile's keys are merged through shared memory; with one split the CTA writes the normalised
 // output, otherwise (max, sum, unnormalised O) partials for combine_kernel, which is launched with
 // programmatic dependent launch and merges the splits of each (row, head).
-// Prefill variant (template RT = 2; plan.rowTiles, paged_attention_split.h): each of the 4 warps
+// Prefill variant (template WM = 4, RT = 2; plan.rowTiles, paged_attention_split.h): each warp
 // owns 32 packed rows (two m16 tiles) and all 64 keys of every tile, 128 rows per CTA, so a K or V
 // fragment loaded with ldmatrix feeds 2 mma.sync and a K/V tile in shared memory serves 128 rows.
-// D 128 only: 2 stages (64 KiB) + Q (32 KiB) + row data = 99.6 KiB per CTA, 2 CTAs per SM; ptxas
+// D 128 only: 2 stages (64 KiB) + Q (32 KiB) + row data = 100.1 KiB per CTA, 2 CTAs per SM; ptxas
 // (CUDA 13.0, sm_90a): 255 registers, 104 bytes of spill stores / 120 of loads (the cp.async
 // offsets and the running max/sum, about 17 local loads and 4 stores per 64-key tile next to 256
 // mma). It also skips per warp the tiles none of its rows sees, masks only tiles some rows see in
 // part, folds the scale into the exponent (one FFMA + ex2.approx.ftz per logit), runs the last row
 // blocks (the longest under a causal mask) first, and stages its normalised output in its own Q
 // rows for 16-byte stores (no cross-warp merge). Not yet run on a GPU (written 2026-11-30).
+// Verify variant (template WM = 1, RT = 2; batch-1 calls of <= 16 rows at D 128 whose packed rows
+// need >= 2 tiles): the CTA holds two 16-row tiles and each warp computes its 16-key slice of
+// every 64-key tile for both, with the RT-1 kernel's per-row arithmetic and 4-warp merge, so a
+// verify row keeps the decode row's bits while the CTAs halve (the 16-row verify of Qwen3-8B at
+// 4k: 512 CTAs in two waves -> 256 in one). 3 stages + Q (8 KiB) + row data = 108.1 KiB per CTA,
+// 2 CTAs per SM; ptxas (CUDA 13.0, sm_90a): 252 registers, no spills. Compiled, not yet run on a
+// GPU (written 2026-11-30, branch verify-rowtiles).
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -302,16 +310,23 @@ __device__ void zero_unowned_rows(const SplitArgs& a) {
   }
 }
 
-// RT: 16-row tiles per warp (paged_attention_split.h, "rowTiles"). RT = 1 is the kernel of every
-// call; RT = 2 (warpsM 4, so one warp sums all keys of a tile for its rows) is the prefill
+// RT: 16-row tiles per warp (paged_attention_split.h, "rowTiles"). RT = 1 is the kernel of most
+// calls. RT = 2 with WM = 4 (so one warp sums all keys of a tile for its rows) is the prefill
 // variant: a warp owns packed rows [32 wm, 32 wm + 32), every K fragment (ldmatrix x4, 16 keys x
 // 16 dims) and V fragment it loads feeds one mma per row tile, and the CTA's K/V tiles serve 128
 // rows. Per 64-key tile and warp: RT 1 loads 64 fragments (32 K + 32 V) for 128 mma (0.5 per mma;
 // Q fragments stay in registers); RT 2 loads 16 Q (from shared memory: 64 more registers of Q would
 // not fit next to 64 S and 128 O accumulators) + 32 K + 32 V = 80 for 256 mma (0.31 per mma).
-// RT 2 also skips the tiles none of a warp's rows sees, masks only tiles some of them see in
-// part, and takes a shorter softmax (kFastSoftmax); RT 1 is unchanged (ES_ATTN_ROWTILES=1 runs
-// exactly the kernel of before for prefill).
+// The prefill variant also skips the tiles none of a warp's rows sees, masks only tiles some of
+// them see in part, and takes a shorter softmax (kFastSoftmax).
+// RT = 2 with WM = 1 is the verify variant (batch-1 calls of <= 16 rows with >= 2 row tiles):
+// the CTA's 32 packed rows are two row tiles that every warp computes over its 16-key slice of
+// each 64-key tile, exactly as the RT-1 WM-1 (decode) kernel computes its one tile: per row the
+// same mma sequence over the same keys, the same mask and softmax arithmetic, the same 4-warp
+// merge (both tiles' merge buffers laid out in the K/V ring at once). Q is re-read from shared
+// memory (16 Q + 8 K + 8 V fragments for 64 mma per warp and tile). A verify row therefore
+// equals the decode row bit for bit, as with RT 1. Every RT-1 instance is unchanged
+// (ES_ATTN_ROWTILES=1 runs exactly the kernel of before for prefill and verify).
 template <typename T, int D, int WM, int RT>
 __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(const SplitArgs a) {
   constexpr int WN = 4 / WM;           // warps sharing one warp row (they split the keys)
@@ -323,15 +338,21 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   constexpr int DC = D / 8;            // 16-byte chunks per K/V/Q row
   constexpr int DT = D / 8;            // O n-tiles
   constexpr int ST = sk::stages(D, WM, RT);
+  // The prefill variant (RT 2, WM 4); every other instance (RT 1, and the verify variant RT 2 at
+  // WM 1) runs the RT-1 arithmetic per row and merges the warps that share a row's keys.
+  constexpr bool kPrefill = RT > 1 && WN == 1;
   constexpr bool kQRegs = D <= 128 && RT == 1;  // Q fragments in registers (else re-read from smem)
-  // RT 2: each warp skips the tiles none of its rows sees (the causal diagonal of the row block,
-  // a window's edge) and masks only tiles that some of its rows see in part.
-  constexpr bool kWarpRange = RT > 1;
-  constexpr bool kFastSoftmax = RT > 1;  // see the softmax below
+  // Prefill variant: each warp skips the tiles none of its rows sees (the causal diagonal of the
+  // row block, a window's edge) and masks only tiles that some of its rows see in part.
+  constexpr bool kWarpRange = kPrefill;
+  constexpr bool kFastSoftmax = kPrefill;  // see the softmax below
   static_assert(!kWarpRange || kFastSoftmax, "the unmasked-tile branch leaves logits unscaled");
-  constexpr int kMergeStride = D + 4;  // floats per row of the RT-1 epilogue merge buffer
-  // RT 2 is prefill only: no kPackedTree (the launcher checks; the tree bits are not applied).
-  static_assert(sk::rowTilesBuilt(D, RT) && (RT == 1 || WN == 1));
+  constexpr int kMergeStride = D + 4;  // floats per row of the 4-warp epilogue merge buffer
+  // The prefill variant takes no kPackedTree (the launcher checks; the tree bits are not applied
+  // there); the verify variant applies them per row as RT 1 does.
+  static_assert(sk::rowTilesBuilt(D, WM, RT) && (RT == 1 || WN == 1 || WM == 1));
+  static_assert(kPrefill || RT * sk::mergeBytes(D) <= ST * sk::kvStageBytes(D),
+                "the merge buffers of all row tiles fit in the K/V ring");
   static_assert(NT % 2 == 0 && MB <= sk::maxRowsPerCta(RT) && MB <= sk::kThreads &&
                 (KT * DC) % sk::kThreads == 0);
   static_assert(kPage % KT == 0);
@@ -340,8 +361,9 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   T* s_kv = reinterpret_cast<T*>(smem);                                      // [ST][K|V][KT][D]
   T* s_q = s_kv + ST * 2 * KT * D;                                           // [MB][D]
   RowInfo* s_row = reinterpret_cast<RowInfo*>(s_q + MB * D);                 // [maxRowsPerCta]
-  float2* s_ml = reinterpret_cast<float2*>(s_row + sk::maxRowsPerCta(RT));   // [4 warps][16]
-  float* s_merge = reinterpret_cast<float*>(smem);  // RT 1: [4 warps][16][D + 4], after the loop
+  float2* s_ml = reinterpret_cast<float2*>(s_row + sk::maxRowsPerCta(RT));   // [RT][4 warps][16]
+  // Not the prefill variant: [RT][4 warps][16][D + 4], after the loop.
+  float* s_merge = reinterpret_cast<float*>(smem);
   // Shared tiles are [row][16-byte chunk] with the chunk index XORed with (row & 7), so the 8
   // rows of one ldmatrix hit 8 different bank groups.
 
@@ -353,9 +375,9 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   int32_t bid = blockIdx.x;
   const int32_t hk = bid % a.hkv;
   bid /= a.hkv;
-  // RT 2 (prefill) runs the last row blocks first: under a causal mask they see the most keys,
-  // so the long CTAs start in the first wave and the short ones fill the tail.
-  const int32_t rb = RT > 1 ? a.row_blocks - 1 - bid % a.row_blocks : bid % a.row_blocks;
+  // The prefill variant runs the last row blocks first: under a causal mask they see the most
+  // keys, so the long CTAs start in the first wave and the short ones fill the tail.
+  const int32_t rb = kPrefill ? a.row_blocks - 1 - bid % a.row_blocks : bid % a.row_blocks;
   bid /= a.row_blocks;
   const int32_t split = bid % a.splits;
   const int32_t b = bid / a.splits;
@@ -423,8 +445,9 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
     t1 = static_cast<int32_t>(split == a.splits - 1 ? te : min(te, first + per));
   }
 
-  // The ranges of this lane's rows: in registers for RT 1; RT 2 reads them from s_row in the
-  // (rare) masked tiles, its registers being taken by the accumulators.
+  // The ranges of this lane's rows: in registers (RT 1 and the verify variant); the prefill
+  // variant reads them from s_row in the (rare) masked tiles, its registers being taken by the
+  // accumulators.
   int32_t rlo[RT][2], rhi[RT][2];
   uint32_t rword[RT][2];
   auto load_row_ranges = [&] {
@@ -439,7 +462,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
       }
     }
   };
-  if constexpr (RT == 1) load_row_ranges();
+  if constexpr (!kPrefill) load_row_ranges();
   // kWarpRange: the union [w_lo, w_hi) of this warp's rows' ranges and their intersection
   // [w_in_lo, w_in_hi) (empty as soon as one row sees nothing: its range is [0, 0)).
   int32_t w_lo = INT32_MAX, w_hi = 0, w_in_lo = 0, w_in_hi = INT32_MAX;
@@ -619,10 +642,11 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
     }
     // Mask, online softmax in the exp2 domain. Fragment element e of n-tile n of row tile mt:
     // row g + 8 * (e >> 1) of the tile, key kbase + n * 8 + (e & 1). Masked logits are -inf.
-    // RT 1: s * scale_log2 first, p = exp2f(s - m) (the kernel as it was). kFastSoftmax (RT 2):
-    // the scale folded into the exponent's FMA, p = 2^(s * scale_log2 - m) on the SFU alone, with
-    // m = max(s) * scale_log2 (rounding is monotonic: the max of the rounded products); per
-    // element one FMNMX, FFMA, MUFU and FADD instead of about eight instructions.
+    // RT 1 and the verify variant: s * scale_log2 first, p = exp2f(s - m) (the kernel as it was).
+    // kFastSoftmax (the prefill variant): the scale folded into the exponent's FMA,
+    // p = 2^(s * scale_log2 - m) on the SFU alone, with m = max(s) * scale_log2 (rounding is
+    // monotonic: the max of the rounded products); per element one FMNMX, FFMA, MUFU and FADD
+    // instead of about eight instructions.
     const int32_t kbase = key0 + wn * KS + 2 * tq;
     float mx[RT][2];
 #pragma unroll
@@ -638,7 +662,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
         }
       }
     } else {
-      if constexpr (RT > 1) load_row_ranges();
+      if constexpr (kPrefill) load_row_ranges();
 #pragma unroll
       for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
@@ -648,7 +672,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
             const int ri = e >> 1;
             const int32_t j = kbase + n * 8 + (e & 1);
             bool vis = j >= rlo[mt][ri] && j < rhi[mt][ri];
-            if (RT == 1 && j >= tpast) {  // kPackedTree, a current row: its mask bit (RT 1 only)
+            if (!kPrefill && j >= tpast) {  // kPackedTree, a current row: its mask bit
               const int64_t c = int64_t{j} - tpast;
               vis = vis && c < 32 && ((rword[mt][ri] >> c) & 1u) != 0;
             }
@@ -746,7 +770,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   };
   const int64_t part_stride = int64_t{a.total_q} * a.hq;
   T* out = static_cast<T*>(a.out);
-  if constexpr (RT > 1) {
+  if constexpr (kPrefill) {
     // One warp holds all keys of its 32 rows: no merge. With one split its normalised output is
     // staged as T in its own 32 rows of s_q (no other warp reads them; ldmatrix is
     // warp-synchronous, and the __syncwarp orders its last reads before the writes) and leaves
@@ -799,22 +823,28 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
       }
     }
   } else {
-    // Merge the WN warps of each row tile, write the output or the partials.
+    // Merge the WN warps of each row tile, write the output or the partials. Slot (mt, warp) =
+    // mt * 4 + warp of the merge buffer and of s_ml holds this warp's part of row tile mt: with
+    // RT 1 the slot is the warp (its tile is its warp row wm); the verify variant (WM 1, RT 2)
+    // lays out both tiles' 4 warps, slots 0-3 (tile 0) and 4-7 (tile 1). Row lr of the CTA is in
+    // tile lr >> 4 either way, whose WN warps hold slots (lr >> 4) * WN ... + WN - 1.
     __syncthreads();  // the K/V ring becomes the merge buffer
     pdl::trigger();
     reduce_row_sums();
-    {
-      float* mw = s_merge + warp * 16 * kMergeStride;
+#pragma unroll
+    for (int mt = 0; mt < RT; ++mt) {
+      const int slot = mt * (sk::kThreads / 32) + warp;
+      float* mw = s_merge + slot * 16 * kMergeStride;
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
         *reinterpret_cast<float2*>(mw + g * kMergeStride + dt * 8 + 2 * tq) =
-            make_float2(o[0][dt][0], o[0][dt][1]);
+            make_float2(o[mt][dt][0], o[mt][dt][1]);
         *reinterpret_cast<float2*>(mw + (g + 8) * kMergeStride + dt * 8 + 2 * tq) =
-            make_float2(o[0][dt][2], o[0][dt][3]);
+            make_float2(o[mt][dt][2], o[mt][dt][3]);
       }
       if (tq == 0) {
-        s_ml[warp * 16 + g] = make_float2(m_run[0][0], l_run[0][0]);
-        s_ml[warp * 16 + g + 8] = make_float2(m_run[0][1], l_run[0][1]);
+        s_ml[slot * 16 + g] = make_float2(m_run[mt][0], l_run[mt][0]);
+        s_ml[slot * 16 + g + 8] = make_float2(m_run[mt][1], l_run[mt][1]);
       }
     }
     __syncthreads();
@@ -823,7 +853,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
       const int lr = idx / D4, d = (idx % D4) * 4;
       const int64_t rh = s_row[lr].rh;
       if (rh < 0) continue;
-      const int w0 = (lr >> 4) * WN, rr = lr & 15;  // first warp of the row's tile, row in tile
+      const int w0 = (lr >> 4) * WN, rr = lr & 15;  // first slot of the row's tile, row in tile
       float mmax = -INFINITY;
 #pragma unroll
       for (int w = 0; w < WN; ++w) mmax = fmaxf(mmax, s_ml[(w0 + w) * 16 + rr].x);
@@ -922,14 +952,20 @@ template <typename T, int D>
 void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, int64_t ctas,
                       cudaStream_t stream) {
   constexpr int RT2 = sk::kPrefillRowTiles;
+  static_assert(sk::kVerifyRowTiles == RT2);
   if (plan.rowTiles == RT2) {
-    // The plan gives rowTiles 2 only where rowTilesBuilt (and with warpsM 4).
-    if constexpr (sk::rowTilesBuilt(D, RT2)) {
-      ES_CHECK_ARG(plan.warpsM == 4, "launchPagedAttention", "plan.warpsM", plan.warpsM,
-                   "must be 4 with rowTiles 2");
-      ES_CHECK_ARG(a.mask != static_cast<int32_t>(AttentionMask::kPackedTree),
-                   "launchPagedAttention", "mask", a.mask, "rowTiles 2 takes no packed tree");
-      launch_split_kernel<T, D, 4, RT2>(a, ctas, stream);
+    // The plan gives rowTiles 2 only where rowTilesBuilt: warpsM 4 (prefill) or 1 (verify).
+    if constexpr (sk::rowTilesBuilt(D, 4, RT2) && sk::rowTilesBuilt(D, 1, RT2)) {
+      ES_CHECK_ARG(plan.warpsM == 4 || plan.warpsM == 1, "launchPagedAttention", "plan.warpsM",
+                   plan.warpsM, "must be 4 or 1 with rowTiles 2");
+      if (plan.warpsM == 4) {
+        ES_CHECK_ARG(a.mask != static_cast<int32_t>(AttentionMask::kPackedTree),
+                     "launchPagedAttention", "mask", a.mask,
+                     "rowTiles 2 at warpsM 4 takes no packed tree");
+        launch_split_kernel<T, D, 4, RT2>(a, ctas, stream);
+      } else {
+        launch_split_kernel<T, D, 1, RT2>(a, ctas, stream);
+      }
     } else {
       ES_THROW(InvalidArgument, "launchPagedAttention: rowTiles 2 is not built for head dim ", D);
     }

@@ -33,7 +33,9 @@
 //             kernel merges them. Decode, verify and DFlash blocks (maxQSeqLen <= 16) split the
 //             keys; prefill (maxQSeqLen > 16, not kPackedTree) takes one split: its row blocks
 //             fill the GPU. Prefill at head dim 128 with enough rows (plan.rowTiles 2, see
-//             kSplitKvRowTilesMinCtas) gives each warp two 16-row tiles, 128 rows per CTA.
+//             kSplitKvRowTilesMinCtas) gives each warp two 16-row tiles, 128 rows per CTA;
+//             a batch-1 verify at head dim 128 with 2+ row tiles (plan.rowTiles 2, warpsM 1)
+//             gives each CTA two 16-row tiles that its warps share as decode's one.
 //             Chosen on the host from host values only (batchSize, heads, maxQSeqLen,
 //             maxKvLength, workspaceBytes, and ES_ATTN_ROWTILES read once): no device read,
 //             CUDA-graph safe. Every mask, window, padding and page-id rule above holds on this
@@ -100,9 +102,10 @@ inline constexpr int32_t kSplitKvPlanSMs = 132;
 // its sequence, T = tilesPerSplit, s0 the first such range its rows' keys touch (0 without a
 // window); the last split also takes any tiles past that (kvLengths above maxKvLength). T is
 // chosen from the batch, the heads, the key bound and the window only, so a query row gets the
-// same key ranges, summed in the same order, whatever the other rows of its call; with one row
-// tile per CTA (always at batch 1) a verify row then equals the decode row at its position bit
-// for bit. Once the key bound gives at least kSplitKvMinSplitsBeforeMinTiles splits, each takes
+// same key ranges, summed in the same order, whatever the other rows of its call; with warpsM 1
+// (always at batch 1 with <= 16 rows: one row tile per CTA, or two with decode's per-row
+// arithmetic, "Verify row tiles" below) a verify row then equals the decode row at its position
+// bit for bit. Once the key bound gives at least kSplitKvMinSplitsBeforeMinTiles splits, each takes
 // at least kSplitKvMinTilesPerSplit tiles (a 4k-context batch-1 decode measured 15.0 us with 16
 // splits against 19.1 us with 32; below that, smaller splits keep short contexts spread: the
 // random Qwen3-0.6B at 384 keys decoded 918 tok/s with 4-tile splits against 973 with 1-tile).
@@ -115,6 +118,12 @@ inline constexpr int32_t kSplitKvMinSplitsBeforeMinTiles = 8;
 // a 128-row suffix over a long prefix). A row's result does not depend on rowTiles (one warp sums
 // all its keys in both; paged_attention_split.h).
 inline constexpr int32_t kSplitKvRowTilesMinCtas = kSplitKvPlanSMs;
+// Verify row tiles: a batch-1 call of <= 16 rows per sequence (any mask, kPackedTree included) at
+// head dim 128 whose packed rows (maxQSeqLen * group) need 2 or more 16-row tiles takes 2 tiles
+// per CTA with warpsM 1 (plan.rowTiles 2, rowBlocks ceil(tiles / 2)): each warp keeps decode's
+// 16-key slice of every 64-key tile for both tiles, so a row's result is the rowTiles-1 (decode)
+// kernel's bit for bit and the CTA count halves (the 16-row verify of Qwen3-8B at 4k: 512 CTAs,
+// two waves, -> 256, one). maxRowTiles 1 / ES_ATTN_ROWTILES=1 keeps one tile per CTA.
 
 // Which kernel a call takes and, for split-KV, its shape. Host only.
 struct PagedAttentionPlan {
@@ -124,7 +133,8 @@ struct PagedAttentionPlan {
   int32_t tilesPerSplit = 0;   // 64-key tiles per split (the boundaries above)
   int32_t warpsM = 0;          // warp rows per CTA (1, 2 or 4; 1 for batch-1 calls of <= 16
                                // rows), each of rowTiles 16-row tensor-core tiles
-  int32_t rowTiles = 0;        // 16-row tiles per warp: 1, or 2 (prefill, warpsM 4: 128 rows)
+  int32_t rowTiles = 0;        // 16-row tiles per warp row: 1, or 2 (prefill, warpsM 4: 128
+                               // rows; or batch-1 verify, warpsM 1: 32 rows)
   int32_t rowBlocks = 0;       // CTAs over the ceil(maxQSeqLen * group / 16) row tiles
   int64_t workspaceBytes = 0;  // partials this call needs (0 when numSplits == 1)
 };
@@ -133,15 +143,15 @@ bool validate(const PagedAttentionParams& p);
 
 // The launcher's choice for p (validates p first). forceNumSplits > 0 replaces the planned split
 // count (clamped to kSplitKvMaxSplits; tests and benchmarks), with tilesPerSplit =
-// max(1, tiles / forceNumSplits). maxRowTiles: 1 = one row tile per warp always (the kernel
-// before the prefill variant), 2 = the prefill variant where it applies (above), 0 = the process
-// default pagedAttentionRowTiles().
+// max(1, tiles / forceNumSplits). maxRowTiles: 1 = one row tile per warp row always (the kernel
+// before the prefill and verify variants), 2 = those variants where they apply (above), 0 = the
+// process default pagedAttentionRowTiles().
 PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits = 0,
                                       int32_t maxRowTiles = 0);
 
 // The process default of maxRowTiles: 2, or 1 when the environment sets ES_ATTN_ROWTILES=1 (read
-// once; an A/B switch for benchmarks and tests: launchPagedAttention then runs the prefill kernel
-// of before). InvalidArgument for any other value than 1 or 2.
+// once; an A/B switch for benchmarks and tests: launchPagedAttention then runs the prefill and
+// verify kernels of before). InvalidArgument for any other value than 1 or 2.
 int32_t pagedAttentionRowTiles();
 
 // Workspace that covers every split-KV call with batchSize <= maxBatchSize, maxQSeqLen <=

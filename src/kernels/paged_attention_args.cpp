@@ -79,19 +79,22 @@ struct SplitShape {
 };
 
 // Packed rows (query row, GQA head) of one sequence and KV head -> 16-row tiles -> CTAs. Batch-1
-// decode and verify calls keep one tile per CTA whatever the rows (row invariance,
-// paged_attention.h); other calls take up to 4 tiles per CTA, which reads K/V from L2 4x less
-// often (a batch-16 16-row verify at 4k context: 105 us against 190 us with one tile per CTA).
-// Prefill at D 128 with enough rows takes 2 tiles per warp, 8 per CTA (kSplitKvRowTilesMinCtas):
-// the 4,096-row causal prefill ran at 164 TFLOP/s with one tile per warp, bound by one ldmatrix
-// per two mma.sync.
+// decode and verify calls keep warpsM 1 whatever the rows (the 4 warps split each tile's keys as
+// in decode: row invariance, paged_attention.h); other calls take up to 4 tiles per CTA, which
+// reads K/V from L2 4x less often (a batch-16 16-row verify at 4k context: 105 us against 190 us
+// with one tile per CTA). Prefill at D 128 with enough rows takes 2 tiles per warp, 8 per CTA
+// (kSplitKvRowTilesMinCtas): the 4,096-row causal prefill ran at 164 TFLOP/s with one tile per
+// warp, bound by one ldmatrix per two mma.sync. Batch-1 verify at D 128 with >= 2 tiles takes
+// 2 tiles per CTA at warpsM 1 (the verify variant, decode's per-row arithmetic): the 16-row verify
+// at 4k context had 4 tiles x 8 KV heads x 16 splits = 512 CTAs of one tile, two waves of the 264
+// resident ones (30.6 us against decode's 15.1 us); with 2 tiles per CTA it is 256, one wave.
 SplitShape split_shape(int32_t batchSize, int32_t maxQSeqLen, int32_t group, int32_t numKVHeads,
                        int32_t headDim, int32_t maxRowTiles) {
   const int64_t packed = int64_t{maxQSeqLen} * group;
   const int64_t tiles = ceil_div(packed, 16);
   const bool prefill = maxQSeqLen > kSplitKvMaxQSeqLen;
   constexpr int32_t rt = splitkv::kPrefillRowTiles;
-  if (prefill && maxRowTiles >= rt && splitkv::rowTilesBuilt(headDim, rt) &&
+  if (prefill && maxRowTiles >= rt && splitkv::rowTilesBuilt(headDim, 4, rt) &&
       packed >= splitkv::maxRowsPerCta(rt)) {
     const int64_t blocks = ceil_div(tiles, int64_t{4} * rt);
     if (int64_t{batchSize} * numKVHeads * blocks >= kSplitKvRowTilesMinCtas) {
@@ -99,6 +102,10 @@ SplitShape split_shape(int32_t batchSize, int32_t maxQSeqLen, int32_t group, int
     }
   }
   const bool invariant = batchSize == 1 && maxQSeqLen <= kSplitKvMaxQSeqLen;
+  constexpr int32_t vrt = splitkv::kVerifyRowTiles;
+  if (invariant && tiles >= vrt && maxRowTiles >= vrt && splitkv::rowTilesBuilt(headDim, 1, vrt)) {
+    return {1, vrt, static_cast<int32_t>(ceil_div(tiles, vrt))};
+  }
   const int32_t wm = invariant ? 1 : tiles >= 3 ? 4 : static_cast<int32_t>(tiles);
   return {wm, 1, static_cast<int32_t>(ceil_div(tiles, wm))};
 }

@@ -630,8 +630,8 @@ TEST(PagedAttentionPlan, PrefillTakesOneSplit) {
 
 // Which calls take two row tiles per warp (paged_attention.h, kSplitKvRowTilesMinCtas): prefill
 // (maxQSeqLen > 16) at head dim 128 with at least 128 packed rows per sequence and at least 132
-// CTAs of 128 rows; everything else keeps one tile per warp, decode and verify in particular
-// (batch-1 calls of <= 16 rows keep warpsM 1: row invariance).
+// CTAs of 128 rows; everything else keeps one tile per warp, decode and batch > 1 verify in
+// particular (the batch-1 verify's two tiles per CTA at warpsM 1: VerifyRowTiles below).
 TEST(PagedAttentionPlan, PrefillRowTiles) {
   struct Want {
     int32_t batch, qLen, hq, hkv, dim, rowTiles, warpsM, rowBlocks;
@@ -650,8 +650,7 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
            Want{16, 17, 64, 8, 128, 2, 4, 2},     // 17 rows x GQA 8 = 136 packed rows, 256 CTAs
            Want{1, 4096, 32, 8, 64, 1, 4, 256},   // D 64 and 256: not built
            Want{1, 4096, 16, 2, 256, 1, 4, 512},
-           Want{1, 16, 64, 8, 128, 1, 1, 8},      // verify shapes: never (row invariance)
-           Want{16, 16, 64, 8, 128, 1, 4, 2},
+           Want{16, 16, 64, 8, 128, 1, 4, 2},     // verify shapes at batch > 1: never
            Want{64, 1, 32, 8, 128, 1, 1, 1},      // decode
        }) {
     PlanShape s(w.batch, w.qLen, w.hq, w.hkv, w.dim, 8192);
@@ -714,14 +713,106 @@ TEST(PagedAttentionPlan, RowTiles) {
     EXPECT_EQ(plan.warpsM, w.warpsM) << w.qLen << " x " << w.hq / w.hkv;
     EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << w.qLen << " x " << w.hq / w.hkv;
   }
-  // Batch 1: one row tile per CTA (row invariance: decode and verify rows sum alike).
+  // Batch 1 with maxRowTiles 1: one row tile per CTA (row invariance: decode and verify rows sum
+  // alike; the two-tile verify variant keeps that, VerifyRowTiles below).
   for (const Want w : {Want{1, 32, 8, 1, 1}, Want{16, 16, 8, 1, 2}, Want{16, 32, 8, 1, 4},
                        Want{16, 9, 3, 1, 3}, Want{5, 64, 1, 1, 20}}) {
     PlanShape s(1, w.qLen, w.hq, w.hkv, 128, 4096);
-    const auto plan = kernel::planPagedAttention(s.p);
+    const auto plan = kernel::planPagedAttention(s.p, 0, 1);
     EXPECT_TRUE(plan.splitKv) << plan.reason;
+    EXPECT_EQ(plan.rowTiles, 1);
     EXPECT_EQ(plan.warpsM, w.warpsM) << w.qLen << " x " << w.hq / w.hkv;
     EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << w.qLen << " x " << w.hq / w.hkv;
+  }
+}
+
+// The batch-1 verify variant (paged_attention.h, "Verify row tiles"): batch-1 calls of <= 16 rows
+// per sequence at head dim 128 whose packed rows need >= 2 tiles take 2 tiles per CTA at warpsM
+// 1, any mask; 1 tile, D 64 / 256, batch > 1 and maxRowTiles 1 keep the plan of before. The split
+// geometry is the decode call's either way.
+TEST(PagedAttentionPlan, VerifyRowTiles) {
+  using M = kernel::AttentionMask;
+  struct Want {
+    int32_t batch, qLen, hq, hkv, dim;
+    M mask;
+    int32_t rowTiles, warpsM, rowBlocks;
+  };
+  for (const Want w : {
+           Want{1, 16, 32, 8, 128, M::kCausal, 2, 1, 2},  // Qwen3-8B 16-row verify: 4 tiles
+           Want{1, 13, 32, 8, 128, M::kCausal, 2, 1, 2},  // 52 packed rows: 4 tiles
+           Want{1, 9, 32, 8, 128, M::kCausal, 2, 1, 2},   // 36: 3 tiles (odd: the 2nd CTA has 1)
+           Want{1, 5, 32, 8, 128, M::kCausal, 2, 1, 1},   // 20: 2 tiles, one CTA
+           Want{1, 8, 32, 8, 128, M::kCausal, 2, 1, 1},   // 32: 2 tiles
+           Want{1, 4, 32, 8, 128, M::kCausal, 1, 1, 1},   // 16: one tile (decode's kernel)
+           Want{1, 2, 32, 8, 128, M::kCausal, 1, 1, 1},
+           Want{1, 1, 32, 8, 128, M::kCausal, 1, 1, 1},   // decode
+           Want{1, 16, 16, 8, 128, M::kCausal, 2, 1, 1},  // GQA 2: 32 rows, 2 tiles
+           Want{1, 9, 16, 8, 128, M::kCausal, 2, 1, 1},   //   18 rows: 2 tiles
+           Want{1, 8, 16, 8, 128, M::kCausal, 1, 1, 1},   //   16 rows: 1 tile
+           Want{1, 16, 64, 8, 128, M::kCausal, 2, 1, 4},  // GQA 8: 8 tiles
+           Want{1, 5, 64, 8, 128, M::kCausal, 2, 1, 2},   //   40 rows: 3 tiles
+           Want{1, 16, 16, 16, 128, M::kCausal, 1, 1, 1}, // GQA 1: 16 rows, 1 tile
+           Want{1, 16, 32, 8, 128, M::kPackedTree, 2, 1, 2},     // tree verify (DFlash / EAGLE)
+           Want{1, 16, 32, 8, 128, M::kBidirectional, 2, 1, 2},  // DFlash proposal block
+           Want{1, 16, 9, 3, 64, M::kCausal, 1, 1, 3},    // D 64 and 256: not built
+           Want{1, 16, 16, 2, 256, M::kCausal, 1, 1, 8},
+           Want{2, 16, 32, 8, 128, M::kCausal, 1, 4, 1},  // batch 2: 4 tiles per CTA, warpsM 4
+       }) {
+    for (const int32_t maxKv : {300, 4096, 32768}) {
+      PlanShape s(w.batch, w.qLen, w.hq, w.hkv, w.dim, maxKv);
+      s.p.mask = w.mask;
+      if (w.mask == M::kPackedTree) s.p.packedMask = s.ints.data();
+      const std::string what = "B " + std::to_string(w.batch) + " qLen " + std::to_string(w.qLen) +
+                               " " + std::to_string(w.hq) + "/" + std::to_string(w.hkv) + " D " +
+                               std::to_string(w.dim) + " mask " + std::to_string(int(w.mask)) +
+                               " maxKv " + std::to_string(maxKv);
+      const auto plan = kernel::planPagedAttention(s.p, 0, 2);
+      ASSERT_TRUE(plan.splitKv) << plan.reason << " " << what;
+      EXPECT_EQ(plan.rowTiles, w.rowTiles) << what;
+      EXPECT_EQ(plan.warpsM, w.warpsM) << what;
+      EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << what;
+      // maxRowTiles 1 (ES_ATTN_ROWTILES=1): one tile per CTA at batch 1, as before.
+      const auto one = kernel::planPagedAttention(s.p, 0, 1);
+      const int32_t tiles = (w.qLen * (w.hq / w.hkv) + 15) / 16;
+      EXPECT_EQ(one.rowTiles, 1) << what;
+      EXPECT_EQ(one.warpsM, w.warpsM) << what;
+      EXPECT_EQ(one.rowBlocks, w.batch == 1 ? tiles : w.rowBlocks) << what;
+      // The default follows the process (ES_ATTN_ROWTILES).
+      EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles,
+                kernel::pagedAttentionRowTiles() == 1 ? 1 : w.rowTiles) << what;
+      // Same split geometry as the one-tile plan and as the decode call of the same sequence.
+      PlanShape d(w.batch, 1, w.hq, w.hkv, w.dim, maxKv);
+      const auto decode = kernel::planPagedAttention(d.p, 0, 2);
+      for (const auto& x : {one, decode}) {
+        EXPECT_EQ(plan.numSplits, x.numSplits) << what;
+        EXPECT_EQ(plan.tilesPerSplit, x.tilesPerSplit) << what;
+      }
+      EXPECT_EQ(decode.rowTiles, 1) << what;
+      if (maxKv == 4096 && w.hkv == 8 && w.batch == 1) {
+        EXPECT_EQ(plan.numSplits, 16) << what;  // 4k, 8 KV heads: 16 splits of 4 tiles
+      }
+      // Forced split counts keep the two tiles (tests and benchmarks run them).
+      const auto forced = kernel::planPagedAttention(s.p, 3, 2);
+      EXPECT_TRUE(forced.splitKv) << forced.reason << " " << what;
+      EXPECT_EQ(forced.rowTiles, w.rowTiles) << what;
+    }
+  }
+  {  // a sliding window keeps it, with the decode call's split geometry
+    PlanShape s(1, 16, 32, 8, 128, 32768), d(1, 1, 32, 8, 128, 32768);
+    s.p.slidingWindow = d.p.slidingWindow = 1000;
+    const auto plan = kernel::planPagedAttention(s.p, 0, 2);
+    const auto decode = kernel::planPagedAttention(d.p, 0, 2);
+    EXPECT_EQ(plan.rowTiles, 2);
+    EXPECT_EQ(plan.rowBlocks, 2);
+    EXPECT_EQ(plan.numSplits, decode.numSplits);
+    EXPECT_EQ(plan.tilesPerSplit, decode.tilesPerSplit);
+  }
+  {  // the Qwen3-8B 16-row verify at 4k: 8 x 2 x 16 = 256 CTAs (one wave of 264), 4 before
+    PlanShape s(1, 16, 32, 8, 128, 4096);
+    const auto plan = kernel::planPagedAttention(s.p, 0, 2);
+    EXPECT_EQ(8 * plan.rowBlocks * plan.numSplits, 256);
+    const auto one = kernel::planPagedAttention(s.p, 0, 1);
+    EXPECT_EQ(8 * one.rowBlocks * one.numSplits, 512);
   }
 }
 
