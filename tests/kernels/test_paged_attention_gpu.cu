@@ -9,7 +9,10 @@
 //
 // Prefill row tiles (PrefillRowTilesMatchReference): prefill shapes that take two 16-row tiles
 // per warp, each also run with one tile per warp in the same process (ctest runs the whole
-// binary once more with ES_ATTN_ROWTILES=1: test_paged_attention_gpu_rowtiles1).
+// binary once more with ES_ATTN_ROWTILES=1: test_paged_attention_gpu_rowtiles1). Verify row
+// tiles (VerifyRowTilesMatchReference, VerifyRowsEqualDecodeRowsBitForBit): batch-1 calls of
+// 2-16 rows at D 128 that take two 16-row tiles per CTA at warpsM 1, against the reference and
+// bit for bit against one-row decode calls, with rowTiles 1 and 2 forced in the same process.
 //
 // Split-KV (SplitKv* tests): the split path forced on (planned split count and forced counts 1,
 // 2, 3, 7, 64, so splits past a sequence's real length and the one-split direct write are both
@@ -213,6 +216,7 @@ struct SplitCase {
   bool bad_pages = false;        // a K id >= numPages and a V id < numPages (masked pages)
   int32_t row_tiles = 0;         // > 0: the plan must give this rowTiles by default (1 under
                                  // ES_ATTN_ROWTILES=1), and both 1 and 2 are run explicitly
+  int32_t pad_row = -1;          // >= 0: this row of sequence 0 is padding too (batch 1)
 };
 
 // |got - want| <= rel |want| + c rms(want) on rows that see keys; bit-exact on zero rows.
@@ -262,7 +266,8 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
     q_lens.push_back(q);
     cu.push_back(cu.back() + q);
     for (int32_t i = 0; i < q; ++i) {
-      const bool pad = c.pad_rows && q > 1 && i == q - 1 && b % 2 == 1;
+      const bool pad =
+          (c.pad_rows && q > 1 && i == q - 1 && b % 2 == 1) || (b == 0 && i == c.pad_row);
       positions.push_back(pad ? -1 : c.kv_lens[b] - q + i);
       zero_row.push_back(pad);
     }
@@ -352,8 +357,11 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
   const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(p);
   ASSERT_TRUE(plan.splitKv) << plan.reason;
   if (c.row_tiles > 0) {
-    // The prefill variant is the default where it applies; ES_ATTN_ROWTILES=1 turns it off.
+    // The prefill / verify variant is the default where it applies; ES_ATTN_ROWTILES=1 turns it
+    // off.
     EXPECT_EQ(plan.rowTiles, kernel::pagedAttentionRowTiles() == 1 ? 1 : c.row_tiles);
+    EXPECT_EQ(kernel::planPagedAttention(p, 0, 2).rowTiles, c.row_tiles);
+    EXPECT_EQ(kernel::planPagedAttention(p, 0, 1).rowTiles, 1);
   }
   for (int32_t forced : {0, 1, 2, 3, 7, 64}) {
     // Forced counts run with the process default rowTiles; with c.row_tiles the planned count
@@ -526,18 +534,93 @@ TEST(PagedAttentionGpu, PrefillRowTilesMatchReference) {
   run_split<fp16>(c, rng);
 }
 
-// Row invariance (paged_attention.h, "Split boundaries"): at batch 1, a 16-row causal verify
-// gives, row for row, the same bits as 16 one-row decode calls at those positions with the same
-// K/V and key bound. This is what makes greedy speculative decoding equal plain
-// greedy decoding on the GPU. Contexts that cross split boundaries inside the block, GQA 3 / 4 /
-// 8, a sliding window.
+// The batch-1 verify variant (paged_attention_split.h: two 16-row tiles per CTA at warpsM 1,
+// D 128) against the CPU reference: 2-16 rows at GQA 2 / 4 / 8 (one, two, three and more tiles,
+// odd tile counts leaving the last CTA one tile of real rows), short and long contexts (one
+// split; 16 splits at 4k; kv lengths below the bound), causal, packed tree, bidirectional and a
+// sliding window, a padding row, rows in no sequence and unmapped / out-of-range pages. Each
+// case checks the plan (rowTiles 2 by default, 1 with maxRowTiles 1) and runs rowTiles 1 and 2
+// and forced split counts 1-64.
+TEST(PagedAttentionGpu, VerifyRowTilesMatchReference) {
+  ES_SKIP_IF_NO_GPU();
+  std::mt19937 rng(47);
+  struct V {
+    int32_t hq, hkv, q_len, ctx, max_kv;
+  };
+  int n = 0;
+  for (const V& x : {
+           V{32, 8, 16, 4096, 4096},  // Qwen3-8B: 4 tiles, 2 CTAs per (head, split), 16 splits
+           V{32, 8, 16, 40, 300},     //   short context: the rows start at key 24
+           V{32, 8, 9, 3000, 4096},   //   36 packed rows: 3 tiles (odd)
+           V{32, 8, 5, 700, 1000},    //   20 rows: 2 tiles, one CTA
+           V{32, 8, 4, 700, 1000},    //   16 rows: 1 tile (the decode kernel)
+           V{16, 8, 16, 4096, 4096},  // GQA 2: 32 rows, 2 tiles
+           V{16, 8, 9, 129, 200},     //   18 rows: 2 tiles, one split
+           V{64, 8, 16, 5000, 8192},  // GQA 8: 8 tiles, 4 CTAs
+           V{64, 8, 5, 1000, 1024},   //   40 rows: 3 tiles
+           V{24, 8, 11, 2000, 4096},  // GQA 3: 33 rows: 3 tiles, one real row in the last
+       }) {
+    SplitCase c;
+    c.hq = x.hq;
+    c.hkv = x.hkv;
+    c.dim = 128;
+    c.q_len = x.q_len;
+    c.kv_lens = {x.ctx};
+    c.max_kv = x.max_kv;
+    c.row_tiles = (x.q_len * (x.hq / x.hkv) + 15) / 16 >= 2 ? 2 : 1;
+    if (n++ % 2 == 0) {
+      run_split<bf16>(c, rng);
+    } else {
+      run_split<fp16>(c, rng);
+    }
+  }
+  // Masks and edges on the 16-row Qwen3-8B-shaped verify (4 tiles).
+  SplitCase c;
+  c.hq = 32;
+  c.hkv = 8;
+  c.dim = 128;
+  c.q_len = 16;
+  c.kv_lens = {1500};
+  c.max_kv = 2048;
+  c.row_tiles = 2;
+  for (AttentionMask mask : {AttentionMask::kPackedTree, AttentionMask::kBidirectional}) {
+    c.mask = mask;
+    run_split<bf16>(c, rng);
+    run_split<fp16>(c, rng);
+  }
+  c.mask = AttentionMask::kCausal;
+  c.window = 300;  // pages before the window released
+  run_split<bf16>(c, rng);
+  c.mask = AttentionMask::kPackedTree;  // tree + window
+  c.window = 100;
+  run_split<fp16>(c, rng);
+  c.mask = AttentionMask::kCausal;
+  c.window = 0;
+  c.pad_row = 6;  // a padding row inside the block
+  c.extra_rows = 5;  // rows in no sequence after it
+  c.bad_pages = true;
+  c.max_kv = 1500;
+  run_split<bf16>(c, rng);
+}
+
+// Row invariance (paged_attention.h, "Split boundaries"): at batch 1, a verify of `rows` causal
+// rows gives, row for row, the same bits as `rows` one-row decode calls at those positions with
+// the same K/V and key bound. This is what makes greedy speculative decoding equal plain greedy
+// decoding on the GPU. The verify runs with the default plan (rowTiles 2 at D 128 where the
+// packed rows need two tiles or more, the verify variant) and with rowTiles 1 and 2 forced
+// (maxRowTiles, the planned split count); every one must equal the decode rows bit for bit and
+// (the default) the CPU reference. `tree`: the verify takes a packed-tree mask whose bits are the
+// causal chain (row i sees block keys 0..i), which must give the causal rows' bits too.
+// Contexts that cross split boundaries inside the block, GQA 2 / 3 / 4 / 8, a sliding window.
 template <typename T>
 void expect_verify_rows_equal_decode_rows(int32_t hq, int32_t hkv, int32_t dim, int32_t window,
                                           int32_t max_kv, const std::vector<int32_t>& kv_ends,
-                                          std::mt19937& rng) {
-  const int32_t batch = int32_t(kv_ends.size()), rows = 16;
+                                          std::mt19937& rng, int32_t rows = 16, bool tree = false) {
+  const int32_t batch = int32_t(kv_ends.size());
   SCOPED_TRACE(::testing::Message() << "Hq " << hq << " Hkv " << hkv << " D " << dim << " W "
-                                    << window << " maxKv " << max_kv << " kv0 " << kv_ends[0]);
+                                    << window << " maxKv " << max_kv << " kv0 " << kv_ends[0]
+                                    << " rows " << rows << (tree ? " tree" : "") << " "
+                                    << dtype_name(dtype_of<T>));
   const int32_t max_pages = (max_kv + kPage - 1) / kPage;
   const int32_t num_pages = batch * max_pages;
   std::vector<int32_t> ids(size_t(2) * num_pages);
@@ -560,6 +643,12 @@ void expect_verify_rows_equal_decode_rows(int32_t hq, int32_t hkv, int32_t dim, 
   test::DeviceArray<int32_t> d_table(table);
   const int64_t ws_bytes = kernel::pagedAttentionWorkspaceBytes(batch, rows, hq, hkv, dim, max_kv);
   test::DeviceArray<float> ws = workspace_for(ws_bytes);
+  // The causal chain as tree bits: row i of a block sees block keys 0..i.
+  std::vector<int32_t> chain(size_t(batch) * rows);
+  for (size_t r = 0; r < chain.size(); ++r) {
+    chain[r] = int32_t(uint32_t(uint64_t{2} << (r % size_t(rows))) - 1u);
+  }
+  test::DeviceArray<int32_t> d_chain(chain);
 
   auto params = [&](const void* qp, void* out, const int32_t* cu, const int32_t* pos,
                     const int32_t* kv, int32_t q_len) {
@@ -577,7 +666,7 @@ void expect_verify_rows_equal_decode_rows(int32_t hq, int32_t hkv, int32_t dim, 
     p.workspaceBytes = std::max<int64_t>(ws_bytes, 16);
     return p;
   };
-  // The verify: rows kv_end - 16 ... kv_end - 1 of every sequence.
+  // The verify: rows kv_end - rows ... kv_end - 1 of every sequence.
   std::vector<int32_t> cu = {0}, pos, cu1 = {0};
   for (int32_t b = 0; b < batch; ++b) {
     cu.push_back(cu.back() + rows);
@@ -586,10 +675,66 @@ void expect_verify_rows_equal_decode_rows(int32_t hq, int32_t hkv, int32_t dim, 
   }
   test::DeviceArray<int32_t> d_cu(cu), d_pos(pos), d_kv(kv_ends), d_cu1(cu1);
   test::DeviceArray<int32_t> d_pos1{static_cast<size_t>(batch)}, d_kv1{static_cast<size_t>(batch)};
-  const kernel::PagedAttentionParams pv = params(d_q.get(), d_out.get(), d_cu.get(), d_pos.get(), d_kv.get(), rows);
-  ASSERT_TRUE(kernel::planPagedAttention(pv).splitKv);
-  kernel::launchPagedAttention(pv, nullptr);
-  const std::vector<T> verify = d_out.download();
+  kernel::PagedAttentionParams pv = params(d_q.get(), d_out.get(), d_cu.get(), d_pos.get(), d_kv.get(), rows);
+  if (tree) {
+    pv.mask = AttentionMask::kPackedTree;
+    pv.packedMask = d_chain.get();
+  }
+  const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(pv);
+  ASSERT_TRUE(plan.splitKv) << plan.reason;
+  // The plan: two row tiles per CTA at warpsM 1 where the variant is built (D 128) and the
+  // packed rows need two tiles; one tile per CTA with maxRowTiles 1 (the kernel of before).
+  const int32_t tiles = (rows * (hq / hkv) + 15) / 16;
+  const int32_t want_rt = batch == 1 && dim == 128 && tiles >= 2 ? 2 : 1;
+  const kernel::PagedAttentionPlan plan2 = kernel::planPagedAttention(pv, 0, 2);
+  const kernel::PagedAttentionPlan plan1 = kernel::planPagedAttention(pv, 0, 1);
+  EXPECT_EQ(plan2.rowTiles, want_rt);
+  EXPECT_EQ(plan.rowTiles, kernel::pagedAttentionRowTiles() == 1 ? 1 : want_rt);
+  EXPECT_EQ(plan1.rowTiles, 1);
+  if (batch == 1) {
+    EXPECT_EQ(plan2.warpsM, 1);
+    EXPECT_EQ(plan1.warpsM, 1);
+    EXPECT_EQ(plan2.rowBlocks, (tiles + want_rt - 1) / want_rt);
+    EXPECT_EQ(plan1.rowBlocks, tiles);
+  }
+  EXPECT_EQ(plan1.numSplits, plan2.numSplits);
+  EXPECT_EQ(plan1.tilesPerSplit, plan2.tilesPerSplit);
+  // The forced runs pass the planned split count; it must give the planned boundaries.
+  const kernel::PagedAttentionPlan forced = kernel::planPagedAttention(pv, plan2.numSplits, 2);
+  ASSERT_EQ(forced.tilesPerSplit, plan2.tilesPerSplit) << "pick a key bound whose forced split "
+                                                          "count keeps the planned boundaries";
+  // Default plan, then rowTiles 1 and 2 forced.
+  std::vector<std::vector<T>> verify;
+  for (const int32_t rt : {0, 1, 2}) {
+    d_out.poison();
+    if (rt == 0) {
+      kernel::launchPagedAttention(pv, nullptr);
+    } else {
+      kernel::launchPagedAttentionSplitKv(pv, plan2.numSplits, nullptr, rt);
+    }
+    verify.push_back(d_out.download());
+  }
+
+  // The default plan's verify against the CPU reference (the split-KV tolerance).
+  {
+    std::vector<T> want(q.size());
+    std::memset(want.data(), test::kPoisonByte, want.size() * sizeof(T));
+    kernel::PagedAttentionParams ph = pv;
+    ph.query.q = q.data();
+    ph.query.out = want.data();
+    ph.query.cuQSeqLens = cu.data();
+    ph.query.qPositions = pos.data();
+    ph.kv.pool = pool.data();
+    ph.kv.pageTable = table.data();
+    ph.kvLengths = kv_ends.data();
+    ph.packedMask = tree ? chain.data() : nullptr;
+    ph.workspace = nullptr;
+    ph.workspaceBytes = 0;
+    ph.maxKvLength = 0;
+    ref::pagedAttention(ph);
+    expect_split_close(verify[0], want, std::vector<bool>(size_t(batch) * rows, false),
+                       int64_t{hq} * dim);
+  }
 
   size_t bad = 0;
   for (int32_t i = 0; i < rows; ++i) {
@@ -606,13 +751,16 @@ void expect_verify_rows_equal_decode_rows(int32_t hq, int32_t hkv, int32_t dim, 
     d_out1.poison();
     kernel::launchPagedAttention(params(d_q1.get(), d_out1.get(), d_cu1.get(), d_pos1.get(), d_kv1.get(), 1), nullptr);
     const std::vector<T> decode = d_out1.download();
-    for (int32_t b = 0; b < batch; ++b) {
-      for (size_t e = 0; e < row_elems; ++e) {
-        const T& want = decode[b * row_elems + e];
-        const T& got = verify[(size_t(b) * rows + i) * row_elems + e];
-        if (!same_bits(got, want) && ++bad <= 5) {
-          ADD_FAILURE() << "sequence " << b << " row " << i << " element " << e << ": verify "
-                        << to_d(got) << " decode " << to_d(want);
+    for (int32_t v = 0; v < 3; ++v) {
+      for (int32_t b = 0; b < batch; ++b) {
+        for (size_t e = 0; e < row_elems; ++e) {
+          const T& want = decode[b * row_elems + e];
+          const T& got = verify[v][(size_t(b) * rows + i) * row_elems + e];
+          if (!same_bits(got, want) && ++bad <= 5) {
+            ADD_FAILURE() << (v == 0 ? "plan" : v == 1 ? "rowTiles 1" : "rowTiles 2")
+                          << ": sequence " << b << " row " << i << " element " << e
+                          << ": verify " << to_d(got) << " decode " << to_d(want);
+          }
         }
       }
     }
@@ -629,6 +777,26 @@ TEST(PagedAttentionGpu, VerifyRowsEqualDecodeRowsBitForBit) {
     expect_verify_rows_equal_decode_rows<bf16>(32, 8, 128, 0, 4096, {end}, rng);
   }
   expect_verify_rows_equal_decode_rows<fp16>(32, 8, 128, 0, 4096, {700}, rng);
+  // The verify variant's row counts (D 128): GQA 4 with 2-16 rows (1, 2, 3 and 4 tiles: 5, 9 and
+  // 13 rows leave the last CTA's second tile partly or wholly without real rows), GQA 2 (up to
+  // 2 tiles), GQA 8 (3 and 8 tiles) and GQA 3 (33 rows: 3 tiles), at 4,096 keys (16 splits)
+  // and short contexts (one or a few splits), bf16 and f16.
+  for (const int32_t rows : {2, 4, 5, 8, 9, 12, 13, 16}) {
+    expect_verify_rows_equal_decode_rows<bf16>(32, 8, 128, 0, 4096, {4096 - rows % 3}, rng, rows);
+    expect_verify_rows_equal_decode_rows<fp16>(32, 8, 128, 0, 300, {20 + 17 * rows}, rng, rows);
+  }
+  for (const int32_t rows : {3, 8, 9, 16}) {
+    expect_verify_rows_equal_decode_rows<bf16>(16, 8, 128, 0, 4096, {3000 + rows}, rng, rows);
+    expect_verify_rows_equal_decode_rows<fp16>(16, 8, 128, 0, 200, {rows + 1}, rng, rows);
+  }
+  expect_verify_rows_equal_decode_rows<bf16>(64, 8, 128, 0, 4096, {4000}, rng, 5);
+  expect_verify_rows_equal_decode_rows<bf16>(64, 8, 128, 0, 4096, {2500}, rng, 16);
+  expect_verify_rows_equal_decode_rows<fp16>(24, 8, 128, 0, 4096, {1111}, rng, 11);
+  // Packed-tree verify (DFlash / EAGLE tree verify) with the causal chain's bits, and a sliding
+  // window at D 128.
+  expect_verify_rows_equal_decode_rows<bf16>(32, 8, 128, 0, 4096, {4096}, rng, 16, true);
+  expect_verify_rows_equal_decode_rows<fp16>(16, 8, 128, 0, 300, {150}, rng, 9, true);
+  expect_verify_rows_equal_decode_rows<bf16>(32, 8, 128, 300, 4096, {1000}, rng);
   // SmolLM2 heads (9 q / 3 kv, D 64: 48 packed verify rows, 3 row blocks), 8k bound.
   expect_verify_rows_equal_decode_rows<bf16>(9, 3, 64, 0, 8192, {1030}, rng);
   expect_verify_rows_equal_decode_rows<bf16>(9, 3, 64, 0, 8192, {8000}, rng);
