@@ -7,7 +7,10 @@
 //       head) kernel (maxKvLength = 0), "split" = the split-KV path with the planned split count,
 //       then a sweep of forced split counts (launchPagedAttentionSplitKv) to check the plan;
 //   (c) verify-shaped calls (16 causal rows per sequence, 4k context, batch 1 and 16), simple vs
-//       split;
+//       split; at batch 1 the plan takes two row tiles per CTA (the verify variant,
+//       paged_attention_split.h), and both row-tile variants are forced with the planned split
+//       count ("split, rowTiles 1/2"), their outputs compared bit for bit (they must be equal:
+//       both give each row decode's bits);
 //   (d) causal prefill (a 4k prompt; a 128-row suffix after a 4k prefix) with TFLOP/s: simple,
 //       the plan, and where the plan can take two row tiles per warp (paged_attention_split.h)
 //       both row-tile variants forced ("split, rowTiles 1/2"). The plan follows ES_ATTN_ROWTILES
@@ -264,12 +267,16 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
                 plan.tilesPerSplit, plan.warpsM * plan.rowTiles, plan.rowTiles,
                 kernel::pagedAttentionRowTiles(), worst);
   g_notes.push_back(note);
-  // Prefill shapes that can take two row tiles per warp: check the other variant too.
+  // Shapes that can take two row tiles (prefill per warp, batch-1 verify per CTA): check both
+  // variants, with the planned split count (prefill: 1).
   const bool rowtiles_ab = kernel::planPagedAttention(pr.params(0, true), 0, 2).rowTiles == 2;
+  const bool verify = shape.q_len <= kernel::kSplitKvMaxQSeqLen;
   if (rowtiles_ab) {
+    std::vector<float> outs[2];
     for (const int32_t rt : {1, 2}) {
-      kernel::launchPagedAttentionSplitKv(pr.params(0, true), 1, stream, rt);
+      kernel::launchPagedAttentionSplitKv(pr.params(0, true), plan.numSplits, stream, rt);
       const std::vector<float> alt = pr.download_out(0);
+      outs[rt - 1] = alt;
       double w = 0;
       for (size_t o = 0; o < ref.size(); o += kDim) {
         double scale = 0, diff = 0;
@@ -283,6 +290,14 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
                     w > 3e-2 ? "MISMATCH" : "check", pr.name().c_str(), rt, w);
       g_notes.push_back(note);
     }
+    if (verify) {  // both give every row the decode kernel's bits
+      size_t differ = 0;
+      for (size_t i = 0; i < outs[0].size(); ++i) differ += outs[0][i] != outs[1][i];
+      std::snprintf(note, sizeof(note), "%s %s: verify rowTiles 2 vs rowTiles 1 (forced, %d splits): %zu of %zu elements differ (must be 0)",
+                    differ ? "MISMATCH" : "check", pr.name().c_str(), plan.numSplits, differ,
+                    outs[0].size());
+      g_notes.push_back(note);
+    }
   }
 
   time_variant(stream, pr, "simple (per row, head)", [&](int set) {
@@ -293,6 +308,29 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
   time_variant(stream, pr, name, [&](int set) {
     kernel::launchPagedAttention(pr.params(set, true), stream);
   });
+  if (verify && rowtiles_ab) {
+    // Batch-1 verify: one (rowTiles 1, the kernel before) or two 16-row tiles per CTA.
+    const double plan_us = g_rows.back().graph_us;
+    double us[2] = {0, 0};
+    for (const int32_t rt : {1, 2}) {
+      const kernel::PagedAttentionPlan forced =
+          kernel::planPagedAttention(pr.params(0, true), plan.numSplits, rt);
+      time_variant(stream, pr, rt == 1 ? "split, rowTiles 1 (forced)" : "split, rowTiles 2",
+                   [&](int set) {
+                     kernel::launchPagedAttentionSplitKv(pr.params(set, true), plan.numSplits,
+                                                         stream, rt);
+                   });
+      us[rt - 1] = g_rows.back().graph_us;
+      std::snprintf(note, sizeof(note), "verify %s: split, rowTiles %d%s: %lld CTAs of %d rows, %.2f us",
+                    pr.name().c_str(), rt, rt == 1 ? " (forced)" : "",
+                    static_cast<long long>(kHkv) * pr.s.batch * forced.rowBlocks * forced.numSplits,
+                    16 * forced.warpsM * forced.rowTiles, us[rt - 1]);
+      g_notes.push_back(note);
+    }
+    std::snprintf(note, sizeof(note), "verify %s: split (plan: rowTiles %d) %.2f us; rowTiles 1 / rowTiles 2 = %.2f",
+                  pr.name().c_str(), plan.rowTiles, plan_us, us[0] / std::max(us[1], 1e-9));
+    g_notes.push_back(note);
+  }
   if (shape.q_len > kernel::kSplitKvMaxQSeqLen) {
     // Causal FLOPs: row at position p sees p + 1 keys; QK^T and PV are 2 * D FLOPs per key each.
     double flops = 0;

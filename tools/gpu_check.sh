@@ -34,10 +34,13 @@
 #                                 both ways, torch_anchor.py --sampling, and T = 1 generations of
 #                                 $ES_SMOLLM2_GGUF (plain and with models/'s draft; top-p 0.9 for
 #                                 fullrowsplit) that must give the same tokens both ways (~3 min)
-#   tools/gpu_check.sh prefillab  A/B of the prefill attention row tiles (ES_ATTN_ROWTILES=1 / default 2):
-#                                 test_paged_attention_gpu both ways (timeout 300), bench_attention_gpu
-#                                 both ways, and edgespec bench's 4,096-token prefill of a random
-#                                 Qwen3-8B both ways (~5 min)
+#   tools/gpu_check.sh prefillab  A/B of the attention row tiles (ES_ATTN_ROWTILES=1 / default 2: the
+#                                 prefill variant, and the batch-1 verify variant of two tiles per
+#                                 CTA): test_paged_attention_gpu both ways (timeout 300),
+#                                 bench_attention_gpu both ways (its prefill and B=1 16-row verify
+#                                 rows), and edgespec bench's 4,096-token prefill of a random
+#                                 Qwen3-8B both ways (~5 min); the verify's whole-model effect is
+#                                 the engine stage's verify4k row
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -444,11 +447,16 @@ sampling_ab() {
   return $status
 }
 
-# Prefill attention with one (ES_ATTN_ROWTILES=1) or two (default) 16-row tiles per warp
-# (src/kernels/paged_attention_split.h), in one call: the attention GPU test both ways under a
-# timeout (a hung barrier must not eat the call), bench_attention_gpu both ways (its 4k causal
-# prefill TFLOP/s rows; each run also forces both variants), then the whole-model 4,096-token
-# prefill of a random Qwen3-8B both ways (default first, =1, default again).
+# Attention with one (ES_ATTN_ROWTILES=1) or two (default) 16-row tiles per warp row
+# (src/kernels/paged_attention_split.h: prefill at warpsM 4, 128 rows per CTA; batch-1 verify at
+# warpsM 1, 32 rows per CTA with decode's per-row arithmetic), in one call: the attention GPU test
+# both ways under a timeout (a hung barrier must not eat the call; its verify tests check the
+# verify rows against the decode rows bit for bit with both variants forced in either run),
+# bench_attention_gpu both ways (its 4k causal prefill TFLOP/s rows and its B=1 4k 16-row verify
+# rows; each run also forces both variants, and the verify's two outputs must be bit-identical),
+# then the whole-model 4,096-token prefill of a random Qwen3-8B both ways (default first, =1,
+# default again). The verify's whole-model effect (verify / decode forward at 4k context) is the
+# engine stage's verify4k row: ES_ENGINE_PRESETS=qwen3-8b tools/gpu_check.sh engine.
 stage_prefillab() {
   local status=0 m rc preset=${ES_PREFILL_PRESET:-qwen3-8b}
   for m in 2 1; do
@@ -463,7 +471,7 @@ stage_prefillab() {
     [ $rc -eq 0 ] || status=1
     summary+=("prefillab bench_attention_gpu ES_ATTN_ROWTILES=$m rc=$rc   prefillab_bench$m.txt")
     local line
-    while read -r line; do summary+=("  ES_ATTN_ROWTILES=$m $line"); done < <(grep -E "^prefill|MISMATCH|rowTiles" "$out/prefillab_bench$m.txt")
+    while read -r line; do summary+=("  ES_ATTN_ROWTILES=$m $line"); done < <(grep -E "^prefill|^verify|MISMATCH|rowTiles" "$out/prefillab_bench$m.txt")
   done
   # The random checkpoint; its torch prefill of the same 4,096 tokens is the anchor (same call).
   local dir="/dev/shm/es_prefillab_$preset"
