@@ -355,7 +355,9 @@ void runGenerate(const GenerateOptions& o) {
   for (const auto& p : prompts) longestPrompt = std::max<int64_t>(longestPrompt, static_cast<int64_t>(p.size()));
   const int32_t prefillChunk = resolvePrefillChunk(o.prefillChunk, backend->name(), longestPrompt);
   const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(prefillChunk, int64_t{batchRows} * verifyWidth));
-  model::TargetModel target(dir, *backend, maxTokens, taps);
+  // Logits only for a step's rows (a prefill chunk needs its last row's): a 4,096-row prefill
+  // chunk then costs no 4,096-row f32 logits buffer.
+  model::TargetModel target(dir, *backend, maxTokens, taps, batchRows * verifyWidth);
   std::unique_ptr<model::DFlashDraft> draft;
   if (!draftDir.empty()) {
     std::fprintf(stderr, "[edgespec] loading the DFlash draft %s%s\n", draftDir.c_str(),

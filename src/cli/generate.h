@@ -30,9 +30,8 @@ int32_t resolveVerifyWidth(std::string_view flag, std::string_view backendName, 
 // once). "auto": on cuda the longest prompt rounded up to a multiple of 256, within [256,
 // kMaxAutoPrefillChunk], so a prompt up to 4,096 tokens prefills in one forward (Qwen3-8B, 4,096
 // tokens: 103.6 ms as one forward against 170.8 ms in 256-row chunks on the H200,
-// docs/perf.md); on cpu 256 (the workspace, logits included, grows with the rows: 0.8 GB at 4,096
-// rows for a 49,152-token vocabulary). Otherwise an integer in [16, 65536]. Anything else is an
-// InvalidArgument naming --prefill-chunk and the limit.
+// docs/perf.md); on cpu 256 (the workspace's activations grow with the rows). Otherwise an
+// integer in [16, 65536]. Anything else is an InvalidArgument naming --prefill-chunk and the limit.
 inline constexpr int32_t kMaxAutoPrefillChunk = 4096;
 int32_t resolvePrefillChunk(std::string_view flag, std::string_view backendName, int64_t longestPrompt);
 }  // namespace es::cli

@@ -46,17 +46,20 @@ DType chooseMatrixDtype(const WeightStore& store, const ModelConfig& c, DType co
 }  // namespace
 
 TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend,
-                         int32_t maxTokens, std::vector<int32_t> tapLayers)
+                         int32_t maxTokens, std::vector<int32_t> tapLayers, int32_t maxLogitRows)
     : config_(loadModelConfig(dir)),
       backend_(backend),
       dtype_(backend.computeDtype()),
       matrixDtype_(dtype_),
       maxTokens_(maxTokens),
+      maxLogitRows_(maxLogitRows == 0 ? maxTokens : maxLogitRows),
       tapLayers_(std::move(tapLayers)) {
   ES_CHECK_ARG(!config_.isDraft(), "TargetModel", "architecture", architectureName(config_.architecture),
                "is a draft model, not a target");
   ES_CHECK_ARG(maxTokens > 0 && maxTokens <= (1 << 20), "TargetModel", "maxTokens", maxTokens,
                "must be in [1, 1048576]");
+  ES_CHECK_ARG(maxLogitRows >= 0 && maxLogitRows <= maxTokens, "TargetModel", "maxLogitRows", maxLogitRows,
+               "must be in [0, maxTokens = ", maxTokens, "] (0: maxTokens)");
   ES_CHECK_ARG(config_.head_dim == 64 || config_.head_dim == 128 || config_.head_dim == 256,
                "TargetModel", "head_dim", config_.head_dim, "must be 64, 128 or 256");
   for (int32_t t : tapLayers_) {
@@ -155,8 +158,8 @@ void TargetModel::allocateWorkspace() {
   alloc(tmp_, T * c.hidden_size * es);
   alloc(gateUp_, T * 2 * c.intermediate_size * es);
   alloc(act_, T * c.intermediate_size * es);
-  alloc(rows_, T * c.hidden_size * es);
-  alloc(logits_, T * c.vocab_size * 4);
+  alloc(rows_, int64_t{maxLogitRows_} * c.hidden_size * es);
+  alloc(logits_, int64_t{maxLogitRows_} * c.vocab_size * 4);
   if (!tapLayers_.empty()) alloc(taps_, static_cast<int64_t>(tapLayers_.size()) * T * c.hidden_size * es);
   // Split-KV partials of decode/verify-shaped attention (rows <= 16 per sequence), for any batch
   // of this workspace and any context the RoPE table allows (the CPU reference needs none).
@@ -192,8 +195,8 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
                  "must be below the RoPE table (", maxPositions_, ") and the KV capacity (",
                  cache.capacity(), ")");
   }
-  ES_CHECK_ARG(R <= maxTokens_, "TargetModel::forward", "logitRows.size()", R,
-               "must be <= maxTokens = ", maxTokens_);
+  ES_CHECK_ARG(R <= maxLogitRows_, "TargetModel::forward", "logitRows.size()", R,
+               "must be <= maxLogitRows = ", maxLogitRows_);
   for (int32_t r : b.logitRows) {
     ES_CHECK_ARG(r >= 0 && r < T, "TargetModel::forward", "logitRows", r, "must be in [0, ", T, ")");
   }
@@ -269,7 +272,8 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
   ES_CHECK_ARG(T > 0 && T <= maxTokens_, kWhere, "numTokens", T, "must be in [1, maxTokens = ", maxTokens_, "]");
   ES_CHECK_ARG(B > 0 && B <= cache.maxBatchSize(), kWhere, "batchSize", B, "must be in [1, cache maxBatchSize = ",
                cache.maxBatchSize(), "]");
-  ES_CHECK_ARG(R >= 0 && R <= maxTokens_, kWhere, "numLogitRows", R, "must be in [0, maxTokens = ", maxTokens_, "]");
+  ES_CHECK_ARG(R >= 0 && R <= maxLogitRows_, kWhere, "numLogitRows", R, "must be in [0, maxLogitRows = ",
+               maxLogitRows_, "]");
   ES_CHECK_ARG(maxQ > 0 && maxQ <= T, kWhere, "maxQSeqLen", maxQ, "must be in [1, numTokens = ", T, "]");
   ES_CHECK_ARG(b.tokens && b.positions && b.tokenToSequence && b.cuQSeqLens && b.kvLengths, kWhere,
                "tokens/positions/tokenToSequence/cuQSeqLens/kvLengths", "null", "must not be null");

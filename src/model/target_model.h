@@ -72,13 +72,18 @@ struct ForwardResult {
 class TargetModel {
  public:
   // Loads config.json + safetensors from `dir` onto `backend` (weights in its compute dtype).
-  // maxTokens bounds the rows of one forward; tapLayers are the layer outputs to keep.
+  // maxTokens bounds the rows of one forward; tapLayers are the layer outputs to keep;
+  // maxLogitRows (0: maxTokens) bounds the rows one forward computes logits for. The f32 logits
+  // are the workspace's largest part (Qwen3-8B at 4,096 rows: 2.5 GB), and a long prefill chunk
+  // needs logits for its last row only, so a caller that prefills in long chunks passes the
+  // rows its decode/verify steps need (batch x verify width).
   TargetModel(const std::filesystem::path& dir, ops::Backend& backend, int32_t maxTokens,
-              std::vector<int32_t> tapLayers = {});
+              std::vector<int32_t> tapLayers = {}, int32_t maxLogitRows = 0);
 
   const ModelConfig& config() const { return config_; }
   ops::Backend& backend() const { return backend_; }
   int32_t maxTokens() const { return maxTokens_; }
+  int32_t maxLogitRows() const { return maxLogitRows_; }
   int64_t weightBytes() const { return weightBytes_; }
   int64_t workspaceBytes() const { return workspaceBytes_; }
   const std::vector<int32_t>& tapLayers() const { return tapLayers_; }
@@ -124,6 +129,7 @@ class TargetModel {
   DType dtype_;
   DType matrixDtype_;  // the layer matrices' dtype on the backend: dtype_, or bf16 on the CPU (loadWeights)
   int32_t maxTokens_;
+  int32_t maxLogitRows_;  // in [1, maxTokens]
   int32_t maxPositions_ = 0;
   std::vector<int32_t> tapLayers_;
   int64_t weightBytes_ = 0;

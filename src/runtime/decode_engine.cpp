@@ -35,7 +35,8 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
   }
   ES_CHECK_ARG(cache_.space() == backend_.space(), kWhere, "cache memory space", static_cast<int>(cache_.space()),
                "must be the target backend's");
-  maxBatch_ = std::min(cache_.maxBatchSize(), target_.maxTokens() / width_);
+  // A step's B x W rows are one forward and all get logits: maxLogitRows (<= maxTokens) bounds B.
+  maxBatch_ = std::min(cache_.maxBatchSize(), target_.maxLogitRows() / width_);
   if (proposer_) {
     maxBatch_ = std::min(maxBatch_, proposer_->maxBatch());
     // Every target forward's rows go to the draft as context: prefill chunks and verifies.
@@ -43,7 +44,7 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
                  target_.maxTokens(), "must be <= the draft's context rows per call (",
                  proposer_->maxContextRows(), ")");
   }
-  ES_CHECK_ARG(maxBatch_ >= 1, kWhere, "target maxTokens", target_.maxTokens(),
+  ES_CHECK_ARG(maxBatch_ >= 1, kWhere, "target maxLogitRows", target_.maxLogitRows(),
                "must hold at least one step of ", width_, " rows");
   allocate();
 }
@@ -131,8 +132,8 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
   ES_CHECK_ARG(cache_.activeCount() == 0, kWhere, "active slots", cache_.activeCount(),
                "must be 0: the cache must be empty");
   ES_CHECK_ARG(n > 0 && n <= maxBatch_, kWhere, "requests.size()", n, "must be in [1, ", maxBatch_,
-               "] (min of cache maxBatchSize = ", cache_.maxBatchSize(), ", target maxTokens / step width = ",
-               target_.maxTokens() / width_, proposer_ ? ", draft maxBatch" : "", ")");
+               "] (min of cache maxBatchSize = ", cache_.maxBatchSize(), ", target maxLogitRows / step width = ",
+               target_.maxLogitRows() / width_, proposer_ ? ", draft maxBatch" : "", ")");
   for (int32_t r = 0; r < n; ++r) {
     const GenerationRequest& q = requests[static_cast<size_t>(r)];
     const std::string name = "requests[" + std::to_string(r) + "]";

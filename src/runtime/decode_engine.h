@@ -73,7 +73,7 @@ class DecodeEngine {
                EngineOptions options = {});
   ~DecodeEngine();
 
-  // Sequences one step can carry: min(cache maxBatchSize, target maxTokens / W, draft maxBatch).
+  // Sequences one step can carry: min(cache maxBatchSize, target maxLogitRows / W, draft maxBatch).
   int32_t maxBatch() const { return maxBatch_; }
   // W: rows per sequence of one step (1 plain), and BS: rows of one proposal (1 plain).
   int32_t stepWidth() const { return width_; }

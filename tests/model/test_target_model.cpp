@@ -201,6 +201,41 @@ TEST(TargetModel, BadInputIsAClearError) {
   test::expectInvalidArgument([&] { model.forward(b, cache); }, "logitRows.size()");
 }
 
+// maxLogitRows bounds the logit rows (and their buffer) below maxTokens: the same logits for the
+// rows asked, more rows refused by name, a smaller workspace, and a bad bound refused.
+TEST(TargetModel, MaxLogitRowsBoundsTheLogitsOnly) {
+  auto backend = ops::makeCpuBackend();
+  const std::string dir = test::test_data_dir() + "/models/qwen3";
+  TargetModel full(dir, *backend, 16);
+  TargetModel narrow(dir, *backend, 16, {}, 2);
+  EXPECT_EQ(full.maxLogitRows(), 16);
+  EXPECT_EQ(narrow.maxLogitRows(), 2);
+  EXPECT_LT(narrow.workspaceBytes(), full.workspaceBytes());
+  ForwardBatch b;
+  b.tokens = {5, 9, 13, 2, 7, 11, 3, 8, 1, 4};  // ten rows in one forward, logits for two
+  for (int32_t i = 0; i < 10; ++i) {
+    b.positions.push_back(i);
+    b.tokenToSequence.push_back(0);
+  }
+  b.cuQSeqLens = {0, 10};
+  b.kvLengths = {10};
+  b.logitRows = {4, 9};
+  std::vector<float> want, got;
+  for (TargetModel* m : {&full, &narrow}) {
+    kv::KvCacheManager cache(cacheFor(*m, 1, 128), MemorySpace::kHost);
+    cache.admit();
+    (m == &full ? want : got) = m->forward(b, cache).logits;
+  }
+  ASSERT_EQ(got.size(), 2u * full.config().vocab_size);
+  EXPECT_EQ(got, want);
+  kv::KvCacheManager cache(cacheFor(narrow, 1, 128), MemorySpace::kHost);
+  cache.admit();
+  b.logitRows = {1, 4, 9};
+  test::expectInvalidArgument([&] { narrow.forward(b, cache); }, "logitRows.size()");
+  test::expectInvalidArgument([&] { TargetModel(dir, *backend, 16, {}, 17); }, "maxLogitRows");
+  test::expectInvalidArgument([&] { TargetModel(dir, *backend, 16, {}, -1); }, "maxLogitRows");
+}
+
 // On the CPU (f32 compute) a bf16 checkpoint's layer matrices stay bf16 (kernels/linear.h
 // weightDtype); everything else is widened to f32. The logits tests above then run that path.
 TEST(TargetModel, CpuKeepsBf16LayerMatricesInBf16) {
