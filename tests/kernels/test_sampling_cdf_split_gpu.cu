@@ -12,6 +12,7 @@
 #include "kernels/sampling.h"
 #include "kernels/sampling_layout.h"
 #include "support/gpu_test_util.h"
+#include "support/sampling_gpu_run.h"
 
 namespace es {
 namespace {
@@ -33,15 +34,7 @@ std::string describe(const SplitCase& c, uint32_t seed) {
 }
 
 SamplingParams params_of(const SplitCase& c) {
-  SamplingParams p;
-  p.batch = c.batch;
-  p.vocab = c.vocab;
-  p.logits_dtype = c.dtype;
-  p.temperature = c.temperature;
-  p.top_k = c.top_k;
-  p.top_p = c.top_p;
-  p.top_p_mode = c.mode;
-  return p;
+  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.top_k, c.top_p, c.mode);
 }
 
 // Rows: Gaussian logits (scale 1..4), every third row coarse (ties), every fourth peaked. With
@@ -68,41 +61,15 @@ std::vector<float> make_logits(const SplitCase& c, uint32_t seed, bool same_row)
   return x;
 }
 
+// Tokens only on either side (no probabilities); the device workspace is poisoned, so nothing may
+// be read before it is written.
 std::vector<int32_t> run_gpu(const SplitCase& c, const std::vector<float>& x, const std::vector<float>& u) {
-  SamplingParams p = params_of(c);
-  test::DeviceArray<float> d_f32(c.dtype == DType::kF32 ? x.size() : 0);
-  test::DeviceArray<fp16> d_f16(c.dtype == DType::kF16 ? x.size() : 0);
-  if (c.dtype == DType::kF32) {
-    d_f32.upload(x);
-    p.logits = d_f32.get();
-  } else {
-    std::vector<fp16> h(x.size());
-    for (size_t i = 0; i < x.size(); ++i) h[i] = to_fp16(x[i]);
-    d_f16.upload(h);
-    p.logits = d_f16.get();
-  }
-  test::DeviceArray<float> d_u(u);
-  test::DeviceArray<int32_t> d_tokens(c.batch);  // poisoned
-  p.uniforms = d_u.get();
-  p.tokens = d_tokens.get();
-  const size_t ws = sampling_workspace_bytes(p);
-  test::DeviceArray<uint8_t> d_ws(ws);  // poisoned: nothing may be read before it is written
-  p.workspace = ws ? d_ws.get() : nullptr;
-  p.workspace_bytes = ws;
-  kernel::sample_rows(p, nullptr);
-  ES_CUDA_CHECK(cudaDeviceSynchronize());
-  return d_tokens.download();
+  const test::GpuSampleOptions tokens_only{.probs = false, .download_workspace = false};
+  return test::run_sample_rows_gpu(params_of(c), x, u, tokens_only).tokens;
 }
 
 std::vector<int32_t> run_ref(const SplitCase& c, const std::vector<float>& x, const std::vector<float>& u) {
-  SamplingParams p = params_of(c);
-  p.logits_dtype = DType::kF32;  // fp16 rows were rounded to their f32 values already
-  p.logits = x.data();
-  p.uniforms = u.data();
-  std::vector<int32_t> t(c.batch, -77);
-  p.tokens = t.data();
-  ref::sample_rows(p);
-  return t;
+  return test::run_sample_rows_ref(params_of(c), x, u, /*with_probs=*/false).tokens;
 }
 
 void check(const SplitCase& c, uint32_t seed, bool same_row = false) {

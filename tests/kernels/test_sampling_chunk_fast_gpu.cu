@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -20,6 +19,7 @@
 #include "kernels/sampling_layout.h"
 #include "kernels/sampling_math.h"
 #include "support/gpu_test_util.h"
+#include "support/sampling_gpu_run.h"
 
 namespace es {
 namespace {
@@ -88,75 +88,12 @@ std::vector<float> make_logits(const CfCase& c, uint32_t seed) {
 }
 
 SamplingParams params_of(const CfCase& c) {
-  SamplingParams p;
-  p.batch = c.batch;
-  p.vocab = c.vocab;
-  p.logits_dtype = c.dtype;
-  p.temperature = c.temperature;
-  p.top_k = c.top_k;
-  p.top_p = c.top_p;
-  p.top_p_mode = c.mode;
-  p.path = SamplingPath::kGeneral;
-  return p;
+  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.top_k, c.top_p, c.mode,
+                               SamplingPath::kGeneral);
 }
 
-struct Out {
-  std::vector<int32_t> tokens;
-  std::vector<float> probs;
-  std::vector<uint64_t> workspace;
-};
-
-Out run_gpu(SamplingParams p, const std::vector<float>& x, const std::vector<float>& u) {
-  test::DeviceArray<float> d_f32(p.logits_dtype == DType::kF32 ? x.size() : 0);
-  test::DeviceArray<fp16> d_f16(p.logits_dtype == DType::kF16 ? x.size() : 0);
-  if (p.logits_dtype == DType::kF32) {
-    d_f32.upload(x);
-    p.logits = d_f32.get();
-  } else {
-    std::vector<fp16> h(x.size());
-    for (size_t i = 0; i < x.size(); ++i) h[i] = to_fp16(x[i]);
-    d_f16.upload(h);
-    p.logits = d_f16.get();
-  }
-  test::DeviceArray<float> d_u(u);
-  test::DeviceArray<int32_t> d_tokens(p.batch);                                   // poisoned
-  test::DeviceArray<float> d_probs(static_cast<size_t>(p.batch) * p.vocab);       // poisoned
-  p.uniforms = d_u.get();
-  p.tokens = d_tokens.get();
-  p.probs = d_probs.get();
-  const size_t ws = sampling_workspace_bytes(p);
-  test::DeviceArray<uint64_t> d_ws((ws + 7) / 8);  // poisoned: unwritten records are visible
-  p.workspace = ws ? d_ws.get() : nullptr;
-  p.workspace_bytes = ws;
-  kernel::sample_rows(p, nullptr);
-  ES_CUDA_CHECK(cudaDeviceSynchronize());
-  return {d_tokens.download(), d_probs.download(), d_ws.download()};
-}
-
-Out run_ref(SamplingParams p, const std::vector<float>& x, const std::vector<float>& u) {
-  p.logits_dtype = DType::kF32;  // f16 rows were rounded to their f32 values already
-  p.logits = x.data();
-  p.uniforms = u.data();
-  Out o;
-  o.tokens.assign(p.batch, -77);
-  o.probs.assign(static_cast<size_t>(p.batch) * p.vocab, -7.0f);
-  p.tokens = o.tokens.data();
-  p.probs = o.probs.data();
-  ref::sample_rows(p);
-  return o;
-}
-
-void compare_outputs(const Out& got, const Out& want, int32_t batch, int32_t vocab, const std::string& what) {
-  for (int32_t b = 0; b < batch; ++b) EXPECT_EQ(got.tokens[b], want.tokens[b]) << what << " row " << b;
-  for (int32_t b = 0; b < batch; ++b) {
-    int bad = 0, first = -1;
-    for (int32_t i = 0; i < vocab; ++i) {
-      const size_t k = static_cast<size_t>(b) * vocab + i;
-      if (std::memcmp(&got.probs[k], &want.probs[k], sizeof(float)) != 0 && bad++ == 0) first = i;
-    }
-    EXPECT_EQ(bad, 0) << what << " row " << b << ": " << bad << " probabilities differ, first at " << first;
-  }
-}
+// The GPU run keeps the chunk stage's records: the workspace as poisoned 64-bit words, read back.
+constexpr test::GpuSampleOptions kWithRecords{.probs = true, .download_workspace = true};
 
 // The chunk stage's records (kernels/sampling_layout.h: per row and chunk, min(kcap, chunk_len)
 // composites then a poison flag): a poisoned chunk has a nonzero flag (its candidates are not
@@ -210,9 +147,9 @@ void check(const CfCase& c, uint32_t seed) {
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
   std::vector<float> u(c.batch);
   for (auto& v : u) v = uni(rng);
-  const Out want = run_ref(p, x, u);
-  const Out got = run_gpu(p, x, u);
-  compare_outputs(got, want, c.batch, c.vocab, what);
+  const test::SampleOutputs want = test::run_sample_rows_ref(p, x, u);
+  const test::SampleOutputs got = test::run_sample_rows_gpu(p, x, u, kWithRecords);
+  test::expect_same_samples(got, want, c.batch, c.vocab, what);
   const sampling::RowParams rp = sampling::make_row_params(c.temperature, c.top_k, 1.0f, c.vocab);
   check_records(p, x, std::vector<float>(c.batch, c.temperature), std::vector<int32_t>(c.batch, rp.greedy ? 1 : c.top_k),
                 got.workspace, what);
@@ -283,15 +220,15 @@ TEST(SamplingChunkFastGpu, PerRowParameters) {
     p.top_ks = ks.data();
     p.temperatures = ts.data();
     p.top_ps = ps.data();
-    const Out want = run_ref(p, x, u);
+    const test::SampleOutputs want = test::run_sample_rows_ref(p, x, u);
     test::DeviceArray<int32_t> d_k(ks);
     test::DeviceArray<float> d_t(ts), d_p(ps);
     p.top_ks = d_k.get();
     p.temperatures = d_t.get();
     p.top_ps = d_p.get();
     const std::string what = "per-row parameters seed " + std::to_string(seed);
-    const Out got = run_gpu(p, x, u);
-    compare_outputs(got, want, c.batch, c.vocab, what);
+    const test::SampleOutputs got = test::run_sample_rows_gpu(p, x, u, kWithRecords);
+    test::expect_same_samples(got, want, c.batch, c.vocab, what);
     std::vector<int32_t> row_k(c.batch);
     for (int32_t b = 0; b < c.batch; ++b) {
       const sampling::RowParams rp = sampling::make_row_params(ts[b], ks[b], 1.0f, c.vocab);

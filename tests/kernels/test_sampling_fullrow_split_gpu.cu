@@ -15,6 +15,7 @@
 #include "kernels/sampling.h"
 #include "kernels/sampling_layout.h"
 #include "support/gpu_test_util.h"
+#include "support/sampling_gpu_run.h"
 
 namespace es {
 namespace {
@@ -36,15 +37,7 @@ std::string describe(const FrCase& c, uint32_t seed) {
 }
 
 SamplingParams params_of(const FrCase& c) {
-  SamplingParams p;
-  p.batch = c.batch;
-  p.vocab = c.vocab;
-  p.logits_dtype = c.dtype;
-  p.temperature = c.temperature;
-  p.top_k = c.top_k;
-  p.top_p = c.top_p;
-  p.top_p_mode = c.mode;
-  return p;
+  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.top_k, c.top_p, c.mode);
 }
 
 // Row b: N(0, 3) logits; b % 4 == 1 on a 0.5 grid (the cuts fall inside tie groups spanning
@@ -70,68 +63,10 @@ std::vector<float> make_logits(const FrCase& c, uint32_t seed) {
   return x;
 }
 
-struct Out {
-  std::vector<int32_t> tokens;
-  std::vector<float> probs;
-};
-
 // with_probs false: tokens only (then the split CDF draws them, unless ES_CDF_SPLIT=0).
-Out run_gpu(SamplingParams p, const std::vector<float>& x, const std::vector<float>& u, bool with_probs) {
-  test::DeviceArray<float> d_f32(p.logits_dtype == DType::kF32 ? x.size() : 0);
-  test::DeviceArray<fp16> d_f16(p.logits_dtype == DType::kF16 ? x.size() : 0);
-  if (p.logits_dtype == DType::kF32) {
-    d_f32.upload(x);
-    p.logits = d_f32.get();
-  } else {
-    std::vector<fp16> h(x.size());
-    for (size_t i = 0; i < x.size(); ++i) h[i] = to_fp16(x[i]);
-    d_f16.upload(h);
-    p.logits = d_f16.get();
-  }
-  test::DeviceArray<float> d_u(u);
-  test::DeviceArray<int32_t> d_tokens(p.batch);                                   // poisoned
-  test::DeviceArray<float> d_probs(with_probs ? static_cast<size_t>(p.batch) * p.vocab : 0);  // poisoned
-  p.uniforms = d_u.get();
-  p.tokens = d_tokens.get();
-  p.probs = with_probs ? d_probs.get() : nullptr;
-  const size_t ws = sampling_workspace_bytes(p);
-  test::DeviceArray<uint8_t> d_ws(ws);
-  p.workspace = ws ? d_ws.get() : nullptr;
-  p.workspace_bytes = ws;
-  kernel::sample_rows(p, nullptr);
-  ES_CUDA_CHECK(cudaDeviceSynchronize());
-  Out o;
-  o.tokens = d_tokens.download();
-  if (with_probs) o.probs = d_probs.download();
-  return o;
-}
-
-Out run_ref(SamplingParams p, const std::vector<float>& x, const std::vector<float>& u) {
-  p.logits_dtype = DType::kF32;  // fp16 rows were rounded to their f32 values already
-  p.logits = x.data();
-  p.uniforms = u.data();
-  Out o;
-  o.tokens.assign(p.batch, -77);
-  o.probs.assign(static_cast<size_t>(p.batch) * p.vocab, -7.0f);
-  p.tokens = o.tokens.data();
-  p.probs = o.probs.data();
-  ref::sample_rows(p);
-  return o;
-}
-
-void compare(const Out& got, const Out& want, int32_t batch, int32_t vocab, const std::string& what) {
-  for (int32_t b = 0; b < batch; ++b) EXPECT_EQ(got.tokens[b], want.tokens[b]) << what << " row " << b;
-  if (got.probs.empty()) return;
-  for (int32_t b = 0; b < batch; ++b) {
-    int bad = 0, first = -1;
-    for (int32_t i = 0; i < vocab; ++i) {
-      const size_t k = static_cast<size_t>(b) * vocab + i;
-      if (std::memcmp(&got.probs[k], &want.probs[k], sizeof(float)) != 0 && bad++ == 0) first = i;
-    }
-    EXPECT_EQ(bad, 0) << what << " row " << b << ": " << bad << " probabilities differ, first at " << first
-                      << " (gpu " << (first >= 0 ? got.probs[static_cast<size_t>(b) * vocab + first] : 0.0f)
-                      << ", ref " << (first >= 0 ? want.probs[static_cast<size_t>(b) * vocab + first] : 0.0f) << ")";
-  }
+test::SampleOutputs run_gpu(const SamplingParams& p, const std::vector<float>& x,
+                            const std::vector<float>& u, bool with_probs) {
+  return test::run_sample_rows_gpu(p, x, u, {.probs = with_probs, .download_workspace = false});
 }
 
 void check(const FrCase& c, uint32_t seed) {
@@ -142,9 +77,11 @@ void check(const FrCase& c, uint32_t seed) {
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
   std::vector<float> u(c.batch);
   for (auto& v : u) v = uni(rng);
-  const Out want = run_ref(p, x, u);
-  compare(run_gpu(p, x, u, true), want, c.batch, c.vocab, describe(c, seed) + " (probs + tokens)");
-  compare(run_gpu(p, x, u, false), want, c.batch, c.vocab, describe(c, seed) + " (tokens only)");
+  const test::SampleOutputs want = test::run_sample_rows_ref(p, x, u);
+  test::expect_same_samples(run_gpu(p, x, u, true), want, c.batch, c.vocab,
+                            describe(c, seed) + " (probs + tokens)");
+  test::expect_same_samples(run_gpu(p, x, u, false), want, c.batch, c.vocab,
+                            describe(c, seed) + " (tokens only)");
 }
 
 TEST(SamplingFullRowSplitGpu, SwitchFollowsTheEnvironment) {
@@ -207,7 +144,7 @@ TEST(SamplingFullRowSplitGpu, MixedRows) {
     p.top_ks = ks.data();
     p.temperatures = ts.data();
     p.top_ps = ps.data();
-    const Out want = run_ref(p, x, u);
+    const test::SampleOutputs want = test::run_sample_rows_ref(p, x, u);
     test::DeviceArray<int32_t> d_k(ks);
     test::DeviceArray<float> d_t(ts), d_p(ps);
     p.top_ks = d_k.get();
@@ -215,7 +152,7 @@ TEST(SamplingFullRowSplitGpu, MixedRows) {
     p.top_ps = d_p.get();
     ASSERT_TRUE(sampling::plan_general(p).fullrow_split);
     for (bool with_probs : {true, false}) {
-      const Out got = run_gpu(p, x, u, with_probs);
+      const test::SampleOutputs got = run_gpu(p, x, u, with_probs);
       for (int32_t b = 0; b < c.batch; ++b) {
         EXPECT_EQ(got.tokens[b], want.tokens[b]) << "seed " << seed << " row " << b << " k " << ks[b];
       }

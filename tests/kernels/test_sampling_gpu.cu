@@ -21,6 +21,7 @@
 #include "kernels/sampling.h"
 #include "kernels/sampling_layout.h"
 #include "support/gpu_test_util.h"
+#include "support/sampling_gpu_run.h"
 
 namespace es {
 namespace {
@@ -80,56 +81,25 @@ HostRows make_rows(const Case& c, uint32_t seed, bool poison_some) {
   return h;
 }
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<float> probs;
-};
+using Result = test::SampleOutputs;
 
-Result run_gpu(const Case& c, const HostRows& h, SamplingPath path) {
-  SamplingParams p;
-  p.batch = c.batch;
-  p.vocab = c.vocab;
-  p.logits_dtype = c.dtype;
-  p.temperature = c.temperature;
-  p.top_k = c.top_k;
-  p.top_p = c.top_p;
-  p.top_p_mode = c.mode;
-  p.path = path;
-  test::DeviceArray<float> d_f32(c.dtype == DType::kF32 ? h.f32.size() : 0);
-  test::DeviceArray<fp16> d_f16(c.dtype == DType::kF16 ? h.f16.size() : 0);
-  if (c.dtype == DType::kF32) {
-    d_f32.upload(h.f32);
-    p.logits = d_f32.get();
-  } else {
-    d_f16.upload(h.f16);
-    p.logits = d_f16.get();
-  }
-  test::DeviceArray<float> d_u(h.uniforms);
-  test::DeviceArray<int32_t> d_tokens(c.batch);
-  test::DeviceArray<float> d_probs(static_cast<size_t>(c.batch) * c.vocab);
-  p.uniforms = d_u.get();
-  p.tokens = d_tokens.get();
-  p.probs = d_probs.get();
-  const size_t ws = sampling_workspace_bytes(p);
-  test::DeviceArray<uint8_t> d_ws(ws);
-  p.workspace = ws ? d_ws.get() : nullptr;
-  p.workspace_bytes = ws;
-  kernel::sample_rows(p, nullptr);
-  ES_CUDA_CHECK(cudaDeviceSynchronize());
-  return {d_tokens.download(), d_probs.download()};
+SamplingParams params_of(const Case& c, SamplingPath path = SamplingPath::kAuto) {
+  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.top_k, c.top_p, c.mode,
+                               path);
 }
 
+// The device gets the f16 rows as made (not re-rounded from f32).
+Result run_gpu(const Case& c, const HostRows& h, SamplingPath path) {
+  const test::DeviceLogits logits =
+      c.dtype == DType::kF32 ? test::DeviceLogits(DType::kF32, h.f32) : test::DeviceLogits(h.f16);
+  return test::run_sample_rows_gpu(params_of(c, path), logits, h.uniforms);
+}
+
+// The reference reads the rows in the case's dtype (f16 as f16), unlike run_sample_rows_ref.
 Result run_ref(const Case& c, const HostRows& h) {
-  SamplingParams p;
-  p.batch = c.batch;
-  p.vocab = c.vocab;
-  p.logits_dtype = c.dtype;
+  SamplingParams p = params_of(c);
   p.logits = c.dtype == DType::kF32 ? static_cast<const void*>(h.f32.data())
                                     : static_cast<const void*>(h.f16.data());
-  p.temperature = c.temperature;
-  p.top_k = c.top_k;
-  p.top_p = c.top_p;
-  p.top_p_mode = c.mode;
   p.uniforms = h.uniforms.data();
   Result r;
   r.tokens.assign(c.batch, -77);
