@@ -248,19 +248,22 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
   kernel::launchPagedAttention(pr.params(0, false), stream);
   const std::vector<float> ref = pr.download_out(0);
   kernel::launchPagedAttention(pr.params(0, true), stream);
-  const std::vector<float> got = pr.download_out(0);
   // Per (row, head): max |diff| relative to that output's largest element. Early prefill rows
   // average few values and are far larger than the late ones, so one rms for all would flag
   // their bf16 half-ulp differences.
-  double worst = 0;
-  for (size_t o = 0; o < ref.size(); o += kDim) {
-    double scale = 0, diff = 0;
-    for (size_t d = o; d < o + kDim; ++d) {
-      scale = std::max(scale, std::abs(double(ref[d])));
-      diff = std::max(diff, std::abs(double(got[d]) - ref[d]));
+  const auto worst_relative_diff = [&](const std::vector<float>& got) {
+    double worst = 0;
+    for (size_t o = 0; o < ref.size(); o += kDim) {
+      double scale = 0, diff = 0;
+      for (size_t d = o; d < o + kDim; ++d) {
+        scale = std::max(scale, std::abs(double(ref[d])));
+        diff = std::max(diff, std::abs(double(got[d]) - ref[d]));
+      }
+      worst = std::max(worst, diff / std::max(scale, 1e-30));
     }
-    worst = std::max(worst, diff / std::max(scale, 1e-30));
-  }
+    return worst;
+  };
+  const double worst = worst_relative_diff(pr.download_out(0));
   char note[320];
   std::snprintf(note, sizeof(note), "%s %s: split (%d splits of %d tiles, %d row tiles/CTA, %d per warp; ES_ATTN_ROWTILES default %d) vs simple: max |diff| %.3g of the output's max",
                 worst > 3e-2 ? "MISMATCH" : "check", pr.name().c_str(), plan.numSplits,
@@ -275,17 +278,8 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
     std::vector<float> outs[2];
     for (const int32_t rt : {1, 2}) {
       kernel::launchPagedAttentionSplitKv(pr.params(0, true), plan.numSplits, stream, rt);
-      const std::vector<float> alt = pr.download_out(0);
-      outs[rt - 1] = alt;
-      double w = 0;
-      for (size_t o = 0; o < ref.size(); o += kDim) {
-        double scale = 0, diff = 0;
-        for (size_t d = o; d < o + kDim; ++d) {
-          scale = std::max(scale, std::abs(double(ref[d])));
-          diff = std::max(diff, std::abs(double(alt[d]) - ref[d]));
-        }
-        w = std::max(w, diff / std::max(scale, 1e-30));
-      }
+      outs[rt - 1] = pr.download_out(0);
+      const double w = worst_relative_diff(outs[rt - 1]);
       std::snprintf(note, sizeof(note), "%s %s: split, rowTiles %d (forced) vs simple: max |diff| %.3g of the output's max",
                     w > 3e-2 ? "MISMATCH" : "check", pr.name().c_str(), rt, w);
       g_notes.push_back(note);

@@ -406,16 +406,7 @@ __device__ __forceinline__ void warp_top_values(uint32_t v, int jp, uint32_t* ds
     }
     return;
   }
-#pragma unroll
-  for (int size = 2; size <= 32; size <<= 1) {  // bitonic sort, ascending across lanes
-#pragma unroll
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      const uint32_t o = __shfl_xor_sync(kFull, v, stride);
-      const bool asc = (lane & size) == 0 || size == 32;
-      const bool low = (lane & stride) == 0;
-      v = (asc == low) ? min(v, o) : max(v, o);
-    }
-  }
+  v = warp_sort_ascending(v);
   if (lane >= 32 - jp) dst[31 - lane] = v;
 }
 

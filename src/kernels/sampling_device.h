@@ -171,8 +171,9 @@ __device__ inline void rank_sort_desc(uint64_t* src, int m, uint64_t* dst) {
   __syncthreads();
 }
 
-// j-th largest (1 <= j <= 32) of the warp's 32 values (all lanes get it): warp bitonic sort.
-__device__ __forceinline__ uint32_t warp_jth_largest(uint32_t v, int j) {
+// The warp's 32 values sorted ascending across lanes (lane l returns the (l+1)-th smallest):
+// warp bitonic sort. All 32 lanes call.
+__device__ __forceinline__ uint32_t warp_sort_ascending(uint32_t v) {
   const int lane = lane_id();
 #pragma unroll
   for (int size = 2; size <= 32; size <<= 1) {
@@ -184,7 +185,12 @@ __device__ __forceinline__ uint32_t warp_jth_largest(uint32_t v, int j) {
       v = (asc == low) ? min(v, o) : max(v, o);
     }
   }
-  return __shfl_sync(kFull, v, 32 - j);  // ascending across lanes
+  return v;
+}
+
+// j-th largest (1 <= j <= 32) of the warp's 32 values (all lanes get it).
+__device__ __forceinline__ uint32_t warp_jth_largest(uint32_t v, int j) {
+  return __shfl_sync(kFull, warp_sort_ascending(v), 32 - j);
 }
 
 // Top-k candidates of n entries (spec §3.8): MSB radix select on the 32-bit order key, 8-bit

@@ -55,6 +55,37 @@ std::vector<uint64_t> brute_top(const std::vector<float>& s, int len, uint32_t s
   return all;
 }
 
+// U: each warp's jp largest of its 32 thread keys (keys[32 w, 32 w + 32)), as warp_top_values:
+// rounds of (maximum, the lowest holder drops out, marked 0) for jp <= 8, else a sort; both give
+// the same values.
+std::vector<uint32_t> union_of_warp_tops(const std::vector<uint32_t>& keys, int jp) {
+  std::vector<uint32_t> uni;
+  for (int w = 0; w < pf::kWarps; ++w) {
+    std::vector<uint32_t> v(keys.begin() + 32 * w, keys.begin() + 32 * w + 32);
+    for (int r = 0; r < jp; ++r) {
+      const auto it = std::max_element(v.begin(), v.end());  // the first (lowest) holder
+      uni.push_back(*it);
+      *it = 0;  // removed; 0 also stands for a thread without candidates
+    }
+  }
+  return uni;
+}
+
+// Every value of U that is_kth_largest accepts as its k-th largest, tested as the kernels'
+// threads test them (one entry per qualifying element of U, in U's order).
+std::vector<uint32_t> kth_largest_candidates(const std::vector<uint32_t>& uni, int k) {
+  std::vector<uint32_t> out;
+  for (uint32_t v : uni) {
+    int gt = 0, ge = 0;
+    for (uint32_t u : uni) {
+      gt += u > v ? 1 : 0;
+      ge += u >= v ? 1 : 0;
+    }
+    if (pf::is_kth_largest(gt, ge, k)) out.push_back(v);
+  }
+  return out;
+}
+
 // One item of chunk_fast_kernel on the host: s[0, len) are the chunk's scaled logits.
 ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int groups, bool vec, int kc,
                      Mutant mutant = Mutant::kNone) {
@@ -74,39 +105,19 @@ ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int g
     }
   }
   if (out.poisoned) return out;
-  // Each warp's jp largest thread maxima, as warp_top_values: rounds of (maximum, the lowest
-  // holder drops out) for jp <= 8, else a sort; both give the same values.
-  const int jp = pf::union_per_warp(kc);
-  std::vector<uint32_t> uni;
-  for (int w = 0; w < pf::kWarps; ++w) {
-    std::vector<uint32_t> v(32);
-    for (int l = 0; l < 32; ++l) v[l] = order_key(tmax[32 * w + l]);
-    for (int r = 0; r < jp; ++r) {
-      const auto it = std::max_element(v.begin(), v.end());  // the first (lowest) holder
-      uni.push_back(*it);
-      *it = 0;
-    }
-  }
+  // Each warp's jp largest thread maxima (as order keys).
+  std::vector<uint32_t> tkeys(kThreads);
+  for (int t = 0; t < kThreads; ++t) tkeys[t] = order_key(tmax[t]);
+  const std::vector<uint32_t> uni = union_of_warp_tops(tkeys, pf::union_per_warp(kc));
   EXPECT_GE(static_cast<int>(uni.size()), kc);
   // theta: every value of U tested as the kernel's threads test it; exactly one distinct value.
   const int kth = mutant == Mutant::kThetaTooHigh && kc > 1 ? kc - 1 : kc;
-  uint32_t theta = 0;
-  int found = 0;
-  for (uint32_t v : uni) {
-    int gt = 0, ge = 0;
-    for (uint32_t u : uni) {
-      gt += u > v ? 1 : 0;
-      ge += u >= v ? 1 : 0;
-    }
-    if (pf::is_kth_largest(gt, ge, kth)) {
-      if (found > 0) {
-        EXPECT_EQ(v, theta) << "two distinct values qualify as the kc-th largest";
-      }
-      theta = v;
-      ++found;
-    }
+  const std::vector<uint32_t> qualifying = kth_largest_candidates(uni, kth);
+  EXPECT_FALSE(qualifying.empty()) << "no kc-th largest";
+  for (uint32_t v : qualifying) {
+    EXPECT_EQ(v, qualifying.front()) << "two distinct values qualify as the kc-th largest";
   }
-  EXPECT_GT(found, 0) << "no kc-th largest";
+  const uint32_t theta = qualifying.empty() ? 0 : qualifying.back();
   // Survivors: float compare against key_value(theta), as the kernel does.
   const float theta_f = key_value(theta);
   std::vector<uint64_t> surv;
@@ -155,25 +166,9 @@ std::vector<uint64_t> model_final(const std::vector<uint64_t>& cand, int k, int*
       if (i < n) tmax[t] = std::max(tmax[t], composite_key(cand[i]));
     }
   }
-  const int jp = pf::union_per_warp(k);
-  std::vector<uint32_t> uni;
-  for (int w = 0; w < pf::kWarps; ++w) {
-    std::vector<uint32_t> v(tmax.begin() + 32 * w, tmax.begin() + 32 * w + 32);
-    for (int r = 0; r < jp; ++r) {
-      const auto it = std::max_element(v.begin(), v.end());
-      uni.push_back(*it);
-      *it = 0;  // removed; 0 also stands for a thread without candidates
-    }
-  }
-  uint32_t theta = 0;
-  for (uint32_t v : uni) {
-    int gt = 0, ge = 0;
-    for (uint32_t u : uni) {
-      gt += u > v ? 1 : 0;
-      ge += u >= v ? 1 : 0;
-    }
-    if (pf::is_kth_largest(gt, ge, k)) theta = v;
-  }
+  const std::vector<uint32_t> qualifying =
+      kth_largest_candidates(union_of_warp_tops(tmax, pf::union_per_warp(k)), k);
+  const uint32_t theta = qualifying.empty() ? 0 : qualifying.back();
   std::vector<uint64_t> surv;
   for (uint64_t c : cand) {
     if (composite_key(c) >= theta) surv.push_back(c);
