@@ -374,6 +374,12 @@ stage_profile() {
   timeout 240 ncu "${ncu_args[@]}" --launch-skip 80 --launch-count 40 \
     "$build_dir/bench/bench_sampling_gpu" verify >"$out/ncu_verify.csv" 2>"$out/ncu_verify.err" || status=1
   summary+=("profile verify        $([ $status -eq 0 ] && echo ok || echo FAILED)   ncu_verify.csv")
+  # The same verify with ncu's sections (stall reasons, occupancy, memory chart) for one call's
+  # kernels: why a kernel is below the DRAM roofline, not only that it is.
+  timeout 150 ncu --clock-control none --launch-skip 80 --launch-count 5 --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis --section SourceCounters "$build_dir/bench/bench_sampling_gpu" verify \
+    >"$out/ncu_verify_sections.txt" 2>&1 || status=1
   if python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err"; then
     # 16-token prompt, 12 decode steps; past the first 500 launches (load, prefill) ~3 decode
     # steps. 2,500 launches did not finish in 200 s on 2026-11-30 (ncu replays every kernel).
