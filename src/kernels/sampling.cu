@@ -3,13 +3,14 @@
 //  small_vocab_kernel  V <= 4096: one CTA per row, the row's order keys in shared memory.
 //                      k <= 512: radix select + candidate bitonic sort; else a full bitonic sort.
 //  chunk_fast_kernel   general path, k <= kcap: the rows are split into (row, chunk) items of
-//                      2048-8192 entries, walked by persistent CTAs (as many as are resident)
-//                      that prefetch their next chunk; the entries stay in registers, a
-//                      pre-filter threshold leaves ~55 survivors, and each item writes its local
-//                      top-k candidates (sorted composites) and a poison flag to the workspace.
-//  final_fast_kernel   one CTA per row merges the chunk candidates (records in registers, the
-//                      same pre-filter), then the same finalisation and emission as the
-//                      small-vocab candidate mode.
+//                      2048-8192 entries, walked row-major in contiguous runs by persistent CTAs
+//                      (as many as are resident) that prefetch their next chunk; the entries stay
+//                      in registers, and each CTA keeps the top-k of the chunks it has seen of a
+//                      row, whose k-th key filters the next chunk before its loads land; each
+//                      run of one row's chunks writes one record (sorted composites).
+//  final_fast_kernel   one CTA per row merges the row's records (in registers, a pre-filter
+//                      threshold), then the same finalisation and emission as the small-vocab
+//                      candidate mode.
 //  full_row_kernel     general path, top-k off or k > kcap: one CTA per row, or for up to 64
 //                      long rows (plan.fullrow_split) one cluster of 2-16 CTAs per row; radix
 //                      threshold searches over the row (4 passes each, by count for top-k and by
@@ -255,43 +256,49 @@ __global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int f
 __device__ __forceinline__ bool candidate_row(const RowsArgs& a, const RowParams& rp) {
   return a.plan.any_candidate && rp.k <= a.plan.kcap;
 }
-__device__ __forceinline__ size_t chunk_stride(const RowsArgs& a) {  // u64 words per chunk record
-  return static_cast<size_t>(min(a.plan.kcap, a.plan.chunk_len)) + 1;
+// The candidate slots and headers of the chunk records (sampling_layout.h).
+__device__ __forceinline__ uint64_t* record_slots(const RowsArgs& a) { return static_cast<uint64_t*>(a.workspace); }
+__device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
+  return static_cast<uint64_t*>(a.workspace) + record_headers_offset(a.plan, a.rows);
 }
 
 // ---------------------------------------------------------------------------------------------
 // General path, candidate mode: the chunk stage (chunk_fast_kernel).
 //
-// Record of one (row, chunk) item in the workspace (chunk_stride(a) u64 words): the chunk's
-// top-kc composites sorted descending (kc = min(k, chunk length)) in words [0, kc), and the
-// poison flag (non-zero: some scaled logit of the chunk is NaN / +inf) in the last word; a
-// poisoned item writes only the flag. final_fast_kernel merges a row's records. How:
-//  * persistent CTAs (as many as are resident at once) walk the (row, chunk) items with a
-//    stride of gridDim.x and issue the next item's loads before processing the current one, so
-//    every CTA keeps its next chunk's bytes in flight (one CTA per chunk that loads, then
-//    computes for ~10 us with nothing in flight reached only 25 % of DRAM peak on the H200 for
-//    256 rows);
+// Persistent CTAs (as many as are resident at once) walk the (row, chunk) items row-major, each
+// a contiguous run, so a CTA sees consecutive chunks of a row (at 256 rows of 19 chunks: one row
+// per CTA). Per "segment" (the items of one row one CTA walks) the CTA keeps the segment's top-k
+// so far in shared memory (`best`, sorted descending) and writes it as the segment's record
+// (sampling_layout.h) at its last item; final_fast_kernel merges a row's records. How:
+//  * each CTA issues the next item's loads before processing the current one, so its next
+//    chunk's bytes are in flight while it computes (one CTA per chunk that loads, then computes
+//    with nothing in flight reached only 25 % of DRAM peak on the H200 for 256 rows);
 //  * the entries stay in registers: the thread maximum, the threshold and the survivors come
-//    from registers (no staging of 8192 keys in shared memory, whose stores have 4-way bank
-//    conflicts), in the float domain (one compare per entry; the order keys of floats are
+//    from registers, in the float domain (one compare per entry; the order keys of floats are
 //    monotone, -0 == +0 in both);
-//  * a tight threshold (kernels/sampling_chunk_prefilter.h: the kc-th largest of each warp's
-//    largest thread maxima, ~55 survivors of 8192 for k = 50, against ~137 for
-//    select_top_candidates' min-over-warps threshold), so the rank sort (O(m^2)) is short;
-//  * 3 block barriers per chunk, no shared atomics per entry (one per warp);
-//  * the rare chunk with > 512 survivors (ties; every entry -inf) stages its keys in shared
-//    memory and runs select_top_candidates (radix select).
-
+//  * the segment's first item takes a threshold from the item itself (kernels/
+//    sampling_chunk_prefilter.h: the kc-th largest of each warp's largest thread maxima, ~55
+//    survivors of 8192 for k = 50); every later item takes the running threshold, the k-th
+//    largest key of `best`, known before its loads land: an entry below it cannot enter the
+//    segment's top-k. Survivors of item j of a segment: ~k / j (i.i.d. entries), so after the
+//    first item a chunk costs its compares and a short merge, not a threshold search and a sort
+//    (the profile of 2026-11-30: 99.6 us for 256 rows, DRAM 33 %, issue-bound with 39 % of the
+//    stalls at barriers, when every item searched its own threshold and sorted ~55 survivors);
+//  * the survivors are merged into `best` by rank (each one's rank = the entries of `best` above
+//    it, a binary search, + the survivors above it), 2 block barriers per later item;
+//  * the rare item with > 512 survivors (ties; every entry -inf) stages its keys in shared
+//    memory and runs select_top_candidates (radix select) for its top-kc, which are merged the
+//    same way.
 template <int R>
 struct alignas(16) ChunkFastShared {
   uint32_t uni[kThreads];     // the union U: warp w's jp largest thread maxima (keys) at [w jp, w jp + jp)
-  uint32_t warp_bad[kWarps];  // warp w saw a NaN / +inf scaled logit
-  uint32_t theta;             // the item's key threshold (the kc-th largest of U)
-  int count;                  // the item's survivors (may exceed kMaxCandidateTopK: fallback)
+  uint32_t theta;             // a segment's first threshold (the kc-th largest of U)
+  int count[2];               // the item's survivors (may exceed kMaxCandidateTopK: fallback), by phase
   SelectShared ss;            // the fallback's select; ss.tmp holds the survivors' composites
   BlockScratch scratch;
-  uint64_t cand[kMaxCandidateTopK];  // the fallback's sorted candidates
-  uint32_t keys[4 * R * kThreads];   // the fallback's order keys of the chunk
+  uint64_t cand[kMaxCandidateTopK];     // the fallback's sorted candidates
+  uint64_t best[2][kMaxCandidateTopK];  // the segment's top-k so far, descending; by phase
+  uint32_t keys[4 * R * kThreads];      // the fallback's order keys of the chunk
 };
 
 // One (row, chunk) work item of the chunk stage. item < rows * chunks.
@@ -413,12 +420,11 @@ __device__ __forceinline__ void warp_top_values(uint32_t v, int jp, uint32_t* ds
 // Fallback of one item (> kMaxCandidateTopK survivors: many ties, or a row of -inf): the radix
 // select (select_top_candidates) over the chunk's order keys, staged in shared memory (re-read
 // from global memory, L2 after the first read: rare, and it keeps s[] out of the registers live
-// here).
+// here). Leaves the chunk's top-kc composites in sh.cand[0, kc), descending.
 // Called by every thread; starts after a barrier that ends every read of sh.ss.tmp, sh.keys and
 // sh.cand of earlier items, and ends with one (select_top_candidates').
 template <typename T, int R>
-__device__ void chunk_fast_fallback(const T* x, const ChunkItem& it, int kc, uint64_t* out,
-                                    ChunkFastShared<R>& sh) {
+__device__ void chunk_fast_fallback(const T* x, const ChunkItem& it, int kc, ChunkFastShared<R>& sh) {
   for (int i = threadIdx.x; i < it.len; i += kThreads) {
     sh.keys[i] = order_key(scale_logit(load_logit(x, i), it.rp.inv_t, it.rp.greedy));
   }
@@ -426,19 +432,59 @@ __device__ void chunk_fast_fallback(const T* x, const ChunkItem& it, int kc, uin
   const uint32_t start = static_cast<uint32_t>(it.start);
   select_top_candidates([&](int i) { return composite(sh.keys[i], start + static_cast<uint32_t>(i)); },
                         it.len, kc, sh.cand, sh.ss, sh.scratch);
-  for (int j = threadIdx.x; j < kc; j += kThreads) out[j] = sh.cand[j];
+}
+
+// Entries of a[0, n) (distinct, descending) greater than v (not in a): a binary search.
+__device__ __forceinline__ int count_greater_sorted(const uint64_t* a, int n, uint64_t v) {
+  int lo = 0, hi = n;  // a[0, lo) > v, a[hi, n) < v
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (a[mid] > v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+// Entries of b[0, n) greater than v (any order; b is 16-byte aligned).
+__device__ __forceinline__ int count_greater(const uint64_t* b, int n, uint64_t v) {
+  const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(b);
+  int r = 0;
+#pragma unroll 2
+  for (int p = 0; p < (n >> 1); ++p) {
+    const ulonglong2 w = pairs[p];
+    r += (w.x > v ? 1 : 0) + (w.y > v ? 1 : 0);
+  }
+  if (n & 1) r += b[n - 1] > v ? 1 : 0;
+  return r;
+}
+
+// dst[0, min(k, na + nb)) = the k largest of a[0, na) (distinct, descending) and b[0, nb)
+// (distinct, any order, none in a), descending: each value's rank is the values above it in
+// both lists. Every thread calls; no barrier (the caller's next one publishes dst).
+__device__ __forceinline__ void merge_top_k(const uint64_t* a, int na, const uint64_t* b, int nb, int k,
+                                            uint64_t* dst) {
+  for (int i = threadIdx.x; i < na + nb; i += kThreads) {
+    const bool in_a = i < na;
+    const uint64_t v = in_a ? a[i] : b[i - na];
+    const int rank = (in_a ? i : count_greater_sorted(a, na, v)) + count_greater(b, nb, v);
+    if (rank < k) dst[rank] = v;
+  }
 }
 
 template <typename T, int R>
-__global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int items_per_cta) {
   constexpr int kPer = 4 * R;             // entries per thread
   constexpr int kCap = kPer * kThreads;   // entries per chunk, at most (>= plan.chunk_len)
   __shared__ ChunkFastShared<R> sh;
   kernel::pdl::trigger();  // final_fast_kernel may be scheduled as CTAs of this grid finish
   const int items = a.rows * a.plan.chunks;
-  const size_t stride = chunk_stride(a);
+  const int begin = blockIdx.x * items_per_cta, end = min(items, begin + items_per_cta);
+  const int cap = record_cap(a.plan);
   const T* logits = static_cast<const T*>(a.logits);
   const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
+  if (t < 2) sh.count[t] = 0;  // published by the first item's barriers
 
   // raw[] holds the loads of item `item`, in flight until decoded. Only the loads and their
   // layout are carried from one iteration to the next (the item's description is recomputed
@@ -446,14 +492,18 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   // per SM).
   uint32_t raw[kPer];
   bool vec = false;
-  int item = blockIdx.x;
-  if (item < items) {
-    const ChunkItem first = chunk_item(a, item);
+  if (begin < end) {
+    const ChunkItem first = chunk_item(a, begin);
     if (first.active) {
       vec = load_chunk<R>(logits + static_cast<size_t>(first.row) * a.vocab + first.start, first.len, raw);
     }
   }
-  for (; item < items; item += gridDim.x) {  // block-uniform trip count
+  // The segment: its row, first chunk, top-k so far (sh.best[phase & 1][0, n_best)) and the
+  // threshold it gives (block-uniform).
+  int seg_row = -1, seg_chunk0 = 0, n_best = 0, phase = 0;
+  bool seg_poisoned = false;
+  float theta_run = -INFINITY;
+  for (int item = begin; item < end; ++item) {  // block-uniform trip count
     const ChunkItem it = chunk_item(a, item);
     // Scaled logits (the same fmul_rn as scale_logit: greedy rows have inv_t = 1 exactly).
     float s[kPer];
@@ -476,43 +526,44 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     }
     const bool this_vec = vec;
     // The next item's loads go out now (raw[] is free) and land while this one is processed.
-    if (item + static_cast<int>(gridDim.x) < items) {
-      const ChunkItem n = chunk_item(a, item + gridDim.x);
+    if (item + 1 < end) {
+      const ChunkItem n = chunk_item(a, item + 1);
       if (n.active) vec = load_chunk<R>(logits + static_cast<size_t>(n.row) * a.vocab + n.start, n.len, raw);
     }
-    if (!it.active) continue;  // block-uniform (the row's parameters)
+    if (!it.active) continue;  // block-uniform (the row's parameters); the whole row is skipped
 
-    uint64_t* out = static_cast<uint64_t*>(a.workspace) + static_cast<size_t>(item) * stride;
+    const int chunk = item - it.row * a.plan.chunks;
     const int kc = min(it.rp.k, it.len);
-    const int jp = prefilter::union_per_warp(kc);
-    const int nu = kWarps * jp;  // |U|, a multiple of 16, >= kc
-    warp_top_values(order_key(tmax), jp, sh.uni + warp * jp);
-    const unsigned bad_lanes = __ballot_sync(kFull, bad);
-    if (lane == 0) sh.warp_bad[warp] = bad_lanes != 0u;
-    __syncthreads();  // B1: U and the poison flags are complete
-    if (t == 0) sh.count = 0;  // last read before B1 (the previous item's rank sort)
-    uint32_t poisoned = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) poisoned |= sh.warp_bad[w];
-    if (poisoned) {  // block-uniform: the row is uniform (final_fast_kernel); no candidates needed
-      if (t == 0) out[stride - 1] = 1;
-      __syncthreads();  // every read of warp_bad is done before the next item rewrites it
-      continue;
-    }
-    if (t < nu) {  // theta = the kc-th largest of U (exactly one distinct value qualifies)
-      const uint32_t v = sh.uni[t];
-      const uint4* u4 = reinterpret_cast<const uint4*>(sh.uni);
-      int gt = 0, ge = 0;
-      for (int i = 0; i < nu / 4; ++i) {
-        const uint4 w = u4[i];
-        gt += (w.x > v ? 1 : 0) + (w.y > v ? 1 : 0) + (w.z > v ? 1 : 0) + (w.w > v ? 1 : 0);
-        ge += (w.x >= v ? 1 : 0) + (w.y >= v ? 1 : 0) + (w.z >= v ? 1 : 0) + (w.w >= v ? 1 : 0);
+    float theta_f = theta_run;
+    bool poisoned = false;
+    if (it.row != seg_row) {  // a segment starts: its threshold from this item's thread maxima
+      seg_row = it.row;
+      seg_chunk0 = chunk;
+      n_best = 0;
+      seg_poisoned = false;
+      const int jp = prefilter::union_per_warp(kc);
+      const int nu = kWarps * jp;  // |U|, a multiple of 16, >= kc
+      warp_top_values(order_key(tmax), jp, sh.uni + warp * jp);
+      poisoned = __syncthreads_or(bad);  // B0: U is complete
+      if (!poisoned && t < nu) {  // theta = the kc-th largest of U (exactly one distinct value qualifies)
+        const uint32_t v = sh.uni[t];
+        const uint4* u4 = reinterpret_cast<const uint4*>(sh.uni);
+        int gt = 0, ge = 0;
+        for (int i = 0; i < nu / 4; ++i) {
+          const uint4 w = u4[i];
+          gt += (w.x > v ? 1 : 0) + (w.y > v ? 1 : 0) + (w.z > v ? 1 : 0) + (w.w > v ? 1 : 0);
+          ge += (w.x >= v ? 1 : 0) + (w.y >= v ? 1 : 0) + (w.z >= v ? 1 : 0) + (w.w >= v ? 1 : 0);
+        }
+        if (prefilter::is_kth_largest(gt, ge, kc)) sh.theta = v;  // equal values from any writer
       }
-      if (prefilter::is_kth_largest(gt, ge, kc)) sh.theta = v;  // equal values from any writer
+      __syncthreads();  // B0': theta is set; U is read
+      // Survivors: scaled logit >= key_value(theta) <=> order key >= theta (monotone; NaN: false).
+      // A poisoned row needs no candidates (final_fast_kernel makes it uniform).
+      theta_f = poisoned ? INFINITY : key_value(sh.theta);
     }
-    __syncthreads();  // B2: theta is set; U is read
-    // Survivors: scaled logit >= key_value(theta) <=> order key >= theta (monotone; NaN: false).
-    const float theta_f = key_value(sh.theta);
+
+    // Survivors (scaled logit >= theta_f) appended to ss.tmp: one shared atomic per warp.
+    const int ph = phase & 1;
     uint32_t mask = 0;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) mask |= (s[j] >= theta_f ? 1u : 0u) << j;
@@ -524,7 +575,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
       if (lane >= o) incl += y;
     }
     int base = 0;
-    if (lane == 31 && incl > 0) base = atomicAdd(&sh.count, incl);  // one atomic per warp
+    if (lane == 31 && incl > 0) base = atomicAdd(&sh.count[ph], incl);
     int pos = __shfl_sync(kFull, base, 31) + incl - c;
     const uint32_t start = static_cast<uint32_t>(it.start);
     if (c == 1) {  // the common case: the one survivor is the thread maximum
@@ -543,27 +594,41 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
         }
       }
     }
-    __syncthreads();  // B3: the survivors and their count are complete; theta is read
-    const int m = sh.count;
-    if (t == 0) out[stride - 1] = 0;
-    if (m > kMaxCandidateTopK) {  // block-uniform
-      chunk_fast_fallback<T, R>(logits + static_cast<size_t>(it.row) * a.vocab + it.start, it, kc, out, sh);
-      continue;
-    }
-    // Rank sort of the m <= 512 distinct composites (one thread each): the rank-r one is the
-    // chunk's (r+1)-th; the first kc are the output. Reads of ss.tmp end before the next B1.
-    if (t < m) {
-      const uint64_t v = sh.ss.tmp[t];
-      const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(sh.ss.tmp);
-      int r = 0;
-#pragma unroll 2
-      for (int p = 0; p < (m >> 1); ++p) {
-        const ulonglong2 w = pairs[p];
-        r += (w.x > v ? 1 : 0) + (w.y > v ? 1 : 0);
+    poisoned = __syncthreads_or(bad);  // B1: the survivors and their count are complete
+    const int m = sh.count[ph];
+    // The other phase's count was last read before this item's B1 (after the previous B1); it
+    // is next written after this item's B2.
+    if (t == 0) sh.count[ph ^ 1] = 0;
+    const uint64_t* cur = sh.best[ph];
+    uint64_t* nxt = sh.best[ph ^ 1];
+    int n_new = n_best;
+    if (!poisoned) {  // block-uniform
+      const uint64_t* b = sh.ss.tmp;
+      int nb = m;
+      if (m > kMaxCandidateTopK) {  // block-uniform: the chunk's exact top-kc instead
+        chunk_fast_fallback<T, R>(logits + static_cast<size_t>(it.row) * a.vocab + it.start, it, kc, sh);
+        b = sh.cand;
+        nb = kc;
       }
-      if (m & 1) r += sh.ss.tmp[m - 1] > v ? 1 : 0;
-      if (r < kc) out[r] = v;
+      merge_top_k(cur, n_best, b, nb, it.rp.k, nxt);
+      n_new = min(it.rp.k, n_best + nb);
+    } else {
+      for (int i = t; i < n_best; i += kThreads) nxt[i] = cur[i];  // keep best (not read: uniform row)
     }
+    __syncthreads();  // B2: best[ph ^ 1] is the segment's top-k; ss.tmp, cand and best[ph] are read
+    n_best = n_new;
+    ++phase;
+    // The running threshold: an entry below the k-th largest kept key cannot enter the top-k.
+    // A poisoned segment's row is uniform: +inf keeps its later items' survivors few.
+    seg_poisoned = seg_poisoned || poisoned;
+    theta_run = seg_poisoned ? INFINITY
+                : n_best >= it.rp.k ? key_value(composite_key(nxt[it.rp.k - 1])) : -INFINITY;
+    const bool seg_last = item + 1 == end || item + 1 == (it.row + 1) * a.plan.chunks;
+    if (seg_last) {
+      uint64_t* slots = record_slots(a) + (static_cast<size_t>(it.row) * a.plan.chunks + seg_chunk0) * cap;
+      for (int i = t; i < n_best; i += kThreads) slots[i] = nxt[i];
+    }
+    if (t == 0) record_headers(a)[item] = encode_record_header(poisoned, seg_chunk0, seg_last ? n_best : 0);
   }
 }
 
@@ -580,7 +645,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
 // (select_top_candidates) over the candidates staged from the workspace.
 struct FinalFastShared {
   alignas(16) uint32_t uni[kThreads];  // the union U (keys); warp w's jp largest thread maxima first
-  uint32_t warp_bad[kWarps];           // warp w saw a poisoned chunk
+  int32_t rec_off[kThreads];           // chunk c: candidates of the row's records before c's
+  int32_t rec_slot[kThreads];          // chunk c: its record's first slot (if c ends a record)
   uint32_t theta;
   int count;
 };
@@ -598,104 +664,129 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
   kernel::pdl::trigger();
   kernel::pdl::wait();  // launched as a dependent of the chunk stage: its records are visible after this
   const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
-  const int chunks = a.plan.chunks;
-  const int kfull = min(rp.k, a.plan.chunk_len);
-  const int klast = min(rp.k, a.vocab - (chunks - 1) * a.plan.chunk_len);
-  const int n = (chunks - 1) * kfull + klast;  // <= kPer * kThreads (the launch's plan)
-  const size_t stride = chunk_stride(a);
-  const unsigned long long* ws = static_cast<const unsigned long long*>(a.workspace) +
-                                 static_cast<size_t>(row) * chunks * stride;
+  const int chunks = a.plan.chunks;  // <= kThreads (plan_general)
+  // The row's records, concatenated in chunk order: header c by thread c, the offsets by a scan.
+  const uint64_t h = t < chunks ? __ldcg(record_headers(a) + static_cast<size_t>(row) * chunks + t) : 0;
+  uint64_t total = 0;
+  const int off = static_cast<int>(block_exclusive_scan_u64(static_cast<uint64_t>(header_count(h)), scratch, &total));
+  if (t < chunks) {
+    fs.rec_off[t] = off;
+    fs.rec_slot[t] = header_first_chunk(h) * record_cap(a.plan);
+  }
+  if (t == 0) fs.count = 0;
+  const bool poisoned = __syncthreads_or(header_poisoned(h));  // B0: the record table is complete
+  if (poisoned) {  // block-uniform: the row is uniform
+    emit_uniform(a, row);
+    return;
+  }
+  const bool one_record = __syncthreads_count(header_count(h) > 0) == 1;
+  const int n = static_cast<int>(total);  // <= kPer * kThreads (the launch's plan); >= rp.k
+  const uint64_t* slots = record_slots(a) + static_cast<size_t>(row) * chunks * record_cap(a.plan);
+  // Candidate i: in the record of the last chunk c with rec_off[c] <= i (the chunks after the
+  // record holding i start at or after its end; zero-count chunks before it share its offset).
+  auto candidate_at = [&](int i) {
+    int lo = 0, hi = chunks - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (fs.rec_off[mid] <= i) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return static_cast<uint64_t>(__ldcg(reinterpret_cast<const unsigned long long*>(slots) + fs.rec_slot[lo] + (i - fs.rec_off[lo])));
+  };
   uint64_t v[kPer];  // candidate t + r kThreads, or 0 (absent: below every key of a non-NaN value)
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
     const int i = t + r * kThreads;
-    const int c = i / kfull;
-    v[r] = i < n ? __ldcg(ws + c * stride + (i - c * kfull)) : 0ull;
+    v[r] = i < n ? candidate_at(i) : 0ull;
   }
-  bool bad = false;
-  for (int c = t; c < chunks; c += kThreads) bad |= __ldcg(ws + c * stride + stride - 1) != 0;
-  uint32_t tmax = 0;
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) tmax = max(tmax, composite_key(v[r]));
   const int kc = rp.k;  // <= n
-  const int jp = prefilter::union_per_warp(kc);
-  const int nu = kWarps * jp;
-  // A 0 maximum (a thread without candidates) stands for absent entries below every real key:
-  // warp_top_values is exact for values >= 0, and the union argument holds (see the chunk stage).
-  warp_top_values(tmax, jp, fs.uni + warp * jp);
-  const unsigned bad_lanes = __ballot_sync(kFull, bad);
-  if (lane == 0) fs.warp_bad[warp] = bad_lanes != 0u;
-  if (t == 0) fs.count = 0;
-  __syncthreads();  // B1: U, the poison flags and the zeroed count are visible
-  uint32_t poisoned = 0, row_max = 0;
+  if (one_record) {  // block-uniform: one CTA walked the whole row; its record is the top-k, sorted
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    poisoned |= fs.warp_bad[w];
-    row_max = max(row_max, fs.uni[w * jp]);  // each warp's largest
-  }
-  if (poisoned || row_max == kMinusInfKey) {  // block-uniform: the row is uniform
-    emit_uniform(a, row);
-    return;
-  }
-  if (t < nu) {  // theta = the kc-th largest of U
-    const uint32_t x = fs.uni[t];
-    const uint4* u4 = reinterpret_cast<const uint4*>(fs.uni);
-    int gt = 0, ge = 0;
-    for (int i = 0; i < nu / 4; ++i) {
-      const uint4 w = u4[i];
-      gt += (w.x > x ? 1 : 0) + (w.y > x ? 1 : 0) + (w.z > x ? 1 : 0) + (w.w > x ? 1 : 0);
-      ge += (w.x >= x ? 1 : 0) + (w.y >= x ? 1 : 0) + (w.z >= x ? 1 : 0) + (w.w >= x ? 1 : 0);
+    for (int r = 0; r < kPer; ++r) {
+      if (t + r * kThreads < n) cs.cand[t + r * kThreads] = v[r];
     }
-    if (prefilter::is_kth_largest(gt, ge, kc)) fs.theta = x;
-  }
-  __syncthreads();  // B2: theta is set
-  const uint32_t theta = fs.theta;
-  uint32_t mask = 0;
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    if (t + r * kThreads < n && composite_key(v[r]) >= theta) mask |= 1u << r;
-  }
-  const int c = __popc(mask);
-  int incl = c;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(kFull, incl, o);
-    if (lane >= o) incl += y;
-  }
-  int base = 0;
-  if (lane == 31 && incl > 0) base = atomicAdd(&fs.count, incl);
-  int pos = __shfl_sync(kFull, base, 31) + incl - c;
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    if ((mask >> r) & 1u) {
-      if (pos < kMaxCandidateTopK) ss.tmp[pos] = v[r];
-      ++pos;
+    __syncthreads();  // B1: cs.cand[0, n) sorted, n == kc
+    if (composite_key(cs.cand[0]) == kMinusInfKey) {  // block-uniform: the row is uniform
+      emit_uniform(a, row);
+      return;
     }
-  }
-  __syncthreads();  // B3: the survivors and their count are complete
-  const int m = fs.count;
-  if (m > kMaxCandidateTopK) {  // block-uniform: the radix select over the staged candidates
-    uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
-    for (int i = t; i < n; i += kThreads) {
-      const int ci = i / kfull;
-      buf[i] = __ldcg(ws + ci * stride + (i - ci * kfull));
-    }
-    __syncthreads();
-    select_top_candidates([&](int i) { return buf[i]; }, n, kc, cs.cand, ss, scratch);
   } else {
-    if (t < m) {  // rank sort of the m distinct composites into cs.cand (descending)
-      const uint64_t x = ss.tmp[t];
-      const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(ss.tmp);
-      int r = 0;
-#pragma unroll 2
-      for (int p = 0; p < (m >> 1); ++p) {
-        const ulonglong2 w = pairs[p];
-        r += (w.x > x ? 1 : 0) + (w.y > x ? 1 : 0);
-      }
-      if (m & 1) r += ss.tmp[m - 1] > x ? 1 : 0;
-      cs.cand[r] = x;
+    uint32_t tmax = 0;
+#pragma unroll
+    for (int r = 0; r < kPer; ++r) tmax = max(tmax, composite_key(v[r]));
+    const int jp = prefilter::union_per_warp(kc);
+    const int nu = kWarps * jp;
+    // A 0 maximum (a thread without candidates) stands for absent entries below every real key:
+    // warp_top_values is exact for values >= 0, and the union argument holds (see the chunk stage).
+    warp_top_values(tmax, jp, fs.uni + warp * jp);
+    __syncthreads();  // B1: U is complete
+    uint32_t row_max = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) row_max = max(row_max, fs.uni[w * jp]);  // each warp's largest
+    if (row_max == kMinusInfKey) {  // block-uniform: the row is uniform
+      emit_uniform(a, row);
+      return;
     }
-    __syncthreads();  // B4: cs.cand[0, m) sorted, m >= kc
+    if (t < nu) {  // theta = the kc-th largest of U
+      const uint32_t x = fs.uni[t];
+      const uint4* u4 = reinterpret_cast<const uint4*>(fs.uni);
+      int gt = 0, ge = 0;
+      for (int i = 0; i < nu / 4; ++i) {
+        const uint4 w = u4[i];
+        gt += (w.x > x ? 1 : 0) + (w.y > x ? 1 : 0) + (w.z > x ? 1 : 0) + (w.w > x ? 1 : 0);
+        ge += (w.x >= x ? 1 : 0) + (w.y >= x ? 1 : 0) + (w.z >= x ? 1 : 0) + (w.w >= x ? 1 : 0);
+      }
+      if (prefilter::is_kth_largest(gt, ge, kc)) fs.theta = x;
+    }
+    __syncthreads();  // B2: theta is set
+    const uint32_t theta = fs.theta;
+    uint32_t mask = 0;
+#pragma unroll
+    for (int r = 0; r < kPer; ++r) {
+      if (t + r * kThreads < n && composite_key(v[r]) >= theta) mask |= 1u << r;
+    }
+    const int c = __popc(mask);
+    int incl = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(kFull, incl, o);
+      if (lane >= o) incl += y;
+    }
+    int base = 0;
+    if (lane == 31 && incl > 0) base = atomicAdd(&fs.count, incl);
+    int pos = __shfl_sync(kFull, base, 31) + incl - c;
+#pragma unroll
+    for (int r = 0; r < kPer; ++r) {
+      if ((mask >> r) & 1u) {
+        if (pos < kMaxCandidateTopK) ss.tmp[pos] = v[r];
+        ++pos;
+      }
+    }
+    __syncthreads();  // B3: the survivors and their count are complete
+    const int m = fs.count;
+    if (m > kMaxCandidateTopK) {  // block-uniform: the radix select over the staged candidates
+      uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
+      for (int i = t; i < n; i += kThreads) buf[i] = candidate_at(i);
+      __syncthreads();
+      select_top_candidates([&](int i) { return buf[i]; }, n, kc, cs.cand, ss, scratch);
+    } else {
+      if (t < m) {  // rank sort of the m distinct composites into cs.cand (descending)
+        const uint64_t x = ss.tmp[t];
+        const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(ss.tmp);
+        int r = 0;
+#pragma unroll 2
+        for (int p = 0; p < (m >> 1); ++p) {
+          const ulonglong2 w = pairs[p];
+          r += (w.x > x ? 1 : 0) + (w.y > x ? 1 : 0);
+        }
+        if (m & 1) r += ss.tmp[m - 1] > x ? 1 : 0;
+        cs.cand[r] = x;
+      }
+      __syncthreads();  // B4: cs.cand[0, m) sorted, m >= kc
+    }
   }
   const int cut = finalize_sorted(cs.cand, kc, rp, a.mode, cs.aux, cs.prob, scratch);
   emit_candidates(a, row, cs.cand, cut, cs);
@@ -834,8 +925,9 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
   }
 }
 
-// chunk_fast_kernel's grid: as many CTAs as are resident at once (each walks items with a stride
-// of gridDim.x), at most one per item. Occupancy and SM count are cached per instance and device.
+// chunk_fast_kernel's grid: the (row, chunk) items in contiguous runs of equal length, at most
+// as many runs as CTAs are resident at once. Occupancy and SM count are cached per instance and
+// device.
 template <typename T, int R>
 void launch_chunk_fast_r(const RowsArgs& a, cudaStream_t stream) {
   static thread_local int cached_device = -1, resident = 0;
@@ -850,8 +942,9 @@ void launch_chunk_fast_r(const RowsArgs& a, cudaStream_t stream) {
   }
   const int64_t items = static_cast<int64_t>(a.rows) * a.plan.chunks;
   ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
-  const int grid = static_cast<int>(std::min<int64_t>(items, resident));
-  chunk_fast_kernel<T, R><<<grid, kThreads, 0, stream>>>(a);
+  const int64_t per_cta = (items + resident - 1) / resident;
+  const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
+  chunk_fast_kernel<T, R><<<grid, kThreads, 0, stream>>>(a, static_cast<int>(per_cta));
   ES_CUDA_CHECK_LAUNCH();
 }
 

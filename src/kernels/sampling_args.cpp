@@ -68,12 +68,12 @@ bool try_candidate_plan(const SamplingParams& p, int32_t kcap, GeneralPlan* plan
   chunk_len = std::clamp<int64_t>(chunk_len, kMinChunk, kMaxChunk);
   chunks = (p.vocab + chunk_len - 1) / chunk_len;
   const int64_t per_chunk = std::min<int64_t>(kcap, chunk_len);
-  if (chunks * per_chunk > kMaxFinalCandidates) return false;
+  if (chunks * per_chunk > kMaxFinalCandidates || chunks > kThreads) return false;
   plan->any_candidate = true;
   plan->chunks = static_cast<int32_t>(chunks);
   plan->chunk_len = static_cast<int32_t>(chunk_len);
   plan->kcap = kcap;
-  // Workspace: per row and chunk, per_chunk composites + one poison flag (u64 words).
+  // Workspace: per row and chunk, per_chunk candidate slots + one header (u64 words).
   plan->workspace_bytes = static_cast<size_t>(p.batch) * chunks * (per_chunk * 8 + 8);
   return true;
 }

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/host_device.h"
 #include "kernels/sampling.h"
 
 namespace es::sampling {
@@ -23,8 +24,8 @@ struct GeneralPlan {
   int32_t chunks = 0;          // chunk CTAs per row (candidate mode)
   int32_t chunk_len = 0;       // entries per chunk (the last one may be shorter)
   int32_t kcap = 0;            // largest effective top-k a candidate row may have
-  size_t workspace_bytes = 0;  // [batch][chunks] x (min(kcap, chunk_len) u64 + flag u64),
-                               // then the split CDF's region when cdf_split
+  size_t workspace_bytes = 0;  // the chunk records (below), then the split CDF's region when
+                               // cdf_split
   // Split full-row inverse CDF (kernels/sampling_cdf_split.h): few rows, large vocab.
   bool cdf_split = false;
   int32_t cdf_chunks = 0;      // chunks of kCdfChunk entries per row
@@ -59,8 +60,37 @@ constexpr int32_t fullrow_split_ranks(int32_t rows, int32_t widest, int32_t sms)
 // one CTA (the kernel before the split), so one binary measures both. CUDA builds.
 bool fullrow_split_enabled();
 
+// The chunk stage's records in the workspace (candidate mode). The chunk stage walks the
+// (row, chunk) items row-major, each CTA a contiguous run of them; the items of one row that one
+// CTA walks form a "segment", and the segment's top-k (k the row's, or fewer when the segment
+// holds fewer entries) is its record. Layout, u64 words:
+//   [rows * chunks * record_cap]  candidate slots: item i's slots are [i cap, (i + 1) cap); a
+//                                 record fills the slots from its segment's first item on
+//                                 (it fits: a segment of c items holds >= min(k, entries) slots);
+//   [rows * chunks]               one header per item (encode_record_header).
+// Every item of a candidate row writes its header; only the last item of a segment has a count.
+ES_HOST_DEVICE ES_FORCE_INLINE int32_t record_cap(const GeneralPlan& p) {
+  return p.kcap < p.chunk_len ? p.kcap : p.chunk_len;
+}
+ES_HOST_DEVICE ES_FORCE_INLINE size_t record_headers_offset(const GeneralPlan& p, int32_t rows) {
+  return static_cast<size_t>(rows) * p.chunks * record_cap(p);  // in u64 words
+}
+// Header bits: 0 the item's chunk holds a NaN / +inf scaled logit (the row is uniform); 1-31 the
+// first chunk (within the row) of the record ending at this item; 32-63 the record's candidate
+// count, 0 for an item that ends no record.
+ES_HOST_DEVICE ES_FORCE_INLINE uint64_t encode_record_header(bool poisoned, int32_t first_chunk, int32_t count) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(count)) << 32) |
+         (static_cast<uint64_t>(static_cast<uint32_t>(first_chunk)) << 1) | (poisoned ? 1u : 0u);
+}
+ES_HOST_DEVICE ES_FORCE_INLINE bool header_poisoned(uint64_t h) { return (h & 1u) != 0; }
+ES_HOST_DEVICE ES_FORCE_INLINE int32_t header_first_chunk(uint64_t h) {
+  return static_cast<int32_t>((h >> 1) & 0x7fffffffu);
+}
+ES_HOST_DEVICE ES_FORCE_INLINE int32_t header_count(uint64_t h) { return static_cast<int32_t>(h >> 32); }
+
 // Rows with effective top-k kk use the candidate mode iff
-//   any_candidate && kk <= kcap (then chunks * min(kk, chunk_len) <= kMaxFinalCandidates).
+//   any_candidate && kk <= kcap (then chunks * min(kk, chunk_len) <= kMaxFinalCandidates, and
+//   chunks <= kThreads: final_fast_kernel reads a row's headers one per thread).
 GeneralPlan plan_general(const SamplingParams& p);
 
 }  // namespace es::sampling

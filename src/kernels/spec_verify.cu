@@ -3,8 +3,10 @@
 // Stage 1 computes the filtered target probabilities of all batch * (L + 1) rows with the
 // sampling kernels (one batched launch, so the whole GPU reads the logits once): rows whose kept
 // set has <= 512 entries become compact index-sorted (index, prob) lists, others dense rows in the
-// workspace. Stage 2, one CTA per sequence, walks the chain: accept test, then the residual or
-// bonus sample with the same inverse-CDF arithmetic as the reference.
+// workspace. Stage 2, one CTA per sequence: every draft's accept test depends only on its own row
+// and uniform, so the warps test all L drafts in parallel (warp w: s = w, w + kWarps, ...) and
+// one block-wide min finds the first rejection; then the residual sample at that position, or
+// the bonus sample from row L, with the same inverse-CDF arithmetic as the reference.
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
@@ -54,9 +56,7 @@ __device__ __forceinline__ float relu_sub(float p, float q) {
 struct VerifyShared {
   int32_t idx[kMaxCandidateTopK];
   float val[kMaxCandidateTopK];
-  float px;
   int token;
-  float mass;
 };
 
 // Warp 0: sequential fp32 mass of a short list (the reference's order: index order).
@@ -71,6 +71,46 @@ __device__ float list_mass_warp(const float* val, int m) {
     }
   }
   return total;
+}
+
+// p(x) of a sparse row (one warp; the same in every lane): the prob of the entry whose index is
+// x, 0 when x is not in the list. Each lane compares every 32nd entry; the loads do not depend on
+// each other, so the lookup costs about one memory round trip instead of a dependent search.
+__device__ float sparse_prob_warp(const SparseRow& r, int x) {
+  const int m = r.count;
+  int hit = -1;
+#pragma unroll
+  for (int j = 0; j < kMaxCandidateTopK / 32; ++j) {
+    const int i = j * 32 + lane_id();
+    if (i < m && r.index[i] == x) hit = i;
+  }
+  const unsigned lanes = __ballot_sync(kFull, hit >= 0);  // indices are unique: one lane at most
+  const float p = hit >= 0 ? r.prob[hit] : 0.0f;
+  return lanes ? __shfl_sync(kFull, p, __ffs(lanes) - 1) : 0.0f;
+}
+
+// Accept test of draft s of sequence b (one warp; the same in every lane). Reads target row s of
+// the sequence only.
+__device__ bool accept_draft(const VerifyArgs& a, int b, int s) {
+  const int row = b * (a.L + 1) + s;
+  const SparseRow& r = a.sparse[row];
+  const int status = r.status;
+  const int x = a.drafts[static_cast<size_t>(b) * a.draft_stride + s];
+  float px;
+  if (status == kSparse) {
+    px = sparse_prob_warp(r, x);
+  } else {
+    px = status == kUniform ? fdiv_rn(1.0f, static_cast<float>(a.V))
+                            : a.dense[static_cast<size_t>(row) * a.V + x];
+  }
+  const float qx =
+      a.draft_probs ? a.draft_probs[(static_cast<size_t>(b) * a.probs_stride + s) * a.V + x] : 1.0f;
+  float alpha = 1.0f;
+  if (!(qx <= kDraftProbFloor)) {
+    const float ratio = fdiv_rn(px, qx);
+    alpha = ratio < 1.0f ? ratio : 1.0f;
+  }
+  return px > 0.0f && verify_uniform(a, b, RngPurpose::kAccept, s) <= alpha;
 }
 
 // Sample of target row `row` with uniform u (block-wide; result valid in every thread).
@@ -92,88 +132,71 @@ __device__ int sample_target(const VerifyArgs& a, int row, float u, VerifyShared
   return full_row_sample([&](int i) { return p[i]; }, a.V, u, scratch);
 }
 
+// Sample at rejected draft s of sequence b (block-wide; result valid in every thread): the
+// residual max(P - Q, 0), Q = onehot(x) when there are no draft probabilities; the target row
+// when the residual mass is <= kResidualMassFloor.
+__device__ int residual_sample(const VerifyArgs& a, int b, int s, VerifyShared& vs,
+                               BlockScratch& scratch) {
+  const int V = a.V;
+  const int row = b * (a.L + 1) + s;
+  const SparseRow& r = a.sparse[row];
+  const int status = r.status;
+  const int x = a.drafts[static_cast<size_t>(b) * a.draft_stride + s];
+  const float* qrow =
+      a.draft_probs ? a.draft_probs + (static_cast<size_t>(b) * a.probs_stride + s) * V : nullptr;
+  const float u = verify_uniform(a, b, RngPurpose::kResidual, s);
+  auto q_at = [&](int i) { return qrow ? qrow[i] : (i == x ? 1.0f : 0.0f); };
+  if (status == kSparse) {
+    const int m = r.count;
+    for (int i = threadIdx.x; i < m; i += kThreads) {
+      vs.idx[i] = r.index[i];
+      vs.val[i] = relu_sub(r.prob[i], q_at(r.index[i]));
+    }
+    __syncthreads();
+    if (warp_id() == 0) {
+      const float mass = list_mass_warp(vs.val, m);
+      const int t = mass > kResidualMassFloor ? sample_sorted_list_warp(vs.idx, vs.val, m, u)
+                                              : sample_sorted_list_warp(r.index, r.prob, m, u);
+      if (lane_id() == 0) vs.token = t;
+    }
+    __syncthreads();
+    return vs.token;
+  }
+  const float* prow = status == kDense ? a.dense + static_cast<size_t>(row) * V : nullptr;
+  const float pu = fdiv_rn(1.0f, static_cast<float>(V));
+  auto res_at = [&](int i) { return relu_sub(prow ? prow[i] : pu, q_at(i)); };
+  const float mass = full_row_total(res_at, V, scratch);
+  if (mass > kResidualMassFloor) return full_row_search(res_at, V, fmul_rn(u, mass), scratch);
+  return sample_target(a, row, u, vs, scratch);
+}
+
 __global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
   __shared__ VerifyShared vs;
   __shared__ BlockScratch scratch;
-  const int b = blockIdx.x, L = a.L, V = a.V;
+  const int b = blockIdx.x, L = a.L;
   kernel::pdl::wait();  // launched as a dependent of the sampling kernels: their rows are visible after this
-  int accepted = 0;
-  int token = -1;
-  bool rejected = false;
-  for (int s = 0; s < L; ++s) {
-    const int row = b * (L + 1) + s;
-    const SparseRow& r = a.sparse[row];
-    const int status = r.status;
-    const int x = a.drafts[static_cast<size_t>(b) * a.draft_stride + s];
-    const float* qrow =
-        a.draft_probs ? a.draft_probs + (static_cast<size_t>(b) * a.probs_stride + s) * V : nullptr;
-    if (threadIdx.x == 0) {
-      vs.px = status == kUniform ? fdiv_rn(1.0f, static_cast<float>(V))
-              : status == kDense ? a.dense[static_cast<size_t>(row) * V + x]
-                                 : 0.0f;
+  // The chain stops at its first rejection. A warp's own drafts are tested in increasing s, so
+  // its first rejection is its smallest; the block-wide min over the warps is the chain's.
+  int first_rejected = L;
+  for (int s = warp_id(); s < L; s += kWarps) {
+    if (!accept_draft(a, b, s)) {
+      first_rejected = s;
+      break;
     }
-    __syncthreads();
-    if (status == kSparse) {
-      for (int i = threadIdx.x; i < r.count; i += kThreads) {
-        if (r.index[i] == x) vs.px = r.prob[i];  // indices are unique: one writer at most
-      }
-    }
-    __syncthreads();
-    const float px = vs.px;
-    const float qx = qrow ? qrow[x] : 1.0f;
-    float alpha = 1.0f;
-    if (!(qx <= kDraftProbFloor)) {
-      const float ratio = fdiv_rn(px, qx);
-      alpha = ratio < 1.0f ? ratio : 1.0f;
-    }
-    const bool accept = px > 0.0f && verify_uniform(a, b, RngPurpose::kAccept, s) <= alpha;
-    __syncthreads();  // vs.px reads done
-    if (accept) {
-      if (threadIdx.x == 0) a.out[static_cast<size_t>(b) * (L + 1) + s] = x;
-      ++accepted;
-      continue;
-    }
-    // Residual max(P - Q, 0); Q = onehot(x) when there are no draft probabilities.
-    const float u = verify_uniform(a, b, RngPurpose::kResidual, s);
-    auto q_at = [&](int i) { return qrow ? qrow[i] : (i == x ? 1.0f : 0.0f); };
-    if (status == kSparse) {
-      const int m = r.count;
-      for (int i = threadIdx.x; i < m; i += kThreads) {
-        vs.idx[i] = r.index[i];
-        vs.val[i] = relu_sub(r.prob[i], q_at(r.index[i]));
-      }
-      __syncthreads();
-      if (warp_id() == 0) {
-        const float mass = list_mass_warp(vs.val, m);
-        const int t = mass > kResidualMassFloor ? sample_sorted_list_warp(vs.idx, vs.val, m, u)
-                                                : sample_sorted_list_warp(r.index, r.prob, m, u);
-        if (lane_id() == 0) vs.token = t;
-      }
-      __syncthreads();
-      token = vs.token;
-    } else {
-      const float* prow = status == kDense ? a.dense + static_cast<size_t>(row) * V : nullptr;
-      const float pu = fdiv_rn(1.0f, static_cast<float>(V));
-      auto res_at = [&](int i) { return relu_sub(prow ? prow[i] : pu, q_at(i)); };
-      const float mass = full_row_total(res_at, V, scratch);
-      if (mass > kResidualMassFloor) {
-        token = full_row_search(res_at, V, fmul_rn(u, mass), scratch);
-      } else {
-        token = sample_target(a, row, u, vs, scratch);
-      }
-    }
-    rejected = true;
-    break;
   }
-  if (!rejected) {
-    token = sample_target(a, b * (L + 1) + L, verify_uniform(a, b, RngPurpose::kBonus, 0), vs, scratch);
+  const int accepted = block_min_int(first_rejected, scratch);
+  const int token =
+      accepted < L ? residual_sample(a, b, accepted, vs, scratch)
+                   : sample_target(a, b * (L + 1) + L, verify_uniform(a, b, RngPurpose::kBonus, 0),
+                                   vs, scratch);
+  // Accepted drafts, the sampled token (the same in every thread), then -1.
+  int32_t* out = a.out + static_cast<size_t>(b) * (L + 1);
+  for (int j = threadIdx.x; j <= L; j += kThreads) {
+    out[j] = j < accepted    ? a.drafts[static_cast<size_t>(b) * a.draft_stride + j]
+             : j == accepted ? token
+                             : -1;
   }
-  if (threadIdx.x == 0) {
-    int32_t* out = a.out + static_cast<size_t>(b) * (L + 1);
-    out[accepted] = token;
-    for (int j = accepted + 1; j <= L; ++j) out[j] = -1;
-    a.num_accepted[b] = accepted;
-  }
+  if (threadIdx.x == 0) a.num_accepted[b] = accepted;
 }
 
 }  // namespace

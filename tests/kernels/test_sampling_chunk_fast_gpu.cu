@@ -1,7 +1,8 @@
 // The general path's candidate mode: its chunk and final stages (chunk_fast_kernel +
 // final_fast_kernel in kernels/sampling.cu). Checked against the CPU reference bit for bit
 // (probabilities by memcmp, tokens exactly), and the chunk stage's own output in the workspace
-// (each chunk's top-kc composites and poison flag) against a host brute force, for vocabularies
+// (the records: each run of chunks' top-k composites, every chunk's poison flag) against a host
+// brute force, for vocabularies
 // 151936 / 128256 / odd sizes (misaligned rows: scalar loads), batch 1, 16, 256, k 1 / 50 / 512,
 // f32 and f16, with tie rows, constant rows (every chunk takes the > 512-survivor fallback),
 // -inf rows and NaN / +inf rows (uniform fallback).
@@ -95,46 +96,68 @@ SamplingParams params_of(const CfCase& c) {
 // The GPU run keeps the chunk stage's records: the workspace as poisoned 64-bit words, read back.
 constexpr test::GpuSampleOptions kWithRecords{.probs = true, .download_workspace = true};
 
-// The chunk stage's records (kernels/sampling_layout.h: per row and chunk, min(kcap, chunk_len)
-// composites then a poison flag): a poisoned chunk has a nonzero flag (its candidates are not
-// read); any other chunk has flag 0 and exactly its top-kc composites, descending.
+// The chunk stage's records (kernels/sampling_layout.h): every chunk's header carries its own
+// poison flag (some scaled logit NaN / +inf); in a row without poison, the records (headers with
+// a count) cover the row's chunks in contiguous runs, each run exactly once and in order, and each
+// record is exactly the top-min(k, entries) composites of its run, descending. How the runs fall
+// depends on the grid (the device's resident CTAs), so any tiling passes.
 // row_k[b]: row b's effective top-k (rows above the plan's kcap have no records).
 void check_records(const SamplingParams& p, const std::vector<float>& x, const std::vector<float>& temps,
                    const std::vector<int32_t>& row_k, const std::vector<uint64_t>& ws, const std::string& what) {
   const sampling::GeneralPlan plan = sampling::plan_general(p);
   ASSERT_TRUE(plan.any_candidate) << what;
-  const size_t stride = static_cast<size_t>(std::min(plan.kcap, plan.chunk_len)) + 1;
+  const size_t cap = static_cast<size_t>(sampling::record_cap(plan));
+  const uint64_t* headers = ws.data() + sampling::record_headers_offset(plan, p.batch);
   int wrong = 0, checked = 0;
+  auto fail = [&](int32_t b, const std::string& why) {
+    if (wrong++ < 5) ADD_FAILURE() << what << " row " << b << ": " << why;
+  };
   for (int32_t b = 0; b < p.batch; ++b) {
     if (row_k[b] > plan.kcap) continue;
+    ++checked;
     const sampling::RowParams rp = sampling::make_row_params(temps[b], row_k[b], 1.0f, p.vocab);
+    std::vector<uint64_t> comp(p.vocab);
+    bool row_poisoned = false;
     for (int32_t c = 0; c < plan.chunks; ++c) {
       const int32_t start = c * plan.chunk_len;
       const int32_t len = std::min(plan.chunk_len, p.vocab - start);
-      const uint64_t* rec = ws.data() + (static_cast<size_t>(b) * plan.chunks + c) * stride;
-      std::vector<uint64_t> all(len);
       bool poisoned = false;
-      for (int32_t i = 0; i < len; ++i) {
-        const float s = sampling::scale_logit(x[static_cast<size_t>(b) * p.vocab + start + i], rp.inv_t, rp.greedy);
+      for (int32_t i = start; i < start + len; ++i) {
+        const float s = sampling::scale_logit(x[static_cast<size_t>(b) * p.vocab + i], rp.inv_t, rp.greedy);
         poisoned = poisoned || sampling::poisons_row(s);
-        all[i] = poisoned ? 0 : composite(order_key(s), static_cast<uint32_t>(start + i));
+        comp[i] = composite(order_key(s), static_cast<uint32_t>(i));
       }
-      ++checked;
-      if (poisoned) {
-        if (rec[stride - 1] == 0 && wrong++ < 5) ADD_FAILURE() << what << " row " << b << " chunk " << c << ": poison flag 0";
-        continue;
-      }
-      const int32_t kc = std::min(rp.k, len);
-      std::partial_sort(all.begin(), all.begin() + kc, all.end(), std::greater<>());
-      bool ok = rec[stride - 1] == 0;
-      for (int32_t j = 0; j < kc && ok; ++j) ok = rec[j] == all[j];
-      if (!ok && wrong++ < 5) {
-        ADD_FAILURE() << what << " row " << b << " chunk " << c << " (len " << len << ", kc " << kc
-                      << "): record differs from the chunk's top-kc (flag " << rec[stride - 1] << ")";
-      }
+      const uint64_t h = headers[static_cast<size_t>(b) * plan.chunks + c];
+      if (sampling::header_poisoned(h) != poisoned) fail(b, "chunk " + std::to_string(c) + ": poison flag wrong");
+      row_poisoned = row_poisoned || poisoned;
     }
+    if (row_poisoned) continue;  // final_fast_kernel reads no candidates of a poisoned row
+    int32_t next_first = 0;
+    for (int32_t c = 0; c < plan.chunks; ++c) {
+      const uint64_t h = headers[static_cast<size_t>(b) * plan.chunks + c];
+      const int32_t n = sampling::header_count(h), first = sampling::header_first_chunk(h);
+      if (n == 0) continue;
+      if (first != next_first) {
+        fail(b, "record at chunk " + std::to_string(c) + " starts at chunk " + std::to_string(first) +
+                    ", expected " + std::to_string(next_first));
+        break;
+      }
+      const int32_t lo = first * plan.chunk_len, hi = std::min(p.vocab, (c + 1) * plan.chunk_len);
+      std::vector<uint64_t> run(comp.begin() + lo, comp.begin() + hi);
+      const int32_t kk = std::min<int32_t>(rp.k, hi - lo);
+      std::partial_sort(run.begin(), run.begin() + kk, run.end(), std::greater<>());
+      bool ok = n == kk;
+      const uint64_t* rec = ws.data() + (static_cast<size_t>(b) * plan.chunks + first) * cap;
+      for (int32_t j = 0; j < kk && ok; ++j) ok = rec[j] == run[j];
+      if (!ok) {
+        fail(b, "record of chunks " + std::to_string(first) + ".." + std::to_string(c) + " (count " +
+                    std::to_string(n) + ", expected " + std::to_string(kk) + ") is not their top-k");
+      }
+      next_first = c + 1;
+    }
+    if (next_first != plan.chunks) fail(b, "records cover chunks [0, " + std::to_string(next_first) + ") only");
   }
-  EXPECT_EQ(wrong, 0) << what << ": " << wrong << " of " << checked << " chunk records wrong";
+  EXPECT_EQ(wrong, 0) << what << ": " << wrong << " wrong of " << checked << " rows";
 }
 
 void check(const CfCase& c, uint32_t seed) {

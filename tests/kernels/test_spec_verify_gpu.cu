@@ -27,48 +27,24 @@ struct VCase {
   SamplingPath path;
 };
 
-void check(const VCase& c) {
-  SCOPED_TRACE(testing::Message() << "B " << c.batch << " L " << c.L << " V " << c.vocab << " k "
-                                  << c.top_k << " p " << c.top_p << " q " << c.with_q);
-  std::mt19937 rng(c.vocab + c.batch * 31 + c.L);
-  std::normal_distribution<float> nd(0.0f, 2.5f);
+// Host inputs of one verification.
+struct VInputs {
+  std::vector<float> logits;     // [batch, L + 1, vocab]; f16 cases: values already rounded to f16
+  std::vector<int32_t> drafts;   // [batch, L]
+  std::vector<float> q;          // [batch, L, vocab]; read when with_q
+  std::vector<float> u;          // [batch, 2L + 1]; read unless device_uniforms
+  std::vector<uint64_t> seeds;   // [batch]; read when device_uniforms
+  std::vector<int64_t> anchors;  // [batch]
+};
+
+// Runs the reference and the GPU (outputs poisoned) on `in` and compares them: accepted counts
+// and accepted tokens exactly, -1 after the emitted token; the emitted residual / bonus token
+// exactly in candidate mode. *want_acc: the reference's accepted counts.
+void expect_matches_reference(const VCase& c, const VInputs& in, std::vector<int32_t>* want_acc) {
   const size_t rows = static_cast<size_t>(c.batch) * (c.L + 1);
-  std::vector<float> logits(rows * c.vocab);
-  for (float& x : logits) x = nd(rng);
   std::vector<fp16> logits16;
   if (c.dtype == DType::kF16) {
-    for (float& x : logits) {
-      logits16.push_back(to_fp16(x));
-      x = to_float(logits16.back());
-    }
-  }
-  // Drafts: the target row's argmax most of the time (so chains get accepted), else random.
-  std::vector<int32_t> drafts(static_cast<size_t>(c.batch) * c.L);
-  for (int32_t b = 0; b < c.batch; ++b) {
-    for (int32_t s = 0; s < c.L; ++s) {
-      const float* row = &logits[(static_cast<size_t>(b) * (c.L + 1) + s) * c.vocab];
-      int32_t best = 0;
-      for (int32_t i = 1; i < c.vocab; ++i) best = row[i] > row[best] ? i : best;
-      drafts[b * c.L + s] = (rng() % 4 != 0) ? best : static_cast<int32_t>(rng() % c.vocab);
-    }
-  }
-  std::vector<float> q;
-  if (c.with_q) {
-    q.resize(static_cast<size_t>(c.batch) * c.L * c.vocab);
-    for (size_t r = 0; r < static_cast<size_t>(c.batch) * c.L; ++r) {
-      double sum = 0;
-      for (int32_t i = 0; i < c.vocab; ++i) sum += (q[r * c.vocab + i] = std::exp(nd(rng)));
-      for (int32_t i = 0; i < c.vocab; ++i) q[r * c.vocab + i] = static_cast<float>(q[r * c.vocab + i] / sum);
-      q[r * c.vocab + drafts[r]] = std::max(q[r * c.vocab + drafts[r]], 0.3f);
-    }
-  }
-  std::vector<float> u(static_cast<size_t>(c.batch) * (2 * c.L + 1));
-  for (size_t i = 0; i < u.size(); ++i) u[i] = request_uniform(77, static_cast<int64_t>(i), RngPurpose::kAccept, 0);
-  std::vector<uint64_t> seeds(c.batch);
-  std::vector<int64_t> anchors(c.batch);
-  for (int32_t b = 0; b < c.batch; ++b) {
-    seeds[b] = 1000 + b;
-    anchors[b] = 50 + 3 * b;
+    for (float x : in.logits) logits16.push_back(to_fp16(x));
   }
   SpecVerifyParams p;
   p.logits_dtype = c.dtype;
@@ -80,26 +56,27 @@ void check(const VCase& c) {
   p.top_p = c.top_p;
   p.top_p_mode = c.mode;
   p.path = c.path;
-  std::vector<int32_t> want_out(rows, -9), want_acc(c.batch, -9);
-  p.target_logits = c.dtype == DType::kF32 ? static_cast<const void*>(logits.data()) : logits16.data();
-  p.draft_tokens = drafts.data();
-  p.draft_probs = c.with_q ? q.data() : nullptr;
+  std::vector<int32_t> want_out(rows, -9);
+  want_acc->assign(c.batch, -9);
+  p.target_logits = c.dtype == DType::kF32 ? static_cast<const void*>(in.logits.data()) : logits16.data();
+  p.draft_tokens = in.drafts.data();
+  p.draft_probs = c.with_q ? in.q.data() : nullptr;
   if (c.device_uniforms) {
-    p.seeds = seeds.data();
-    p.anchors = anchors.data();
+    p.seeds = in.seeds.data();
+    p.anchors = in.anchors.data();
   } else {
-    p.uniforms = u.data();
+    p.uniforms = in.u.data();
   }
   p.out_tokens = want_out.data();
-  p.num_accepted = want_acc.data();
+  p.num_accepted = want_acc->data();
   ref::spec_verify(p);
 
-  test::DeviceArray<float> d_logits(c.dtype == DType::kF32 ? logits : std::vector<float>{});
+  test::DeviceArray<float> d_logits(c.dtype == DType::kF32 ? in.logits : std::vector<float>{});
   test::DeviceArray<fp16> d_logits16(logits16);
-  test::DeviceArray<int32_t> d_drafts(drafts), d_out(rows), d_acc(c.batch);
-  test::DeviceArray<float> d_q(q), d_u(u);
-  test::DeviceArray<uint64_t> d_seeds(seeds);
-  test::DeviceArray<int64_t> d_anchors(anchors);
+  test::DeviceArray<int32_t> d_drafts(in.drafts), d_out(rows), d_acc(c.batch);  // outputs poisoned
+  test::DeviceArray<float> d_q(in.q), d_u(in.u);
+  test::DeviceArray<uint64_t> d_seeds(in.seeds);
+  test::DeviceArray<int64_t> d_anchors(in.anchors);
   p.target_logits = c.dtype == DType::kF32 ? static_cast<const void*>(d_logits.get()) : d_logits16.get();
   p.draft_tokens = d_drafts.get();
   p.draft_probs = c.with_q ? d_q.get() : nullptr;
@@ -118,7 +95,7 @@ void check(const VCase& c) {
   kernel::spec_verify(p, nullptr);
   const std::vector<int32_t> got_acc = d_acc.download();
   const std::vector<int32_t> got_out = d_out.download();
-  EXPECT_EQ(got_acc, want_acc) << "accept decisions differ";
+  EXPECT_EQ(got_acc, *want_acc) << "accept decisions differ";
   // Rows summed over the whole row on the GPU (block-scan CDF): small path k > 512, general
   // path beyond its candidate cap (sampling_layout.h plan).
   const bool full_rows = (c.top_k <= 0 || c.top_k > kMaxCandidateTopK) && c.temperature >= 1e-3f;
@@ -126,9 +103,9 @@ void check(const VCase& c) {
   for (int32_t b = 0; b < c.batch; ++b) {
     for (int32_t j = 0; j <= c.L; ++j) {
       const size_t i = static_cast<size_t>(b) * (c.L + 1) + j;
-      if (j < want_acc[b]) {
+      if (j < (*want_acc)[b]) {
         ASSERT_EQ(got_out[i], want_out[i]) << "accepted token, seq " << b;
-      } else if (j == want_acc[b]) {
+      } else if (j == (*want_acc)[b]) {
         ASSERT_GE(got_out[i], 0);
         ASSERT_LT(got_out[i], c.vocab);
         differing += got_out[i] != want_out[i];
@@ -139,9 +116,111 @@ void check(const VCase& c) {
   }
   // Residual / bonus tokens: exact in candidate mode; full-row CDF boundaries are rare.
   EXPECT_LE(differing, full_rows ? std::max(1, c.batch / 16) : 0);
+}
+
+void check(const VCase& c) {
+  SCOPED_TRACE(testing::Message() << "B " << c.batch << " L " << c.L << " V " << c.vocab << " k "
+                                  << c.top_k << " p " << c.top_p << " q " << c.with_q);
+  std::mt19937 rng(c.vocab + c.batch * 31 + c.L);
+  std::normal_distribution<float> nd(0.0f, 2.5f);
+  const size_t rows = static_cast<size_t>(c.batch) * (c.L + 1);
+  VInputs in;
+  in.logits.resize(rows * c.vocab);
+  for (float& x : in.logits) x = nd(rng);
+  if (c.dtype == DType::kF16) {
+    for (float& x : in.logits) x = to_float(to_fp16(x));
+  }
+  // Drafts: the target row's argmax most of the time (so chains get accepted), else random.
+  in.drafts.resize(static_cast<size_t>(c.batch) * c.L);
+  for (int32_t b = 0; b < c.batch; ++b) {
+    for (int32_t s = 0; s < c.L; ++s) {
+      const float* row = &in.logits[(static_cast<size_t>(b) * (c.L + 1) + s) * c.vocab];
+      int32_t best = 0;
+      for (int32_t i = 1; i < c.vocab; ++i) best = row[i] > row[best] ? i : best;
+      in.drafts[b * c.L + s] = (rng() % 4 != 0) ? best : static_cast<int32_t>(rng() % c.vocab);
+    }
+  }
+  if (c.with_q) {
+    std::vector<float>& q = in.q;
+    q.resize(static_cast<size_t>(c.batch) * c.L * c.vocab);
+    for (size_t r = 0; r < static_cast<size_t>(c.batch) * c.L; ++r) {
+      double sum = 0;
+      for (int32_t i = 0; i < c.vocab; ++i) sum += (q[r * c.vocab + i] = std::exp(nd(rng)));
+      for (int32_t i = 0; i < c.vocab; ++i) q[r * c.vocab + i] = static_cast<float>(q[r * c.vocab + i] / sum);
+      q[r * c.vocab + in.drafts[r]] = std::max(q[r * c.vocab + in.drafts[r]], 0.3f);
+    }
+  }
+  in.u.resize(static_cast<size_t>(c.batch) * (2 * c.L + 1));
+  for (size_t i = 0; i < in.u.size(); ++i) in.u[i] = request_uniform(77, static_cast<int64_t>(i), RngPurpose::kAccept, 0);
+  for (int32_t b = 0; b < c.batch; ++b) {
+    in.seeds.push_back(1000 + b);
+    in.anchors.push_back(50 + 3 * b);
+  }
+  std::vector<int32_t> want_acc;
+  expect_matches_reference(c, in, &want_acc);
   int64_t total_acc = 0;
   for (int32_t a : want_acc) total_acc += a;
   if (c.L > 0) EXPECT_GT(total_acc, 0) << "test has no power: nothing accepted";  // L = 0: bonus only
+}
+
+// Chains whose first rejection is placed: at draft 0, 1, 5, in a warp's second or third round
+// (the kernel tests draft s in warp s % 16), at the last draft, or nowhere (bonus), with later
+// drafts that would be rejected too (s % 3 == 2 after the first). Rows: index-sorted lists (top-k
+// 50) or dense rows (top-k off), with uniform-fallback rows (a NaN logit) among them, including
+// a bonus row. Accepted drafts are the boosted argmax (p > 0.9, u = 0.5) or, on a uniform row,
+// any token (u = 1e-9). Rejected drafts (u = 0.999): on a list row at even s the smallest logit
+// (absent from the list: p = 0), else the second largest (p ~ 1e-4), or any token of a uniform
+// row. With draft probabilities q(x) >= 0.3, except q(x) = 0 (alpha = 1) at an accepted draft 1.
+void check_placed_rejections(const VCase& c) {
+  SCOPED_TRACE(testing::Message() << "placed rejections: V " << c.vocab << " k " << c.top_k
+                                  << " q " << c.with_q);
+  const int32_t V = c.vocab, L = c.L;
+  const std::vector<int32_t> first_rejected = {0, 1, 5, 17, 20, 34, L - 1, L, L};  // L: bonus
+  ASSERT_EQ(c.batch, static_cast<int32_t>(first_rejected.size()));
+  ASSERT_GE(L, 36);
+  ASSERT_FALSE(c.device_uniforms);
+  const bool list_rows = c.top_k > 0;
+  std::mt19937 rng(V + c.top_k);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  VInputs in;
+  in.logits.resize(static_cast<size_t>(c.batch) * (L + 1) * V);
+  in.drafts.resize(static_cast<size_t>(c.batch) * L);
+  in.u.resize(static_cast<size_t>(c.batch) * (2 * L + 1));
+  if (c.with_q) in.q.resize(static_cast<size_t>(c.batch) * L * V);
+  for (int32_t b = 0; b < c.batch; ++b) {
+    float* u = &in.u[static_cast<size_t>(b) * (2 * L + 1)];
+    for (int32_t s = 0; s <= L; ++s) {
+      float* row = &in.logits[(static_cast<size_t>(b) * (L + 1) + s) * V];
+      for (int32_t i = 0; i < V; ++i) row[i] = nd(rng);
+      const int32_t top = static_cast<int32_t>(rng() % V), second = (top + 1) % V,
+                    lowest = (top + 2) % V;
+      row[top] += 16.0f;
+      row[second] = 4.0f;
+      row[lowest] = -8.0f;
+      const bool uniform_row = (b + s) % 5 == 2 || (s == L && b == c.batch - 1);
+      if (uniform_row) row[(top + 3) % V] = std::nanf("");
+      if (s == L) break;  // the bonus row has no draft
+      const bool reject = s == first_rejected[b] || (s > first_rejected[b] && s % 3 == 2);
+      int32_t x = top;
+      u[s] = uniform_row ? 1e-9f : 0.5f;
+      if (reject) {
+        x = uniform_row ? top : list_rows && s % 2 == 0 ? lowest : second;
+        u[s] = 0.999f;
+      }
+      in.drafts[static_cast<size_t>(b) * L + s] = x;
+      if (c.with_q) {
+        float* q = &in.q[(static_cast<size_t>(b) * L + s) * V];
+        double sum = 0;
+        for (int32_t i = 0; i < V; ++i) sum += (q[i] = std::exp(nd(rng)));
+        for (int32_t i = 0; i < V; ++i) q[i] = static_cast<float>(q[i] / sum);
+        q[x] = s == 1 && !reject ? 0.0f : std::max(q[x], 0.3f);
+      }
+    }
+    for (int32_t j = L; j <= 2 * L; ++j) u[j] = request_uniform(5, b, RngPurpose::kResidual, j);
+  }
+  std::vector<int32_t> want_acc;
+  expect_matches_reference(c, in, &want_acc);
+  EXPECT_EQ(want_acc, first_rejected) << "the inputs do not place the first rejections";
 }
 
 TEST(SpecVerifyGpu, MatchesReference) {
@@ -159,6 +238,18 @@ TEST(SpecVerifyGpu, MatchesReference) {
   check({16, 5, 257, DType::kF32, 1.0f, 0, 1.0f, kN, true, true, SamplingPath::kAuto});
   check({16, 2, 257, DType::kF32, 0.0f, 0, 1.0f, kN, false, false, SamplingPath::kGeneral});
   check({2, 0, 128256, DType::kF32, 1.0f, 50, 0.9f, kN, false, false, SamplingPath::kAuto});
+}
+
+TEST(SpecVerifyGpu, PlacedRejections) {
+  ES_SKIP_IF_NO_GPU();
+  const TopPMode kN = TopPMode::kNucleus;
+  for (const bool with_q : {false, true}) {
+    // General path: sparse rows (top-k 50) and dense rows (top-k off).
+    check_placed_rejections({9, 37, 6000, DType::kF32, 1.0f, 50, 1.0f, kN, with_q, false, SamplingPath::kAuto});
+    check_placed_rejections({9, 37, 6000, DType::kF32, 1.0f, 0, 1.0f, kN, with_q, false, SamplingPath::kAuto});
+  }
+  // Small-vocab path, sparse rows.
+  check_placed_rejections({9, 37, 2048, DType::kF32, 1.0f, 50, 1.0f, kN, false, false, SamplingPath::kAuto});
 }
 
 }  // namespace
