@@ -90,6 +90,7 @@ __device__ __forceinline__ int entry_index(int j, bool vec) {
 }
 
 __device__ __forceinline__ RowParams row_params(const RowsArgs& a, int row) {
+  if (a.scalar_only) return a.scalar_params;  // the same make_row_params, once on the host
   const int pi = row / a.rows_per_param;
   const float t = a.temperatures ? a.temperatures[pi] : a.temperature;
   const int32_t k = a.top_ks ? a.top_ks[pi] : a.top_k;
@@ -301,16 +302,16 @@ struct alignas(16) ChunkFastShared {
   uint32_t keys[4 * R * kThreads];      // the fallback's order keys of the chunk
 };
 
-// One (row, chunk) work item of the chunk stage. item < rows * chunks.
+// One (row, chunk) work item of the chunk stage: item row * chunks + chunk.
 struct ChunkItem {
   int row, start, len;
   RowParams rp;
   bool active;  // a candidate row; other rows are full_row_kernel's
 };
-__device__ __forceinline__ ChunkItem chunk_item(const RowsArgs& a, int item) {
+__device__ __forceinline__ ChunkItem chunk_item(const RowsArgs& a, int row, int chunk) {
   ChunkItem c;
-  c.row = item / a.plan.chunks;
-  c.start = (item - c.row * a.plan.chunks) * a.plan.chunk_len;
+  c.row = row;
+  c.start = chunk * a.plan.chunk_len;
   c.len = min(a.plan.chunk_len, a.vocab - c.start);
   c.rp = row_params(a, c.row);
   c.active = candidate_row(a, c.rp);
@@ -424,7 +425,7 @@ __device__ __forceinline__ void warp_top_values(uint32_t v, int jp, uint32_t* ds
 // Called by every thread; starts after a barrier that ends every read of sh.ss.tmp, sh.keys and
 // sh.cand of earlier items, and ends with one (select_top_candidates').
 template <typename T, int R>
-__device__ void chunk_fast_fallback(const T* x, const ChunkItem& it, int kc, ChunkFastShared<R>& sh) {
+__device__ __noinline__ void chunk_fast_fallback(const T* x, const ChunkItem& it, int kc, ChunkFastShared<R>& sh) {
   for (int i = threadIdx.x; i < it.len; i += kThreads) {
     sh.keys[i] = order_key(scale_logit(load_logit(x, i), it.rp.inv_t, it.rp.greedy));
   }
@@ -488,23 +489,38 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
 
   // raw[] holds the loads of item `item`, in flight until decoded. Only the loads and their
   // layout are carried from one iteration to the next (the item's description is recomputed
-  // from its index: cheap, and it keeps registers free for raw[] and s[]; 64 at most, for 2 CTAs
-  // per SM).
+  // from (row, chunk): cheap, and it keeps registers free for raw[] and s[]; 64 at most, for 2
+  // CTAs per SM).
   uint32_t raw[kPer];
   bool vec = false;
+  int row = begin / a.plan.chunks, chunk = begin - row * a.plan.chunks;  // of `item`
   if (begin < end) {
-    const ChunkItem first = chunk_item(a, begin);
+    const ChunkItem first = chunk_item(a, row, chunk);
     if (first.active) {
       vec = load_chunk<R>(logits + static_cast<size_t>(first.row) * a.vocab + first.start, first.len, raw);
     }
   }
-  // The segment: its row, first chunk, top-k so far (sh.best[phase & 1][0, n_best)) and the
-  // threshold it gives (block-uniform).
-  int seg_row = -1, seg_chunk0 = 0, n_best = 0, phase = 0;
-  bool seg_poisoned = false;
+  // The next item's loads go out into raw[] once this item's entries are consumed.
+  auto prefetch_next = [&](int item) {
+    if (item + 1 < end) {
+      const bool wrap = chunk + 1 == a.plan.chunks;
+      const ChunkItem n = chunk_item(a, wrap ? row + 1 : row, wrap ? 0 : chunk + 1);
+      if (n.active) vec = load_chunk<R>(logits + static_cast<size_t>(n.row) * a.vocab + n.start, n.len, raw);
+    }
+  };
+  auto advance = [&] {
+    if (++chunk == a.plan.chunks) {
+      chunk = 0;
+      ++row;
+    }
+  };
+  // The segment's top-k so far (sh.best[phase & 1][0, n_best)) and the threshold it gives
+  // (block-uniform; +inf once the segment's row is poisoned: it is uniform, and few entries pass).
+  // Few registers: 2 CTAs per SM leave 64 a thread, and raw[] must stay in flight.
+  int n_best = 0, phase = 0;
   float theta_run = -INFINITY;
-  for (int item = begin; item < end; ++item) {  // block-uniform trip count
-    const ChunkItem it = chunk_item(a, item);
+  for (int item = begin; item < end; ++item, advance()) {  // block-uniform trip count
+    const ChunkItem it = chunk_item(a, row, chunk);
     // Scaled logits (the same fmul_rn as scale_logit: greedy rows have inv_t = 1 exactly).
     float s[kPer];
     bool bad = false;
@@ -525,22 +541,18 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
       for (int j = 0; j < kPer; ++j) tmax = fmaxf(tmax, s[j]);
     }
     const bool this_vec = vec;
-    // The next item's loads go out now (raw[] is free) and land while this one is processed.
-    if (item + 1 < end) {
-      const ChunkItem n = chunk_item(a, item + 1);
-      if (n.active) vec = load_chunk<R>(logits + static_cast<size_t>(n.row) * a.vocab + n.start, n.len, raw);
+    if (!it.active) {  // block-uniform (the row's parameters); the whole row is skipped
+      prefetch_next(item);
+      continue;
     }
-    if (!it.active) continue;  // block-uniform (the row's parameters); the whole row is skipped
 
-    const int chunk = item - it.row * a.plan.chunks;
+    const int seg_chunk0 = max(begin - it.row * a.plan.chunks, 0);  // the segment's first chunk
     const int kc = min(it.rp.k, it.len);
     float theta_f = theta_run;
     bool poisoned = false;
-    if (it.row != seg_row) {  // a segment starts: its threshold from this item's thread maxima
-      seg_row = it.row;
-      seg_chunk0 = chunk;
+    if (chunk == seg_chunk0) {  // a segment starts: its threshold from this item's thread maxima
       n_best = 0;
-      seg_poisoned = false;
+      theta_run = -INFINITY;
       const int jp = prefilter::union_per_warp(kc);
       const int nu = kWarps * jp;  // |U|, a multiple of 16, >= kc
       warp_top_values(order_key(tmax), jp, sh.uni + warp * jp);
@@ -594,6 +606,9 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
         }
       }
     }
+    // The next item's loads go out now (raw[] and s[] are consumed) and land while this one is
+    // merged and the next one's first instructions wait for them.
+    prefetch_next(item);
     poisoned = __syncthreads_or(bad);  // B1: the survivors and their count are complete
     const int m = sh.count[ph];
     // The other phase's count was last read before this item's B1 (after the previous B1); it
@@ -619,11 +634,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
     n_best = n_new;
     ++phase;
     // The running threshold: an entry below the k-th largest kept key cannot enter the top-k.
-    // A poisoned segment's row is uniform: +inf keeps its later items' survivors few.
-    seg_poisoned = seg_poisoned || poisoned;
-    theta_run = seg_poisoned ? INFINITY
-                : n_best >= it.rp.k ? key_value(composite_key(nxt[it.rp.k - 1])) : -INFINITY;
-    const bool seg_last = item + 1 == end || item + 1 == (it.row + 1) * a.plan.chunks;
+    theta_run = poisoned || theta_run == INFINITY ? INFINITY
+                : n_best >= it.rp.k                ? key_value(composite_key(nxt[it.rp.k - 1]))
+                                                   : -INFINITY;
+    const bool seg_last = item + 1 == end || chunk + 1 == a.plan.chunks;
     if (seg_last) {
       uint64_t* slots = record_slots(a) + (static_cast<size_t>(it.row) * a.plan.chunks + seg_chunk0) * cap;
       for (int i = t; i < n_best; i += kThreads) slots[i] = nxt[i];
@@ -632,20 +646,21 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
   }
 }
 
-// The final stage (after chunk_fast_kernel): one CTA per row merges the row's chunk records
-// (the row's top-k of their concatenated candidates: uniform if a chunk is poisoned or the row
-// maximum is -inf), then finalize_sorted and emit_candidates as in the small-vocab candidate
-// mode. The records are held in registers (slot r of thread t = candidate t + r kThreads of the
-// concatenated records, index order within equal keys) and filtered by the union threshold of
-// kernels/sampling_chunk_prefilter.h rather than select_top_candidates' min-over-warps one. Why:
-// at 256 rows (verify) the min-over-warps threshold keeps ~375 of 950 candidates (up to ~710,
-// simulated), so the rank sort is long and the > 512 rows fall back to the radix select; one
-// wave of CTAs waits for its slowest. The union keeps ~60 (at most ~80). Uniform rows are found
-// from the same warp maxima (no separate block reduction). > 512 survivors: the radix select
-// (select_top_candidates) over the candidates staged from the workspace.
+// The final stage (after chunk_fast_kernel): one CTA per row merges the row's records (the
+// row's top-k of their concatenated candidates: uniform if a chunk is poisoned or the row maximum
+// is -inf), then finalize_sorted and emit_candidates as in the small-vocab candidate mode. The
+// records are staged in shared memory in chunk order (index order within equal keys). A row one
+// CTA walked whole has one record, already its top-k in order: nothing to merge (verify's 256
+// rows of 19 chunks). Otherwise the candidates go to registers (slot r of thread t = candidate
+// t + r kThreads) and are filtered by the union threshold of kernels/sampling_chunk_prefilter.h
+// rather than select_top_candidates' min-over-warps one: merging 19 records of 50, the
+// min-over-warps threshold kept ~375 of 950 (up to ~710, simulated), the union ~60 (at most ~80).
+// Uniform rows are found from the same warp maxima (no separate block reduction). > 512
+// survivors: the radix select (select_top_candidates) over the staged records.
 struct FinalFastShared {
   alignas(16) uint32_t uni[kThreads];  // the union U (keys); warp w's jp largest thread maxima first
   int32_t rec_off[kThreads];           // chunk c: candidates of the row's records before c's
+  int32_t rec_count[kThreads];         // chunk c: the count of the record it ends, or 0
   int32_t rec_slot[kThreads];          // chunk c: its record's first slot (if c ends a record)
   uint32_t theta;
   int count;
@@ -653,7 +668,7 @@ struct FinalFastShared {
 
 template <int kPer>
 __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
-  extern __shared__ __align__(16) uint8_t dyn[];  // [n] u64: the fallback's staged candidates
+  extern __shared__ __align__(16) uint8_t dyn[];  // [n] u64: the row's records, concatenated
   __shared__ CandShared cs;
   __shared__ SelectShared ss;  // the fallback's select; ss.tmp holds the survivors
   __shared__ BlockScratch scratch;
@@ -665,12 +680,14 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
   kernel::pdl::wait();  // launched as a dependent of the chunk stage: its records are visible after this
   const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
   const int chunks = a.plan.chunks;  // <= kThreads (plan_general)
-  // The row's records, concatenated in chunk order: header c by thread c, the offsets by a scan.
+  // The row's records, concatenated in chunk order into buf: header c by thread c, the offsets by
+  // a scan, then each warp copies whole records (coalesced).
   const uint64_t h = t < chunks ? __ldcg(record_headers(a) + static_cast<size_t>(row) * chunks + t) : 0;
   uint64_t total = 0;
   const int off = static_cast<int>(block_exclusive_scan_u64(static_cast<uint64_t>(header_count(h)), scratch, &total));
   if (t < chunks) {
     fs.rec_off[t] = off;
+    fs.rec_count[t] = header_count(h);
     fs.rec_slot[t] = header_first_chunk(h) * record_cap(a.plan);
   }
   if (t == 0) fs.count = 0;
@@ -679,41 +696,29 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
     emit_uniform(a, row);
     return;
   }
-  const bool one_record = __syncthreads_count(header_count(h) > 0) == 1;
-  const int n = static_cast<int>(total);  // <= kPer * kThreads (the launch's plan); >= rp.k
-  const uint64_t* slots = record_slots(a) + static_cast<size_t>(row) * chunks * record_cap(a.plan);
-  // Candidate i: in the record of the last chunk c with rec_off[c] <= i (the chunks after the
-  // record holding i start at or after its end; zero-count chunks before it share its offset).
-  auto candidate_at = [&](int i) {
-    int lo = 0, hi = chunks - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (fs.rec_off[mid] <= i) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    return static_cast<uint64_t>(__ldcg(reinterpret_cast<const unsigned long long*>(slots) + fs.rec_slot[lo] + (i - fs.rec_off[lo])));
-  };
-  uint64_t v[kPer];  // candidate t + r kThreads, or 0 (absent: below every key of a non-NaN value)
-#pragma unroll
-  for (int r = 0; r < kPer; ++r) {
-    const int i = t + r * kThreads;
-    v[r] = i < n ? candidate_at(i) : 0ull;
+  const int n = static_cast<int>(total);  // <= the launch's bytes / 8 and kPer * kThreads; >= rp.k
+  const unsigned long long* slots = reinterpret_cast<const unsigned long long*>(record_slots(a)) +
+                                    static_cast<size_t>(row) * chunks * record_cap(a.plan);
+  uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
+  for (int c = warp; c < chunks; c += kWarps) {
+    for (int j = lane; j < fs.rec_count[c]; j += 32) buf[fs.rec_off[c] + j] = __ldcg(slots + fs.rec_slot[c] + j);
   }
+  const bool one_record = __syncthreads_count(header_count(h) > 0) == 1;  // B1: buf[0, n) is complete
   const int kc = rp.k;  // <= n
+  const uint64_t* sorted = buf;  // the row's top-k first, descending
   if (one_record) {  // block-uniform: one CTA walked the whole row; its record is the top-k, sorted
-#pragma unroll
-    for (int r = 0; r < kPer; ++r) {
-      if (t + r * kThreads < n) cs.cand[t + r * kThreads] = v[r];
-    }
-    __syncthreads();  // B1: cs.cand[0, n) sorted, n == kc
-    if (composite_key(cs.cand[0]) == kMinusInfKey) {  // block-uniform: the row is uniform
+    if (composite_key(buf[0]) == kMinusInfKey) {  // block-uniform: the row is uniform
       emit_uniform(a, row);
       return;
     }
   } else {
+    sorted = cs.cand;
+    uint64_t v[kPer];  // candidate t + r kThreads, or 0 (absent: below every key of a non-NaN value)
+#pragma unroll
+    for (int r = 0; r < kPer; ++r) {
+      const int i = t + r * kThreads;
+      v[r] = i < n ? buf[i] : 0ull;
+    }
     uint32_t tmax = 0;
 #pragma unroll
     for (int r = 0; r < kPer; ++r) tmax = max(tmax, composite_key(v[r]));
@@ -722,7 +727,7 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
     // A 0 maximum (a thread without candidates) stands for absent entries below every real key:
     // warp_top_values is exact for values >= 0, and the union argument holds (see the chunk stage).
     warp_top_values(tmax, jp, fs.uni + warp * jp);
-    __syncthreads();  // B1: U is complete
+    __syncthreads();  // B2: U is complete
     uint32_t row_max = 0;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) row_max = max(row_max, fs.uni[w * jp]);  // each warp's largest
@@ -741,7 +746,7 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
       }
       if (prefilter::is_kth_largest(gt, ge, kc)) fs.theta = x;
     }
-    __syncthreads();  // B2: theta is set
+    __syncthreads();  // B3: theta is set
     const uint32_t theta = fs.theta;
     uint32_t mask = 0;
 #pragma unroll
@@ -765,12 +770,9 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
         ++pos;
       }
     }
-    __syncthreads();  // B3: the survivors and their count are complete
+    __syncthreads();  // B4: the survivors and their count are complete
     const int m = fs.count;
     if (m > kMaxCandidateTopK) {  // block-uniform: the radix select over the staged candidates
-      uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
-      for (int i = t; i < n; i += kThreads) buf[i] = candidate_at(i);
-      __syncthreads();
       select_top_candidates([&](int i) { return buf[i]; }, n, kc, cs.cand, ss, scratch);
     } else {
       if (t < m) {  // rank sort of the m distinct composites into cs.cand (descending)
@@ -785,11 +787,11 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
         if (m & 1) r += ss.tmp[m - 1] > x ? 1 : 0;
         cs.cand[r] = x;
       }
-      __syncthreads();  // B4: cs.cand[0, m) sorted, m >= kc
+      __syncthreads();  // B5: cs.cand[0, m) sorted, m >= kc
     }
   }
-  const int cut = finalize_sorted(cs.cand, kc, rp, a.mode, cs.aux, cs.prob, scratch);
-  emit_candidates(a, row, cs.cand, cut, cs);
+  const int cut = finalize_sorted(sorted, kc, rp, a.mode, cs.aux, cs.prob, scratch);
+  emit_candidates(a, row, sorted, cut, cs);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1015,8 +1017,11 @@ bool fullrow_split_enabled() {
   return on;
 }
 
-void launch_rows(const RowsArgs& a, cudaStream_t stream) {
-  if (a.rows == 0) return;
+void launch_rows(const RowsArgs& args, cudaStream_t stream) {
+  if (args.rows == 0) return;
+  RowsArgs a = args;
+  a.scalar_only = a.temperatures == nullptr && a.top_ks == nullptr && a.top_ps == nullptr;
+  a.scalar_params = make_row_params(a.temperature, a.top_k, a.top_p, a.vocab);
   if (a.dtype == DType::kF32) {
     launch_typed<float>(a, stream);
   } else {

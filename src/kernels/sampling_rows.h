@@ -8,6 +8,7 @@
 #include "common/stream.h"
 #include "kernels/sampling.h"
 #include "kernels/sampling_layout.h"
+#include "kernels/sampling_math.h"
 
 namespace es::sampling {
 
@@ -45,6 +46,10 @@ struct RowsArgs {
   void* workspace = nullptr;        // general-path chunk candidates (plan.workspace_bytes)
   bool small_vocab = false;
   GeneralPlan plan;                 // general path only
+  // Set by launch_rows: every row has the scalar parameters (no per-row arrays), so the kernels
+  // take scalar_params instead of recomputing them per row (a division and an IEEE reciprocal).
+  bool scalar_only = false;
+  RowParams scalar_params{};
 };
 
 void launch_rows(const RowsArgs& a, cudaStream_t stream);
