@@ -521,38 +521,39 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
   float theta_run = -INFINITY;
   for (int item = begin; item < end; ++item, advance()) {  // block-uniform trip count
     const ChunkItem it = chunk_item(a, row, chunk);
-    // Scaled logits (the same fmul_rn as scale_logit: greedy rows have inv_t = 1 exactly).
-    float s[kPer];
-    bool bad = false;
-    float tmax = -INFINITY;
-    if (it.active) {
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        s[j] = fmul_rn(slot_logit<T, R>(raw, j, vec), it.rp.inv_t);
-        bad |= poisons_row(s[j]);  // absent slots read 0: never poison
-      }
-      if (it.len < kCap) {  // absent slots become NaN: never a survivor, ignored by fmaxf
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          if (prefilter::slot_offset(j, t, vec) >= it.len) s[j] = __uint_as_float(0x7fffffffu);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) tmax = fmaxf(tmax, s[j]);
-    }
-    const bool this_vec = vec;
     if (!it.active) {  // block-uniform (the row's parameters); the whole row is skipped
       prefetch_next(item);
       continue;
     }
-
+    // Scaled logit of register slot j (the same fmul_rn as scale_logit: greedy rows have
+    // inv_t = 1 exactly); absent slots of a short chunk are NaN: never a survivor, ignored by
+    // fmaxf, never poison (they read 0). Recomputed where needed instead of kept in s[kPer]:
+    // registers are what keeps raw[] in flight.
+    uint32_t present = ~0u;  // slot j holds an entry of the chunk
+    if (it.len < kCap) {
+      present = 0;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) present |= (prefilter::slot_offset(j, t, vec) < it.len ? 1u : 0u) << j;
+    }
+    auto scaled = [&](int j) {
+      const float v = fmul_rn(slot_logit<T, R>(raw, j, vec), it.rp.inv_t);
+      return (present >> j) & 1u ? v : __uint_as_float(0x7fffffffu);
+    };
     const int seg_chunk0 = max(begin - it.row * a.plan.chunks, 0);  // the segment's first chunk
     const int kc = min(it.rp.k, it.len);
     float theta_f = theta_run;
-    bool poisoned = false;
+    bool bad = false, poisoned = false;
+    uint32_t mask = 0;  // slots with scaled logit >= theta_f: the survivors
     if (chunk == seg_chunk0) {  // a segment starts: its threshold from this item's thread maxima
       n_best = 0;
       theta_run = -INFINITY;
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const float v = scaled(j);
+        bad |= poisons_row(v);
+        tmax = fmaxf(tmax, v);
+      }
       const int jp = prefilter::union_per_warp(kc);
       const int nu = kWarps * jp;  // |U|, a multiple of 16, >= kc
       warp_top_values(order_key(tmax), jp, sh.uni + warp * jp);
@@ -572,42 +573,50 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
       // Survivors: scaled logit >= key_value(theta) <=> order key >= theta (monotone; NaN: false).
       // A poisoned row needs no candidates (final_fast_kernel makes it uniform).
       theta_f = poisoned ? INFINITY : key_value(sh.theta);
-    }
-
-    // Survivors (scaled logit >= theta_f) appended to ss.tmp: one shared atomic per warp.
-    const int ph = phase & 1;
-    uint32_t mask = 0;
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) mask |= (s[j] >= theta_f ? 1u : 0u) << j;
-    const int c = __popc(mask);
-    int incl = c;  // inclusive warp scan of the survivor counts
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(kFull, incl, o);
-      if (lane >= o) incl += y;
-    }
-    int base = 0;
-    if (lane == 31 && incl > 0) base = atomicAdd(&sh.count[ph], incl);
-    int pos = __shfl_sync(kFull, base, 31) + incl - c;
-    const uint32_t start = static_cast<uint32_t>(it.start);
-    if (c == 1) {  // the common case: the one survivor is the thread maximum
-      const int j = __ffs(mask) - 1;
-      if (pos < kMaxCandidateTopK) {
-        sh.ss.tmp[pos] = composite(order_key(tmax), start + static_cast<uint32_t>(prefilter::slot_offset(j, t, this_vec)));
-      }
-    } else if (c > 1) {
+      for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
+    } else {  // the running threshold: a few survivors per chunk, most threads have none
+      bool any = false;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
-        if ((mask >> j) & 1u) {
-          if (pos < kMaxCandidateTopK) {
-            sh.ss.tmp[pos] = composite(order_key(s[j]), start + static_cast<uint32_t>(prefilter::slot_offset(j, t, this_vec)));
+        const float v = scaled(j);
+        bad |= poisons_row(v);
+        any |= v >= theta_f;
+      }
+      if (any) {
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
+      }
+    }
+
+    // Survivors appended to ss.tmp: one shared atomic per warp that has any.
+    const int ph = phase & 1;
+    if (__any_sync(kFull, mask != 0)) {
+      const int c = __popc(mask);
+      int incl = c;  // inclusive warp scan of the survivor counts
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(kFull, incl, o);
+        if (lane >= o) incl += y;
+      }
+      int base = 0;
+      if (lane == 31) base = atomicAdd(&sh.count[ph], incl);
+      int pos = __shfl_sync(kFull, base, 31) + incl - c;
+      if (mask != 0) {
+        const uint32_t start = static_cast<uint32_t>(it.start);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          if ((mask >> j) & 1u) {
+            if (pos < kMaxCandidateTopK) {
+              sh.ss.tmp[pos] = composite(order_key(scaled(j)), start + static_cast<uint32_t>(prefilter::slot_offset(j, t, vec)));
+            }
+            ++pos;
           }
-          ++pos;
         }
       }
     }
-    // The next item's loads go out now (raw[] and s[] are consumed) and land while this one is
-    // merged and the next one's first instructions wait for them.
+    // The next item's loads go out now (raw[] is consumed) and land while this one is merged and
+    // the next one's first instructions wait for them.
     prefetch_next(item);
     poisoned = __syncthreads_or(bad);  // B1: the survivors and their count are complete
     const int m = sh.count[ph];
@@ -649,9 +658,9 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
 // The final stage (after chunk_fast_kernel): one CTA per row merges the row's records (the
 // row's top-k of their concatenated candidates: uniform if a chunk is poisoned or the row maximum
 // is -inf), then finalize_sorted and emit_candidates as in the small-vocab candidate mode. The
-// records are staged in shared memory in chunk order (index order within equal keys). A row one
+// records are read in chunk order (index order within equal keys) into registers. A row one
 // CTA walked whole has one record, already its top-k in order: nothing to merge (verify's 256
-// rows of 19 chunks). Otherwise the candidates go to registers (slot r of thread t = candidate
+// rows of 19 chunks). Otherwise the candidates stay in registers (slot r of thread t = candidate
 // t + r kThreads) and are filtered by the union threshold of kernels/sampling_chunk_prefilter.h
 // rather than select_top_candidates' min-over-warps one: merging 19 records of 50, the
 // min-over-warps threshold kept ~375 of 950 (up to ~710, simulated), the union ~60 (at most ~80).
@@ -660,7 +669,6 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
 struct FinalFastShared {
   alignas(16) uint32_t uni[kThreads];  // the union U (keys); warp w's jp largest thread maxima first
   int32_t rec_off[kThreads];           // chunk c: candidates of the row's records before c's
-  int32_t rec_count[kThreads];         // chunk c: the count of the record it ends, or 0
   int32_t rec_slot[kThreads];          // chunk c: its record's first slot (if c ends a record)
   uint32_t theta;
   int count;
@@ -680,14 +688,12 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
   kernel::pdl::wait();  // launched as a dependent of the chunk stage: its records are visible after this
   const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
   const int chunks = a.plan.chunks;  // <= kThreads (plan_general)
-  // The row's records, concatenated in chunk order into buf: header c by thread c, the offsets by
-  // a scan, then each warp copies whole records (coalesced).
+  // The row's records, concatenated in chunk order: header c by thread c, the offsets by a scan.
   const uint64_t h = t < chunks ? __ldcg(record_headers(a) + static_cast<size_t>(row) * chunks + t) : 0;
   uint64_t total = 0;
   const int off = static_cast<int>(block_exclusive_scan_u64(static_cast<uint64_t>(header_count(h)), scratch, &total));
   if (t < chunks) {
     fs.rec_off[t] = off;
-    fs.rec_count[t] = header_count(h);
     fs.rec_slot[t] = header_first_chunk(h) * record_cap(a.plan);
   }
   if (t == 0) fs.count = 0;
@@ -699,26 +705,42 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
   const int n = static_cast<int>(total);  // <= the launch's bytes / 8 and kPer * kThreads; >= rp.k
   const unsigned long long* slots = reinterpret_cast<const unsigned long long*>(record_slots(a)) +
                                     static_cast<size_t>(row) * chunks * record_cap(a.plan);
-  uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
-  for (int c = warp; c < chunks; c += kWarps) {
-    for (int j = lane; j < fs.rec_count[c]; j += 32) buf[fs.rec_off[c] + j] = __ldcg(slots + fs.rec_slot[c] + j);
+  // Candidate i lies in the record of the last chunk c with rec_off[c] <= i (the chunks after
+  // that record start at or after its end; zero-count chunks before it share its offset). The
+  // searches read shared memory only, so the kPer loads are independent: one memory round trip.
+  uint64_t v[kPer];  // candidate t + r kThreads, or 0 (absent: below every key of a non-NaN value)
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = t + r * kThreads;
+    int lo = 0, hi = chunks - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (fs.rec_off[mid] <= i) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    v[r] = i < n ? __ldcg(slots + fs.rec_slot[lo] + (i - fs.rec_off[lo])) : 0ull;
   }
-  const bool one_record = __syncthreads_count(header_count(h) > 0) == 1;  // B1: buf[0, n) is complete
+  uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
+  auto stage = [&] {  // buf[0, n) = the candidates; the caller's next barrier publishes them
+#pragma unroll
+    for (int r = 0; r < kPer; ++r) {
+      if (t + r * kThreads < n) buf[t + r * kThreads] = v[r];
+    }
+  };
   const int kc = rp.k;  // <= n
   const uint64_t* sorted = buf;  // the row's top-k first, descending
-  if (one_record) {  // block-uniform: one CTA walked the whole row; its record is the top-k, sorted
+  if (__syncthreads_count(header_count(h) > 0) == 1) {  // block-uniform: one CTA walked the whole
+    stage();                                            // row; its record is the top-k, sorted
+    __syncthreads();  // B1: buf[0, n) is complete
     if (composite_key(buf[0]) == kMinusInfKey) {  // block-uniform: the row is uniform
       emit_uniform(a, row);
       return;
     }
   } else {
     sorted = cs.cand;
-    uint64_t v[kPer];  // candidate t + r kThreads, or 0 (absent: below every key of a non-NaN value)
-#pragma unroll
-    for (int r = 0; r < kPer; ++r) {
-      const int i = t + r * kThreads;
-      v[r] = i < n ? buf[i] : 0ull;
-    }
     uint32_t tmax = 0;
 #pragma unroll
     for (int r = 0; r < kPer; ++r) tmax = max(tmax, composite_key(v[r]));
@@ -773,6 +795,8 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
     __syncthreads();  // B4: the survivors and their count are complete
     const int m = fs.count;
     if (m > kMaxCandidateTopK) {  // block-uniform: the radix select over the staged candidates
+      stage();
+      __syncthreads();
       select_top_candidates([&](int i) { return buf[i]; }, n, kc, cs.cand, ss, scratch);
     } else {
       if (t < m) {  // rank sort of the m distinct composites into cs.cand (descending)
