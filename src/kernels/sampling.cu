@@ -526,8 +526,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
       continue;
     }
     // Scaled logit of register slot j (the same fmul_rn as scale_logit: greedy rows have
-    // inv_t = 1 exactly); absent slots of a short chunk are NaN: never a survivor, ignored by
-    // fmaxf, never poison (they read 0). Recomputed where needed instead of kept in s[kPer]:
+    // inv_t = 1 exactly); absent slots of a short chunk read 0 (never poison) and count as NaN
+    // (never a survivor, ignored by fmaxf). Recomputed where needed instead of kept in s[kPer]:
     // registers are what keeps raw[] in flight.
     uint32_t present = ~0u;  // slot j holds an entry of the chunk
     if (it.len < kCap) {
@@ -535,10 +535,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
 #pragma unroll
       for (int j = 0; j < kPer; ++j) present |= (prefilter::slot_offset(j, t, vec) < it.len ? 1u : 0u) << j;
     }
-    auto scaled = [&](int j) {
-      const float v = fmul_rn(slot_logit<T, R>(raw, j, vec), it.rp.inv_t);
-      return (present >> j) & 1u ? v : __uint_as_float(0x7fffffffu);
-    };
+    auto product = [&](int j) { return fmul_rn(slot_logit<T, R>(raw, j, vec), it.rp.inv_t); };
+    auto scaled = [&](int j) { return (present >> j) & 1u ? product(j) : __uint_as_float(0x7fffffffu); };
     const int seg_chunk0 = max(begin - it.row * a.plan.chunks, 0);  // the segment's first chunk
     const int kc = min(it.rp.k, it.len);
     float theta_f = theta_run;
@@ -550,9 +548,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
       float tmax = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
-        const float v = scaled(j);
-        bad |= poisons_row(v);
-        tmax = fmaxf(tmax, v);
+        bad |= poisons_row(product(j));  // absent slots read 0: never poison
+        tmax = fmaxf(tmax, scaled(j));
       }
       const int jp = prefilter::union_per_warp(kc);
       const int nu = kWarps * jp;  // |U|, a multiple of 16, >= kc
@@ -579,9 +576,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
       bool any = false;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
-        const float v = scaled(j);
-        bad |= poisons_row(v);
-        any |= v >= theta_f;
+        bad |= poisons_row(product(j));  // absent slots read 0: never poison
+        any |= scaled(j) >= theta_f;
       }
       if (any) {
 #pragma unroll
