@@ -475,13 +475,13 @@ __device__ __forceinline__ void merge_top_k(const uint64_t* a, int na, const uin
 }
 
 template <typename T, int R>
-__global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int items_per_cta) {
+__global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   constexpr int kPer = 4 * R;             // entries per thread
   constexpr int kCap = kPer * kThreads;   // entries per chunk, at most (>= plan.chunk_len)
   __shared__ ChunkFastShared<R> sh;
   kernel::pdl::trigger();  // final_fast_kernel may be scheduled as CTAs of this grid finish
   const int items = a.rows * a.plan.chunks;
-  const int begin = blockIdx.x * items_per_cta, end = min(items, begin + items_per_cta);
+  const int begin = blockIdx.x * a.chunk_items_per_cta, end = min(items, begin + a.chunk_items_per_cta);
   const int cap = record_cap(a.plan);
   const T* logits = static_cast<const T*>(a.logits);
   const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
@@ -664,8 +664,6 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a, int
 // survivors: the radix select (select_top_candidates) over the staged records.
 struct FinalFastShared {
   alignas(16) uint32_t uni[kThreads];  // the union U (keys); warp w's jp largest thread maxima first
-  int32_t rec_off[kThreads];           // chunk c: candidates of the row's records before c's
-  int32_t rec_slot[kThreads];          // chunk c: its record's first slot (if c ends a record)
   uint32_t theta;
   int count;
 };
@@ -684,40 +682,43 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
   kernel::pdl::wait();  // launched as a dependent of the chunk stage: its records are visible after this
   const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
   const int chunks = a.plan.chunks;  // <= kThreads (plan_general)
-  // The row's records, concatenated in chunk order: header c by thread c, the offsets by a scan.
-  const uint64_t h = t < chunks ? __ldcg(record_headers(a) + static_cast<size_t>(row) * chunks + t) : 0;
-  uint64_t total = 0;
-  const int off = static_cast<int>(block_exclusive_scan_u64(static_cast<uint64_t>(header_count(h)), scratch, &total));
-  if (t < chunks) {
-    fs.rec_off[t] = off;
-    fs.rec_slot[t] = header_first_chunk(h) * record_cap(a.plan);
-  }
-  if (t == 0) fs.count = 0;
-  const bool poisoned = __syncthreads_or(header_poisoned(h));  // B0: the record table is complete
-  if (poisoned) {  // block-uniform: the row is uniform
-    emit_uniform(a, row);
-    return;
-  }
-  const int n = static_cast<int>(total);  // <= the launch's bytes / 8 and kPer * kThreads; >= rp.k
+  // The row's records, concatenated in chunk order. The chunk stage's runs of per items cut the
+  // row's chunks into segments: the first holds len0 chunks (to the first run boundary), the
+  // others per (the last one fewer), and segment s's record holds min(k, its entries) candidates
+  // from slot first_chunk(s) * cap on (sampling_layout.h). The layout follows from the plan, so
+  // the candidate loads go out at once, next to the poison flags of the headers.
+  const int kc = rp.k;  // <= n
+  const int per = a.chunk_items_per_cta, chunk_len = a.plan.chunk_len;
+  const int len0 = min(chunks, per - (row * chunks) % per);
+  const int segments = len0 >= chunks ? 1 : 1 + (chunks - len0 + per - 1) / per;
+  auto first_chunk = [&](int s) { return s == 0 ? 0 : len0 + (s - 1) * per; };
+  auto record_count = [&](int s) {  // min(k, the entries of segment s's chunks)
+    const int c0 = first_chunk(s), c1 = min(chunks, c0 + (s == 0 ? len0 : per));
+    const long long entries = ::min(static_cast<long long>(a.vocab), static_cast<long long>(c1) * chunk_len) -
+                              static_cast<long long>(c0) * chunk_len;
+    return static_cast<int>(::min(static_cast<long long>(kc), entries));
+  };
+  const int count0 = record_count(0);
+  const int count_mid = static_cast<int>(::min(static_cast<long long>(kc), static_cast<long long>(per) * chunk_len));  // whole runs
+  const int n = segments == 1 ? count0 : count0 + (segments - 2) * count_mid + record_count(segments - 1);
   const unsigned long long* slots = reinterpret_cast<const unsigned long long*>(record_slots(a)) +
                                     static_cast<size_t>(row) * chunks * record_cap(a.plan);
-  // Candidate i lies in the record of the last chunk c with rec_off[c] <= i (the chunks after
-  // that record start at or after its end; zero-count chunks before it share its offset). The
-  // searches read shared memory only, so the kPer loads are independent: one memory round trip.
   uint64_t v[kPer];  // candidate t + r kThreads, or 0 (absent: below every key of a non-NaN value)
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
     const int i = t + r * kThreads;
-    int lo = 0, hi = chunks - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (fs.rec_off[mid] <= i) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    v[r] = i < n ? __ldcg(slots + fs.rec_slot[lo] + (i - fs.rec_off[lo])) : 0ull;
+    const int s = i < count0 ? 0 : min(segments - 1, 1 + (i - count0) / count_mid);
+    const int offset = s == 0 ? 0 : count0 + (s - 1) * count_mid;
+    v[r] = i < n ? __ldcg(slots + static_cast<size_t>(first_chunk(s)) * record_cap(a.plan) + (i - offset)) : 0ull;
+  }
+  bool bad = false;
+  const unsigned long long* headers = reinterpret_cast<const unsigned long long*>(record_headers(a)) +
+                                      static_cast<size_t>(row) * chunks;
+  for (int c = t; c < chunks; c += kThreads) bad |= header_poisoned(__ldcg(headers + c));
+  if (t == 0) fs.count = 0;
+  if (__syncthreads_or(bad)) {  // B0 (block-uniform): the row is uniform
+    emit_uniform(a, row);
+    return;
   }
   uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
   auto stage = [&] {  // buf[0, n) = the candidates; the caller's next barrier publishes them
@@ -726,10 +727,9 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
       if (t + r * kThreads < n) buf[t + r * kThreads] = v[r];
     }
   };
-  const int kc = rp.k;  // <= n
   const uint64_t* sorted = buf;  // the row's top-k first, descending
-  if (__syncthreads_count(header_count(h) > 0) == 1) {  // block-uniform: one CTA walked the whole
-    stage();                                            // row; its record is the top-k, sorted
+  if (segments == 1) {  // one CTA walked the whole row: its record is the top-k, sorted
+    stage();
     __syncthreads();  // B1: buf[0, n) is complete
     if (composite_key(buf[0]) == kMinusInfKey) {  // block-uniform: the row is uniform
       emit_uniform(a, row);
@@ -951,7 +951,7 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
 // as many runs as CTAs are resident at once. Occupancy and SM count are cached per instance and
 // device.
 template <typename T, int R>
-void launch_chunk_fast_r(const RowsArgs& a, cudaStream_t stream) {
+void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   static thread_local int cached_device = -1, resident = 0;
   int device = 0;
   ES_CUDA_CHECK(cudaGetDevice(&device));
@@ -965,14 +965,16 @@ void launch_chunk_fast_r(const RowsArgs& a, cudaStream_t stream) {
   const int64_t items = static_cast<int64_t>(a.rows) * a.plan.chunks;
   ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
   const int64_t per_cta = (items + resident - 1) / resident;
+  a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
-  chunk_fast_kernel<T, R><<<grid, kThreads, 0, stream>>>(a, static_cast<int>(per_cta));
+  chunk_fast_kernel<T, R><<<grid, kThreads, 0, stream>>>(a);
   ES_CUDA_CHECK_LAUNCH();
 }
 
 // Instantiates chunk_fast_kernel for the plan's chunk length: R groups of 4 entries per thread.
+// Sets a.chunk_items_per_cta.
 template <typename T>
-void launch_chunk_fast(const RowsArgs& a, cudaStream_t stream) {
+void launch_chunk_fast(RowsArgs& a, cudaStream_t stream) {
   switch (prefilter::groups_for(a.plan.chunk_len)) {
     case 1: launch_chunk_fast_r<T, 1>(a, stream); break;
     case 2: launch_chunk_fast_r<T, 2>(a, stream); break;
@@ -1017,9 +1019,10 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
     return;
   }
   if (a.plan.any_candidate) {
-    launch_chunk_fast<T>(a, stream);
+    RowsArgs c = a;
+    launch_chunk_fast<T>(c, stream);
     const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
-    launch_final_fast(a, bytes, stream);
+    launch_final_fast(c, bytes, stream);
   }
   if (a.plan.any_full || !a.plan.any_candidate) {
     launch_full_row<T>(a, stream);

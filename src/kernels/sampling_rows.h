@@ -50,6 +50,9 @@ struct RowsArgs {
   // take scalar_params instead of recomputing them per row (a division and an IEEE reciprocal).
   bool scalar_only = false;
   RowParams scalar_params{};
+  // Set by the launcher: the chunk stage's contiguous run of (row, chunk) items per CTA, from
+  // which final_fast_kernel derives where each record lies (sampling_layout.h).
+  int32_t chunk_items_per_cta = 0;
 };
 
 void launch_rows(const RowsArgs& a, cudaStream_t stream);
