@@ -271,12 +271,13 @@ __device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
 // per CTA). Per "segment" (the items of one row one CTA walks) the CTA keeps the segment's top-k
 // so far in shared memory (`best`, sorted descending) and writes it as the segment's record
 // (sampling_layout.h) at its last item; final_fast_kernel merges a row's records. How:
-//  * each CTA issues the next item's loads before processing the current one, so its next
-//    chunk's bytes are in flight while it computes (one CTA per chunk that loads, then computes
-//    with nothing in flight reached only 25 % of DRAM peak on the H200 for 256 rows);
-//  * the entries stay in registers: the thread maximum, the threshold and the survivors come
-//    from registers, in the float domain (one compare per entry; the order keys of floats are
-//    monotone, -0 == +0 in both);
+//  * each CTA issues the next item's loads as soon as the current item's survivors are stored,
+//    so its next chunk's bytes are in flight while it merges (one CTA per chunk that loads, then
+//    computes with nothing in flight reached only 25 % of DRAM peak on the H200 for 256 rows);
+//  * the entries stay in registers (raw[]; the scaled values are recomputed where needed, which
+//    keeps the f32 instances free of spills at 64 registers): the thread maximum, the threshold
+//    and the survivors come from registers, in the float domain (one compare per entry; the
+//    order keys of floats are monotone, -0 == +0 in both);
 //  * the segment's first item takes a threshold from the item itself (kernels/
 //    sampling_chunk_prefilter.h: the kc-th largest of each warp's largest thread maxima, ~55
 //    survivors of 8192 for k = 50); every later item takes the running threshold, the k-th
@@ -489,8 +490,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
 
   // raw[] holds the loads of item `item`, in flight until decoded. Only the loads and their
   // layout are carried from one iteration to the next (the item's description is recomputed
-  // from (row, chunk): cheap, and it keeps registers free for raw[] and s[]; 64 at most, for 2
-  // CTAs per SM).
+  // from (row, chunk): cheap, and it keeps registers free for raw[]; 64 at most, for 2 CTAs per
+  // SM).
   uint32_t raw[kPer];
   bool vec = false;
   int row = begin / a.plan.chunks, chunk = begin - row * a.plan.chunks;  // of `item`
