@@ -303,6 +303,21 @@ struct alignas(16) ChunkFastShared {
   uint32_t keys[4 * R * kThreads];      // the fallback's order keys of the chunk
 };
 
+// Whether thread t's value of the union uni[0, nu) (t < nu, nu a multiple of 4, 1 <= kc <= nu;
+// kernels/sampling_chunk_prefilter.h) is its kc-th largest: it counts the values above and at its
+// own. Exactly one distinct value qualifies; its holders write it as the threshold (equal values).
+__device__ __forceinline__ bool is_kth_largest_of_union(const uint32_t* uni, int nu, int kc, int t) {
+  const uint32_t v = uni[t];
+  const uint4* u4 = reinterpret_cast<const uint4*>(uni);
+  int gt = 0, ge = 0;
+  for (int i = 0; i < nu / 4; ++i) {
+    const uint4 w = u4[i];
+    gt += (w.x > v ? 1 : 0) + (w.y > v ? 1 : 0) + (w.z > v ? 1 : 0) + (w.w > v ? 1 : 0);
+    ge += (w.x >= v ? 1 : 0) + (w.y >= v ? 1 : 0) + (w.z >= v ? 1 : 0) + (w.w >= v ? 1 : 0);
+  }
+  return prefilter::is_kth_largest(gt, ge, kc);
+}
+
 // One (row, chunk) work item of the chunk stage: item row * chunks + chunk.
 struct ChunkItem {
   int row, start, len;
@@ -556,17 +571,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
       const int nu = kWarps * jp;  // |U|, a multiple of 16, >= kc
       warp_top_values(order_key(tmax), jp, sh.uni + warp * jp);
       poisoned = __syncthreads_or(bad);  // B0: U is complete
-      if (!poisoned && t < nu) {  // theta = the kc-th largest of U (exactly one distinct value qualifies)
-        const uint32_t v = sh.uni[t];
-        const uint4* u4 = reinterpret_cast<const uint4*>(sh.uni);
-        int gt = 0, ge = 0;
-        for (int i = 0; i < nu / 4; ++i) {
-          const uint4 w = u4[i];
-          gt += (w.x > v ? 1 : 0) + (w.y > v ? 1 : 0) + (w.z > v ? 1 : 0) + (w.w > v ? 1 : 0);
-          ge += (w.x >= v ? 1 : 0) + (w.y >= v ? 1 : 0) + (w.z >= v ? 1 : 0) + (w.w >= v ? 1 : 0);
-        }
-        if (prefilter::is_kth_largest(gt, ge, kc)) sh.theta = v;  // equal values from any writer
-      }
+      if (!poisoned && t < nu && is_kth_largest_of_union(sh.uni, nu, kc, t)) sh.theta = sh.uni[t];
       __syncthreads();  // B0': theta is set; U is read
       // Survivors: scaled logit >= key_value(theta) <=> order key >= theta (monotone; NaN: false).
       // A poisoned row needs no candidates (final_fast_kernel makes it uniform).
@@ -754,17 +759,7 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
       emit_uniform(a, row);
       return;
     }
-    if (t < nu) {  // theta = the kc-th largest of U
-      const uint32_t x = fs.uni[t];
-      const uint4* u4 = reinterpret_cast<const uint4*>(fs.uni);
-      int gt = 0, ge = 0;
-      for (int i = 0; i < nu / 4; ++i) {
-        const uint4 w = u4[i];
-        gt += (w.x > x ? 1 : 0) + (w.y > x ? 1 : 0) + (w.z > x ? 1 : 0) + (w.w > x ? 1 : 0);
-        ge += (w.x >= x ? 1 : 0) + (w.y >= x ? 1 : 0) + (w.z >= x ? 1 : 0) + (w.w >= x ? 1 : 0);
-      }
-      if (prefilter::is_kth_largest(gt, ge, kc)) fs.theta = x;
-    }
+    if (t < nu && is_kth_largest_of_union(fs.uni, nu, kc, t)) fs.theta = fs.uni[t];  // theta = the kc-th largest of U
     __syncthreads();  // B3: theta is set
     const uint32_t theta = fs.theta;
     uint32_t mask = 0;
