@@ -386,6 +386,15 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
   }
 }
 
+// run_split in the storage type the case list gives (the lists alternate bf16 and f16).
+void run_split_in(DType t, const SplitCase& c, std::mt19937& rng) {
+  if (t == DType::kBF16) {
+    run_split<bf16>(c, rng);
+  } else {
+    run_split<fp16>(c, rng);
+  }
+}
+
 TEST(PagedAttentionGpu, SplitKvDecodeAndVerifyShapes) {
   ES_SKIP_IF_NO_GPU();
   std::mt19937 rng(31);
@@ -403,8 +412,7 @@ TEST(PagedAttentionGpu, SplitKvDecodeAndVerifyShapes) {
         c.max_kv = ctx + 300;  // every kv length below the bound: splits past it exit early
         c.kv_lens = {ctx};
         if (batch == 4) c.kv_lens = {ctx, std::max(1, ctx / 2), 1, std::max(1, ctx - 1)};
-        if (n % 2) run_split<bf16>(c, rng);
-        else run_split<fp16>(c, rng);
+        run_split_in(n % 2 ? DType::kBF16 : DType::kF16, c, rng);
       }
     }
   }
@@ -502,11 +510,7 @@ TEST(PagedAttentionGpu, PrefillRowTilesMatchReference) {
     c.window = x.window;
     c.max_kv = *std::max_element(x.kv_lens.begin(), x.kv_lens.end());
     c.row_tiles = 2;
-    if (n++ % 2 == 0) {
-      run_split<bf16>(c, rng);
-    } else {
-      run_split<fp16>(c, rng);
-    }
+    run_split_in(n++ % 2 == 0 ? DType::kBF16 : DType::kF16, c, rng);
   }
   // Padding rows, rows after the last sequence, unmapped and out-of-range page ids.
   SplitCase c;
@@ -568,11 +572,7 @@ TEST(PagedAttentionGpu, VerifyRowTilesMatchReference) {
     c.kv_lens = {x.ctx};
     c.max_kv = x.max_kv;
     c.row_tiles = (x.q_len * (x.hq / x.hkv) + 15) / 16 >= 2 ? 2 : 1;
-    if (n++ % 2 == 0) {
-      run_split<bf16>(c, rng);
-    } else {
-      run_split<fp16>(c, rng);
-    }
+    run_split_in(n++ % 2 == 0 ? DType::kBF16 : DType::kF16, c, rng);
   }
   // Masks and edges on the 16-row Qwen3-8B-shaped verify (4 tiles).
   SplitCase c;
