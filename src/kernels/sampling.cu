@@ -287,15 +287,21 @@ __device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
 //    (the profile of 2026-11-30: 99.6 us for 256 rows, DRAM 33 %, issue-bound with 39 % of the
 //    stalls at barriers, when every item searched its own threshold and sorted ~55 survivors);
 //  * the survivors are merged into `best` by rank (each one's rank = the entries of `best` above
-//    it, a binary search, + the survivors above it), 2 block barriers per later item;
-//  * the rare item with > 512 survivors (ties; every entry -inf) stages its keys in shared
-//    memory and runs select_top_candidates (radix select) for its top-kc, which are merged the
-//    same way.
+//    it, a binary search, + the survivors above it) in merge groups: after a segment's items 2,
+//    4, 8, 16, then every 16, and its last (prefilter::merge_after), 2 block barriers each. The
+//    items of a group run with no barrier between them, filtered by the threshold of the last
+//    merge (the first item's until the first merge): ~k survivors per group for i.i.d. entries.
+//    With a merge after every item (ES_CHUNK_MERGE_EACH=1, the A/B) the 2 barriers per item
+//    were 39 % of the stage's stall samples (ncu, 2026-11-30: 3,345 of 8,502);
+//  * the rare group with > 512 survivors (ties; every entry -inf) merges each of its chunks'
+//    top-kc instead, from select_top_candidates (radix select) over the chunk's keys staged in
+//    shared memory.
 template <int R>
 struct alignas(16) ChunkFastShared {
   uint32_t uni[kThreads];     // the union U: warp w's jp largest thread maxima (keys) at [w jp, w jp + jp)
   uint32_t theta;             // a segment's first threshold (the kc-th largest of U)
-  int count[2];               // the item's survivors (may exceed kMaxCandidateTopK: fallback), by phase
+  int count[2];               // the group's survivors (may exceed kMaxCandidateTopK: fallback), by phase
+  uint32_t poison[2];         // the group's items' poison flags (bit item - group_first), by phase
   SelectShared ss;            // the fallback's select; ss.tmp holds the survivors' composites
   BlockScratch scratch;
   uint64_t cand[kMaxCandidateTopK];     // the fallback's sorted candidates
@@ -451,6 +457,34 @@ __device__ __noinline__ void chunk_fast_fallback(const T* x, const ChunkItem& it
                         it.len, kc, sh.cand, sh.ss, sh.scratch);
 }
 
+__device__ __forceinline__ void merge_top_k(const uint64_t* a, int na, const uint64_t* b, int nb, int k,
+                                            uint64_t* dst);
+
+// A merge group's survivors overflowed ss.tmp (> kMaxCandidateTopK: ties, rows of -inf): merges
+// the exact top-kc of each of the group's chunks c0..c1 of a row (chunk_fast_fallback) into the
+// segment's top-k, sh.best[bp][0, n_best), one chunk at a time. Returns the new (n_best, bp).
+// Called by every thread after a barrier that ends the group's appends; ends with a barrier.
+// Not inlined: rare, and its live values would crowd the registers that keep raw[] in flight.
+template <typename T, int R>
+__device__ __noinline__ int2 chunk_fast_group_fallback(const T* row_logits, int vocab, int chunk_len, RowParams rp,
+                                                      int c0, int c1, int n_best, int bp, ChunkFastShared<R>& sh) {
+  for (int c = c0; c <= c1; ++c) {
+    ChunkItem gi;  // its row is not needed: row_logits is the row
+    gi.row = -1;
+    gi.active = true;
+    gi.start = c * chunk_len;
+    gi.len = min(chunk_len, vocab - gi.start);
+    gi.rp = rp;
+    const int gkc = min(rp.k, gi.len);
+    chunk_fast_fallback<T, R>(row_logits + gi.start, gi, gkc, sh);
+    merge_top_k(sh.best[bp], n_best, sh.cand, gkc, rp.k, sh.best[bp ^ 1]);
+    n_best = min(rp.k, n_best + gkc);
+    bp ^= 1;
+    __syncthreads();  // best[bp] is complete; cand is read
+  }
+  return make_int2(n_best, bp);
+}
+
 // Entries of a[0, n) (distinct, descending) greater than v (not in a): a binary search.
 __device__ __forceinline__ int count_greater_sorted(const uint64_t* a, int n, uint64_t v) {
   int lo = 0, hi = n;  // a[0, lo) > v, a[hi, n) < v
@@ -501,7 +535,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   const int cap = record_cap(a.plan);
   const T* logits = static_cast<const T*>(a.logits);
   const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
-  if (t < 2) sh.count[t] = 0;  // published by the first item's barriers
+  if (t < 2) {  // published by the first item's barriers
+    sh.count[t] = 0;
+    sh.poison[t] = 0;
+  }
 
   // raw[] holds the loads of item `item`, in flight until decoded. Only the loads and their
   // layout are carried from one iteration to the next (the item's description is recomputed
@@ -530,15 +567,20 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
       ++row;
     }
   };
-  // The segment's top-k so far (sh.best[phase & 1][0, n_best)) and the threshold it gives
+  // The segment's top-k as of its last merge (sh.best[bp][0, n_best)) and the threshold it gives
   // (block-uniform; +inf once the segment's row is poisoned: it is uniform, and few entries pass).
+  // The items between two merges form a group: their survivors pile up in ss.tmp (count
+  // sh.count[gp]) and their poison flags in sh.poison[gp] (bit = item - group_first), and are
+  // merged with no barrier between the items (the stage's barriers were most of its stalls).
   // Few registers: 2 CTAs per SM leave 64 a thread, and raw[] must stay in flight.
-  int n_best = 0, phase = 0;
+  // theta_run is +inf exactly when the segment is poisoned (no finite key gives +inf).
+  int n_best = 0, bp = 0, gp = 0, group_first = begin;
   float theta_run = -INFINITY;
   for (int item = begin; item < end; ++item, advance()) {  // block-uniform trip count
     const ChunkItem it = chunk_item(a, row, chunk);
     if (!it.active) {  // block-uniform (the row's parameters); the whole row is skipped
       prefetch_next(item);
+      group_first = item + 1;
       continue;
     }
     // Scaled logit of register slot j (the same fmul_rn as scale_logit: greedy rows have
@@ -554,13 +596,16 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     auto product = [&](int j) { return fmul_rn(slot_logit<T, R>(raw, j, vec), it.rp.inv_t); };
     auto scaled = [&](int j) { return (present >> j) & 1u ? product(j) : __uint_as_float(0x7fffffffu); };
     const int seg_chunk0 = max(begin - it.row * a.plan.chunks, 0);  // the segment's first chunk
+    const int done = chunk - seg_chunk0 + 1;  // the segment's items so far, this one included
+    const bool seg_last = item + 1 == end || chunk + 1 == a.plan.chunks;
+    const bool merge = seg_last || a.chunk_merge_each_item || prefilter::merge_after(done);
     const int kc = min(it.rp.k, it.len);
     float theta_f = theta_run;
-    bool bad = false, poisoned = false;
+    bool bad = false;
     uint32_t mask = 0;  // slots with scaled logit >= theta_f: the survivors
-    if (chunk == seg_chunk0) {  // a segment starts: its threshold from this item's thread maxima
+    if (done == 1) {  // a segment starts: its threshold from this item's thread maxima
       n_best = 0;
-      theta_run = -INFINITY;
+      group_first = item;
       float tmax = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
@@ -570,12 +615,15 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
       const int jp = prefilter::union_per_warp(kc);
       const int nu = kWarps * jp;  // |U|, a multiple of 16, >= kc
       warp_top_values(order_key(tmax), jp, sh.uni + warp * jp);
-      poisoned = __syncthreads_or(bad);  // B0: U is complete
+      const bool poisoned = __syncthreads_or(bad);  // B0: U is complete
       if (!poisoned && t < nu && is_kth_largest_of_union(sh.uni, nu, kc, t)) sh.theta = sh.uni[t];
       __syncthreads();  // B0': theta is set; U is read
       // Survivors: scaled logit >= key_value(theta) <=> order key >= theta (monotone; NaN: false).
       // A poisoned row needs no candidates (final_fast_kernel makes it uniform).
       theta_f = poisoned ? INFINITY : key_value(sh.theta);
+      // At least kc entries of this chunk are >= theta_f: with kc = k, no entry below it can
+      // enter the segment's top-k, so it filters the group's next items too.
+      theta_run = poisoned || kc == it.rp.k ? theta_f : -INFINITY;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
     } else {  // the running threshold: a few survivors per chunk, most threads have none
@@ -590,9 +638,9 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
         for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
       }
     }
+    if (__any_sync(kFull, bad) && lane == 0) atomicOr(&sh.poison[gp], 1u << (item - group_first));
 
     // Survivors appended to ss.tmp: one shared atomic per warp that has any.
-    const int ph = phase & 1;
     if (__any_sync(kFull, mask != 0)) {
       const int c = __popc(mask);
       int incl = c;  // inclusive warp scan of the survivor counts
@@ -602,7 +650,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
         if (lane >= o) incl += y;
       }
       int base = 0;
-      if (lane == 31) base = atomicAdd(&sh.count[ph], incl);
+      if (lane == 31) base = atomicAdd(&sh.count[gp], incl);
       int pos = __shfl_sync(kFull, base, 31) + incl - c;
       if (mask != 0) {
         const uint32_t start = static_cast<uint32_t>(it.start);
@@ -617,43 +665,51 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
         }
       }
     }
-    // The next item's loads go out now (raw[] is consumed) and land while this one is merged and
-    // the next one's first instructions wait for them.
+    // The next item's loads go out now (raw[] is consumed): they land while this item's warps
+    // go on to the next item (or the merge below).
     prefetch_next(item);
-    poisoned = __syncthreads_or(bad);  // B1: the survivors and their count are complete
-    const int m = sh.count[ph];
-    // The other phase's count was last read before this item's B1 (after the previous B1); it
-    // is next written after this item's B2.
-    if (t == 0) sh.count[ph ^ 1] = 0;
-    const uint64_t* cur = sh.best[ph];
-    uint64_t* nxt = sh.best[ph ^ 1];
-    int n_new = n_best;
-    if (!poisoned) {  // block-uniform
-      const uint64_t* b = sh.ss.tmp;
-      int nb = m;
-      if (m > kMaxCandidateTopK) {  // block-uniform: the chunk's exact top-kc instead
-        chunk_fast_fallback<T, R>(logits + static_cast<size_t>(it.row) * a.vocab + it.start, it, kc, sh);
-        b = sh.cand;
-        nb = kc;
-      }
-      merge_top_k(cur, n_best, b, nb, it.rp.k, nxt);
-      n_new = min(it.rp.k, n_best + nb);
-    } else {
-      for (int i = t; i < n_best; i += kThreads) nxt[i] = cur[i];  // keep best (not read: uniform row)
+    if (!merge) continue;  // block-uniform
+
+    __syncthreads();  // B1: the group's survivors, their count and poison flags are complete
+    const int m = sh.count[gp];
+    const uint32_t poison_bits = sh.poison[gp];
+    // The other group phase's words were last read before the previous B2; they are next written
+    // after this merge's B2.
+    if (t == 0) {
+      sh.count[gp ^ 1] = 0;
+      sh.poison[gp ^ 1] = 0;
     }
-    __syncthreads();  // B2: best[ph ^ 1] is the segment's top-k; ss.tmp, cand and best[ph] are read
-    n_best = n_new;
-    ++phase;
+    const bool seg_poisoned = theta_run == INFINITY || poison_bits != 0;
+    if (!seg_poisoned) {  // block-uniform
+      if (m <= kMaxCandidateTopK) {
+        merge_top_k(sh.best[bp], n_best, sh.ss.tmp, m, it.rp.k, sh.best[bp ^ 1]);
+        n_best = min(it.rp.k, n_best + m);
+        bp ^= 1;
+      } else {  // block-uniform: ss.tmp overflowed; each of the group's chunks' exact top-kc instead
+        const int2 r = chunk_fast_group_fallback<T, R>(logits + static_cast<size_t>(it.row) * a.vocab, a.vocab,
+                                                       a.plan.chunk_len, it.rp, chunk - (item - group_first), chunk,
+                                                       n_best, bp, sh);
+        n_best = r.x;
+        bp = r.y;
+      }
+    }
+    __syncthreads();  // B2: best[bp] is the segment's top-k; ss.tmp, cand and best[bp ^ 1] are read
+    const uint64_t* best = sh.best[bp];
     // The running threshold: an entry below the k-th largest kept key cannot enter the top-k.
-    theta_run = poisoned || theta_run == INFINITY ? INFINITY
-                : n_best >= it.rp.k                ? key_value(composite_key(nxt[it.rp.k - 1]))
-                                                   : -INFINITY;
-    const bool seg_last = item + 1 == end || chunk + 1 == a.plan.chunks;
+    theta_run = seg_poisoned                ? INFINITY
+                : n_best >= it.rp.k         ? key_value(composite_key(best[it.rp.k - 1]))
+                                            : -INFINITY;
     if (seg_last) {
       uint64_t* slots = record_slots(a) + (static_cast<size_t>(it.row) * a.plan.chunks + seg_chunk0) * cap;
-      for (int i = t; i < n_best; i += kThreads) slots[i] = nxt[i];
+      for (int i = t; i < n_best; i += kThreads) slots[i] = best[i];
     }
-    if (t == 0) record_headers(a)[item] = encode_record_header(poisoned, seg_chunk0, seg_last ? n_best : 0);
+    const int group_items = item - group_first + 1;  // <= kMaxMergeGroup
+    if (t < group_items) {
+      const int g = group_first + t;
+      record_headers(a)[g] = encode_record_header((poison_bits >> t) & 1u, seg_chunk0, seg_last && g == item ? n_best : 0);
+    }
+    gp ^= 1;
+    group_first = item + 1;
   }
 }
 
@@ -943,6 +999,16 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
   }
 }
 
+// True when the environment sets ES_CHUNK_MERGE_EACH=1 (read once): the chunk stage then merges
+// after every item, as before merge groups, so one binary measures both.
+bool chunk_merge_each_item_forced() {
+  static const bool on = [] {
+    const char* v = std::getenv("ES_CHUNK_MERGE_EACH");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 // chunk_fast_kernel's grid: the (row, chunk) items in contiguous runs of equal length, at most
 // as many runs as CTAs are resident at once. Occupancy and SM count are cached per instance and
 // device.
@@ -962,6 +1028,7 @@ void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
   const int64_t per_cta = (items + resident - 1) / resident;
   a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
+  a.chunk_merge_each_item = chunk_merge_each_item_forced();
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
   chunk_fast_kernel<T, R><<<grid, kThreads, 0, stream>>>(a);
   ES_CUDA_CHECK_LAUNCH();

@@ -65,6 +65,17 @@ ES_HOST_DEVICE ES_FORCE_INLINE int32_t groups_for(int32_t len) {
   const int32_t r = (len + per_group - 1) / per_group;
   return r < 1 ? 1 : r;
 }
+// Whether the chunk stage merges the survivors of a segment's items into the segment's top-k
+// after its done-th item (1-based; and always after the segment's last): after items 2, 4, 8, 16,
+// then every 16. Between merges the items filter by the threshold of the last merge (the first
+// item's union threshold until the first), so each group of items adds ~k survivors for i.i.d.
+// entries (items 3-4 at the top-k of 2 chunks, items 5-8 at that of 4, ...) and a group has at
+// most kMaxMergeGroup items (one poison bit each in a 32-bit word).
+inline constexpr int32_t kMaxMergeGroup = 16;
+ES_HOST_DEVICE ES_FORCE_INLINE bool merge_after(int32_t done) {
+  return done >= 2 && ((done & (done - 1)) == 0 || done % kMaxMergeGroup == 0);
+}
+
 static_assert(kMaxChunk == 4 * 4 * kThreads, "chunk_fast_kernel instantiates R = 1..4");
 
 }  // namespace es::sampling::prefilter

@@ -1,15 +1,18 @@
 // CPU model of the chunk stage's segments (chunk_fast_kernel in kernels/sampling.cu): a CTA walks
-// consecutive chunks of one row, keeps the segment's top-k so far (`best`, descending) and filters
-// every later chunk by a running threshold, the k-th largest key of `best` (scaled logit >=
-// key_value(theta), the kernel's float compare); more than 512 survivors take the chunk's exact
-// top-kc (the radix-select fallback); survivors are merged into `best` by rank (entries of `best`
-// above, found by binary search, + survivors above). The model must give the segment's exact
-// top-min(k, entries) composites, in order, for every segment of rows with ties, constant values,
-// -inf and signed zeros. The first item of a segment is modelled by its exact top-kc: its union
-// threshold is checked by test_sampling_chunk_prefilter. A strict compare (scaled logit >
-// theta) is exact as well: an entry of a later chunk with the k-th entry's key has a larger index,
-// so a smaller composite (chunk_warp_kernel relies on this). Mutants (the threshold from the
-// middle of `best`, a merge that forgets the survivors above) must fail, so the test can fail.
+// consecutive chunks of one row and keeps the segment's top-k so far (`best`, descending). Its
+// items come in merge groups (prefilter::merge_after: after items 2, 4, 8, 16, then every 16, and
+// the segment's last; or after every item): the items of a group filter by the threshold of the
+// last merge, the k-th largest key of `best` (scaled logit >= key_value(theta), the kernel's float
+// compare; the first group: the first chunk's threshold), and the group's survivors are merged
+// into `best` by rank (entries of `best` above, found by binary search, + survivors above); more
+// than 512 survivors in a group take each of its chunks' exact top-kc (the radix-select
+// fallback). The model must give the segment's exact top-min(k, entries) composites, in order,
+// for every segment of rows with ties, constant values, -inf and signed zeros. The first item of
+// a segment is modelled by its exact top-kc: its union threshold is checked by
+// test_sampling_chunk_prefilter. A strict compare (scaled logit > theta) is exact as well: an
+// entry of a later chunk with the k-th entry's key has a larger index, so a smaller composite.
+// Mutants (the threshold from the middle of `best`, a merge that forgets the survivors above, a
+// fallback over the group's last chunk only) must fail, so the test can fail.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "kernels/sampling.h"
+#include "kernels/sampling_chunk_prefilter.h"
 #include "kernels/sampling_math.h"
 
 namespace es {
@@ -29,7 +33,7 @@ namespace {
 
 using namespace es::sampling;
 
-enum class Mutant { kNone, kStrictCompare /* exact too */, kThresholdTooHigh, kMergeIgnoresSurvivors };
+enum class Mutant { kNone, kStrictCompare /* exact too */, kThresholdTooHigh, kMergeIgnoresSurvivors, kFallbackLastChunkOnly };
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -65,33 +69,60 @@ std::vector<uint64_t> merge_by_rank(const std::vector<uint64_t>& best, const std
 }
 
 // One segment: chunks [c0, c1] of row s (scaled logits), chunk_len entries each (the row's last
-// chunk may be shorter).
+// chunk may be shorter). Merge groups (prefilter::merge_after; merge_each: after every item): the
+// items between two merges filter by the threshold of the last merge (the first group: the first
+// chunk's, when it holds k entries), their survivors are merged together, and a group with more
+// than 512 survivors merges each of its chunks' exact top-kc instead.
 std::vector<uint64_t> model_segment(const std::vector<float>& s, int chunk_len, int c0, int c1, int k,
-                                    Mutant mutant) {
+                                    bool merge_each, Mutant mutant) {
   const int V = static_cast<int>(s.size());
   std::vector<uint64_t> best;
-  for (int c = c0; c <= c1; ++c) {
+  auto chunk_composites = [&](int c) {
     const int start = c * chunk_len, len = std::min(chunk_len, V - start);
-    const int kc = std::min(k, len);
     std::vector<uint64_t> chunk(len);
     for (int i = 0; i < len; ++i) chunk[i] = composite(order_key(s[start + i]), static_cast<uint32_t>(start + i));
-    std::vector<uint64_t> b;
+    return chunk;
+  };
+  // The threshold of the group being walked: -inf until a k-th key is known.
+  float theta_f = -kInf;
+  bool strict = false;
+  std::vector<uint64_t> group;  // the group's survivors
+  int group_c0 = c0;
+  for (int c = c0; c <= c1; ++c) {
+    const std::vector<uint64_t> chunk = chunk_composites(c);
+    const int start = c * chunk_len, len = static_cast<int>(chunk.size());
+    const int kc = std::min(k, len);
     if (c == c0) {
-      b = top(chunk, kc);  // the union threshold's survivors reduce to these (other test)
+      const std::vector<uint64_t> first = top(chunk, kc);  // the union threshold's survivors reduce to these (other test)
+      group.insert(group.end(), first.begin(), first.end());
+      // The union threshold is <= this k-th key; the model takes the k-th key itself (the tighter,
+      // riskier bound) when the chunk has k entries.
+      if (kc == k) theta_f = key_value(composite_key(first[k - 1]));
     } else {
-      // The mutant: the middle of the list (a threshold a few ranks too high is nearly harmless:
-      // what it drops is almost always pushed out of the top-k by later chunks anyway).
-      const int kth = mutant == Mutant::kThresholdTooHigh ? k / 2 - 1 : k - 1;
-      const bool full = static_cast<int>(best.size()) >= k && kth >= 0;
-      const float theta_f = full ? key_value(composite_key(best[kth])) : -kInf;
       for (int i = 0; i < len; ++i) {
         const float v = s[start + i];
-        const bool pass = mutant == Mutant::kStrictCompare && full ? v > theta_f : v >= theta_f;
-        if (pass) b.push_back(chunk[i]);
+        if (strict ? v > theta_f : v >= theta_f) group.push_back(chunk[i]);
       }
-      if (static_cast<int>(b.size()) > kMaxCandidateTopK) b = top(chunk, kc);  // the fallback
     }
-    best = merge_by_rank(best, b, k, mutant);
+    const int done = c - c0 + 1;
+    if (!(c == c1 || merge_each || prefilter::merge_after(done))) continue;
+    if (static_cast<int>(group.size()) > kMaxCandidateTopK) {  // the fallback: each chunk's top-kc
+      const int from = mutant == Mutant::kFallbackLastChunkOnly ? c : group_c0;
+      for (int g = from; g <= c; ++g) {
+        const std::vector<uint64_t> gc = chunk_composites(g);
+        best = merge_by_rank(best, top(gc, std::min<int>(k, static_cast<int>(gc.size()))), k, mutant);
+      }
+    } else {
+      best = merge_by_rank(best, group, k, mutant);
+    }
+    group.clear();
+    group_c0 = c + 1;
+    // The mutant: the middle of the list (a threshold a few ranks too high is nearly harmless:
+    // what it drops is almost always pushed out of the top-k by later chunks anyway).
+    const int kth = mutant == Mutant::kThresholdTooHigh ? k / 2 - 1 : k - 1;
+    const bool full = static_cast<int>(best.size()) >= k && kth >= 0;
+    theta_f = full ? key_value(composite_key(best[kth])) : -kInf;
+    strict = full && mutant == Mutant::kStrictCompare;
   }
   return best;
 }
@@ -123,7 +154,7 @@ std::vector<float> make_row(int V, int r, uint32_t seed) {
 
 // Segments of every shape the kernel's runs give: a run of `per` items cut at the row boundaries.
 // Returns the number of segments that differ from the brute force.
-int wrong_segments(int V, int chunk_len, int k, int per, Mutant mutant, int* checked) {
+int wrong_segments(int V, int chunk_len, int k, int per, bool merge_each, Mutant mutant, int* checked) {
   const int chunks = (V + chunk_len - 1) / chunk_len;
   int wrong = 0;
   for (int r = 0; r < 6; ++r) {
@@ -137,7 +168,7 @@ int wrong_segments(int V, int chunk_len, int k, int per, Mutant mutant, int* che
       const int lo = c0 * chunk_len, hi = std::min(V, (c1 + 1) * chunk_len);
       for (int i = lo; i < hi; ++i) all.push_back(composite(order_key(s[i]), static_cast<uint32_t>(i)));
       const std::vector<uint64_t> want = top(all, k);
-      const std::vector<uint64_t> got = model_segment(s, chunk_len, c0, c1, k, mutant);
+      const std::vector<uint64_t> got = model_segment(s, chunk_len, c0, c1, k, merge_each, mutant);
       ++*checked;
       if (got != want) ++wrong;
       c0 = c1 + 1;
@@ -160,22 +191,41 @@ TEST(SamplingChunkSegments, RunningThresholdGivesTheSegmentTopK) {
       {4097, 2048, 128, 2},     // a last chunk of 1 entry
   };
   for (const Case& c : cases) {
-    for (Mutant m : {Mutant::kNone, Mutant::kStrictCompare}) {
-      int checked = 0;
-      const int wrong = wrong_segments(c.V, c.chunk_len, c.k, c.per, m, &checked);
-      EXPECT_EQ(wrong, 0) << "V " << c.V << " chunk " << c.chunk_len << " k " << c.k << " run " << c.per
-                          << (m == Mutant::kStrictCompare ? " (strict compare)" : "") << ": " << wrong << " of "
-                          << checked << " segments differ from the brute force";
-      EXPECT_GE(checked, 6);
+    for (bool each : {false, true}) {
+      for (Mutant m : {Mutant::kNone, Mutant::kStrictCompare}) {
+        int checked = 0;
+        const int wrong = wrong_segments(c.V, c.chunk_len, c.k, c.per, each, m, &checked);
+        EXPECT_EQ(wrong, 0) << "V " << c.V << " chunk " << c.chunk_len << " k " << c.k << " run " << c.per
+                            << (each ? " merge each item" : " merge groups")
+                            << (m == Mutant::kStrictCompare ? " (strict compare)" : "") << ": " << wrong << " of "
+                            << checked << " segments differ from the brute force";
+        EXPECT_GE(checked, 6);
+      }
     }
   }
 }
 
+// The groups the rule gives: after items 2, 4, 8, 16, then every 16 (at most kMaxMergeGroup
+// items, one poison bit each), never after the first.
+TEST(SamplingChunkSegments, MergeGroups) {
+  std::vector<int> after;
+  for (int d = 1; d <= 64; ++d) {
+    if (prefilter::merge_after(d)) after.push_back(d);
+  }
+  EXPECT_EQ(after, (std::vector<int>{2, 4, 8, 16, 32, 48, 64}));
+  int last = 0;
+  for (int d = 1; d <= 600; ++d) {
+    if (!prefilter::merge_after(d)) continue;
+    EXPECT_LE(d - last, prefilter::kMaxMergeGroup) << "group ending at item " << d;
+    last = d;
+  }
+}
+
 TEST(SamplingChunkSegments, CatchesMutants) {
-  for (Mutant m : {Mutant::kThresholdTooHigh, Mutant::kMergeIgnoresSurvivors}) {
+  for (Mutant m : {Mutant::kThresholdTooHigh, Mutant::kMergeIgnoresSurvivors, Mutant::kFallbackLastChunkOnly}) {
     int checked = 0, wrong = 0;
-    wrong += wrong_segments(151936, 8192, 50, 19, m, &checked);
-    wrong += wrong_segments(40961, 2048, 512, 3, m, &checked);
+    wrong += wrong_segments(151936, 8192, 50, 19, false, m, &checked);
+    wrong += wrong_segments(40961, 2048, 512, 3, false, m, &checked);
     EXPECT_GT(wrong, 0) << "mutant " << static_cast<int>(m) << " passed all " << checked << " segments";
   }
 }
