@@ -4,10 +4,11 @@
 //                      k <= 512: radix select + candidate bitonic sort; else a full bitonic sort.
 //  chunk_fast_kernel   general path, k <= kcap: the rows are split into (row, chunk) items of
 //                      2048-8192 entries, walked row-major in contiguous runs by persistent CTAs
-//                      (as many as are resident) that prefetch their next chunk; the entries stay
-//                      in registers, and each CTA keeps the top-k of the chunks it has seen of a
-//                      row, whose k-th key filters the next chunk before its loads land; each
-//                      run of one row's chunks writes one record (sorted composites).
+//                      (as many as are resident) that prefetch their next chunk (f32: cp.async
+//                      into a two-stage shared-memory ring; else into registers); each CTA keeps
+//                      the top-k of the chunks it has seen of a row, merged in groups of items,
+//                      whose k-th key filters the next chunks; each run of one row's chunks
+//                      writes one record (sorted composites).
 //  final_fast_kernel   one CTA per row merges the row's records (in registers, a pre-filter
 //                      threshold), then the same finalisation and emission as the small-vocab
 //                      candidate mode.
@@ -306,7 +307,6 @@ struct alignas(16) ChunkFastShared {
   BlockScratch scratch;
   uint64_t cand[kMaxCandidateTopK];     // the fallback's sorted candidates
   uint64_t best[2][kMaxCandidateTopK];  // the segment's top-k so far, descending; by phase
-  uint32_t keys[4 * R * kThreads];      // the fallback's order keys of the chunk
 };
 
 // Whether thread t's value of the union uni[0, nu) (t < nu, nu a multiple of 4, 1 <= kc <= nu;
@@ -338,6 +338,32 @@ __device__ __forceinline__ ChunkItem chunk_item(const RowsArgs& a, int row, int 
   c.rp = row_params(a, c.row);
   c.active = candidate_row(a, c.rp);
   return c;
+}
+
+// cp.async of 16 bytes (bytes <= 16 of them read from src, the rest zero-filled; src is not read
+// when bytes == 0) into shared memory, bypassing L1 and the registers.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Copies a chunk's len entries at x (16-byte aligned) into stage[0, 4 R kThreads) with cp.async,
+// this thread's pieces only: piece r is entries 4 (t + r kThreads) + 0..3 (the vec layout of
+// load_chunk). Absent entries read 0.
+template <int R>
+__device__ __forceinline__ void copy_chunk_async(const float* x, int len, float* stage) {
+  const int t = threadIdx.x;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int b = 4 * (t + r * kThreads);
+    const int bytes = 4 * max(0, min(4, len - b));
+    cp_async16(stage + b, bytes > 0 ? x + b : x, bytes);
+  }
 }
 
 // Issues the loads of a chunk's len entries at x into raw[] (4 R slots, prefilter::slot_offset
@@ -443,17 +469,19 @@ __device__ __forceinline__ void warp_top_values(uint32_t v, int jp, uint32_t* ds
 // Fallback of one item (> kMaxCandidateTopK survivors: many ties, or a row of -inf): the radix
 // select (select_top_candidates) over the chunk's order keys, staged in shared memory (re-read
 // from global memory, L2 after the first read: rare, and it keeps s[] out of the registers live
-// here). Leaves the chunk's top-kc composites in sh.cand[0, kc), descending.
-// Called by every thread; starts after a barrier that ends every read of sh.ss.tmp, sh.keys and
+// here). Leaves the chunk's top-kc composites in sh.cand[0, kc), descending. keys: [it.len]
+// shared words.
+// Called by every thread; starts after a barrier that ends every read of sh.ss.tmp, keys and
 // sh.cand of earlier items, and ends with one (select_top_candidates').
 template <typename T, int R>
-__device__ __noinline__ void chunk_fast_fallback(const T* x, const ChunkItem& it, int kc, ChunkFastShared<R>& sh) {
+__device__ __noinline__ void chunk_fast_fallback(const T* x, const ChunkItem& it, int kc, uint32_t* keys,
+                                                 ChunkFastShared<R>& sh) {
   for (int i = threadIdx.x; i < it.len; i += kThreads) {
-    sh.keys[i] = order_key(scale_logit(load_logit(x, i), it.rp.inv_t, it.rp.greedy));
+    keys[i] = order_key(scale_logit(load_logit(x, i), it.rp.inv_t, it.rp.greedy));
   }
   __syncthreads();
   const uint32_t start = static_cast<uint32_t>(it.start);
-  select_top_candidates([&](int i) { return composite(sh.keys[i], start + static_cast<uint32_t>(i)); },
+  select_top_candidates([&](int i) { return composite(keys[i], start + static_cast<uint32_t>(i)); },
                         it.len, kc, sh.cand, sh.ss, sh.scratch);
 }
 
@@ -467,7 +495,8 @@ __device__ __forceinline__ void merge_top_k(const uint64_t* a, int na, const uin
 // Not inlined: rare, and its live values would crowd the registers that keep raw[] in flight.
 template <typename T, int R>
 __device__ __noinline__ int2 chunk_fast_group_fallback(const T* row_logits, int vocab, int chunk_len, RowParams rp,
-                                                      int c0, int c1, int n_best, int bp, ChunkFastShared<R>& sh) {
+                                                      int c0, int c1, int n_best, int bp, uint32_t* keys,
+                                                      ChunkFastShared<R>& sh) {
   for (int c = c0; c <= c1; ++c) {
     ChunkItem gi;  // its row is not needed: row_logits is the row
     gi.row = -1;
@@ -476,7 +505,7 @@ __device__ __noinline__ int2 chunk_fast_group_fallback(const T* row_logits, int 
     gi.len = min(chunk_len, vocab - gi.start);
     gi.rp = rp;
     const int gkc = min(rp.k, gi.len);
-    chunk_fast_fallback<T, R>(row_logits + gi.start, gi, gkc, sh);
+    chunk_fast_fallback<T, R>(row_logits + gi.start, gi, gkc, keys, sh);
     merge_top_k(sh.best[bp], n_best, sh.cand, gkc, rp.k, sh.best[bp ^ 1]);
     n_best = min(rp.k, n_best + gkc);
     bp ^= 1;
@@ -524,11 +553,21 @@ __device__ __forceinline__ void merge_top_k(const uint64_t* a, int na, const uin
   }
 }
 
-template <typename T, int R>
+// kAsync (f32 rows whose chunks all start 16-byte aligned, chunk_async_ok): the chunks go through
+// a ring of two stages in dynamic shared memory (2 kCap floats), filled by cp.async: each item's
+// copies are issued before the previous item is computed, so a chunk's bytes are in flight while
+// the one before is filtered and merged. Without it the loads go to registers (raw[]) and can
+// only be issued once the previous item's entries are consumed: nothing of the CTA is in flight
+// while it computes. Every thread copies the 16-byte pieces it reads itself (the register
+// layout), so the stages need no barrier; the fallback stages its keys in the consumed stage.
+template <typename T, int R, bool kAsync>
 __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   constexpr int kPer = 4 * R;             // entries per thread
   constexpr int kCap = kPer * kThreads;   // entries per chunk, at most (>= plan.chunk_len)
+  static_assert(!kAsync || std::is_same_v<T, float>, "the cp.async ring serves f32 rows");
   __shared__ ChunkFastShared<R> sh;
+  __shared__ uint32_t keys_static[kAsync ? 1 : kCap];  // the fallback's keys (kAsync: a ring stage)
+  extern __shared__ __align__(16) uint8_t dyn[];      // kAsync: [2][kCap] f32, the ring
   kernel::pdl::trigger();  // final_fast_kernel may be scheduled as CTAs of this grid finish
   const int items = a.rows * a.plan.chunks;
   const int begin = blockIdx.x * a.chunk_items_per_cta, end = min(items, begin + a.chunk_items_per_cta);
@@ -545,20 +584,26 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   // from (row, chunk): cheap, and it keeps registers free for raw[]; 64 at most, for 2 CTAs per
   // SM).
   uint32_t raw[kPer];
-  bool vec = false;
+  bool vec = kAsync;
+  float* ring = reinterpret_cast<float*>(dyn);
+  auto stage_of = [&](int item) { return ring + ((item - begin) & 1) * kCap; };
   int row = begin / a.plan.chunks, chunk = begin - row * a.plan.chunks;  // of `item`
-  if (begin < end) {
-    const ChunkItem first = chunk_item(a, row, chunk);
-    if (first.active) {
-      vec = load_chunk<R>(logits + static_cast<size_t>(first.row) * a.vocab + first.start, first.len, raw);
+  // Item `item`'s loads: into raw[], or (kAsync) cp.async copies into its stage, one commit group
+  // per item (empty for an inactive one) so that wait_group counts items.
+  auto issue = [&](int item, const ChunkItem& n) {
+    const T* x = logits + static_cast<size_t>(n.row) * a.vocab + n.start;
+    if constexpr (kAsync) {
+      if (n.active) copy_chunk_async<R>(reinterpret_cast<const float*>(x), n.len, stage_of(item));
+      cp_async_commit();
+    } else {
+      if (n.active) vec = load_chunk<R>(x, n.len, raw);
     }
-  }
-  // The next item's loads go out into raw[] once this item's entries are consumed.
+  };
+  if (begin < end) issue(begin, chunk_item(a, row, chunk));
   auto prefetch_next = [&](int item) {
     if (item + 1 < end) {
       const bool wrap = chunk + 1 == a.plan.chunks;
-      const ChunkItem n = chunk_item(a, wrap ? row + 1 : row, wrap ? 0 : chunk + 1);
-      if (n.active) vec = load_chunk<R>(logits + static_cast<size_t>(n.row) * a.vocab + n.start, n.len, raw);
+      issue(item + 1, chunk_item(a, wrap ? row + 1 : row, wrap ? 0 : chunk + 1));
     }
   };
   auto advance = [&] {
@@ -577,11 +622,26 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   int n_best = 0, bp = 0, gp = 0, group_first = begin;
   float theta_run = -INFINITY;
   for (int item = begin; item < end; ++item, advance()) {  // block-uniform trip count
+    // kAsync: the next item's copies go out first; its stage's last reader was this thread
+    // (item - 1), or the block before the barrier that ended the last fallback.
+    if constexpr (kAsync) prefetch_next(item);
     const ChunkItem it = chunk_item(a, row, chunk);
     if (!it.active) {  // block-uniform (the row's parameters); the whole row is skipped
-      prefetch_next(item);
+      if constexpr (!kAsync) prefetch_next(item);
       group_first = item + 1;
       continue;
+    }
+    if constexpr (kAsync) {  // this thread's pieces of the item, in the register layout
+      cp_async_wait<1>();    // the item's copies have landed (the next item's may not)
+      const float4* st = reinterpret_cast<const float4*>(stage_of(item));
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float4 w = st[t + r * kThreads];
+        raw[4 * r] = __float_as_uint(w.x);
+        raw[4 * r + 1] = __float_as_uint(w.y);
+        raw[4 * r + 2] = __float_as_uint(w.z);
+        raw[4 * r + 3] = __float_as_uint(w.w);
+      }
     }
     // Scaled logit of register slot j (the same fmul_rn as scale_logit: greedy rows have
     // inv_t = 1 exactly); absent slots of a short chunk read 0 (never poison) and count as NaN
@@ -667,7 +727,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     }
     // The next item's loads go out now (raw[] is consumed): they land while this item's warps
     // go on to the next item (or the merge below).
-    prefetch_next(item);
+    if constexpr (!kAsync) prefetch_next(item);
     if (!merge) continue;  // block-uniform
 
     __syncthreads();  // B1: the group's survivors, their count and poison flags are complete
@@ -688,7 +748,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
       } else {  // block-uniform: ss.tmp overflowed; each of the group's chunks' exact top-kc instead
         const int2 r = chunk_fast_group_fallback<T, R>(logits + static_cast<size_t>(it.row) * a.vocab, a.vocab,
                                                        a.plan.chunk_len, it.rp, chunk - (item - group_first), chunk,
-                                                       n_best, bp, sh);
+                                                       n_best, bp, kAsync ? reinterpret_cast<uint32_t*>(stage_of(item)) : keys_static, sh);
         n_best = r.x;
         bp = r.y;
       }
@@ -1009,17 +1069,37 @@ bool chunk_merge_each_item_forced() {
   return on;
 }
 
+// False when the environment sets ES_CHUNK_ASYNC=0 (read once): the chunk stage then loads every
+// row into registers (the kernel before the cp.async ring), so one binary measures both.
+bool chunk_async_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("ES_CHUNK_ASYNC");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// Whether every chunk of every row starts 16-byte aligned, so chunk_fast_kernel may copy f32 rows
+// with cp.async (16-byte pieces): the logits, the row stride and the chunk length.
+bool chunk_async_ok(const RowsArgs& a) {
+  return a.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0 && a.vocab % 4 == 0 &&
+         a.plan.chunk_len % 4 == 0 && chunk_async_enabled();
+}
+
 // chunk_fast_kernel's grid: the (row, chunk) items in contiguous runs of equal length, at most
 // as many runs as CTAs are resident at once. Occupancy and SM count are cached per instance and
 // device.
-template <typename T, int R>
+template <typename T, int R, bool kAsync>
 void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
+  const auto kernel = chunk_fast_kernel<T, R, kAsync>;
+  const size_t ring_bytes = kAsync ? size_t{2} * 4 * R * kThreads * sizeof(float) : 0;
+  if (kAsync) allow_dynamic_smem(kernel, ring_bytes, "chunk_fast_kernel");
   static thread_local int cached_device = -1, resident = 0;
   int device = 0;
   ES_CUDA_CHECK(cudaGetDevice(&device));
   if (device != cached_device) {
     int per_sm = 0, sms = 0;
-    ES_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chunk_fast_kernel<T, R>, kThreads, 0));
+    ES_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, ring_bytes));
     ES_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     resident = std::max(1, per_sm) * std::max(1, sms);
     cached_device = device;
@@ -1030,8 +1110,19 @@ void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
   a.chunk_merge_each_item = chunk_merge_each_item_forced();
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
-  chunk_fast_kernel<T, R><<<grid, kThreads, 0, stream>>>(a);
+  kernel<<<grid, kThreads, ring_bytes, stream>>>(a);
   ES_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int R>
+void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (chunk_async_ok(a)) {
+      launch_chunk_fast_r<T, R, true>(a, stream);
+      return;
+    }
+  }
+  launch_chunk_fast_r<T, R, false>(a, stream);
 }
 
 // Instantiates chunk_fast_kernel for the plan's chunk length: R groups of 4 entries per thread.
