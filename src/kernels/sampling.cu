@@ -604,6 +604,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     if (item + 1 < end) {
       const bool wrap = chunk + 1 == a.plan.chunks;
       issue(item + 1, chunk_item(a, wrap ? row + 1 : row, wrap ? 0 : chunk + 1));
+    } else if constexpr (kAsync) {
+      cp_async_commit();  // an empty group, so that wait_group<1> waits for the last item's copies
     }
   };
   auto advance = [&] {
@@ -686,7 +688,20 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
       theta_run = poisoned || kc == it.rp.k ? theta_f : -INFINITY;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
-    } else {  // the running threshold: a few survivors per chunk, most threads have none
+    } else if (it.len == kCap) {  // the running threshold over a whole chunk: 3 instructions an
+                                  // entry (no absent slots); a few survivors, most threads none
+      bool any = false;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const float v = product(j);
+        bad |= poisons_row(v);
+        any |= v >= theta_f;
+      }
+      if (any) {
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) mask |= (product(j) >= theta_f ? 1u : 0u) << j;
+      }
+    } else {  // the same over a row's short last chunk
       bool any = false;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
