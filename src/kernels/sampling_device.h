@@ -382,9 +382,12 @@ __device__ inline int finalize_sorted(const uint64_t* sorted, int kept, const Ro
   return cut;
 }
 
-// Inverse CDF of spec §3.5 over a short list sorted by index (warp 0 only; other warps return
-// -1). The running sum is the same sequential fp32 sum as the reference: exact agreement.
-__device__ inline int sample_sorted_list_warp(const int32_t* idx, const float* val, int m, float u) {
+// Inverse CDF of spec §3.5 over a short list (m <= kMaxCandidateTopK entries sorted by index),
+// by one warp (all 32 lanes call; the result is the same in every lane). The running sums are
+// the reference's sequential fp32 sums in index order: exact agreement.
+
+// The list's total: the positive values summed in list order.
+__device__ inline float sorted_list_mass_warp(const float* val, int m) {
   float total = 0.0f;
   for (int base = 0; base < m; base += 32) {
     const float v = base + lane_id() < m ? val[base + lane_id()] : 0.0f;
@@ -394,7 +397,13 @@ __device__ inline int sample_sorted_list_warp(const int32_t* idx, const float* v
       if (x > 0.0f) total = fadd_rn(total, x);
     }
   }
-  const float threshold = fmul_rn(u, total);
+  return total;
+}
+
+// The index of the first entry whose running sum is > threshold (skipping values <= 0), else
+// the last positive entry's, else -1.
+__device__ inline int sorted_list_search_warp(const int32_t* idx, const float* val, int m,
+                                              float threshold) {
   float running = 0.0f;
   int found = -1, last = -1;
   for (int base = 0; base < m; base += 32) {
@@ -412,6 +421,11 @@ __device__ inline int sample_sorted_list_warp(const int32_t* idx, const float* v
     }
   }
   return found >= 0 ? found : last;
+}
+
+// The sample with uniform u: threshold u * total.
+__device__ inline int sample_sorted_list_warp(const int32_t* idx, const float* val, int m, float u) {
+  return sorted_list_search_warp(idx, val, m, fmul_rn(u, sorted_list_mass_warp(val, m)));
 }
 
 // ---------------------------------------------------------------------------------------------

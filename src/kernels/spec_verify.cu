@@ -7,6 +7,14 @@
 // and uniform, so the warps test all L drafts in parallel (warp w: s = w, w + kWarps, ...) and
 // one block-wide min finds the first rejection; then the residual sample at that position, or
 // the bonus sample from row L, with the same inverse-CDF arithmetic as the reference.
+//
+// Stage 2 does little arithmetic: its time is the chain of dependent global-memory round trips
+// after pdl::wait() (each ~1 us). So every input that does not come from stage 1 is loaded before
+// the wait, a warp loads its whole target row (status, count, 512 (index, prob) pairs, the dense
+// p(x)) in one round trip and keeps it in registers, and the warp that found the first rejection
+// draws the residual of a list row from those registers. For a list row the chain after the
+// wait is: the row (1), q at the listed indices when there are draft probabilities (2), the
+// output token (stored).
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
@@ -53,150 +61,237 @@ __device__ __forceinline__ float relu_sub(float p, float q) {
   return r < 0.0f ? 0.0f : r;  // std::max(r, 0.0f) of the reference
 }
 
-struct VerifyShared {
-  int32_t idx[kMaxCandidateTopK];
-  float val[kMaxCandidateTopK];
-  int token;
-};
-
-// Warp 0: sequential fp32 mass of a short list (the reference's order: index order).
-__device__ float list_mass_warp(const float* val, int m) {
-  float total = 0.0f;
-  for (int base = 0; base < m; base += 32) {
-    const float v = base + lane_id() < m ? val[base + lane_id()] : 0.0f;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const float x = __shfl_sync(kFull, v, j);
-      if (x > 0.0f) total = fadd_rn(total, x);
-    }
-  }
-  return total;
+__device__ __forceinline__ const int32_t* draft_row(const VerifyArgs& a, int b) {  // [L]
+  return a.drafts + static_cast<size_t>(b) * a.draft_stride;
 }
 
-// p(x) of a sparse row (one warp; the same in every lane): the prob of the entry whose index is
-// x, 0 when x is not in the list. Each lane compares every 32nd entry; the loads do not depend on
-// each other, so the lookup costs about one memory round trip instead of a dependent search.
-__device__ float sparse_prob_warp(const SparseRow& r, int x) {
-  const int m = r.count;
-  int hit = -1;
+// Q_s of sequence b ([V]), or null for onehot drafts.
+__device__ __forceinline__ const float* draft_prob_row(const VerifyArgs& a, int b, int s) {
+  return a.draft_probs ? a.draft_probs + (static_cast<size_t>(b) * a.probs_stride + s) * a.V
+                       : nullptr;
+}
+
+// What the verification of draft s needs besides its target row: none of it comes from the
+// sampling kernels, so it can be loaded before pdl::wait().
+struct Draft {
+  int x;          // the drafted token
+  float qx;       // Q_s(x), 1 for onehot drafts
+  float u_accept, u_residual;
+};
+
+__device__ Draft load_draft(const VerifyArgs& a, int b, int s) {
+  Draft d;
+  d.x = draft_row(a, b)[s];
+  const float* q = draft_prob_row(a, b, s);
+  d.qx = q ? q[d.x] : 1.0f;
+  d.u_accept = verify_uniform(a, b, RngPurpose::kAccept, s);
+  d.u_residual = verify_uniform(a, b, RngPurpose::kResidual, s);
+  return d;
+}
+
+// A target row in the registers of one warp: lane l holds entries i = j * 32 + l (j < kPerLane)
+// of the list, the same layout as the sequential sums' tiles (sorted_list_mass_warp).
+constexpr int kPerLane = kMaxCandidateTopK / 32;
+struct RowRegs {
+  int status, count;
+  int32_t index[kPerLane];  // entries i >= count hold stale values: ignore them
+  float prob[kPerLane];
+  float dense_px;  // p(x) of a dense row (read speculatively; meaningless for other rows)
+};
+
+// Loads target row `row` in one round trip: every load is issued before any is used (a sparse
+// row's arrays are always kMaxCandidateTopK long, so reading past `count` stays in bounds), and
+// p(x) of the dense buffer is read whatever the status, since waiting for the status first would
+// cost a second trip. x < 0: no draft (the bonus row).
+__device__ RowRegs load_row(const VerifyArgs& a, int row, int x) {
+  const SparseRow& r = a.sparse[row];
+  RowRegs t;
+  t.status = r.status;
+  t.count = r.count;
 #pragma unroll
-  for (int j = 0; j < kMaxCandidateTopK / 32; ++j) {
-    const int i = j * 32 + lane_id();
-    if (i < m && r.index[i] == x) hit = i;
+  for (int j = 0; j < kPerLane; ++j) {
+    t.index[j] = r.index[j * 32 + lane_id()];
+    t.prob[j] = r.prob[j * 32 + lane_id()];
   }
-  const unsigned lanes = __ballot_sync(kFull, hit >= 0);  // indices are unique: one lane at most
-  const float p = hit >= 0 ? r.prob[hit] : 0.0f;
+  const bool dense_ok = a.dense && static_cast<unsigned>(x) < static_cast<unsigned>(a.V);
+  t.dense_px = dense_ok ? a.dense[static_cast<size_t>(row) * a.V + x] : 0.0f;
+  return t;
+}
+
+// p(x) of a list row (the same in every lane): the prob of the entry whose index is x, 0 when x
+// is not in the list.
+__device__ float list_prob_warp(const RowRegs& r, int x) {
+  float p = 0.0f;
+  bool hit = false;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if (j * 32 + lane_id() < r.count && r.index[j] == x) {
+      p = r.prob[j];
+      hit = true;
+    }
+  }
+  const unsigned lanes = __ballot_sync(kFull, hit);  // indices are unique: one lane at most
   return lanes ? __shfl_sync(kFull, p, __ffs(lanes) - 1) : 0.0f;
 }
 
-// Accept test of draft s of sequence b (one warp; the same in every lane). Reads target row s of
-// the sequence only.
-__device__ bool accept_draft(const VerifyArgs& a, int b, int s) {
-  const int row = b * (a.L + 1) + s;
-  const SparseRow& r = a.sparse[row];
-  const int status = r.status;
-  const int x = a.drafts[static_cast<size_t>(b) * a.draft_stride + s];
-  float px;
-  if (status == kSparse) {
-    px = sparse_prob_warp(r, x);
-  } else {
-    px = status == kUniform ? fdiv_rn(1.0f, static_cast<float>(a.V))
-                            : a.dense[static_cast<size_t>(row) * a.V + x];
-  }
-  const float qx =
-      a.draft_probs ? a.draft_probs[(static_cast<size_t>(b) * a.probs_stride + s) * a.V + x] : 1.0f;
+// Accept test of draft d on its target row r (one warp; the same in every lane).
+__device__ bool accept_draft(const VerifyArgs& a, const RowRegs& r, const Draft& d) {
+  const float px = r.status == kSparse    ? list_prob_warp(r, d.x)
+                   : r.status == kUniform ? fdiv_rn(1.0f, static_cast<float>(a.V))
+                                          : r.dense_px;
   float alpha = 1.0f;
-  if (!(qx <= kDraftProbFloor)) {
-    const float ratio = fdiv_rn(px, qx);
+  if (!(d.qx <= kDraftProbFloor)) {
+    const float ratio = fdiv_rn(px, d.qx);
     alpha = ratio < 1.0f ? ratio : 1.0f;
   }
-  return px > 0.0f && verify_uniform(a, b, RngPurpose::kAccept, s) <= alpha;
+  return px > 0.0f && d.u_accept <= alpha;
 }
 
-// Sample of target row `row` with uniform u (block-wide; result valid in every thread).
-__device__ int sample_target(const VerifyArgs& a, int row, float u, VerifyShared& vs,
-                             BlockScratch& scratch) {
-  const SparseRow& r = a.sparse[row];
-  if (r.status == kUniform) return uniform_row_token(u, a.V);
-  if (r.status == kSparse) {
-    if (warp_id() == 0) {
-      const int t = sample_sorted_list_warp(r.index, r.prob, r.count, u);
-      if (lane_id() == 0) vs.token = t;
+struct VerifyShared {
+  int32_t idx[kMaxCandidateTopK];  // the drawing warp's list
+  float val[kMaxCandidateTopK];
+  int status, x, token;  // from the drawing warp to the block
+  float u;
+};
+
+// Copies the warp's list (indices and val) to shared memory, where the sequential sums read it
+// in list order. Returns after the warp's copies are visible to it.
+__device__ void stage_list_warp(const RowRegs& r, const float (&val)[kPerLane], VerifyShared& vs) {
+  __syncwarp();  // earlier reads of vs.val by this warp are done
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int i = j * 32 + lane_id();
+    if (i < r.count) {
+      vs.idx[i] = r.index[j];
+      vs.val[i] = val[j];
     }
-    __syncthreads();
-    const int t = vs.token;
-    __syncthreads();
-    return t;
   }
-  const float* p = a.dense + static_cast<size_t>(row) * a.V;
+  __syncwarp();
+}
+
+// Sample of a list row with uniform u (one warp, from its registers).
+__device__ int target_list_warp(const RowRegs& r, float u, VerifyShared& vs) {
+  stage_list_warp(r, r.prob, vs);
+  return sample_sorted_list_warp(vs.idx, vs.val, r.count, u);
+}
+
+// Residual sample max(P - Q, 0) of a list row with uniform u (one warp, from its registers), or
+// the target row when the residual mass is <= kResidualMassFloor. Outside the list P = 0, so the
+// residual is 0 there and the list holds all of its mass. q: Q_s or null (onehot(x)).
+__device__ int residual_list_warp(const RowRegs& r, const float* q, int x, float u,
+                                  VerifyShared& vs) {
+  float qi[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {  // all loads first: one round trip
+    const bool listed = j * 32 + lane_id() < r.count;  // only listed indices are valid addresses
+    qi[j] = q ? (listed ? q[r.index[j]] : 0.0f) : (r.index[j] == x ? 1.0f : 0.0f);
+  }
+  float res[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) res[j] = relu_sub(r.prob[j], qi[j]);
+  stage_list_warp(r, res, vs);
+  const float mass = sorted_list_mass_warp(vs.val, r.count);
+  if (mass > kResidualMassFloor) {
+    return sorted_list_search_warp(vs.idx, vs.val, r.count, fmul_rn(u, mass));
+  }
+  return target_list_warp(r, u, vs);
+}
+
+// Sample of a dense or uniform target row `row` with uniform u (block-wide; result valid in
+// every thread).
+__device__ int target_full_row(const VerifyArgs& a, int row, int status, float u,
+                               BlockScratch& scratch) {
+  if (status == kUniform) return uniform_row_token(u, a.V);
+  const float* p = a.dense + static_cast<size_t>(row) * a.V;  // [V]
   return full_row_sample([&](int i) { return p[i]; }, a.V, u, scratch);
 }
 
-// Sample at rejected draft s of sequence b (block-wide; result valid in every thread): the
-// residual max(P - Q, 0), Q = onehot(x) when there are no draft probabilities; the target row
-// when the residual mass is <= kResidualMassFloor.
-__device__ int residual_sample(const VerifyArgs& a, int b, int s, VerifyShared& vs,
-                               BlockScratch& scratch) {
+// Residual sample at rejected draft s (token x, uniform u) of sequence b on a dense or uniform
+// target row (block-wide; result valid in every thread): max(P - Q, 0), Q = onehot(x) when there
+// are no draft probabilities; the target row when the residual mass is <= kResidualMassFloor.
+__device__ int residual_full_row(const VerifyArgs& a, int b, int s, int status, int x, float u,
+                                 BlockScratch& scratch) {
   const int V = a.V;
   const int row = b * (a.L + 1) + s;
-  const SparseRow& r = a.sparse[row];
-  const int status = r.status;
-  const int x = a.drafts[static_cast<size_t>(b) * a.draft_stride + s];
-  const float* qrow =
-      a.draft_probs ? a.draft_probs + (static_cast<size_t>(b) * a.probs_stride + s) * V : nullptr;
-  const float u = verify_uniform(a, b, RngPurpose::kResidual, s);
-  auto q_at = [&](int i) { return qrow ? qrow[i] : (i == x ? 1.0f : 0.0f); };
-  if (status == kSparse) {
-    const int m = r.count;
-    for (int i = threadIdx.x; i < m; i += kThreads) {
-      vs.idx[i] = r.index[i];
-      vs.val[i] = relu_sub(r.prob[i], q_at(r.index[i]));
-    }
-    __syncthreads();
-    if (warp_id() == 0) {
-      const float mass = list_mass_warp(vs.val, m);
-      const int t = mass > kResidualMassFloor ? sample_sorted_list_warp(vs.idx, vs.val, m, u)
-                                              : sample_sorted_list_warp(r.index, r.prob, m, u);
-      if (lane_id() == 0) vs.token = t;
-    }
-    __syncthreads();
-    return vs.token;
-  }
-  const float* prow = status == kDense ? a.dense + static_cast<size_t>(row) * V : nullptr;
+  const float* q = draft_prob_row(a, b, s);                                          // [V] or null
+  const float* p = status == kDense ? a.dense + static_cast<size_t>(row) * V : nullptr;  // [V]
   const float pu = fdiv_rn(1.0f, static_cast<float>(V));
-  auto res_at = [&](int i) { return relu_sub(prow ? prow[i] : pu, q_at(i)); };
+  auto res_at = [&](int i) {
+    return relu_sub(p ? p[i] : pu, q ? q[i] : (i == x ? 1.0f : 0.0f));
+  };
   const float mass = full_row_total(res_at, V, scratch);
   if (mass > kResidualMassFloor) return full_row_search(res_at, V, fmul_rn(u, mass), scratch);
-  return sample_target(a, row, u, vs, scratch);
+  return target_full_row(a, row, status, u, scratch);
 }
 
 __global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
   __shared__ VerifyShared vs;
   __shared__ BlockScratch scratch;
-  const int b = blockIdx.x, L = a.L;
+  const int b = blockIdx.x, L = a.L, w = warp_id();
+  // Before the wait: the drafts, draft probabilities, uniforms, seeds and anchors were written
+  // by kernels that completed before the first sampling kernel started, since that one is an
+  // ordinary launch (sampling.cu launch_typed); this grid cannot start before it. Only the
+  // sampling kernels' rows (sparse, dense) need the wait.
+  // For most chains (L <= kWarps) a warp tests one draft, its first: load that one's inputs.
+  const Draft first = w < L ? load_draft(a, b, w) : Draft{};
+  const float u_bonus = verify_uniform(a, b, RngPurpose::kBonus, 0);
+  // Accepted drafts are written back: thread j holds draft j.
+  const int my_draft = static_cast<int>(threadIdx.x) < L ? draft_row(a, b)[threadIdx.x] : -1;
   kernel::pdl::wait();  // launched as a dependent of the sampling kernels: their rows are visible after this
+
   // The chain stops at its first rejection. A warp's own drafts are tested in increasing s, so
   // its first rejection is its smallest; the block-wide min over the warps is the chain's.
+  // The warp keeps the rejected draft and its row: it draws the residual if that is the chain's.
   int first_rejected = L;
-  for (int s = warp_id(); s < L; s += kWarps) {
-    if (!accept_draft(a, b, s)) {
+  Draft d{};
+  RowRegs row{};
+  for (int s = w; s < L; s += kWarps) {
+    d = s == w ? first : load_draft(a, b, s);
+    row = load_row(a, b * (L + 1) + s, d.x);
+    if (!accept_draft(a, row, d)) {
       first_rejected = s;
       break;
     }
   }
+  // The bonus row, read by the warp that would draw it (draft L's warp), unless that warp
+  // rejected a draft (then the chain stops before L). For L < kWarps an idle warp: in parallel.
+  if (first_rejected == L && w == L % kWarps) row = load_row(a, b * (L + 1) + L, -1);
   const int accepted = block_min_int(first_rejected, scratch);
-  const int token =
-      accepted < L ? residual_sample(a, b, accepted, vs, scratch)
-                   : sample_target(a, b * (L + 1) + L, verify_uniform(a, b, RngPurpose::kBonus, 0),
-                                   vs, scratch);
-  // Accepted drafts, the sampled token (the same in every thread), then -1.
-  int32_t* out = a.out + static_cast<size_t>(b) * (L + 1);
+
+  // The outputs that do not depend on the sampled token: accepted drafts, then -1.
+  int32_t* out = a.out + static_cast<size_t>(b) * (L + 1);  // [L + 1]
   for (int j = threadIdx.x; j <= L; j += kThreads) {
-    out[j] = j < accepted    ? a.drafts[static_cast<size_t>(b) * a.draft_stride + j]
-             : j == accepted ? token
-                             : -1;
+    if (j == accepted) continue;
+    // j != threadIdx.x: j >= kThreads, only for L > kThreads.
+    out[j] = j > accepted                        ? -1
+             : j == static_cast<int>(threadIdx.x) ? my_draft
+                                                  : draft_row(a, b)[j];
   }
   if (threadIdx.x == 0) a.num_accepted[b] = accepted;
+
+  // The draw at position `accepted`, by the warp holding its row: a list row from registers,
+  // other rows block-wide below.
+  if (w == accepted % kWarps) {
+    const float u = accepted < L ? d.u_residual : u_bonus;
+    int token = -1;
+    if (row.status == kSparse) {
+      token = accepted < L ? residual_list_warp(row, draft_prob_row(a, b, accepted), d.x, u, vs)
+                           : target_list_warp(row, u, vs);
+    }
+    if (lane_id() == 0) {
+      vs.status = row.status;
+      vs.x = d.x;
+      vs.u = u;
+      vs.token = token;
+    }
+  }
+  __syncthreads();
+  int token = vs.token;
+  if (vs.status != kSparse) {
+    token = accepted < L ? residual_full_row(a, b, accepted, vs.status, vs.x, vs.u, scratch)
+                         : target_full_row(a, b * (L + 1) + L, vs.status, vs.u, scratch);
+  }
+  if (threadIdx.x == 0) out[accepted] = token;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // as the reference; full-row rows may differ only at documented CDF boundaries).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -166,11 +167,13 @@ void check(const VCase& c) {
 // Chains whose first rejection is placed: at draft 0, 1, 5, in a warp's second or third round
 // (the kernel tests draft s in warp s % 16), at the last draft, or nowhere (bonus), with later
 // drafts that would be rejected too (s % 3 == 2 after the first). Rows: index-sorted lists (top-k
-// 50) or dense rows (top-k off), with uniform-fallback rows (a NaN logit) among them, including
-// a bonus row. Accepted drafts are the boosted argmax (p > 0.9, u = 0.5) or, on a uniform row,
-// any token (u = 1e-9). Rejected drafts (u = 0.999): on a list row at even s the smallest logit
-// (absent from the list: p = 0), else the second largest (p ~ 1e-4), or any token of a uniform
-// row. With draft probabilities q(x) >= 0.3, except q(x) = 0 (alpha = 1) at an accepted draft 1.
+// 50, 512 or 1) or dense rows (top-k off), with uniform-fallback rows (a NaN logit) among them,
+// including a bonus row. Accepted drafts are the boosted argmax (p > 0.9, u = 0.5) or, on a
+// uniform row, any token (u = 1e-9). Rejected drafts (u = 0.999): on a list row at even s the
+// smallest logit (absent from the list: p = 0), else the second largest (p ~ 1e-4), or any token
+// of a uniform row. With draft probabilities q(x) >= 0.3, except q(x) = 0 (alpha = 1) at an
+// accepted draft 1; and at the first rejection of odd sequences q = 1 at every index: the residual
+// max(P - Q, 0) is 0, so the token comes from the target row (the residual mass floor's fallback).
 void check_placed_rejections(const VCase& c) {
   SCOPED_TRACE(testing::Message() << "placed rejections: V " << c.vocab << " k " << c.top_k
                                   << " q " << c.with_q);
@@ -214,6 +217,7 @@ void check_placed_rejections(const VCase& c) {
         for (int32_t i = 0; i < V; ++i) sum += (q[i] = std::exp(nd(rng)));
         for (int32_t i = 0; i < V; ++i) q[i] = static_cast<float>(q[i] / sum);
         q[x] = s == 1 && !reject ? 0.0f : std::max(q[x], 0.3f);
+        if (s == first_rejected[b] && b % 2 == 1) std::fill(q, q + V, 1.0f);
       }
     }
     for (int32_t j = L; j <= 2 * L; ++j) u[j] = request_uniform(5, b, RngPurpose::kResidual, j);
@@ -238,18 +242,29 @@ TEST(SpecVerifyGpu, MatchesReference) {
   check({16, 5, 257, DType::kF32, 1.0f, 0, 1.0f, kN, true, true, SamplingPath::kAuto});
   check({16, 2, 257, DType::kF32, 0.0f, 0, 1.0f, kN, false, false, SamplingPath::kGeneral});
   check({2, 0, 128256, DType::kF32, 1.0f, 50, 0.9f, kN, false, false, SamplingPath::kAuto});
+  // The benchmark's L and vocabulary with full lists (top-k 512, every list slot used), draft
+  // probabilities and device uniforms; T = 0.5 so that drafts get accepted.
+  check({4, 15, 151936, DType::kF32, 0.5f, 512, 1.0f, kN, true, true, SamplingPath::kAuto});
+  // One-entry lists (top-k 1): a draft is accepted iff it is the argmax.
+  check({16, 15, 2048, DType::kF32, 1.0f, 1, 1.0f, kN, false, false, SamplingPath::kAuto});
+  check({16, 15, 6000, DType::kF16, 1.0f, 1, 1.0f, kN, true, true, SamplingPath::kAuto});
 }
 
 TEST(SpecVerifyGpu, PlacedRejections) {
   ES_SKIP_IF_NO_GPU();
   const TopPMode kN = TopPMode::kNucleus;
   for (const bool with_q : {false, true}) {
-    // General path: sparse rows (top-k 50) and dense rows (top-k off).
-    check_placed_rejections({9, 37, 6000, DType::kF32, 1.0f, 50, 1.0f, kN, with_q, false, SamplingPath::kAuto});
-    check_placed_rejections({9, 37, 6000, DType::kF32, 1.0f, 0, 1.0f, kN, with_q, false, SamplingPath::kAuto});
+    // General path: list rows of top-k 50, of top-k 512 (every index / prob slot of the list
+    // used: the kernel holds a row in 16 slots per lane) and of top-k 1 (one entry), and dense
+    // rows (top-k off).
+    for (const int32_t k : {50, 512, 1, 0}) {
+      check_placed_rejections({9, 37, 6000, DType::kF32, 1.0f, k, 1.0f, kN, with_q, false, SamplingPath::kAuto});
+    }
+    // Small-vocab path, list rows.
+    for (const int32_t k : {50, 512}) {
+      check_placed_rejections({9, 37, 2048, DType::kF32, 1.0f, k, 1.0f, kN, with_q, false, SamplingPath::kAuto});
+    }
   }
-  // Small-vocab path, sparse rows.
-  check_placed_rejections({9, 37, 2048, DType::kF32, 1.0f, 50, 1.0f, kN, false, false, SamplingPath::kAuto});
 }
 
 }  // namespace
