@@ -358,6 +358,15 @@ __device__ __forceinline__ void cp_async_wait() {
 template <int R>
 __device__ __forceinline__ void copy_chunk_async(const float* x, int len, float* stage) {
   const int t = threadIdx.x;
+  if (len >= 4 * R * kThreads) {  // a whole chunk: constant offsets from one address (the clamps
+                                  // and 64-bit sums of the general case were ~90 instructions an
+                                  // item, 23 % of the stage's, ncu source counters 2026-11-30)
+    const float* src = x + 4 * t;
+    float* dst = stage + 4 * t;
+#pragma unroll
+    for (int r = 0; r < R; ++r) cp_async16(dst + r * 4 * kThreads, src + r * 4 * kThreads, 16);
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int b = 4 * (t + r * kThreads);
