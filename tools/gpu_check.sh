@@ -34,8 +34,6 @@
 #                                 both ways, torch_anchor.py --sampling, and T = 1 generations of
 #                                 $ES_SMOLLM2_GGUF (plain and with models/'s draft; top-p 0.9 for
 #                                 fullrowsplit) that must give the same tokens both ways (~3 min)
-#   tools/gpu_check.sh chunkmerge A/B of the chunk stage's merge groups (ES_CHUNK_MERGE_EACH=1: a merge
-#                                 after every item, as before; 0: the groups), as sampling_ab below
 #   tools/gpu_check.sh chunkasync A/B of the chunk stage's cp.async ring for f32 rows (ES_CHUNK_ASYNC=0:
 #                                 loads into registers), as sampling_ab below
 #   tools/gpu_check.sh prefillab  A/B of the attention row tiles (ES_ATTN_ROWTILES=1 / default 2: the
@@ -529,9 +527,8 @@ if build; then
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
-      chunkmerge) sampling_ab ES_CHUNK_MERGE_EACH chunkmerge || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkmerge, chunkasync)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync)" >&2; status=2 ;;
     esac
   done
 else

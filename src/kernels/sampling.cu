@@ -292,8 +292,8 @@ __device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
 //    4, 8, 16, then every 16, and its last (prefilter::merge_after), 2 block barriers each. The
 //    items of a group run with no barrier between them, filtered by the threshold of the last
 //    merge (the first item's until the first merge): ~k survivors per group for i.i.d. entries.
-//    With a merge after every item (ES_CHUNK_MERGE_EACH=1, the A/B) the 2 barriers per item
-//    were 39 % of the stage's stall samples (ncu, 2026-11-30: 3,345 of 8,502);
+//    With a merge after every item (the stage before groups; docs/perf.md) the 2 barriers per
+//    item were 39 % of the stage's stall samples (ncu, 2026-11-30: 3,345 of 8,502);
 //  * the rare group with > 512 survivors (ties; every entry -inf) merges each of its chunks'
 //    top-kc instead, from select_top_candidates (radix select) over the chunk's keys staged in
 //    shared memory.
@@ -669,7 +669,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     const int seg_chunk0 = max(begin - it.row * a.plan.chunks, 0);  // the segment's first chunk
     const int done = chunk - seg_chunk0 + 1;  // the segment's items so far, this one included
     const bool seg_last = item + 1 == end || chunk + 1 == a.plan.chunks;
-    const bool merge = seg_last || a.chunk_merge_each_item || prefilter::merge_after(done);
+    const bool merge = seg_last || prefilter::merge_after(done);
     const int kc = min(it.rp.k, it.len);
     float theta_f = theta_run;
     bool bad = false;
@@ -1100,16 +1100,6 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
   }
 }
 
-// True when the environment sets ES_CHUNK_MERGE_EACH=1 (read once): the chunk stage then merges
-// after every item, as before merge groups, so one binary measures both.
-bool chunk_merge_each_item_forced() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_CHUNK_MERGE_EACH");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 // False when the environment sets ES_CHUNK_ASYNC=0 (read once): the chunk stage then loads every
 // row into registers (the kernel before the cp.async ring), so one binary measures both.
 bool chunk_async_enabled() {
@@ -1149,7 +1139,6 @@ void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
   const int64_t per_cta = (items + resident - 1) / resident;
   a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
-  a.chunk_merge_each_item = chunk_merge_each_item_forced();
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
   kernel<<<grid, kThreads, ring_bytes, stream>>>(a);
   ES_CUDA_CHECK_LAUNCH();

@@ -53,9 +53,6 @@ struct RowsArgs {
   // Set by the launcher: the chunk stage's contiguous run of (row, chunk) items per CTA, from
   // which final_fast_kernel derives where each record lies (sampling_layout.h).
   int32_t chunk_items_per_cta = 0;
-  // Set by the launcher: the chunk stage merges after every item (ES_CHUNK_MERGE_EACH=1, the
-  // stage before merge groups) instead of at merge_after's points; for A/B runs and tests.
-  bool chunk_merge_each_item = false;
 };
 
 void launch_rows(const RowsArgs& a, cudaStream_t stream);
