@@ -494,35 +494,6 @@ __device__ __noinline__ void chunk_fast_fallback(const T* x, const ChunkItem& it
                         it.len, kc, sh.cand, sh.ss, sh.scratch);
 }
 
-__device__ __forceinline__ void merge_top_k(const uint64_t* a, int na, const uint64_t* b, int nb, int k,
-                                            uint64_t* dst);
-
-// A merge group's survivors overflowed ss.tmp (> kMaxCandidateTopK: ties, rows of -inf): merges
-// the exact top-kc of each of the group's chunks c0..c1 of a row (chunk_fast_fallback) into the
-// segment's top-k, sh.best[bp][0, n_best), one chunk at a time. Returns the new (n_best, bp).
-// Called by every thread after a barrier that ends the group's appends; ends with a barrier.
-// Not inlined: rare, and its live values would crowd the registers that keep raw[] in flight.
-template <typename T, int R>
-__device__ __noinline__ int2 chunk_fast_group_fallback(const T* row_logits, int vocab, int chunk_len, RowParams rp,
-                                                      int c0, int c1, int n_best, int bp, uint32_t* keys,
-                                                      ChunkFastShared<R>& sh) {
-  for (int c = c0; c <= c1; ++c) {
-    ChunkItem gi;  // its row is not needed: row_logits is the row
-    gi.row = -1;
-    gi.active = true;
-    gi.start = c * chunk_len;
-    gi.len = min(chunk_len, vocab - gi.start);
-    gi.rp = rp;
-    const int gkc = min(rp.k, gi.len);
-    chunk_fast_fallback<T, R>(row_logits + gi.start, gi, gkc, keys, sh);
-    merge_top_k(sh.best[bp], n_best, sh.cand, gkc, rp.k, sh.best[bp ^ 1]);
-    n_best = min(rp.k, n_best + gkc);
-    bp ^= 1;
-    __syncthreads();  // best[bp] is complete; cand is read
-  }
-  return make_int2(n_best, bp);
-}
-
 // Entries of a[0, n) (distinct, descending) greater than v (not in a): a binary search.
 __device__ __forceinline__ int count_greater_sorted(const uint64_t* a, int n, uint64_t v) {
   int lo = 0, hi = n;  // a[0, lo) > v, a[hi, n) < v
@@ -562,6 +533,32 @@ __device__ __forceinline__ void merge_top_k(const uint64_t* a, int na, const uin
   }
 }
 
+// A merge group's survivors overflowed ss.tmp (> kMaxCandidateTopK: ties, rows of -inf): merges
+// the exact top-kc of each of the group's chunks c0..c1 of a row (chunk_fast_fallback) into the
+// segment's top-k, sh.best[bp][0, n_best), one chunk at a time. Returns the new (n_best, bp).
+// Called by every thread after a barrier that ends the group's appends; ends with a barrier.
+// Not inlined: rare, and its live values would crowd the registers that keep raw[] in flight.
+template <typename T, int R>
+__device__ __noinline__ int2 chunk_fast_group_fallback(const T* row_logits, int vocab, int chunk_len, RowParams rp,
+                                                      int c0, int c1, int n_best, int bp, uint32_t* keys,
+                                                      ChunkFastShared<R>& sh) {
+  for (int c = c0; c <= c1; ++c) {
+    ChunkItem gi;  // its row is not needed: row_logits is the row
+    gi.row = -1;
+    gi.active = true;
+    gi.start = c * chunk_len;
+    gi.len = min(chunk_len, vocab - gi.start);
+    gi.rp = rp;
+    const int gkc = min(rp.k, gi.len);
+    chunk_fast_fallback<T, R>(row_logits + gi.start, gi, gkc, keys, sh);
+    merge_top_k(sh.best[bp], n_best, sh.cand, gkc, rp.k, sh.best[bp ^ 1]);
+    n_best = min(rp.k, n_best + gkc);
+    bp ^= 1;
+    __syncthreads();  // best[bp] is complete; cand is read
+  }
+  return make_int2(n_best, bp);
+}
+
 // kAsync (f32 rows whose chunks all start 16-byte aligned, chunk_async_ok): the chunks go through
 // a ring of two stages in dynamic shared memory (2 kCap floats), filled by cp.async: each item's
 // copies are issued before the previous item is computed, so a chunk's bytes are in flight while
@@ -588,10 +585,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     sh.poison[t] = 0;
   }
 
-  // raw[] holds the loads of item `item`, in flight until decoded. Only the loads and their
-  // layout are carried from one iteration to the next (the item's description is recomputed
-  // from (row, chunk): cheap, and it keeps registers free for raw[]; 64 at most, for 2 CTAs per
-  // SM).
+  // raw[] holds the loads of item `item`: in flight until decoded, or (kAsync) read from its
+  // stage once its copies have landed. Only the loads and their layout are carried from one
+  // iteration to the next (the item's description is recomputed from (row, chunk): cheap, and it
+  // keeps registers free for raw[]; 64 at most, for 2 CTAs per SM).
   uint32_t raw[kPer];
   bool vec = kAsync;
   float* ring = reinterpret_cast<float*>(dyn);
@@ -727,8 +724,9 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     // Survivors appended to ss.tmp. kAsync: each thread with any takes its slots with one shared
     // atomic and re-reads its survivors' logits from the stage, so the work is per survivor (a
     // loop over the set bits of its mask); in registers, a slot must be a constant after
-    // unrolling, and a warp with one survivor paid for all 16 slots (ncu, 2026-11-30: ~55 % of
-    // the stage's instructions for the 256 verify rows). Else one shared atomic per warp.
+    // unrolling, and a warp with one survivor pays for all 16 slots (ncu, 2026-11-30, the 256
+    // verify rows: 32.8 -> 28.7 M warp instructions, 60.9 -> 56.6 us). Else one shared atomic
+    // per warp.
     if constexpr (kAsync) {
       if (mask != 0) {
         int pos = atomicAdd(&sh.count[gp], __popc(mask));
@@ -787,9 +785,11 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
         n_best = min(it.rp.k, n_best + m);
         bp ^= 1;
       } else {  // block-uniform: ss.tmp overflowed; each of the group's chunks' exact top-kc instead
+        // The keys go to the consumed stage (kAsync: the next item's copies fill the other one).
+        uint32_t* keys = kAsync ? reinterpret_cast<uint32_t*>(stage_of(item)) : keys_static;
         const int2 r = chunk_fast_group_fallback<T, R>(logits + static_cast<size_t>(it.row) * a.vocab, a.vocab,
                                                        a.plan.chunk_len, it.rp, chunk - (item - group_first), chunk,
-                                                       n_best, bp, kAsync ? reinterpret_cast<uint32_t*>(stage_of(item)) : keys_static, sh);
+                                                       n_best, bp, keys, sh);
         n_best = r.x;
         bp = r.y;
       }
@@ -1071,7 +1071,9 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
     int optin;
     size_t allowed;  // dynamic bytes currently allowed (default: 48 KB - static)
   };
-  static thread_local Entry cache[8];
+  // One entry per kernel and device: small_vocab (2), final_fast (4), the chunk stage's ring (4).
+  constexpr int kEntries = 16;
+  static thread_local Entry cache[kEntries];
   static thread_local int used = 0;
   int device = 0;
   ES_CUDA_CHECK(cudaGetDevice(&device));
@@ -1086,7 +1088,7 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
     Entry fresh{func, device, attr.sharedSizeBytes, 0,
                 static_cast<size_t>(attr.maxDynamicSharedSizeBytes)};
     ES_CUDA_CHECK(cudaDeviceGetAttribute(&fresh.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    e = &cache[used < 8 ? used++ : 7];
+    e = &cache[used < kEntries ? used++ : kEntries - 1];
     *e = fresh;
   }
   ES_CHECK_ARG(e->static_bytes + bytes <= static_cast<size_t>(e->optin), "sample_rows",
