@@ -352,6 +352,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Asks the L2 for `bytes` (a multiple of 16) at src (16-byte aligned): one instruction for a whole
+// chunk, no registers or shared memory held, no effect on the results.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
 // Copies a chunk's len entries at x (16-byte aligned) into stage[0, 4 R kThreads) with cp.async,
 // this thread's pieces only: piece r is entries 4 (t + r kThreads) + 0..3 (the vec layout of
 // load_chunk). Absent entries read 0.
@@ -559,6 +565,18 @@ __device__ __noinline__ int2 chunk_fast_group_fallback(const T* row_logits, int 
   return make_int2(n_best, bp);
 }
 
+// The L2 prefetch of item `item` (< end; a candidate row's chunk) for RowsArgs::chunk_l2_ahead:
+// its whole 16-byte pieces, if the chunk starts 16-byte aligned.
+template <typename T>
+__device__ void prefetch_item_l2(const RowsArgs& a, int item, int end) {
+  if (item >= end) return;
+  const int row = item / a.plan.chunks, chunk = item - row * a.plan.chunks;
+  const ChunkItem n = chunk_item(a, row, chunk);
+  const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(n.row) * a.vocab + n.start;
+  const uint32_t bytes = (static_cast<uint32_t>(n.len) * static_cast<uint32_t>(sizeof(T))) & ~15u;
+  if (n.active && (reinterpret_cast<uintptr_t>(x) & 15) == 0 && bytes > 0) prefetch_l2_bulk(x, bytes);
+}
+
 // kAsync (f32 rows whose chunks all start 16-byte aligned, chunk_async_ok): the chunks go through
 // a ring of two stages in dynamic shared memory (2 kCap floats), filled by cp.async: each item's
 // copies are issued before the previous item is computed, so a chunk's bytes are in flight while
@@ -633,6 +651,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     // kAsync: the next item's copies go out first; its stage's last reader was this thread
     // (item - 1), or the block before the barrier that ended the last fallback.
     if constexpr (kAsync) prefetch_next(item);
+    if (a.chunk_l2_ahead > 0 && t == 0) prefetch_item_l2<T>(a, item + 1 + a.chunk_l2_ahead, end);
     const ChunkItem it = chunk_item(a, row, chunk);
     if (!it.active) {  // block-uniform (the row's parameters); the whole row is skipped
       if constexpr (!kAsync) prefetch_next(item);
@@ -1112,6 +1131,15 @@ bool chunk_async_enabled() {
   return on;
 }
 
+// ES_CHUNK_L2_AHEAD (read once; 0 when unset, clamped to 0..8): RowsArgs::chunk_l2_ahead.
+int chunk_l2_ahead() {
+  static const int ahead = [] {
+    const char* v = std::getenv("ES_CHUNK_L2_AHEAD");
+    return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 8);
+  }();
+  return ahead;
+}
+
 // Whether every chunk of every row starts 16-byte aligned, so chunk_fast_kernel may copy f32 rows
 // with cp.async (16-byte pieces): the logits, the row stride and the chunk length.
 bool chunk_async_ok(const RowsArgs& a) {
@@ -1141,6 +1169,7 @@ void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
   const int64_t per_cta = (items + resident - 1) / resident;
   a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
+  a.chunk_l2_ahead = chunk_l2_ahead();
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
   kernel<<<grid, kThreads, ring_bytes, stream>>>(a);
   ES_CUDA_CHECK_LAUNCH();

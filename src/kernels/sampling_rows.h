@@ -53,6 +53,10 @@ struct RowsArgs {
   // Set by the launcher: the chunk stage's contiguous run of (row, chunk) items per CTA, from
   // which final_fast_kernel derives where each record lies (sampling_layout.h).
   int32_t chunk_items_per_cta = 0;
+  // Set by the launcher from ES_CHUNK_L2_AHEAD (default 0: off): the chunk stage also asks the L2
+  // for the chunk of item + 1 + chunk_l2_ahead at each item (one bulk prefetch per CTA), so more
+  // bytes are in flight than its registers or ring hold. An experiment, not yet measured.
+  int32_t chunk_l2_ahead = 0;
 };
 
 void launch_rows(const RowsArgs& a, cudaStream_t stream);
