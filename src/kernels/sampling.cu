@@ -713,29 +713,24 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
       theta_run = poisoned || kc == it.rp.k ? theta_f : -INFINITY;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
-    } else if (it.len == kCap) {  // the running threshold over a whole chunk: 3 instructions an
-                                  // entry (no absent slots); a few survivors, most threads none
-      bool any = false;
+    } else {  // the running threshold: a few survivors per chunk, most threads have none
+      // value(j): the scaled logit of slot j, or NaN for an absent slot (never a survivor).
+      auto filter = [&](auto value) {
+        bool any = false;
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const float v = product(j);
-        bad |= poisons_row(v);
-        any |= v >= theta_f;
-      }
-      if (any) {
+        for (int j = 0; j < kPer; ++j) {
+          bad |= poisons_row(product(j));  // absent slots read 0: never poison
+          any |= value(j) >= theta_f;
+        }
+        if (any) {
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) mask |= (product(j) >= theta_f ? 1u : 0u) << j;
-      }
-    } else {  // the same over a row's short last chunk
-      bool any = false;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        bad |= poisons_row(product(j));  // absent slots read 0: never poison
-        any |= scaled(j) >= theta_f;
-      }
-      if (any) {
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
+          for (int j = 0; j < kPer; ++j) mask |= (value(j) >= theta_f ? 1u : 0u) << j;
+        }
+      };
+      if (it.len == kCap) {
+        filter(product);  // a whole chunk: no absent slot, 3 instructions an entry
+      } else {
+        filter(scaled);   // a row's short last chunk
       }
     }
     if (__any_sync(kFull, bad) && lane == 0) atomicOr(&sh.poison[gp], 1u << (item - group_first));
