@@ -36,8 +36,8 @@
 #                                 fullrowsplit) that must give the same tokens both ways (~3 min)
 #   tools/gpu_check.sh chunkasync A/B of the chunk stage's cp.async ring for f32 rows (ES_CHUNK_ASYNC=0:
 #                                 loads into registers), as sampling_ab below
-#   tools/gpu_check.sh chunkl2    the chunk stage's L2 prefetch distance (ES_CHUNK_L2_AHEAD 0-3; 0, off,
-#                                 is the default): tests with 2, bench_sampling_gpu at each (~2 min)
+#   tools/gpu_check.sh chunkfinalize  A/B of the chunk CTA finalizing the rows it walked whole
+#                                 (ES_CHUNK_FINALIZE=0: final_fast_kernel does), as sampling_ab below
 #   tools/gpu_check.sh prefillab  A/B of the attention row tiles (ES_ATTN_ROWTILES=1 / default 2: the
 #                                 prefill variant, and the batch-1 verify variant of two tiles per
 #                                 CTA): test_paged_attention_gpu both ways (timeout 300),
@@ -457,27 +457,6 @@ sampling_ab() {
   return $status
 }
 
-# The chunk stage's L2 prefetch distance (ES_CHUNK_L2_AHEAD = 0 (off, the default), 1, 2, 3 items
-# beyond the next one), in one call: the chunk and verify GPU tests with 2 (the prefetch changes
-# no result; this checks its addresses), then bench_sampling_gpu's candidate-mode cases at each
-# distance, then torch_anchor.py --sampling.
-stage_chunkl2() {
-  local status=0 t m rc
-  for t in test_sampling_chunk_fast_gpu test_spec_verify_gpu; do
-    ES_CHUNK_L2_AHEAD=2 timeout 120 "$build_dir/tests/$t" --gtest_brief=1 >"$out/chunkl2_$t.log" 2>&1
-    rc=$?
-    [ $rc -eq 0 ] || { status=1; grep -A6 "Failure" "$out/chunkl2_$t.log" | head -30; }
-    summary+=("chunkl2 ES_CHUNK_L2_AHEAD=2 $(printf '%-30s' "$t") $([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")")
-  done
-  for m in 0 1 2 3 0; do
-    ES_CHUNK_L2_AHEAD=$m timeout 100 "$build_dir/bench/bench_sampling_gpu" >"$out/chunkl2_bench$m.txt" 2>&1 || status=1
-    while read -r line; do summary+=("  ES_CHUNK_L2_AHEAD=$m $line"); done < <(grep -E "verify B=16|V=151936 f32 B=(1|64) k50" "$out/chunkl2_bench$m.txt")
-  done
-  timeout 120 python3 tools/torch_anchor.py --sampling >"$out/anchor_sampling.json" 2>"$out/anchor_sampling.err"
-  summary+=("anchor sampling rc=$?   $(head -c 400 "$out/anchor_sampling.json")")
-  return $status
-}
-
 # Attention with one (ES_ATTN_ROWTILES=1) or two (default) 16-row tiles per warp row
 # (src/kernels/paged_attention_split.h: prefill at warpsM 4, 128 rows per CTA; batch-1 verify at
 # warpsM 1, 32 rows per CTA with decode's per-row arithmetic), in one call: the attention GPU test
@@ -551,8 +530,8 @@ if build; then
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
-      chunkl2) stage_chunkl2 || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkl2)" >&2; status=2 ;;
+      chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize)" >&2; status=2 ;;
     esac
   done
 else

@@ -352,12 +352,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Asks the L2 for `bytes` (a multiple of 16) at src (16-byte aligned): one instruction for a whole
-// chunk, no registers or shared memory held, no effect on the results.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
 // Copies a chunk's len entries at x (16-byte aligned) into stage[0, 4 R kThreads) with cp.async,
 // this thread's pieces only: piece r is entries 4 (t + r kThreads) + 0..3 (the vec layout of
 // load_chunk). Absent entries read 0.
@@ -565,17 +559,23 @@ __device__ __noinline__ int2 chunk_fast_group_fallback(const T* row_logits, int 
   return make_int2(n_best, bp);
 }
 
-// The L2 prefetch of item `item` (< end; a candidate row's chunk) for RowsArgs::chunk_l2_ahead:
-// its whole 16-byte pieces, if the chunk starts 16-byte aligned.
-template <typename T>
-__device__ void prefetch_item_l2(const RowsArgs& a, int item, int end) {
-  if (item >= end) return;
-  const int row = item / a.plan.chunks, chunk = item - row * a.plan.chunks;
-  const ChunkItem n = chunk_item(a, row, chunk);
-  const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(n.row) * a.vocab + n.start;
-  const uint32_t bytes = (static_cast<uint32_t>(n.len) * static_cast<uint32_t>(sizeof(T))) & ~15u;
-  if (n.active && (reinterpret_cast<uintptr_t>(x) & 15) == 0 && bytes > 0) prefetch_l2_bulk(x, bytes);
+// final_fast_kernel's work for a row of one record (kernels/sampling_layout.h), done by the chunk
+// CTA that walked the whole row (RowsArgs::chunk_finalizes_rows): best[0, n_best) is the row's
+// top-k, descending; poisoned: a chunk of the row was. Ends with a barrier (cs is read).
+__device__ __forceinline__ void chunk_finalize_row(const RowsArgs& a, int row, const RowParams& rp, const uint64_t* best,
+                                                int n_best, bool poisoned, CandShared& cs, BlockScratch& scratch) {
+  if (poisoned || composite_key(best[0]) == kMinusInfKey) {  // block-uniform
+    emit_uniform(a, row);
+  } else {
+    const int cut = finalize_sorted(best, n_best, rp, a.mode, cs.aux, cs.prob, scratch);
+    emit_candidates(a, row, best, cut, cs);
+  }
+  __syncthreads();
 }
+
+// Whether chunk_fast_kernel<*, R, *> can finalize rows itself (RowsArgs::chunk_finalizes_rows):
+// a consumed chunk stage (or the register path's fallback keys) must hold a CandShared.
+constexpr bool chunk_can_finalize(int R) { return sizeof(CandShared) <= size_t{4} * R * kThreads * sizeof(uint32_t); }
 
 // kAsync (f32 rows whose chunks all start 16-byte aligned, chunk_async_ok): the chunks go through
 // a ring of two stages in dynamic shared memory (2 kCap floats), filled by cp.async: each item's
@@ -588,6 +588,7 @@ template <typename T, int R, bool kAsync>
 __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   constexpr int kPer = 4 * R;             // entries per thread
   constexpr int kCap = kPer * kThreads;   // entries per chunk, at most (>= plan.chunk_len)
+  constexpr bool kFinalizes = chunk_can_finalize(R);
   static_assert(!kAsync || std::is_same_v<T, float>, "the cp.async ring serves f32 rows");
   __shared__ ChunkFastShared<R> sh;
   __shared__ uint32_t keys_static[kAsync ? 1 : kCap];  // the fallback's keys (kAsync: a ring stage)
@@ -651,7 +652,6 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     // kAsync: the next item's copies go out first; its stage's last reader was this thread
     // (item - 1), or the block before the barrier that ended the last fallback.
     if constexpr (kAsync) prefetch_next(item);
-    if (a.chunk_l2_ahead > 0 && t == 0) prefetch_item_l2<T>(a, item + 1 + a.chunk_l2_ahead, end);
     const ChunkItem it = chunk_item(a, row, chunk);
     if (!it.active) {  // block-uniform (the row's parameters); the whole row is skipped
       if constexpr (!kAsync) prefetch_next(item);
@@ -814,12 +814,21 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     theta_run = seg_poisoned                ? INFINITY
                 : n_best >= it.rp.k         ? key_value(composite_key(best[it.rp.k - 1]))
                                             : -INFINITY;
-    if (seg_last) {
+    if (seg_last && a.chunk_finalizes_rows) {  // block-uniform: the segment is the whole row
+      // final_fast_kernel's work for a row of one record, here: no record, no second launch.
+      // CandShared goes in the consumed stage (or the fallback's keys), as the fallback's keys do.
+      static_assert(!kFinalizes || sizeof(CandShared) <= kCap * sizeof(uint32_t), "CandShared must fit a chunk");
+      if constexpr (kFinalizes) {
+        uint32_t* region = kAsync ? reinterpret_cast<uint32_t*>(stage_of(item)) : keys_static;
+        chunk_finalize_row(a, it.row, it.rp, best, n_best, seg_poisoned, *reinterpret_cast<CandShared*>(region),
+                           sh.scratch);
+      }
+    } else if (seg_last) {
       uint64_t* slots = record_slots(a) + (static_cast<size_t>(it.row) * a.plan.chunks + seg_chunk0) * cap;
       for (int i = t; i < n_best; i += kThreads) slots[i] = best[i];
     }
     const int group_items = item - group_first + 1;  // <= kMaxMergeGroup
-    if (t < group_items) {
+    if (!a.chunk_finalizes_rows && t < group_items) {  // the records' headers, for final_fast_kernel
       const int g = group_first + t;
       record_headers(a)[g] = encode_record_header((poison_bits >> t) & 1u, seg_chunk0, seg_last && g == item ? n_best : 0);
     }
@@ -1126,13 +1135,14 @@ bool chunk_async_enabled() {
   return on;
 }
 
-// ES_CHUNK_L2_AHEAD (read once; 0 when unset, clamped to 0..8): RowsArgs::chunk_l2_ahead.
-int chunk_l2_ahead() {
-  static const int ahead = [] {
-    const char* v = std::getenv("ES_CHUNK_L2_AHEAD");
-    return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 8);
+// ES_CHUNK_FINALIZE=0 (read once): the chunk stage never finalizes rows itself (the A/B switch
+// and test twin of RowsArgs::chunk_finalizes_rows).
+bool chunk_finalize_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("ES_CHUNK_FINALIZE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  return ahead;
+  return on;
 }
 
 // Whether every chunk of every row starts 16-byte aligned, so chunk_fast_kernel may copy f32 rows
@@ -1164,7 +1174,7 @@ void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
   const int64_t per_cta = (items + resident - 1) / resident;
   a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
-  a.chunk_l2_ahead = chunk_l2_ahead();
+  a.chunk_finalizes_rows = chunk_can_finalize(R) && per_cta % a.plan.chunks == 0 && chunk_finalize_enabled();
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
   kernel<<<grid, kThreads, ring_bytes, stream>>>(a);
   ES_CUDA_CHECK_LAUNCH();
@@ -1231,8 +1241,10 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
   if (a.plan.any_candidate) {
     RowsArgs c = a;
     launch_chunk_fast<T>(c, stream);
-    const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
-    launch_final_fast(c, bytes, stream);
+    if (!c.chunk_finalizes_rows) {
+      const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
+      launch_final_fast(c, bytes, stream);
+    }
   }
   if (a.plan.any_full || !a.plan.any_candidate) {
     launch_full_row<T>(a, stream);

@@ -53,10 +53,10 @@ struct RowsArgs {
   // Set by the launcher: the chunk stage's contiguous run of (row, chunk) items per CTA, from
   // which final_fast_kernel derives where each record lies (sampling_layout.h).
   int32_t chunk_items_per_cta = 0;
-  // Set by the launcher from ES_CHUNK_L2_AHEAD (default 0: off): the chunk stage also asks the L2
-  // for the chunk of item + 1 + chunk_l2_ahead at each item (one bulk prefetch per CTA), so more
-  // bytes are in flight than its registers or ring hold. An experiment, not yet measured.
-  int32_t chunk_l2_ahead = 0;
+  // Set by the launcher: every CTA of the chunk stage walks whole rows (chunk_items_per_cta a
+  // multiple of plan.chunks), so each finalizes its rows itself (the top-p cut and the outputs)
+  // and final_fast_kernel is not launched. ES_CHUNK_FINALIZE=0 keeps the two kernels.
+  bool chunk_finalizes_rows = false;
 };
 
 void launch_rows(const RowsArgs& a, cudaStream_t stream);
