@@ -685,7 +685,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     const int seg_chunk0 = max(begin - it.row * a.plan.chunks, 0);  // the segment's first chunk
     const int done = chunk - seg_chunk0 + 1;  // the segment's items so far, this one included
     const bool seg_last = item + 1 == end || chunk + 1 == a.plan.chunks;
-    const bool merge = seg_last || prefilter::merge_after(done, a.chunk_sparse_merges && prefilter::sparse_merges_fit(it.rp.k));
+    const bool merge = seg_last || prefilter::merge_after(done);
     const int kc = min(it.rp.k, it.len);
     float theta_f = theta_run;
     bool bad = false;
@@ -1145,15 +1145,6 @@ bool chunk_finalize_enabled() {
   return on;
 }
 
-// ES_CHUNK_SPARSE_MERGES=1 (read once; default off): RowsArgs::chunk_sparse_merges.
-bool chunk_sparse_merges_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_CHUNK_SPARSE_MERGES");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 // Whether every chunk of every row starts 16-byte aligned, so chunk_fast_kernel may copy f32 rows
 // with cp.async (16-byte pieces): the logits, the row stride and the chunk length.
 bool chunk_async_ok(const RowsArgs& a) {
@@ -1183,7 +1174,6 @@ void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
   const int64_t per_cta = (items + resident - 1) / resident;
   a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
-  a.chunk_sparse_merges = chunk_sparse_merges_enabled();
   a.chunk_finalizes_rows = chunk_can_finalize(R) && per_cta % a.plan.chunks == 0 && chunk_finalize_enabled();
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
   kernel<<<grid, kThreads, ring_bytes, stream>>>(a);

@@ -66,21 +66,15 @@ ES_HOST_DEVICE ES_FORCE_INLINE int32_t groups_for(int32_t len) {
   return r < 1 ? 1 : r;
 }
 // Whether the chunk stage merges the survivors of a segment's items into the segment's top-k
-// after its done-th item (1-based; and always after the segment's last). Between merges the items
-// filter by the threshold of the last merge (the first item's union threshold until the first),
-// and a group has at most kMaxMergeGroup items (one poison bit each in a 32-bit word).
-//   dense:  after items 2, 4, 8, 16, then every 16: each group adds ~k survivors for i.i.d.
-//           entries (items 3-4 at the top-k of 2 chunks, items 5-8 at that of 4, ...);
-//   sparse: after items 4, 16, then every 16: fewer merges (2 block barriers each) for ~3k
-//           survivors a group (items 2-4 at the first chunk's threshold, 5-16 at the top-k of
-//           4 chunks), so only for k <= kMaxCandidateTopK / 3 (sparse_merges_fit), where a
-//           group's survivors fit the merge's buffer.
+// after its done-th item (1-based; and always after the segment's last): after items 2, 4, 8, 16,
+// then every 16. Between merges the items filter by the threshold of the last merge (the first
+// item's union threshold until the first), so each group of items adds ~k survivors for i.i.d.
+// entries (items 3-4 at the top-k of 2 chunks, items 5-8 at that of 4, ...) and a group has at
+// most kMaxMergeGroup items (one poison bit each in a 32-bit word).
 inline constexpr int32_t kMaxMergeGroup = 16;
-ES_HOST_DEVICE ES_FORCE_INLINE bool merge_after(int32_t done, bool sparse) {
-  if (sparse) return done == 4 || done % kMaxMergeGroup == 0;
+ES_HOST_DEVICE ES_FORCE_INLINE bool merge_after(int32_t done) {
   return done >= 2 && ((done & (done - 1)) == 0 || done % kMaxMergeGroup == 0);
 }
-ES_HOST_DEVICE ES_FORCE_INLINE bool sparse_merges_fit(int32_t k) { return 3 * k <= kMaxCandidateTopK; }
 
 static_assert(kMaxChunk == 4 * 4 * kThreads, "chunk_fast_kernel instantiates R = 1..4");
 

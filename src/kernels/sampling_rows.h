@@ -57,9 +57,6 @@ struct RowsArgs {
   // multiple of plan.chunks), so each finalizes its rows itself (the top-p cut and the outputs)
   // and final_fast_kernel is not launched. ES_CHUNK_FINALIZE=0 keeps the two kernels.
   bool chunk_finalizes_rows = false;
-  // Set by the launcher from ES_CHUNK_SPARSE_MERGES=1 (default off, being measured): the chunk
-  // stage's merge groups follow prefilter::merge_after's sparse schedule where k allows.
-  bool chunk_sparse_merges = false;
 };
 
 void launch_rows(const RowsArgs& a, cudaStream_t stream);

@@ -1,6 +1,6 @@
 // CPU model of the chunk stage's segments (chunk_fast_kernel in kernels/sampling.cu): a CTA walks
 // consecutive chunks of one row and keeps the segment's top-k so far (`best`, descending). Its
-// items come in merge groups (prefilter::merge_after: after items 2, 4, 8, 16, then every 16, or sparse: 4, 16, then every 16; and
+// items come in merge groups (prefilter::merge_after: after items 2, 4, 8, 16, then every 16, and
 // the segment's last; the model also runs a merge after every item, the stage before groups: any
 // schedule must be exact): the items of a group filter by the threshold of the
 // last merge, the k-th largest key of `best` (scaled logit >= key_value(theta), the kernel's float
@@ -70,18 +70,12 @@ std::vector<uint64_t> merge_by_rank(const std::vector<uint64_t>& best, const std
 }
 
 // One segment: chunks [c0, c1] of row s (scaled logits), chunk_len entries each (the row's last
-// chunk may be shorter). Merge groups (prefilter::merge_after, dense or, where k allows, sparse as
-// the kernel's RowsArgs::chunk_sparse_merges; kEach: after every item): the
+// chunk may be shorter). Merge groups (prefilter::merge_after; merge_each: after every item): the
 // items between two merges filter by the threshold of the last merge (the first group: the first
 // chunk's, when it holds k entries), their survivors are merged together, and a group with more
 // than 512 survivors merges each of its chunks' exact top-kc instead.
-enum class Schedule { kDense, kSparse, kEach };
-const char* schedule_name(Schedule m) {
-  return m == Schedule::kEach ? " merge each item" : m == Schedule::kSparse ? " sparse merge groups" : " merge groups";
-}
 std::vector<uint64_t> model_segment(const std::vector<float>& s, int chunk_len, int c0, int c1, int k,
-                                    Schedule schedule, Mutant mutant) {
-  const bool sparse = schedule == Schedule::kSparse && prefilter::sparse_merges_fit(k);
+                                    bool merge_each, Mutant mutant) {
   const int V = static_cast<int>(s.size());
   std::vector<uint64_t> best;
   auto chunk_composites = [&](int c) {
@@ -112,7 +106,7 @@ std::vector<uint64_t> model_segment(const std::vector<float>& s, int chunk_len, 
       }
     }
     const int done = c - c0 + 1;
-    if (!(c == c1 || schedule == Schedule::kEach || prefilter::merge_after(done, sparse))) continue;
+    if (!(c == c1 || merge_each || prefilter::merge_after(done))) continue;
     if (static_cast<int>(group.size()) > kMaxCandidateTopK) {  // the fallback: each chunk's top-kc
       const int from = mutant == Mutant::kFallbackLastChunkOnly ? c : group_c0;
       for (int g = from; g <= c; ++g) {
@@ -161,7 +155,7 @@ std::vector<float> make_row(int V, int r, uint32_t seed) {
 
 // Segments of every shape the kernel's runs give: a run of `per` items cut at the row boundaries.
 // Returns the number of segments that differ from the brute force.
-int wrong_segments(int V, int chunk_len, int k, int per, Schedule schedule, Mutant mutant, int* checked) {
+int wrong_segments(int V, int chunk_len, int k, int per, bool merge_each, Mutant mutant, int* checked) {
   const int chunks = (V + chunk_len - 1) / chunk_len;
   int wrong = 0;
   for (int r = 0; r < 6; ++r) {
@@ -175,7 +169,7 @@ int wrong_segments(int V, int chunk_len, int k, int per, Schedule schedule, Muta
       const int lo = c0 * chunk_len, hi = std::min(V, (c1 + 1) * chunk_len);
       for (int i = lo; i < hi; ++i) all.push_back(composite(order_key(s[i]), static_cast<uint32_t>(i)));
       const std::vector<uint64_t> want = top(all, k);
-      const std::vector<uint64_t> got = model_segment(s, chunk_len, c0, c1, k, schedule, mutant);
+      const std::vector<uint64_t> got = model_segment(s, chunk_len, c0, c1, k, merge_each, mutant);
       ++*checked;
       if (got != want) ++wrong;
       c0 = c1 + 1;
@@ -198,12 +192,12 @@ TEST(SamplingChunkSegments, RunningThresholdGivesTheSegmentTopK) {
       {4097, 2048, 128, 2},     // a last chunk of 1 entry
   };
   for (const Case& c : cases) {
-    for (Schedule each : {Schedule::kDense, Schedule::kSparse, Schedule::kEach}) {
+    for (bool each : {false, true}) {
       for (Mutant m : {Mutant::kNone, Mutant::kStrictCompare}) {
         int checked = 0;
         const int wrong = wrong_segments(c.V, c.chunk_len, c.k, c.per, each, m, &checked);
         EXPECT_EQ(wrong, 0) << "V " << c.V << " chunk " << c.chunk_len << " k " << c.k << " run " << c.per
-                            << schedule_name(each)
+                            << (each ? " merge each item" : " merge groups")
                             << (m == Mutant::kStrictCompare ? " (strict compare)" : "") << ": " << wrong << " of "
                             << checked << " segments differ from the brute force";
         EXPECT_GE(checked, 6);
@@ -217,31 +211,22 @@ TEST(SamplingChunkSegments, RunningThresholdGivesTheSegmentTopK) {
 TEST(SamplingChunkSegments, MergeGroups) {
   std::vector<int> after;
   for (int d = 1; d <= 64; ++d) {
-    if (prefilter::merge_after(d, false)) after.push_back(d);
+    if (prefilter::merge_after(d)) after.push_back(d);
   }
   EXPECT_EQ(after, (std::vector<int>{2, 4, 8, 16, 32, 48, 64}));
-  std::vector<int> sparse_after;
-  for (int d = 1; d <= 64; ++d) {
-    if (prefilter::merge_after(d, true)) sparse_after.push_back(d);
+  int last = 0;
+  for (int d = 1; d <= 600; ++d) {
+    if (!prefilter::merge_after(d)) continue;
+    EXPECT_LE(d - last, prefilter::kMaxMergeGroup) << "group ending at item " << d;
+    last = d;
   }
-  EXPECT_EQ(sparse_after, (std::vector<int>{4, 16, 32, 48, 64}));
-  for (bool sparse : {false, true}) {
-    int last = 0;
-    for (int d = 1; d <= 600; ++d) {
-      if (!prefilter::merge_after(d, sparse)) continue;
-      EXPECT_LE(d - last, prefilter::kMaxMergeGroup) << "group ending at item " << d << (sparse ? " (sparse)" : "");
-      last = d;
-    }
-  }
-  EXPECT_TRUE(prefilter::sparse_merges_fit(170));
-  EXPECT_FALSE(prefilter::sparse_merges_fit(171));
 }
 
 TEST(SamplingChunkSegments, CatchesMutants) {
   for (Mutant m : {Mutant::kThresholdTooHigh, Mutant::kMergeIgnoresSurvivors, Mutant::kFallbackLastChunkOnly}) {
     int checked = 0, wrong = 0;
-    wrong += wrong_segments(151936, 8192, 50, 19, Schedule::kDense, m, &checked);
-    wrong += wrong_segments(40961, 2048, 512, 3, Schedule::kDense, m, &checked);
+    wrong += wrong_segments(151936, 8192, 50, 19, false, m, &checked);
+    wrong += wrong_segments(40961, 2048, 512, 3, false, m, &checked);
     EXPECT_GT(wrong, 0) << "mutant " << static_cast<int>(m) << " passed all " << checked << " segments";
   }
 }
