@@ -83,7 +83,8 @@ VerifyPlan plan(const SpecVerifyParams& p) {
     }
   }
   v.dense_bytes = dense ? static_cast<size_t>(rows) * p.vocab * sizeof(float) : 0;
-  v.workspace_bytes = v.dense_offset + v.dense_bytes;
+  v.counters_offset = align(v.dense_offset + v.dense_bytes);
+  v.workspace_bytes = v.counters_offset + static_cast<size_t>(p.batch) * sizeof(uint32_t);
   return v;
 }
 
