@@ -38,8 +38,6 @@
 #                                 loads into registers), as sampling_ab below
 #   tools/gpu_check.sh chunkfinalize  A/B of the chunk CTA finalizing the rows it walked whole
 #                                 (ES_CHUNK_FINALIZE=0: final_fast_kernel does), as sampling_ab below
-#   tools/gpu_check.sh chainchunk A/B of the chunk stage verifying the drafted chains itself
-#                                 (ES_CHAIN_IN_CHUNK=0: verify_kernel does), as sampling_ab below
 #   tools/gpu_check.sh prefillab  A/B of the attention row tiles (ES_ATTN_ROWTILES=1 / default 2: the
 #                                 prefill variant, and the batch-1 verify variant of two tiles per
 #                                 CTA): test_paged_attention_gpu both ways (timeout 300),
@@ -533,8 +531,7 @@ if build; then
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      chainchunk) sampling_ab ES_CHAIN_IN_CHUNK chainchunk || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, chainchunk)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize)" >&2; status=2 ;;
     esac
   done
 else

@@ -37,7 +37,6 @@
 #include "kernels/sampling_fullrow_cut.h"
 #include "kernels/sampling_fullrow_groups.cuh"
 #include "kernels/sampling_rows.h"
-#include "kernels/spec_verify_chain.cuh"
 
 namespace es::sampling {
 namespace {
@@ -304,7 +303,6 @@ struct alignas(16) ChunkFastShared {
   uint32_t theta;             // a segment's first threshold (the kc-th largest of U)
   int count[2];               // the group's survivors (may exceed kMaxCandidateTopK: fallback), by phase
   uint32_t poison[2];         // the group's items' poison flags (bit item - group_first), by phase
-  int chain_last;             // this CTA counted its sequence's last row (chunk_chain_step)
   SelectShared ss;            // the fallback's select; ss.tmp holds the survivors' composites
   BlockScratch scratch;
   uint64_t cand[kMaxCandidateTopK];     // the fallback's sorted candidates
@@ -575,33 +573,9 @@ __device__ __forceinline__ void chunk_finalize_row(const RowsArgs& a, int row, c
   __syncthreads();
 }
 
-// After row `row` is final (chunk_finalize_row) with RowsArgs::chain_in_chunk: counts it for its
-// sequence; the CTA that counts a sequence's last row verifies that sequence's chain. Every CTA
-// fences its row's outputs before its count (thread 0 after the barrier that ended
-// chunk_finalize_row, which makes the CTA's writes its own), and the verifying CTA fences after
-// seeing the last count, then reads the rows from L2 (spec_verify_chain.cuh's load_row).
-// Out of line (called after the chunk loop), with the chain's arguments by value: inlined, the
-// verification's registers spilled into the loop (ptxas: 0 -> 4,012 bytes of spill stores in the
-// f32 ring kernel), and a RowsArgs& argument puts the kernel's whole RowsArgs in local memory.
-__device__ __noinline__ void chunk_chain_step(const ChainArgs chain, uint32_t* counters, int rows_per_param, int row,
-                                              spec_verify::VerifyShared& vs, int& last, BlockScratch& scratch) {
-  const int b = row / rows_per_param;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(&counters[b], 1u) == static_cast<uint32_t>(rows_per_param - 1) ? 1 : 0;
-  }
-  __syncthreads();
-  if (last) {  // block-uniform
-    __threadfence();
-    spec_verify::verify_chain(chain, b, vs, scratch, [] {});
-  }
-  __syncthreads();  // `last` and vs are read
-}
-
 // Whether chunk_fast_kernel<*, R, *> can finalize rows itself (RowsArgs::chunk_finalizes_rows):
 // a consumed chunk stage (or the register path's fallback keys) must hold a CandShared.
 constexpr bool chunk_can_finalize(int R) { return sizeof(CandShared) <= size_t{4} * R * kThreads * sizeof(uint32_t); }
-static_assert(sizeof(spec_verify::VerifyShared) <= sizeof(CandShared), "the chain step reuses the finalize region");
 
 // kAsync (f32 rows whose chunks all start 16-byte aligned, chunk_async_ok): the chunks go through
 // a ring of two stages in dynamic shared memory (2 kCap floats), filled by cp.async: each item's
@@ -860,18 +834,6 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     }
     gp ^= 1;
     group_first = item + 1;
-  }
-  // The chains of the rows finalized above (whole rows: begin and end are multiples of chunks),
-  // after the loop so that the verification's registers do not weigh on it. The ring is idle (the
-  // last wait covered every copy).
-  if constexpr (kFinalizes) {
-    if (a.chain_in_chunk) {
-      uint32_t* region = kAsync ? reinterpret_cast<uint32_t*>(ring) : keys_static;
-      for (int r = begin / a.plan.chunks; r < end / a.plan.chunks; ++r) {
-        chunk_chain_step(a.chain, a.chain_counters, a.rows_per_param, r, *reinterpret_cast<spec_verify::VerifyShared*>(region),
-                         sh.chain_last, sh.scratch);
-      }
-    }
   }
 }
 
@@ -1183,16 +1145,6 @@ bool chunk_finalize_enabled() {
   return on;
 }
 
-// ES_CHAIN_IN_CHUNK=0 (read once): chains are never verified by the chunk stage (the A/B switch
-// and test twin of RowsArgs::chain_in_chunk).
-bool chain_in_chunk_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_CHAIN_IN_CHUNK");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
 // Whether every chunk of every row starts 16-byte aligned, so chunk_fast_kernel may copy f32 rows
 // with cp.async (16-byte pieces): the logits, the row stride and the chunk length.
 bool chunk_async_ok(const RowsArgs& a) {
@@ -1223,11 +1175,6 @@ void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   const int64_t per_cta = (items + resident - 1) / resident;
   a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
   a.chunk_finalizes_rows = chunk_can_finalize(R) && per_cta % a.plan.chunks == 0 && chunk_finalize_enabled();
-  // The chains need every row final in this kernel: no full-row rows (those come later).
-  a.chain_in_chunk = a.chain_on && a.chunk_finalizes_rows && !a.plan.any_full && chain_in_chunk_enabled();
-  if (a.chain_in_chunk) {
-    ES_CUDA_CHECK(cudaMemsetAsync(a.chain_counters, 0, static_cast<size_t>(a.chain.batch) * sizeof(uint32_t), stream));
-  }
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
   kernel<<<grid, kThreads, ring_bytes, stream>>>(a);
   ES_CUDA_CHECK_LAUNCH();
@@ -1277,9 +1224,8 @@ void launch_final_fast(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
   }
 }
 
-// Returns whether the chunk stage verified a.chain (RowsArgs::chain_in_chunk).
 template <typename T>
-bool launch_typed(const RowsArgs& a, cudaStream_t stream) {
+void launch_typed(const RowsArgs& a, cudaStream_t stream) {
   if (a.small_vocab) {
     const RowParams scalar = make_row_params(1.0f, a.top_k, 1.0f, a.vocab);
     const bool full_possible = a.top_ks != nullptr || scalar.k > kMaxCandidateTopK;
@@ -1290,13 +1236,11 @@ bool launch_typed(const RowsArgs& a, cudaStream_t stream) {
     allow_dynamic_smem(small_vocab_kernel<T>, bytes, "small_vocab_kernel");
     small_vocab_kernel<T><<<a.rows, kThreads, bytes, stream>>>(a, full_possible ? cap : 0);
     ES_CUDA_CHECK_LAUNCH();
-    return false;
+    return;
   }
-  bool chain_done = false;
   if (a.plan.any_candidate) {
     RowsArgs c = a;
     launch_chunk_fast<T>(c, stream);
-    chain_done = c.chain_in_chunk;
     if (!c.chunk_finalizes_rows) {
       const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
       launch_final_fast(c, bytes, stream);
@@ -1306,7 +1250,6 @@ bool launch_typed(const RowsArgs& a, cudaStream_t stream) {
     launch_full_row<T>(a, stream);
     if (a.plan.cdf_split && a.tokens != nullptr) launch_cdf_split(a, stream);
   }
-  return chain_done;
 }
 
 }  // namespace
@@ -1319,12 +1262,16 @@ bool fullrow_split_enabled() {
   return on;
 }
 
-bool launch_rows(const RowsArgs& args, cudaStream_t stream) {
-  if (args.rows == 0) return false;
+void launch_rows(const RowsArgs& args, cudaStream_t stream) {
+  if (args.rows == 0) return;
   RowsArgs a = args;
   a.scalar_only = a.temperatures == nullptr && a.top_ks == nullptr && a.top_ps == nullptr;
   a.scalar_params = make_row_params(a.temperature, a.top_k, a.top_p, a.vocab);
-  return a.dtype == DType::kF32 ? launch_typed<float>(a, stream) : launch_typed<fp16>(a, stream);
+  if (a.dtype == DType::kF32) {
+    launch_typed<float>(a, stream);
+  } else {
+    launch_typed<fp16>(a, stream);
+  }
 }
 
 }  // namespace es::sampling

@@ -22,24 +22,6 @@ struct SparseRow {
 };
 inline constexpr int32_t kSparse = 0, kDense = 1, kUniform = 2;
 
-// Drafted chains to verify (spec §3.7) on the rows' outputs, filled by kernel::spec_verify:
-// sequence b's target rows are rows b (L + 1) .. b (L + 1) + L (RowsArgs::rows_per_param = L + 1).
-// Run by spec_verify's verify_kernel, or by the chunk stage itself (RowsArgs::chain).
-struct ChainArgs {
-  const int32_t* drafts = nullptr;       // [batch, draft_stride]
-  int32_t draft_stride = 0;
-  const float* draft_probs = nullptr;    // [batch, probs_stride, V] or null (onehot)
-  int32_t probs_stride = 0;              // rows between sequences of draft_probs
-  int32_t batch = 0, L = 0, V = 0;
-  const float* uniforms = nullptr;       // [batch, 2L + 1] or null
-  const uint64_t* seeds = nullptr;       // [batch]
-  const int64_t* anchors = nullptr;      // [batch]
-  const SparseRow* sparse = nullptr;     // [batch * (L + 1)]
-  const float* dense = nullptr;          // [batch * (L + 1), V] or null
-  int32_t* out = nullptr;                // [batch, L + 1]
-  int32_t* num_accepted = nullptr;       // [batch]
-};
-
 struct RowsArgs {
   const void* logits = nullptr;  // [rows, vocab] dtype
   DType dtype = DType::kF32;
@@ -75,19 +57,8 @@ struct RowsArgs {
   // multiple of plan.chunks), so each finalizes its rows itself (the top-p cut and the outputs)
   // and final_fast_kernel is not launched. ES_CHUNK_FINALIZE=0 keeps the two kernels.
   bool chunk_finalizes_rows = false;
-  // Set by kernel::spec_verify: chains to verify once their rows are final, and a [chain.batch]
-  // u32 workspace. When the chunk stage finalizes every row (chunk_finalizes_rows, no full-row
-  // rows), the CTA that finalizes a sequence's last row (a counter per sequence, zeroed before the
-  // launch) verifies that sequence's chain (kernels/spec_verify_chain.cuh): no verify_kernel.
-  // ES_CHAIN_IN_CHUNK=0 keeps verify_kernel.
-  bool chain_on = false;
-  ChainArgs chain{};
-  uint32_t* chain_counters = nullptr;
-  bool chain_in_chunk = false;  // set by the launcher
 };
 
-// Launches the kernels of a.rows rows. Returns true when they also verified a.chain (the chunk
-// stage did, see RowsArgs::chain); false: the caller runs the verification.
-bool launch_rows(const RowsArgs& a, cudaStream_t stream);
+void launch_rows(const RowsArgs& a, cudaStream_t stream);
 
 }  // namespace es::sampling

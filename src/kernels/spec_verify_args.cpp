@@ -83,8 +83,7 @@ VerifyPlan plan(const SpecVerifyParams& p) {
     }
   }
   v.dense_bytes = dense ? static_cast<size_t>(rows) * p.vocab * sizeof(float) : 0;
-  v.counters_offset = align(v.dense_offset + v.dense_bytes);
-  v.workspace_bytes = v.counters_offset + static_cast<size_t>(p.batch) * sizeof(uint32_t);
+  v.workspace_bytes = v.dense_offset + v.dense_bytes;
   return v;
 }
 

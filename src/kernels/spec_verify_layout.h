@@ -16,7 +16,6 @@ struct VerifyPlan {
   sampling::GeneralPlan general;   // chunking of the target rows (general path)
   size_t sparse_offset = 0, sparse_bytes = 0;  // per row: status/count u64 + 512 x (i32, f32)
   size_t dense_offset = 0, dense_bytes = 0;    // [rows, vocab] f32, or none
-  size_t counters_offset = 0;      // [batch] u32: rows finalized per sequence (RowsArgs::chain)
   size_t workspace_bytes = 0;
 };
 
