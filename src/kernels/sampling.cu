@@ -271,7 +271,9 @@ __device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
 // a contiguous run, so a CTA sees consecutive chunks of a row (at 256 rows of 19 chunks: one row
 // per CTA). Per "segment" (the items of one row one CTA walks) the CTA keeps the segment's top-k
 // so far in shared memory (`best`, sorted descending) and writes it as the segment's record
-// (sampling_layout.h) at its last item; final_fast_kernel merges a row's records. How:
+// (sampling_layout.h) at its last item; final_fast_kernel merges a row's records. When every CTA
+// walks whole rows (RowsArgs::chunk_finalizes_rows), the CTA finalizes each row itself from
+// `best` instead (chunk_finalize_row) and there is no record and no final kernel. How:
 //  * each CTA issues the next item's loads as soon as the current item's survivors are stored,
 //    so its next chunk's bytes are in flight while it merges (one CTA per chunk that loads, then
 //    computes with nothing in flight reached only 25 % of DRAM peak on the H200 for 256 rows);
@@ -817,7 +819,6 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
     if (seg_last && a.chunk_finalizes_rows) {  // block-uniform: the segment is the whole row
       // final_fast_kernel's work for a row of one record, here: no record, no second launch.
       // CandShared goes in the consumed stage (or the fallback's keys), as the fallback's keys do.
-      static_assert(!kFinalizes || sizeof(CandShared) <= kCap * sizeof(uint32_t), "CandShared must fit a chunk");
       if constexpr (kFinalizes) {
         uint32_t* region = kAsync ? reinterpret_cast<uint32_t*>(stage_of(item)) : keys_static;
         chunk_finalize_row(a, it.row, it.rp, best, n_best, seg_poisoned, *reinterpret_cast<CandShared*>(region),
@@ -841,8 +842,9 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
 // row's top-k of their concatenated candidates: uniform if a chunk is poisoned or the row maximum
 // is -inf), then finalize_sorted and emit_candidates as in the small-vocab candidate mode. The
 // records are read in chunk order (index order within equal keys) into registers. A row one
-// CTA walked whole has one record, already its top-k in order: nothing to merge (verify's 256
-// rows of 19 chunks). Otherwise the candidates stay in registers (slot r of thread t = candidate
+// CTA walked whole has one record, already its top-k in order: nothing to merge (and when every
+// row is such a row, e.g. verify's 256 rows of 19 chunks, the chunk CTAs finalize them and this
+// kernel is not launched: RowsArgs::chunk_finalizes_rows). Otherwise the candidates stay in registers (slot r of thread t = candidate
 // t + r kThreads) and are filtered by the union threshold of kernels/sampling_chunk_prefilter.h
 // rather than select_top_candidates' min-over-warps one: merging 19 records of 50, the
 // min-over-warps threshold kept ~375 of 950 (up to ~710, simulated), the union ~60 (at most ~80).
