@@ -55,24 +55,37 @@ const char* gemvRejection(const LinearParams& p) {
 
 namespace detail {
 
-GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms) {
+GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, GemvRule rule) {
   const int64_t sms = numSms > 0 ? numSms : 1;
   const int64_t target = (3 * sms + 1) / 2;  // CTAs wanted: 1.5 per SM
   const int64_t blocks = (int64_t{k} + 31) / 32;  // 32-element K blocks
   int32_t max_split = 1;
   while (max_split < 8 && int64_t{kGemvWarps} * max_split * 2 <= blocks) max_split *= 2;
-  auto split_for = [&](int64_t tiles) {
-    int32_t s = 1;
-    while (s < max_split && tiles * s < target) s *= 2;
-    return s;
+  // The smallest split giving `target` CTAs of `tiles` each, or 0 if none up to max_split
+  // (reach_or_cap: max_split then).
+  auto split_for = [&](int64_t tiles, bool reach_or_cap) {
+    for (int32_t s = 1; s <= max_split; s *= 2) {
+      if (tiles * s >= target) return s;
+    }
+    return reach_or_cap ? max_split : 0;
   };
-  // kSplit from the one-tile grid whatever m is: it fixes which K blocks each warp and CTA sums
-  // and in what order, so a row of x gets bit-identical outputs at any m (a verify row equals
-  // the decode row). rowTiles = 2 only where that split still gives the CTAs wanted.
+  // kSplit from the grid whatever m is: it fixes which K blocks each warp and CTA sums and in
+  // what order, so a row of x gets bit-identical outputs at any m (a verify row equals the
+  // decode row). rowTiles may depend on m: it does not change any output's order.
   const int64_t tiles1 = (int64_t{n} + 15) / 16, tiles2 = (int64_t{n} + 31) / 32;
-  const int32_t split = split_for(tiles1);
-  if (m > 4 && tiles2 * split >= target) return {2, split};
-  return {1, split};
+  const int32_t split1 = split_for(tiles1, true);
+  if (rule == GemvRule::kWideTiles) {
+    const int32_t split2 = split_for(tiles2, false);
+    // Two 16-row tiles per CTA where they reach the CTAs wanted at the one-tile split (8B
+    // gate_up, lm_head), or where the one-tile grid is thin (< 2.5 CTAs an SM) and a larger
+    // split still leaves each warp >= 8 K blocks (8B o and down): measured faster at m = 1, 4
+    // and 16 (docs/perf.md, gemv configurations, session 12).
+    if (split2 == split1) return {2, split2};
+    if (split2 > 0 && tiles1 * split1 * 2 < 5 * sms && int64_t{k} / split2 >= 8 * 32 * kGemvWarps) return {2, split2};
+  }
+  // rowTiles = 2 only for m > 4 and where the split still gives the CTAs wanted.
+  if (m > 4 && tiles2 * split1 >= target) return {2, split1};
+  return {1, split1};
 }
 
 }  // namespace detail

@@ -68,6 +68,18 @@ LinearAlgo auto_algo() {
   return algo;
 }
 
+// ES_GEMV_RULE (read once): the gemv grid rule, `wide` (default) or `onetile` (the first rule,
+// kept for A/B runs; linear_gemv.h).
+detail::GemvRule gemv_rule() {
+  static const detail::GemvRule rule = [] {
+    const char* v = std::getenv("ES_GEMV_RULE");
+    if (v == nullptr || *v == '\0' || std::string(v) == "wide") return detail::GemvRule::kWideTiles;
+    if (std::string(v) == "onetile") return detail::GemvRule::kOneTile;
+    ES_THROW(InvalidArgument, "environment variable ES_GEMV_RULE = '", v, "' must be wide or onetile");
+  }();
+  return rule;
+}
+
 }  // namespace
 
 struct LinearContext::State {
@@ -201,7 +213,7 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
   const LinearAlgo algo = p.algo == LinearAlgo::kAuto ? auto_algo() : p.algo;
   if (algo == LinearAlgo::kGemv || (algo == LinearAlgo::kAuto && p.m <= kGemvAutoMaxRows && gemvSupported(p))) {
     // kGemv where unsupported: launchLinearGemv throws, naming the failed condition.
-    detail::launchLinearGemv(p, detail::chooseGemvConfig(p.m, p.n, p.k, s.num_sms), stream);
+    detail::launchLinearGemv(p, detail::chooseGemvConfig(p.m, p.n, p.k, s.num_sms, gemv_rule()), stream);
     return;
   }
   const bool via_scratch = LinearContext::State::gemm_out(p) != p.outDtype;

@@ -22,14 +22,20 @@ struct GemvConfig {
 inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
 
 // The launcher's choice for an m x n x k problem on a device with numSms multiprocessors
-// (linear_args.cpp, so the rule is tested in every build):
-//   kSplit   = the smallest of 1, 2, 4, 8 giving at least 3/2 CTAs per SM with one 16-row tile
-//   per CTA, capped so that every warp still has at least one 32-element K block. It does not
-//   depend on m: each output is then summed in the same order at every m (row-invariant: the
-//   rows of a 16-row verify equal 1-row decodes bit for bit);
-//   rowTiles = 2 when m > 4 (x, read from L2 once per CTA, then costs at most half of W's
-//   traffic) unless that leaves fewer CTAs than the target, else 1.
-GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms);
+// (linear_args.cpp, so the rule is tested in every build). CTAs wanted: 1.5 per SM.
+//   kOneTile (the first rule; ES_GEMV_RULE=onetile):
+//     kSplit   = the smallest of 1, 2, 4, 8 giving the CTAs wanted with one 16-row tile per CTA,
+//     capped so that every warp still has at least one 32-element K block;
+//     rowTiles = 2 when m > 4 (x, read from L2 once per CTA, then costs at most half of W's
+//     traffic) unless that leaves fewer CTAs than wanted, else 1.
+//   kWideTiles (the default): rowTiles 2 at every m, with kSplit the smallest giving the CTAs
+//     wanted with two tiles, where that split equals kOneTile's, or where kOneTile's grid has
+//     fewer than 2.5 CTAs an SM and each warp keeps >= 8 K blocks; else kOneTile's choice.
+// Either way kSplit does not depend on m: each output is then summed in the same order at every
+// m (row-invariant: the rows of a 16-row verify equal 1-row decodes bit for bit).
+enum class GemvRule { kOneTile, kWideTiles };
+GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms,
+                            GemvRule rule = GemvRule::kWideTiles);
 
 // Validates p (validate + gemvSupported) and cfg, then launches (linear_gemv.cu, CUDA builds).
 // No allocation, no synchronisation, no host reads of device memory: capturable in a CUDA graph.

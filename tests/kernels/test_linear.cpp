@@ -282,26 +282,56 @@ TEST(LinearGemvRules, Eligibility) {
   EXPECT_TRUE(kernel::gemvSupported(p));
 }
 
-TEST(LinearGemvRules, GridChoice) {
+TEST(LinearGemvRules, GridChoiceOneTile) {
   using kernel::detail::chooseGemvConfig;
+  const auto rule = kernel::detail::GemvRule::kOneTile;
   auto expect = [](kernel::detail::GemvConfig c, int32_t tiles, int32_t split) {
     EXPECT_EQ(c.rowTiles, tiles);
     EXPECT_EQ(c.kSplit, split);
   };
   // 132 SMs: at least 198 CTAs wanted.
-  expect(chooseGemvConfig(1, 4096, 4096, 132), 1, 1);      // 256 tiles
-  expect(chooseGemvConfig(16, 4096, 4096, 132), 1, 1);     // 128 tiles of 32 rows: too few
-  expect(chooseGemvConfig(4, 6144, 4096, 132), 1, 1);
-  expect(chooseGemvConfig(5, 6144, 4096, 132), 1, 1);      // 192 tiles of 32 rows < 198
-  expect(chooseGemvConfig(5, 8192, 4096, 132), 2, 1);      // 256 tiles of 32 rows
-  expect(chooseGemvConfig(1, 151936, 4096, 132), 1, 1);
-  expect(chooseGemvConfig(16, 151936, 1024, 132), 2, 1);
-  expect(chooseGemvConfig(1, 1024, 1024, 132), 1, 4);      // k = 1024: 32 blocks, 4 x 8 warps
-  expect(chooseGemvConfig(16, 1024, 3072, 132), 1, 4);     // m = 1's split: 64 x 4; 32 x 4 < 198
-  expect(chooseGemvConfig(16, 1024, 1024, 132), 1, 4);     // 2 x 32 tiles would be 128 CTAs
-  expect(chooseGemvConfig(1, 1, 8, 132), 1, 1);            // one K block: no split
-  expect(chooseGemvConfig(1, 64, 520, 132), 1, 2);         // 17 blocks: at most 2 x 8 warps
-  expect(chooseGemvConfig(1, 4096, 4096, 0), 1, 1);        // unknown SM count
+  expect(chooseGemvConfig(1, 4096, 4096, 132, rule), 1, 1);      // 256 tiles
+  expect(chooseGemvConfig(16, 4096, 4096, 132, rule), 1, 1);     // 128 tiles of 32 rows: too few
+  expect(chooseGemvConfig(4, 6144, 4096, 132, rule), 1, 1);
+  expect(chooseGemvConfig(5, 6144, 4096, 132, rule), 1, 1);      // 192 tiles of 32 rows < 198
+  expect(chooseGemvConfig(5, 8192, 4096, 132, rule), 2, 1);      // 256 tiles of 32 rows
+  expect(chooseGemvConfig(1, 151936, 4096, 132, rule), 1, 1);
+  expect(chooseGemvConfig(16, 151936, 1024, 132, rule), 2, 1);
+  expect(chooseGemvConfig(1, 1024, 1024, 132, rule), 1, 4);      // k = 1024: 32 blocks, 4 x 8 warps
+  expect(chooseGemvConfig(16, 1024, 3072, 132, rule), 1, 4);     // m = 1's split: 64 x 4; 32 x 4 < 198
+  expect(chooseGemvConfig(16, 1024, 1024, 132, rule), 1, 4);     // 2 x 32 tiles would be 128 CTAs
+  expect(chooseGemvConfig(1, 1, 8, 132, rule), 1, 1);            // one K block: no split
+  expect(chooseGemvConfig(1, 64, 520, 132, rule), 1, 2);         // 17 blocks: at most 2 x 8 warps
+  expect(chooseGemvConfig(1, 4096, 4096, 0, rule), 1, 1);        // unknown SM count
+}
+
+// The default rule on the Qwen3 decode shapes of the session-12 sweep (docs/perf.md), where it
+// picks the fastest kSplit-invariant configuration for the 8B shapes and keeps the first rule's
+// choice for the others.
+TEST(LinearGemvRules, GridChoiceWideTiles) {
+  using kernel::detail::chooseGemvConfig;
+  auto expect = [](kernel::detail::GemvConfig c, int32_t tiles, int32_t split) {
+    EXPECT_EQ(c.rowTiles, tiles);
+    EXPECT_EQ(c.kSplit, split);
+  };
+  for (const int32_t m : {1, 4, 16}) {
+    SCOPED_TRACE(m);
+    expect(chooseGemvConfig(m, 6144, 4096, 132), 1, 1);     // 8B qkv: 384 one-tile CTAs, 2.9 an SM
+    expect(chooseGemvConfig(m, 4096, 4096, 132), 2, 2);     // 8B o: 256 one-tile CTAs are thin
+    expect(chooseGemvConfig(m, 24576, 4096, 132), 2, 1);    // 8B gate_up: 768 two-tile CTAs
+    expect(chooseGemvConfig(m, 4096, 12288, 132), 2, 2);    // 8B down
+    expect(chooseGemvConfig(m, 151936, 4096, 132), 2, 1);   // 8B lm_head
+    expect(chooseGemvConfig(m, 1024, 2048, 132), 1, 4);     // 0.6B o: no two-tile split reaches 198
+    expect(chooseGemvConfig(m, 1024, 3072, 132), 1, 4);     // 0.6B down
+  }
+  // 0.6B qkv: the two-tile split (2) would leave 512 of K per CTA (< 8 blocks a warp): the first
+  // rule's choice. 0.6B gate_up: 384 one-tile CTAs are enough.
+  expect(chooseGemvConfig(1, 4096, 1024, 132), 1, 1);
+  expect(chooseGemvConfig(16, 4096, 1024, 132), 1, 1);     // 128 two-tile CTAs at split 1 < 198
+  expect(chooseGemvConfig(1, 6144, 1024, 132), 1, 1);
+  expect(chooseGemvConfig(1, 1, 8, 132), 1, 1);
+  expect(chooseGemvConfig(1, 64, 520, 132), 1, 2);
+  expect(chooseGemvConfig(1, 4096, 4096, 0), 2, 1);          // unknown SM count: 1 SM
 }
 
 // The K split (which warp and CTA sums which K blocks, in which order) must not depend on m:
@@ -311,9 +341,11 @@ TEST(LinearGemvRules, KSplitDoesNotDependOnRows) {
   for (const int32_t sms : {1, 78, 132}) {
     for (const int32_t n : {1, 64, 576, 1024, 1536, 4096, 6144, 24576, 49152, 151936}) {
       for (const int32_t k : {8, 520, 576, 1024, 1536, 3072, 4096, 12288}) {
-        const int32_t split = chooseGemvConfig(1, n, k, sms).kSplit;
-        for (int32_t m = 2; m <= 16; ++m) {
-          EXPECT_EQ(chooseGemvConfig(m, n, k, sms).kSplit, split) << m << " x " << n << " x " << k;
+        for (const auto rule : {kernel::detail::GemvRule::kOneTile, kernel::detail::GemvRule::kWideTiles}) {
+          const int32_t split = chooseGemvConfig(1, n, k, sms, rule).kSplit;
+          for (int32_t m = 2; m <= 16; ++m) {
+            EXPECT_EQ(chooseGemvConfig(m, n, k, sms, rule).kSplit, split) << m << " x " << n << " x " << k;
+          }
         }
       }
     }
