@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench_gpu_util.cuh"
+#include "kernels/cp_async.cuh"
 
 namespace {
 
@@ -51,15 +52,9 @@ __device__ __forceinline__ void spin_cycles(int cycles) {
 }
 
 // ---- cp.async ring ---------------------------------------------------------------------------------
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using es::kernel::cp_async16;
+using es::kernel::cp_async_commit;
+using es::kernel::cp_async_wait;
 
 // Row blockIdx.x in chunks of C entries through S stages (dynamic shared memory, S * C floats).
 template <int S, int C>

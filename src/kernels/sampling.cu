@@ -36,12 +36,16 @@
 #include "kernels/sampling_device.h"
 #include "kernels/sampling_fullrow_cut.h"
 #include "kernels/sampling_fullrow_groups.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/sampling_rows.h"
 
 namespace es::sampling {
 namespace {
 
 using namespace es::sampling::dev;
+using kernel::cp_async16;
+using kernel::cp_async_commit;
+using kernel::cp_async_wait;
 
 __device__ __forceinline__ float load_logit(const float* x, int i) { return x[i]; }
 __device__ __forceinline__ float load_logit(const fp16* x, int i) { return to_float(x[i]); }
@@ -340,18 +344,6 @@ __device__ __forceinline__ ChunkItem chunk_item(const RowsArgs& a, int row, int 
   c.rp = row_params(a, c.row);
   c.active = candidate_row(a, c.rp);
   return c;
-}
-
-// cp.async of 16 bytes (bytes <= 16 of them read from src, the rest zero-filled; src is not read
-// when bytes == 0) into shared memory, bypassing L1 and the registers.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Copies a chunk's len entries at x (16-byte aligned) into stage[0, 4 R kThreads) with cp.async,

@@ -1,0 +1,27 @@
+#pragma once
+// cp.async (sm_80+): 16-byte copies from global to shared memory that bypass L1 and the
+// registers, in commit groups a thread waits for by count. Used by the sampling chunk stage's
+// ring (kernels/sampling.cu) and by bench_chunk_ring_gpu, which measures that ring's floor.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace es::kernel {
+
+// Copies `bytes` (<= 16) from src to dst and zero-fills the rest of the 16; src is not read when
+// bytes == 0. dst and src 16-byte aligned.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+
+// Closes this thread's current group of copies.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N of this thread's groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace es::kernel
