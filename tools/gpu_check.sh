@@ -24,6 +24,8 @@
 #   tools/gpu_check.sh pdl        programmatic dependent launch off vs on (ES_PDL=0 / unset):
 #                                 ctest -L gpu both ways, then edgespec bench (plain + replay
 #                                 draft) on the random presets in ES_ENGINE_PRESETS, both ways
+#   tools/gpu_check.sh gemvrule   the gemv grid rules (ES_GEMV_RULE=onetile / wide, the default),
+#                                 as pdl: ctest -L gpu and edgespec bench both ways
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
 #                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
 #                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
@@ -332,28 +334,32 @@ stage_engine() {
 
 # Programmatic dependent launch (src/kernels/pdl.cuh) A/B in one call: the same binaries with
 # ES_PDL=0 (ordinary launches) and without (PDL), tests first.
-stage_pdl() {
-  local status=0 mode preset
-  for mode in 0 1; do
-    (cd "$build_dir" && ES_PDL=$mode ctest -L gpu --timeout 300 -j "${ES_CTEST_J:-4}") >"$out/ctest_gpu_pdl$mode.log" 2>&1
+# A/B of an environment switch ($1 = each of the values after the tag) over the GPU tests and the
+# engine: ctest -L gpu each way, then edgespec bench (plain + replay draft) on the random presets
+# in ES_ENGINE_PRESETS each way, next to the torch anchor.
+engine_ab() {
+  local var=$1 tag=$2 values=("${@:3}") status=0 val preset
+  for val in "${values[@]}"; do
+    (cd "$build_dir" && env "$var=$val" ctest -L gpu --timeout 300 -j "${ES_CTEST_J:-4}") >"$out/ctest_gpu_$tag$val.log" 2>&1
     local rc=$?
-    summary+=("ctest -L gpu ES_PDL=$mode $([ $rc -eq 0 ] && echo ok || echo FAILED)   $(grep -Eo '[0-9]+% tests passed.*' "$out/ctest_gpu_pdl$mode.log")")
+    summary+=("ctest -L gpu $var=$val $([ $rc -eq 0 ] && echo ok || echo FAILED)   $(grep -Eo '[0-9]+% tests passed.*' "$out/ctest_gpu_$tag$val.log")")
     [ $rc -eq 0 ] || status=1
   done
   for preset in ${ES_ENGINE_PRESETS:-qwen3-0.6b qwen3-8b}; do
     local dir="/dev/shm/es_$preset"
     if ! python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err"; then
-      summary+=("pdl $(printf '%-22s' "$preset") FAILED   anchor_$preset.err")
+      summary+=("$tag $(printf '%-22s' "$preset") FAILED   anchor_$preset.err")
       status=1
       continue
     fi
     summary+=("anchor $(printf '%-22s' "$preset") $(grep -o '"decode_tok_s": [0-9.]*' "$out/anchor_$preset.json")")
-    for mode in 0 1; do
-      if ES_PDL=$mode "$build_dir/edgespec" bench --model "$dir" --replay --block-size 16 --json >"$out/bench_${preset}_pdl$mode.json" 2>"$out/bench_${preset}_pdl$mode.err"; then
-        summary+=("bench $(printf '%-10s ES_PDL=%s' "$preset" "$mode") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("plain_tok_s","spec_tok_s","decode_forward_ms","verify_forward_ms","identical_prefix_fraction") if k in d))' "$out/bench_${preset}_pdl$mode.json")")
+    for val in "${values[@]}"; do
+      local base="$out/bench_${preset}_$tag$val"
+      if env "$var=$val" "$build_dir/edgespec" bench --model "$dir" --replay --block-size 16 --json >"$base.json" 2>"$base.err"; then
+        summary+=("bench $(printf '%-10s %s=%s' "$preset" "$var" "$val") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("plain_tok_s","spec_tok_s","decode_forward_ms","verify_forward_ms","identical_prefix_fraction") if k in d))' "$base.json")")
       else
-        tail -5 "$out/bench_${preset}_pdl$mode.err"
-        summary+=("bench $(printf '%-10s ES_PDL=%s' "$preset" "$mode") FAILED")
+        tail -5 "$base.err"
+        summary+=("bench $(printf '%-10s %s=%s' "$preset" "$var" "$val") FAILED")
         status=1
       fi
     done
@@ -524,14 +530,15 @@ if build; then
       draft) stage_draft || status=1 ;;
       oracle) stage_oracle || status=1 ;;
       engine) stage_engine || status=1 ;;
-      pdl) stage_pdl || status=1 ;;
+      pdl) engine_ab ES_PDL pdl 0 1 || status=1 ;;
+      gemvrule) engine_ab ES_GEMV_RULE gemvrule onetile wide || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule)" >&2; status=2 ;;
     esac
   done
 else
