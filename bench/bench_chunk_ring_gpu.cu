@@ -8,7 +8,8 @@
 //
 //   read stream      grid-stride 16-byte loads over the same bytes: the ceiling
 //   cp.async S x C   every thread copies its own 16-byte pieces of the next chunks (S stages of C
-//                    entries, S - 1 chunks in flight while one is consumed; no barrier)
+//                    entries, S - 1 chunks in flight while one is consumed; no barrier); ", 2 rows":
+//                    128 CTAs of two rows each (16,384-entry chunks: one CTA an SM)
 //   bulk S x C       one thread asks the copy engine (cp.async.bulk, TMA) for a whole chunk,
 //                    completion on an mbarrier per stage; a stage is refilled once every warp
 //                    has arrived on its "empty" mbarrier
@@ -56,19 +57,22 @@ using es::kernel::cp_async16;
 using es::kernel::cp_async_commit;
 using es::kernel::cp_async_wait;
 
-// Row blockIdx.x in chunks of C entries through S stages (dynamic shared memory, S * C floats).
-template <int S, int C>
+// Rows blockIdx.x * P .. + P - 1 in chunks of C entries (one sequence of P * chunks items, as the
+// chunk stage walks its run) through S stages (dynamic shared memory, S * C floats).
+template <int S, int C, int P = 1>
 __global__ void __launch_bounds__(kThreads, 2) ring_cp_async(const float* logits, int spin, float* sink) {
   constexpr int kPieces = C / 4 / kThreads;  // 16-byte pieces per thread per chunk
   static_assert(kPieces * 4 * kThreads == C, "C must be a multiple of 4 * kThreads");
   extern __shared__ __align__(16) float4 ring[];  // [S][C / 4]
   const int t = threadIdx.x;
-  const float* row = logits + static_cast<size_t>(blockIdx.x) * kRowLen;
-  const int chunks = (kRowLen + C - 1) / C;
-  auto issue = [&](int c) {
-    if (c < chunks) {
+  const int chunks = (kRowLen + C - 1) / C, items = P * chunks;
+  const int row0 = blockIdx.x * P;
+  auto issue = [&](int i) {
+    if (i < items) {
+      const int c = i % chunks;
+      const float* row = logits + static_cast<size_t>(row0 + i / chunks) * kRowLen;
       const int len = min(C, kRowLen - c * C);
-      float4* stage = ring + (c % S) * (C / 4);
+      float4* stage = ring + (i % S) * (C / 4);
 #pragma unroll
       for (int p = 0; p < kPieces; ++p) {
         const int e = 4 * (t + p * kThreads);
@@ -76,22 +80,25 @@ __global__ void __launch_bounds__(kThreads, 2) ring_cp_async(const float* logits
         cp_async16(stage + t + p * kThreads, bytes > 0 ? row + c * C + e : row, bytes);
       }
     }
-    cp_async_commit();  // one group per chunk, empty past the end, so wait_group counts chunks
+    cp_async_commit();  // one group per item, empty past the end, so wait_group counts items
   };
-  for (int c = 0; c < S - 1; ++c) issue(c);
+  for (int i = 0; i < S - 1; ++i) issue(i);
   float acc = -INFINITY;
-  for (int c = 0; c < chunks; ++c) {
-    issue(c + S - 1);  // into the stage this thread read last iteration (its own pieces only)
+  for (int i = 0; i < items; ++i) {
+    issue(i + S - 1);  // into the stage this thread read last iteration (its own pieces only)
     cp_async_wait<S - 1>();
-    const float4* stage = ring + (c % S) * (C / 4);
+    const float4* stage = ring + (i % S) * (C / 4);
 #pragma unroll
     for (int p = 0; p < kPieces; ++p) {
       const float4 w = stage[t + p * kThreads];
       acc = fmaxf(acc, fmaxf(fmaxf(w.x, w.y), fmaxf(w.z, w.w)));
     }
     spin_cycles(spin);
+    if (i % chunks == chunks - 1) {  // the row's last chunk
+      sink[static_cast<size_t>(row0 + i / chunks) * kThreads + t] = acc;
+      acc = -INFINITY;
+    }
   }
-  sink[blockIdx.x * kThreads + t] = acc;
 }
 
 // ---- bulk-copy (TMA) ring --------------------------------------------------------------------------
@@ -181,10 +188,11 @@ struct Row {
 };
 
 template <typename Kernel>
-double time_ring(cudaStream_t stream, Kernel kernel, size_t smem, const Buffer& logits, Buffer& sink, int spin) {
+double time_ring(cudaStream_t stream, Kernel kernel, size_t smem, int grid, const Buffer& logits, Buffer& sink,
+                 int spin) {
   ES_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   return es::bench::median_us(stream, 3, 30, [&](int) {
-    kernel<<<kRows, kThreads, smem, stream>>>(logits.as<float>(), spin, sink.as<float>());
+    kernel<<<grid, kThreads, smem, stream>>>(logits.as<float>(), spin, sink.as<float>());
     ES_CUDA_CHECK_LAUNCH();
   });
 }
@@ -232,10 +240,10 @@ int main() {
   rows.push_back({"read stream (ceiling)", 0, ceiling_us});
   bool ok = true;
   const int spins[] = {0, 1000, 2000, 4000};
-  auto run = [&](const char* name, auto kernel, size_t smem) {
+  auto run = [&](const char* name, auto kernel, size_t smem, int rows_per_cta = 1) {
     for (int spin : spins) {
       ES_CUDA_CHECK(cudaMemset(sink.data(), 0, sink.bytes()));
-      const double us = time_ring(stream, kernel, smem, logits, sink, spin);
+      const double us = time_ring(stream, kernel, smem, kRows / rows_per_cta, logits, sink, spin);
       ok &= check_sink(sink, row_max, name);
       rows.push_back({name, spin, us});
     }
@@ -244,6 +252,11 @@ int main() {
   run("cp.async 3 x 8192", ring_cp_async<3, 8192>, 3 * 8192 * 4);
   run("cp.async 4 x 4096", ring_cp_async<4, 4096>, 4 * 4096 * 4);
   run("cp.async 6 x 4096", ring_cp_async<6, 4096>, 6 * 4096 * 4);
+  // Larger items (half the per-item fixed costs of the chunk stage per entry): 16,384 entries a
+  // chunk, 1 CTA an SM (128 KB of stages), 2 rows a CTA; and 8,192 at 2 rows a CTA for the same
+  // grid of 128 CTAs. A spin per 16,384-entry chunk compares with half of it per 8,192.
+  run("cp.async 2 x 16384, 2 rows", ring_cp_async<2, 16384, 2>, 2 * 16384 * 4, 2);
+  run("cp.async 2 x 8192, 2 rows", ring_cp_async<2, 8192, 2>, 2 * 8192 * 4, 2);
   run("bulk 2 x 8192", ring_bulk<2, 8192>, 2 * 8192 * 4);
   run("bulk 3 x 8192", ring_bulk<3, 8192>, 3 * 8192 * 4);
   run("bulk 4 x 4096", ring_bulk<4, 4096>, 4 * 4096 * 4);
@@ -252,10 +265,10 @@ int main() {
 
   std::printf("%d rows x %d f32 (%.1f MB), %d CTAs of %d threads; spin = SM cycles per chunk after it lands\n\n",
               kRows, kRowLen, bytes / 1e6, kRows, kThreads);
-  std::printf("%-24s %8s %10s %8s %12s\n", "ring", "spin", "median_us", "TB/s", "% ceiling");
+  std::printf("%-28s %8s %10s %8s %12s\n", "ring", "spin", "median_us", "TB/s", "% ceiling");
   for (const Row& r : rows) {
     const double tbps = bytes / (r.us * 1e6);
-    std::printf("%-24s %8d %10.2f %8.2f %12.1f\n", r.name, r.spin, r.us, tbps, 100.0 * ceiling_us / r.us);
+    std::printf("%-28s %8d %10.2f %8.2f %12.1f\n", r.name, r.spin, r.us, tbps, 100.0 * ceiling_us / r.us);
   }
   ES_CUDA_CHECK(cudaStreamDestroy(stream));
   if (!ok) {
