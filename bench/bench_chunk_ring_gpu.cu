@@ -15,9 +15,12 @@
 //                    has arrived on its "empty" mbarrier
 //
 // Each consumed chunk: every thread reads its pieces from the stage and keeps their maximum (one
-// value per thread written at the end, so nothing is optimized away), then spins.
+// value per thread and row written at the row's end and checked against the row maxima, so
+// nothing is optimized away and a wrong ring reports no time), then spins.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
