@@ -13,11 +13,10 @@
 // once per process) makes pdl::launch an ordinary launch: the same binary measures both.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include "common/cuda_check.h"
+#include "common/env_switch.h"
 
 namespace es::kernel::pdl {
 
@@ -30,10 +29,7 @@ __device__ __forceinline__ void enter() {
 
 // False when the environment sets ES_PDL=0.
 inline bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_switch_on("ES_PDL");
   return on;
 }
 

@@ -8,7 +8,8 @@
 //                      into a two-stage shared-memory ring; else into registers); each CTA keeps
 //                      the top-k of the chunks it has seen of a row, merged in groups of items,
 //                      whose k-th key filters the next chunks; each run of one row's chunks
-//                      writes one record (sorted composites).
+//                      writes one record (sorted composites), or, when every CTA walks whole
+//                      rows, the CTA finalizes its rows itself (no final kernel).
 //  final_fast_kernel   one CTA per row merges the row's records (in registers, a pre-filter
 //                      threshold), then the same finalisation and emission as the small-vocab
 //                      candidate mode.
@@ -21,22 +22,21 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
+#include "common/env_switch.h"
 #include "common/errors.h"
 #include "common/rng.h"
 #include "kernels/cluster_launch.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/sampling.h"
 #include "kernels/sampling_cdf_split.h"
 #include "kernels/sampling_chunk_prefilter.h"
 #include "kernels/sampling_device.h"
 #include "kernels/sampling_fullrow_cut.h"
 #include "kernels/sampling_fullrow_groups.cuh"
-#include "kernels/cp_async.cuh"
 #include "kernels/sampling_rows.h"
 
 namespace es::sampling {
@@ -836,9 +836,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
 // records are read in chunk order (index order within equal keys) into registers. A row one
 // CTA walked whole has one record, already its top-k in order: nothing to merge (and when every
 // row is such a row, e.g. verify's 256 rows of 19 chunks, the chunk CTAs finalize them and this
-// kernel is not launched: RowsArgs::chunk_finalizes_rows). Otherwise the candidates stay in registers (slot r of thread t = candidate
-// t + r kThreads) and are filtered by the union threshold of kernels/sampling_chunk_prefilter.h
-// rather than select_top_candidates' min-over-warps one: merging 19 records of 50, the
+// kernel is not launched: RowsArgs::chunk_finalizes_rows). Otherwise the candidates stay in
+// registers (slot r of thread t = candidate t + r kThreads) and are filtered by the union
+// threshold of kernels/sampling_chunk_prefilter.h rather than select_top_candidates'
+// min-over-warps one: merging 19 records of 50, the
 // min-over-warps threshold kept ~375 of 950 (up to ~710, simulated), the union ~60 (at most ~80).
 // Uniform rows are found from the same warp maxima (no separate block reduction). > 512
 // survivors: the radix select (select_top_candidates) over the staged records.
@@ -1122,20 +1123,14 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
 // False when the environment sets ES_CHUNK_ASYNC=0 (read once): the chunk stage then loads every
 // row into registers (the kernel before the cp.async ring), so one binary measures both.
 bool chunk_async_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_CHUNK_ASYNC");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_switch_on("ES_CHUNK_ASYNC");
   return on;
 }
 
 // ES_CHUNK_FINALIZE=0 (read once): the chunk stage never finalizes rows itself (the A/B switch
 // and test twin of RowsArgs::chunk_finalizes_rows).
 bool chunk_finalize_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_CHUNK_FINALIZE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_switch_on("ES_CHUNK_FINALIZE");
   return on;
 }
 
@@ -1249,10 +1244,7 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
 }  // namespace
 
 bool fullrow_split_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_FULLROW_SPLIT");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_switch_on("ES_FULLROW_SPLIT");
   return on;
 }
 

@@ -4,11 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
+#include "common/env_switch.h"
 #include "common/errors.h"
 #include "kernels/sampling_cdf_chunks.h"
 #include "kernels/sampling_cdf_split.h"
@@ -186,10 +185,7 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
 }  // namespace
 
 bool cdf_split_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_CDF_SPLIT");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_switch_on("ES_CDF_SPLIT");
   return on;
 }
 

@@ -69,6 +69,7 @@ bool fullrow_split_enabled();
 //                                 (it fits: a segment of c items holds >= min(k, entries) slots);
 //   [rows * chunks]               one header per item (encode_record_header).
 // Every item of a candidate row writes its header; only the last item of a segment has a count.
+// Nothing is written when the chunk stage finalizes the rows itself (RowsArgs::chunk_finalizes_rows).
 // final_fast_kernel reads only the poison bits: it derives where the records lie from the plan and
 // RowsArgs::chunk_items_per_cta; the first chunk and count let the GPU test check the records
 // without knowing the device's run length.
