@@ -14,7 +14,8 @@
 // L2: the weights rotate between C copies with C * |W| >= 4 * L2 (at least 2), so every launch
 // reads a W that the previous C - 1 launches have pushed out of the L2: DRAM-cold weights, as in a
 // real decode step where every layer's W is read once. x and y are single buffers and stay warm
-// (in a decode step x was just written by the previous kernel).
+// (in a decode step x was just written by the previous kernel). --warm keeps one copy instead: the
+// weights that fit stay in the L2, the time an L2 prefetch of the next layer could reach.
 // Timing: B = max(C, 16) launches (launch i on copy i mod C) are captured in one CUDA graph; the
 // graph is replayed 3 + 15 times, each replay between its own pair of events; us per call = median
 // replay / B. So the time includes the GPU-side gap between consecutive kernels but no host launch
@@ -161,9 +162,10 @@ int64_t count_mismatch(const Buffer& a, const Buffer& b, bool f32, int64_t count
 }
 
 void bench_shape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s, int64_t l2_bytes,
-                 int sms, bool sweep) {
+                 int sms, bool sweep, bool warm) {
   const int64_t w_bytes = int64_t{s.n} * s.k * 2;
-  const int copies = int(std::max<int64_t>(2, (4 * l2_bytes + w_bytes - 1) / w_bytes));
+  // --warm: one copy, so weights smaller than the L2 are read from it after the first launch.
+  const int copies = warm ? 1 : int(std::max<int64_t>(2, (4 * l2_bytes + w_bytes - 1) / w_bytes));
   const int launches = std::max(copies, 16);
   std::vector<Buffer> w;
   for (int c = 0; c < copies; ++c) {
@@ -286,13 +288,16 @@ void bench_gemm_peak(cudaStream_t stream, kernel::LinearContext& ctx) {
 int run(int argc, char** argv) {
   bool sweep = false;
   bool peak_only = false;  // --gemm-peak: only the GEMM peak (seconds), for gpu_check's engine stage
+  bool warm = false;       // --warm: weights not rotated (L2-resident where they fit)
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
+    } else if (std::strcmp(argv[i], "--warm") == 0) {
+      warm = true;
     } else if (std::strcmp(argv[i], "--gemm-peak") == 0) {
       peak_only = true;
     } else {
-      std::fprintf(stderr, "usage: bench_linear_gpu [--sweep | --gemm-peak]\n");
+      std::fprintf(stderr, "usage: bench_linear_gpu [--sweep] [--warm] | --gemm-peak\n");
       return 2;
     }
   }
@@ -322,7 +327,7 @@ int run(int argc, char** argv) {
       {"0.6B down", 1024, 3072, false},   {"0.6B lm_head", 151936, 1024, true},
   };
   for (const Shape& s : shapes) {
-    bench_shape(stream, ctx, s, prop.l2CacheSize, prop.multiProcessorCount, sweep);
+    bench_shape(stream, ctx, s, prop.l2CacheSize, prop.multiProcessorCount, sweep, warm);
   }
   {
     Buffer data = Buffer::allocate(MemorySpace::kDevice, int64_t{4} << 30);
@@ -336,8 +341,9 @@ int run(int argc, char** argv) {
   }
 
   std::printf("\nceiling %.3f TB/s (best read-stream reduction); us per call from CUDA-graph "
-              "replays, weights rotated past the L2\n",
-              ceiling);
+              "replays, %s\n",
+              ceiling, warm ? "weights NOT rotated (--warm: L2-resident where they fit)"
+                            : "weights rotated past the L2");
   std::printf("%-22s %-34s %-7s %10s %8s %8s %10s\n", "kernel", "shape", "config", "us/call",
               "TB/s", "% ceil", "x cuBLAS");
   for (const Row& r : g_rows) {

@@ -26,6 +26,9 @@
 #                                 draft) on the random presets in ES_ENGINE_PRESETS, both ways
 #   tools/gpu_check.sh gemvrule   the gemv grid rules (ES_GEMV_RULE=onetile / wide, the default),
 #                                 as pdl: ctest -L gpu and edgespec bench both ways
+#   tools/gpu_check.sh fusions    the decode fusions (gemv SwiGLU epilogue, attention last-CTA
+#                                 merge): their GPU tests with each switch off, then edgespec
+#                                 bench with each combination on ES_ENGINE_PRESETS, twice
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
 #                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
 #                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
@@ -338,13 +341,23 @@ stage_engine() {
 # engine: ctest -L gpu each way, then edgespec bench (plain + replay draft) on the random presets
 # in ES_ENGINE_PRESETS each way, next to the torch anchor.
 engine_ab() {
-  local var=$1 tag=$2 values=("${@:3}") status=0 val preset
+  local var=$1 tag=$2 values=("${@:3}") status=0 val combos=()
   for val in "${values[@]}"; do
     (cd "$build_dir" && env "$var=$val" ctest -L gpu --timeout 300 -j "${ES_CTEST_J:-4}") >"$out/ctest_gpu_$tag$val.log" 2>&1
     local rc=$?
     summary+=("ctest -L gpu $var=$val $([ $rc -eq 0 ] && echo ok || echo FAILED)   $(grep -Eo '[0-9]+% tests passed.*' "$out/ctest_gpu_$tag$val.log")")
     [ $rc -eq 0 ] || status=1
+    combos+=("$var=$val")
   done
+  engine_combos "$tag" 1 "${combos[@]}" || status=1
+  return $status
+}
+
+# edgespec bench (plain + replay draft) on the random presets in ES_ENGINE_PRESETS next to the
+# torch anchor, once per environment combination ($3...: space-separated VAR=value lists, or
+# "default" for none), the whole list $2 times in turn (alternated runs expose drift).
+engine_combos() {
+  local tag=$1 rounds=$2 combos=("${@:3}") status=0 preset combo round
   for preset in ${ES_ENGINE_PRESETS:-qwen3-0.6b qwen3-8b}; do
     local dir="/dev/shm/es_$preset"
     if ! python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err"; then
@@ -353,15 +366,19 @@ engine_ab() {
       continue
     fi
     summary+=("anchor $(printf '%-22s' "$preset") $(grep -o '"decode_tok_s": [0-9.]*' "$out/anchor_$preset.json")")
-    for val in "${values[@]}"; do
-      local base="$out/bench_${preset}_$tag$val"
-      if env "$var=$val" "$build_dir/edgespec" bench --model "$dir" --replay --block-size 16 --json >"$base.json" 2>"$base.err"; then
-        summary+=("bench $(printf '%-10s %s=%s' "$preset" "$var" "$val") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("plain_tok_s","spec_tok_s","decode_forward_ms","verify_forward_ms","identical_prefix_fraction") if k in d))' "$base.json")")
-      else
-        tail -5 "$base.err"
-        summary+=("bench $(printf '%-10s %s=%s' "$preset" "$var" "$val") FAILED")
-        status=1
-      fi
+    for round in $(seq 1 "$rounds"); do
+      for combo in "${combos[@]}"; do
+        local envs=() name=${combo// /_}
+        [ "$combo" = default ] || read -r -a envs <<<"$combo"
+        local base="$out/bench_${preset}_${tag}_${name}_$round"
+        if env "${envs[@]}" "$build_dir/edgespec" bench --model "$dir" --replay --block-size 16 --json >"$base.json" 2>"$base.err"; then
+          summary+=("bench $(printf '%-10s %s' "$preset" "$combo") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("plain_tok_s","spec_tok_s","decode_forward_ms","verify_forward_ms","identical_prefix_fraction") if k in d))' "$base.json")")
+        else
+          tail -5 "$base.err"
+          summary+=("bench $(printf '%-10s %s' "$preset" "$combo") FAILED")
+          status=1
+        fi
+      done
     done
     rm -rf "$dir"
   done
@@ -517,6 +534,28 @@ stage_prefillab() {
   return $status
 }
 
+# The decode fusions of session 13, each switch's GPU twins then the engine with every
+# combination, twice: the gemv's SwiGLU epilogue (ES_GEMV_SWIGLU=0: gemv then the SwiGLU kernel;
+# ES_GATE_UP_INTERLEAVE=0: the checkpoint's gate | up order, no fusion possible) and the
+# attention's last-CTA merge of the KV splits (ES_ATTN_FUSED_COMBINE=0: combine_kernel).
+stage_fusions() {
+  local status=0 t
+  for t in test_gate_up_swiglu_gpu test_target_model_gpu test_decode_engine_gpu test_paged_attention_gpu; do
+    for sw in "ES_GEMV_SWIGLU=0" "ES_GATE_UP_INTERLEAVE=0" "ES_ATTN_FUSED_COMBINE=0"; do
+      if env "$sw" timeout 300 "$build_dir/tests/$t" --gtest_brief=1 >"$out/fusions_${t}_$sw.log" 2>&1; then
+        summary+=("$(printf '%-28s' "$t") $sw ok")
+      else
+        tail -10 "$out/fusions_${t}_$sw.log"
+        summary+=("$(printf '%-28s' "$t") $sw FAILED   fusions_${t}_$sw.log")
+        status=1
+      fi
+    done
+  done
+  engine_combos fusions 2 "ES_GATE_UP_INTERLEAVE=0 ES_ATTN_FUSED_COMBINE=0" "ES_ATTN_FUSED_COMBINE=0" \
+    "ES_GATE_UP_INTERLEAVE=0" default || status=1
+  return $status
+}
+
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
 status=0
@@ -532,13 +571,14 @@ if build; then
       engine) stage_engine || status=1 ;;
       pdl) engine_ab ES_PDL pdl 0 1 || status=1 ;;
       gemvrule) engine_ab ES_GEMV_RULE gemvrule onetile wide || status=1 ;;
+      fusions) stage_fusions || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusions)" >&2; status=2 ;;
     esac
   done
 else

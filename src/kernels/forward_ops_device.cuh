@@ -74,6 +74,11 @@ __device__ __forceinline__ void store_span(T* p, const float (&in)[N]) {
   }
 }
 
+// SwiGLU of one feature in fp32: silu(g) * u with silu(g) = g / (1 + exp(-g)) (IEEE division,
+// accurate expf). The swiglu kernel and the gemv's fused epilogue both call this, so the two
+// paths give the same bits.
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -22,6 +22,8 @@
 #include <tuple>
 
 #include "common/cuda_check.h"
+#include "common/env_switch.h"
+#include "kernels/gate_up_swiglu.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
 
@@ -204,15 +206,29 @@ LinearContext::LinearContext(int64_t workspaceBytes) : state_(std::make_unique<S
 
 LinearContext::~LinearContext() = default;
 
-void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
-  if (!validate(p)) return;
-  ES_CHECK_ARG(!p.weightDtype || *p.weightDtype == p.dtype, "launchLinear", "weightDtype",
+namespace {
+
+// launchLinear's dispatch: the gemv for kGemv (which throws where unsupported, naming the failed
+// condition) and for kAuto inside its domain, else cuBLASLt.
+bool takes_gemv(const LinearParams& p) {
+  const LinearAlgo algo = p.algo == LinearAlgo::kAuto ? auto_algo() : p.algo;
+  return algo == LinearAlgo::kGemv ||
+         (algo == LinearAlgo::kAuto && p.m <= kGemvAutoMaxRows && gemvSupported(p));
+}
+
+void check_weight_dtype(const LinearParams& p, const char* where) {
+  ES_CHECK_ARG(!p.weightDtype || *p.weightDtype == p.dtype, where, "weightDtype",
                dtype_name(*p.weightDtype), "must equal dtype (", dtype_name(p.dtype),
                ") on the GPU: mixed W and x dtypes are the CPU reference's");
+}
+
+}  // namespace
+
+void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
+  if (!validate(p)) return;
+  check_weight_dtype(p, "launchLinear");
   LinearContext::State& s = context.state();
-  const LinearAlgo algo = p.algo == LinearAlgo::kAuto ? auto_algo() : p.algo;
-  if (algo == LinearAlgo::kGemv || (algo == LinearAlgo::kAuto && p.m <= kGemvAutoMaxRows && gemvSupported(p))) {
-    // kGemv where unsupported: launchLinearGemv throws, naming the failed condition.
+  if (takes_gemv(p)) {
     detail::launchLinearGemv(p, detail::chooseGemvConfig(p.m, p.n, p.k, s.num_sms, gemv_rule()), stream);
     return;
   }
@@ -242,6 +258,24 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
   } else if (p.bias != nullptr && !plan.bias_epilogue) {
     detail::launchAddBiasF32(static_cast<float*>(p.y), p.bias, p.dtype, p.m, p.n, stream);
   }
+}
+
+void launchGateUpSwiglu(const GateUpSwigluParams& p, LinearContext& context, cudaStream_t stream) {
+  if (!validate(p)) return;
+  static const bool fuse = env_switch_on("ES_GEMV_SWIGLU");
+  const LinearParams& l = p.linear;
+  if (fuse && p.layout == GateUpLayout::kInterleaved8 && takes_gemv(l)) {
+    check_weight_dtype(l, "launchGateUpSwiglu");
+    LinearParams fused = l;
+    fused.y = p.out;  // [m, n / 2]: the epilogue's output
+    // The configuration of the plain [m, n] gemv: every gate and up output is summed as there.
+    const detail::GemvConfig cfg =
+        detail::chooseGemvConfig(l.m, l.n, l.k, context.state().num_sms, gemv_rule());
+    detail::launchLinearGemv(fused, cfg, stream, detail::GemvEpilogue::kSwiglu);
+    return;
+  }
+  launchLinear(l, context, stream);
+  launchSwiglu(swigluStep(p), stream);
 }
 
 }  // namespace es::kernel

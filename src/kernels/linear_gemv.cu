@@ -37,6 +37,7 @@
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
 #include "kernels/pdl.cuh"
+#include "kernels/swiglu.h"
 
 namespace es::kernel {
 namespace {
@@ -112,11 +113,17 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // T: x/W/bias element type (bf16 or fp16); Y: y's (T or float). R: 16-row tiles of W per CTA.
 // NT: n8 tiles of x rows (1: m <= 8, 2: m <= 16). gridDim = (ceil(n / 16R), kSplit), launched as
 // clusters of (1, kSplit, 1) when kSplit > 1.
-template <typename T, typename Y, int R, int NT>
+// SWIGLU (GemvEpilogue::kSwiglu, Y = T): W is a gate/up matrix in GateUpLayout::kInterleaved8
+// (n % 16 == 0), so rows 16t + i and 16t + 8 + i (i < 8) of every 16-row tile are the gate and up
+// rows of feature 8t + i; y is [m, n / 2] and gets silu(gate) * up, where gate and up are first
+// rounded to T exactly as the plain kernel stores them, so the result equals the plain kernel
+// followed by launchSwiglu bit for bit.
+template <typename T, typename Y, int R, int NT, bool SWIGLU>
 __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
                        int32_t k) {
+  static_assert(!SWIGLU || std::is_same_v<T, Y>, "the SwiGLU epilogue writes the input dtype");
   constexpr int U = 4 / R;  // K blocks loaded per round: U * R * 2 16-byte W loads per thread
   constexpr int kRows = 16 * R;
   constexpr int kCols = 8 * NT;
@@ -229,37 +236,63 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
   }
   __syncthreads();
 
-  // y[col, row0 + row] = round(sum + bias[row0 + row]); sum in fixed (rank, warp) order.
-  auto store = [&](int e, float sum) {
-    const int col = e / kRows, row = e - col * kRows;
-    const int64_t j = row0 + row;
-    if (col < m && j < n) {
-      if (bias != nullptr) sum = __fadd_rn(sum, fwd::to_f(bias[j]));
-      y[int64_t{col} * n + j] = fwd::from_f<Y>(sum);
-    }
-  };
+  // The sum of tile element e (column-major, as warp_part) over the CTA's warps / the cluster's
+  // CTAs, always in the same fixed (rank, warp) order.
   auto cta_sum = [&](int e) {
     float s = warp_part[0][e];
 #pragma unroll
     for (int v = 1; v < kWarps; ++v) s += warp_part[v][e];
     return s;
   };
+  cg::cluster_group cluster = cg::this_cluster();
+  auto cluster_sum = [&](int e) {
+    float s = 0.0f;
+    for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(cta_part, q)[e];
+    return s;
+  };
+  // Output item h: without the epilogue, tile element h: y[col, row0 + row] = round(sum +
+  // bias[row0 + row]). With it, the (gate, up) pair h of the tile's kRows / 2 pairs per column.
+  constexpr int kItems = SWIGLU ? kTile / 2 : kTile;
+  auto finish = [&](int h, auto&& sum_of) {
+    if constexpr (!SWIGLU) {
+      const int col = h / kRows, row = h - col * kRows;
+      const int64_t j = row0 + row;
+      if (col < m && j < n) {
+        float sum = sum_of(h);
+        if (bias != nullptr) sum = __fadd_rn(sum, fwd::to_f(bias[j]));
+        y[int64_t{col} * n + j] = fwd::from_f<Y>(sum);
+      }
+    } else {
+      constexpr int kPairs = kRows / 2;
+      const int col = h / kPairs, pair = h - col * kPairs;
+      const int row = 16 * (pair / 8) + pair % 8;  // the gate row; its up row is row + 8
+      const int64_t j = row0 + row;
+      if (col < m && j < n) {  // n % 16 == 0: the up row j + 8 < n too
+        float g = sum_of(col * kRows + row), u = sum_of(col * kRows + row + 8);
+        if (bias != nullptr) {
+          g = __fadd_rn(g, fwd::to_f(bias[j]));
+          u = __fadd_rn(u, fwd::to_f(bias[j + 8]));
+        }
+        g = fwd::to_f(fwd::from_f<T>(g));  // the plain kernel's rounding of y
+        u = fwd::to_f(fwd::from_f<T>(u));
+        const int64_t feature = (j / 16) * 8 + j % 16;
+        y[int64_t{col} * (n / 2) + feature] = fwd::from_f<Y>(fwd::silu_times(g, u));
+      }
+    }
+  };
   if (split == 1) {
-    for (int e = threadIdx.x; e < kTile; e += kThreads) store(e, cta_sum(e));
+    for (int h = threadIdx.x; h < kItems; h += kThreads) finish(h, cta_sum);
     return;
   }
   for (int e = threadIdx.x; e < kTile; e += kThreads) cta_part[e] = cta_sum(e);
-  cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every CTA's cta_part is complete and visible to the cluster
-  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < kTile; e += split * kThreads) {
-    float s = 0.0f;
-    for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(cta_part, q)[e];
-    store(e, s);
+  for (int h = rank * kThreads + static_cast<int>(threadIdx.x); h < kItems; h += split * kThreads) {
+    finish(h, cluster_sum);
   }
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
-template <typename T, typename Y, int R, int NT>
+template <typename T, typename Y, int R, int NT, bool SWIGLU>
 void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   constexpr int64_t kRows = 16 * R;
   const int64_t tiles = (int64_t{p.n} + kRows - 1) / kRows;
@@ -284,21 +317,21 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   }
   config.attrs = attr;
   config.numAttrs = used;
-  ES_CUDA_CHECK(cudaLaunchKernelEx(&config, linear_gemv_kernel<T, Y, R, NT>,
+  ES_CUDA_CHECK(cudaLaunchKernelEx(&config, linear_gemv_kernel<T, Y, R, NT, SWIGLU>,
                                    static_cast<const T*>(p.x), static_cast<const T*>(p.w),
                                    static_cast<const T*>(p.bias), static_cast<Y*>(p.y), p.m, p.n,
                                    p.k));
 }
 
-template <typename T, typename Y>
+template <typename T, typename Y, bool SWIGLU = false>
 void launch_shape(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
   const bool two_tiles = p.m > 8;
   if (cfg.rowTiles == 1) {
-    if (two_tiles) launch_typed<T, Y, 1, 2>(p, cfg.kSplit, stream);
-    else launch_typed<T, Y, 1, 1>(p, cfg.kSplit, stream);
+    if (two_tiles) launch_typed<T, Y, 1, 2, SWIGLU>(p, cfg.kSplit, stream);
+    else launch_typed<T, Y, 1, 1, SWIGLU>(p, cfg.kSplit, stream);
   } else {
-    if (two_tiles) launch_typed<T, Y, 2, 2>(p, cfg.kSplit, stream);
-    else launch_typed<T, Y, 2, 1>(p, cfg.kSplit, stream);
+    if (two_tiles) launch_typed<T, Y, 2, 2, SWIGLU>(p, cfg.kSplit, stream);
+    else launch_typed<T, Y, 2, 1, SWIGLU>(p, cfg.kSplit, stream);
   }
 }
 
@@ -306,7 +339,8 @@ void launch_shape(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t st
 
 namespace detail {
 
-void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream) {
+void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream,
+                      GemvEpilogue epilogue) {
   constexpr const char* kWhere = "launchLinearGemv";
   if (!validate(p)) return;
   const char* why = gemvRejection(p);
@@ -317,6 +351,15 @@ void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream
                "must be 1 or 2");
   ES_CHECK_ARG(cfg.kSplit == 1 || cfg.kSplit == 2 || cfg.kSplit == 4 || cfg.kSplit == 8, kWhere,
                "kSplit", cfg.kSplit, "must be 1, 2, 4 or 8");
+  if (epilogue == GemvEpilogue::kSwiglu) {
+    ES_CHECK_ARG(p.n % 16 == 0, kWhere, "n", p.n,
+                 "must be a multiple of 16 for the SwiGLU epilogue (8 gate + 8 up rows a group)");
+    ES_CHECK_ARG(p.outDtype == p.dtype, kWhere, "outDtype", dtype_name(p.outDtype),
+                 "must be the input dtype for the SwiGLU epilogue");
+    if (p.dtype == DType::kBF16) launch_shape<bf16, bf16, true>(p, cfg, stream);
+    else launch_shape<fp16, fp16, true>(p, cfg, stream);
+    return;
+  }
   if (p.dtype == DType::kBF16) {
     if (p.outDtype == DType::kF32) launch_shape<bf16, float>(p, cfg, stream);
     else launch_shape<bf16, bf16>(p, cfg, stream);

@@ -37,8 +37,16 @@ enum class GemvRule { kOneTile, kWideTiles };
 GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms,
                             GemvRule rule = GemvRule::kWideTiles);
 
+// What the gemv does with each output before storing it.
+//   kNone    y[m, n] = x · W^T + bias, rounded once.
+//   kSwiglu  W (and bias) hold gate/up rows in GateUpLayout::kInterleaved8 (swiglu.h; n % 16 == 0,
+//            y in the input dtype): y[m, n / 2] = SwiGLU of the rounded gate and up outputs,
+//            bit for bit what kNone followed by launchSwiglu would give (gate_up_swiglu.h).
+enum class GemvEpilogue { kNone, kSwiglu };
+
 // Validates p (validate + gemvSupported) and cfg, then launches (linear_gemv.cu, CUDA builds).
 // No allocation, no synchronisation, no host reads of device memory: capturable in a CUDA graph.
-void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream);
+void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream,
+                      GemvEpilogue epilogue = GemvEpilogue::kNone);
 
 }  // namespace es::kernel::detail

@@ -11,6 +11,9 @@ bool validate(const SwigluParams& p) {
                "must be > 0");
   ES_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16,
                kWhere, "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
+  ES_CHECK_ARG(p.layout == GateUpLayout::kHalves || p.intermediateSize % kGateUpGroup == 0, kWhere,
+               "intermediateSize", p.intermediateSize,
+               "must be a multiple of 8 for the interleaved gate/up layout");
   if (p.rows == 0) return false;
   ES_CHECK_ARG(p.gateUp != nullptr, kWhere, "gateUp", "null", "must not be null");
   ES_CHECK_ARG(p.out != nullptr, kWhere, "out", "null", "must not be null");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/dtype_convert.h"
+#include "common/env_switch.h"
 #include "common/errors.h"
 #include "common/logging.h"
 #include "model/rope_table.h"
@@ -99,6 +100,10 @@ void TargetModel::loadWeights(const std::filesystem::path& dir) {
     return present ? one(name) : Buffer();
   };
   matrixDtype_ = chooseMatrixDtype(store, c, dtype_);
+  // ES_GATE_UP_INTERLEAVE=0 keeps the halves (for A/B runs and the layout-equality tests; read
+  // at every load). Either layout gives the same logits bit for bit.
+  const bool interleave = c.intermediate_size % kernel::kGateUpGroup == 0 && env_switch_on("ES_GATE_UP_INTERLEAVE");
+  gateUpLayout_ = interleave ? kernel::GateUpLayout::kInterleaved8 : kernel::GateUpLayout::kHalves;
   auto matrix = [&](const std::vector<std::string>& names) {
     return uploadConcatenated(backend_, store, names, matrixDtype_);
   };
@@ -124,6 +129,11 @@ void TargetModel::loadWeights(const std::filesystem::path& dir) {
     w.gateUp = matrix({g + ".weight", u + ".weight"});
     if (c.mlp_bias) {
       w.gateUpBias = uploadConcatenated(backend_, store, {g + ".bias", u + ".bias"}, dtype_);
+    }
+    if (gateUpLayout_ == kernel::GateUpLayout::kInterleaved8) {
+      w.gateUp = interleaveGateUp(backend_, w.gateUp, c.intermediate_size,
+                                  c.hidden_size * dtype_size(matrixDtype_));
+      if (c.mlp_bias) w.gateUpBias = interleaveGateUp(backend_, w.gateUpBias, c.intermediate_size, dtype_size(dtype_));
     }
     w.down = matrix({p + "mlp.down_proj.weight"});
     w.downBias = optional(c.mlp_bias, p + "mlp.down_proj.bias");
@@ -307,13 +317,17 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
   const int64_t es = dtype_size(dtype_);
 
   // A layer matrix (stored in matrixDtype_) or the lm_head / tied embedding table (dtype_).
-  auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t m,
-                    int32_t n, int32_t k, DType outDtype, DType wDtype) {
+  auto linearParams = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t m,
+                          int32_t n, int32_t k, DType outDtype, DType wDtype) {
     kernel::LinearParams p;
     p.x = x; p.w = w.data(); p.bias = bias.bytes() ? bias.data() : nullptr; p.y = y;
     p.m = m; p.n = n; p.k = k; p.dtype = dtype_; p.outDtype = outDtype;
     if (wDtype != dtype_) p.weightDtype = wDtype;
-    backend_.linear(p);
+    return p;
+  };
+  auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t m,
+                    int32_t n, int32_t k, DType outDtype, DType wDtype) {
+    backend_.linear(linearParams(x, w, bias, y, m, n, k, outDtype, wDtype));
   };
   auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
     kernel::RmsNormParams p;
@@ -379,10 +393,11 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
 
     linear(attn_.data(), w.o, w.oBias, tmp_.data(), T, H, Hq * D, dtype_, matrixDtype_);
     norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
-    linear(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), T, 2 * I, H, dtype_, matrixDtype_);
-    kernel::SwigluParams act;
-    act.gateUp = gateUp_.data(); act.out = act_.data(); act.rows = T; act.intermediateSize = I; act.dtype = dtype_;
-    backend_.swiglu(act);
+    kernel::GateUpSwigluParams mlp;  // one kernel at decode rows (gate_up_swiglu.h)
+    mlp.linear = linearParams(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), T, 2 * I, H, dtype_,
+                              matrixDtype_);
+    mlp.out = act_.data(); mlp.layout = gateUpLayout_;
+    backend_.gateUpSwiglu(mlp);
     linear(act_.data(), w.down, w.downBias, tmp_.data(), T, H, I, dtype_, matrixDtype_);
   }
   norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());

@@ -29,8 +29,8 @@ struct TargetLayerWeights {
   Buffer kNorm;          // [D] or empty
   Buffer o;              // [H, Hq D]
   Buffer oBias;          // [H] or empty
-  Buffer gateUp;         // [2 I, H]   gate_proj | up_proj rows
-  Buffer gateUpBias;     // [2 I] or empty
+  Buffer gateUp;         // [2 I, H]   gate_proj and up_proj rows in TargetModel::gateUpLayout_
+  Buffer gateUpBias;     // [2 I] or empty, same order
   Buffer down;           // [H, I]
   Buffer downBias;       // [H] or empty
 };
@@ -128,6 +128,9 @@ class TargetModel {
   ops::Backend& backend_;
   DType dtype_;
   DType matrixDtype_;  // the layer matrices' dtype on the backend: dtype_, or bf16 on the CPU (loadWeights)
+  // Row order of the gate/up matrices (kernels/swiglu.h): kInterleaved8 whenever the intermediate
+  // size allows (the decode gemv then applies SwiGLU in its epilogue), else the checkpoint's halves.
+  kernel::GateUpLayout gateUpLayout_ = kernel::GateUpLayout::kHalves;
   int32_t maxTokens_;
   int32_t maxLogitRows_;  // in [1, maxTokens]
   int32_t maxPositions_ = 0;

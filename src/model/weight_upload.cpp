@@ -47,4 +47,20 @@ Buffer uploadConcatenated(ops::Backend& backend, const WeightStore& store,
   return buffer;
 }
 
+Buffer interleaveGateUp(ops::Backend& backend, const Buffer& halves, int64_t features, int64_t rowBytes) {
+  constexpr int64_t G = kernel::kGateUpGroup;
+  ES_CHECK_ARG(features > 0 && features % G == 0, "interleaveGateUp", "features", features,
+               "must be a positive multiple of 8");
+  ES_CHECK_ARG(halves.bytes() == 2 * features * rowBytes, "interleaveGateUp", "halves.bytes()",
+               halves.bytes(), "must be 2 * features * rowBytes = ", 2 * features * rowBytes);
+  Buffer out = backend.allocate(halves.bytes());
+  const int64_t groupBytes = G * rowBytes;
+  // Gate group g -> rows [16g, 16g + 8) of out, up group g -> rows [16g + 8, 16g + 16).
+  backend.copy2D(out.data(), 2 * groupBytes, halves.data(), groupBytes, groupBytes, features / G);
+  backend.copy2D(out.as<uint8_t>() + groupBytes, 2 * groupBytes, halves.as<uint8_t>() + features * rowBytes,
+                 groupBytes, groupBytes, features / G);
+  backend.synchronize();  // the copies have read `halves` before the caller frees it
+  return out;
+}
+
 }  // namespace es::model

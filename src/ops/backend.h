@@ -15,6 +15,7 @@
 #include "kernels/dflash_verify_inputs.h"
 #include "kernels/eagle_accept.h"
 #include "kernels/embedding.h"
+#include "kernels/gate_up_swiglu.h"
 #include "kernels/linear.h"
 #include "kernels/paged_attention.h"
 #include "kernels/qkv_rope_kv_write.h"
@@ -62,6 +63,8 @@ class Backend {
   virtual void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) = 0;
   virtual void pagedAttention(const kernel::PagedAttentionParams& p) = 0;
   virtual void swiglu(const kernel::SwigluParams& p) = 0;
+  // The gate/up projection and SwiGLU (kernels/gate_up_swiglu.h): one kernel on the GPU at decode rows.
+  virtual void gateUpSwiglu(const kernel::GateUpSwigluParams& p) = 0;
   virtual void linear(const kernel::LinearParams& p) = 0;
   virtual void argmax(const ArgmaxParams& p) = 0;
   // DFlash target-context K/V write into the draft cache (spec §2.1), one overload per cache

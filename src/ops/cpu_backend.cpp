@@ -37,6 +37,7 @@ class CpuBackend final : public Backend {
   void pagedAttention(const kernel::PagedAttentionParams& p) override { ref::pagedAttention(p); }
   void swiglu(const kernel::SwigluParams& p) override { ref::swiglu(p); }
   void linear(const kernel::LinearParams& p) override { ref::linear(p); }
+  void gateUpSwiglu(const kernel::GateUpSwigluParams& p) override { ref::gateUpSwiglu(p); }
   void argmax(const ArgmaxParams& p) override { ref::argmax_rows(p); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32& p) override { ref::dflashTargetKVCacheUpdate(p); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF16& p) override { ref::dflashTargetKVCacheUpdate(p); }

@@ -77,6 +77,9 @@ class CudaBackend final : public Backend {
   }
   void swiglu(const kernel::SwigluParams& p) override { kernel::launchSwiglu(p, stream_); }
   void linear(const kernel::LinearParams& p) override { kernel::launchLinear(p, *linear_, stream_); }
+  void gateUpSwiglu(const kernel::GateUpSwigluParams& p) override {
+    kernel::launchGateUpSwiglu(p, *linear_, stream_);
+  }
   void argmax(const ArgmaxParams& p) override { kernel::argmax_rows(p, stream_); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32&) override {
     ES_THROW(InvalidArgument, "CudaBackend::dflashKvUpdate: argument 'dtype' = f32 is not supported: "

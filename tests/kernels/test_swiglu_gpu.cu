@@ -1,6 +1,6 @@
 // GPU parity of launchSwiglu with the CPU reference: f32/f16/bf16, vector and scalar paths
-// (intermediate a multiple of 8 or not, misaligned bases), poisoned output; tolerance table in
-// forward_ops_gpu_test_util.h.
+// (intermediate a multiple of 8 or not, misaligned bases), both gate/up layouts, poisoned output;
+// tolerance table in forward_ops_gpu_test_util.h.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -16,9 +16,11 @@ namespace {
 using namespace fwdtest;
 
 template <typename T>
-void run(int32_t rows, int32_t inter, bool offset, std::mt19937& rng) {
+void run(int32_t rows, int32_t inter, bool offset, std::mt19937& rng,
+         kernel::GateUpLayout layout = kernel::GateUpLayout::kHalves) {
   SCOPED_TRACE(::testing::Message() << "rows " << rows << " inter " << inter << " offset "
-                                    << offset << " " << dtype_name(dtype_of<T>));
+                                    << offset << " " << dtype_name(dtype_of<T>) << " layout "
+                                    << int(layout));
   const size_t off = offset ? 1 : 0;
   std::vector<T> gate_up(off + size_t(rows) * 2 * inter);
   fill(gate_up, rng, -8.0f, 8.0f);
@@ -29,6 +31,7 @@ void run(int32_t rows, int32_t inter, bool offset, std::mt19937& rng) {
   p.rows = rows;
   p.intermediateSize = inter;
   p.dtype = dtype_of<T>;
+  p.layout = layout;
   ref::swiglu(p);
   test::DeviceArray<T> d_in(gate_up), d_out(want.size());
   p.gateUp = d_in.get() + off;
@@ -53,6 +56,13 @@ TEST(SwigluGpu, MatchesReference) {
     }
   }
   run<bf16>(700, 1536, false, rng);
+  for (int32_t inter : {1536, 8, 4864}) {
+    for (bool off : {false, true}) {
+      run<float>(5, inter, off, rng, kernel::GateUpLayout::kInterleaved8);
+      run<bf16>(5, inter, off, rng, kernel::GateUpLayout::kInterleaved8);
+      run<fp16>(5, inter, off, rng, kernel::GateUpLayout::kInterleaved8);
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,43 @@
+// Host validation of launchGateUpSwiglu / ref::gateUpSwiglu (every build).
+#include "common/errors.h"
+#include "kernels/gate_up_swiglu.h"
+
+namespace es::kernel {
+
+bool validate(const GateUpSwigluParams& p) {
+  constexpr const char* kWhere = "launchGateUpSwiglu";
+  if (!validate(p.linear)) return false;
+  const LinearParams& l = p.linear;
+  ES_CHECK_ARG(l.n % 2 == 0, kWhere, "linear.n", l.n, "must be even (gate and up rows)");
+  ES_CHECK_ARG(p.layout == GateUpLayout::kHalves || l.n % (2 * kGateUpGroup) == 0, kWhere,
+               "linear.n", l.n, "must be a multiple of 16 for the interleaved gate/up layout");
+  ES_CHECK_ARG(l.outDtype == l.dtype, kWhere, "linear.outDtype", dtype_name(l.outDtype),
+               "must equal linear.dtype (", dtype_name(l.dtype), ")");
+  ES_CHECK_ARG(p.out != nullptr, kWhere, "out", "null", "must not be null");
+  ES_CHECK_ARG(p.out != l.x && p.out != l.y, kWhere, "out", "aliases x or linear.y",
+               "must be a separate buffer");
+  return true;
+}
+
+SwigluParams swigluStep(const GateUpSwigluParams& p) {
+  SwigluParams s;
+  s.gateUp = p.linear.y;
+  s.out = p.out;
+  s.rows = p.linear.m;
+  s.intermediateSize = p.linear.n / 2;
+  s.dtype = p.linear.dtype;
+  s.layout = p.layout;
+  return s;
+}
+
+}  // namespace es::kernel
+
+namespace es::ref {
+
+void gateUpSwiglu(const kernel::GateUpSwigluParams& p) {
+  if (!kernel::validate(p)) return;
+  linear(p.linear);
+  swiglu(kernel::swigluStep(p));
+}
+
+}  // namespace es::ref
