@@ -26,9 +26,10 @@
 #                                 draft) on the random presets in ES_ENGINE_PRESETS, both ways
 #   tools/gpu_check.sh gemvrule   the gemv grid rules (ES_GEMV_RULE=onetile / wide, the default),
 #                                 as pdl: ctest -L gpu and edgespec bench both ways
-#   tools/gpu_check.sh fusions    the decode fusions (gemv SwiGLU epilogue, attention last-CTA
-#                                 merge): their GPU tests with each switch off, then edgespec
-#                                 bench with each combination on ES_ENGINE_PRESETS, twice
+#   tools/gpu_check.sh fusiontests  the GPU tests of the decode fusions (gemv SwiGLU epilogue,
+#                                 attention last-CTA merge) with each switch off
+#   tools/gpu_check.sh fusions    edgespec bench with each combination of those switches on
+#                                 ES_ENGINE_PRESETS, twice, next to the torch anchor
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
 #                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
 #                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
@@ -534,12 +535,13 @@ stage_prefillab() {
   return $status
 }
 
-# The decode fusions of session 13, each switch's GPU twins then the engine with every
-# combination, twice: the gemv's SwiGLU epilogue (ES_GEMV_SWIGLU=0: gemv then the SwiGLU kernel;
-# ES_GATE_UP_INTERLEAVE=0: the checkpoint's gate | up order, no fusion possible) and the
-# attention's last-CTA merge of the KV splits (ES_ATTN_FUSED_COMBINE=0: combine_kernel).
-stage_fusions() {
-  local status=0 t
+# The decode fusions of session 13: the gemv's SwiGLU epilogue (ES_GEMV_SWIGLU=0: gemv then the
+# SwiGLU kernel; ES_GATE_UP_INTERLEAVE=0: the checkpoint's gate | up order, no fusion possible) and
+# the attention's last-CTA merge of the KV splits (ES_ATTN_FUSED_COMBINE=0: combine_kernel).
+# fusiontests: the GPU tests that cover them with each switch off (the build stage runs them on);
+# fusions: the engine with every combination, twice.
+stage_fusiontests() {
+  local status=0 t sw
   for t in test_gate_up_swiglu_gpu test_target_model_gpu test_decode_engine_gpu test_paged_attention_gpu; do
     for sw in "ES_GEMV_SWIGLU=0" "ES_GATE_UP_INTERLEAVE=0" "ES_ATTN_FUSED_COMBINE=0"; do
       if env "$sw" timeout 300 "$build_dir/tests/$t" --gtest_brief=1 >"$out/fusions_${t}_$sw.log" 2>&1; then
@@ -551,9 +553,11 @@ stage_fusions() {
       fi
     done
   done
-  engine_combos fusions 2 "ES_GATE_UP_INTERLEAVE=0 ES_ATTN_FUSED_COMBINE=0" "ES_ATTN_FUSED_COMBINE=0" \
-    "ES_GATE_UP_INTERLEAVE=0" default || status=1
   return $status
+}
+stage_fusions() {
+  engine_combos fusions 2 "ES_GATE_UP_INTERLEAVE=0 ES_ATTN_FUSED_COMBINE=0" "ES_ATTN_FUSED_COMBINE=0" \
+    "ES_GATE_UP_INTERLEAVE=0" default
 }
 
 stages=("$@")
@@ -571,6 +575,7 @@ if build; then
       engine) stage_engine || status=1 ;;
       pdl) engine_ab ES_PDL pdl 0 1 || status=1 ;;
       gemvrule) engine_ab ES_GEMV_RULE gemvrule onetile wide || status=1 ;;
+      fusiontests) stage_fusiontests || status=1 ;;
       fusions) stage_fusions || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
@@ -578,7 +583,7 @@ if build; then
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusions)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions)" >&2; status=2 ;;
     esac
   done
 else
