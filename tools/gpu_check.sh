@@ -30,6 +30,8 @@
 #                                 switches off (ES_GEMV_SWIGLU=0, ES_GATE_UP_INTERLEAVE=0)
 #   tools/gpu_check.sh fusions    edgespec bench with each of those settings on
 #                                 ES_ENGINE_PRESETS, twice, next to the torch anchor
+#   tools/gpu_check.sh earlyreads edgespec bench with and without the kernels' reads before their
+#                                 PDL wait (ES_PDL_EARLY_READS=0), as fusions
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
 #                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
 #                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
@@ -557,6 +559,11 @@ stage_fusiontests() {
 stage_fusions() {
   engine_combos fusions 2 "ES_GATE_UP_INTERLEAVE=0" "ES_GEMV_SWIGLU=0" default
 }
+# Early reads before the PDL wait (pdl.cuh; ES_PDL_EARLY_READS=0: wait first) in the q/k-norm +
+# RoPE + K/V write and the split attention kernels: the engine both ways, alternated twice.
+stage_earlyreads() {
+  engine_combos earlyreads 2 "ES_PDL_EARLY_READS=0" default
+}
 
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
@@ -575,13 +582,14 @@ if build; then
       gemvrule) engine_ab ES_GEMV_RULE gemvrule onetile wide || status=1 ;;
       fusiontests) stage_fusiontests || status=1 ;;
       fusions) stage_fusions || status=1 ;;
+      earlyreads) stage_earlyreads || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads)" >&2; status=2 ;;
     esac
   done
 else

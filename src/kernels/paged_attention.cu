@@ -229,6 +229,7 @@ struct SplitArgs {
   int32_t mask, window, batch;
   float scale_log2;  // scale * log2(e): the softmax runs in the exp2 domain
   int32_t splits, tiles_per_split, row_blocks;
+  int32_t early_reads;  // 1: metadata and page table read before the PDL wait (pdl.cuh)
   float* part_o;     // [splits, totalQ, Hq, D] f32 unnormalised outputs (splits > 1)
   float2* part_ml;   // [splits, totalQ, Hq] (running max in the exp2 domain, sum)
 };
@@ -383,11 +384,12 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   const int32_t b = bid / a.splits;
   const bool direct = a.splits == 1;
   const bool tree = a.mask == static_cast<int32_t>(AttentionMask::kPackedTree);
-  // Launched as a programmatic dependent (pdl.cuh): the previous kernel wrote q. Its own
-  // dependents (the combine kernel, or the next layer's kernel) are let in at the epilogue.
-  pdl::wait();
-
-  if (direct && blockIdx.x == 0) zero_unowned_rows<T, D>(a);
+  // Launched as a programmatic dependent (pdl.cuh): the previous kernel wrote q and the new rows'
+  // K/V. With early reads (the default) the rows' metadata (cu_q, kv_lens, q_pos, the tree mask)
+  // and the page table, which it does not write, are read and the first tiles' pages looked up
+  // before waiting for it; ES_PDL_EARLY_READS=0 waits here. Its own dependents (the combine
+  // kernel, or the next layer's kernel) are let in at the epilogue.
+  if (!a.early_reads) pdl::wait();
 
   // ---- rows and key ranges
   const int32_t q0 = a.cu_q[b];
@@ -525,6 +527,21 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   // the groups of tiles t .. t + ST - 2 may be pending, so wait_group(ST - 2) leaves exactly the
   // ST - 2 newest pending and tile t (and Q) landed; the barrier after it publishes every
   // thread's copies and ends all reads of tile t - 1's stage, which iteration t then refills.
+  // Pages of the prologue's tiles and of the next one to issue (false past t1: none when
+  // t0 == t1). The page table is not the previous kernel's output: looked up before the wait.
+  int32_t pkp[ST - 1], pvp[ST - 1];
+  bool pok[ST - 1];
+#pragma unroll
+  for (int s = 0; s < ST - 1; ++s) {
+    pkp[s] = pvp[s] = 0;
+    pok[s] = lookup(t0 + s, pkp[s], pvp[s]);
+  }
+  int32_t nkp = 0, nvp = 0;
+  bool nok = lookup(t0 + ST - 1, nkp, nvp);  // the next tile to issue, prefetched
+
+  if (a.early_reads) pdl::wait();  // q and the new rows' K/V are read from here on
+  if (direct && blockIdx.x == 0) zero_unowned_rows<T, D>(a);
+
   uint32_t vbits = 0;  // bit st: the tile in stage st is loaded (computed)
   if (t0 < t1) {
     const T* qg = static_cast<const T*>(a.q);
@@ -533,13 +550,6 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
       const bool in = s_row[m].hi > s_row[m].lo;
       const T* src = in ? qg + s_row[m].rh * D + c * 8 : qg;
       cp_async16(smem_u32(s_q + m * D + ((c ^ (m & 7)) << 3)), src, in);
-    }
-    int32_t pkp[ST - 1], pvp[ST - 1];
-    bool pok[ST - 1];
-#pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {
-      pkp[s] = pvp[s] = 0;
-      pok[s] = lookup(t0 + s, pkp[s], pvp[s]);
     }
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {  // group s = tile t0 + s (group 0 also holds Q)
@@ -550,8 +560,6 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
       cp_async_commit();
     }
   }
-  int32_t nkp = 0, nvp = 0;
-  bool nok = lookup(t0 + ST - 1, nkp, nvp);  // the next tile to issue, prefetched
 
   // ---- main loop
   float o[RT][DT][4];
@@ -1009,6 +1017,7 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
   a.splits = plan.numSplits;
   a.tiles_per_split = plan.tilesPerSplit;
   a.row_blocks = plan.rowBlocks;
+  a.early_reads = pdl::early_reads() ? 1 : 0;
   a.part_o = static_cast<float*>(p.workspace);
   a.part_ml = reinterpret_cast<float2*>(a.part_o + int64_t{plan.numSplits} * q.totalQ *
                                                        q.numQHeads * p.headDim);

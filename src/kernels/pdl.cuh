@@ -33,6 +33,18 @@ inline bool enabled() {
   return on;
 }
 
+// Early reads (ES_PDL_EARLY_READS=0 turns them off; read once per process): a dependent kernel
+// may read, before its wait, memory that the kernel launched immediately before it does not
+// write. When a kernel starts, the one before its predecessor has completed and its writes are
+// visible (the predecessor's CTAs all passed their wait before this one could be scheduled), so
+// host copies and the outputs of any earlier kernel are safe; the predecessor's are not. The
+// kernels that read early say what (qkv_rope_kv_write.cu, paged_attention.cu's split kernel);
+// their callers must not let the kernel right before them write those inputs.
+inline bool early_reads() {
+  static const bool on = env_switch_on("ES_PDL_EARLY_READS");
+  return on && enabled();
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the stream's
 // previous kernel (an ordinary launch with ES_PDL=0).
 template <typename... Params, typename... Args>

@@ -31,11 +31,17 @@ struct Args {
   void* pool;
   void* q_out;
   int32_t batch, hq, hkv, dim, rotary, num_pages, max_pages;
+  int32_t early_reads;  // 1: read all but qkv before waiting for the previous kernel (ES_PDL_EARLY_READS)
 };
 
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
-  pdl::enter();
+  // Launched as a programmatic dependent (pdl.cuh) of the kernel that wrote qkv. With early reads
+  // (the default) everything else this warp needs (position, owner, page, norm weights, cos/sin:
+  // none of it written by that kernel) is read before waiting for it, so only the qkv row's load
+  // is left after the wait; ES_PDL_EARLY_READS=0 waits first, as before.
+  if (!a.early_reads) pdl::enter();
+  constexpr int kPer = kMaxDim / 32;  // elements per lane at most
   __shared__ float buf[kWarps][kMaxDim];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t head = blockIdx.y * kWarps + warp;
@@ -52,10 +58,6 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
   T* dst = nullptr;
   if (is_q) {
     dst = q_out + (t * a.hq + head) * dim;
-    if (!live) {
-      for (int32_t i = lane; i < dim; i += 32) dst[i] = fwd::from_f<T>(0.0f);
-      return;
-    }
   } else {
     if (!live) return;
     const int32_t lp = pos / kPage;
@@ -73,6 +75,32 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
     }
     dst = static_cast<T*>(a.pool) + ((int64_t{page} * kPage + slot) * a.hkv + kv_head) * dim;
   }
+  // This lane's elements i = lane + 32 j: norm weight, and the rotary pair's (cos, sin) at
+  // index i mod half (identity past the rotary dims).
+  const bool rotate = live && (is_q || is_k);
+  const T* weight = static_cast<const T*>(is_q ? a.q_norm : a.k_norm);
+  const int32_t half = a.rotary / 2;
+  float wv[kPer], cv[kPer], sv[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int32_t i = lane + 32 * j;
+    wv[j] = cv[j] = sv[j] = 0.0f;
+    if (rotate && i < dim) {
+      if (weight != nullptr) wv[j] = fwd::to_f(weight[i]);
+      if (i < a.rotary) {
+        const float* cs = a.cos_sin + int64_t{pos} * a.rotary;
+        const int32_t r = i < half ? i : i - half;
+        cv[j] = cs[r];
+        sv[j] = cs[half + r];
+      }
+    }
+  }
+  if (a.early_reads) pdl::enter();
+
+  if (is_q && !live) {
+    for (int32_t i = lane; i < dim; i += 32) dst[i] = fwd::from_f<T>(0.0f);
+    return;
+  }
   const T* src = static_cast<const T*>(a.qkv) + t * int64_t{heads} * dim + int64_t{head} * dim;
   if (!is_q && !is_k) {  // V: bit copy
     for (int32_t i = lane; i < dim; i += 32) dst[i] = src[i];
@@ -80,29 +108,34 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
   }
   float* x = buf[warp];
   float sum_sq = 0.0f;
-  for (int32_t i = lane; i < dim; i += 32) {
-    const float v = fwd::to_f(src[i]);
-    x[i] = v;
-    sum_sq += v * v;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int32_t i = lane + 32 * j;
+    if (i < dim) {
+      const float v = fwd::to_f(src[i]);
+      x[i] = v;
+      sum_sq += v * v;
+    }
   }
-  const T* weight = static_cast<const T*>(is_q ? a.q_norm : a.k_norm);
   if (weight != nullptr) {
     sum_sq = fwd::warp_sum(sum_sq);
     const float scale = 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + a.eps);
-    for (int32_t i = lane; i < dim; i += 32) {
-      x[i] = __fmul_rn(__fmul_rn(x[i], scale), fwd::to_f(weight[i]));
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int32_t i = lane + 32 * j;
+      if (i < dim) x[i] = __fmul_rn(__fmul_rn(x[i], scale), wv[j]);
     }
   }
   __syncwarp();
-  const int32_t half = a.rotary / 2;
-  const float* cs = a.cos_sin + int64_t{pos} * a.rotary;
-  for (int32_t i = lane; i < dim; i += 32) {
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int32_t i = lane + 32 * j;
+    if (i >= dim) continue;
     float o;
     if (i < half) {
-      o = __fsub_rn(__fmul_rn(x[i], cs[i]), __fmul_rn(x[i + half], cs[half + i]));
+      o = __fsub_rn(__fmul_rn(x[i], cv[j]), __fmul_rn(x[i + half], sv[j]));
     } else if (i < a.rotary) {
-      const int32_t j = i - half;
-      o = __fadd_rn(__fmul_rn(x[i], cs[j]), __fmul_rn(x[j], cs[half + j]));
+      o = __fadd_rn(__fmul_rn(x[i], cv[j]), __fmul_rn(x[i - half], sv[j]));
     } else {
       o = x[i];
     }
@@ -117,7 +150,7 @@ void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
   const Args a{p.qkv,       p.qNormWeight, p.kNormWeight, p.normEps,    p.cosSin,
                p.maxPositions, p.positions, p.tokenToSequence, p.pageTable, p.kvPool,
                p.qOut,      p.batchSize,   p.numQHeads,   p.numKVHeads, p.headDim,
-               p.rotaryDim, p.numPages,    p.maxPagesPerSeq};
+               p.rotaryDim, p.numPages,    p.maxPagesPerSeq, pdl::early_reads() ? 1 : 0};
   const int32_t heads = p.numQHeads + 2 * p.numKVHeads;
   const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
