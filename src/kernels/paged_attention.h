@@ -8,6 +8,10 @@
 //             itself and to all cached context
 // The current rows' K/V are already in the pool (written by qkv_rope_kv_write), so keys are
 // always read through the page table. GQA: query head h reads KV head h / (Hq / Hkv).
+// The split-KV path is a programmatic dependent (pdl.cuh) with early reads: cuQSeqLens,
+// kvLengths, qPositions, packedMask and the page table are read before waiting for the previous
+// kernel of the stream, so that kernel must not write them (in the models it is
+// qkv_rope_kv_write, which writes q and the pool).
 //
 // Sequence b owns page-table row b and query rows [cuQSeqLens[b], cuQSeqLens[b+1]). Its keys
 // are positions [0, kvLengths[b]); the last qLen_b of them are the rows being processed, so

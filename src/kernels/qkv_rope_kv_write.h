@@ -17,6 +17,9 @@
 // its own, and nothing for pos/128 >= maxPagesPerSeq; q rows of live tokens are written even when
 // their page is unmapped. V is a bit copy. The q/k norm is out = (x * 1/sqrt(mean(x^2) + eps)) * w
 // (as rmsnorm.h). qOut must not alias qkv.
+// Launched as a programmatic dependent (pdl.cuh) with early reads: positions, tokenToSequence,
+// the page table, the norm weights and cosSin are read before waiting for the previous kernel of
+// the stream, so that kernel must not write them (in the models it is the qkv linear).
 #include <cstdint>
 
 #include "common/dtype.h"
