@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -45,6 +46,16 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kWarps = detail::kGemvWarps;
+
+// ES_GEMV_EARLY_W=1 (read once; off by default until measured on the H200): the first round of W
+// goes into registers before the PDL wait instead of into the L2 (see the kernel). Only with PDL.
+bool early_w_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("ES_GEMV_EARLY_W");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on && pdl::enabled();
+}
 constexpr int kThreads = kWarps * 32;
 
 // 16 bytes of W: read once, so not kept in L1; the L2 fetches the surrounding 256 bytes, which
@@ -118,7 +129,8 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // rows of feature 8t + i; y is [m, n / 2] and gets silu(gate) * up, where gate and up are first
 // rounded to T exactly as the plain kernel stores them, so the result equals the plain kernel
 // followed by launchSwiglu bit for bit.
-template <typename T, typename Y, int R, int NT, bool SWIGLU>
+// EARLY_W: the first round of W into registers before the PDL wait (see below).
+template <typename T, typename Y, int R, int NT, bool SWIGLU, bool EARLY_W>
 __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
@@ -161,18 +173,28 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
   }
 
   // W is never written by the kernel before this one (a programmatic dependent launch, pdl.cuh):
-  // pull this thread's first round of W into L2 while that kernel finishes, then wait for it
-  // before x is read or y written.
+  // this thread's first round of W is requested while that kernel finishes, then the kernel waits
+  // for it before x is read or y written. EARLY_W false (the default): the round is pulled into
+  // the L2 (prefetch.global.L2). EARLY_W (ES_GEMV_EARLY_W=1, off until measured on the H200): it
+  // is loaded into the registers the first round's multiplies use, so after the wait only x is
+  // left to read; the sums are the same, in the same order.
   const int64_t blocks = (kk + 31) / 32;
   const int64_t stride = int64_t{split} * kWarps;
+  const int64_t first = int64_t{rank} * kWarps + warp;  // this warp's first K block
+  uint4 early[EARLY_W ? U : 1][R][2];
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int64_t b = int64_t{rank} * kWarps + warp + u * stride;
+    const int64_t b = first + u * stride;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (b < blocks && b * 32 + 8 * t4 < kk && wok[r][h]) prefetch_l2(wp[r][h] + b * 32);
+        if constexpr (EARLY_W) {
+          const bool kin = b < blocks && b * 32 + 8 * t4 < kk;
+          early[u][r][h] = load_w(wp[r][h] + (kin ? b * 32 : 0), kin && wok[r][h]);
+        } else {
+          if (b < blocks && b * 32 + 8 * t4 < kk && wok[r][h]) prefetch_l2(wp[r][h] + b * 32);
+        }
       }
     }
   }
@@ -188,25 +210,8 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     }
   }
 
-  // 32-element K blocks, dealt round-robin over the split * 8 warps of the cluster.
-  for (int64_t b0 = int64_t{rank} * kWarps + warp; b0 < blocks; b0 += U * stride) {
-    uint4 wv[U][R][2];
-    uint4 xv[U][NT];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t b = b0 + u * stride;
-      const int64_t c = b * 32 + 8 * t4;  // this thread's k offset; c + 8 <= k when c < k
-      const bool kin = b < blocks && c < kk;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          wv[u][r][h] = load_w(wp[r][h] + (kin ? b * 32 : 0), kin && wok[r][h]);
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < NT; ++t) xv[u][t] = load_x(xp[t] + (kin ? b * 32 : 0), kin && xok[t]);
-    }
+  // acc += W · x over one round's K blocks.
+  auto multiply = [&](const uint4 (&wv)[U][R][2], const uint4 (&xv)[U][NT]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -220,6 +225,40 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
         }
       }
     }
+  };
+  // One round from K block b0: its W (unless already loaded) and x, then the multiplies.
+  auto round = [&](int64_t b0, bool load_w_here, uint4 (&wv)[U][R][2]) {
+    uint4 xv[U][NT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t b = b0 + u * stride;
+      const int64_t c = b * 32 + 8 * t4;  // this thread's k offset; c + 8 <= k when c < k
+      const bool kin = b < blocks && c < kk;
+      if (load_w_here) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            wv[u][r][h] = load_w(wp[r][h] + (kin ? b * 32 : 0), kin && wok[r][h]);
+          }
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) xv[u][t] = load_x(xp[t] + (kin ? b * 32 : 0), kin && xok[t]);
+    }
+    multiply(wv, xv);
+  };
+
+  // 32-element K blocks, dealt round-robin over the split * 8 warps of the cluster; with EARLY_W
+  // the first round (W already in `early`) is peeled off, so `early` is dead after it.
+  int64_t b0 = first;
+  if constexpr (EARLY_W) {
+    if (b0 < blocks) round(b0, false, early);
+    b0 += U * stride;
+  }
+  for (; b0 < blocks; b0 += U * stride) {
+    uint4 wv[U][R][2];
+    round(b0, true, wv);
   }
 
   // Accumulator (row g [+8] of tile r, columns 8t + 2*t4 + {0, 1}) -> warp_part[warp][col][row].
@@ -317,10 +356,11 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   }
   config.attrs = attr;
   config.numAttrs = used;
-  ES_CUDA_CHECK(cudaLaunchKernelEx(&config, linear_gemv_kernel<T, Y, R, NT, SWIGLU>,
-                                   static_cast<const T*>(p.x), static_cast<const T*>(p.w),
-                                   static_cast<const T*>(p.bias), static_cast<Y*>(p.y), p.m, p.n,
-                                   p.k));
+  const auto kernel = early_w_enabled() ? linear_gemv_kernel<T, Y, R, NT, SWIGLU, true>
+                                        : linear_gemv_kernel<T, Y, R, NT, SWIGLU, false>;
+  ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
+                                   static_cast<const T*>(p.w), static_cast<const T*>(p.bias),
+                                   static_cast<Y*>(p.y), p.m, p.n, p.k));
 }
 
 template <typename T, typename Y, bool SWIGLU = false>
