@@ -39,12 +39,14 @@
 // every 64-key tile for both, with the RT-1 kernel's per-row arithmetic and 4-warp merge, so a
 // verify row keeps the decode row's bits while the CTAs halve (the 16-row verify of Qwen3-8B at
 // 4k: 512 CTAs in two waves -> 256 in one). 3 stages + Q (8 KiB) + row data = 108.1 KiB per CTA,
-// 2 CTAs per SM; ptxas (CUDA 13.0, sm_90a): 252 registers, no spills. Compiled, not yet run on a
-// GPU (written 2026-11-30, branch verify-rowtiles).
+// 2 CTAs per SM; ptxas (CUDA 13.0, sm_90a): 252 registers, no spills (merged after its H200
+// measurement in session 10, docs/perf.md).
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -230,6 +232,7 @@ struct SplitArgs {
   float scale_log2;  // scale * log2(e): the softmax runs in the exp2 domain
   int32_t splits, tiles_per_split, row_blocks;
   int32_t early_reads;  // 1: metadata and page table read before the PDL wait (pdl.cuh)
+  int32_t early_kv;     // 1: the first tile's K/V copies issued before it too (ES_ATTN_EARLY_KV)
   float* part_o;     // [splits, totalQ, Hq, D] f32 unnormalised outputs (splits > 1)
   float2* part_ml;   // [splits, totalQ, Hq] (running max in the exp2 domain, sum)
 };
@@ -521,12 +524,6 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
     }
   };
 
-  // cp.async groups: every thread commits the same sequence of groups, one per tile slot, empty
-  // when the tile is not loaded. The prologue commits ST - 1 groups (tiles t0 .. t0 + ST - 2,
-  // Q in the first); iteration t commits one more (tile t + ST - 1). At the top of iteration t
-  // the groups of tiles t .. t + ST - 2 may be pending, so wait_group(ST - 2) leaves exactly the
-  // ST - 2 newest pending and tile t (and Q) landed; the barrier after it publishes every
-  // thread's copies and ends all reads of tile t - 1's stage, which iteration t then refills.
   // Pages of the prologue's tiles and of the next one to issue (false past t1: none when
   // t0 == t1). The page table is not the previous kernel's output: looked up before the wait.
   int32_t pkp[ST - 1], pvp[ST - 1];
@@ -539,9 +536,22 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   int32_t nkp = 0, nvp = 0;
   bool nok = lookup(t0 + ST - 1, nkp, nvp);  // the next tile to issue, prefetched
 
+  // Early K/V (a.early_kv: ES_ATTN_EARLY_KV=1 with early reads, off until measured): tile t0's
+  // copies start before the wait when all its keys precede this forward's rows (the last q_len
+  // of the sequence's kv_len keys, the only ones the previous kernel writes); they join group 0
+  // with Q, committed after the wait.
+  const bool t0_early = a.early_kv && pok[0] && int64_t{t0 + 1} * KT <= int64_t{kv_len} - q_len;
+  if (t0_early) issue(t0, 0, pkp[0], pvp[0]);
+
   if (a.early_reads) pdl::wait();  // q and the new rows' K/V are read from here on
   if (direct && blockIdx.x == 0) zero_unowned_rows<T, D>(a);
 
+  // cp.async groups: every thread commits the same sequence of groups, one per tile slot, empty
+  // when the tile is not loaded. The prologue commits ST - 1 groups (tiles t0 .. t0 + ST - 2,
+  // Q in the first); iteration t commits one more (tile t + ST - 1). At the top of iteration t
+  // the groups of tiles t .. t + ST - 2 may be pending, so wait_group(ST - 2) leaves exactly the
+  // ST - 2 newest pending and tile t (and Q) landed; the barrier after it publishes every
+  // thread's copies and ends all reads of tile t - 1's stage, which iteration t then refills.
   uint32_t vbits = 0;  // bit st: the tile in stage st is loaded (computed)
   if (t0 < t1) {
     const T* qg = static_cast<const T*>(a.q);
@@ -554,7 +564,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {  // group s = tile t0 + s (group 0 also holds Q)
       if (pok[s]) {
-        issue(t0 + s, s, pkp[s], pvp[s]);
+        if (s > 0 || !t0_early) issue(t0 + s, s, pkp[s], pvp[s]);
         vbits |= 1u << s;
       }
       cp_async_commit();
@@ -938,6 +948,16 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   fwd::store_span<T, E, true>(static_cast<T*>(a.out) + item * D + lane * E, acc);
 }
 
+// ES_ATTN_EARLY_KV=1 (read once; off by default until measured on the H200): see early_kv in the
+// split kernel. Its callers' rows must be the last q_len keys of each sequence (paged_attention.h).
+bool attention_early_kv() {
+  static const bool on = [] {
+    const char* v = std::getenv("ES_ATTN_EARLY_KV");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 template <typename T, int D, int WM, int RT>
 void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
   constexpr int smem = static_cast<int>(sk::smemBytes(D, WM, RT));
@@ -1018,6 +1038,7 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
   a.tiles_per_split = plan.tilesPerSplit;
   a.row_blocks = plan.rowBlocks;
   a.early_reads = pdl::early_reads() ? 1 : 0;
+  a.early_kv = a.early_reads && attention_early_kv() ? 1 : 0;
   a.part_o = static_cast<float*>(p.workspace);
   a.part_ml = reinterpret_cast<float2*>(a.part_o + int64_t{plan.numSplits} * q.totalQ *
                                                        q.numQHeads * p.headDim);
