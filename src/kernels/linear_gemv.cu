@@ -29,11 +29,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/env_switch.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
@@ -46,17 +46,14 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kWarps = detail::kGemvWarps;
+constexpr int kThreads = kWarps * 32;
 
 // ES_GEMV_EARLY_W=1 (read once; off by default until measured on the H200): the first round of W
 // goes into registers before the PDL wait instead of into the L2 (see the kernel). Only with PDL.
 bool early_w_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_GEMV_EARLY_W");
-    return v != nullptr && std::string(v) == "1";
-  }();
+  static const bool on = env_switch_opt_in("ES_GEMV_EARLY_W");
   return on && pdl::enabled();
 }
-constexpr int kThreads = kWarps * 32;
 
 // 16 bytes of W: read once, so not kept in L1; the L2 fetches the surrounding 256 bytes, which
 // the neighbouring warps read next. Zeros and no access when !pred.

@@ -45,11 +45,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/env_switch.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_split.h"
@@ -951,10 +950,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
 // ES_ATTN_EARLY_KV=1 (read once; off by default until measured on the H200): see early_kv in the
 // split kernel. Its callers' rows must be the last q_len keys of each sequence (paged_attention.h).
 bool attention_early_kv() {
-  static const bool on = [] {
-    const char* v = std::getenv("ES_ATTN_EARLY_KV");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = env_switch_opt_in("ES_ATTN_EARLY_KV");
   return on;
 }
 
