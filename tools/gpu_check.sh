@@ -342,8 +342,6 @@ stage_engine() {
   return $status
 }
 
-# Programmatic dependent launch (src/kernels/pdl.cuh) A/B in one call: the same binaries with
-# ES_PDL=0 (ordinary launches) and without (PDL), tests first.
 # A/B of an environment switch ($1 = each of the values after the tag) over the GPU tests and the
 # engine: ctest -L gpu each way, then edgespec bench (plain + replay draft) on the random presets
 # in ES_ENGINE_PRESETS each way, next to the torch anchor.
