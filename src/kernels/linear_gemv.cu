@@ -33,7 +33,6 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
@@ -47,13 +46,6 @@ namespace cg = cooperative_groups;
 
 constexpr int kWarps = detail::kGemvWarps;
 constexpr int kThreads = kWarps * 32;
-
-// ES_GEMV_EARLY_W=1 (read once; off by default until measured on the H200): the first round of W
-// goes into registers before the PDL wait instead of into the L2 (see the kernel). Only with PDL.
-bool early_w_enabled() {
-  static const bool on = env_switch_opt_in("ES_GEMV_EARLY_W");
-  return on && pdl::enabled();
-}
 
 // 16 bytes of W: read once, so not kept in L1; the L2 fetches the surrounding 256 bytes, which
 // the neighbouring warps read next. Zeros and no access when !pred.
@@ -72,11 +64,6 @@ __device__ __forceinline__ uint4 load_w(const void* ptr, bool pred) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(ptr), "r"(static_cast<int>(pred)));
   return v;
-}
-
-// Asks the L2 for the 128 bytes around ptr (no register, no fault on a valid address).
-__device__ __forceinline__ void prefetch_l2(const void* ptr) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
 
 // 16 bytes of x: read by every CTA, so cached in L1. Zeros and no access when !pred.
@@ -126,8 +113,7 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // rows of feature 8t + i; y is [m, n / 2] and gets silu(gate) * up, where gate and up are first
 // rounded to T exactly as the plain kernel stores them, so the result equals the plain kernel
 // followed by launchSwiglu bit for bit.
-// EARLY_W: the first round of W into registers before the PDL wait (see below).
-template <typename T, typename Y, int R, int NT, bool SWIGLU, bool EARLY_W>
+template <typename T, typename Y, int R, int NT, bool SWIGLU>
 __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
@@ -170,28 +156,24 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
   }
 
   // W is never written by the kernel before this one (a programmatic dependent launch, pdl.cuh):
-  // this thread's first round of W is requested while that kernel finishes, then the kernel waits
-  // for it before x is read or y written. EARLY_W false (the default): the round is pulled into
-  // the L2 (prefetch.global.L2). EARLY_W (ES_GEMV_EARLY_W=1, off until measured on the H200): it
-  // is loaded into the registers the first round's multiplies use, so after the wait only x is
-  // left to read; the sums are the same, in the same order.
+  // this thread's first round of W is loaded into the registers the first round's multiplies use
+  // while that kernel finishes, then the kernel waits for it before x is read or y written, so
+  // after the wait only x is left to read (a 0.6B layer's gemvs have one round per warp: all
+  // their W). Pulling the round into the L2 instead (prefetch.global.L2) was 7.5 % slower on
+  // Qwen3-0.6B decode and 3 % on Qwen3-8B (docs/perf.md, session 14).
   const int64_t blocks = (kk + 31) / 32;
   const int64_t stride = int64_t{split} * kWarps;
   const int64_t first = int64_t{rank} * kWarps + warp;  // this warp's first K block
-  uint4 early[EARLY_W ? U : 1][R][2];
+  uint4 early[U][R][2];
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int64_t b = first + u * stride;
+    const bool kin = b < blocks && b * 32 + 8 * t4 < kk;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if constexpr (EARLY_W) {
-          const bool kin = b < blocks && b * 32 + 8 * t4 < kk;
-          early[u][r][h] = load_w(wp[r][h] + (kin ? b * 32 : 0), kin && wok[r][h]);
-        } else {
-          if (b < blocks && b * 32 + 8 * t4 < kk && wok[r][h]) prefetch_l2(wp[r][h] + b * 32);
-        }
+        early[u][r][h] = load_w(wp[r][h] + (kin ? b * 32 : 0), kin && wok[r][h]);
       }
     }
   }
@@ -246,14 +228,10 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     multiply(wv, xv);
   };
 
-  // 32-element K blocks, dealt round-robin over the split * 8 warps of the cluster; with EARLY_W
-  // the first round (W already in `early`) is peeled off, so `early` is dead after it.
-  int64_t b0 = first;
-  if constexpr (EARLY_W) {
-    if (b0 < blocks) round(b0, false, early);
-    b0 += U * stride;
-  }
-  for (; b0 < blocks; b0 += U * stride) {
+  // 32-element K blocks, dealt round-robin over the split * 8 warps of the cluster; the first
+  // round (W already in `early`) is peeled off, so `early` is dead after it.
+  if (first < blocks) round(first, false, early);
+  for (int64_t b0 = first + U * stride; b0 < blocks; b0 += U * stride) {
     uint4 wv[U][R][2];
     round(b0, true, wv);
   }
@@ -353,8 +331,7 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   }
   config.attrs = attr;
   config.numAttrs = used;
-  const auto kernel = early_w_enabled() ? linear_gemv_kernel<T, Y, R, NT, SWIGLU, true>
-                                        : linear_gemv_kernel<T, Y, R, NT, SWIGLU, false>;
+  const auto kernel = linear_gemv_kernel<T, Y, R, NT, SWIGLU>;
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
                                    static_cast<const T*>(p.w), static_cast<const T*>(p.bias),
                                    static_cast<Y*>(p.y), p.m, p.n, p.k));

@@ -48,7 +48,6 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_split.h"
@@ -231,7 +230,6 @@ struct SplitArgs {
   float scale_log2;  // scale * log2(e): the softmax runs in the exp2 domain
   int32_t splits, tiles_per_split, row_blocks;
   int32_t early_reads;  // 1: metadata and page table read before the PDL wait (pdl.cuh)
-  int32_t early_kv;     // 1: the first tile's K/V copies issued before it too (ES_ATTN_EARLY_KV)
   float* part_o;     // [splits, totalQ, Hq, D] f32 unnormalised outputs (splits > 1)
   float2* part_ml;   // [splits, totalQ, Hq] (running max in the exp2 domain, sum)
 };
@@ -535,13 +533,6 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   int32_t nkp = 0, nvp = 0;
   bool nok = lookup(t0 + ST - 1, nkp, nvp);  // the next tile to issue, prefetched
 
-  // Early K/V (a.early_kv: ES_ATTN_EARLY_KV=1 with early reads, off until measured): tile t0's
-  // copies start before the wait when all its keys precede this forward's rows (the last q_len
-  // of the sequence's kv_len keys, the only ones the previous kernel writes); they join group 0
-  // with Q, committed after the wait.
-  const bool t0_early = a.early_kv && pok[0] && int64_t{t0 + 1} * KT <= int64_t{kv_len} - q_len;
-  if (t0_early) issue(t0, 0, pkp[0], pvp[0]);
-
   if (a.early_reads) pdl::wait();  // q and the new rows' K/V are read from here on
   if (direct && blockIdx.x == 0) zero_unowned_rows<T, D>(a);
 
@@ -563,7 +554,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 #pragma unroll
     for (int s = 0; s < ST - 1; ++s) {  // group s = tile t0 + s (group 0 also holds Q)
       if (pok[s]) {
-        if (s > 0 || !t0_early) issue(t0 + s, s, pkp[s], pvp[s]);
+        issue(t0 + s, s, pkp[s], pvp[s]);
         vbits |= 1u << s;
       }
       cp_async_commit();
@@ -947,13 +938,6 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   fwd::store_span<T, E, true>(static_cast<T*>(a.out) + item * D + lane * E, acc);
 }
 
-// ES_ATTN_EARLY_KV=1 (read once; off by default until measured on the H200): see early_kv in the
-// split kernel. Its callers' rows must be the last q_len keys of each sequence (paged_attention.h).
-bool attention_early_kv() {
-  static const bool on = env_switch_opt_in("ES_ATTN_EARLY_KV");
-  return on;
-}
-
 template <typename T, int D, int WM, int RT>
 void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
   constexpr int smem = static_cast<int>(sk::smemBytes(D, WM, RT));
@@ -1034,7 +1018,6 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
   a.tiles_per_split = plan.tilesPerSplit;
   a.row_blocks = plan.rowBlocks;
   a.early_reads = pdl::early_reads() ? 1 : 0;
-  a.early_kv = a.early_reads && attention_early_kv() ? 1 : 0;
   a.part_o = static_cast<float*>(p.workspace);
   a.part_ml = reinterpret_cast<float2*>(a.part_o + int64_t{plan.numSplits} * q.totalQ *
                                                        q.numQHeads * p.headDim);

@@ -11,10 +11,7 @@
 // The split-KV path is a programmatic dependent (pdl.cuh) with early reads: cuQSeqLens,
 // kvLengths, qPositions, packedMask and the page table are read before waiting for the previous
 // kernel of the stream, so that kernel must not write them (in the models it is
-// qkv_rope_kv_write, which writes q and the pool). With ES_ATTN_EARLY_KV=1 (off by default until
-// measured) the first tile's K/V copies also start before that wait when the tile lies wholly below
-// kvLengths[b] - qLen_b: that kernel must write only the K/V of the current rows, the last qLen_b
-// keys of each sequence (as the models' qkv_rope_kv_write does).
+// qkv_rope_kv_write, which writes q and the pool).
 //
 // Sequence b owns page-table row b and query rows [cuQSeqLens[b], cuQSeqLens[b+1]). Its keys
 // are positions [0, kvLengths[b]); the last qLen_b of them are the rows being processed, so
