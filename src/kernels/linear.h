@@ -48,6 +48,19 @@ struct LinearParams {
   // (the CPU backend keeps bf16 checkpoints' matrices in bf16, half the bytes a decode step
   // streams; widening bf16 to f32 is exact, so the results are those of f32 W). Empty: dtype.
   std::optional<DType> weightDtype;
+
+  // A decode layer's RMSNorm and residual add, fused into the gemv (linear_gemv.h) where
+  // linearFusesRowNorm(m) says so; elsewhere the CUDA path rejects them (InvalidArgument) and the
+  // models run launchRmsNorm instead. The CPU reference composes them from ref::rmsNorm, so every
+  // path gives the bits the unfused kernels give.
+  //   normWeight  [k] dtype, or null. x holds the un-normalized rows; the product uses
+  //               RMSNorm(x) * normWeight rounded to dtype, exactly as launchRmsNorm (no residual)
+  //               would write them, with eps normEps.
+  //   accumulate  y (dtype) += the product rounded to dtype, rounded again: the residual add of
+  //               launchRmsNorm (residual = y, x = the rounded product). outDtype must be dtype.
+  const void* normWeight = nullptr;
+  float normEps = 1e-6f;
+  bool accumulate = false;
 };
 
 bool validate(const LinearParams& p);
@@ -56,6 +69,11 @@ bool validate(const LinearParams& p);
 // when it can. Host-only checks of dtypes, m, k and pointer alignment (linear_args.cpp).
 const char* gemvRejection(const LinearParams& p);
 inline bool gemvSupported(const LinearParams& p) { return gemvRejection(p) == nullptr; }
+
+// Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): the gemv takes
+// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) and ES_GEMV_NORM (read once per
+// process; for A/B runs) is not 0.
+bool linearFusesRowNorm(int32_t m);
 
 // cuBLASLt handle + workspace, created once per stream owner (CUDA builds only).
 class LinearContext {

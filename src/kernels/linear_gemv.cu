@@ -25,6 +25,13 @@
 // through distributed shared memory in rank order, the bias is added in fp32 and y is rounded
 // once. Tails: rows >= n, rows of x >= m and k chunks >= k are predicated off (zeros, no load);
 // k % 8 == 0 is required, so a chunk is wholly inside or outside K.
+//
+// Fused with the layer's norms (LinearParams::normWeight / accumulate, linear.h): with an input
+// norm every CTA first forms the RMSNorm scale of each row of x in rms_row.cuh's order (x is
+// 2-8 KB a row, read from the L2 and then kept in L1 for the product), and normalizes each 16-byte
+// chunk of x as it is loaded, rounding it as launchRmsNorm stores it; with accumulate the epilogue
+// adds the rounded output to y (the residual stream) and rounds again, as launchRmsNorm's residual
+// add does. So a decode layer's two RMSNorm kernels disappear and the bits stay the same.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -37,6 +44,7 @@
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
 #include "kernels/pdl.cuh"
+#include "kernels/rms_row.cuh"
 #include "kernels/swiglu.h"
 
 namespace es::kernel {
@@ -46,6 +54,30 @@ namespace cg = cooperative_groups;
 
 constexpr int kWarps = detail::kGemvWarps;
 constexpr int kThreads = kWarps * 32;
+static_assert(kThreads == fwd::kRmsThreads, "the fused input norm repeats launchRmsNorm's tree");
+
+// What the epilogue does with each output (GemvEpilogue, and LinearParams::accumulate).
+enum Epilogue { kStore, kSwigluPairs, kAccumulate };
+
+// The 8 T values of a 16-byte chunk as floats, and back (rounded).
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4 v, float (&a)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = fwd::to_f(T{static_cast<uint16_t>(w[i] & 0xffffu)});
+    a[2 * i + 1] = fwd::to_f(T{static_cast<uint16_t>(w[i] >> 16)});
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint4 pack8(const float (&a)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w[i] = uint32_t{fwd::from_f<T>(a[2 * i]).bits} | (uint32_t{fwd::from_f<T>(a[2 * i + 1]).bits} << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
 
 // 16 bytes of W: read once, so not kept in L1; the L2 fetches the surrounding 256 bytes, which
 // the neighbouring warps read next. Zeros and no access when !pred.
@@ -113,12 +145,15 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // rows of feature 8t + i; y is [m, n / 2] and gets silu(gate) * up, where gate and up are first
 // rounded to T exactly as the plain kernel stores them, so the result equals the plain kernel
 // followed by launchSwiglu bit for bit.
-template <typename T, typename Y, int R, int NT, bool SWIGLU>
+// EPI kAccumulate (Y = T): y[col, j] = round(y[col, j] + round(sum)), launchRmsNorm's residual add.
+// NORM: x's rows are RMS-normalized with norm_w [k] and norm_eps as they are read (see the top).
+template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
 __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
-                       int32_t k) {
-  static_assert(!SWIGLU || std::is_same_v<T, Y>, "the SwiGLU epilogue writes the input dtype");
+                       int32_t k, const T* __restrict__ norm_w, float norm_eps) {
+  constexpr bool SWIGLU = EPI == kSwigluPairs;
+  static_assert(EPI == kStore || std::is_same_v<T, Y>, "the SwiGLU and accumulate epilogues write the input dtype");
   constexpr int U = 4 / R;  // K blocks loaded per round: U * R * 2 16-byte W loads per thread
   constexpr int kRows = 16 * R;
   constexpr int kCols = 8 * NT;
@@ -179,6 +214,39 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
   }
   pdl::enter();
 
+  // NORM: each row's RMSNorm scale, as launchRmsNorm forms it (rms_row.cuh): thread t adds the
+  // squares of the row's 16-byte chunks t, t + 256, ... in order, then block_sum's tree (each
+  // warp's warp_sum, then the warp_sum of the 8 warp partials). xscale[t]: row g + 8t's.
+  float xscale[NT] = {};
+  if constexpr (NORM) {
+    __shared__ float row_part[kCols][kWarps];
+    const int32_t chunks = k / 8;
+#pragma unroll
+    for (int r = 0; r < kCols; ++r) {
+      if (r < m) {
+        float sum = 0.0f;
+        for (int32_t c = threadIdx.x; c < chunks; c += kThreads) {
+          float a[8];
+          unpack8<T>(load_x(x + int64_t{r} * kk + int64_t{c} * 8, true), a);
+          sum = fwd::add_squares(sum, a);
+        }
+        sum = fwd::warp_sum(sum);
+        if (lane == 0) row_part[r][warp] = sum;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kCols; ++r) {
+      if (r < m) {
+        const float scale = fwd::rms_scale(fwd::warp_sum(lane < kWarps ? row_part[r][lane] : 0.0f), k, norm_eps);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (g + 8 * t == r) xscale[t] = scale;
+        }
+      }
+    }
+  }
+
   float acc[R][NT][4];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -224,6 +292,20 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
       }
 #pragma unroll
       for (int t = 0; t < NT; ++t) xv[u][t] = load_x(xp[t] + (kin ? b * 32 : 0), kin && xok[t]);
+      if constexpr (NORM) {  // x * scale * weight, rounded as launchRmsNorm stores it
+        float nw[8];
+        unpack8<T>(load_x(norm_w + (kin ? b * 32 : 0) + 8 * t4, kin), nw);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (xok[t]) {
+            float a[8];
+            unpack8<T>(xv[u][t], a);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) a[e] = fwd::rms_apply(a[e], xscale[t], nw[e]);
+            xv[u][t] = pack8<T>(a);
+          }
+        }
+      }
     }
     multiply(wv, xv);
   };
@@ -274,7 +356,12 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
       if (col < m && j < n) {
         float sum = sum_of(h);
         if (bias != nullptr) sum = __fadd_rn(sum, fwd::to_f(bias[j]));
-        y[int64_t{col} * n + j] = fwd::from_f<Y>(sum);
+        Y* out = y + int64_t{col} * n + j;
+        if constexpr (EPI == kAccumulate) {
+          *out = fwd::from_f<Y>(__fadd_rn(fwd::to_f(*out), fwd::to_f(fwd::from_f<Y>(sum))));
+        } else {
+          *out = fwd::from_f<Y>(sum);
+        }
       }
     } else {
       constexpr int kPairs = kRows / 2;
@@ -306,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
-template <typename T, typename Y, int R, int NT, bool SWIGLU>
+template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
 void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   constexpr int64_t kRows = 16 * R;
   const int64_t tiles = (int64_t{p.n} + kRows - 1) / kRows;
@@ -331,22 +418,38 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   }
   config.attrs = attr;
   config.numAttrs = used;
-  const auto kernel = linear_gemv_kernel<T, Y, R, NT, SWIGLU>;
+  const auto kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM>;
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
                                    static_cast<const T*>(p.w), static_cast<const T*>(p.bias),
-                                   static_cast<Y*>(p.y), p.m, p.n, p.k));
+                                   static_cast<Y*>(p.y), p.m, p.n, p.k,
+                                   static_cast<const T*>(p.normWeight), p.normEps));
 }
 
-template <typename T, typename Y, bool SWIGLU = false>
+template <typename T, typename Y, Epilogue EPI, bool NORM>
 void launch_shape(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
   const bool two_tiles = p.m > 8;
   if (cfg.rowTiles == 1) {
-    if (two_tiles) launch_typed<T, Y, 1, 2, SWIGLU>(p, cfg.kSplit, stream);
-    else launch_typed<T, Y, 1, 1, SWIGLU>(p, cfg.kSplit, stream);
+    if (two_tiles) launch_typed<T, Y, 1, 2, EPI, NORM>(p, cfg.kSplit, stream);
+    else launch_typed<T, Y, 1, 1, EPI, NORM>(p, cfg.kSplit, stream);
   } else {
-    if (two_tiles) launch_typed<T, Y, 2, 2, SWIGLU>(p, cfg.kSplit, stream);
-    else launch_typed<T, Y, 2, 1, SWIGLU>(p, cfg.kSplit, stream);
+    if (two_tiles) launch_typed<T, Y, 2, 2, EPI, NORM>(p, cfg.kSplit, stream);
+    else launch_typed<T, Y, 2, 1, EPI, NORM>(p, cfg.kSplit, stream);
   }
+}
+
+template <typename T, typename Y, Epilogue EPI>
+void launch_norm(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
+  if (p.normWeight != nullptr) launch_shape<T, Y, EPI, true>(p, cfg, stream);
+  else launch_shape<T, Y, EPI, false>(p, cfg, stream);
+}
+
+template <typename T>
+void launch_dtype(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream,
+                  detail::GemvEpilogue epilogue) {
+  if (epilogue == detail::GemvEpilogue::kSwiglu) launch_norm<T, T, kSwigluPairs>(p, cfg, stream);
+  else if (p.accumulate) launch_norm<T, T, kAccumulate>(p, cfg, stream);
+  else if (p.outDtype == DType::kF32) launch_norm<T, float, kStore>(p, cfg, stream);
+  else launch_norm<T, T, kStore>(p, cfg, stream);
 }
 
 }  // namespace
@@ -370,17 +473,11 @@ void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream
                  "must be a multiple of 16 for the SwiGLU epilogue (8 gate + 8 up rows a group)");
     ES_CHECK_ARG(p.outDtype == p.dtype, kWhere, "outDtype", dtype_name(p.outDtype),
                  "must be the input dtype for the SwiGLU epilogue");
-    if (p.dtype == DType::kBF16) launch_shape<bf16, bf16, true>(p, cfg, stream);
-    else launch_shape<fp16, fp16, true>(p, cfg, stream);
-    return;
+    ES_CHECK_ARG(!p.accumulate, kWhere, "accumulate", "true",
+                 "cannot be combined with the SwiGLU epilogue");
   }
-  if (p.dtype == DType::kBF16) {
-    if (p.outDtype == DType::kF32) launch_shape<bf16, float>(p, cfg, stream);
-    else launch_shape<bf16, bf16>(p, cfg, stream);
-  } else {
-    if (p.outDtype == DType::kF32) launch_shape<fp16, float>(p, cfg, stream);
-    else launch_shape<fp16, fp16>(p, cfg, stream);
-  }
+  if (p.dtype == DType::kBF16) launch_dtype<bf16>(p, cfg, stream, epilogue);
+  else launch_dtype<fp16>(p, cfg, stream, epilogue);
 }
 
 }  // namespace detail
