@@ -49,15 +49,19 @@ struct LinearParams {
   // streams; widening bf16 to f32 is exact, so the results are those of f32 W). Empty: dtype.
   std::optional<DType> weightDtype;
 
-  // A decode layer's RMSNorm and residual add, fused into the gemv (linear_gemv.h) where
+  // A decode layer's RMSNorm and residual add, fused into the gemv (linear_gemv.cu) where
   // linearFusesRowNorm(m) says so; elsewhere the CUDA path rejects them (InvalidArgument) and the
-  // models run launchRmsNorm instead. The CPU reference composes them from ref::rmsNorm, so every
-  // path gives the bits the unfused kernels give.
-  //   normWeight  [k] dtype, or null. x holds the un-normalized rows; the product uses
-  //               RMSNorm(x) * normWeight rounded to dtype, exactly as launchRmsNorm (no residual)
-  //               would write them, with eps normEps.
+  // models run launchRmsNorm instead. The CPU reference composes them from ref::rmsNorm and the
+  // plain product (their definition).
+  //   normWeight  [k] dtype, or null. x holds the un-normalized rows; the product is that of
+  //               RMSNorm(x) * normWeight with eps normEps. The gemv forms it as s * (W · round(x *
+  //               normWeight)) with s = 1 / sqrt(mean(x^2) + eps) per row, so it differs from the
+  //               composition by where one rounding falls, and, like every gemv output, a row's
+  //               result does not depend on m (a 16-row verify equals 1-row decodes bit for bit).
   //   accumulate  y (dtype) += the product rounded to dtype, rounded again: the residual add of
-  //               launchRmsNorm (residual = y, x = the rounded product). outDtype must be dtype.
+  //               launchRmsNorm (residual = y, x = the rounded product), bit for bit. outDtype
+  //               must be dtype. The gemv reads y before its PDL wait (pdl.cuh): the kernel
+  //               launched right before it must not write y.
   const void* normWeight = nullptr;
   float normEps = 1e-6f;
   bool accumulate = false;

@@ -26,12 +26,17 @@
 // once. Tails: rows >= n, rows of x >= m and k chunks >= k are predicated off (zeros, no load);
 // k % 8 == 0 is required, so a chunk is wholly inside or outside K.
 //
-// Fused with the layer's norms (LinearParams::normWeight / accumulate, linear.h): with an input
-// norm every CTA first forms the RMSNorm scale of each row of x in rms_row.cuh's order (x is
-// 2-8 KB a row, read from the L2 and then kept in L1 for the product), and normalizes each 16-byte
-// chunk of x as it is loaded, rounding it as launchRmsNorm stores it; with accumulate the epilogue
-// adds the rounded output to y (the residual stream) and rounds again, as launchRmsNorm's residual
-// add does. So a decode layer's two RMSNorm kernels disappear and the bits stay the same.
+// Fused with a decode layer's norms (LinearParams::normWeight / accumulate, linear.h), so its two
+// RMSNorm kernels disappear without adding a step to any CTA's critical path:
+//   input norm  RMSNorm(x) * w = s * (x * w) with one scale s per row of x, so the product is
+//               s * (W · round(x * w)): each x chunk is multiplied by w as it is loaded (w is
+//               read with it), the threads add the squares of the raw x they load, and those
+//               sums meet in shared memory (and across the cluster) beside the partial tiles, so
+//               each output gets its row's s = 1 / sqrt(mean(x^2) + eps) in the epilogue. Every
+//               K block is loaded by exactly one warp of the cluster, so each row's sum covers
+//               all of x, in an order that depends on the K split only, as the products' does.
+//   accumulate  y (the residual stream) += the rounded output, rounded again. y is read before
+//               the PDL wait: the kernel launched right before this one must not write it.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -44,7 +49,6 @@
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
 #include "kernels/pdl.cuh"
-#include "kernels/rms_row.cuh"
 #include "kernels/swiglu.h"
 
 namespace es::kernel {
@@ -54,7 +58,6 @@ namespace cg = cooperative_groups;
 
 constexpr int kWarps = detail::kGemvWarps;
 constexpr int kThreads = kWarps * 32;
-static_assert(kThreads == fwd::kRmsThreads, "the fused input norm repeats launchRmsNorm's tree");
 
 // What the epilogue does with each output (GemvEpilogue, and LinearParams::accumulate).
 enum Epilogue { kStore, kSwigluPairs, kAccumulate };
@@ -145,10 +148,12 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // rows of feature 8t + i; y is [m, n / 2] and gets silu(gate) * up, where gate and up are first
 // rounded to T exactly as the plain kernel stores them, so the result equals the plain kernel
 // followed by launchSwiglu bit for bit.
-// EPI kAccumulate (Y = T): y[col, j] = round(y[col, j] + round(sum)), launchRmsNorm's residual add.
-// NORM: x's rows are RMS-normalized with norm_w [k] and norm_eps as they are read (see the top).
+// EPI kAccumulate (Y = T): y[col, j] = round(y[col, j] + round(sum)), launchRmsNorm's residual
+// add; y is read before the PDL wait (see the top).
+// NORM: the input norm with weight norm_w [k] and norm_eps (see the top); its R = 1 instances
+// get 2 CTAs an SM's registers (the 80 of 3 spilled).
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
-__global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
                        int32_t k, const T* __restrict__ norm_w, float norm_eps) {
@@ -212,42 +217,28 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
       }
     }
   }
-  pdl::enter();
-
-  // NORM: each row's RMSNorm scale, as launchRmsNorm forms it (rms_row.cuh): thread t adds the
-  // squares of the row's 16-byte chunks t, t + 256, ... in order, then block_sum's tree (each
-  // warp's warp_sum, then the warp_sum of the 8 warp partials). xscale[t]: row g + 8t's.
-  float xscale[NT] = {};
-  if constexpr (NORM) {
-    __shared__ float row_part[kCols][kWarps];
-    const int32_t chunks = k / 8;
+  // Output items (see finish below) are dealt to the cluster's threads round-robin, at most
+  // kMaxItems to a thread. kAccumulate reads its items' y now, before the wait: the previous
+  // kernel does not write y (the models: attention before o, gate/up before down), and the one
+  // before it has completed.
+  constexpr int kItems = SWIGLU ? kTile / 2 : kTile;
+  constexpr int kMaxItems = (kItems + kThreads - 1) / kThreads;
+  const int item0 = rank * kThreads + static_cast<int>(threadIdx.x), item_stride = split * kThreads;
+  float y_before[EPI == kAccumulate ? kMaxItems : 1];
+  if constexpr (EPI == kAccumulate) {
 #pragma unroll
-    for (int r = 0; r < kCols; ++r) {
-      if (r < m) {
-        float sum = 0.0f;
-        for (int32_t c = threadIdx.x; c < chunks; c += kThreads) {
-          float a[8];
-          unpack8<T>(load_x(x + int64_t{r} * kk + int64_t{c} * 8, true), a);
-          sum = fwd::add_squares(sum, a);
-        }
-        sum = fwd::warp_sum(sum);
-        if (lane == 0) row_part[r][warp] = sum;
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kCols; ++r) {
-      if (r < m) {
-        const float scale = fwd::rms_scale(fwd::warp_sum(lane < kWarps ? row_part[r][lane] : 0.0f), k, norm_eps);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          if (g + 8 * t == r) xscale[t] = scale;
-        }
-      }
+    for (int i = 0; i < kMaxItems; ++i) {
+      const int h = item0 + i * item_stride, col = h / kRows;
+      const int64_t j = row0 + (h - col * kRows);
+      y_before[i] = h < kItems && col < m && j < n ? fwd::to_f(y[int64_t{col} * n + j]) : 0.0f;
     }
   }
+  pdl::enter();
 
   float acc[R][NT][4];
+  float sq[NT];  // NORM: the squares of the raw x this thread loaded, row g + 8t
+#pragma unroll
+  for (int t = 0; t < NT; ++t) sq[t] = 0.0f;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -276,6 +267,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
   // One round from K block b0: its W (unless already loaded) and x, then the multiplies.
   auto round = [&](int64_t b0, bool load_w_here, uint4 (&wv)[U][R][2]) {
     uint4 xv[U][NT];
+    uint4 nwv[NORM ? U : 1];  // NORM: w's chunk at this thread's k offset
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t b = b0 + u * stride;
@@ -292,18 +284,23 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
       }
 #pragma unroll
       for (int t = 0; t < NT; ++t) xv[u][t] = load_x(xp[t] + (kin ? b * 32 : 0), kin && xok[t]);
-      if constexpr (NORM) {  // x * scale * weight, rounded as launchRmsNorm stores it
+      if constexpr (NORM) nwv[u] = load_x(norm_w + (kin ? b * 32 : 0) + 8 * t4, kin);
+    }
+    if constexpr (NORM) {  // sq += x^2; x <- round(x * w) (zeros where not loaded)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
         float nw[8];
-        unpack8<T>(load_x(norm_w + (kin ? b * 32 : 0) + 8 * t4, kin), nw);
+        unpack8<T>(nwv[u], nw);
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-          if (xok[t]) {
-            float a[8];
-            unpack8<T>(xv[u][t], a);
+          float a[8];
+          unpack8<T>(xv[u][t], a);
 #pragma unroll
-            for (int e = 0; e < 8; ++e) a[e] = fwd::rms_apply(a[e], xscale[t], nw[e]);
-            xv[u][t] = pack8<T>(a);
+          for (int e = 0; e < 8; ++e) {
+            sq[t] += a[e] * a[e];
+            a[e] = __fmul_rn(a[e], nw[e]);
           }
+          xv[u][t] = pack8<T>(a);
         }
       }
     }
@@ -330,6 +327,18 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
       warp_part[warp][(col + 1) * kRows + row + 8] = acc[r][t][3];
     }
   }
+  // NORM: row g + 8t's squares over the warp's 4 lanes of that row, then per warp in shared memory.
+  __shared__ float sq_warp[NORM ? kWarps : 1][kCols];
+  __shared__ float sq_cta[NORM ? kCols : 1];
+  if constexpr (NORM) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float v = sq[t];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (t4 == 0) sq_warp[warp][g + 8 * t] = v;
+    }
+  }
   __syncthreads();
 
   // The sum of tile element e (column-major, as warp_part) over the CTA's warps / the cluster's
@@ -346,19 +355,41 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(cta_part, q)[e];
     return s;
   };
-  // Output item h: without the epilogue, tile element h: y[col, row0 + row] = round(sum +
-  // bias[row0 + row]). With it, the (gate, up) pair h of the tile's kRows / 2 pairs per column.
-  constexpr int kItems = SWIGLU ? kTile / 2 : kTile;
-  auto finish = [&](int h, auto&& sum_of) {
+  // NORM: row col's squares over the CTA's warps / the cluster's CTAs, in (rank, warp) order.
+  auto cta_sq_sum = [&](int col) {
+    float s = sq_warp[0][col];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) s += sq_warp[v][col];
+    return s;
+  };
+  auto row_scale = [&](int col) {
+    if constexpr (!NORM) {
+      return 1.0f;
+    } else {
+      float s = 0.0f;
+      if (split == 1) {
+        s = cta_sq_sum(col);
+      } else {
+        for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(sq_cta, q)[col];
+      }
+      return 1.0f / sqrtf(s / static_cast<float>(k) + norm_eps);
+    }
+  };
+  // Output item h (i: its index among this thread's items): without the SwiGLU epilogue, tile
+  // element h: y[col, row0 + row] = round(sum + bias[row0 + row]) (sum scaled by the row's
+  // RMSNorm scale with NORM). With it, the (gate, up) pair h of the tile's kRows / 2 pairs per
+  // column.
+  auto finish = [&](int h, int i, auto&& sum_of) {
     if constexpr (!SWIGLU) {
       const int col = h / kRows, row = h - col * kRows;
       const int64_t j = row0 + row;
       if (col < m && j < n) {
         float sum = sum_of(h);
+        if constexpr (NORM) sum = __fmul_rn(sum, row_scale(col));
         if (bias != nullptr) sum = __fadd_rn(sum, fwd::to_f(bias[j]));
         Y* out = y + int64_t{col} * n + j;
         if constexpr (EPI == kAccumulate) {
-          *out = fwd::from_f<Y>(__fadd_rn(fwd::to_f(*out), fwd::to_f(fwd::from_f<Y>(sum))));
+          *out = fwd::from_f<Y>(__fadd_rn(y_before[i], fwd::to_f(fwd::from_f<Y>(sum))));
         } else {
           *out = fwd::from_f<Y>(sum);
         }
@@ -370,6 +401,11 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
       const int64_t j = row0 + row;
       if (col < m && j < n) {  // n % 16 == 0: the up row j + 8 < n too
         float g = sum_of(col * kRows + row), u = sum_of(col * kRows + row + 8);
+        if constexpr (NORM) {
+          const float scale = row_scale(col);
+          g = __fmul_rn(g, scale);
+          u = __fmul_rn(u, scale);
+        }
         if (bias != nullptr) {
           g = __fadd_rn(g, fwd::to_f(bias[j]));
           u = __fadd_rn(u, fwd::to_f(bias[j + 8]));
@@ -382,13 +418,20 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     }
   };
   if (split == 1) {
-    for (int h = threadIdx.x; h < kItems; h += kThreads) finish(h, cta_sum);
+#pragma unroll
+    for (int i = 0; i < kMaxItems; ++i) {
+      if (item0 + i * item_stride < kItems) finish(item0 + i * item_stride, i, cta_sum);
+    }
     return;
   }
   for (int e = threadIdx.x; e < kTile; e += kThreads) cta_part[e] = cta_sum(e);
-  cluster.sync();  // every CTA's cta_part is complete and visible to the cluster
-  for (int h = rank * kThreads + static_cast<int>(threadIdx.x); h < kItems; h += split * kThreads) {
-    finish(h, cluster_sum);
+  if constexpr (NORM) {
+    if (threadIdx.x < kCols) sq_cta[threadIdx.x] = cta_sq_sum(threadIdx.x);
+  }
+  cluster.sync();  // every CTA's cta_part (and sq_cta) is complete and visible to the cluster
+#pragma unroll
+  for (int i = 0; i < kMaxItems; ++i) {
+    if (item0 + i * item_stride < kItems) finish(item0 + i * item_stride, i, cluster_sum);
   }
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }

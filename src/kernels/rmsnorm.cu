@@ -2,23 +2,19 @@
 // dtype and stored) and the fp32 sum of squares; pass 2 re-reads v (each thread its own
 // elements, so out may alias x) and writes (v * 1/sqrt(mean + eps)) * weight, one rounding.
 // VEC elements (16 bytes) per access when hiddenSize % VEC == 0 and every base is aligned.
-// Always fwd::kRmsThreads threads, in rms_row.cuh's order: the gemv's fused input norm
-// (linear_gemv.cu) repeats that order to give the same bits.
 #include <cstdint>
 
 #include "common/cuda_check.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/pdl.cuh"
-#include "kernels/rms_row.cuh"
 #include "kernels/rmsnorm.h"
 
 namespace es::kernel {
 namespace {
 
 template <typename T, int VEC>
-__global__ void __launch_bounds__(fwd::kRmsThreads)
-    rmsnorm_kernel(const T* x, T* residual, const T* __restrict__ weight, T* out, int32_t hidden,
-                   float eps) {
+__global__ void rmsnorm_kernel(const T* x, T* residual, const T* __restrict__ weight, T* out,
+                               int32_t hidden, float eps) {
   pdl::enter();
   constexpr bool kAligned = VEC > 1;
   const int64_t base = int64_t{blockIdx.x} * hidden;
@@ -34,24 +30,28 @@ __global__ void __launch_bounds__(fwd::kRmsThreads)
       for (int e = 0; e < VEC; ++e) a[e] = fwd::to_f(fwd::from_f<T>(__fadd_rn(r[e], a[e])));
       fwd::store_span<T, VEC, kAligned>(residual + base + int64_t{v} * VEC, a);
     }
-    sum_sq = fwd::add_squares(sum_sq, a);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) sum_sq += a[e] * a[e];
   }
   sum_sq = fwd::block_sum(sum_sq);
-  const float scale = fwd::rms_scale(sum_sq, hidden, eps);
+  const float scale = 1.0f / sqrtf(sum_sq / static_cast<float>(hidden) + eps);
   const T* src = residual != nullptr ? residual : x;
   for (int32_t v = threadIdx.x; v < vecs; v += blockDim.x) {
     float a[VEC], w[VEC];
     fwd::load_span<T, VEC, kAligned>(src + base + int64_t{v} * VEC, a);
     fwd::load_span<T, VEC, kAligned>(weight + int64_t{v} * VEC, w);
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) a[e] = fwd::rms_apply(a[e], scale, w[e]);
+    for (int e = 0; e < VEC; ++e) a[e] = __fmul_rn(__fmul_rn(a[e], scale), w[e]);
     fwd::store_span<T, VEC, kAligned>(out + base + int64_t{v} * VEC, a);
   }
 }
 
 template <typename T, int VEC>
 void launch(const RmsNormParams& p, cudaStream_t stream) {
-  pdl::launch(rmsnorm_kernel<T, VEC>, dim3(p.rows), dim3(fwd::kRmsThreads), 0, stream,
+  const int32_t vecs = p.hiddenSize / VEC;
+  int threads = 1024;
+  while (threads > 32 && threads / 2 >= vecs) threads /= 2;
+  pdl::launch(rmsnorm_kernel<T, VEC>, dim3(p.rows), dim3(threads), 0, stream,
       static_cast<const T*>(p.x), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
       static_cast<T*>(p.out), p.hiddenSize, p.eps);
 }
