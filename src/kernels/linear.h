@@ -75,8 +75,10 @@ const char* gemvRejection(const LinearParams& p);
 inline bool gemvSupported(const LinearParams& p) { return gemvRejection(p) == nullptr; }
 
 // Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): the gemv takes
-// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) and ES_GEMV_NORM (read once per
-// process; for A/B runs) is not 0.
+// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) and ES_GEMV_NORM=1 (read once
+// per process). Off by default: +9.6 % on Qwen3-0.6B decode, neutral on 8B, but the fused rows
+// round differently from the unfused ones (cuBLASLt rows: a batch > 1 verify), so at batch > 1
+// greedy speculation leaves plain decoding at near-ties sooner (docs/perf.md, session 14).
 bool linearFusesRowNorm(int32_t m);
 
 // cuBLASLt handle + workspace, created once per stream owner (CUDA builds only).
