@@ -33,7 +33,7 @@
 #   tools/gpu_check.sh earlyreads edgespec bench with and without the kernels' reads before their
 #                                 PDL wait (ES_PDL_EARLY_READS=0), as fusions
 #   tools/gpu_check.sh normfusion edgespec bench with the decode layers' RMSNorms fused into the
-#                                 gemvs (ES_GEMV_NORM=1) and without, as fusions
+#                                 gemvs and without (ES_GEMV_NORM=0), as fusions
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
 #                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
 #                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
@@ -564,10 +564,10 @@ stage_fusions() {
 stage_earlyreads() {
   engine_combos earlyreads 2 "ES_PDL_EARLY_READS=0" default
 }
-# The decode layers' RMSNorms fused into the gemvs (kernels/linear.h; off by default,
-# ES_GEMV_NORM=1): the engine both ways, alternated twice.
+# The decode layers' RMSNorms fused into the gemvs (kernels/linear.h; ES_GEMV_NORM=0: the
+# RMSNorm kernels): the engine both ways, alternated twice.
 stage_normfusion() {
-  engine_combos normfusion 2 default "ES_GEMV_NORM=1"
+  engine_combos normfusion 2 "ES_GEMV_NORM=0" default
 }
 
 stages=("$@")

@@ -51,20 +51,25 @@ struct LinearParams {
 
   // A decode layer's RMSNorm and residual add, fused into the gemv (linear_gemv.cu) where
   // linearFusesRowNorm(m) says so; elsewhere the CUDA path rejects them (InvalidArgument) and the
-  // models run launchRmsNorm instead. The CPU reference composes them from ref::rmsNorm and the
-  // plain product (their definition).
-  //   normWeight  [k] dtype, or null. x holds the un-normalized rows; the product is that of
-  //               RMSNorm(x) * normWeight with eps normEps. The gemv forms it as s * (W · round(x *
-  //               normWeight)) with s = 1 / sqrt(mean(x^2) + eps) per row, so it differs from the
-  //               composition by where one rounding falls, and, like every gemv output, a row's
-  //               result does not depend on m (a 16-row verify equals 1-row decodes bit for bit).
-  //   accumulate  y (dtype) += the product rounded to dtype, rounded again: the residual add of
-  //               launchRmsNorm (residual = y, x = the rounded product), bit for bit. outDtype
-  //               must be dtype. The gemv reads y before its PDL wait (pdl.cuh): the kernel
-  //               launched right before it must not write y.
+  // models run launchRmsNorm instead. Every path gives launchRmsNorm's bits: the sums of squares
+  // are added in rms_groups.cuh's order, by the residual add's call (squaresOut) and the norm's
+  // (normSquares). The CPU reference composes them from ref::rmsNorm and the plain product.
+  //   normWeight   [k] dtype, or null. x holds the un-normalized rows (a residual stream); the
+  //                product is that of RMSNorm(x) * normWeight with eps normEps, the rows
+  //                normalized as launchRmsNorm (no residual) writes them. k % 16 == 0.
+  //   normSquares  with normWeight: [m, k / 16] f32, the sums of squares of x's 16-element
+  //                groups, as an accumulate call's squaresOut (or ref::rmsGroupSquares) gives them.
+  //   accumulate   y (dtype) += the product rounded to dtype, rounded again: the residual add of
+  //                launchRmsNorm (residual = y, x = the rounded product), bit for bit. outDtype
+  //                must be dtype. The gemv reads y before its PDL wait (pdl.cuh): the kernel
+  //                launched right before it must not write y.
+  //   squaresOut   with accumulate, or null: [m, n / 16] f32, the updated y's group sums of
+  //                squares (the next norm's normSquares). n % 16 == 0.
   const void* normWeight = nullptr;
+  const float* normSquares = nullptr;
   float normEps = 1e-6f;
   bool accumulate = false;
+  float* squaresOut = nullptr;
 };
 
 bool validate(const LinearParams& p);
@@ -75,10 +80,8 @@ const char* gemvRejection(const LinearParams& p);
 inline bool gemvSupported(const LinearParams& p) { return gemvRejection(p) == nullptr; }
 
 // Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): the gemv takes
-// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) and ES_GEMV_NORM=1 (read once
-// per process). Off by default: +9.6 % on Qwen3-0.6B decode, neutral on 8B, but the fused rows
-// round differently from the unfused ones (cuBLASLt rows: a batch > 1 verify), so at batch > 1
-// greedy speculation leaves plain decoding at near-ties sooner (docs/perf.md, session 14).
+// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) and ES_GEMV_NORM (read once per
+// process; for A/B runs) is not 0.
 bool linearFusesRowNorm(int32_t m);
 
 // cuBLASLt handle + workspace, created once per stream owner (CUDA builds only).
@@ -101,4 +104,8 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
 
 namespace es::ref {
 void linear(const kernel::LinearParams& p);
+// out [m, n / 16]: the sums of squares of y's ([m, n] dtype, n % 16 == 0) 16-element groups, each
+// added in ascending order with every operation rounded once (rms_groups.cuh, step 1): what an
+// accumulate call's squaresOut holds.
+void rmsGroupSquares(const void* y, DType dtype, int64_t m, int64_t n, float* out);
 }

@@ -28,16 +28,23 @@ bool validate(const LinearParams& p) {
   if (p.normWeight != nullptr) {
     ES_CHECK_ARG(p.normEps > 0.0f && std::isfinite(p.normEps), kWhere, "normEps", p.normEps,
                  "must be finite and > 0");
+    ES_CHECK_ARG(p.k % 16 == 0, kWhere, "k", p.k, "must be a multiple of 16 with normWeight");
   }
   if (p.accumulate) {
     ES_CHECK_ARG(p.outDtype == p.dtype, kWhere, "outDtype", dtype_name(p.outDtype),
                  "must be dtype (", dtype_name(p.dtype), ") with accumulate");
+  }
+  if (p.squaresOut != nullptr) {
+    ES_CHECK_ARG(p.accumulate, kWhere, "squaresOut", "set", "needs accumulate");
+    ES_CHECK_ARG(p.n % 16 == 0, kWhere, "n", p.n, "must be a multiple of 16 with squaresOut");
   }
   if (p.m == 0) return false;
   ES_CHECK_ARG(p.x != nullptr, kWhere, "x", "null", "must not be null");
   ES_CHECK_ARG(p.w != nullptr, kWhere, "w", "null", "must not be null");
   ES_CHECK_ARG(p.y != nullptr, kWhere, "y", "null", "must not be null");
   ES_CHECK_ARG(p.y != p.x, kWhere, "y", p.y, "must not alias x");
+  ES_CHECK_ARG(p.normWeight == nullptr || p.normSquares != nullptr, kWhere, "normSquares", "null",
+               "must be set with normWeight");
   return true;
 }
 

@@ -225,7 +225,7 @@ void check_weight_dtype(const LinearParams& p, const char* where) {
 }  // namespace
 
 bool linearFusesRowNorm(int32_t m) {
-  static const bool on = env_switch_opt_in("ES_GEMV_NORM");  // off: see linear.h
+  static const bool on = env_switch_on("ES_GEMV_NORM");
   const LinearAlgo algo = auto_algo();
   return on && m >= 1 && m <= kGemvAutoMaxRows && algo == LinearAlgo::kAuto;
 }
@@ -239,7 +239,7 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
     return;
   }
   const char* why = gemvRejection(p);
-  ES_CHECK_ARG(p.normWeight == nullptr && !p.accumulate, "launchLinear",
+  ES_CHECK_ARG(p.normWeight == nullptr && !p.accumulate && p.squaresOut == nullptr, "launchLinear",
                p.normWeight != nullptr ? "normWeight" : "accumulate", "set",
                "is fused only by the gemv, which does not take this call (",
                why != nullptr ? why : "m > 16 or ES_LINEAR_ALGO=cublaslt", "); run launchRmsNorm instead");

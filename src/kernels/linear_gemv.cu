@@ -26,17 +26,16 @@
 // once. Tails: rows >= n, rows of x >= m and k chunks >= k are predicated off (zeros, no load);
 // k % 8 == 0 is required, so a chunk is wholly inside or outside K.
 //
-// Fused with a decode layer's norms (LinearParams::normWeight / accumulate, linear.h), so its two
-// RMSNorm kernels disappear without adding a step to any CTA's critical path:
-//   input norm  RMSNorm(x) * w = s * (x * w) with one scale s per row of x, so the product is
-//               s * (W · round(x * w)): each x chunk is multiplied by w as it is loaded (w is
-//               read with it), the threads add the squares of the raw x they load, and those
-//               sums meet in shared memory (and across the cluster) beside the partial tiles, so
-//               each output gets its row's s = 1 / sqrt(mean(x^2) + eps) in the epilogue. Every
-//               K block is loaded by exactly one warp of the cluster, so each row's sum covers
-//               all of x, in an order that depends on the K split only, as the products' does.
-//   accumulate  y (the residual stream) += the rounded output, rounded again. y is read before
-//               the PDL wait: the kernel launched right before this one must not write it.
+// Fused with a decode layer's norms (LinearParams::normWeight / accumulate, linear.h), so its
+// RMSNorm kernels disappear with the bits unchanged (rms_groups.cuh):
+//   accumulate  y (the residual stream) += the rounded output, rounded again, as launchRmsNorm's
+//               residual add; y is read before the PDL wait (the kernel launched right before
+//               this one must not write it). With squaresOut the epilogue also sums the squares
+//               of each 16 updated outputs of a row (16 consecutive lanes, gathered by shuffles,
+//               added in ascending order): step 1 of the next norm's sum.
+//   input norm  each row's scale comes from those group sums (normSquares: one warp a row, step
+//               2), formed while the first round's x loads are in flight; each x chunk is then
+//               normalized as launchRmsNorm writes it, round((x * scale) * w).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -49,6 +48,7 @@
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
 #include "kernels/pdl.cuh"
+#include "kernels/rms_groups.cuh"
 #include "kernels/swiglu.h"
 
 namespace es::kernel {
@@ -149,14 +149,17 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // rounded to T exactly as the plain kernel stores them, so the result equals the plain kernel
 // followed by launchSwiglu bit for bit.
 // EPI kAccumulate (Y = T): y[col, j] = round(y[col, j] + round(sum)), launchRmsNorm's residual
-// add; y is read before the PDL wait (see the top).
-// NORM: the input norm with weight norm_w [k] and norm_eps (see the top); its R = 1 instances
-// get 2 CTAs an SM's registers (the 80 of 3 spilled).
+// add; y is read before the PDL wait; sq_out [m, n / 16] (or null) gets the group sums of squares
+// (see the top).
+// NORM: the input norm with weight norm_w [k], eps norm_eps and the group sums sq_in [m, k / 16]
+// (see the top). The R = 1 instances with NORM or kAccumulate get 2 CTAs an SM's registers (the
+// 80 of 3 spilled).
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
-__global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, R == 1 && !NORM && EPI != kAccumulate ? 3 : 2)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
-                       int32_t k, const T* __restrict__ norm_w, float norm_eps) {
+                       int32_t k, const T* __restrict__ norm_w, const float* __restrict__ sq_in,
+                       float norm_eps, float* __restrict__ sq_out) {
   constexpr bool SWIGLU = EPI == kSwigluPairs;
   static_assert(EPI == kStore || std::is_same_v<T, Y>, "the SwiGLU and accumulate epilogues write the input dtype");
   constexpr int U = 4 / R;  // K blocks loaded per round: U * R * 2 16-byte W loads per thread
@@ -236,9 +239,6 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
   pdl::enter();
 
   float acc[R][NT][4];
-  float sq[NT];  // NORM: the squares of the raw x this thread loaded, row g + 8t
-#pragma unroll
-  for (int t = 0; t < NT; ++t) sq[t] = 0.0f;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -264,10 +264,9 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
       }
     }
   };
-  // One round from K block b0: its W (unless already loaded) and x, then the multiplies.
-  auto round = [&](int64_t b0, bool load_w_here, uint4 (&wv)[U][R][2]) {
-    uint4 xv[U][NT];
-    uint4 nwv[NORM ? U : 1];  // NORM: w's chunk at this thread's k offset
+  // One round's loads from K block b0: its W (unless already loaded), x and (NORM) w's chunk.
+  auto load_round = [&](int64_t b0, bool load_w_here, uint4 (&wv)[U][R][2], uint4 (&xv)[U][NT],
+                        uint4 (&nwv)[NORM ? U : 1]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t b = b0 + u * stride;
@@ -286,7 +285,15 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
       for (int t = 0; t < NT; ++t) xv[u][t] = load_x(xp[t] + (kin ? b * 32 : 0), kin && xok[t]);
       if constexpr (NORM) nwv[u] = load_x(norm_w + (kin ? b * 32 : 0) + 8 * t4, kin);
     }
-    if constexpr (NORM) {  // sq += x^2; x <- round(x * w) (zeros where not loaded)
+  };
+  // NORM: row g + 8t's scale, xscale[t] (set below before the first compute_round).
+  float xscale[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xscale[t] = 0.0f;
+  // NORM: x <- round((x * scale) * w), launchRmsNorm's output; then acc += W · x.
+  auto compute_round = [&](const uint4 (&wv)[U][R][2], uint4 (&xv)[U][NT],
+                           const uint4 (&nwv)[NORM ? U : 1]) {
+    if constexpr (NORM) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         float nw[8];
@@ -296,10 +303,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
           float a[8];
           unpack8<T>(xv[u][t], a);
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            sq[t] += a[e] * a[e];
-            a[e] = __fmul_rn(a[e], nw[e]);
-          }
+          for (int e = 0; e < 8; ++e) a[e] = fwd::rms_apply(a[e], xscale[t], nw[e]);
           xv[u][t] = pack8<T>(a);
         }
       }
@@ -308,11 +312,33 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
   };
 
   // 32-element K blocks, dealt round-robin over the split * 8 warps of the cluster; the first
-  // round (W already in `early`) is peeled off, so `early` is dead after it.
-  if (first < blocks) round(first, false, early);
+  // round (W already in `early`) is peeled off, so `early` is dead after it. NORM: its x loads
+  // are in flight while warp w forms the scales of rows w and w + 8 (rms_groups.cuh, step 2).
+  {
+    uint4 xv[U][NT];
+    uint4 nwv[NORM ? U : 1];
+    if (first < blocks) load_round(first, false, early, xv, nwv);
+    if constexpr (NORM) {
+      __shared__ float row_scale[kCols];
+      const int32_t groups = k / fwd::kRmsGroup;
+#pragma unroll
+      for (int r = warp; r < kCols; r += kWarps) {
+        if (r < m) {
+          const float total = fwd::row_sum_of_groups(sq_in + int64_t{r} * groups, groups, lane);
+          if (lane == 0) row_scale[r] = fwd::rms_scale(total, k, norm_eps);
+        }
+      }
+      __syncthreads();
+#pragma unroll
+      for (int t = 0; t < NT; ++t) xscale[t] = xok[t] ? row_scale[g + 8 * t] : 0.0f;
+    }
+    if (first < blocks) compute_round(early, xv, nwv);
+  }
   for (int64_t b0 = first + U * stride; b0 < blocks; b0 += U * stride) {
-    uint4 wv[U][R][2];
-    round(b0, true, wv);
+    uint4 wv[U][R][2], xv[U][NT];
+    uint4 nwv[NORM ? U : 1];
+    load_round(b0, true, wv, xv, nwv);
+    compute_round(wv, xv, nwv);
   }
 
   // Accumulator (row g [+8] of tile r, columns 8t + 2*t4 + {0, 1}) -> warp_part[warp][col][row].
@@ -325,18 +351,6 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
       warp_part[warp][(col + 1) * kRows + row] = acc[r][t][1];
       warp_part[warp][col * kRows + row + 8] = acc[r][t][2];
       warp_part[warp][(col + 1) * kRows + row + 8] = acc[r][t][3];
-    }
-  }
-  // NORM: row g + 8t's squares over the warp's 4 lanes of that row, then per warp in shared memory.
-  __shared__ float sq_warp[NORM ? kWarps : 1][kCols];
-  __shared__ float sq_cta[NORM ? kCols : 1];
-  if constexpr (NORM) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      float v = sq[t];
-      v += __shfl_xor_sync(0xffffffffu, v, 1);
-      v += __shfl_xor_sync(0xffffffffu, v, 2);
-      if (t4 == 0) sq_warp[warp][g + 8 * t] = v;
     }
   }
   __syncthreads();
@@ -355,37 +369,16 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
     for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(cta_part, q)[e];
     return s;
   };
-  // NORM: row col's squares over the CTA's warps / the cluster's CTAs, in (rank, warp) order.
-  auto cta_sq_sum = [&](int col) {
-    float s = sq_warp[0][col];
-#pragma unroll
-    for (int v = 1; v < kWarps; ++v) s += sq_warp[v][col];
-    return s;
-  };
-  auto row_scale = [&](int col) {
-    if constexpr (!NORM) {
-      return 1.0f;
-    } else {
-      float s = 0.0f;
-      if (split == 1) {
-        s = cta_sq_sum(col);
-      } else {
-        for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(sq_cta, q)[col];
-      }
-      return 1.0f / sqrtf(s / static_cast<float>(k) + norm_eps);
-    }
-  };
   // Output item h (i: its index among this thread's items): without the SwiGLU epilogue, tile
-  // element h: y[col, row0 + row] = round(sum + bias[row0 + row]) (sum scaled by the row's
-  // RMSNorm scale with NORM). With it, the (gate, up) pair h of the tile's kRows / 2 pairs per
-  // column.
+  // element h: y[col, row0 + row] = round(sum + bias[row0 + row]). With it, the (gate, up) pair
+  // h of the tile's kRows / 2 pairs per column. Returns the value stored (0 where none).
   auto finish = [&](int h, int i, auto&& sum_of) {
+    float stored = 0.0f;
     if constexpr (!SWIGLU) {
       const int col = h / kRows, row = h - col * kRows;
       const int64_t j = row0 + row;
       if (col < m && j < n) {
         float sum = sum_of(h);
-        if constexpr (NORM) sum = __fmul_rn(sum, row_scale(col));
         if (bias != nullptr) sum = __fadd_rn(sum, fwd::to_f(bias[j]));
         Y* out = y + int64_t{col} * n + j;
         if constexpr (EPI == kAccumulate) {
@@ -393,6 +386,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
         } else {
           *out = fwd::from_f<Y>(sum);
         }
+        stored = fwd::to_f(*out);
       }
     } else {
       constexpr int kPairs = kRows / 2;
@@ -401,11 +395,6 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
       const int64_t j = row0 + row;
       if (col < m && j < n) {  // n % 16 == 0: the up row j + 8 < n too
         float g = sum_of(col * kRows + row), u = sum_of(col * kRows + row + 8);
-        if constexpr (NORM) {
-          const float scale = row_scale(col);
-          g = __fmul_rn(g, scale);
-          u = __fmul_rn(u, scale);
-        }
         if (bias != nullptr) {
           g = __fadd_rn(g, fwd::to_f(bias[j]));
           u = __fadd_rn(u, fwd::to_f(bias[j + 8]));
@@ -416,23 +405,40 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
         y[int64_t{col} * (n / 2) + feature] = fwd::from_f<Y>(fwd::silu_times(g, u));
       }
     }
+    return stored;
   };
-  if (split == 1) {
+  // Every item of this thread; with sq_out, each 16 consecutive items (16 consecutive lanes: one
+  // 16-row group of one row, since items are dealt warp-aligned and kRows % 16 == 0) publish
+  // their sum of squares in ascending order (rms_groups.cuh, step 1). The item loop's condition
+  // is warp-uniform (kItems % 32 == 0), so the shuffles see all 32 lanes.
+  auto finish_all = [&](auto&& sum_of) {
 #pragma unroll
     for (int i = 0; i < kMaxItems; ++i) {
-      if (item0 + i * item_stride < kItems) finish(item0 + i * item_stride, i, cta_sum);
+      const int h = item0 + i * item_stride;
+      if (h >= kItems) break;
+      const float stored = finish(h, i, sum_of);
+      if constexpr (EPI == kAccumulate) {
+        if (sq_out != nullptr) {
+          float sq = 0.0f;
+#pragma unroll
+          for (int q = 0; q < fwd::kRmsGroup; ++q) {
+            sq = fwd::add_square(sq, __shfl_sync(0xffffffffu, stored, (lane & 16) + q));
+          }
+          const int col = h / kRows;
+          const int64_t j = row0 + (h - col * kRows);
+          if ((lane & 15) == 0 && col < m && j < n) sq_out[int64_t{col} * (n / 16) + j / 16] = sq;
+        }
+      }
     }
+  };
+  static_assert(kItems % 32 == 0, "the item loop must stay warp-uniform");
+  if (split == 1) {
+    finish_all(cta_sum);
     return;
   }
   for (int e = threadIdx.x; e < kTile; e += kThreads) cta_part[e] = cta_sum(e);
-  if constexpr (NORM) {
-    if (threadIdx.x < kCols) sq_cta[threadIdx.x] = cta_sq_sum(threadIdx.x);
-  }
-  cluster.sync();  // every CTA's cta_part (and sq_cta) is complete and visible to the cluster
-#pragma unroll
-  for (int i = 0; i < kMaxItems; ++i) {
-    if (item0 + i * item_stride < kItems) finish(item0 + i * item_stride, i, cluster_sum);
-  }
+  cluster.sync();  // every CTA's cta_part is complete and visible to the cluster
+  finish_all(cluster_sum);
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
@@ -465,7 +471,8 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
                                    static_cast<const T*>(p.w), static_cast<const T*>(p.bias),
                                    static_cast<Y*>(p.y), p.m, p.n, p.k,
-                                   static_cast<const T*>(p.normWeight), p.normEps));
+                                   static_cast<const T*>(p.normWeight), p.normSquares, p.normEps,
+                                   p.squaresOut));
 }
 
 template <typename T, typename Y, Epilogue EPI, bool NORM>
