@@ -48,28 +48,6 @@ struct LinearParams {
   // (the CPU backend keeps bf16 checkpoints' matrices in bf16, half the bytes a decode step
   // streams; widening bf16 to f32 is exact, so the results are those of f32 W). Empty: dtype.
   std::optional<DType> weightDtype;
-
-  // A decode layer's RMSNorm and residual add, fused into the gemv (linear_gemv.cu) where
-  // linearFusesRowNorm(m) says so; elsewhere the CUDA path rejects them (InvalidArgument) and the
-  // models run launchRmsNorm instead. Every path gives launchRmsNorm's bits: the sums of squares
-  // are added in rms_groups.cuh's order, by the residual add's call (squaresOut) and the norm's
-  // (normSquares). The CPU reference composes them from ref::rmsNorm and the plain product.
-  //   normWeight   [k] dtype, or null. x holds the un-normalized rows (a residual stream); the
-  //                product is that of RMSNorm(x) * normWeight with eps normEps, the rows
-  //                normalized as launchRmsNorm (no residual) writes them. k % 16 == 0.
-  //   normSquares  with normWeight: [m, k / 16] f32, the sums of squares of x's 16-element
-  //                groups, as an accumulate call's squaresOut (or ref::rmsGroupSquares) gives them.
-  //   accumulate   y (dtype) += the product rounded to dtype, rounded again: the residual add of
-  //                launchRmsNorm (residual = y, x = the rounded product), bit for bit. outDtype
-  //                must be dtype. The gemv reads y before its PDL wait (pdl.cuh): the kernel
-  //                launched right before it must not write y.
-  //   squaresOut   with accumulate, or null: [m, n / 16] f32, the updated y's group sums of
-  //                squares (the next norm's normSquares). n % 16 == 0.
-  const void* normWeight = nullptr;
-  const float* normSquares = nullptr;
-  float normEps = 1e-6f;
-  bool accumulate = false;
-  float* squaresOut = nullptr;
 };
 
 bool validate(const LinearParams& p);
@@ -78,11 +56,6 @@ bool validate(const LinearParams& p);
 // when it can. Host-only checks of dtypes, m, k and pointer alignment (linear_args.cpp).
 const char* gemvRejection(const LinearParams& p);
 inline bool gemvSupported(const LinearParams& p) { return gemvRejection(p) == nullptr; }
-
-// Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): the gemv takes
-// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) and ES_GEMV_NORM (read once per
-// process; for A/B runs) is not 0.
-bool linearFusesRowNorm(int32_t m);
 
 // cuBLASLt handle + workspace, created once per stream owner (CUDA builds only).
 class LinearContext {
@@ -104,8 +77,4 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
 
 namespace es::ref {
 void linear(const kernel::LinearParams& p);
-// out [m, n / 16]: the sums of squares of y's ([m, n] dtype, n % 16 == 0) 16-element groups, each
-// added in ascending order with every operation rounded once (rms_groups.cuh, step 1): what an
-// accumulate call's squaresOut holds.
-void rmsGroupSquares(const void* y, DType dtype, int64_t m, int64_t n, float* out);
 }

@@ -25,17 +25,6 @@
 // through distributed shared memory in rank order, the bias is added in fp32 and y is rounded
 // once. Tails: rows >= n, rows of x >= m and k chunks >= k are predicated off (zeros, no load);
 // k % 8 == 0 is required, so a chunk is wholly inside or outside K.
-//
-// Fused with a decode layer's norms (LinearParams::normWeight / accumulate, linear.h), so its
-// RMSNorm kernels disappear with the bits unchanged (rms_groups.cuh):
-//   accumulate  y (the residual stream) += the rounded output, rounded again, as launchRmsNorm's
-//               residual add; y is read before the PDL wait (the kernel launched right before
-//               this one must not write it). With squaresOut the epilogue also sums the squares
-//               of each 16 updated outputs of a row (16 consecutive lanes, gathered by shuffles,
-//               added in ascending order): step 1 of the next norm's sum.
-//   input norm  each row's scale comes from those group sums (normSquares: one warp a row, step
-//               2), formed while the first round's x loads are in flight; each x chunk is then
-//               normalized as launchRmsNorm writes it, round((x * scale) * w).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -48,7 +37,6 @@
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
 #include "kernels/pdl.cuh"
-#include "kernels/rms_groups.cuh"
 #include "kernels/swiglu.h"
 
 namespace es::kernel {
@@ -58,29 +46,6 @@ namespace cg = cooperative_groups;
 
 constexpr int kWarps = detail::kGemvWarps;
 constexpr int kThreads = kWarps * 32;
-
-// What the epilogue does with each output (GemvEpilogue, and LinearParams::accumulate).
-enum Epilogue { kStore, kSwigluPairs, kAccumulate };
-
-// The 8 T values of a 16-byte chunk as floats, and back (rounded).
-template <typename T>
-__device__ __forceinline__ void unpack8(const uint4 v, float (&a)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    a[2 * i] = fwd::to_f(T{static_cast<uint16_t>(w[i] & 0xffffu)});
-    a[2 * i + 1] = fwd::to_f(T{static_cast<uint16_t>(w[i] >> 16)});
-  }
-}
-template <typename T>
-__device__ __forceinline__ uint4 pack8(const float (&a)[8]) {
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    w[i] = uint32_t{fwd::from_f<T>(a[2 * i]).bits} | (uint32_t{fwd::from_f<T>(a[2 * i + 1]).bits} << 16);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
 
 // 16 bytes of W: read once, so not kept in L1; the L2 fetches the surrounding 256 bytes, which
 // the neighbouring warps read next. Zeros and no access when !pred.
@@ -148,20 +113,12 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // rows of feature 8t + i; y is [m, n / 2] and gets silu(gate) * up, where gate and up are first
 // rounded to T exactly as the plain kernel stores them, so the result equals the plain kernel
 // followed by launchSwiglu bit for bit.
-// EPI kAccumulate (Y = T): y[col, j] = round(y[col, j] + round(sum)), launchRmsNorm's residual
-// add; y is read before the PDL wait; sq_out [m, n / 16] (or null) gets the group sums of squares
-// (see the top).
-// NORM: the input norm with weight norm_w [k], eps norm_eps and the group sums sq_in [m, k / 16]
-// (see the top). The R = 1 instances with NORM or kAccumulate get 2 CTAs an SM's registers (the
-// 80 of 3 spilled).
-template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
-__global__ void __launch_bounds__(kThreads, R == 1 && !NORM && EPI != kAccumulate ? 3 : 2)
+template <typename T, typename Y, int R, int NT, bool SWIGLU>
+__global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
-                       int32_t k, const T* __restrict__ norm_w, const float* __restrict__ sq_in,
-                       float norm_eps, float* __restrict__ sq_out) {
-  constexpr bool SWIGLU = EPI == kSwigluPairs;
-  static_assert(EPI == kStore || std::is_same_v<T, Y>, "the SwiGLU and accumulate epilogues write the input dtype");
+                       int32_t k) {
+  static_assert(!SWIGLU || std::is_same_v<T, Y>, "the SwiGLU epilogue writes the input dtype");
   constexpr int U = 4 / R;  // K blocks loaded per round: U * R * 2 16-byte W loads per thread
   constexpr int kRows = 16 * R;
   constexpr int kCols = 8 * NT;
@@ -220,22 +177,6 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM && EPI != kAccumulat
       }
     }
   }
-  // Output items (see finish below) are dealt to the cluster's threads round-robin, at most
-  // kMaxItems to a thread. kAccumulate reads its items' y now, before the wait: the previous
-  // kernel does not write y (the models: attention before o, gate/up before down), and the one
-  // before it has completed.
-  constexpr int kItems = SWIGLU ? kTile / 2 : kTile;
-  constexpr int kMaxItems = (kItems + kThreads - 1) / kThreads;
-  const int item0 = rank * kThreads + static_cast<int>(threadIdx.x), item_stride = split * kThreads;
-  float y_before[EPI == kAccumulate ? kMaxItems : 1];
-  if constexpr (EPI == kAccumulate) {
-#pragma unroll
-    for (int i = 0; i < kMaxItems; ++i) {
-      const int h = item0 + i * item_stride, col = h / kRows;
-      const int64_t j = row0 + (h - col * kRows);
-      y_before[i] = h < kItems && col < m && j < n ? fwd::to_f(y[int64_t{col} * n + j]) : 0.0f;
-    }
-  }
   pdl::enter();
 
   float acc[R][NT][4];
@@ -264,9 +205,9 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM && EPI != kAccumulat
       }
     }
   };
-  // One round's loads from K block b0: its W (unless already loaded), x and (NORM) w's chunk.
-  auto load_round = [&](int64_t b0, bool load_w_here, uint4 (&wv)[U][R][2], uint4 (&xv)[U][NT],
-                        uint4 (&nwv)[NORM ? U : 1]) {
+  // One round from K block b0: its W (unless already loaded) and x, then the multiplies.
+  auto round = [&](int64_t b0, bool load_w_here, uint4 (&wv)[U][R][2]) {
+    uint4 xv[U][NT];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t b = b0 + u * stride;
@@ -283,62 +224,16 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM && EPI != kAccumulat
       }
 #pragma unroll
       for (int t = 0; t < NT; ++t) xv[u][t] = load_x(xp[t] + (kin ? b * 32 : 0), kin && xok[t]);
-      if constexpr (NORM) nwv[u] = load_x(norm_w + (kin ? b * 32 : 0) + 8 * t4, kin);
-    }
-  };
-  // NORM: row g + 8t's scale, xscale[t] (set below before the first compute_round).
-  float xscale[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) xscale[t] = 0.0f;
-  // NORM: x <- round((x * scale) * w), launchRmsNorm's output; then acc += W · x.
-  auto compute_round = [&](const uint4 (&wv)[U][R][2], uint4 (&xv)[U][NT],
-                           const uint4 (&nwv)[NORM ? U : 1]) {
-    if constexpr (NORM) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float nw[8];
-        unpack8<T>(nwv[u], nw);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          float a[8];
-          unpack8<T>(xv[u][t], a);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) a[e] = fwd::rms_apply(a[e], xscale[t], nw[e]);
-          xv[u][t] = pack8<T>(a);
-        }
-      }
     }
     multiply(wv, xv);
   };
 
   // 32-element K blocks, dealt round-robin over the split * 8 warps of the cluster; the first
-  // round (W already in `early`) is peeled off, so `early` is dead after it. NORM: its x loads
-  // are in flight while warp w forms the scales of rows w and w + 8 (rms_groups.cuh, step 2).
-  {
-    uint4 xv[U][NT];
-    uint4 nwv[NORM ? U : 1];
-    if (first < blocks) load_round(first, false, early, xv, nwv);
-    if constexpr (NORM) {
-      __shared__ float row_scale[kCols];
-      const int32_t groups = k / fwd::kRmsGroup;
-#pragma unroll
-      for (int r = warp; r < kCols; r += kWarps) {
-        if (r < m) {
-          const float total = fwd::row_sum_of_groups(sq_in + int64_t{r} * groups, groups, lane);
-          if (lane == 0) row_scale[r] = fwd::rms_scale(total, k, norm_eps);
-        }
-      }
-      __syncthreads();
-#pragma unroll
-      for (int t = 0; t < NT; ++t) xscale[t] = xok[t] ? row_scale[g + 8 * t] : 0.0f;
-    }
-    if (first < blocks) compute_round(early, xv, nwv);
-  }
+  // round (W already in `early`) is peeled off, so `early` is dead after it.
+  if (first < blocks) round(first, false, early);
   for (int64_t b0 = first + U * stride; b0 < blocks; b0 += U * stride) {
-    uint4 wv[U][R][2], xv[U][NT];
-    uint4 nwv[NORM ? U : 1];
-    load_round(b0, true, wv, xv, nwv);
-    compute_round(wv, xv, nwv);
+    uint4 wv[U][R][2];
+    round(b0, true, wv);
   }
 
   // Accumulator (row g [+8] of tile r, columns 8t + 2*t4 + {0, 1}) -> warp_part[warp][col][row].
@@ -369,24 +264,17 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM && EPI != kAccumulat
     for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(cta_part, q)[e];
     return s;
   };
-  // Output item h (i: its index among this thread's items): without the SwiGLU epilogue, tile
-  // element h: y[col, row0 + row] = round(sum + bias[row0 + row]). With it, the (gate, up) pair
-  // h of the tile's kRows / 2 pairs per column. Returns the value stored (0 where none).
-  auto finish = [&](int h, int i, auto&& sum_of) {
-    float stored = 0.0f;
+  // Output item h: without the epilogue, tile element h: y[col, row0 + row] = round(sum +
+  // bias[row0 + row]). With it, the (gate, up) pair h of the tile's kRows / 2 pairs per column.
+  constexpr int kItems = SWIGLU ? kTile / 2 : kTile;
+  auto finish = [&](int h, auto&& sum_of) {
     if constexpr (!SWIGLU) {
       const int col = h / kRows, row = h - col * kRows;
       const int64_t j = row0 + row;
       if (col < m && j < n) {
         float sum = sum_of(h);
         if (bias != nullptr) sum = __fadd_rn(sum, fwd::to_f(bias[j]));
-        Y* out = y + int64_t{col} * n + j;
-        if constexpr (EPI == kAccumulate) {
-          *out = fwd::from_f<Y>(__fadd_rn(y_before[i], fwd::to_f(fwd::from_f<Y>(sum))));
-        } else {
-          *out = fwd::from_f<Y>(sum);
-        }
-        stored = fwd::to_f(*out);
+        y[int64_t{col} * n + j] = fwd::from_f<Y>(sum);
       }
     } else {
       constexpr int kPairs = kRows / 2;
@@ -405,44 +293,20 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM && EPI != kAccumulat
         y[int64_t{col} * (n / 2) + feature] = fwd::from_f<Y>(fwd::silu_times(g, u));
       }
     }
-    return stored;
   };
-  // Every item of this thread; with sq_out, each 16 consecutive items (16 consecutive lanes: one
-  // 16-row group of one row, since items are dealt warp-aligned and kRows % 16 == 0) publish
-  // their sum of squares in ascending order (rms_groups.cuh, step 1). The item loop's condition
-  // is warp-uniform (kItems % 32 == 0), so the shuffles see all 32 lanes.
-  auto finish_all = [&](auto&& sum_of) {
-#pragma unroll
-    for (int i = 0; i < kMaxItems; ++i) {
-      const int h = item0 + i * item_stride;
-      if (h >= kItems) break;
-      const float stored = finish(h, i, sum_of);
-      if constexpr (EPI == kAccumulate) {
-        if (sq_out != nullptr) {
-          float sq = 0.0f;
-#pragma unroll
-          for (int q = 0; q < fwd::kRmsGroup; ++q) {
-            sq = fwd::add_square(sq, __shfl_sync(0xffffffffu, stored, (lane & 16) + q));
-          }
-          const int col = h / kRows;
-          const int64_t j = row0 + (h - col * kRows);
-          if ((lane & 15) == 0 && col < m && j < n) sq_out[int64_t{col} * (n / 16) + j / 16] = sq;
-        }
-      }
-    }
-  };
-  static_assert(kItems % 32 == 0, "the item loop must stay warp-uniform");
   if (split == 1) {
-    finish_all(cta_sum);
+    for (int h = threadIdx.x; h < kItems; h += kThreads) finish(h, cta_sum);
     return;
   }
   for (int e = threadIdx.x; e < kTile; e += kThreads) cta_part[e] = cta_sum(e);
   cluster.sync();  // every CTA's cta_part is complete and visible to the cluster
-  finish_all(cluster_sum);
+  for (int h = rank * kThreads + static_cast<int>(threadIdx.x); h < kItems; h += split * kThreads) {
+    finish(h, cluster_sum);
+  }
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
-template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
+template <typename T, typename Y, int R, int NT, bool SWIGLU>
 void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   constexpr int64_t kRows = 16 * R;
   const int64_t tiles = (int64_t{p.n} + kRows - 1) / kRows;
@@ -467,39 +331,22 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   }
   config.attrs = attr;
   config.numAttrs = used;
-  const auto kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM>;
+  const auto kernel = linear_gemv_kernel<T, Y, R, NT, SWIGLU>;
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
                                    static_cast<const T*>(p.w), static_cast<const T*>(p.bias),
-                                   static_cast<Y*>(p.y), p.m, p.n, p.k,
-                                   static_cast<const T*>(p.normWeight), p.normSquares, p.normEps,
-                                   p.squaresOut));
+                                   static_cast<Y*>(p.y), p.m, p.n, p.k));
 }
 
-template <typename T, typename Y, Epilogue EPI, bool NORM>
+template <typename T, typename Y, bool SWIGLU = false>
 void launch_shape(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
   const bool two_tiles = p.m > 8;
   if (cfg.rowTiles == 1) {
-    if (two_tiles) launch_typed<T, Y, 1, 2, EPI, NORM>(p, cfg.kSplit, stream);
-    else launch_typed<T, Y, 1, 1, EPI, NORM>(p, cfg.kSplit, stream);
+    if (two_tiles) launch_typed<T, Y, 1, 2, SWIGLU>(p, cfg.kSplit, stream);
+    else launch_typed<T, Y, 1, 1, SWIGLU>(p, cfg.kSplit, stream);
   } else {
-    if (two_tiles) launch_typed<T, Y, 2, 2, EPI, NORM>(p, cfg.kSplit, stream);
-    else launch_typed<T, Y, 2, 1, EPI, NORM>(p, cfg.kSplit, stream);
+    if (two_tiles) launch_typed<T, Y, 2, 2, SWIGLU>(p, cfg.kSplit, stream);
+    else launch_typed<T, Y, 2, 1, SWIGLU>(p, cfg.kSplit, stream);
   }
-}
-
-template <typename T, typename Y, Epilogue EPI>
-void launch_norm(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
-  if (p.normWeight != nullptr) launch_shape<T, Y, EPI, true>(p, cfg, stream);
-  else launch_shape<T, Y, EPI, false>(p, cfg, stream);
-}
-
-template <typename T>
-void launch_dtype(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream,
-                  detail::GemvEpilogue epilogue) {
-  if (epilogue == detail::GemvEpilogue::kSwiglu) launch_norm<T, T, kSwigluPairs>(p, cfg, stream);
-  else if (p.accumulate) launch_norm<T, T, kAccumulate>(p, cfg, stream);
-  else if (p.outDtype == DType::kF32) launch_norm<T, float, kStore>(p, cfg, stream);
-  else launch_norm<T, T, kStore>(p, cfg, stream);
 }
 
 }  // namespace
@@ -523,11 +370,17 @@ void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream
                  "must be a multiple of 16 for the SwiGLU epilogue (8 gate + 8 up rows a group)");
     ES_CHECK_ARG(p.outDtype == p.dtype, kWhere, "outDtype", dtype_name(p.outDtype),
                  "must be the input dtype for the SwiGLU epilogue");
-    ES_CHECK_ARG(!p.accumulate, kWhere, "accumulate", "true",
-                 "cannot be combined with the SwiGLU epilogue");
+    if (p.dtype == DType::kBF16) launch_shape<bf16, bf16, true>(p, cfg, stream);
+    else launch_shape<fp16, fp16, true>(p, cfg, stream);
+    return;
   }
-  if (p.dtype == DType::kBF16) launch_dtype<bf16>(p, cfg, stream, epilogue);
-  else launch_dtype<fp16>(p, cfg, stream, epilogue);
+  if (p.dtype == DType::kBF16) {
+    if (p.outDtype == DType::kF32) launch_shape<bf16, float>(p, cfg, stream);
+    else launch_shape<bf16, bf16>(p, cfg, stream);
+  } else {
+    if (p.outDtype == DType::kF32) launch_shape<fp16, float>(p, cfg, stream);
+    else launch_shape<fp16, fp16>(p, cfg, stream);
+  }
 }
 
 }  // namespace detail

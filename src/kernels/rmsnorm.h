@@ -11,16 +11,13 @@
 
 namespace es::kernel {
 
-// The GPU kernel keeps one float per 16 elements of a row in shared memory (16 KiB at this size).
-inline constexpr int32_t kRmsNormMaxHidden = 65536;
-
 struct RmsNormParams {
   const void* x = nullptr;       // [rows, hiddenSize] dtype
   void* residual = nullptr;      // [rows, hiddenSize] dtype in/out, or null (no fused add)
   const void* weight = nullptr;  // [hiddenSize] dtype
   void* out = nullptr;           // [rows, hiddenSize] dtype
   int32_t rows = 0;              // >= 0; 0 = no-op
-  int32_t hiddenSize = 0;        // in [1, kRmsNormMaxHidden]
+  int32_t hiddenSize = 0;        // > 0
   float eps = 1e-6f;             // > 0
   DType dtype = DType::kBF16;    // f32, f16 or bf16
 };

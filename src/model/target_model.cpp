@@ -166,9 +166,6 @@ void TargetModel::allocateWorkspace() {
   alloc(q_, T * c.qDim() * es);
   alloc(attn_, T * c.qDim() * es);
   alloc(tmp_, T * c.hidden_size * es);
-  // The residual stream's 16-element sums of squares, for the norms fused into the gemvs (decode
-  // rows only: at most 16 of them).
-  alloc(rowSquares_, std::min<int64_t>(T, kernel::kGemvAutoMaxRows) * (c.hidden_size / 16) * 4);
   alloc(gateUp_, T * 2 * c.intermediate_size * es);
   alloc(act_, T * c.intermediate_size * es);
   alloc(rows_, int64_t{maxLogitRows_} * c.hidden_size * es);
@@ -352,36 +349,13 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
   emb.numTokens = T; emb.vocabSize = static_cast<int32_t>(c.vocab_size); emb.hiddenSize = H; emb.dtype = dtype_;
   backend_.embedding(emb);
 
-  // At decode rows the backend may fuse each RMSNorm into the linear layer after it and each
-  // residual add into the one before it (linear.h: normWeight, accumulate): the o and down
-  // projections then add into residual_ and the qkv and gate/up projections normalize it as
-  // they read it (the o and down projections also leave the sums of squares the norms need),
-  // six kernels a layer instead of eight, with the bits of the unfused path. The first layer's
-  // input norm stays a kernel: the embedding gives no sums of squares.
-  const bool fusedNorms = H % 16 == 0 && T <= kernel::kGemvAutoMaxRows && backend_.fusesRowNorms(T);
-  void* const blockOut = fusedNorms ? residual_.data() : tmp_.data();  // o and down outputs
-  float* const squares = fusedNorms ? rowSquares_.as<float>() : nullptr;
-  auto normedInput = [&](kernel::LinearParams& p, const Buffer& normWeight) {
-    p.x = residual_.data();
-    p.normWeight = normWeight.data();
-    p.normSquares = squares;
-    p.normEps = eps;
-  };
-
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
     const TargetLayerWeights& w = layers_[static_cast<size_t>(l)];
-    // residual += previous layer's MLP output, then the input norm (both fused into the linear
-    // layers with fusedNorms).
-    const bool fuseInputNorm = fusedNorms && l > 0;
-    if (!fuseInputNorm) {
-      norm(l == 0 ? residual_.data() : tmp_.data(), l == 0 ? nullptr : residual_.data(), w.inputNorm,
-           normed_.data());
-    }
+    // residual += previous layer's MLP output (fused), then the input norm.
+    norm(l == 0 ? residual_.data() : tmp_.data(), l == 0 ? nullptr : residual_.data(), w.inputNorm,
+         normed_.data());
     if (l > 0) saveTap(l - 1);
-    kernel::LinearParams qkv = linearParams(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H,
-                                            dtype_, matrixDtype_);
-    if (fuseInputNorm) normedInput(qkv, w.inputNorm);
-    backend_.linear(qkv);
+    linear(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H, dtype_, matrixDtype_);
 
     const TensorView pool = cache.basePool(l);
     // Reduced layers read and write the bounded pool through the window table, whose entries
@@ -417,26 +391,16 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     att.workspaceBytes = attnSplit_.bytes();
     backend_.pagedAttention(att);
 
-    kernel::LinearParams o = linearParams(attn_.data(), w.o, w.oBias, blockOut, T, H, Hq * D, dtype_,
-                                          matrixDtype_);
-    o.accumulate = fusedNorms;
-    o.squaresOut = squares;
-    backend_.linear(o);
-    if (!fusedNorms) norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
+    linear(attn_.data(), w.o, w.oBias, tmp_.data(), T, H, Hq * D, dtype_, matrixDtype_);
+    norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
     kernel::GateUpSwigluParams mlp;  // one kernel at decode rows (gate_up_swiglu.h)
     mlp.linear = linearParams(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), T, 2 * I, H, dtype_,
                               matrixDtype_);
-    if (fusedNorms) normedInput(mlp.linear, w.postNorm);
     mlp.out = act_.data(); mlp.layout = gateUpLayout_;
     backend_.gateUpSwiglu(mlp);
-    kernel::LinearParams down = linearParams(act_.data(), w.down, w.downBias, blockOut, T, H, I, dtype_,
-                                             matrixDtype_);
-    down.accumulate = fusedNorms;
-    down.squaresOut = l + 1 < c.num_hidden_layers ? squares : nullptr;  // the next input norm's
-    backend_.linear(down);
+    linear(act_.data(), w.down, w.downBias, tmp_.data(), T, H, I, dtype_, matrixDtype_);
   }
-  if (fusedNorms) norm(residual_.data(), nullptr, finalNorm_, normed_.data());
-  else norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());
+  norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());
   saveTap(static_cast<int32_t>(c.num_hidden_layers) - 1);
 
   if (R > 0) {

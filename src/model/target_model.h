@@ -145,7 +145,7 @@ class TargetModel {
   Buffer ropeTable_;  // [maxPositions, D] f32
 
   // Workspace, sized for maxTokens rows.
-  Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, rows_, logits_, taps_, rowSquares_;
+  Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, rows_, logits_, taps_;
   Buffer attnSplit_;     // split-KV attention partials (CUDA backend; empty when none are needed)
   Buffer meta_;          // i32 metadata, see forward()
   ops::BackendPageTable pageTable_;  // backend copy of the base page table
