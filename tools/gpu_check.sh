@@ -32,6 +32,8 @@
 #                                 ES_ENGINE_PRESETS, twice, next to the torch anchor
 #   tools/gpu_check.sh earlyreads edgespec bench with and without the kernels' reads before their
 #                                 PDL wait (ES_PDL_EARLY_READS=0), as fusions
+#   tools/gpu_check.sh normfusion edgespec bench with the decode layers' RMSNorms fused into the
+#                                 gemvs (ES_GEMV_NORM=1) and without, as fusions
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
 #                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
 #                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
@@ -562,6 +564,11 @@ stage_fusions() {
 stage_earlyreads() {
   engine_combos earlyreads 2 "ES_PDL_EARLY_READS=0" default
 }
+# The decode layers' RMSNorms fused into the gemvs (kernels/linear.h; off by default,
+# ES_GEMV_NORM=1): the engine both ways, alternated twice.
+stage_normfusion() {
+  engine_combos normfusion 2 default "ES_GEMV_NORM=1"
+}
 
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
@@ -581,13 +588,14 @@ if build; then
       fusiontests) stage_fusiontests || status=1 ;;
       fusions) stage_fusions || status=1 ;;
       earlyreads) stage_earlyreads || status=1 ;;
+      normfusion) stage_normfusion || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion)" >&2; status=2 ;;
     esac
   done
 else

@@ -48,6 +48,23 @@ struct LinearParams {
   // (the CPU backend keeps bf16 checkpoints' matrices in bf16, half the bytes a decode step
   // streams; widening bf16 to f32 is exact, so the results are those of f32 W). Empty: dtype.
   std::optional<DType> weightDtype;
+
+  // A decode layer's RMSNorm and residual add, fused into the gemv (linear_gemv.cu) where
+  // linearFusesRowNorm(m) says so; elsewhere the CUDA path rejects them (InvalidArgument) and the
+  // models run launchRmsNorm instead. The CPU reference composes them from ref::rmsNorm and the
+  // plain product (their definition).
+  //   normWeight  [k] dtype, or null. x holds the un-normalized rows; the product is that of
+  //               RMSNorm(x) * normWeight with eps normEps. The gemv forms it as s * (W · round(x *
+  //               normWeight)) with s = 1 / sqrt(mean(x^2) + eps) per row, so it differs from the
+  //               composition by where one rounding falls, and, like every gemv output, a row's
+  //               result does not depend on m (a 16-row verify equals 1-row decodes bit for bit).
+  //   accumulate  y (dtype) += the product rounded to dtype, rounded again: the residual add of
+  //               launchRmsNorm (residual = y, x = the rounded product), bit for bit. outDtype
+  //               must be dtype. The gemv reads y before its PDL wait (pdl.cuh): the kernel
+  //               launched right before it must not write y.
+  const void* normWeight = nullptr;
+  float normEps = 1e-6f;
+  bool accumulate = false;
 };
 
 bool validate(const LinearParams& p);
@@ -56,6 +73,14 @@ bool validate(const LinearParams& p);
 // when it can. Host-only checks of dtypes, m, k and pointer alignment (linear_args.cpp).
 const char* gemvRejection(const LinearParams& p);
 inline bool gemvSupported(const LinearParams& p) { return gemvRejection(p) == nullptr; }
+
+// Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): the gemv takes
+// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) and ES_GEMV_NORM=1 (read once
+// per process). Measured +9.6 % on Qwen3-0.6B decode at batch 1, neutral on 8B (docs/perf.md,
+// session 14). The fused rows round differently from the unfused ones, so the models take it
+// only with a single-sequence cache (target_model.cpp); off by default until the GPU tests have
+// run with that rule.
+bool linearFusesRowNorm(int32_t m);
 
 // cuBLASLt handle + workspace, created once per stream owner (CUDA builds only).
 class LinearContext {

@@ -1,4 +1,5 @@
 // Host validation of launchLinear / ref::linear, and the gemv path's host rules (every build).
+#include <cmath>
 #include <cstdint>
 
 #include "common/errors.h"
@@ -24,6 +25,14 @@ bool validate(const LinearParams& p) {
   ES_CHECK_ARG(p.algo == LinearAlgo::kAuto || p.algo == LinearAlgo::kCublasLt ||
                    p.algo == LinearAlgo::kGemv,
                kWhere, "algo", static_cast<int>(p.algo), "must be kAuto, kCublasLt or kGemv");
+  if (p.normWeight != nullptr) {
+    ES_CHECK_ARG(p.normEps > 0.0f && std::isfinite(p.normEps), kWhere, "normEps", p.normEps,
+                 "must be finite and > 0");
+  }
+  if (p.accumulate) {
+    ES_CHECK_ARG(p.outDtype == p.dtype, kWhere, "outDtype", dtype_name(p.outDtype),
+                 "must be dtype (", dtype_name(p.dtype), ") with accumulate");
+  }
   if (p.m == 0) return false;
   ES_CHECK_ARG(p.x != nullptr, kWhere, "x", "null", "must not be null");
   ES_CHECK_ARG(p.w != nullptr, kWhere, "w", "null", "must not be null");
@@ -50,6 +59,7 @@ const char* gemvRejection(const LinearParams& p) {
     return "y must be aligned to its element size";
   }
   if (!aligned_to(p.bias, 2)) return "bias must be 2-byte aligned";
+  if (!aligned_to(p.normWeight, 16)) return "normWeight must be 16-byte aligned";
   return nullptr;
 }
 

@@ -224,6 +224,12 @@ void check_weight_dtype(const LinearParams& p, const char* where) {
 
 }  // namespace
 
+bool linearFusesRowNorm(int32_t m) {
+  static const bool on = env_switch_opt_in("ES_GEMV_NORM");  // off: see linear.h
+  const LinearAlgo algo = auto_algo();
+  return on && m >= 1 && m <= kGemvAutoMaxRows && algo == LinearAlgo::kAuto;
+}
+
 void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
   if (!validate(p)) return;
   check_weight_dtype(p, "launchLinear");
@@ -232,6 +238,11 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
     detail::launchLinearGemv(p, detail::chooseGemvConfig(p.m, p.n, p.k, s.num_sms, gemv_rule()), stream);
     return;
   }
+  const char* why = gemvRejection(p);
+  ES_CHECK_ARG(p.normWeight == nullptr && !p.accumulate, "launchLinear",
+               p.normWeight != nullptr ? "normWeight" : "accumulate", "set",
+               "is fused only by the gemv, which does not take this call (",
+               why != nullptr ? why : "m > 16 or ES_LINEAR_ALGO=cublaslt", "); run launchRmsNorm instead");
   const bool via_scratch = LinearContext::State::gemm_out(p) != p.outDtype;
   void* y = p.y;
   if (via_scratch) {

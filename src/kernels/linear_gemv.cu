@@ -25,6 +25,18 @@
 // through distributed shared memory in rank order, the bias is added in fp32 and y is rounded
 // once. Tails: rows >= n, rows of x >= m and k chunks >= k are predicated off (zeros, no load);
 // k % 8 == 0 is required, so a chunk is wholly inside or outside K.
+//
+// Fused with a decode layer's norms (LinearParams::normWeight / accumulate, linear.h), so its two
+// RMSNorm kernels disappear without adding a step to any CTA's critical path:
+//   input norm  RMSNorm(x) * w = s * (x * w) with one scale s per row of x, so the product is
+//               s * (W · round(x * w)): each x chunk is multiplied by w as it is loaded (w is
+//               read with it), the threads add the squares of the raw x they load, and those
+//               sums meet in shared memory (and across the cluster) beside the partial tiles, so
+//               each output gets its row's s = 1 / sqrt(mean(x^2) + eps) in the epilogue. Every
+//               K block is loaded by exactly one warp of the cluster, so each row's sum covers
+//               all of x, in an order that depends on the K split only, as the products' does.
+//   accumulate  y (the residual stream) += the rounded output, rounded again. y is read before
+//               the PDL wait: the kernel launched right before this one must not write it.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -46,6 +58,29 @@ namespace cg = cooperative_groups;
 
 constexpr int kWarps = detail::kGemvWarps;
 constexpr int kThreads = kWarps * 32;
+
+// What the epilogue does with each output (GemvEpilogue, and LinearParams::accumulate).
+enum Epilogue { kStore, kSwigluPairs, kAccumulate };
+
+// The 8 T values of a 16-byte chunk as floats, and back (rounded).
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4 v, float (&a)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = fwd::to_f(T{static_cast<uint16_t>(w[i] & 0xffffu)});
+    a[2 * i + 1] = fwd::to_f(T{static_cast<uint16_t>(w[i] >> 16)});
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint4 pack8(const float (&a)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w[i] = uint32_t{fwd::from_f<T>(a[2 * i]).bits} | (uint32_t{fwd::from_f<T>(a[2 * i + 1]).bits} << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
 
 // 16 bytes of W: read once, so not kept in L1; the L2 fetches the surrounding 256 bytes, which
 // the neighbouring warps read next. Zeros and no access when !pred.
@@ -113,12 +148,17 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // rows of feature 8t + i; y is [m, n / 2] and gets silu(gate) * up, where gate and up are first
 // rounded to T exactly as the plain kernel stores them, so the result equals the plain kernel
 // followed by launchSwiglu bit for bit.
-template <typename T, typename Y, int R, int NT, bool SWIGLU>
-__global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
+// EPI kAccumulate (Y = T): y[col, j] = round(y[col, j] + round(sum)), launchRmsNorm's residual
+// add; y is read before the PDL wait (see the top).
+// NORM: the input norm with weight norm_w [k] and norm_eps (see the top); its R = 1 instances
+// get 2 CTAs an SM's registers (the 80 of 3 spilled).
+template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
+__global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
-                       int32_t k) {
-  static_assert(!SWIGLU || std::is_same_v<T, Y>, "the SwiGLU epilogue writes the input dtype");
+                       int32_t k, const T* __restrict__ norm_w, float norm_eps) {
+  constexpr bool SWIGLU = EPI == kSwigluPairs;
+  static_assert(EPI == kStore || std::is_same_v<T, Y>, "the SwiGLU and accumulate epilogues write the input dtype");
   constexpr int U = 4 / R;  // K blocks loaded per round: U * R * 2 16-byte W loads per thread
   constexpr int kRows = 16 * R;
   constexpr int kCols = 8 * NT;
@@ -177,9 +217,28 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
       }
     }
   }
+  // Output items (see finish below) are dealt to the cluster's threads round-robin, at most
+  // kMaxItems to a thread. kAccumulate reads its items' y now, before the wait: the previous
+  // kernel does not write y (the models: attention before o, gate/up before down), and the one
+  // before it has completed.
+  constexpr int kItems = SWIGLU ? kTile / 2 : kTile;
+  constexpr int kMaxItems = (kItems + kThreads - 1) / kThreads;
+  const int item0 = rank * kThreads + static_cast<int>(threadIdx.x), item_stride = split * kThreads;
+  float y_before[EPI == kAccumulate ? kMaxItems : 1];
+  if constexpr (EPI == kAccumulate) {
+#pragma unroll
+    for (int i = 0; i < kMaxItems; ++i) {
+      const int h = item0 + i * item_stride, col = h / kRows;
+      const int64_t j = row0 + (h - col * kRows);
+      y_before[i] = h < kItems && col < m && j < n ? fwd::to_f(y[int64_t{col} * n + j]) : 0.0f;
+    }
+  }
   pdl::enter();
 
   float acc[R][NT][4];
+  float sq[NT];  // NORM: the squares of the raw x this thread loaded, row g + 8t
+#pragma unroll
+  for (int t = 0; t < NT; ++t) sq[t] = 0.0f;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -208,6 +267,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
   // One round from K block b0: its W (unless already loaded) and x, then the multiplies.
   auto round = [&](int64_t b0, bool load_w_here, uint4 (&wv)[U][R][2]) {
     uint4 xv[U][NT];
+    uint4 nwv[NORM ? U : 1];  // NORM: w's chunk at this thread's k offset
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t b = b0 + u * stride;
@@ -224,6 +284,25 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
       }
 #pragma unroll
       for (int t = 0; t < NT; ++t) xv[u][t] = load_x(xp[t] + (kin ? b * 32 : 0), kin && xok[t]);
+      if constexpr (NORM) nwv[u] = load_x(norm_w + (kin ? b * 32 : 0) + 8 * t4, kin);
+    }
+    if constexpr (NORM) {  // sq += x^2; x <- round(x * w) (zeros where not loaded)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float nw[8];
+        unpack8<T>(nwv[u], nw);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          float a[8];
+          unpack8<T>(xv[u][t], a);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            sq[t] += a[e] * a[e];
+            a[e] = __fmul_rn(a[e], nw[e]);
+          }
+          xv[u][t] = pack8<T>(a);
+        }
+      }
     }
     multiply(wv, xv);
   };
@@ -248,6 +327,18 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
       warp_part[warp][(col + 1) * kRows + row + 8] = acc[r][t][3];
     }
   }
+  // NORM: row g + 8t's squares over the warp's 4 lanes of that row, then per warp in shared memory.
+  __shared__ float sq_warp[NORM ? kWarps : 1][kCols];
+  __shared__ float sq_cta[NORM ? kCols : 1];
+  if constexpr (NORM) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float v = sq[t];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (t4 == 0) sq_warp[warp][g + 8 * t] = v;
+    }
+  }
   __syncthreads();
 
   // The sum of tile element e (column-major, as warp_part) over the CTA's warps / the cluster's
@@ -264,17 +355,44 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(cta_part, q)[e];
     return s;
   };
-  // Output item h: without the epilogue, tile element h: y[col, row0 + row] = round(sum +
-  // bias[row0 + row]). With it, the (gate, up) pair h of the tile's kRows / 2 pairs per column.
-  constexpr int kItems = SWIGLU ? kTile / 2 : kTile;
-  auto finish = [&](int h, auto&& sum_of) {
+  // NORM: row col's squares over the CTA's warps / the cluster's CTAs, in (rank, warp) order.
+  auto cta_sq_sum = [&](int col) {
+    float s = sq_warp[0][col];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) s += sq_warp[v][col];
+    return s;
+  };
+  auto row_scale = [&](int col) {
+    if constexpr (!NORM) {
+      return 1.0f;
+    } else {
+      float s = 0.0f;
+      if (split == 1) {
+        s = cta_sq_sum(col);
+      } else {
+        for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(sq_cta, q)[col];
+      }
+      return 1.0f / sqrtf(s / static_cast<float>(k) + norm_eps);
+    }
+  };
+  // Output item h (i: its index among this thread's items): without the SwiGLU epilogue, tile
+  // element h: y[col, row0 + row] = round(sum + bias[row0 + row]) (sum scaled by the row's
+  // RMSNorm scale with NORM). With it, the (gate, up) pair h of the tile's kRows / 2 pairs per
+  // column.
+  auto finish = [&](int h, int i, auto&& sum_of) {
     if constexpr (!SWIGLU) {
       const int col = h / kRows, row = h - col * kRows;
       const int64_t j = row0 + row;
       if (col < m && j < n) {
         float sum = sum_of(h);
+        if constexpr (NORM) sum = __fmul_rn(sum, row_scale(col));
         if (bias != nullptr) sum = __fadd_rn(sum, fwd::to_f(bias[j]));
-        y[int64_t{col} * n + j] = fwd::from_f<Y>(sum);
+        Y* out = y + int64_t{col} * n + j;
+        if constexpr (EPI == kAccumulate) {
+          *out = fwd::from_f<Y>(__fadd_rn(y_before[i], fwd::to_f(fwd::from_f<Y>(sum))));
+        } else {
+          *out = fwd::from_f<Y>(sum);
+        }
       }
     } else {
       constexpr int kPairs = kRows / 2;
@@ -283,6 +401,11 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
       const int64_t j = row0 + row;
       if (col < m && j < n) {  // n % 16 == 0: the up row j + 8 < n too
         float g = sum_of(col * kRows + row), u = sum_of(col * kRows + row + 8);
+        if constexpr (NORM) {
+          const float scale = row_scale(col);
+          g = __fmul_rn(g, scale);
+          u = __fmul_rn(u, scale);
+        }
         if (bias != nullptr) {
           g = __fadd_rn(g, fwd::to_f(bias[j]));
           u = __fadd_rn(u, fwd::to_f(bias[j + 8]));
@@ -295,18 +418,25 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     }
   };
   if (split == 1) {
-    for (int h = threadIdx.x; h < kItems; h += kThreads) finish(h, cta_sum);
+#pragma unroll
+    for (int i = 0; i < kMaxItems; ++i) {
+      if (item0 + i * item_stride < kItems) finish(item0 + i * item_stride, i, cta_sum);
+    }
     return;
   }
   for (int e = threadIdx.x; e < kTile; e += kThreads) cta_part[e] = cta_sum(e);
-  cluster.sync();  // every CTA's cta_part is complete and visible to the cluster
-  for (int h = rank * kThreads + static_cast<int>(threadIdx.x); h < kItems; h += split * kThreads) {
-    finish(h, cluster_sum);
+  if constexpr (NORM) {
+    if (threadIdx.x < kCols) sq_cta[threadIdx.x] = cta_sq_sum(threadIdx.x);
+  }
+  cluster.sync();  // every CTA's cta_part (and sq_cta) is complete and visible to the cluster
+#pragma unroll
+  for (int i = 0; i < kMaxItems; ++i) {
+    if (item0 + i * item_stride < kItems) finish(item0 + i * item_stride, i, cluster_sum);
   }
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
-template <typename T, typename Y, int R, int NT, bool SWIGLU>
+template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
 void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   constexpr int64_t kRows = 16 * R;
   const int64_t tiles = (int64_t{p.n} + kRows - 1) / kRows;
@@ -331,22 +461,38 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   }
   config.attrs = attr;
   config.numAttrs = used;
-  const auto kernel = linear_gemv_kernel<T, Y, R, NT, SWIGLU>;
+  const auto kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM>;
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
                                    static_cast<const T*>(p.w), static_cast<const T*>(p.bias),
-                                   static_cast<Y*>(p.y), p.m, p.n, p.k));
+                                   static_cast<Y*>(p.y), p.m, p.n, p.k,
+                                   static_cast<const T*>(p.normWeight), p.normEps));
 }
 
-template <typename T, typename Y, bool SWIGLU = false>
+template <typename T, typename Y, Epilogue EPI, bool NORM>
 void launch_shape(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
   const bool two_tiles = p.m > 8;
   if (cfg.rowTiles == 1) {
-    if (two_tiles) launch_typed<T, Y, 1, 2, SWIGLU>(p, cfg.kSplit, stream);
-    else launch_typed<T, Y, 1, 1, SWIGLU>(p, cfg.kSplit, stream);
+    if (two_tiles) launch_typed<T, Y, 1, 2, EPI, NORM>(p, cfg.kSplit, stream);
+    else launch_typed<T, Y, 1, 1, EPI, NORM>(p, cfg.kSplit, stream);
   } else {
-    if (two_tiles) launch_typed<T, Y, 2, 2, SWIGLU>(p, cfg.kSplit, stream);
-    else launch_typed<T, Y, 2, 1, SWIGLU>(p, cfg.kSplit, stream);
+    if (two_tiles) launch_typed<T, Y, 2, 2, EPI, NORM>(p, cfg.kSplit, stream);
+    else launch_typed<T, Y, 2, 1, EPI, NORM>(p, cfg.kSplit, stream);
   }
+}
+
+template <typename T, typename Y, Epilogue EPI>
+void launch_norm(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
+  if (p.normWeight != nullptr) launch_shape<T, Y, EPI, true>(p, cfg, stream);
+  else launch_shape<T, Y, EPI, false>(p, cfg, stream);
+}
+
+template <typename T>
+void launch_dtype(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream,
+                  detail::GemvEpilogue epilogue) {
+  if (epilogue == detail::GemvEpilogue::kSwiglu) launch_norm<T, T, kSwigluPairs>(p, cfg, stream);
+  else if (p.accumulate) launch_norm<T, T, kAccumulate>(p, cfg, stream);
+  else if (p.outDtype == DType::kF32) launch_norm<T, float, kStore>(p, cfg, stream);
+  else launch_norm<T, T, kStore>(p, cfg, stream);
 }
 
 }  // namespace
@@ -370,17 +516,11 @@ void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream
                  "must be a multiple of 16 for the SwiGLU epilogue (8 gate + 8 up rows a group)");
     ES_CHECK_ARG(p.outDtype == p.dtype, kWhere, "outDtype", dtype_name(p.outDtype),
                  "must be the input dtype for the SwiGLU epilogue");
-    if (p.dtype == DType::kBF16) launch_shape<bf16, bf16, true>(p, cfg, stream);
-    else launch_shape<fp16, fp16, true>(p, cfg, stream);
-    return;
+    ES_CHECK_ARG(!p.accumulate, kWhere, "accumulate", "true",
+                 "cannot be combined with the SwiGLU epilogue");
   }
-  if (p.dtype == DType::kBF16) {
-    if (p.outDtype == DType::kF32) launch_shape<bf16, float>(p, cfg, stream);
-    else launch_shape<bf16, bf16>(p, cfg, stream);
-  } else {
-    if (p.outDtype == DType::kF32) launch_shape<fp16, float>(p, cfg, stream);
-    else launch_shape<fp16, fp16>(p, cfg, stream);
-  }
+  if (p.dtype == DType::kBF16) launch_dtype<bf16>(p, cfg, stream, epilogue);
+  else launch_dtype<fp16>(p, cfg, stream, epilogue);
 }
 
 }  // namespace detail

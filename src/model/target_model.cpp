@@ -349,13 +349,36 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
   emb.numTokens = T; emb.vocabSize = static_cast<int32_t>(c.vocab_size); emb.hiddenSize = H; emb.dtype = dtype_;
   backend_.embedding(emb);
 
+  // A single-sequence cache's decode and verify rows (<= 16) may have each RMSNorm fused into
+  // the linear layer after it and each residual add into the one before it (linear.h:
+  // normWeight, accumulate; ES_GEMV_NORM=1): the o and down projections add into residual_ and
+  // the qkv and gate/up projections normalize it as they read it, six kernels a layer instead of
+  // eight. The fused norm rounds x * w where the RMSNorm kernel rounds x * s * w, so only a cache
+  // of one sequence takes it: its decode rows and verify rows then round alike and greedy
+  // speculation still equals plain decoding bit for bit, while a batch's plain rows (gemv) and
+  // verify rows (over 16: cuBLASLt) keep rounding alike up to summation order.
+  const bool fusedNorms = cache.maxBatchSize() == 1 && backend_.fusesRowNorms(T);
+  void* const blockOut = fusedNorms ? residual_.data() : tmp_.data();  // o and down outputs
+  auto normedInput = [&](kernel::LinearParams& p, const Buffer& normWeight) {
+    if (!fusedNorms) return;
+    p.x = residual_.data();
+    p.normWeight = normWeight.data();
+    p.normEps = eps;
+  };
+
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
     const TargetLayerWeights& w = layers_[static_cast<size_t>(l)];
-    // residual += previous layer's MLP output (fused), then the input norm.
-    norm(l == 0 ? residual_.data() : tmp_.data(), l == 0 ? nullptr : residual_.data(), w.inputNorm,
-         normed_.data());
+    // residual += previous layer's MLP output, then the input norm (both fused into the linear
+    // layers with fusedNorms).
+    if (!fusedNorms) {
+      norm(l == 0 ? residual_.data() : tmp_.data(), l == 0 ? nullptr : residual_.data(), w.inputNorm,
+           normed_.data());
+    }
     if (l > 0) saveTap(l - 1);
-    linear(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H, dtype_, matrixDtype_);
+    kernel::LinearParams qkv = linearParams(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H,
+                                            dtype_, matrixDtype_);
+    normedInput(qkv, w.inputNorm);
+    backend_.linear(qkv);
 
     const TensorView pool = cache.basePool(l);
     // Reduced layers read and write the bounded pool through the window table, whose entries
@@ -391,16 +414,24 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     att.workspaceBytes = attnSplit_.bytes();
     backend_.pagedAttention(att);
 
-    linear(attn_.data(), w.o, w.oBias, tmp_.data(), T, H, Hq * D, dtype_, matrixDtype_);
-    norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
+    kernel::LinearParams o = linearParams(attn_.data(), w.o, w.oBias, blockOut, T, H, Hq * D, dtype_,
+                                          matrixDtype_);
+    o.accumulate = fusedNorms;
+    backend_.linear(o);
+    if (!fusedNorms) norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
     kernel::GateUpSwigluParams mlp;  // one kernel at decode rows (gate_up_swiglu.h)
     mlp.linear = linearParams(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), T, 2 * I, H, dtype_,
                               matrixDtype_);
+    normedInput(mlp.linear, w.postNorm);
     mlp.out = act_.data(); mlp.layout = gateUpLayout_;
     backend_.gateUpSwiglu(mlp);
-    linear(act_.data(), w.down, w.downBias, tmp_.data(), T, H, I, dtype_, matrixDtype_);
+    kernel::LinearParams down = linearParams(act_.data(), w.down, w.downBias, blockOut, T, H, I, dtype_,
+                                             matrixDtype_);
+    down.accumulate = fusedNorms;
+    backend_.linear(down);
   }
-  norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());
+  if (fusedNorms) norm(residual_.data(), nullptr, finalNorm_, normed_.data());
+  else norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());
   saveTap(static_cast<int32_t>(c.num_hidden_layers) - 1);
 
   if (R > 0) {

@@ -66,6 +66,12 @@ class Backend {
   // The gate/up projection and SwiGLU (kernels/gate_up_swiglu.h): one kernel on the GPU at decode rows.
   virtual void gateUpSwiglu(const kernel::GateUpSwigluParams& p) = 0;
   virtual void linear(const kernel::LinearParams& p) = 0;
+  // Whether linear() fuses LinearParams::normWeight and accumulate at `rows` rows (linear.h):
+  // then a model runs its decode layers without RMSNorm kernels. The CPU backend never does.
+  virtual bool fusesRowNorms(int32_t rows) const {
+    (void)rows;
+    return false;
+  }
   virtual void argmax(const ArgmaxParams& p) = 0;
   // DFlash target-context K/V write into the draft cache (spec §2.1), one overload per cache
   // element type. CPU: the reference for all three; CUDA: the kernel for fp16/bf16 and an

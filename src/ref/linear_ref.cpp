@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/linear.h"
+#include "kernels/rmsnorm.h"
 #include "ref/forward_ref_util.h"
 
 namespace es::ref {
@@ -143,6 +144,30 @@ ES_X86_CLONES void runBlock(const BlockJob<uint16_t>& b) { runBlockOf(b); }
 void linear(const kernel::LinearParams& p) {
   if (!kernel::validate(p)) return;
   const int64_t m = p.m, n = p.n, k = p.k;
+  if (p.normWeight != nullptr || p.accumulate) {
+    // The fused norm and residual add (linear.h), composed from the unfused steps they replace.
+    const int64_t es = dtype_size(p.dtype);
+    std::vector<uint8_t> normed(p.normWeight != nullptr ? static_cast<size_t>(m * k * es) : 0);
+    std::vector<uint8_t> product(p.accumulate ? static_cast<size_t>(m * n * es) : 0);
+    kernel::LinearParams plain = p;
+    plain.normWeight = nullptr;
+    plain.accumulate = false;
+    if (p.normWeight != nullptr) {
+      kernel::RmsNormParams norm;
+      norm.x = p.x; norm.weight = p.normWeight; norm.out = normed.data();
+      norm.rows = p.m; norm.hiddenSize = p.k; norm.eps = p.normEps; norm.dtype = p.dtype;
+      rmsNorm(norm);
+      plain.x = normed.data();
+    }
+    if (p.accumulate) plain.y = product.data();
+    linear(plain);
+    if (p.accumulate) {
+      for (int64_t i = 0; i < m * n; ++i) {
+        storeFromFloat(p.y, p.dtype, i, loadAsFloat(p.y, p.dtype, i) + loadAsFloat(product.data(), p.dtype, i));
+      }
+    }
+    return;
+  }
   std::vector<float> xf(static_cast<size_t>(m * k));
   loadFloats(p.x, p.dtype, 0, m * k, xf.data());
   std::vector<float> bias;

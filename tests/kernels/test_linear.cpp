@@ -234,6 +234,39 @@ TEST(LinearRef, Validation) {
   test::expectInvalidArgument([&] { ref::linear(p); }, "algo");
   p = make(); p.algo = kernel::LinearAlgo::kGemv;  // the reference ignores the CUDA path choice
   EXPECT_TRUE(kernel::validate(p));
+  p = make(); p.normWeight = w.data(); p.normEps = 0.0f;
+  test::expectInvalidArgument([&] { ref::linear(p); }, "normEps");
+  p = make(); p.normWeight = w.data(); p.normEps = std::nanf("");
+  test::expectInvalidArgument([&] { ref::linear(p); }, "normEps");
+  p = make(); p.dtype = DType::kBF16; p.outDtype = DType::kF32; p.accumulate = true;
+  test::expectInvalidArgument([&] { ref::linear(p); }, "outDtype");
+}
+
+// The fused norm and residual add (normWeight, accumulate) on a hand-computed row: x = (2, -2, 2,
+// -2, 6, -6, 2, -2) has RMS sqrt(12), so with weight 1 the normalized row is x / sqrt(12); W's
+// rows are (1, 0, ...), (0, ..., 0, 1) and all ones; y starts at (1, 2, 3), bias (0.5, 0, 0).
+TEST(LinearRef, FusedNormAndResidualAddHandComputed) {
+  const std::vector<float> x = {2, -2, 2, -2, 6, -6, 2, -2};
+  std::vector<float> w(3 * 8, 0.0f), weight(8, 1.0f), bias = {0.5f, 0.0f, 0.0f}, y = {1, 2, 3};
+  w[0] = 1.0f;
+  w[8 + 7] = 1.0f;
+  for (int c = 0; c < 8; ++c) w[16 + c] = 1.0f;
+  kernel::LinearParams p;
+  p.x = x.data(); p.w = w.data(); p.bias = bias.data(); p.y = y.data();
+  p.m = 1; p.n = 3; p.k = 8; p.dtype = p.outDtype = DType::kF32;
+  p.normWeight = weight.data(); p.normEps = 1e-6f; p.accumulate = true;
+  ref::linear(p);
+  const double s = 1.0 / std::sqrt(12.0 + 1e-6);
+  EXPECT_NEAR(y[0], 1.0 + 2.0 * s + 0.5, 1e-5);
+  EXPECT_NEAR(y[1], 2.0 - 2.0 * s, 1e-5);
+  EXPECT_NEAR(y[2], 3.0 + 0.0, 1e-5);
+  // Without accumulate y is overwritten; without the norm x is used as is.
+  p.accumulate = false;
+  ref::linear(p);
+  EXPECT_NEAR(y[0], 2.0 * s + 0.5, 1e-5);
+  p.normWeight = nullptr;
+  ref::linear(p);
+  EXPECT_NEAR(y[1], -2.0, 1e-6);
 }
 
 TEST(LinearGemvRules, Eligibility) {
@@ -280,6 +313,10 @@ TEST(LinearGemvRules, Eligibility) {
   EXPECT_STREQ(kernel::gemvRejection(p), "weightDtype must equal dtype");
   p = make(); p.weightDtype = DType::kBF16;
   EXPECT_TRUE(kernel::gemvSupported(p));
+  p = make(); p.normWeight = w;
+  EXPECT_TRUE(kernel::gemvSupported(p));
+  p = make(); p.normWeight = w + 8;
+  EXPECT_STREQ(kernel::gemvRejection(p), "normWeight must be 16-byte aligned");
 }
 
 TEST(LinearGemvRules, GridChoiceOneTile) {
