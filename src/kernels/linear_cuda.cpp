@@ -238,11 +238,12 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
     detail::launchLinearGemv(p, detail::chooseGemvConfig(p.m, p.n, p.k, s.num_sms, gemv_rule()), stream);
     return;
   }
-  const char* why = gemvRejection(p);
-  ES_CHECK_ARG(p.normWeight == nullptr && !p.accumulate, "launchLinear",
-               p.normWeight != nullptr ? "normWeight" : "accumulate", "set",
-               "is fused only by the gemv, which does not take this call (",
-               why != nullptr ? why : "m > 16 or ES_LINEAR_ALGO=cublaslt", "); run launchRmsNorm instead");
+  if (p.normWeight != nullptr || p.accumulate) {  // why the gemv did not take it, for the message
+    const char* why = gemvRejection(p);
+    ES_CHECK_ARG(false, "launchLinear", p.normWeight != nullptr ? "normWeight" : "accumulate", "set",
+                 "is fused only by the gemv, which does not take this call (",
+                 why != nullptr ? why : "m > 16 or ES_LINEAR_ALGO=cublaslt", "); run launchRmsNorm instead");
+  }
   const bool via_scratch = LinearContext::State::gemm_out(p) != p.outDtype;
   void* y = p.y;
   if (via_scratch) {
