@@ -75,11 +75,10 @@ const char* gemvRejection(const LinearParams& p);
 inline bool gemvSupported(const LinearParams& p) { return gemvRejection(p) == nullptr; }
 
 // Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): the gemv takes
-// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) and ES_GEMV_NORM=1 (read once
+// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) unless ES_GEMV_NORM=0 (read once
 // per process). Measured +9.6 % on Qwen3-0.6B decode at batch 1, neutral on 8B (docs/perf.md,
-// session 14). The fused rows round differently from the unfused ones, so the models take it
-// only with a single-sequence cache (target_model.cpp); off by default until the GPU tests have
-// run with that rule.
+// sessions 14 and 15). The fused rows round differently from the unfused ones, so the models take
+// it only with a single-sequence cache (target_model.cpp).
 bool linearFusesRowNorm(int32_t m);
 
 // cuBLASLt handle + workspace, created once per stream owner (CUDA builds only).

@@ -225,7 +225,7 @@ void check_weight_dtype(const LinearParams& p, const char* where) {
 }  // namespace
 
 bool linearFusesRowNorm(int32_t m) {
-  static const bool on = env_switch_opt_in("ES_GEMV_NORM");  // off: see linear.h
+  static const bool on = env_switch_on("ES_GEMV_NORM");  // see linear.h
   const LinearAlgo algo = auto_algo();
   return on && m >= 1 && m <= kGemvAutoMaxRows && algo == LinearAlgo::kAuto;
 }

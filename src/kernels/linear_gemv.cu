@@ -150,11 +150,11 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // followed by launchSwiglu bit for bit.
 // EPI kAccumulate (Y = T): y[col, j] = round(y[col, j] + round(sum)), launchRmsNorm's residual
 // add; y is read before the PDL wait (see the top).
-// NORM: the input norm with weight norm_w [k] and norm_eps (see the top). Its R = 1 instances keep
-// 3 CTAs an SM (80 registers; ptxas spills 16-52 bytes): at 2 an SM, the 384 CTAs of Qwen3-8B's
-// qkv gemv would take two waves (measured with 2 an SM, 142c41f: 0.6B +9.6 %, 8B neutral).
+// NORM: the input norm with weight norm_w [k] and norm_eps (see the top). Its instances run at 2
+// CTAs an SM (no spills): at 3 (80 registers, 16-52 bytes of spills) Qwen3-0.6B decoded 1,206
+// tok/s instead of 1,236 and Qwen3-8B gained nothing (docs/perf.md, sessions 14 and 15).
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
-__global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
                        int32_t k, const T* __restrict__ norm_w, float norm_eps) {

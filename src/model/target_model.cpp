@@ -351,7 +351,7 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
 
   // A single-sequence cache's decode and verify rows (<= 16) may have each RMSNorm fused into
   // the linear layer after it and each residual add into the one before it (linear.h:
-  // normWeight, accumulate; ES_GEMV_NORM=1): the o and down projections add into residual_ and
+  // normWeight, accumulate; ES_GEMV_NORM=0 turns it off): the o and down projections add into residual_ and
   // the qkv and gate/up projections normalize it as they read it, six kernels a layer instead of
   // eight. The fused norm rounds x * w where the RMSNorm kernel rounds x * s * w, so only a cache
   // of one sequence takes it: its decode rows and verify rows then round alike and greedy

@@ -222,7 +222,7 @@ TEST(GemvNormGpu, LauncherFusesUpTo16RowsAndMatchesTheCpuReference) {
     p.normWeight = pr.d_norm_w.get();
     p.normEps = kEps;
     p.accumulate = true;
-    EXPECT_EQ(kernel::linearFusesRowNorm(m), env_switch_opt_in("ES_GEMV_NORM"));
+    EXPECT_EQ(kernel::linearFusesRowNorm(m), env_switch_on("ES_GEMV_NORM"));
     kernel::launchLinear(p, ctx, nullptr);
     // The CPU reference composes the unfused steps on host copies: the product within two
     // roundings of each other (the normalized x, the output) plus one of the sum with y0.
