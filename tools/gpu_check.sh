@@ -34,9 +34,6 @@
 #                                 PDL wait (ES_PDL_EARLY_READS=0), as fusions
 #   tools/gpu_check.sh normfusion edgespec bench with the decode layers' RMSNorms fused into the
 #                                 gemvs (the default) and without (ES_GEMV_NORM=0), as fusions
-#   tools/gpu_check.sh timeline   nsys trace of edgespec bench on ES_ENGINE_PRESETS: per kernel of a decode
-#                                 step its duration and the time it adds with PDL overlap
-#                                 (tools/timeline_summary.py)
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
 #                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
 #                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
@@ -568,39 +565,11 @@ stage_earlyreads() {
   engine_combos earlyreads 2 "ES_PDL_EARLY_READS=0" default
 }
 # The decode layers' RMSNorms fused into the gemvs (kernels/linear.h; on by default,
-# ES_GEMV_NORM=0 turns them off): the engine both ways, alternated twice.
+# ES_GEMV_NORM=0 turns them off), and its R = 1 instances forced to 2 or 3 CTAs an SM
+# (linear_gemv.cu: by default 3 only for grids over one wave of 2): the engine each way,
+# alternated twice.
 stage_normfusion() {
-  engine_combos normfusion 2 "ES_GEMV_NORM=0" default
-}
-
-# Where a decode step's time goes with PDL overlap (ncu serializes kernels; Nsight Systems does
-# not): `edgespec bench` (plain decode, its isolated decode and verify forward timings) of each
-# random preset in ES_ENGINE_PRESETS under nsys with every graph node traced, then
-# tools/timeline_summary.py: per kernel, its duration and the time it adds to the step.
-stage_timeline() {
-  local status=0 preset nsys_bin
-  nsys_bin=$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/bin/nsys 2>/dev/null | head -1)
-  if [ -z "$nsys_bin" ]; then
-    summary+=("timeline              FAILED   no nsys on this machine")
-    return 1
-  fi
-  for preset in ${ES_ENGINE_PRESETS:-qwen3-0.6b qwen3-8b}; do
-    local dir="/dev/shm/es_$preset" rep="$out/timeline_$preset"
-    [ -d "$dir" ] || python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err"
-    if "$nsys_bin" profile --trace=cuda --cuda-graph-trace=node --sample=none --cpuctxsw=none --force-overwrite=true \
-         -o "$rep" "$build_dir/edgespec" bench --model "$dir" --gen-len 64 --json >"$rep.log" 2>&1 &&
-       "$nsys_bin" stats --report cuda_gpu_trace --format csv --force-export=true --output "$rep" "$rep.nsys-rep" >>"$rep.log" 2>&1; then
-      python3 tools/timeline_summary.py "${rep}_cuda_gpu_trace.csv" >"$rep.txt" 2>&1 || status=1
-      summary+=("timeline $(printf '%-20s' "$preset") ok   timeline_$preset.txt"$'\n'"$(head -60 "$rep.txt")")
-      rm -f "$rep.nsys-rep" "$rep.sqlite"
-    else
-      tail -5 "$rep.log"
-      summary+=("timeline $(printf '%-20s' "$preset") FAILED   timeline_$preset.log")
-      status=1
-    fi
-    [ -n "${ES_KEEP_MODELS:-}" ] || rm -rf "$dir"
-  done
-  return $status
+  engine_combos normfusion 2 "ES_GEMV_NORM=0" default "ES_GEMV_NORM_CTAS_PER_SM=2" "ES_GEMV_NORM_CTAS_PER_SM=3"
 }
 
 stages=("$@")
@@ -622,14 +591,13 @@ if build; then
       fusions) stage_fusions || status=1 ;;
       earlyreads) stage_earlyreads || status=1 ;;
       normfusion) stage_normfusion || status=1 ;;
-      timeline) stage_timeline || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, timeline)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion)" >&2; status=2 ;;
     esac
   done
 else

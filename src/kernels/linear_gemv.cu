@@ -41,6 +41,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -150,11 +151,12 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // followed by launchSwiglu bit for bit.
 // EPI kAccumulate (Y = T): y[col, j] = round(y[col, j] + round(sum)), launchRmsNorm's residual
 // add; y is read before the PDL wait (see the top).
-// NORM: the input norm with weight norm_w [k] and norm_eps (see the top). Its instances run at 2
-// CTAs an SM (no spills): at 3 (80 registers, 16-52 bytes of spills) Qwen3-0.6B decoded 1,206
-// tok/s instead of 1,236 and Qwen3-8B gained nothing (docs/perf.md, sessions 14 and 15).
-template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
-__global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
+// NORM: the input norm with weight norm_w [k] and norm_eps (see the top).
+// CTAS_PER_SM: the occupancy ptxas is held to (launch_typed picks it): 3 for R = 1 (80 registers),
+// 2 for R = 2 and, where one wave of 2 an SM holds the grid, for R = 1 with NORM (no spills; at
+// 3 the NORM instances spill 16-52 bytes).
+template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM, int CTAS_PER_SM>
+__global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
                        int32_t k, const T* __restrict__ norm_w, float norm_eps) {
@@ -437,6 +439,30 @@ __global__ void __launch_bounds__(kThreads, R == 1 && !NORM ? 3 : 2)
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
+int device_sm_count() {
+  static int counts[64] = {};  // per device ordinal; the attribute never changes
+  int device = 0;
+  ES_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= 64) device = 0;
+  if (counts[device] == 0) {
+    ES_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  }
+  return counts[device];
+}
+
+// The NORM R = 1 instances at 2 CTAs an SM (no spills) unless the grid needs more than one wave
+// of 2 an SM, then at 3: Qwen3-0.6B decoded +9.9 % with 2 an SM everywhere and +6.9 % with 3, but
+// Qwen3-8B lost 2.9 % with 2 (its 384-CTA qkv gemv in two waves) and gained 0.7 % with 3
+// (docs/perf.md, session 15). ES_GEMV_NORM_CTAS_PER_SM=2 or 3 (read once) forces either.
+bool norm_at_three_per_sm(int64_t ctas) {
+  static const int forced = [] {
+    const char* v = std::getenv("ES_GEMV_NORM_CTAS_PER_SM");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  if (forced == 2 || forced == 3) return forced == 3;
+  return ctas > 2 * int64_t{device_sm_count()};
+}
+
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
 void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   constexpr int64_t kRows = 16 * R;
@@ -462,7 +488,10 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   }
   config.attrs = attr;
   config.numAttrs = used;
-  const auto kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM>;
+  auto kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, R == 1 && !NORM ? 3 : 2>;
+  if constexpr (R == 1 && NORM) {
+    if (norm_at_three_per_sm(tiles * split)) kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, 3>;
+  }
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
                                    static_cast<const T*>(p.w), static_cast<const T*>(p.bias),
                                    static_cast<Y*>(p.y), p.m, p.n, p.k,
