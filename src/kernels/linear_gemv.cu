@@ -153,8 +153,8 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // add; y is read before the PDL wait (see the top).
 // NORM: the input norm with weight norm_w [k] and norm_eps (see the top).
 // CTAS_PER_SM: the occupancy ptxas is held to (launch_typed picks it): 3 for R = 1 (80 registers),
-// 2 for R = 2 and, where one wave of 2 an SM holds the grid, for R = 1 with NORM (no spills; at
-// 3 the NORM instances spill 16-52 bytes).
+// 2 for R = 2, and either for R = 1 with NORM (norm_at_three_per_sm; at 3 those spill 16-52
+// bytes, at 2 not).
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM, int CTAS_PER_SM>
 __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
     linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
@@ -451,16 +451,18 @@ int device_sm_count() {
 }
 
 // The NORM R = 1 instances at 2 CTAs an SM (no spills) unless the grid needs more than one wave
-// of 2 an SM, then at 3: Qwen3-0.6B decoded +9.9 % with 2 an SM everywhere and +6.9 % with 3, but
-// Qwen3-8B lost 2.9 % with 2 (its 384-CTA qkv gemv in two waves) and gained 0.7 % with 3
-// (docs/perf.md, session 15). ES_GEMV_NORM_CTAS_PER_SM=2 or 3 (read once) forces either.
-bool norm_at_three_per_sm(int64_t ctas) {
+// of 2 an SM and each CTA streams a long W row block (k >= 2048: 64 KiB and more), then at 3.
+// Measured (docs/perf.md, session 15) against the fusion off: 2 an SM everywhere gave Qwen3-0.6B
+// +9.9 % and Qwen3-8B -0.4 to -2.9 % (its 384-CTA qkv gemv, k 4096, in two waves); 3 everywhere
+// +6.2 to +6.9 % and +0.7 %; 3 for every grid over one wave (0.6B's 384-CTA gate/up, k 1024,
+// too) +8.8 % and +0.9 %. ES_GEMV_NORM_CTAS_PER_SM=2 or 3 (read once) forces either.
+bool norm_at_three_per_sm(int64_t ctas, int32_t k) {
   static const int forced = [] {
     const char* v = std::getenv("ES_GEMV_NORM_CTAS_PER_SM");
     return v == nullptr ? 0 : std::atoi(v);
   }();
   if (forced == 2 || forced == 3) return forced == 3;
-  return ctas > 2 * int64_t{device_sm_count()};
+  return k >= 2048 && ctas > 2 * int64_t{device_sm_count()};
 }
 
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
@@ -490,7 +492,7 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   config.numAttrs = used;
   auto kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, R == 1 && !NORM ? 3 : 2>;
   if constexpr (R == 1 && NORM) {
-    if (norm_at_three_per_sm(tiles * split)) kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, 3>;
+    if (norm_at_three_per_sm(tiles * split, p.k)) kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, 3>;
   }
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
                                    static_cast<const T*>(p.w), static_cast<const T*>(p.bias),
