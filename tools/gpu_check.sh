@@ -34,6 +34,8 @@
 #                                 PDL wait (ES_PDL_EARLY_READS=0), as fusions
 #   tools/gpu_check.sh normfusion edgespec bench with the decode layers' RMSNorms fused into the
 #                                 gemvs (the default) and without (ES_GEMV_NORM=0), as fusions
+#   tools/gpu_check.sh verify4k   the engine's 4k verify / decode ratio under each combination in
+#                                 ES_VERIFY4K_COMBOS (e.g. "default ES_PDL_EARLY_READS=0")
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
 #                                 B 16 verify, of random Qwen3-0.6B decode steps and (with
 #                                 $ES_SMOLLM2_GGUF) of the default model's speculative steps with
@@ -572,6 +574,34 @@ stage_normfusion() {
   engine_combos normfusion 2 "ES_GEMV_NORM=0" default "ES_GEMV_NORM_CTAS_PER_SM=2" "ES_GEMV_NORM_CTAS_PER_SM=3"
 }
 
+# The 16-row verify / decode forward ratio after a 4,096-token prompt (the engine stage's verify4k
+# row) under each environment combination in ES_VERIFY4K_COMBOS ("default" = none; space-separated
+# combos, VAR=value with commas between several), on each preset in ES_ENGINE_PRESETS: what a
+# switch does to the context-dependent part of a step. The random model is saved only (no anchor).
+stage_verify4k() {
+  local status=0 preset combo
+  for preset in ${ES_ENGINE_PRESETS:-qwen3-8b}; do
+    local dir="/dev/shm/es_$preset"
+    [ -d "$dir" ] || python3 tools/torch_anchor.py --preset "$preset" --save "$dir" --save-only >"$out/save_$preset.log" 2>&1 ||
+      { summary+=("verify4k $preset FAILED   save_$preset.log"); status=1; continue; }
+    for combo in ${ES_VERIFY4K_COMBOS:-default}; do
+      local envs=() base="$out/verify4k_${preset}_${combo//,/_}"
+      [ "$combo" = default ] || IFS=, read -r -a envs <<<"$combo"
+      if env "${envs[@]}" "$build_dir/edgespec" bench --model "$dir" --replay --block-size 16 --prompt-len 4096 \
+           --gen-len 16 --json >"$base.json" 2>"$base.err"; then
+        summary+=("verify4k $(printf '%-10s %-28s' "$preset" "$combo") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("decode_forward_ms","verify_forward_ms","verify_over_decode") if k in d))' "$base.json")")
+      else
+        tail -3 "$base.err"
+        summary+=("verify4k $(printf '%-10s %-28s' "$preset" "$combo") FAILED")
+        status=1
+      fi
+      echo "${summary[-1]}"
+    done
+    [ -n "${ES_KEEP_MODELS:-}" ] || rm -rf "$dir"
+  done
+  return $status
+}
+
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(build)
 status=0
@@ -591,13 +621,14 @@ if build; then
       fusions) stage_fusions || status=1 ;;
       earlyreads) stage_earlyreads || status=1 ;;
       normfusion) stage_normfusion || status=1 ;;
+      verify4k) stage_verify4k || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k)" >&2; status=2 ;;
     esac
   done
 else
