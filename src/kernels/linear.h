@@ -76,7 +76,7 @@ inline bool gemvSupported(const LinearParams& p) { return gemvRejection(p) == nu
 
 // Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): the gemv takes
 // m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) unless ES_GEMV_NORM=0 (read once
-// per process). Measured +9.6 % on Qwen3-0.6B decode at batch 1, neutral on 8B (docs/perf.md,
+// per process). Measured +9.7 % on Qwen3-0.6B decode at batch 1, +0.8 % on 8B (docs/perf.md,
 // sessions 14 and 15). The fused rows round differently from the unfused ones, so the models take
 // it only with a single-sequence cache (target_model.cpp).
 bool linearFusesRowNorm(int32_t m);
