@@ -42,10 +42,12 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/errors.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
@@ -459,9 +461,12 @@ int device_sm_count() {
 bool norm_at_three_per_sm(int64_t ctas, int32_t k) {
   static const int forced = [] {
     const char* v = std::getenv("ES_GEMV_NORM_CTAS_PER_SM");
-    return v == nullptr ? 0 : std::atoi(v);
+    if (v == nullptr || *v == '\0') return 0;
+    if (std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) return *v - '0';
+    ES_THROW(InvalidArgument, "environment variable ES_GEMV_NORM_CTAS_PER_SM = '", v,
+             "' must be 2 or 3 (or unset: chosen by the grid)");
   }();
-  if (forced == 2 || forced == 3) return forced == 3;
+  if (forced != 0) return forced == 3;
   return k >= 2048 && ctas > 2 * int64_t{device_sm_count()};
 }
 
