@@ -65,8 +65,10 @@ const char* gemvRejection(const LinearParams& p) {
 
 namespace detail {
 
-GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, GemvRule rule) {
-  const int64_t sms = numSms > 0 ? numSms : 1;
+namespace {
+
+// chooseGemvConfig's rowTiles and kSplit.
+GemvConfig choose_shape(int32_t m, int32_t n, int32_t k, int64_t sms, GemvRule rule) {
   const int64_t target = (3 * sms + 1) / 2;  // CTAs wanted: 1.5 per SM
   const int64_t blocks = (int64_t{k} + 31) / 32;  // 32-element K blocks
   int32_t max_split = 1;
@@ -96,6 +98,16 @@ GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, Gem
   // rowTiles = 2 only for m > 4 and where the split still gives the CTAs wanted.
   if (m > 4 && tiles2 * split1 >= target) return {2, split1};
   return {1, split1};
+}
+
+}  // namespace
+
+GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, GemvRule rule) {
+  const int64_t sms = numSms > 0 ? numSms : 1;
+  GemvConfig cfg = choose_shape(m, n, k, sms, rule);
+  const int64_t one_tile_ctas = (int64_t{n} + 15) / 16 * cfg.kSplit;
+  cfg.normCtasPerSm = k >= 2048 && one_tile_ctas > 2 * sms ? 3 : 2;
+  return cfg;
 }
 
 }  // namespace detail

@@ -155,7 +155,7 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // add; y is read before the PDL wait (see the top).
 // NORM: the input norm with weight norm_w [k] and norm_eps (see the top).
 // CTAS_PER_SM: the occupancy ptxas is held to (launch_typed picks it): 3 for R = 1 (80 registers),
-// 2 for R = 2, and either for R = 1 with NORM (norm_at_three_per_sm; at 3 those spill 16-52
+// 2 for R = 2, and either for R = 1 with NORM (GemvConfig::normCtasPerSm; at 3 those spill 16-52
 // bytes, at 2 not).
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM, int CTAS_PER_SM>
 __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
@@ -441,24 +441,8 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
-int device_sm_count() {
-  static int counts[64] = {};  // per device ordinal; the attribute never changes
-  int device = 0;
-  ES_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= 64) device = 0;
-  if (counts[device] == 0) {
-    ES_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  }
-  return counts[device];
-}
-
-// The NORM R = 1 instances at 2 CTAs an SM (no spills) unless the grid needs more than one wave
-// of 2 an SM and each CTA streams a long W row block (k >= 2048: 64 KiB and more), then at 3.
-// Measured (docs/perf.md, session 15) against the fusion off: 2 an SM everywhere gave Qwen3-0.6B
-// +9.9 % and Qwen3-8B -0.4 to -2.9 % (its 384-CTA qkv gemv, k 4096, in two waves); 3 everywhere
-// +6.2 to +6.9 % and +0.7 %; 3 for every grid over one wave (0.6B's 384-CTA gate/up, k 1024,
-// too) +8.8 % and +0.9 %. ES_GEMV_NORM_CTAS_PER_SM=2 or 3 (read once) forces either.
-bool norm_at_three_per_sm(int64_t ctas, int32_t k) {
+// GemvConfig::normCtasPerSm, unless ES_GEMV_NORM_CTAS_PER_SM (read once) forces 2 or 3.
+int norm_ctas_per_sm(const detail::GemvConfig& cfg) {
   static const int forced = [] {
     const char* v = std::getenv("ES_GEMV_NORM_CTAS_PER_SM");
     if (v == nullptr || *v == '\0') return 0;
@@ -466,12 +450,12 @@ bool norm_at_three_per_sm(int64_t ctas, int32_t k) {
     ES_THROW(InvalidArgument, "environment variable ES_GEMV_NORM_CTAS_PER_SM = '", v,
              "' must be 2 or 3 (or unset: chosen by the grid)");
   }();
-  if (forced != 0) return forced == 3;
-  return k >= 2048 && ctas > 2 * int64_t{device_sm_count()};
+  return forced != 0 ? forced : cfg.normCtasPerSm;
 }
 
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
-void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
+void launch_typed(const LinearParams& p, const detail::GemvConfig& cfg, cudaStream_t stream) {
+  const int32_t split = cfg.kSplit;
   constexpr int64_t kRows = 16 * R;
   const int64_t tiles = (int64_t{p.n} + kRows - 1) / kRows;
   cudaLaunchConfig_t config{};
@@ -497,7 +481,7 @@ void launch_typed(const LinearParams& p, int32_t split, cudaStream_t stream) {
   config.numAttrs = used;
   auto kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, R == 1 && !NORM ? 3 : 2>;
   if constexpr (R == 1 && NORM) {
-    if (norm_at_three_per_sm(tiles * split, p.k)) kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, 3>;
+    if (norm_ctas_per_sm(cfg) == 3) kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, 3>;
   }
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
                                    static_cast<const T*>(p.w), static_cast<const T*>(p.bias),
@@ -509,11 +493,11 @@ template <typename T, typename Y, Epilogue EPI, bool NORM>
 void launch_shape(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
   const bool two_tiles = p.m > 8;
   if (cfg.rowTiles == 1) {
-    if (two_tiles) launch_typed<T, Y, 1, 2, EPI, NORM>(p, cfg.kSplit, stream);
-    else launch_typed<T, Y, 1, 1, EPI, NORM>(p, cfg.kSplit, stream);
+    if (two_tiles) launch_typed<T, Y, 1, 2, EPI, NORM>(p, cfg, stream);
+    else launch_typed<T, Y, 1, 1, EPI, NORM>(p, cfg, stream);
   } else {
-    if (two_tiles) launch_typed<T, Y, 2, 2, EPI, NORM>(p, cfg.kSplit, stream);
-    else launch_typed<T, Y, 2, 1, EPI, NORM>(p, cfg.kSplit, stream);
+    if (two_tiles) launch_typed<T, Y, 2, 2, EPI, NORM>(p, cfg, stream);
+    else launch_typed<T, Y, 2, 1, EPI, NORM>(p, cfg, stream);
   }
 }
 
@@ -548,6 +532,8 @@ void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream
                "must be 1 or 2");
   ES_CHECK_ARG(cfg.kSplit == 1 || cfg.kSplit == 2 || cfg.kSplit == 4 || cfg.kSplit == 8, kWhere,
                "kSplit", cfg.kSplit, "must be 1, 2, 4 or 8");
+  ES_CHECK_ARG(cfg.normCtasPerSm == 2 || cfg.normCtasPerSm == 3, kWhere, "normCtasPerSm",
+               cfg.normCtasPerSm, "must be 2 or 3");
   if (epilogue == GemvEpilogue::kSwiglu) {
     ES_CHECK_ARG(p.n % 16 == 0, kWhere, "n", p.n,
                  "must be a multiple of 16 for the SwiGLU epilogue (8 gate + 8 up rows a group)");

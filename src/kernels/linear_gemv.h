@@ -17,6 +17,10 @@ namespace es::kernel::detail {
 struct GemvConfig {
   int32_t rowTiles = 1;  // 16-row tiles of W per CTA: 1 or 2
   int32_t kSplit = 1;    // CTAs per cluster splitting K: 1, 2, 4 or 8
+  // CTAs an SM the one-tile instances with a fused input norm (LinearParams::normWeight) are
+  // compiled for: 2 (no spills) or 3 (80 registers, 16-52 bytes of spills). Occupancy only: the
+  // outputs are the same either way. ES_GEMV_NORM_CTAS_PER_SM=2 or 3 (read once) overrides it.
+  int32_t normCtasPerSm = 2;
 };
 
 inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
@@ -33,6 +37,11 @@ inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
 //     fewer than 2.5 CTAs an SM and each warp keeps >= 8 K blocks; else kOneTile's choice.
 // Either way kSplit does not depend on m: each output is then summed in the same order at every
 // m (row-invariant: the rows of a 16-row verify equal 1-row decodes bit for bit).
+// normCtasPerSm = 3 where one tile per CTA needs more than one wave of 2 CTAs an SM and each CTA
+// streams a long W row block (k >= 2048: 64 KiB and more), else 2. Measured (docs/perf.md,
+// session 15) against the fusion off: 2 an SM everywhere gave Qwen3-0.6B +9.9 % and Qwen3-8B
+// -0.4 to -2.9 % (its 384-CTA qkv gemv, k 4096, in two waves); 3 everywhere +6.2 to +6.9 % and
+// +0.7 %; 3 for every grid over one wave (0.6B's 384-CTA gate/up, k 1024, too) +8.8 % and +0.9 %.
 enum class GemvRule { kOneTile, kWideTiles };
 GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms,
                             GemvRule rule = GemvRule::kWideTiles);

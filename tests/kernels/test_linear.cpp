@@ -371,6 +371,23 @@ TEST(LinearGemvRules, GridChoiceWideTiles) {
   expect(chooseGemvConfig(1, 4096, 4096, 0), 2, 1);          // unknown SM count: 1 SM
 }
 
+// The fused-norm one-tile instances at 3 CTAs an SM only where one tile per CTA takes more than
+// one wave of 2 an SM and k >= 2048 (docs/perf.md, session 15), whatever the rowTiles chosen.
+TEST(LinearGemvRules, NormOccupancy) {
+  using kernel::detail::chooseGemvConfig;
+  for (const int32_t m : {1, 16}) {
+    SCOPED_TRACE(m);
+    EXPECT_EQ(chooseGemvConfig(m, 6144, 4096, 132).normCtasPerSm, 3);    // 8B qkv: 384 > 264 CTAs
+    EXPECT_EQ(chooseGemvConfig(m, 24576, 4096, 132).normCtasPerSm, 3);   // 8B gate_up: 1,536
+    EXPECT_EQ(chooseGemvConfig(m, 6144, 1024, 132).normCtasPerSm, 2);    // 0.6B gate_up: k 1024
+    EXPECT_EQ(chooseGemvConfig(m, 4096, 1024, 132).normCtasPerSm, 2);    // 0.6B qkv
+    EXPECT_EQ(chooseGemvConfig(m, 4096, 2048, 132).normCtasPerSm, 2);    // 256 CTAs: one wave
+    EXPECT_EQ(chooseGemvConfig(m, 4224, 2048, 132).normCtasPerSm, 2);    // 264 CTAs: one wave
+    EXPECT_EQ(chooseGemvConfig(m, 4240, 2048, 132).normCtasPerSm, 3);    // 265 CTAs
+    EXPECT_EQ(chooseGemvConfig(m, 4240, 2048, 300).normCtasPerSm, 2);    // 530 CTAs on 300 SMs
+  }
+}
+
 // The K split (which warp and CTA sums which K blocks, in which order) must not depend on m:
 // then a row of x gives bit-identical outputs at every m (a verify row = the decode row).
 TEST(LinearGemvRules, KSplitDoesNotDependOnRows) {
