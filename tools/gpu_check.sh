@@ -275,6 +275,22 @@ stage_oracle() {
 
 # The decode engine end to end on random-weight presets: plain decode (CUDA graphs), the replay
 # draft (tau = 16) and a random 5-layer DFlash draft of the public shape, next to torch's decode.
+# Issue 8's verify / decode ratio: the replay draft's isolated decode and 16-row verify forward
+# costs after a 4,096-token prompt of the model in $1, as one summary row labelled $3 ($2: output
+# path without extension; $4: --gen-len; the rest: VAR=value settings for the run).
+verify4k_row() {
+  local dir=$1 base=$2 label=$3 gen=$4
+  shift 4
+  if env "$@" "$build_dir/edgespec" bench --model "$dir" --replay --block-size 16 --prompt-len 4096 \
+       --gen-len "$gen" --json >"$base.json" 2>"$base.err"; then
+    summary+=("verify4k $label $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("decode_forward_ms","verify_forward_ms","verify_over_decode") if k in d))' "$base.json")")
+  else
+    tail -3 "$base.err"
+    summary+=("verify4k $label FAILED   $(basename "$base").err")
+    return 1
+  fi
+}
+
 stage_engine() {
   local status=0 preset peak=""
   # The bf16 GEMM peak (cuBLASLt, 8192^3) the 4,096-row prefill is judged against, in this call.
@@ -327,16 +343,8 @@ stage_engine() {
       summary+=("prefill $(printf '%-10s' "$preset") FAILED   prefill_$preset.err / ttft_$preset.err")
       status=1
     fi
-    # Issue 8's "verify of 16 tokens at 4k context <= 1.15x one decode step": the replay draft's
-    # isolated step costs after a 4,096-token prompt.
-    if "$build_dir/edgespec" bench --model "$dir" --replay --block-size 16 --prompt-len 4096 --gen-len 64 --json \
-         >"$out/verify4k_$preset.json" 2>"$out/verify4k_$preset.err"; then
-      summary+=("verify4k $(printf '%-10s' "$preset") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("decode_forward_ms","verify_forward_ms","verify_over_decode") if k in d))' "$out/verify4k_$preset.json")")
-    else
-      tail -3 "$out/verify4k_$preset.err"
-      summary+=("verify4k $(printf '%-10s' "$preset") FAILED   verify4k_$preset.err")
-      status=1
-    fi
+    # Issue 8's "verify of 16 tokens at 4k context <= 1.15x one decode step".
+    verify4k_row "$dir" "$out/verify4k_$preset" "$(printf '%-10s' "$preset")" 64 || status=1
     rm -rf "$dir" "$draft"
   done
   return $status
@@ -585,16 +593,10 @@ stage_verify4k() {
     [ -d "$dir" ] || python3 tools/torch_anchor.py --preset "$preset" --save "$dir" --save-only >"$out/save_$preset.log" 2>&1 ||
       { summary+=("verify4k $preset FAILED   save_$preset.log"); status=1; continue; }
     for combo in ${ES_VERIFY4K_COMBOS:-default}; do
-      local envs=() base="$out/verify4k_${preset}_${combo//,/_}"
+      local envs=()
       [ "$combo" = default ] || IFS=, read -r -a envs <<<"$combo"
-      if env "${envs[@]}" "$build_dir/edgespec" bench --model "$dir" --replay --block-size 16 --prompt-len 4096 \
-           --gen-len 16 --json >"$base.json" 2>"$base.err"; then
-        summary+=("verify4k $(printf '%-10s %-28s' "$preset" "$combo") $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(f"{k}={d[k]:.4g}" for k in ("decode_forward_ms","verify_forward_ms","verify_over_decode") if k in d))' "$base.json")")
-      else
-        tail -3 "$base.err"
-        summary+=("verify4k $(printf '%-10s %-28s' "$preset" "$combo") FAILED")
-        status=1
-      fi
+      verify4k_row "$dir" "$out/verify4k_${preset}_${combo//,/_}" "$(printf '%-10s %-28s' "$preset" "$combo")" 16 \
+        "${envs[@]}" || status=1
       echo "${summary[-1]}"
     done
     [ -n "${ES_KEEP_MODELS:-}" ] || rm -rf "$dir"
