@@ -7,8 +7,8 @@
 //       head) kernel (maxKvLength = 0), "split" = the split-KV path with the planned split count,
 //       then a sweep of forced split counts (launchPagedAttentionSplitKv) to check the plan;
 //   (c) verify-shaped calls (16 causal rows per sequence, 4k context, batch 1 and 16), simple vs
-//       split; at batch 1 the plan takes two row tiles per CTA (the verify variant,
-//       paged_attention_split.h), and both row-tile variants are forced with the planned split
+//       split; at batch 1 the plan takes one row tile per CTA (two, the verify variant of
+//       paged_attention_split.h, with ES_ATTN_VERIFY_ROWTILES=2), and both are forced with the planned split
 //       count ("split, rowTiles 1/2"), their outputs compared bit for bit (they must be equal:
 //       both give each row decode's bits);
 //   (d) causal prefill (a 4k prompt; a 128-row suffix after a 4k prefix) with TFLOP/s: simple,

@@ -951,18 +951,8 @@ void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) 
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     raised.fetch_or(bit, std::memory_order_release);
   }
-  // ES_ATTN_VERIFY_PDL=0 (read once) launches the batch-1 verify variant (warpsM 1, rowTiles 2:
-  // 252 registers, two CTAs fill an SM's register file) the ordinary way. Not yet measured: with
-  // PDL on, Qwen3-8B's 16-row verify forward at 4,096 tokens took 6.24 ms, 5.44 with ES_PDL=0
-  // and 5.51 with ES_ATTN_ROWTILES=1 (docs/perf.md, session 15); this switch tests whether the
-  // variant's programmatic launch is the cause.
-  static const bool verify_pdl = env_switch_on("ES_ATTN_VERIFY_PDL");
-  if (WM == 1 && RT == 2 && !verify_pdl) {
-    split_kernel<T, D, WM, RT><<<dim3(static_cast<unsigned>(ctas)), dim3(sk::kThreads), smem, stream>>>(a);
-  } else {
-    pdl::launch(split_kernel<T, D, WM, RT>, dim3(static_cast<unsigned>(ctas)), dim3(sk::kThreads),
-                smem, stream, a);
-  }
+  pdl::launch(split_kernel<T, D, WM, RT>, dim3(static_cast<unsigned>(ctas)), dim3(sk::kThreads),
+              smem, stream, a);
   ES_CUDA_CHECK_LAUNCH();
 }
 

@@ -127,7 +127,9 @@ inline constexpr int32_t kSplitKvRowTilesMinCtas = kSplitKvPlanSMs;
 // per CTA with warpsM 1 (plan.rowTiles 2, rowBlocks ceil(tiles / 2)): each warp keeps decode's
 // 16-key slice of every 64-key tile for both tiles, so a row's result is the rowTiles-1 (decode)
 // kernel's bit for bit and the CTA count halves (the 16-row verify of Qwen3-8B at 4k: 512 CTAs,
-// two waves, -> 256, one). maxRowTiles 1 / ES_ATTN_ROWTILES=1 keeps one tile per CTA.
+// two waves, -> 256, one). maxRowTiles 1 / ES_ATTN_ROWTILES=1 keeps one tile per CTA. Opt-in:
+// the default plan takes it only with ES_ATTN_VERIFY_ROWTILES=2 (pagedAttentionVerifyRowTiles);
+// an explicit maxRowTiles 2 takes it always (tests, benchmarks).
 
 // Which kernel a call takes and, for split-KV, its shape. Host only.
 struct PagedAttentionPlan {
@@ -149,7 +151,8 @@ bool validate(const PagedAttentionParams& p);
 // count (clamped to kSplitKvMaxSplits; tests and benchmarks), with tilesPerSplit =
 // max(1, tiles / forceNumSplits). maxRowTiles: 1 = one row tile per warp row always (the kernel
 // before the prefill and verify variants), 2 = those variants where they apply (above), 0 = the
-// process default pagedAttentionRowTiles().
+// process defaults: pagedAttentionRowTiles() for prefill, pagedAttentionVerifyRowTiles() for
+// batch-1 verify.
 PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits = 0,
                                       int32_t maxRowTiles = 0);
 
@@ -157,6 +160,13 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
 // once; an A/B switch for benchmarks and tests: launchPagedAttention then runs the prefill and
 // verify kernels of before). InvalidArgument for any other value than 1 or 2.
 int32_t pagedAttentionRowTiles();
+
+// The process default of maxRowTiles for batch-1 calls of <= 16 rows (verify): 1, or 2 when the
+// environment sets ES_ATTN_VERIFY_ROWTILES=2 and ES_ATTN_ROWTILES is not 1 (read once).
+// The two-tile verify variant ran 25.1 against 27.6 us alone (bench_attention_gpu, 4k), but the
+// Qwen3-8B verify forward at 4,096 tokens took 6.26 ms with it and 5.49 with one tile per CTA
+// (PDL on; 5.41 with it and PDL off; docs/perf.md, session 16). InvalidArgument for other values.
+int32_t pagedAttentionVerifyRowTiles();
 
 // Workspace that covers every split-KV call with batchSize <= maxBatchSize, maxQSeqLen <=
 // maxQSeqLen, maxKvLength <= maxKvLength and totalQ <= batchSize * maxQSeqLen (or, with

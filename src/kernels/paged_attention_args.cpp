@@ -88,8 +88,10 @@ struct SplitShape {
 // 2 tiles per CTA at warpsM 1 (the verify variant, decode's per-row arithmetic): the 16-row verify
 // at 4k context had 4 tiles x 8 KV heads x 16 splits = 512 CTAs of one tile, two waves of the 264
 // resident ones (30.6 us against decode's 15.1 us); with 2 tiles per CTA it is 256, one wave.
+// That variant is opt-in (maxVerifyRowTiles, below): 9 % faster alone, it made the whole 8B verify
+// forward at 4k 0.77 ms slower under PDL (docs/perf.md, session 16).
 SplitShape split_shape(int32_t batchSize, int32_t maxQSeqLen, int32_t group, int32_t numKVHeads,
-                       int32_t headDim, int32_t maxRowTiles) {
+                       int32_t headDim, int32_t maxRowTiles, int32_t maxVerifyRowTiles) {
   const int64_t packed = int64_t{maxQSeqLen} * group;
   const int64_t tiles = ceil_div(packed, 16);
   const bool prefill = maxQSeqLen > kSplitKvMaxQSeqLen;
@@ -103,7 +105,7 @@ SplitShape split_shape(int32_t batchSize, int32_t maxQSeqLen, int32_t group, int
   }
   const bool invariant = batchSize == 1 && maxQSeqLen <= kSplitKvMaxQSeqLen;
   constexpr int32_t vrt = splitkv::kVerifyRowTiles;
-  if (invariant && tiles >= vrt && maxRowTiles >= vrt && splitkv::rowTilesBuilt(headDim, 1, vrt)) {
+  if (invariant && tiles >= vrt && maxVerifyRowTiles >= vrt && splitkv::rowTilesBuilt(headDim, 1, vrt)) {
     return {1, vrt, static_cast<int32_t>(ceil_div(tiles, vrt))};
   }
   const int32_t wm = invariant ? 1 : tiles >= 3 ? 4 : static_cast<int32_t>(tiles);
@@ -158,10 +160,22 @@ int32_t pagedAttentionRowTiles() {
   return rt;
 }
 
+int32_t pagedAttentionVerifyRowTiles() {
+  static const int32_t rt = [] {
+    const char* v = std::getenv("ES_ATTN_VERIFY_ROWTILES");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return 1;
+    if (std::strcmp(v, "2") == 0) return std::min(pagedAttentionRowTiles(), splitkv::kVerifyRowTiles);
+    ES_THROW(InvalidArgument, "environment variable ES_ATTN_VERIFY_ROWTILES = '", v, "' must be 1 or 2");
+  }();
+  return rt;
+}
+
 PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits,
                                       int32_t maxRowTiles) {
   ES_CHECK_ARG(maxRowTiles >= 0 && maxRowTiles <= splitkv::kPrefillRowTiles, "planPagedAttention",
                "maxRowTiles", maxRowTiles, "must be 0 (the default), 1 or 2");
+  // An explicit maxRowTiles bounds prefill and verify alike; the default takes each one's own.
+  const int32_t maxVerifyRowTiles = maxRowTiles == 0 ? pagedAttentionVerifyRowTiles() : maxRowTiles;
   if (maxRowTiles == 0) maxRowTiles = pagedAttentionRowTiles();
   PagedAttentionPlan plan;
   if (!validate(p)) {
@@ -185,7 +199,8 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
 
   const int32_t group = q.numQHeads / p.kv.numKVHeads;
   const SplitShape shape =
-      split_shape(p.batchSize, q.maxQSeqLen, group, p.kv.numKVHeads, p.headDim, maxRowTiles);
+      split_shape(p.batchSize, q.maxQSeqLen, group, p.kv.numKVHeads, p.headDim, maxRowTiles,
+                  maxVerifyRowTiles);
   plan.warpsM = shape.warpsM;
   plan.rowTiles = shape.rowTiles;
   plan.rowBlocks = shape.rowBlocks;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -692,6 +693,10 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
               kernel::planPagedAttention(s.p, 0, kernel::pagedAttentionRowTiles()).rowTiles);
     const int32_t rt = kernel::pagedAttentionRowTiles();
     EXPECT_TRUE(rt == 1 || rt == 2) << rt;
+    // Verify's default: 1 unless the environment opts in, and never above the prefill's.
+    const int32_t vrt = kernel::pagedAttentionVerifyRowTiles();
+    EXPECT_TRUE(vrt == 1 || (vrt == 2 && rt == 2)) << vrt << " " << rt;
+    if (std::getenv("ES_ATTN_VERIFY_ROWTILES") == nullptr) EXPECT_EQ(vrt, 1);
   }
   PlanShape s(1, 4096, 32, 8, 128, 8192);
   test::expectInvalidArgument([&] { kernel::planPagedAttention(s.p, 0, 3); }, "maxRowTiles");
@@ -777,9 +782,9 @@ TEST(PagedAttentionPlan, VerifyRowTiles) {
       EXPECT_EQ(one.rowTiles, 1) << what;
       EXPECT_EQ(one.warpsM, w.warpsM) << what;
       EXPECT_EQ(one.rowBlocks, w.batch == 1 ? tiles : w.rowBlocks) << what;
-      // The default follows the process (ES_ATTN_ROWTILES).
+      // The default follows the process: one tile unless ES_ATTN_VERIFY_ROWTILES=2 (opt-in).
       EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles,
-                kernel::pagedAttentionRowTiles() == 1 ? 1 : w.rowTiles) << what;
+                kernel::pagedAttentionVerifyRowTiles() == 1 ? 1 : w.rowTiles) << what;
       // Same split geometry as the one-tile plan and as the decode call of the same sequence.
       PlanShape d(w.batch, 1, w.hq, w.hkv, w.dim, maxKv);
       const auto decode = kernel::planPagedAttention(d.p, 0, 2);

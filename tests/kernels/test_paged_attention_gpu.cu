@@ -357,9 +357,12 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
   const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(p);
   ASSERT_TRUE(plan.splitKv) << plan.reason;
   if (c.row_tiles > 0) {
-    // The prefill / verify variant is the default where it applies; ES_ATTN_ROWTILES=1 turns it
-    // off.
-    EXPECT_EQ(plan.rowTiles, kernel::pagedAttentionRowTiles() == 1 ? 1 : c.row_tiles);
+    // The prefill variant is the default where it applies (ES_ATTN_ROWTILES=1 turns it off); the
+    // verify variant only with ES_ATTN_VERIFY_ROWTILES=2.
+    const int32_t default_rt = c.q_len > kernel::kSplitKvMaxQSeqLen
+                                   ? kernel::pagedAttentionRowTiles()
+                                   : kernel::pagedAttentionVerifyRowTiles();
+    EXPECT_EQ(plan.rowTiles, default_rt == 1 ? 1 : c.row_tiles);
     EXPECT_EQ(kernel::planPagedAttention(p, 0, 2).rowTiles, c.row_tiles);
     EXPECT_EQ(kernel::planPagedAttention(p, 0, 1).rowTiles, 1);
   }
@@ -689,7 +692,7 @@ void expect_verify_rows_equal_decode_rows(int32_t hq, int32_t hkv, int32_t dim, 
   const kernel::PagedAttentionPlan plan2 = kernel::planPagedAttention(pv, 0, 2);
   const kernel::PagedAttentionPlan plan1 = kernel::planPagedAttention(pv, 0, 1);
   EXPECT_EQ(plan2.rowTiles, want_rt);
-  EXPECT_EQ(plan.rowTiles, kernel::pagedAttentionRowTiles() == 1 ? 1 : want_rt);
+  EXPECT_EQ(plan.rowTiles, kernel::pagedAttentionVerifyRowTiles() == 1 ? 1 : want_rt);
   EXPECT_EQ(plan1.rowTiles, 1);
   if (batch == 1) {
     EXPECT_EQ(plan2.warpsM, 1);
