@@ -13,7 +13,8 @@
 //     rows, 128 per CTA) and all keys of a K/V tile, so every K and V fragment it loads with
 //     ldmatrix feeds two mma.sync instead of one, and each K/V tile in shared memory serves 128
 //     rows instead of 64 (FlashAttention-2's arrangement).
-//   rowTiles 2 at warpsM 1 (batch-1 verify of >= 2 tiles, head dim 128): the CTA holds two
+//   rowTiles 2 at warpsM 1 (batch-1 verify of >= 2 tiles, head dim 128; opt-in in the default
+//     plan, ES_ATTN_VERIFY_ROWTILES=2, or maxRowTiles 2): the CTA holds two
 //     16-row tiles (32 packed rows) and each of the 4 warps keeps decode's 16-key slice of every
 //     64-key tile but computes it for both tiles, so each K/V tile in shared memory serves 32 rows
 //     and the CTA count halves. Per row it is the rowTiles-1 warpsM-1 kernel's arithmetic: the
