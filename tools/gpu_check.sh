@@ -34,9 +34,6 @@
 #                                 PDL wait (ES_PDL_EARLY_READS=0), as fusions
 #   tools/gpu_check.sh normfusion edgespec bench with the decode layers' RMSNorms fused into the
 #                                 gemvs (the default) and without (ES_GEMV_NORM=0), as fusions
-#   tools/gpu_check.sh combinebatch  edgespec bench with the split-KV combine loading its partials
-#                                 a batch of splits at a time (the default) and as before
-#                                 (ES_ATTN_COMBINE_BATCH=0), as fusions
 #   tools/gpu_check.sh verify4k   the engine's 4k verify / decode ratio under each combination in
 #                                 ES_VERIFY4K_COMBOS (e.g. "default ES_PDL_EARLY_READS=0")
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
@@ -584,12 +581,6 @@ stage_earlyreads() {
 stage_normfusion() {
   engine_combos normfusion 2 "ES_GEMV_NORM=0" default "ES_GEMV_NORM_CTAS_PER_SM=2" "ES_GEMV_NORM_CTAS_PER_SM=3"
 }
-# The split-KV combine with its partials loaded a batch of splits per round trip against the
-# kernel of before (ES_ATTN_COMBINE_BATCH=0), alternated twice.
-stage_combinebatch() {
-  engine_combos combinebatch 2 "ES_ATTN_COMBINE_BATCH=0" default
-}
-
 # The 16-row verify / decode forward ratio after a 4,096-token prompt (the engine stage's verify4k
 # row) under each environment combination in ES_VERIFY4K_COMBOS ("default" = none; space-separated
 # combos, VAR=value with commas between several), on each preset in ES_ENGINE_PRESETS: what a
@@ -632,14 +623,13 @@ if build; then
       earlyreads) stage_earlyreads || status=1 ;;
       normfusion) stage_normfusion || status=1 ;;
       verify4k) stage_verify4k || status=1 ;;
-      combinebatch) stage_combinebatch || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinebatch)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k)" >&2; status=2 ;;
     esac
   done
 else

@@ -49,7 +49,6 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_split.h"
@@ -910,49 +909,10 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 // neutral partials (m = -inf) are loaded too (their O was never written) and skipped.
 inline constexpr int kCombineBatch = 8;
 
-// BATCHED false: the kernel of before (ES_ATTN_COMBINE_BATCH=0, for the A/B; the (m, l) and O of
-// each split loaded one after the other, after the wait with the owner lookup).
-template <typename T, int D, bool BATCHED>
+template <typename T, int D>
 __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   constexpr int E = D / 32;  // dims per lane
   constexpr int B = kCombineBatch;
-  if constexpr (!BATCHED) {
-    pdl::enter();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t item = int64_t{blockIdx.x} * 4 + warp;  // r * Hq + h
-    const int64_t stride = int64_t{a.total_q} * a.hq;
-    if (item >= stride) return;
-    const int32_t r = static_cast<int32_t>(item / a.hq);
-    const int32_t b = owning_sequence(a.cu_q, a.batch, r);
-    const bool valid = b >= 0 && r < a.cu_q[b + 1] && r - a.cu_q[b] < a.max_q && a.q_pos[r] >= 0;
-    float acc[E];
-#pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] = 0.0f;
-    float lsum = 0.0f;
-    if (valid) {  // warp-uniform
-      float mmax = -INFINITY;
-      for (int32_t s = lane; s < a.splits; s += 32) mmax = fmaxf(mmax, a.part_ml[s * stride + item].x);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
-      if (mmax != -INFINITY) {
-        for (int32_t s = 0; s < a.splits; ++s) {
-          const float2 ml = a.part_ml[s * stride + item];
-          if (ml.x == -INFINITY) continue;  // neutral partial: its O was never written
-          const float wt = exp2f(ml.x - mmax);
-          lsum += wt * ml.y;
-          float v[E];
-          fwd::load_span<float, E, true>(a.part_o + (s * stride + item) * D + lane * E, v);
-#pragma unroll
-          for (int e = 0; e < E; ++e) acc[e] += wt * v[e];
-        }
-      }
-    }
-    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] *= inv;
-    fwd::store_span<T, E, true>(static_cast<T*>(a.out) + item * D + lane * E, acc);
-    return;
-  }
   if (!a.early_reads) pdl::enter();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = int64_t{blockIdx.x} * 4 + warp;  // r * Hq + h
@@ -1054,9 +1014,7 @@ void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, int64_
   }
   if (plan.numSplits > 1) {
     const int64_t ctas = (int64_t{a.total_q} * a.hq + 3) / 4;
-    static const bool batched = env_switch_on("ES_ATTN_COMBINE_BATCH");
-    if (batched) pdl::launch(combine_kernel<T, D, true>, dim3(static_cast<unsigned>(ctas)), dim3(128), 0, stream, a);
-    else pdl::launch(combine_kernel<T, D, false>, dim3(static_cast<unsigned>(ctas)), dim3(128), 0, stream, a);
+    pdl::launch(combine_kernel<T, D>, dim3(static_cast<unsigned>(ctas)), dim3(128), 0, stream, a);
   }
 }
 
