@@ -581,6 +581,7 @@ stage_earlyreads() {
 stage_normfusion() {
   engine_combos normfusion 2 "ES_GEMV_NORM=0" default "ES_GEMV_NORM_CTAS_PER_SM=2" "ES_GEMV_NORM_CTAS_PER_SM=3"
 }
+
 # The 16-row verify / decode forward ratio after a 4,096-token prompt (the engine stage's verify4k
 # row) under each environment combination in ES_VERIFY4K_COMBOS ("default" = none; space-separated
 # combos, VAR=value with commas between several), on each preset in ES_ENGINE_PRESETS: what a
