@@ -34,6 +34,9 @@
 #                                 PDL wait (ES_PDL_EARLY_READS=0), as fusions
 #   tools/gpu_check.sh normfusion edgespec bench with the decode layers' RMSNorms fused into the
 #                                 gemvs (the default) and without (ES_GEMV_NORM=0), as fusions
+#   tools/gpu_check.sh gemvsplit  edgespec bench with the gemv's K split capped at 1 and 2
+#                                 (ES_GEMV_MAX_SPLIT: fewer or no thread-block clusters) and
+#                                 uncapped (the default), as fusions
 #   tools/gpu_check.sh verify4k   the engine's 4k verify / decode ratio under each combination in
 #                                 ES_VERIFY4K_COMBOS (e.g. "default ES_PDL_EARLY_READS=0")
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
@@ -582,6 +585,13 @@ stage_normfusion() {
   engine_combos normfusion 2 "ES_GEMV_NORM=0" default "ES_GEMV_NORM_CTAS_PER_SM=2" "ES_GEMV_NORM_CTAS_PER_SM=3"
 }
 
+# The gemv's K split capped (ES_GEMV_MAX_SPLIT=1 / 2) against the default rule: whether the split
+# clusters' barriers cost more in the engine than the isolated sweep showed (Qwen3-0.6B's o and
+# down gemvs run as clusters of 4, Qwen3-8B's as clusters of 2), alternated twice.
+stage_gemvsplit() {
+  engine_combos gemvsplit 2 "ES_GEMV_MAX_SPLIT=1" default "ES_GEMV_MAX_SPLIT=2"
+}
+
 # The 16-row verify / decode forward ratio after a 4,096-token prompt (the engine stage's verify4k
 # row) under each environment combination in ES_VERIFY4K_COMBOS ("default" = none; space-separated
 # combos, VAR=value with commas between several), on each preset in ES_ENGINE_PRESETS: what a
@@ -624,13 +634,14 @@ if build; then
       earlyreads) stage_earlyreads || status=1 ;;
       normfusion) stage_normfusion || status=1 ;;
       verify4k) stage_verify4k || status=1 ;;
+      gemvsplit) stage_gemvsplit || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, gemvsplit)" >&2; status=2 ;;
     esac
   done
 else

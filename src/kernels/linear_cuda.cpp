@@ -82,6 +82,24 @@ detail::GemvRule gemv_rule() {
   return rule;
 }
 
+// ES_GEMV_MAX_SPLIT (read once): a cap on the gemv's K split (1, 2, 4 or 8, the default: no
+// cap), for an A/B of the split clusters' cost in the engine (linear_gemv.h).
+int32_t gemv_max_split() {
+  static const int32_t cap = [] {
+    const char* v = std::getenv("ES_GEMV_MAX_SPLIT");
+    if (v == nullptr || *v == '\0') return 8;
+    const std::string s(v);
+    if (s == "1" || s == "2" || s == "4" || s == "8") return std::stoi(s);
+    ES_THROW(InvalidArgument, "environment variable ES_GEMV_MAX_SPLIT = '", v, "' must be 1, 2, 4 or 8");
+  }();
+  return cap;
+}
+
+// The launcher's gemv configuration for an m x n x k call (the process's rule and split cap).
+detail::GemvConfig gemv_config(int32_t m, int32_t n, int32_t k, int32_t numSms) {
+  return detail::chooseGemvConfig(m, n, k, numSms, gemv_rule(), gemv_max_split());
+}
+
 }  // namespace
 
 struct LinearContext::State {
@@ -235,7 +253,7 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
   check_weight_dtype(p, "launchLinear");
   LinearContext::State& s = context.state();
   if (takes_gemv(p)) {
-    detail::launchLinearGemv(p, detail::chooseGemvConfig(p.m, p.n, p.k, s.num_sms, gemv_rule()), stream);
+    detail::launchLinearGemv(p, gemv_config(p.m, p.n, p.k, s.num_sms), stream);
     return;
   }
   if (p.normWeight != nullptr || p.accumulate) {  // why the gemv did not take it, for the message
@@ -281,8 +299,7 @@ void launchGateUpSwiglu(const GateUpSwigluParams& p, LinearContext& context, cud
     LinearParams fused = l;
     fused.y = p.out;  // [m, n / 2]: the epilogue's output
     // The configuration of the plain [m, n] gemv: every gate and up output is summed as there.
-    const detail::GemvConfig cfg =
-        detail::chooseGemvConfig(l.m, l.n, l.k, context.state().num_sms, gemv_rule());
+    const detail::GemvConfig cfg = gemv_config(l.m, l.n, l.k, context.state().num_sms);
     detail::launchLinearGemv(fused, cfg, stream, detail::GemvEpilogue::kSwiglu);
     return;
   }
