@@ -37,6 +37,9 @@
 #   tools/gpu_check.sh gemvsplit  edgespec bench with the gemv's K split capped at 1 and 2
 #                                 (ES_GEMV_MAX_SPLIT: fewer or no thread-block clusters) and
 #                                 uncapped (the default), as fusions
+#   tools/gpu_check.sh combinefirst  edgespec bench with the split-KV combine letting the o
+#                                 projection in before its wait (ES_ATTN_COMBINE_TRIGGER_FIRST=1)
+#                                 and without (the default), as fusions
 #   tools/gpu_check.sh verify4k   the engine's 4k verify / decode ratio under each combination in
 #                                 ES_VERIFY4K_COMBOS (e.g. "default ES_PDL_EARLY_READS=0")
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
@@ -592,6 +595,12 @@ stage_gemvsplit() {
   engine_combos gemvsplit 2 "ES_GEMV_MAX_SPLIT=1" default "ES_GEMV_MAX_SPLIT=2"
 }
 
+# The combine kernel's dependent (the o projection) let in before the combine waits, so its
+# early W loads overlap the split kernel (ES_ATTN_COMBINE_TRIGGER_FIRST=1), alternated twice.
+stage_combinefirst() {
+  engine_combos combinefirst 2 "ES_ATTN_COMBINE_TRIGGER_FIRST=1" default
+}
+
 # The 16-row verify / decode forward ratio after a 4,096-token prompt (the engine stage's verify4k
 # row) under each environment combination in ES_VERIFY4K_COMBOS ("default" = none; space-separated
 # combos, VAR=value with commas between several), on each preset in ES_ENGINE_PRESETS: what a
@@ -635,13 +644,14 @@ if build; then
       normfusion) stage_normfusion || status=1 ;;
       verify4k) stage_verify4k || status=1 ;;
       gemvsplit) stage_gemvsplit || status=1 ;;
+      combinefirst) stage_combinefirst || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, gemvsplit)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, gemvsplit, combinefirst)" >&2; status=2 ;;
     esac
   done
 else

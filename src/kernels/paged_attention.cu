@@ -49,6 +49,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/env_switch.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_split.h"
@@ -231,6 +232,7 @@ struct SplitArgs {
   float scale_log2;  // scale * log2(e): the softmax runs in the exp2 domain
   int32_t splits, tiles_per_split, row_blocks;
   int32_t early_reads;  // 1: metadata and page table read before the PDL wait (pdl.cuh)
+  int32_t combine_trigger_first;  // 1: the combine kernel lets its dependent in before its wait
   float* part_o;     // [splits, totalQ, Hq, D] f32 unnormalised outputs (splits > 1)
   float2* part_ml;   // [splits, totalQ, Hq] (running max in the exp2 domain, sum)
 };
@@ -913,6 +915,12 @@ template <typename T, int D>
 __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   constexpr int E = D / 32;  // dims per lane
   constexpr int B = kCombineBatch;
+  // ES_ATTN_COMBINE_TRIGGER_FIRST=1 (opt-in, not yet measured): the next kernel (the o projection)
+  // may be scheduled before this one even waits, i.e. while the split kernel still runs, so its
+  // early reads (W, the residual it adds to) overlap the attention. Safe only because that kernel
+  // reads nothing the split kernel writes before its own wait, and its wait (this grid complete)
+  // implies the split grid complete; pdl.cuh's one-kernel-ahead rule does not hold here.
+  if (a.combine_trigger_first) pdl::trigger();
   if (!a.early_reads) pdl::enter();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = int64_t{blockIdx.x} * 4 + warp;  // r * Hq + h
@@ -1046,6 +1054,8 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
   a.tiles_per_split = plan.tilesPerSplit;
   a.row_blocks = plan.rowBlocks;
   a.early_reads = pdl::early_reads() ? 1 : 0;
+  static const bool combine_trigger_first = env_switch_opt_in("ES_ATTN_COMBINE_TRIGGER_FIRST");
+  a.combine_trigger_first = combine_trigger_first && pdl::enabled() ? 1 : 0;
   a.part_o = static_cast<float*>(p.workspace);
   a.part_ml = reinterpret_cast<float2*>(a.part_o + int64_t{plan.numSplits} * q.totalQ *
                                                        q.numQHeads * p.headDim);
