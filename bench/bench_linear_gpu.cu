@@ -2,7 +2,8 @@
 // (src/kernels/linear_gemv.cu), CUDA events. Prints, in one run:
 //   (a) the read-stream ceiling: a reduction (32-bit integer sum) over 4 GiB with 16-byte
 //       non-L1-allocating loads, 4 or 8 in flight per thread, measured before and after the linear
-//       rows; "% ceil" is relative to the largest of these;
+//       rows; "% ceil" is relative to the largest of these (--ceiling: only the first, printed as
+//       "read_ceiling_tbps X" for scripts);
 //   (b) y[m, N] = x[m, K] · W[N, K]^T for the Qwen3-8B decode shapes (qkv 6144x4096, o 4096x4096,
 //       gate_up 24576x4096, down 4096x12288, lm_head 151936x4096) and the Qwen3-0.6B ones (qkv
 //       4096x1024 = 16 q + 8 k + 8 v heads of 128, o 1024x2048, gate_up 6144x1024, down 1024x3072,
@@ -289,6 +290,7 @@ int run(int argc, char** argv) {
   bool sweep = false;
   bool peak_only = false;  // --gemm-peak: only the GEMM peak (seconds), for gpu_check's engine stage
   bool warm = false;       // --warm: weights not rotated (L2-resident where they fit)
+  bool ceiling_only = false;  // --ceiling: only the read-stream ceiling, one line for scripts
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
@@ -296,8 +298,10 @@ int run(int argc, char** argv) {
       warm = true;
     } else if (std::strcmp(argv[i], "--gemm-peak") == 0) {
       peak_only = true;
+    } else if (std::strcmp(argv[i], "--ceiling") == 0) {
+      ceiling_only = true;
     } else {
-      std::fprintf(stderr, "usage: bench_linear_gpu [--sweep] [--warm] | --gemm-peak\n");
+      std::fprintf(stderr, "usage: bench_linear_gpu [--sweep] [--warm] | --gemm-peak | --ceiling\n");
       return 2;
     }
   }
@@ -318,6 +322,11 @@ int run(int argc, char** argv) {
     Buffer out = Buffer::allocate(MemorySpace::kDevice, int64_t{prop.multiProcessorCount} * 8 * 8 * 4);
     ES_CUDA_CHECK(cudaDeviceSynchronize());
     ceiling = read_ceiling(stream, "(before)", data, out, prop.multiProcessorCount);
+  }
+  if (ceiling_only) {  // tools/gpu_check.sh batchdecode reads this line
+    std::printf("read_ceiling_tbps %.3f\n", ceiling);
+    ES_CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
   }
   const Shape shapes[] = {
       {"8B qkv", 6144, 4096, false},      {"8B o", 4096, 4096, false},

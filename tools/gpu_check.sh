@@ -40,6 +40,10 @@
 #   tools/gpu_check.sh combinefirst  edgespec bench with the split-KV combine letting the o
 #                                 projection in before its wait (ES_ATTN_COMBINE_TRIGGER_FIRST=1)
 #                                 and without (the default), as fusions
+#   tools/gpu_check.sh batchdecode  plain decode at batch ES_DECODE_BATCHES (default "16 64") on
+#                                 ES_ENGINE_PRESETS (default qwen3-8b): tok/s and the share of the
+#                                 weights + KV roofline at the read ceiling measured first
+#                                 (bench_linear_gpu --ceiling, tools/decode_roofline.py)
 #   tools/gpu_check.sh verify4k   the engine's 4k verify / decode ratio under each combination in
 #                                 ES_VERIFY4K_COMBOS (e.g. "default ES_PDL_EARLY_READS=0")
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
@@ -601,6 +605,38 @@ stage_combinefirst() {
   engine_combos combinefirst 2 "ES_ATTN_COMBINE_TRIGGER_FIRST=1" default
 }
 
+# Plain decode at larger batches (issue 8: "qwen3-8b decode at batch 16 / 64: report tok/s and %
+# of roofline (weights + KV)"): the read-stream ceiling first, then edgespec bench --batch B
+# (128-token prompts, 256 tokens, plain only) per preset and batch, each against the bytes a step
+# must read at that ceiling (tools/decode_roofline.py).
+stage_batchdecode() {
+  local status=0 preset b ceiling
+  ceiling=$("$build_dir/bench/bench_linear_gpu" --ceiling 2>"$out/ceiling.err" | awk '/^read_ceiling_tbps/ {print $2}')
+  if [ -z "$ceiling" ]; then
+    summary+=("batchdecode read ceiling FAILED   ceiling.err")
+    return 1
+  fi
+  summary+=("batchdecode read ceiling $ceiling TB/s (4 GiB reduction)")
+  for preset in ${ES_ENGINE_PRESETS:-qwen3-8b}; do
+    local dir="/dev/shm/es_$preset"
+    [ -d "$dir" ] || python3 tools/torch_anchor.py --preset "$preset" --save "$dir" --save-only >"$out/save_$preset.log" 2>&1 ||
+      { summary+=("batchdecode $preset FAILED   save_$preset.log"); status=1; continue; }
+    for b in ${ES_DECODE_BATCHES:-16 64}; do
+      local base="$out/batchdecode_${preset}_$b"
+      if "$build_dir/edgespec" bench --model "$dir" --batch "$b" --json >"$base.json" 2>"$base.err"; then
+        summary+=("batchdecode $(printf '%-10s' "$preset") $(python3 tools/decode_roofline.py --model "$dir" --bench "$base.json" --ceiling "$ceiling")")
+      else
+        tail -5 "$base.err"
+        summary+=("batchdecode $(printf '%-10s' "$preset") B $b FAILED   $(basename "$base").err")
+        status=1
+      fi
+      echo "${summary[-1]}"
+    done
+    [ -n "${ES_KEEP_MODELS:-}" ] || rm -rf "$dir"
+  done
+  return $status
+}
+
 # The 16-row verify / decode forward ratio after a 4,096-token prompt (the engine stage's verify4k
 # row) under each environment combination in ES_VERIFY4K_COMBOS ("default" = none; space-separated
 # combos, VAR=value with commas between several), on each preset in ES_ENGINE_PRESETS: what a
@@ -645,13 +681,14 @@ if build; then
       verify4k) stage_verify4k || status=1 ;;
       gemvsplit) stage_gemvsplit || status=1 ;;
       combinefirst) stage_combinefirst || status=1 ;;
+      batchdecode) stage_batchdecode || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, gemvsplit, combinefirst)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, gemvsplit, combinefirst, batchdecode)" >&2; status=2 ;;
     esac
   done
 else
