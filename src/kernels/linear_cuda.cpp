@@ -85,13 +85,7 @@ detail::GemvRule gemv_rule() {
 // ES_GEMV_MAX_SPLIT (read once): a cap on the gemv's K split (1, 2, 4 or 8, the default: no
 // cap), for an A/B of the split clusters' cost in the engine (linear_gemv.h).
 int32_t gemv_max_split() {
-  static const int32_t cap = [] {
-    const char* v = std::getenv("ES_GEMV_MAX_SPLIT");
-    if (v == nullptr || *v == '\0') return 8;
-    const std::string s(v);
-    if (s == "1" || s == "2" || s == "4" || s == "8") return std::stoi(s);
-    ES_THROW(InvalidArgument, "environment variable ES_GEMV_MAX_SPLIT = '", v, "' must be 1, 2, 4 or 8");
-  }();
+  static const int32_t cap = env_choice("ES_GEMV_MAX_SPLIT", {1, 2, 4, 8}, 8);
   return cap;
 }
 

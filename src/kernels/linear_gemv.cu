@@ -41,12 +41,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/env_switch.h"
 #include "common/errors.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/linear.h"
@@ -443,13 +442,8 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
 
 // GemvConfig::normCtasPerSm, unless ES_GEMV_NORM_CTAS_PER_SM (read once) forces 2 or 3.
 int norm_ctas_per_sm(const detail::GemvConfig& cfg) {
-  static const int forced = [] {
-    const char* v = std::getenv("ES_GEMV_NORM_CTAS_PER_SM");
-    if (v == nullptr || *v == '\0') return 0;
-    if (std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) return *v - '0';
-    ES_THROW(InvalidArgument, "environment variable ES_GEMV_NORM_CTAS_PER_SM = '", v,
-             "' must be 2 or 3 (or unset: chosen by the grid)");
-  }();
+  static const int forced =
+      env_choice("ES_GEMV_NORM_CTAS_PER_SM", {2, 3}, 0, " (or unset: chosen by the grid)");
   return forced != 0 ? forced : cfg.normCtasPerSm;
 }
 

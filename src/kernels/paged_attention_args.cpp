@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "common/env_switch.h"
 #include "common/errors.h"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_split.h"
@@ -151,22 +150,13 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 }  // namespace
 
 int32_t pagedAttentionRowTiles() {
-  static const int32_t rt = [] {
-    const char* v = std::getenv("ES_ATTN_ROWTILES");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "2") == 0) return splitkv::kPrefillRowTiles;
-    if (std::strcmp(v, "1") == 0) return 1;
-    ES_THROW(InvalidArgument, "environment variable ES_ATTN_ROWTILES = '", v, "' must be 1 or 2");
-  }();
+  static const int32_t rt = env_choice("ES_ATTN_ROWTILES", {1, 2}, splitkv::kPrefillRowTiles);
   return rt;
 }
 
 int32_t pagedAttentionVerifyRowTiles() {
-  static const int32_t rt = [] {
-    const char* v = std::getenv("ES_ATTN_VERIFY_ROWTILES");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return 1;
-    if (std::strcmp(v, "2") == 0) return std::min(pagedAttentionRowTiles(), splitkv::kVerifyRowTiles);
-    ES_THROW(InvalidArgument, "environment variable ES_ATTN_VERIFY_ROWTILES = '", v, "' must be 1 or 2");
-  }();
+  static const int32_t rt =
+      std::min(env_choice("ES_ATTN_VERIFY_ROWTILES", {1, 2}, 1), pagedAttentionRowTiles());
   return rt;
 }
 
