@@ -283,8 +283,6 @@ stage_oracle() {
   fi
 }
 
-# The decode engine end to end on random-weight presets: plain decode (CUDA graphs), the replay
-# draft (tau = 16) and a random 5-layer DFlash draft of the public shape, next to torch's decode.
 # Issue 8's verify / decode ratio: the replay draft's isolated decode and 16-row verify forward
 # costs after a 4,096-token prompt of the model in $1, as one summary row labelled $3 ($2: output
 # path without extension; $4: --gen-len; the rest: VAR=value settings for the run).
@@ -301,6 +299,8 @@ verify4k_row() {
   fi
 }
 
+# The decode engine end to end on random-weight presets: plain decode (CUDA graphs), the replay
+# draft (tau = 16) and a random 5-layer DFlash draft of the public shape, next to torch's decode.
 stage_engine() {
   local status=0 preset peak=""
   # The bf16 GEMM peak (cuBLASLt, 8192^3) the 4,096-row prefill is judged against, in this call.
@@ -605,6 +605,12 @@ stage_combinefirst() {
   engine_combos combinefirst 2 "ES_ATTN_COMBINE_TRIGGER_FIRST=1" default
 }
 
+# The random model of preset $1 in folder $2, written once (torch_anchor.py --save-only, log in
+# save_$1.log) unless an earlier stage kept it there (ES_KEEP_MODELS=1).
+saved_model() {
+  [ -d "$2" ] || python3 tools/torch_anchor.py --preset "$1" --save "$2" --save-only >"$out/save_$1.log" 2>&1
+}
+
 # Plain decode at larger batches (issue 8: "qwen3-8b decode at batch 16 / 64: report tok/s and %
 # of roofline (weights + KV)"): the read-stream ceiling first, then edgespec bench --batch B
 # (128-token prompts, 256 tokens, plain only) per preset and batch, each against the bytes a step
@@ -619,8 +625,7 @@ stage_batchdecode() {
   summary+=("batchdecode read ceiling $ceiling TB/s (4 GiB reduction)")
   for preset in ${ES_ENGINE_PRESETS:-qwen3-8b}; do
     local dir="/dev/shm/es_$preset"
-    [ -d "$dir" ] || python3 tools/torch_anchor.py --preset "$preset" --save "$dir" --save-only >"$out/save_$preset.log" 2>&1 ||
-      { summary+=("batchdecode $preset FAILED   save_$preset.log"); status=1; continue; }
+    saved_model "$preset" "$dir" || { summary+=("batchdecode $preset FAILED   save_$preset.log"); status=1; continue; }
     for b in ${ES_DECODE_BATCHES:-16 64}; do
       local base="$out/batchdecode_${preset}_$b"
       if "$build_dir/edgespec" bench --model "$dir" --batch "$b" --json >"$base.json" 2>"$base.err"; then
@@ -645,8 +650,7 @@ stage_verify4k() {
   local status=0 preset combo
   for preset in ${ES_ENGINE_PRESETS:-qwen3-8b}; do
     local dir="/dev/shm/es_$preset"
-    [ -d "$dir" ] || python3 tools/torch_anchor.py --preset "$preset" --save "$dir" --save-only >"$out/save_$preset.log" 2>&1 ||
-      { summary+=("verify4k $preset FAILED   save_$preset.log"); status=1; continue; }
+    saved_model "$preset" "$dir" || { summary+=("verify4k $preset FAILED   save_$preset.log"); status=1; continue; }
     for combo in ${ES_VERIFY4K_COMBOS:-default}; do
       local envs=()
       [ "$combo" = default ] || IFS=, read -r -a envs <<<"$combo"
