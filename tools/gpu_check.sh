@@ -34,9 +34,6 @@
 #                                 PDL wait (ES_PDL_EARLY_READS=0), as fusions
 #   tools/gpu_check.sh normfusion edgespec bench with the decode layers' RMSNorms fused into the
 #                                 gemvs (the default) and without (ES_GEMV_NORM=0), as fusions
-#   tools/gpu_check.sh gemvsplit  edgespec bench with the gemv's K split capped at 1 and 2
-#                                 (ES_GEMV_MAX_SPLIT: fewer or no thread-block clusters) and
-#                                 uncapped (the default), as fusions
 #   tools/gpu_check.sh combinefirst  edgespec bench with the split-KV combine letting the o
 #                                 projection in before its wait (ES_ATTN_COMBINE_TRIGGER_FIRST=1)
 #                                 and without (the default), as fusions
@@ -592,13 +589,6 @@ stage_normfusion() {
   engine_combos normfusion 2 "ES_GEMV_NORM=0" default "ES_GEMV_NORM_CTAS_PER_SM=2" "ES_GEMV_NORM_CTAS_PER_SM=3"
 }
 
-# The gemv's K split capped (ES_GEMV_MAX_SPLIT=1 / 2) against the default rule: whether the split
-# clusters' barriers cost more in the engine than the isolated sweep showed (Qwen3-0.6B's o and
-# down gemvs run as clusters of 4, Qwen3-8B's as clusters of 2), alternated twice.
-stage_gemvsplit() {
-  engine_combos gemvsplit 2 "ES_GEMV_MAX_SPLIT=1" default "ES_GEMV_MAX_SPLIT=2"
-}
-
 # The combine kernel's dependent (the o projection) let in before the combine waits, so its
 # early W loads overlap the split kernel (ES_ATTN_COMBINE_TRIGGER_FIRST=1), alternated twice.
 stage_combinefirst() {
@@ -683,7 +673,6 @@ if build; then
       earlyreads) stage_earlyreads || status=1 ;;
       normfusion) stage_normfusion || status=1 ;;
       verify4k) stage_verify4k || status=1 ;;
-      gemvsplit) stage_gemvsplit || status=1 ;;
       combinefirst) stage_combinefirst || status=1 ;;
       batchdecode) stage_batchdecode || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
@@ -692,7 +681,7 @@ if build; then
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, gemvsplit, combinefirst, batchdecode)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, batchdecode)" >&2; status=2 ;;
     esac
   done
 else

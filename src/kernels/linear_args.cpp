@@ -68,12 +68,11 @@ namespace detail {
 namespace {
 
 // chooseGemvConfig's rowTiles and kSplit.
-GemvConfig choose_shape(int32_t m, int32_t n, int32_t k, int64_t sms, GemvRule rule,
-                        int32_t cap) {
+GemvConfig choose_shape(int32_t m, int32_t n, int32_t k, int64_t sms, GemvRule rule) {
   const int64_t target = (3 * sms + 1) / 2;  // CTAs wanted: 1.5 per SM
   const int64_t blocks = (int64_t{k} + 31) / 32;  // 32-element K blocks
   int32_t max_split = 1;
-  while (max_split < cap && int64_t{kGemvWarps} * max_split * 2 <= blocks) max_split *= 2;
+  while (max_split < 8 && int64_t{kGemvWarps} * max_split * 2 <= blocks) max_split *= 2;
   // The smallest split giving `target` CTAs of `tiles` each, or 0 if none up to max_split
   // (reach_or_cap: max_split then).
   auto split_for = [&](int64_t tiles, bool reach_or_cap) {
@@ -103,12 +102,9 @@ GemvConfig choose_shape(int32_t m, int32_t n, int32_t k, int64_t sms, GemvRule r
 
 }  // namespace
 
-GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, GemvRule rule,
-                            int32_t maxSplit) {
-  ES_CHECK_ARG(maxSplit == 1 || maxSplit == 2 || maxSplit == 4 || maxSplit == 8, "chooseGemvConfig",
-               "maxSplit", maxSplit, "must be 1, 2, 4 or 8");
+GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, GemvRule rule) {
   const int64_t sms = numSms > 0 ? numSms : 1;
-  GemvConfig cfg = choose_shape(m, n, k, sms, rule, maxSplit);
+  GemvConfig cfg = choose_shape(m, n, k, sms, rule);
   const int64_t one_tile_ctas = (int64_t{n} + 15) / 16 * cfg.kSplit;
   cfg.normCtasPerSm = k >= 2048 && one_tile_ctas > 2 * sms ? 3 : 2;
   return cfg;

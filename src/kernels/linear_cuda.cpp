@@ -82,16 +82,9 @@ detail::GemvRule gemv_rule() {
   return rule;
 }
 
-// ES_GEMV_MAX_SPLIT (read once): a cap on the gemv's K split (1, 2, 4 or 8, the default: no
-// cap), for an A/B of the split clusters' cost in the engine (linear_gemv.h).
-int32_t gemv_max_split() {
-  static const int32_t cap = env_choice("ES_GEMV_MAX_SPLIT", {1, 2, 4, 8}, 8);
-  return cap;
-}
-
-// The launcher's gemv configuration for an m x n x k call (the process's rule and split cap).
+// The launcher's gemv configuration for an m x n x k call (the process's rule).
 detail::GemvConfig gemv_config(int32_t m, int32_t n, int32_t k, int32_t numSms) {
-  return detail::chooseGemvConfig(m, n, k, numSms, gemv_rule(), gemv_max_split());
+  return detail::chooseGemvConfig(m, n, k, numSms, gemv_rule());
 }
 
 }  // namespace

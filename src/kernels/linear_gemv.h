@@ -42,11 +42,9 @@ inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
 // session 15) against the fusion off: 2 an SM everywhere gave Qwen3-0.6B +9.9 % and Qwen3-8B
 // -0.4 to -2.9 % (its 384-CTA qkv gemv, k 4096, in two waves); 3 everywhere +6.2 to +6.9 % and
 // +0.7 %; 3 for every grid over one wave (0.6B's 384-CTA gate/up, k 1024, too) +8.8 % and +0.9 %.
-// maxSplit (1, 2, 4 or 8) caps kSplit (an A/B of the clusters' cost: ES_GEMV_MAX_SPLIT); a
-// cap, like the rule, does not depend on m, so the row invariance holds under any cap.
 enum class GemvRule { kOneTile, kWideTiles };
 GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms,
-                            GemvRule rule = GemvRule::kWideTiles, int32_t maxSplit = 8);
+                            GemvRule rule = GemvRule::kWideTiles);
 
 // What the gemv does with each output before storing it.
 //   kNone    y[m, n] = x · W^T + bias, rounded once.

@@ -371,34 +371,6 @@ TEST(LinearGemvRules, GridChoiceWideTiles) {
   expect(chooseGemvConfig(1, 4096, 4096, 0), 2, 1);          // unknown SM count: 1 SM
 }
 
-// ES_GEMV_MAX_SPLIT's cap (linear_gemv.h): kSplit never above it, the same at every m (row
-// invariance), and the uncapped choice where the cap does not bind; a bad cap is refused.
-TEST(LinearGemvRules, SplitCap) {
-  using kernel::detail::chooseGemvConfig;
-  using kernel::detail::GemvRule;
-  struct Shape {
-    int32_t n, k;
-  };
-  for (const Shape s : {Shape{1024, 2048}, Shape{1024, 3072}, Shape{4096, 4096}, Shape{4096, 12288},
-                        Shape{6144, 4096}, Shape{151936, 1024}, Shape{64, 520}}) {
-    for (const GemvRule rule : {GemvRule::kWideTiles, GemvRule::kOneTile}) {
-      for (const int32_t cap : {1, 2, 4, 8}) {
-        SCOPED_TRACE(::testing::Message() << s.n << " x " << s.k << " cap " << cap);
-        const auto at1 = chooseGemvConfig(1, s.n, s.k, 132, rule, cap);
-        EXPECT_LE(at1.kSplit, cap);
-        for (const int32_t m : {4, 16}) EXPECT_EQ(chooseGemvConfig(m, s.n, s.k, 132, rule, cap).kSplit, at1.kSplit);
-        const auto free = chooseGemvConfig(1, s.n, s.k, 132, rule, 8);
-        if (free.kSplit <= cap) EXPECT_EQ(at1.kSplit, free.kSplit);
-      }
-    }
-  }
-  // The 0.6B o and down projections (kSplit 4 uncapped) without clusters at cap 1.
-  EXPECT_EQ(chooseGemvConfig(1, 1024, 2048, 132, GemvRule::kWideTiles, 1).kSplit, 1);
-  EXPECT_EQ(chooseGemvConfig(1, 1024, 3072, 132, GemvRule::kWideTiles, 1).kSplit, 1);
-  test::expectInvalidArgument([] { chooseGemvConfig(1, 1024, 1024, 132, GemvRule::kWideTiles, 3); },
-                              "maxSplit");
-}
-
 // The fused-norm one-tile instances at 3 CTAs an SM only where one tile per CTA takes more than
 // one wave of 2 an SM and k >= 2048 (docs/perf.md, session 15), whatever the rowTiles chosen.
 TEST(LinearGemvRules, NormOccupancy) {
