@@ -35,8 +35,8 @@
 #   tools/gpu_check.sh normfusion edgespec bench with the decode layers' RMSNorms fused into the
 #                                 gemvs (the default) and without (ES_GEMV_NORM=0), as fusions
 #   tools/gpu_check.sh combinefirst  edgespec bench with the split-KV combine letting the o
-#                                 projection in before its wait (ES_ATTN_COMBINE_TRIGGER_FIRST=1)
-#                                 and without (the default), as fusions
+#                                 projection in before its wait on decode rows (the default) and
+#                                 not (ES_ATTN_COMBINE_TRIGGER_FIRST=0), as fusions
 #   tools/gpu_check.sh batchdecode  plain decode at batch ES_DECODE_BATCHES (default "16 64") on
 #                                 ES_ENGINE_PRESETS (default qwen3-8b): tok/s and the share of the
 #                                 weights + KV roofline at the read ceiling measured first
@@ -589,10 +589,11 @@ stage_normfusion() {
   engine_combos normfusion 2 "ES_GEMV_NORM=0" default "ES_GEMV_NORM_CTAS_PER_SM=2" "ES_GEMV_NORM_CTAS_PER_SM=3"
 }
 
-# The combine kernel's dependent (the o projection) let in before the combine waits, so its
-# early W loads overlap the split kernel (ES_ATTN_COMBINE_TRIGGER_FIRST=1), alternated twice.
+# The combine kernel's dependent (the o projection) let in before the combine waits on decode
+# rows, so its early W loads overlap the split kernel (the default), against not
+# (ES_ATTN_COMBINE_TRIGGER_FIRST=0), alternated twice.
 stage_combinefirst() {
-  engine_combos combinefirst 2 "ES_ATTN_COMBINE_TRIGGER_FIRST=1" default
+  engine_combos combinefirst 2 "ES_ATTN_COMBINE_TRIGGER_FIRST=0" default
 }
 
 # The random model of preset $1 in folder $2, written once (torch_anchor.py --save-only, log in

@@ -915,11 +915,13 @@ template <typename T, int D>
 __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   constexpr int E = D / 32;  // dims per lane
   constexpr int B = kCombineBatch;
-  // ES_ATTN_COMBINE_TRIGGER_FIRST=1 (opt-in, not yet measured): the next kernel (the o projection)
-  // may be scheduled before this one even waits, i.e. while the split kernel still runs, so its
-  // early reads (W, the residual it adds to) overlap the attention. Safe only because that kernel
-  // reads nothing the split kernel writes before its own wait, and its wait (this grid complete)
-  // implies the split grid complete; pdl.cuh's one-kernel-ahead rule does not hold here.
+  // Decode rows only (combine_trigger_first; paged_attention.h): the next kernel (the o
+  // projection) may be scheduled before this one even waits, i.e. while the split kernel still
+  // runs, so its early reads (W, the residual it adds to) overlap the attention. Safe only because
+  // that kernel reads nothing the split kernel writes before its own wait, and its wait (this grid
+  // complete) implies the split grid complete; pdl.cuh's one-kernel-ahead rule does not hold here.
+  // Measured in session 17 (docs/perf.md): Qwen3-0.6B decode +1.3 %, but its 16-row verify
+  // forward 1.7 % slower, hence not for verify or proposal rows.
   if (a.combine_trigger_first) pdl::trigger();
   if (!a.early_reads) pdl::enter();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1054,8 +1056,8 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
   a.tiles_per_split = plan.tilesPerSplit;
   a.row_blocks = plan.rowBlocks;
   a.early_reads = pdl::early_reads() ? 1 : 0;
-  static const bool combine_trigger_first = env_switch_opt_in("ES_ATTN_COMBINE_TRIGGER_FIRST");
-  a.combine_trigger_first = combine_trigger_first && pdl::enabled() ? 1 : 0;
+  static const bool combine_trigger_first = env_switch_on("ES_ATTN_COMBINE_TRIGGER_FIRST");
+  a.combine_trigger_first = combine_trigger_first && pdl::enabled() && q.maxQSeqLen == 1 ? 1 : 0;
   a.part_o = static_cast<float*>(p.workspace);
   a.part_ml = reinterpret_cast<float2*>(a.part_o + int64_t{plan.numSplits} * q.totalQ *
                                                        q.numQHeads * p.headDim);

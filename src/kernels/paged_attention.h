@@ -11,7 +11,12 @@
 // The split-KV path is a programmatic dependent (pdl.cuh) with early reads: cuQSeqLens,
 // kvLengths, qPositions, packedMask and the page table are read before waiting for the previous
 // kernel of the stream, so that kernel must not write them (in the models it is
-// qkv_rope_kv_write, which writes q and the pool).
+// qkv_rope_kv_write, which writes q and the pool). When every sequence has one query row
+// (decode, maxQSeqLen 1) and splits are combined, the combine kernel lets the NEXT kernel in
+// before it waits for the split kernel (ES_ATTN_COMBINE_TRIGGER_FIRST=0 turns this off), so that
+// kernel may run beside the split kernel until its own wait: before that wait it must neither
+// read the split workspace nor write anything the attention reads (in the models it is the o
+// projection gemv, whose early reads are W and the residual).
 //
 // Sequence b owns page-table row b and query rows [cuQSeqLens[b], cuQSeqLens[b+1]). Its keys
 // are positions [0, kvLengths[b]); the last qLen_b of them are the rows being processed, so
