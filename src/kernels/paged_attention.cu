@@ -905,16 +905,17 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 // Latency, not bytes: a split's (m, l) and O used to be two dependent loads (O only where m was
 // finite), so a decode's 4-16 splits were 8-32 round trips to L2 in a row (5.0 us under ncu at 4
 // splits, session 16). Now the row's owner is found before the wait (cu_q and q_pos: not written
-// by the split kernel, pdl.cuh "early reads"), and the partials are loaded kCombineBatch splits at
-// a time, (m, l) and O together, the first batch beside the max pass: one round trip after the
-// wait for <= 8 splits. The sums are the same operations in the same split order as before;
-// neutral partials (m = -inf) are loaded too (their O was never written) and skipped.
-inline constexpr int kCombineBatch = 8;
-
-template <typename T, int D>
+// by the split kernel, pdl.cuh "early reads"), and the partials are loaded B splits at a time,
+// (m, l) and O together. B is 8, 16 or 32, the smallest holding every split (launch_split_dim;
+// 8 at most at head dim 256), so a decode is one round trip after the wait (a 32k-token decode's
+// 32 splits were four with B = 8) and the max comes from the batch's own (m, l), with no
+// separate pass. With more splits than B, a max pass reads every split's m beside the first
+// batch and the batches follow one another. The sums are the same operations in the same split
+// order whatever B is (the output does not depend on it); neutral partials (m = -inf) are loaded
+// too (their O was never written) and skipped.
+template <typename T, int D, int B>
 __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   constexpr int E = D / 32;  // dims per lane
-  constexpr int B = kCombineBatch;
   // Decode rows only (combine_trigger_first; paged_attention.h): the next kernel (the o
   // projection) may be scheduled before this one even waits, i.e. while the split kernel still
   // runs, so its early reads (W, the residual it adds to) overlap the attention. Safe only because
@@ -953,9 +954,14 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
     };
     load_batch(0);
     float mmax = -INFINITY;
-    for (int32_t s = lane; s < splits; s += 32) mmax = fmaxf(mmax, a.part_ml[s * stride + item].x);
+    if (splits <= B) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
+      for (int j = 0; j < B; ++j) mmax = fmaxf(mmax, ml[j].x);
+    } else {
+      for (int32_t s = lane; s < splits; s += 32) mmax = fmaxf(mmax, a.part_ml[s * stride + item].x);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
+    }
     if (mmax != -INFINITY) {
       for (int32_t s0 = 0; s0 < splits; s0 += B) {
         if (s0 > 0) load_batch(s0);
@@ -1024,7 +1030,19 @@ void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, int64_
   }
   if (plan.numSplits > 1) {
     const int64_t ctas = (int64_t{a.total_q} * a.hq + 3) / 4;
-    pdl::launch(combine_kernel<T, D>, dim3(static_cast<unsigned>(ctas)), dim3(128), 0, stream, a);
+    // The batch (combine_kernel): at head dim 256 a split's O is 8 floats a lane, so 8 splits
+    // already hold 80 registers.
+    // ES_ATTN_COMBINE_MAX_BATCH=8 / 16 (A/B, session 17): a smaller cap on B.
+    static const int max_batch = env_choice("ES_ATTN_COMBINE_MAX_BATCH", {8, 16, 32}, 32);
+    auto combine = combine_kernel<T, D, 8>;
+    if constexpr (D <= 128) {
+      if (plan.numSplits > 16 && max_batch >= 32) {
+        combine = combine_kernel<T, D, 32>;
+      } else if (plan.numSplits > 8 && max_batch >= 16) {
+        combine = combine_kernel<T, D, 16>;
+      }
+    }
+    pdl::launch(combine, dim3(static_cast<unsigned>(ctas)), dim3(128), 0, stream, a);
   }
 }
 
