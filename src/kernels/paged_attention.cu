@@ -906,13 +906,13 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 // finite), so a decode's 4-16 splits were 8-32 round trips to L2 in a row (5.0 us under ncu at 4
 // splits, session 16). Now the row's owner is found before the wait (cu_q and q_pos: not written
 // by the split kernel, pdl.cuh "early reads"), and the partials are loaded B splits at a time,
-// (m, l) and O together. B is 8, 16 or 32, the smallest holding every split (launch_split_dim;
-// 8 at most at head dim 256), so a decode is one round trip after the wait (a 32k-token decode's
-// 32 splits were four with B = 8) and the max comes from the batch's own (m, l), with no
-// separate pass. With more splits than B, a max pass reads every split's m beside the first
-// batch and the batches follow one another. The sums are the same operations in the same split
-// order whatever B is (the output does not depend on it); neutral partials (m = -inf) are loaded
-// too (their O was never written) and skipped.
+// (m, l) and O together. B is 8, or for decode rows 16 or 32, the smallest holding every split
+// (launch_split_dim; 8 at head dim 256), so a decode is one round trip after the wait (a
+// 32k-token decode's 32 splits were four with B = 8) and the max comes from the batch's own
+// (m, l) when it holds every split, with no separate pass. With more splits than B, a max pass
+// reads every split's m beside the first batch and the batches follow one another. The sums are
+// the same operations in the same split order whatever B is (the output does not depend on it);
+// neutral partials (m = -inf) are loaded too (their O was never written) and skipped.
 template <typename T, int D, int B>
 __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   constexpr int E = D / 32;  // dims per lane
@@ -1030,15 +1030,17 @@ void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, int64_
   }
   if (plan.numSplits > 1) {
     const int64_t ctas = (int64_t{a.total_q} * a.hq + 3) / 4;
-    // The batch (combine_kernel): at head dim 256 a split's O is 8 floats a lane, so 8 splits
-    // already hold 80 registers.
-    // ES_ATTN_COMBINE_MAX_BATCH=8 / 16 (A/B, session 17): a smaller cap on B.
-    static const int max_batch = env_choice("ES_ATTN_COMBINE_MAX_BATCH", {8, 16, 32}, 32);
+    // The batch B (combine_kernel): 8, or for decode rows (maxQSeqLen 1) up to 32. At head dim
+    // 256 a split's O is 8 floats a lane, so 8 splits already hold 80 registers. Session 17 on the
+    // H200: a 32k-token batch-1 decode's attention 39.4 -> 38.3 us (32 splits), at 4k 11.95 ->
+    // 11.5 us (16); the 16-row verify ran 21.8 -> 21.5 us alone, yet Qwen3-8B's verify forward at
+    // 4k took 6.02 ms with B 16 against 5.38 with B 8 (decode 4.63 either way): verify rows keep
+    // B 8. Why is not known (docs/perf.md, session 17).
     auto combine = combine_kernel<T, D, 8>;
     if constexpr (D <= 128) {
-      if (plan.numSplits > 16 && max_batch >= 32) {
+      if (a.max_q == 1 && plan.numSplits > 16) {
         combine = combine_kernel<T, D, 32>;
-      } else if (plan.numSplits > 8 && max_batch >= 16) {
+      } else if (a.max_q == 1 && plan.numSplits > 8) {
         combine = combine_kernel<T, D, 16>;
       }
     }

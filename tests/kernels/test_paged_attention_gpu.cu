@@ -366,7 +366,8 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
     EXPECT_EQ(kernel::planPagedAttention(p, 0, 2).rowTiles, c.row_tiles);
     EXPECT_EQ(kernel::planPagedAttention(p, 0, 1).rowTiles, 1);
   }
-  // 12 and 24 splits take the combine's 16- and 32-split batches, 64 its batches one after another.
+  // 12 and 24 splits take the combine's 16- and 32-split batches on decode rows, 64 its batches
+  // one after another.
   for (int32_t forced : {0, 1, 2, 3, 7, 12, 24, 64}) {
     // Forced counts run with the process default rowTiles; with c.row_tiles the planned count
     // runs again with rowTiles 1 and 2 (maxRowTiles), whatever the environment.
