@@ -97,6 +97,11 @@ class LinearContext {
 
 void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream);
 
+// Whether launchLinear(p) takes a kernel that needs whole SMs for its CTAs (the gemv where
+// detail::gemvFillsSms, linear_gemv.h), so the kernel launched before it should let it in only
+// once its own CTAs are done (CUDA builds).
+bool linearFillsSms(const LinearParams& p, LinearContext& context);
+
 }  // namespace es::kernel
 
 namespace es::ref {

@@ -110,6 +110,15 @@ GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, Gem
   return cfg;
 }
 
+bool gemvFillsSms(const GemvConfig& cfg, int32_t m, int32_t n, bool norm, int32_t numSms) {
+  if (m <= 8) return false;
+  const int64_t sms = numSms > 0 ? numSms : 1;
+  // The occupancy launch_typed compiles the instance for (linear_gemv.cu).
+  const int64_t per_sm = cfg.rowTiles == 2 ? 2 : norm ? cfg.normCtasPerSm : 3;
+  const int64_t ctas = (int64_t{n} + 16 * cfg.rowTiles - 1) / (16 * cfg.rowTiles) * cfg.kSplit;
+  return ctas > (per_sm - 1) * sms;
+}
+
 }  // namespace detail
 
 }  // namespace es::kernel

@@ -235,6 +235,12 @@ bool linearFusesRowNorm(int32_t m) {
   return on && m >= 1 && m <= kGemvAutoMaxRows && algo == LinearAlgo::kAuto;
 }
 
+bool linearFillsSms(const LinearParams& p, LinearContext& context) {
+  if (!takes_gemv(p)) return false;
+  const int32_t sms = context.state().num_sms;
+  return detail::gemvFillsSms(gemv_config(p.m, p.n, p.k, sms), p.m, p.n, p.normWeight != nullptr, sms);
+}
+
 void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
   if (!validate(p)) return;
   check_weight_dtype(p, "launchLinear");

@@ -46,6 +46,18 @@ enum class GemvRule { kOneTile, kWideTiles };
 GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms,
                             GemvRule rule = GemvRule::kWideTiles);
 
+// Whether the gemv of cfg for m x n (norm: with a fused input norm) needs every CTA slot of some
+// SMs, each slot a CTA can take only when the SM holds nothing else: at m > 8 (two n8 tiles of x)
+// every instance's full complement of CTAs takes 61,440-65,536 of an SM's 65,536 registers
+// (ptxas: 114-128 registers a thread at rowTiles 2 and with a norm at 2 an SM, 80 at 3 an SM; 256
+// threads a CTA), so any other kernel's CTA still resident (the split-KV combine's: 128 threads x
+// 80 registers) keeps one out, and the grid needs them all where it has more CTAs than one fewer
+// an SM would hold. Then the kernel before it should let it in only when its own CTAs are done
+// (paged_attention.h, nextFillsSms). Qwen3-8B's 16-row o gemv (two tiles, kSplit 2: 256 CTAs at
+// 2 an SM) does; Qwen3-0.6B's (one tile, kSplit 4: 256 CTAs at 3 an SM) does not (docs/perf.md,
+// session 17). ES_GEMV_NORM_CTAS_PER_SM is not taken into account.
+bool gemvFillsSms(const GemvConfig& cfg, int32_t m, int32_t n, bool norm, int32_t numSms);
+
 // What the gemv does with each output before storing it.
 //   kNone    y[m, n] = x · W^T + bias, rounded once.
 //   kSwiglu  W (and bias) hold gate/up rows in GateUpLayout::kInterleaved8 (swiglu.h; n % 16 == 0,

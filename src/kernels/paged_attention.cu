@@ -217,6 +217,9 @@ struct RowInfo {
 };
 static_assert(sizeof(RowInfo) == 24, "kMiscBytes in paged_attention_split.h counts 24 bytes");
 
+// SplitArgs::combine_trigger.
+inline constexpr int32_t kTriggerAfterWait = 0, kTriggerFirst = 1, kTriggerLast = 2;
+
 struct SplitArgs {
   const void* q;
   void* out;
@@ -232,7 +235,9 @@ struct SplitArgs {
   float scale_log2;  // scale * log2(e): the softmax runs in the exp2 domain
   int32_t splits, tiles_per_split, row_blocks;
   int32_t early_reads;  // 1: metadata and page table read before the PDL wait (pdl.cuh)
-  int32_t combine_trigger_first;  // 1: the combine kernel lets its dependent in before its wait
+  // When the combine kernel lets its dependent in: kTriggerAfterWait (pdl::enter),
+  // kTriggerFirst (before its wait) or kTriggerLast (after its stores).
+  int32_t combine_trigger;
   float* part_o;     // [splits, totalQ, Hq, D] f32 unnormalised outputs (splits > 1)
   float2* part_ml;   // [splits, totalQ, Hq] (running max in the exp2 domain, sum)
 };
@@ -916,15 +921,22 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 template <typename T, int D, int B>
 __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   constexpr int E = D / 32;  // dims per lane
-  // Decode rows only (combine_trigger_first; paged_attention.h): the next kernel (the o
-  // projection) may be scheduled before this one even waits, i.e. while the split kernel still
-  // runs, so its early reads (W, the residual it adds to) overlap the attention. Safe only because
-  // that kernel reads nothing the split kernel writes before its own wait, and its wait (this grid
-  // complete) implies the split grid complete; pdl.cuh's one-kernel-ahead rule does not hold here.
-  // Measured in session 17 (docs/perf.md): Qwen3-0.6B decode +1.3 %, but its 16-row verify
-  // forward 1.7 % slower, hence not for verify or proposal rows.
-  if (a.combine_trigger_first) pdl::trigger();
-  if (!a.early_reads) pdl::enter();
+  // Where the next kernel (the o projection) is let in (a.combine_trigger, paged_attention.h).
+  // kTriggerFirst: before this kernel even waits, i.e. while the split kernel still runs, so its
+  // early reads (W, the residual it adds to) overlap the attention. Safe only because that kernel
+  // reads nothing the split kernel writes before its own wait, and its wait (this grid complete)
+  // implies the split grid complete; pdl.cuh's one-kernel-ahead rule does not hold here.
+  // kTriggerLast: after the stores, so no CTA of this kernel holds registers the next one's CTAs
+  // need. kTriggerAfterWait: pdl::enter, as every other kernel.
+  if (a.combine_trigger == kTriggerFirst) pdl::trigger();
+  auto wait_for_split = [&] {
+    if (a.combine_trigger == kTriggerAfterWait) {
+      pdl::enter();
+    } else {
+      pdl::wait();
+    }
+  };
+  if (!a.early_reads) wait_for_split();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = int64_t{blockIdx.x} * 4 + warp;  // r * Hq + h
   const int64_t stride = int64_t{a.total_q} * a.hq;
@@ -932,7 +944,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   const int32_t r = static_cast<int32_t>(item / a.hq);
   const int32_t b = owning_sequence(a.cu_q, a.batch, r);
   const bool valid = b >= 0 && r < a.cu_q[b + 1] && r - a.cu_q[b] < a.max_q && a.q_pos[r] >= 0;
-  if (a.early_reads) pdl::enter();  // the partials are read from here on
+  if (a.early_reads) wait_for_split();  // the partials are read from here on
   float acc[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] = 0.0f;
@@ -980,6 +992,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] *= inv;
   fwd::store_span<T, E, true>(static_cast<T*>(a.out) + item * D + lane * E, acc);
+  if (a.combine_trigger == kTriggerLast) pdl::trigger();
 }
 
 template <typename T, int D, int WM, int RT>
@@ -1076,8 +1089,18 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
   a.tiles_per_split = plan.tilesPerSplit;
   a.row_blocks = plan.rowBlocks;
   a.early_reads = pdl::early_reads() ? 1 : 0;
+  // When the combine lets the next kernel in (paged_attention.h).
   static const bool combine_trigger_first = env_switch_on("ES_ATTN_COMBINE_TRIGGER_FIRST");
-  a.combine_trigger_first = combine_trigger_first && pdl::enabled() && q.maxQSeqLen == 1 ? 1 : 0;
+  static const int combine_trigger_last =
+      env_choice("ES_ATTN_COMBINE_TRIGGER_LAST", {0, 1}, -1, " (or unset: nextFillsSms decides)");
+  const bool last = combine_trigger_last == -1 ? p.nextFillsSms
+                                               : combine_trigger_last == 1 && q.maxQSeqLen > 1;
+  a.combine_trigger = kTriggerAfterWait;
+  if (last) {
+    a.combine_trigger = kTriggerLast;
+  } else if (pdl::enabled() && q.maxQSeqLen == 1 && combine_trigger_first) {
+    a.combine_trigger = kTriggerFirst;
+  }
   a.part_o = static_cast<float*>(p.workspace);
   a.part_ml = reinterpret_cast<float2*>(a.part_o + int64_t{plan.numSplits} * q.totalQ *
                                                        q.numQHeads * p.headDim);

@@ -11,12 +11,19 @@
 // The split-KV path is a programmatic dependent (pdl.cuh) with early reads: cuQSeqLens,
 // kvLengths, qPositions, packedMask and the page table are read before waiting for the previous
 // kernel of the stream, so that kernel must not write them (in the models it is
-// qkv_rope_kv_write, which writes q and the pool). When every sequence has one query row
-// (decode, maxQSeqLen 1) and splits are combined, the combine kernel lets the NEXT kernel in
-// before it waits for the split kernel (ES_ATTN_COMBINE_TRIGGER_FIRST=0 turns this off), so that
-// kernel may run beside the split kernel until its own wait: before that wait it must neither
-// read the split workspace nor write anything the attention reads (in the models it is the o
-// projection gemv, whose early reads are W and the residual).
+// qkv_rope_kv_write, which writes q and the pool). When splits are combined, the combine kernel
+// lets the NEXT kernel in (pdl.cuh's trigger) at one of three points:
+//   after its stores  when nextFillsSms: that kernel's CTAs need whole SMs, and a combine CTA
+//                     still resident would keep one of them out (Qwen3-8B's 16-row verify
+//                     forward 5.15 -> 4.66 ms, docs/perf.md session 17);
+//   before its wait   otherwise for decode rows (maxQSeqLen 1): that kernel may then run beside
+//                     the split kernel until its own wait, so before that wait it must neither
+//                     read the split workspace nor write anything the attention reads (in the
+//                     models it is the o projection gemv, whose early reads are W and the
+//                     residual); Qwen3-0.6B decode +1.4 %;
+//   after its wait    otherwise (verify and proposal rows).
+// ES_ATTN_COMBINE_TRIGGER_FIRST=0 turns the second off; ES_ATTN_COMBINE_TRIGGER_LAST=0 / 1
+// makes the first never / always (the latter for rows other than decode rows; A/B runs).
 //
 // Sequence b owns page-table row b and query rows [cuQSeqLens[b], cuQSeqLens[b+1]). Its keys
 // are positions [0, kvLengths[b]); the last qLen_b of them are the rows being processed, so
@@ -100,6 +107,9 @@ struct PagedAttentionParams {
   int32_t maxKvLength = 0;              // >= 0; an upper bound on every kvLengths[b], 0 = unknown
   void* workspace = nullptr;            // device scratch for split partials, 16-byte aligned
   int64_t workspaceBytes = 0;           // >= 0; its size (workspace non-null when > 0)
+  // The kernel launched right after this call needs whole SMs for its CTAs (linearFillsSms,
+  // linear.h): the split-KV combine then lets it in only after its own stores (see the top).
+  bool nextFillsSms = false;
 };
 
 // Split-KV limits. The plan fills kSplitKvPlanSMs SMs (the H200's 132; fixed so that the plan

@@ -412,11 +412,11 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     att.maxKvLength = std::min(cache.capacity(), maxPositions_);
     att.workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr;
     att.workspaceBytes = attnSplit_.bytes();
-    backend_.pagedAttention(att);
-
     kernel::LinearParams o = linearParams(attn_.data(), w.o, w.oBias, blockOut, T, H, Hq * D, dtype_,
                                           matrixDtype_);
     o.accumulate = fusedNorms;
+    att.nextFillsSms = backend_.linearFillsSms(o);  // the o projection comes right after
+    backend_.pagedAttention(att);
     backend_.linear(o);
     if (!fusedNorms) norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
     kernel::GateUpSwigluParams mlp;  // one kernel at decode rows (gate_up_swiglu.h)

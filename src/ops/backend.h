@@ -72,6 +72,12 @@ class Backend {
     (void)rows;
     return false;
   }
+  // Whether linear(p) runs a kernel that needs whole SMs for its CTAs (kernels/linear.h), which
+  // the kernel before it should let in only once its own CTAs are done. The CPU backend: never.
+  virtual bool linearFillsSms(const kernel::LinearParams& p) {
+    (void)p;
+    return false;
+  }
   virtual void argmax(const ArgmaxParams& p) = 0;
   // DFlash target-context K/V write into the draft cache (spec §2.1), one overload per cache
   // element type. CPU: the reference for all three; CUDA: the kernel for fp16/bf16 and an

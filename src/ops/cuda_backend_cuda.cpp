@@ -78,6 +78,9 @@ class CudaBackend final : public Backend {
   void swiglu(const kernel::SwigluParams& p) override { kernel::launchSwiglu(p, stream_); }
   void linear(const kernel::LinearParams& p) override { kernel::launchLinear(p, *linear_, stream_); }
   bool fusesRowNorms(int32_t rows) const override { return kernel::linearFusesRowNorm(rows); }
+  bool linearFillsSms(const kernel::LinearParams& p) override {
+    return kernel::linearFillsSms(p, *linear_);
+  }
   void gateUpSwiglu(const kernel::GateUpSwigluParams& p) override {
     kernel::launchGateUpSwiglu(p, *linear_, stream_);
   }

@@ -371,6 +371,35 @@ TEST(LinearGemvRules, GridChoiceWideTiles) {
   expect(chooseGemvConfig(1, 4096, 4096, 0), 2, 1);          // unknown SM count: 1 SM
 }
 
+// gemvFillsSms (linear_gemv.h): only at m > 8, and only where the grid needs every CTA slot of
+// some SMs: Qwen3-8B's 16-row o projection (two tiles, kSplit 2: 256 CTAs at 2 an SM) does,
+// Qwen3-0.6B's (one tile, kSplit 4: 256 CTAs at 3 an SM) does not (docs/perf.md, session 17).
+TEST(LinearGemvRules, FillsSms) {
+  using kernel::detail::chooseGemvConfig;
+  using kernel::detail::gemvFillsSms;
+  auto fills = [](int32_t m, int32_t n, int32_t k, bool norm) {
+    return gemvFillsSms(chooseGemvConfig(m, n, k, 132), m, n, norm, 132);
+  };
+  const auto o8b = chooseGemvConfig(16, 4096, 4096, 132);
+  EXPECT_EQ(o8b.rowTiles, 2);
+  EXPECT_EQ(o8b.kSplit, 2);
+  EXPECT_TRUE(fills(16, 4096, 4096, false));
+  EXPECT_TRUE(fills(9, 4096, 4096, false));
+  EXPECT_FALSE(fills(8, 4096, 4096, false));   // one n8 tile of x: registers to spare
+  EXPECT_FALSE(fills(1, 4096, 4096, false));
+  const auto o06b = chooseGemvConfig(16, 1024, 2048, 132);
+  EXPECT_EQ(o06b.rowTiles, 1);
+  EXPECT_EQ(o06b.kSplit, 4);
+  EXPECT_FALSE(fills(16, 1024, 2048, false));  // 256 CTAs fit 2 an SM of the 3
+  // The same grid rule by hand: one tile, no split, 3 an SM: fills from 2 * 132 + 1 CTAs.
+  const kernel::detail::GemvConfig one{1, 1, 2};
+  EXPECT_FALSE(gemvFillsSms(one, 16, 264 * 16, false, 132));
+  EXPECT_TRUE(gemvFillsSms(one, 16, 265 * 16, false, 132));
+  // With a fused norm at 2 an SM it fills from 133 CTAs.
+  EXPECT_FALSE(gemvFillsSms(one, 16, 132 * 16, true, 132));
+  EXPECT_TRUE(gemvFillsSms(one, 16, 133 * 16, true, 132));
+}
+
 // The fused-norm one-tile instances at 3 CTAs an SM only where one tile per CTA takes more than
 // one wave of 2 an SM and k >= 2048 (docs/perf.md, session 15), whatever the rowTiles chosen.
 TEST(LinearGemvRules, NormOccupancy) {
