@@ -1047,8 +1047,9 @@ void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, int64_
     // 256 a split's O is 8 floats a lane, so 8 splits already hold 80 registers. Session 17 on the
     // H200: a 32k-token batch-1 decode's attention 39.4 -> 38.3 us (32 splits), at 4k 11.95 ->
     // 11.5 us (16); the 16-row verify ran 21.8 -> 21.5 us alone, yet Qwen3-8B's verify forward at
-    // 4k took 6.02 ms with B 16 against 5.38 with B 8 (decode 4.63 either way): verify rows keep
-    // B 8. Why is not known (docs/perf.md, session 17).
+    // 4k took 6.02 ms with B 16 against 5.38 with B 8 (decode 4.63 either way), measured while the
+    // o gemv still came in after the combine's wait, when each combine CTA (128 registers a
+    // thread at B 16) kept an o CTA off its SM (docs/perf.md, session 17): verify rows keep B 8.
     auto combine = combine_kernel<T, D, 8>;
     if constexpr (D <= 128) {
       if (a.max_q == 1 && plan.numSplits > 16) {
