@@ -389,6 +389,15 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
       expect_split_close(got, want, zero_row, int64_t{c.hq} * c.dim);
     }
   }
+  // The combine letting the next kernel in after its stores (nextFillsSms) gives the same output.
+  SCOPED_TRACE("nextFillsSms");
+  kernel::PagedAttentionParams late = p;
+  late.nextFillsSms = true;
+  d_out.poison();
+  kernel::launchPagedAttention(late, nullptr);
+  std::vector<T> got = d_out.download();
+  got.resize(want.size());
+  expect_split_close(got, want, zero_row, int64_t{c.hq} * c.dim);
 }
 
 // run_split in the storage type the case list gives (the lists alternate bf16 and f16).
