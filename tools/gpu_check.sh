@@ -37,6 +37,11 @@
 #   tools/gpu_check.sh combinefirst  edgespec bench with the split-KV combine letting the o
 #                                 projection in before its wait on decode rows (the default) and
 #                                 not (ES_ATTN_COMBINE_TRIGGER_FIRST=0), as fusions
+#   tools/gpu_check.sh ropelast   the attention prologue letting a split kernel that fills SMs in
+#                                 after its stores (ES_QKV_ROPE_TRIGGER_LAST=1) with and without
+#                                 the two-tile verify variant (ES_ATTN_VERIFY_ROWTILES=2): edgespec
+#                                 bench (128-token prompt) and the verify4k row on ES_ENGINE_PRESETS
+#                                 (default qwen3-8b), alternated twice
 #   tools/gpu_check.sh batchdecode  plain decode at batch ES_DECODE_BATCHES (default "16 64") on
 #                                 ES_ENGINE_PRESETS (default qwen3-8b): tok/s and the share of the
 #                                 weights + KV roofline at the read ceiling measured first
@@ -596,6 +601,19 @@ stage_combinefirst() {
   engine_combos combinefirst 2 "ES_ATTN_COMBINE_TRIGGER_FIRST=0" default
 }
 
+# Session 17 found that a kernel whose CTAs take a whole SM's registers loses a round of CTAs when
+# the kernel before it lets it in while its own CTAs are still resident (docs/perf.md). The
+# two-tile batch-1 verify attention (252 registers x 128 threads, 2 an SM) is one: this A/B lets
+# it in after qkv_rope_kv_write's stores (ES_QKV_ROPE_TRIGGER_LAST=1), with and without it.
+stage_ropelast() {
+  local status=0 rt2=ES_ATTN_VERIFY_ROWTILES=2 last=ES_QKV_ROPE_TRIGGER_LAST=1
+  ES_ENGINE_PRESETS=${ES_ENGINE_PRESETS:-qwen3-8b} ES_KEEP_MODELS=1 \
+    engine_combos ropelast 2 default "$rt2" "$rt2 $last" "$last" || status=1
+  ES_ENGINE_PRESETS=${ES_ENGINE_PRESETS:-qwen3-8b} \
+    ES_VERIFY4K_COMBOS="default $rt2 $rt2,$last $last default $rt2 $rt2,$last $last" stage_verify4k || status=1
+  return $status
+}
+
 # The random model of preset $1 in folder $2, written once (torch_anchor.py --save-only, log in
 # save_$1.log) unless an earlier stage kept it there (ES_KEEP_MODELS=1).
 saved_model() {
@@ -642,10 +660,12 @@ stage_verify4k() {
   for preset in ${ES_ENGINE_PRESETS:-qwen3-8b}; do
     local dir="/dev/shm/es_$preset"
     saved_model "$preset" "$dir" || { summary+=("verify4k $preset FAILED   save_$preset.log"); status=1; continue; }
+    local run=0
     for combo in ${ES_VERIFY4K_COMBOS:-default}; do
       local envs=()
       [ "$combo" = default ] || IFS=, read -r -a envs <<<"$combo"
-      verify4k_row "$dir" "$out/verify4k_${preset}_${combo//,/_}" "$(printf '%-10s %-28s' "$preset" "$combo")" 16 \
+      run=$((run + 1))  # a combination listed twice keeps both logs
+      verify4k_row "$dir" "$out/verify4k_${preset}_${combo//,/_}_$run" "$(printf '%-10s %-28s' "$preset" "$combo")" 16 \
         "${envs[@]}" || status=1
       echo "${summary[-1]}"
     done
@@ -675,6 +695,7 @@ if build; then
       normfusion) stage_normfusion || status=1 ;;
       verify4k) stage_verify4k || status=1 ;;
       combinefirst) stage_combinefirst || status=1 ;;
+      ropelast) stage_ropelast || status=1 ;;
       batchdecode) stage_batchdecode || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
@@ -682,7 +703,7 @@ if build; then
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, batchdecode)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, ropelast, batchdecode)" >&2; status=2 ;;
     esac
   done
 else

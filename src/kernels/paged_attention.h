@@ -171,6 +171,14 @@ bool validate(const PagedAttentionParams& p);
 PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits = 0,
                                       int32_t maxRowTiles = 0);
 
+// Whether launchPagedAttention(p)'s split kernel needs whole SMs for its CTAs: its CTAs take the
+// whole register file at ctasPerSm an SM (splitkv::fillsRegisterFile: the two-tile prefill and
+// verify variants, head dim 64) and the grid has more CTAs than one fewer an SM would hold on
+// kSplitKvPlanSMs SMs. Then the kernel before it (qkv_rope_kv_write) should let it in only once
+// its own CTAs are done: any of them still resident keeps a split CTA off its SM
+// (QkvRopeKvWriteParams::nextFillsSms). False for calls that do not take the split kernel.
+bool pagedAttentionFillsSms(const PagedAttentionParams& p);
+
 // The process default of maxRowTiles: 2, or 1 when the environment sets ES_ATTN_ROWTILES=1 (read
 // once; an A/B switch for benchmarks and tests: launchPagedAttention then runs the prefill and
 // verify kernels of before). InvalidArgument for any other value than 1 or 2.

@@ -224,6 +224,15 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   return plan;
 }
 
+bool pagedAttentionFillsSms(const PagedAttentionParams& p) {
+  const PagedAttentionPlan plan = planPagedAttention(p);
+  if (!plan.splitKv || !splitkv::fillsRegisterFile(p.headDim, plan.warpsM, plan.rowTiles)) return false;
+  const int64_t ctas =
+      int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks * plan.numSplits;
+  const int64_t per_sm = splitkv::ctasPerSm(p.headDim, plan.warpsM, plan.rowTiles);
+  return ctas > (per_sm - 1) * kSplitKvPlanSMs;
+}
+
 int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, int32_t numQHeads,
                                      int32_t numKVHeads, int32_t headDim, int32_t maxKvLength,
                                      int32_t maxTotalQ) {

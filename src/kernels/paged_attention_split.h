@@ -108,6 +108,15 @@ static_assert(smemBytes(128, 1, kVerifyRowTiles) == 110656);
 static_assert(ctasPerSm(128, 1, kVerifyRowTiles) == 2);
 static_assert(kVerifyRowTiles * mergeBytes(128) <=
               stages(128, 1, kVerifyRowTiles) * kvStageBytes(128));
+// Whether ctasPerSm CTAs of the split kernel take (nearly) the whole register file, so that a CTA
+// of any other kernel resident on the SM keeps one of them out (ptxas, sm_90a: the two-tile
+// instances at D 128 use 252-255 registers, 2 x 128 threads x 256 = 65,536; D 64's 128 registers
+// at 4 CTAs, 65,536 too; the one-tile D 128 instances 205-230, leaving 6-12K, and D 256 one CTA
+// of 255, leaving half). pagedAttentionFillsSms adds the grid to it.
+constexpr bool fillsRegisterFile(int32_t headDim, int32_t /*warpsM*/, int32_t rowTiles) {
+  return headDim == 64 || rowTiles == 2;
+}
+
 // The split plan sizes its wave with ctasPerSm(headDim, 1): the same for every warpsM and
 // rowTiles, so the split boundaries depend on neither.
 static_assert(ctasPerSm(64, 2) == ctasPerSm(64, 1) && ctasPerSm(64, 4) == ctasPerSm(64, 1) &&

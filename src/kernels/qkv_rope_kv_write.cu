@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
+#include "common/env_switch.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/qkv_rope_kv_write.h"
@@ -32,6 +33,7 @@ struct Args {
   void* q_out;
   int32_t batch, hq, hkv, dim, rotary, num_pages, max_pages;
   int32_t early_reads;  // 1: read all but qkv before waiting for the previous kernel (ES_PDL_EARLY_READS)
+  int32_t trigger_last;  // 1: the next kernel is let in after the stores, not after the wait
 };
 
 template <typename T>
@@ -40,7 +42,14 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
   // (the default) everything else this warp needs (position, owner, page, norm weights, cos/sin:
   // none of it written by that kernel) is read before waiting for it, so only the qkv row's load
   // is left after the wait; ES_PDL_EARLY_READS=0 waits first, as before.
-  if (!a.early_reads) pdl::enter();
+  auto wait_for_qkv = [&] {
+    if (a.trigger_last) {
+      pdl::wait();
+    } else {
+      pdl::enter();
+    }
+  };
+  if (!a.early_reads) wait_for_qkv();
   constexpr int kPer = kMaxDim / 32;  // elements per lane at most
   __shared__ float buf[kWarps][kMaxDim];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -95,7 +104,7 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
       }
     }
   }
-  if (a.early_reads) pdl::enter();
+  if (a.early_reads) wait_for_qkv();
 
   if (is_q && !live) {
     for (int32_t i = lane; i < dim; i += 32) dst[i] = fwd::from_f<T>(0.0f);
@@ -141,8 +150,17 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
     }
     dst[i] = fwd::from_f<T>(o);
   }
+  if (a.trigger_last) pdl::trigger();  // the returns above let it in by exiting
 }
 
+}  // namespace
+
+namespace {
+// ES_QKV_ROPE_TRIGGER_LAST=1 (read once): nextFillsSms takes effect (opt-in until measured).
+bool trigger_last_allowed() {
+  static const bool on = env_switch_opt_in("ES_QKV_ROPE_TRIGGER_LAST");
+  return on;
+}
 }  // namespace
 
 void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
@@ -150,7 +168,8 @@ void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
   const Args a{p.qkv,       p.qNormWeight, p.kNormWeight, p.normEps,    p.cosSin,
                p.maxPositions, p.positions, p.tokenToSequence, p.pageTable, p.kvPool,
                p.qOut,      p.batchSize,   p.numQHeads,   p.numKVHeads, p.headDim,
-               p.rotaryDim, p.numPages,    p.maxPagesPerSeq, pdl::early_reads() ? 1 : 0};
+               p.rotaryDim, p.numPages,    p.maxPagesPerSeq, pdl::early_reads() ? 1 : 0,
+               p.nextFillsSms && trigger_last_allowed() ? 1 : 0};
   const int32_t heads = p.numQHeads + 2 * p.numKVHeads;
   const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {

@@ -19,7 +19,9 @@
 // (as rmsnorm.h). qOut must not alias qkv.
 // Launched as a programmatic dependent (pdl.cuh) with early reads: positions, tokenToSequence,
 // the page table, the norm weights and cosSin are read before waiting for the previous kernel of
-// the stream, so that kernel must not write them (in the models it is the qkv linear).
+// the stream, so that kernel must not write them (in the models it is the qkv linear). It lets the
+// next kernel in after its wait, or with nextFillsSms and ES_QKV_ROPE_TRIGGER_LAST=1 (opt-in, not
+// yet measured) only after its stores.
 #include <cstdint>
 
 #include "common/dtype.h"
@@ -48,6 +50,10 @@ struct QkvRopeKvWriteParams {
   int32_t numPages = 0;
   int32_t maxPagesPerSeq = 0;
   DType dtype = DType::kBF16;         // f32, f16 or bf16
+  // The kernel launched right after this one needs whole SMs for its CTAs
+  // (pagedAttentionFillsSms, paged_attention.h: 48 registers x 256 threads of a CTA here still
+  // resident keep a two-tile split-KV CTA off its SM).
+  bool nextFillsSms = false;
 };
 
 bool validate(const QkvRopeKvWriteParams& p);

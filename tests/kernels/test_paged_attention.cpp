@@ -821,6 +821,27 @@ TEST(PagedAttentionPlan, VerifyRowTiles) {
   }
 }
 
+// pagedAttentionFillsSms: only split kernels whose CTAs take the whole register file
+// (splitkv::fillsRegisterFile), and only when the grid needs every CTA slot of some SMs.
+TEST(PagedAttentionPlan, FillsSms) {
+  EXPECT_FALSE(kernel::pagedAttentionFillsSms(PlanShape(1, 1, 32, 8, 128, 4096).p));    // one tile
+  EXPECT_FALSE(kernel::pagedAttentionFillsSms(PlanShape(64, 1, 32, 8, 256, 4096).p));   // D 256
+  EXPECT_TRUE(kernel::pagedAttentionFillsSms(PlanShape(64, 1, 16, 16, 64, 4096).p));    // D 64
+  EXPECT_FALSE(kernel::pagedAttentionFillsSms(PlanShape(1, 1, 8, 8, 64, 128).p));       // 16 CTAs
+  PlanShape unknown(1, 1, 32, 8, 128, 0);  // maxKvLength 0: the simple kernel
+  EXPECT_FALSE(kernel::pagedAttentionFillsSms(unknown.p));
+  // The batch-1 verify at 4k: by default one row tile per CTA; with the two-tile variant
+  // (ES_ATTN_VERIFY_ROWTILES=2) 8 heads x 2 row blocks x 16 splits = 256 CTAs > 132.
+  const PlanShape verify(1, 16, 32, 8, 128, 4096);
+  const auto vplan = kernel::planPagedAttention(verify.p);
+  ASSERT_TRUE(vplan.splitKv);
+  EXPECT_EQ(kernel::pagedAttentionFillsSms(verify.p), vplan.rowTiles == 2);
+  // A 4,096-row prefill with the two-tile prefill variant (the default unless ES_ATTN_ROWTILES=1):
+  // 8 heads x 128 row blocks = 1,024 CTAs.
+  const PlanShape prefill(1, 4096, 32, 8, 128, 4096);
+  EXPECT_EQ(kernel::pagedAttentionFillsSms(prefill.p), kernel::pagedAttentionRowTiles() == 2);
+}
+
 TEST(PagedAttentionPlan, FallbacksToTheSimpleKernel) {
   auto reason = [](auto mutate) {
     PlanShape s(1, 1, 32, 8, 128, 32768);
