@@ -396,11 +396,15 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
   const int32_t* cuQ = owners + int64_t{maxBatch_} * BS;
   const int32_t* blockGather = cuQ + maxBatch_ + 1;
 
-  auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n, int32_t k, DType out) {
+  auto linearParams = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n, int32_t k,
+                          DType out) {
     kernel::LinearParams p;
     p.x = x; p.w = w.data(); p.bias = bias.bytes() ? bias.data() : nullptr; p.y = y;
     p.m = R; p.n = n; p.k = k; p.dtype = dtype_; p.outDtype = out;
-    backend_.linear(p);
+    return p;
+  };
+  auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n, int32_t k, DType out) {
+    backend_.linear(linearParams(x, w, bias, y, n, k, out));
   };
   auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
     kernel::RmsNormParams p;
@@ -449,9 +453,10 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
     att.maxKvLength = std::min(cache.capacity(), maxPositions_);
     att.workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr;
     att.workspaceBytes = attnSplit_.bytes();
+    const kernel::LinearParams o = linearParams(attn_.data(), w.o, w.oBias, tmp_.data(), H, Hq * D, dtype_);
+    att.nextFillsSms = backend_.linearFillsSms(o);  // the o projection comes right after
     backend_.pagedAttention(att);
-
-    linear(attn_.data(), w.o, w.oBias, tmp_.data(), H, Hq * D, dtype_);
+    backend_.linear(o);
     norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
     linear(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), 2 * I, H, dtype_);
     kernel::SwigluParams act;
