@@ -45,7 +45,11 @@
 #   tools/gpu_check.sh batchdecode  plain decode at batch ES_DECODE_BATCHES (default "16 64") on
 #                                 ES_ENGINE_PRESETS (default qwen3-8b): tok/s and the share of the
 #                                 weights + KV roofline at the read ceiling measured first
-#                                 (bench_linear_gpu --ceiling, tools/decode_roofline.py)
+#                                 (bench_linear_gpu --ceiling, tools/decode_roofline.py), under
+#                                 each combination in ES_BATCHDECODE_COMBOS (as verify4k's): e.g.
+#                                 the combine's trigger at batch 16, after its stores (default),
+#                                 before its wait (ES_ATTN_COMBINE_TRIGGER_LAST=0) or after it
+#                                 (ES_ATTN_COMBINE_TRIGGER_LAST=0,ES_ATTN_COMBINE_TRIGGER_FIRST=0)
 #   tools/gpu_check.sh verify4k   the engine's 4k verify / decode ratio under each combination in
 #                                 ES_VERIFY4K_COMBOS (e.g. "default ES_PDL_EARLY_READS=0")
 #   tools/gpu_check.sh profile    ncu counters per kernel (clocks untouched) of bench_sampling_gpu's
@@ -635,16 +639,23 @@ stage_batchdecode() {
   for preset in ${ES_ENGINE_PRESETS:-qwen3-8b}; do
     local dir="/dev/shm/es_$preset"
     saved_model "$preset" "$dir" || { summary+=("batchdecode $preset FAILED   save_$preset.log"); status=1; continue; }
-    for b in ${ES_DECODE_BATCHES:-16 64}; do
-      local base="$out/batchdecode_${preset}_$b"
-      if "$build_dir/edgespec" bench --model "$dir" --batch "$b" --json >"$base.json" 2>"$base.err"; then
-        summary+=("batchdecode $(printf '%-10s' "$preset") $(python3 tools/decode_roofline.py --model "$dir" --bench "$base.json" --ceiling "$ceiling")")
-      else
-        tail -5 "$base.err"
-        summary+=("batchdecode $(printf '%-10s' "$preset") B $b FAILED   $(basename "$base").err")
-        status=1
-      fi
-      echo "${summary[-1]}"
+    local combo run=0
+    for combo in ${ES_BATCHDECODE_COMBOS:-default}; do
+      local envs=()
+      [ "$combo" = default ] || IFS=, read -r -a envs <<<"$combo"
+      for b in ${ES_DECODE_BATCHES:-16 64}; do
+        run=$((run + 1))
+        local base="$out/batchdecode_${preset}_${b}_$run" label
+        label="$(printf '%-10s' "$preset")$([ "$combo" = default ] || echo " $combo")"
+        if env "${envs[@]}" "$build_dir/edgespec" bench --model "$dir" --batch "$b" --json >"$base.json" 2>"$base.err"; then
+          summary+=("batchdecode $label $(python3 tools/decode_roofline.py --model "$dir" --bench "$base.json" --ceiling "$ceiling")")
+        else
+          tail -5 "$base.err"
+          summary+=("batchdecode $label B $b FAILED   $(basename "$base").err")
+          status=1
+        fi
+        echo "${summary[-1]}"
+      done
     done
     [ -n "${ES_KEEP_MODELS:-}" ] || rm -rf "$dir"
   done
