@@ -153,14 +153,12 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
   if (a.trigger_last) pdl::trigger();  // the returns above let it in by exiting
 }
 
-}  // namespace
-
-namespace {
 // ES_QKV_ROPE_TRIGGER_LAST=1 (read once): nextFillsSms takes effect (opt-in until measured).
 bool trigger_last_allowed() {
   static const bool on = env_switch_opt_in("ES_QKV_ROPE_TRIGGER_LAST");
   return on;
 }
+
 }  // namespace
 
 void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
