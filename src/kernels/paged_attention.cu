@@ -1014,8 +1014,8 @@ void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) 
 }
 
 template <typename T, int D>
-void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, int64_t ctas,
-                      cudaStream_t stream) {
+void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaStream_t stream) {
+  const int64_t ctas = plan.splitCtas;
   constexpr int RT2 = sk::kPrefillRowTiles;
   static_assert(sk::kVerifyRowTiles == RT2);
   if (plan.rowTiles == RT2) {
@@ -1105,15 +1105,13 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
   a.part_o = static_cast<float*>(p.workspace);
   a.part_ml = reinterpret_cast<float2*>(a.part_o + int64_t{plan.numSplits} * q.totalQ *
                                                        q.numQHeads * p.headDim);
-  const int64_t ctas =
-      int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks * plan.numSplits;
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
       switch (p.headDim) {
-        case 64: launch_split_dim<T, 64>(a, plan, ctas, stream); break;
-        case 128: launch_split_dim<T, 128>(a, plan, ctas, stream); break;
-        default: launch_split_dim<T, 256>(a, plan, ctas, stream); break;
+        case 64: launch_split_dim<T, 64>(a, plan, stream); break;
+        case 128: launch_split_dim<T, 128>(a, plan, stream); break;
+        default: launch_split_dim<T, 256>(a, plan, stream); break;
       }
     }
   });

@@ -158,6 +158,7 @@ struct PagedAttentionPlan {
                                // rows; or batch-1 verify, warpsM 1: 32 rows)
   int32_t rowBlocks = 0;       // CTAs over the ceil(maxQSeqLen * group / 16) row tiles
   int64_t workspaceBytes = 0;  // partials this call needs (0 when numSplits == 1)
+  int64_t splitCtas = 0;       // the split kernel's grid: batch x KV heads x rowBlocks x numSplits
 };
 
 bool validate(const PagedAttentionParams& p);

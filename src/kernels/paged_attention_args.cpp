@@ -214,6 +214,7 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   plan.numSplits = static_cast<int32_t>(g.numSplits);
   plan.tilesPerSplit = static_cast<int32_t>(std::min<int64_t>(g.tilesPerSplit, INT32_MAX));
   plan.workspaceBytes = partial_bytes(g.numSplits, q.totalQ, q.numQHeads, p.headDim);
+  plan.splitCtas = ctas;
   if (ctas > INT32_MAX || combine_ctas > INT32_MAX) {
     plan.reason = "grid too large";
   } else if (plan.workspaceBytes > p.workspaceBytes) {
@@ -227,10 +228,8 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
 bool pagedAttentionFillsSms(const PagedAttentionParams& p) {
   const PagedAttentionPlan plan = planPagedAttention(p);
   if (!plan.splitKv || !splitkv::fillsRegisterFile(p.headDim, plan.warpsM, plan.rowTiles)) return false;
-  const int64_t ctas =
-      int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks * plan.numSplits;
   const int64_t per_sm = splitkv::ctasPerSm(p.headDim, plan.warpsM, plan.rowTiles);
-  return ctas > (per_sm - 1) * kSplitKvPlanSMs;
+  return plan.splitCtas > (per_sm - 1) * kSplitKvPlanSMs;
 }
 
 int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, int32_t numQHeads,

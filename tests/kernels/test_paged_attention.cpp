@@ -696,7 +696,9 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
     // Verify's default: 1 unless the environment opts in, and never above the prefill's.
     const int32_t vrt = kernel::pagedAttentionVerifyRowTiles();
     EXPECT_TRUE(vrt == 1 || (vrt == 2 && rt == 2)) << vrt << " " << rt;
-    if (std::getenv("ES_ATTN_VERIFY_ROWTILES") == nullptr) EXPECT_EQ(vrt, 1);
+    if (std::getenv("ES_ATTN_VERIFY_ROWTILES") == nullptr) {
+      EXPECT_EQ(vrt, 1);
+    }
   }
   PlanShape s(1, 4096, 32, 8, 128, 8192);
   test::expectInvalidArgument([&] { kernel::planPagedAttention(s.p, 0, 3); }, "maxRowTiles");
@@ -835,6 +837,7 @@ TEST(PagedAttentionPlan, FillsSms) {
   const PlanShape verify(1, 16, 32, 8, 128, 4096);
   const auto vplan = kernel::planPagedAttention(verify.p);
   ASSERT_TRUE(vplan.splitKv);
+  EXPECT_EQ(vplan.splitCtas, int64_t{8} * vplan.rowBlocks * vplan.numSplits);
   EXPECT_EQ(kernel::pagedAttentionFillsSms(verify.p), vplan.rowTiles == 2);
   // A 4,096-row prefill with the two-tile prefill variant (the default unless ES_ATTN_ROWTILES=1):
   // 8 heads x 128 row blocks = 1,024 CTAs.
