@@ -37,11 +37,12 @@
 #   tools/gpu_check.sh combinefirst  edgespec bench with the split-KV combine letting the o
 #                                 projection in before its wait on decode rows (the default) and
 #                                 not (ES_ATTN_COMBINE_TRIGGER_FIRST=0), as fusions
-#   tools/gpu_check.sh ropelast   the attention prologue letting a split kernel that fills SMs in
-#                                 after its stores (ES_QKV_ROPE_TRIGGER_LAST=1) with and without
-#                                 the two-tile verify variant (ES_ATTN_VERIFY_ROWTILES=2): edgespec
-#                                 bench (128-token prompt) and the verify4k row on ES_ENGINE_PRESETS
-#                                 (default qwen3-8b), alternated twice
+#   tools/gpu_check.sh l2prefetch the attention prologue asking the L2 for the o projection's
+#                                 weights (the default) and not (ES_ROPE_L2_PREFETCH=0): edgespec
+#                                 bench (128-token prompt) on ES_ENGINE_PRESETS (default qwen3-8b
+#                                 qwen3-0.6b), alternated twice; then the verify4k row on the first
+#                                 preset with both and with one row tile per verify CTA
+#                                 (ES_ATTN_VERIFY_ROWTILES=1; the default decides by the grid)
 #   tools/gpu_check.sh batchdecode  plain decode at batch ES_DECODE_BATCHES (default "16 64") on
 #                                 ES_ENGINE_PRESETS (default qwen3-8b): tok/s and the share of the
 #                                 weights + KV roofline at the read ceiling measured first
@@ -605,16 +606,15 @@ stage_combinefirst() {
   engine_combos combinefirst 2 "ES_ATTN_COMBINE_TRIGGER_FIRST=0" default
 }
 
-# Session 17 found that a kernel whose CTAs take a whole SM's registers loses a round of CTAs when
-# the kernel before it lets it in while its own CTAs are still resident (docs/perf.md). The
-# two-tile batch-1 verify attention (252 registers x 128 threads, 2 an SM) is one: this A/B lets
-# it in after qkv_rope_kv_write's stores (ES_QKV_ROPE_TRIGGER_LAST=1), with and without it.
-stage_ropelast() {
-  local status=0 rt2=ES_ATTN_VERIFY_ROWTILES=2 last=ES_QKV_ROPE_TRIGGER_LAST=1
-  ES_ENGINE_PRESETS=${ES_ENGINE_PRESETS:-qwen3-8b} ES_KEEP_MODELS=1 \
-    engine_combos ropelast 2 default "$rt2" "$rt2 $last" "$last" || status=1
-  ES_ENGINE_PRESETS=${ES_ENGINE_PRESETS:-qwen3-8b} \
-    ES_VERIFY4K_COMBOS="default $rt2 $rt2,$last $last default $rt2 $rt2,$last $last" stage_verify4k || status=1
+# The o projection's weights asked of the L2 by the attention prologue (qkv_rope_kv_write.h) against
+# not, and at 4k the verify attention's row tiles (automatic against one per CTA).
+stage_l2prefetch() {
+  local status=0 off=ES_ROPE_L2_PREFETCH=0 rt1=ES_ATTN_VERIFY_ROWTILES=1
+  local presets=${ES_ENGINE_PRESETS:-qwen3-8b qwen3-0.6b}
+  ES_ENGINE_PRESETS=$presets ES_KEEP_MODELS=1 engine_combos l2prefetch 2 default "$off" || status=1
+  ES_ENGINE_PRESETS=${presets%% *} \
+    ES_VERIFY4K_COMBOS="default $off $rt1 default $off $rt1" stage_verify4k || status=1
+  for preset in $presets; do rm -rf "/dev/shm/es_$preset"; done
   return $status
 }
 
@@ -706,7 +706,7 @@ if build; then
       normfusion) stage_normfusion || status=1 ;;
       verify4k) stage_verify4k || status=1 ;;
       combinefirst) stage_combinefirst || status=1 ;;
-      ropelast) stage_ropelast || status=1 ;;
+      l2prefetch) stage_l2prefetch || status=1 ;;
       batchdecode) stage_batchdecode || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
@@ -714,7 +714,7 @@ if build; then
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, ropelast, batchdecode)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, l2prefetch, batchdecode)" >&2; status=2 ;;
     esac
   done
 else

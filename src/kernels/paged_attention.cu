@@ -40,8 +40,8 @@
 // verify row keeps the decode row's bits while the CTAs halve (the 16-row verify of Qwen3-8B at
 // 4k: 512 CTAs in two waves -> 256 in one). 3 stages + Q (8 KiB) + row data = 108.1 KiB per CTA,
 // 2 CTAs per SM; ptxas (CUDA 13.0, sm_90a): 252 registers, no spills (merged after its H200
-// measurement in session 10, docs/perf.md). Opt-in since session 16 (ES_ATTN_VERIFY_ROWTILES=2):
-// faster alone, slower inside the whole verify forward (paged_attention.h).
+// measurement in session 10, docs/perf.md). Taken where one tile per CTA would need two waves
+// (paged_attention.h, "Verify row tiles"; opt-in in sessions 16-17).
 #include <cuda_runtime.h>
 
 #include <atomic>

@@ -142,9 +142,12 @@ inline constexpr int32_t kSplitKvRowTilesMinCtas = kSplitKvPlanSMs;
 // per CTA with warpsM 1 (plan.rowTiles 2, rowBlocks ceil(tiles / 2)): each warp keeps decode's
 // 16-key slice of every 64-key tile for both tiles, so a row's result is the rowTiles-1 (decode)
 // kernel's bit for bit and the CTA count halves (the 16-row verify of Qwen3-8B at 4k: 512 CTAs,
-// two waves, -> 256, one). maxRowTiles 1 / ES_ATTN_ROWTILES=1 keeps one tile per CTA. Opt-in:
-// the default plan takes it only with ES_ATTN_VERIFY_ROWTILES=2 (pagedAttentionVerifyRowTiles);
-// an explicit maxRowTiles 2 takes it always (tests, benchmarks).
+// two waves, -> 256, one). maxRowTiles 1 / ES_ATTN_ROWTILES=1 keeps one tile per CTA. The
+// default plan takes it only where the one-tile grid (batch x KV heads x tiles x splits) is more
+// than one wave of kSplitKvPlanSMs x ctasPerSm CTAs (264 at D 128): fewer, fuller CTAs pay only
+// when they save a wave (Qwen3-8B verify forward at 4k: 5.35 -> 5.19 ms; at 128 tokens, 64 CTAs
+// in one wave, 4.66 -> 4.70; docs/perf.md, session 18). ES_ATTN_VERIFY_ROWTILES=1 / 2 and an
+// explicit maxRowTiles 1 / 2 choose one or the other wherever the variant is built.
 
 // Which kernel a call takes and, for split-KV, its shape. Host only.
 struct PagedAttentionPlan {
@@ -172,24 +175,16 @@ bool validate(const PagedAttentionParams& p);
 PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits = 0,
                                       int32_t maxRowTiles = 0);
 
-// Whether launchPagedAttention(p)'s split kernel needs whole SMs for its CTAs: its CTAs take the
-// whole register file at ctasPerSm an SM (splitkv::fillsRegisterFile: the two-tile prefill and
-// verify variants, head dim 64) and the grid has more CTAs than one fewer an SM would hold on
-// kSplitKvPlanSMs SMs. Then the kernel before it (qkv_rope_kv_write) should let it in only once
-// its own CTAs are done: any of them still resident keeps a split CTA off its SM
-// (QkvRopeKvWriteParams::nextFillsSms). False for calls that do not take the split kernel.
-bool pagedAttentionFillsSms(const PagedAttentionParams& p);
-
 // The process default of maxRowTiles: 2, or 1 when the environment sets ES_ATTN_ROWTILES=1 (read
 // once; an A/B switch for benchmarks and tests: launchPagedAttention then runs the prefill and
 // verify kernels of before). InvalidArgument for any other value than 1 or 2.
 int32_t pagedAttentionRowTiles();
 
-// The process default of maxRowTiles for batch-1 calls of <= 16 rows (verify): 1, or 2 when the
-// environment sets ES_ATTN_VERIFY_ROWTILES=2 and ES_ATTN_ROWTILES is not 1 (read once).
-// The two-tile verify variant ran 25.1 against 27.6 us alone (bench_attention_gpu, 4k), but the
-// Qwen3-8B verify forward at 4,096 tokens took 6.26 ms with it and 5.49 with one tile per CTA
-// (PDL on; 5.41 with it and PDL off; docs/perf.md, session 16). InvalidArgument for other values.
+// The process default of maxRowTiles for batch-1 calls of <= 16 rows (verify): 0 (the plan
+// decides by the grid, "Verify row tiles" above), or ES_ATTN_VERIFY_ROWTILES = 1 / 2 (A/B), and
+// 1 whenever ES_ATTN_ROWTILES=1 (read once). InvalidArgument for other values. (Session 16
+// measured the variant everywhere: the 8B verify at 4k lost 0.77 ms with it, until session 17's
+// combine let the o projection in after its stores; docs/perf.md.)
 int32_t pagedAttentionVerifyRowTiles();
 
 // Workspace that covers every split-KV call with batchSize <= maxBatchSize, maxQSeqLen <=

@@ -87,8 +87,8 @@ struct SplitShape {
 // 2 tiles per CTA at warpsM 1 (the verify variant, decode's per-row arithmetic): the 16-row verify
 // at 4k context had 4 tiles x 8 KV heads x 16 splits = 512 CTAs of one tile, two waves of the 264
 // resident ones (30.6 us against decode's 15.1 us); with 2 tiles per CTA it is 256, one wave.
-// That variant is opt-in (maxVerifyRowTiles, below): 9 % faster alone, it made the whole 8B verify
-// forward at 4k 0.77 ms slower under PDL (docs/perf.md, session 16).
+// By default the plan keeps that variant only where one tile per CTA would need more than one
+// wave (verify_two_tiles_pay, below); maxVerifyRowTiles 2 here takes it wherever it is built.
 SplitShape split_shape(int32_t batchSize, int32_t maxQSeqLen, int32_t group, int32_t numKVHeads,
                        int32_t headDim, int32_t maxRowTiles, int32_t maxVerifyRowTiles) {
   const int64_t packed = int64_t{maxQSeqLen} * group;
@@ -141,6 +141,15 @@ SplitGeometry split_geometry(int64_t pairs, int32_t headDim, int64_t tilesSpan, 
 
 int64_t tiles_of(int64_t keys) { return std::max<int64_t>(1, ceil_div(keys, kTile)); }
 
+// The automatic verify rule (paged_attention.h, "Verify row tiles"): two row tiles per CTA only
+// where the one-tile grid, oneTileCtas, is more than one wave of resident CTAs. Halving a grid
+// that fits in one wave only halves the CTAs streaming K/V: the Qwen3-8B verify at 128 tokens
+// (64 one-tile CTAs) took 4.70 ms a forward with two tiles against 4.66 with one, at 4k
+// (512 CTAs, two waves) 5.19 against 5.35 (docs/perf.md, session 18).
+bool verify_two_tiles_pay(int64_t oneTileCtas, int32_t headDim) {
+  return oneTileCtas > int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
+}
+
 int64_t partial_bytes(int64_t splits, int64_t totalQ, int32_t numQHeads, int32_t headDim) {
   return splits < 2 ? 0 : splits * totalQ * numQHeads * (int64_t{headDim} + 2) * 4;
 }
@@ -155,8 +164,10 @@ int32_t pagedAttentionRowTiles() {
 }
 
 int32_t pagedAttentionVerifyRowTiles() {
-  static const int32_t rt =
-      std::min(env_choice("ES_ATTN_VERIFY_ROWTILES", {1, 2}, 1), pagedAttentionRowTiles());
+  static const int32_t rt = pagedAttentionRowTiles() == 1
+                                ? 1
+                                : env_choice("ES_ATTN_VERIFY_ROWTILES", {1, 2}, 0,
+                                             " (or unset: the plan decides by the grid)");
   return rt;
 }
 
@@ -164,8 +175,12 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
                                       int32_t maxRowTiles) {
   ES_CHECK_ARG(maxRowTiles >= 0 && maxRowTiles <= splitkv::kPrefillRowTiles, "planPagedAttention",
                "maxRowTiles", maxRowTiles, "must be 0 (the default), 1 or 2");
-  // An explicit maxRowTiles bounds prefill and verify alike; the default takes each one's own.
-  const int32_t maxVerifyRowTiles = maxRowTiles == 0 ? pagedAttentionVerifyRowTiles() : maxRowTiles;
+  // An explicit maxRowTiles bounds prefill and verify alike; the default takes each one's own
+  // (for verify 0: the variant only where it pays, verify_two_tiles_pay).
+  const int32_t verifyDefault = pagedAttentionVerifyRowTiles();
+  const bool verifyAuto = maxRowTiles == 0 && verifyDefault == 0;
+  const int32_t maxVerifyRowTiles =
+      maxRowTiles != 0 ? maxRowTiles : verifyAuto ? splitkv::kVerifyRowTiles : verifyDefault;
   if (maxRowTiles == 0) maxRowTiles = pagedAttentionRowTiles();
   PagedAttentionPlan plan;
   if (!validate(p)) {
@@ -188,12 +203,9 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   if (*plan.reason) return plan;
 
   const int32_t group = q.numQHeads / p.kv.numKVHeads;
-  const SplitShape shape =
+  SplitShape shape =
       split_shape(p.batchSize, q.maxQSeqLen, group, p.kv.numKVHeads, p.headDim, maxRowTiles,
                   maxVerifyRowTiles);
-  plan.warpsM = shape.warpsM;
-  plan.rowTiles = shape.rowTiles;
-  plan.rowBlocks = shape.rowBlocks;
   // Tiles one CTA's rows can see: all of the key bound, or with a window at most W + 15 keys
   // (16 query rows, whatever this call's maxQSeqLen) and one tile of misalignment.
   const int64_t tilesFull =
@@ -209,6 +221,17 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
     g.numSplits = std::min(forceNumSplits, kSplitKvMaxSplits);
     g.tilesPerSplit = std::max<int64_t>(1, tilesSpan / g.numSplits);
   }
+  // The split geometry does not depend on the row tiles, so the verify variant can be dropped
+  // here, once the grid is known.
+  if (verifyAuto && !prefill && shape.warpsM == 1 && shape.rowTiles == splitkv::kVerifyRowTiles) {
+    const int64_t tiles = ceil_div(int64_t{q.maxQSeqLen} * group, 16);
+    if (!verify_two_tiles_pay(int64_t{p.batchSize} * p.kv.numKVHeads * tiles * g.numSplits, p.headDim)) {
+      shape = {1, 1, static_cast<int32_t>(tiles)};
+    }
+  }
+  plan.warpsM = shape.warpsM;
+  plan.rowTiles = shape.rowTiles;
+  plan.rowBlocks = shape.rowBlocks;
   const int64_t ctas = int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks * g.numSplits;
   const int64_t combine_ctas = (int64_t{q.totalQ} * q.numQHeads + 3) / 4;
   plan.numSplits = static_cast<int32_t>(g.numSplits);
@@ -223,13 +246,6 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
     plan.splitKv = true;
   }
   return plan;
-}
-
-bool pagedAttentionFillsSms(const PagedAttentionParams& p) {
-  const PagedAttentionPlan plan = planPagedAttention(p);
-  if (!plan.splitKv || !splitkv::fillsRegisterFile(p.headDim, plan.warpsM, plan.rowTiles)) return false;
-  const int64_t per_sm = splitkv::ctasPerSm(p.headDim, plan.warpsM, plan.rowTiles);
-  return plan.splitCtas > (per_sm - 1) * kSplitKvPlanSMs;
 }
 
 int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, int32_t numQHeads,

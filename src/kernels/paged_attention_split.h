@@ -13,8 +13,8 @@
 //     rows, 128 per CTA) and all keys of a K/V tile, so every K and V fragment it loads with
 //     ldmatrix feeds two mma.sync instead of one, and each K/V tile in shared memory serves 128
 //     rows instead of 64 (FlashAttention-2's arrangement).
-//   rowTiles 2 at warpsM 1 (batch-1 verify of >= 2 tiles, head dim 128; opt-in in the default
-//     plan, ES_ATTN_VERIFY_ROWTILES=2, or maxRowTiles 2): the CTA holds two
+//   rowTiles 2 at warpsM 1 (batch-1 verify of >= 2 tiles, head dim 128, where one tile per CTA
+//     would need more than one wave; paged_attention.h, "Verify row tiles"): the CTA holds two
 //     16-row tiles (32 packed rows) and each of the 4 warps keeps decode's 16-key slice of every
 //     64-key tile but computes it for both tiles, so each K/V tile in shared memory serves 32 rows
 //     and the CTA count halves. Per row it is the rowTiles-1 warpsM-1 kernel's arithmetic: the
@@ -108,15 +108,6 @@ static_assert(smemBytes(128, 1, kVerifyRowTiles) == 110656);
 static_assert(ctasPerSm(128, 1, kVerifyRowTiles) == 2);
 static_assert(kVerifyRowTiles * mergeBytes(128) <=
               stages(128, 1, kVerifyRowTiles) * kvStageBytes(128));
-// Whether ctasPerSm CTAs of the split kernel take (nearly) the whole register file, so that a CTA
-// of any other kernel resident on the SM keeps one of them out (ptxas, sm_90a: the two-tile
-// instances at D 128 use 252-255 registers, 2 x 128 threads x 256 = 65,536; D 64's 128 registers
-// at 4 CTAs, 65,536 too; the one-tile D 128 instances 205-230, leaving 6-12K, and D 256 one CTA
-// of 255, leaving half). pagedAttentionFillsSms adds the grid to it.
-constexpr bool fillsRegisterFile(int32_t headDim, int32_t /*warpsM*/, int32_t rowTiles) {
-  return headDim == 64 || rowTiles == 2;
-}
-
 // The split plan sizes its wave with ctasPerSm(headDim, 1): the same for every warpsM and
 // rowTiles, so the split boundaries depend on neither.
 static_assert(ctasPerSm(64, 2) == ctasPerSm(64, 1) && ctasPerSm(64, 4) == ctasPerSm(64, 1) &&

@@ -33,8 +33,21 @@ struct Args {
   void* q_out;
   int32_t batch, hq, hkv, dim, rotary, num_pages, max_pages;
   int32_t early_reads;  // 1: read all but qkv before waiting for the previous kernel (ES_PDL_EARLY_READS)
-  int32_t trigger_last;  // 1: the next kernel is let in after the stores, not after the wait
+  const char* prefetch;   // [prefetch_bytes] asked of the L2 after the wait, or null
+  int64_t prefetch_bytes;  // a multiple of 16
 };
+
+// Bulk L2 prefetch requests of up to this many bytes (one instruction each).
+constexpr int64_t kPrefetchChunk = 16 * 1024;
+
+// Worker `worker` of `workers` asks the L2 for its share of [base, base + bytes): the chunks
+// worker, worker + workers, ... (bytes a multiple of 16; the last chunk may be shorter).
+__device__ void l2_prefetch_share(const char* base, int64_t bytes, int64_t worker, int64_t workers) {
+  for (int64_t off = worker * kPrefetchChunk; off < bytes; off += workers * kPrefetchChunk) {
+    const uint32_t size = static_cast<uint32_t>(bytes - off < kPrefetchChunk ? bytes - off : kPrefetchChunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(size) : "memory");
+  }
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
@@ -42,14 +55,7 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
   // (the default) everything else this warp needs (position, owner, page, norm weights, cos/sin:
   // none of it written by that kernel) is read before waiting for it, so only the qkv row's load
   // is left after the wait; ES_PDL_EARLY_READS=0 waits first, as before.
-  auto wait_for_qkv = [&] {
-    if (a.trigger_last) {
-      pdl::wait();
-    } else {
-      pdl::enter();
-    }
-  };
-  if (!a.early_reads) wait_for_qkv();
+  if (!a.early_reads) pdl::enter();
   constexpr int kPer = kMaxDim / 32;  // elements per lane at most
   __shared__ float buf[kWarps][kMaxDim];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -104,7 +110,12 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
       }
     }
   }
-  if (a.early_reads) wait_for_qkv();
+  if (a.early_reads) pdl::enter();
+  // Every q head's warp gets here (the returns above are k / v warps'): they share the prefetch.
+  if (is_q && a.prefetch != nullptr) {
+    l2_prefetch_share(a.prefetch, a.prefetch_bytes, (t * a.hq + head) * 32 + lane,
+                      int64_t{gridDim.x} * a.hq * 32);
+  }
 
   if (is_q && !live) {
     for (int32_t i = lane; i < dim; i += 32) dst[i] = fwd::from_f<T>(0.0f);
@@ -150,12 +161,11 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
     }
     dst[i] = fwd::from_f<T>(o);
   }
-  if (a.trigger_last) pdl::trigger();  // the returns above let it in by exiting
 }
 
-// ES_QKV_ROPE_TRIGGER_LAST=1 (read once): nextFillsSms takes effect (opt-in until measured).
-bool trigger_last_allowed() {
-  static const bool on = env_switch_opt_in("ES_QKV_ROPE_TRIGGER_LAST");
+// ES_ROPE_L2_PREFETCH=0 (read once) drops the L2 prefetch (an A/B switch).
+bool l2_prefetch_on() {
+  static const bool on = env_switch_on("ES_ROPE_L2_PREFETCH");
   return on;
 }
 
@@ -167,7 +177,8 @@ void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
                p.maxPositions, p.positions, p.tokenToSequence, p.pageTable, p.kvPool,
                p.qOut,      p.batchSize,   p.numQHeads,   p.numKVHeads, p.headDim,
                p.rotaryDim, p.numPages,    p.maxPagesPerSeq, pdl::early_reads() ? 1 : 0,
-               p.nextFillsSms && trigger_last_allowed() ? 1 : 0};
+               l2_prefetch_on() && p.l2PrefetchBytes > 0 ? static_cast<const char*>(p.l2Prefetch) : nullptr,
+               p.l2PrefetchBytes};
   const int32_t heads = p.numQHeads + 2 * p.numKVHeads;
   const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {

@@ -20,8 +20,12 @@
 // Launched as a programmatic dependent (pdl.cuh) with early reads: positions, tokenToSequence,
 // the page table, the norm weights and cosSin are read before waiting for the previous kernel of
 // the stream, so that kernel must not write them (in the models it is the qkv linear). It lets the
-// next kernel in after its wait, or with nextFillsSms and ES_QKV_ROPE_TRIGGER_LAST=1 (opt-in, not
-// yet measured) only after its stores.
+// next kernel in right after its wait.
+// L2 prefetch: after the wait, the warps of the q heads ask the L2 for [l2Prefetch,
+// l2Prefetch + l2PrefetchBytes) in 16 KiB bulk requests (cp.async.bulk.prefetch.L2, no
+// completion to wait for). The models pass the o projection's weights: DRAM, idle while the
+// attention's few CTAs run at decode, streams them then, and the o gemv reads them from the L2.
+// A hint only: no output depends on it. ES_ROPE_L2_PREFETCH=0 (read once) turns it off.
 #include <cstdint>
 
 #include "common/dtype.h"
@@ -50,10 +54,8 @@ struct QkvRopeKvWriteParams {
   int32_t numPages = 0;
   int32_t maxPagesPerSeq = 0;
   DType dtype = DType::kBF16;         // f32, f16 or bf16
-  // The kernel launched right after this one needs whole SMs for its CTAs
-  // (pagedAttentionFillsSms, paged_attention.h: 48 registers x 256 threads of a CTA here still
-  // resident keep a two-tile split-KV CTA off its SM).
-  bool nextFillsSms = false;
+  const void* l2Prefetch = nullptr;   // [l2PrefetchBytes] any, 16-byte aligned, or null: none
+  int64_t l2PrefetchBytes = 0;        // >= 0, a multiple of 16
 };
 
 bool validate(const QkvRopeKvWriteParams& p);

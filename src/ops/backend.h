@@ -78,12 +78,6 @@ class Backend {
     (void)p;
     return false;
   }
-  // Whether pagedAttention(p) runs a kernel that needs whole SMs for its CTAs
-  // (kernels/paged_attention.h, pagedAttentionFillsSms). The CPU backend: never.
-  virtual bool attentionFillsSms(const kernel::PagedAttentionParams& p) {
-    (void)p;
-    return false;
-  }
   virtual void argmax(const ArgmaxParams& p) = 0;
   // DFlash target-context K/V write into the draft cache (spec §2.1), one overload per cache
   // element type. CPU: the reference for all three; CUDA: the kernel for fp16/bf16 and an

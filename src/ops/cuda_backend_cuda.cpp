@@ -75,9 +75,6 @@ class CudaBackend final : public Backend {
   void pagedAttention(const kernel::PagedAttentionParams& p) override {
     kernel::launchPagedAttention(p, stream_);
   }
-  bool attentionFillsSms(const kernel::PagedAttentionParams& p) override {
-    return kernel::pagedAttentionFillsSms(p);
-  }
   void swiglu(const kernel::SwigluParams& p) override { kernel::launchSwiglu(p, stream_); }
   void linear(const kernel::LinearParams& p) override { kernel::launchLinear(p, *linear_, stream_); }
   bool fusesRowNorms(int32_t rows) const override { return kernel::linearFusesRowNorm(rows); }

@@ -693,11 +693,12 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
               kernel::planPagedAttention(s.p, 0, kernel::pagedAttentionRowTiles()).rowTiles);
     const int32_t rt = kernel::pagedAttentionRowTiles();
     EXPECT_TRUE(rt == 1 || rt == 2) << rt;
-    // Verify's default: 1 unless the environment opts in, and never above the prefill's.
+    // Verify's default: 0 (the plan decides by the grid) unless the environment chooses, and
+    // never above the prefill's.
     const int32_t vrt = kernel::pagedAttentionVerifyRowTiles();
-    EXPECT_TRUE(vrt == 1 || (vrt == 2 && rt == 2)) << vrt << " " << rt;
+    EXPECT_TRUE(vrt == 1 || (rt == 2 && (vrt == 0 || vrt == 2))) << vrt << " " << rt;
     if (std::getenv("ES_ATTN_VERIFY_ROWTILES") == nullptr) {
-      EXPECT_EQ(vrt, 1);
+      EXPECT_EQ(vrt, rt == 1 ? 1 : 0);
     }
   }
   PlanShape s(1, 4096, 32, 8, 128, 8192);
@@ -784,9 +785,12 @@ TEST(PagedAttentionPlan, VerifyRowTiles) {
       EXPECT_EQ(one.rowTiles, 1) << what;
       EXPECT_EQ(one.warpsM, w.warpsM) << what;
       EXPECT_EQ(one.rowBlocks, w.batch == 1 ? tiles : w.rowBlocks) << what;
-      // The default follows the process: one tile unless ES_ATTN_VERIFY_ROWTILES=2 (opt-in).
+      // The default follows the process: ES_ATTN_VERIFY_ROWTILES=1 / 2 choose; unset, two tiles
+      // only where one tile per CTA needs more than one wave of 132 x 2 CTAs.
+      const int32_t vrt = kernel::pagedAttentionVerifyRowTiles();
+      const bool two_waves = int64_t{w.batch} * w.hkv * one.rowBlocks * one.numSplits > 264;
       EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles,
-                kernel::pagedAttentionVerifyRowTiles() == 1 ? 1 : w.rowTiles) << what;
+                vrt == 1 ? 1 : vrt == 2 || two_waves ? w.rowTiles : 1) << what;
       // Same split geometry as the one-tile plan and as the decode call of the same sequence.
       PlanShape d(w.batch, 1, w.hq, w.hkv, w.dim, maxKv);
       const auto decode = kernel::planPagedAttention(d.p, 0, 2);
@@ -821,28 +825,27 @@ TEST(PagedAttentionPlan, VerifyRowTiles) {
     const auto one = kernel::planPagedAttention(s.p, 0, 1);
     EXPECT_EQ(8 * one.rowBlocks * one.numSplits, 512);
   }
-}
-
-// pagedAttentionFillsSms: only split kernels whose CTAs take the whole register file
-// (splitkv::fillsRegisterFile), and only when the grid needs every CTA slot of some SMs.
-TEST(PagedAttentionPlan, FillsSms) {
-  EXPECT_FALSE(kernel::pagedAttentionFillsSms(PlanShape(1, 1, 32, 8, 128, 4096).p));    // one tile
-  EXPECT_FALSE(kernel::pagedAttentionFillsSms(PlanShape(64, 1, 32, 8, 256, 4096).p));   // D 256
-  EXPECT_TRUE(kernel::pagedAttentionFillsSms(PlanShape(64, 1, 16, 16, 64, 4096).p));    // D 64
-  EXPECT_FALSE(kernel::pagedAttentionFillsSms(PlanShape(1, 1, 8, 8, 64, 128).p));       // 16 CTAs
-  PlanShape unknown(1, 1, 32, 8, 128, 0);  // maxKvLength 0: the simple kernel
-  EXPECT_FALSE(kernel::pagedAttentionFillsSms(unknown.p));
-  // The batch-1 verify at 4k: by default one row tile per CTA; with the two-tile variant
-  // (ES_ATTN_VERIFY_ROWTILES=2) 8 heads x 2 row blocks x 16 splits = 256 CTAs > 132.
-  const PlanShape verify(1, 16, 32, 8, 128, 4096);
-  const auto vplan = kernel::planPagedAttention(verify.p);
-  ASSERT_TRUE(vplan.splitKv);
-  EXPECT_EQ(vplan.splitCtas, int64_t{8} * vplan.rowBlocks * vplan.numSplits);
-  EXPECT_EQ(kernel::pagedAttentionFillsSms(verify.p), vplan.rowTiles == 2);
-  // A 4,096-row prefill with the two-tile prefill variant (the default unless ES_ATTN_ROWTILES=1):
-  // 8 heads x 128 row blocks = 1,024 CTAs.
-  const PlanShape prefill(1, 4096, 32, 8, 128, 4096);
-  EXPECT_EQ(kernel::pagedAttentionFillsSms(prefill.p), kernel::pagedAttentionRowTiles() == 2);
+  // The default rule by hand (paged_attention.h, "Verify row tiles"; skipped when the
+  // environment chooses): Qwen3-8B (32 / 8 heads: 4 tiles) at 4k has 8 x 4 x 16 = 512 one-tile
+  // CTAs (two tiles), at 300 keys 8 x 4 x 5 = 160 (one); Qwen3-0.6B (16 / 8: 2 tiles) at 4k
+  // 8 x 2 x 16 = 256 (one), at 32k 8 x 2 x 32 = 512 (two).
+  if (kernel::pagedAttentionVerifyRowTiles() == 0) {
+    struct Want {
+      int32_t hq, maxKv, splits, rowTiles;
+    };
+    for (const Want w : {Want{32, 4096, 16, 2}, Want{32, 300, 5, 1}, Want{32, 2048, 8, 1},
+                         Want{16, 4096, 16, 1}, Want{16, 32768, 32, 2}}) {
+      PlanShape s(1, 16, w.hq, 8, 128, w.maxKv);
+      const auto plan = kernel::planPagedAttention(s.p);
+      ASSERT_TRUE(plan.splitKv) << plan.reason;
+      EXPECT_EQ(plan.numSplits, w.splits) << w.hq << " heads, " << w.maxKv << " keys";
+      EXPECT_EQ(plan.rowTiles, w.rowTiles) << w.hq << " heads, " << w.maxKv << " keys";
+      EXPECT_EQ(plan.rowBlocks, (w.hq / 8 + w.rowTiles - 1) / w.rowTiles) << w.hq << " heads";
+      // The decode call of the same sequence (one tile) keeps the same split geometry.
+      PlanShape d(1, 1, w.hq, 8, 128, w.maxKv);
+      EXPECT_EQ(kernel::planPagedAttention(d.p).numSplits, plan.numSplits);
+    }
+  }
 }
 
 TEST(PagedAttentionPlan, FallbacksToTheSimpleKernel) {

@@ -54,6 +54,16 @@ test::DeviceArray<float> workspace_for(int64_t bytes) {
   return test::DeviceArray<float>(size_t(std::max<int64_t>(bytes, 16) + 3) / 4);
 }
 
+// The default plan's row tiles for a batch-1 verify call p whose two-tile variant has `variant`
+// tiles per CTA (paged_attention.h, "Verify row tiles"): ES_ATTN_VERIFY_ROWTILES=1 / 2 chooses;
+// unset, the variant only where one tile per CTA needs more than one wave of 132 x 2 CTAs.
+int32_t default_verify_row_tiles(const kernel::PagedAttentionParams& p, int32_t variant) {
+  const int32_t vrt = kernel::pagedAttentionVerifyRowTiles();
+  if (vrt != 0) return vrt == 1 ? 1 : variant;
+  const kernel::PagedAttentionPlan one = kernel::planPagedAttention(p, 0, 1);
+  return int64_t{p.batchSize} * p.kv.numKVHeads * one.rowBlocks * one.numSplits > 264 ? variant : 1;
+}
+
 template <typename T>
 void run(const Case& c, std::mt19937& rng, bool split) {
   SCOPED_TRACE(::testing::Message() << (split ? "split-KV allowed " : "") << "mask " << int(c.mask) << " W " << c.window << " Hq "
@@ -358,11 +368,12 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
   ASSERT_TRUE(plan.splitKv) << plan.reason;
   if (c.row_tiles > 0) {
     // The prefill variant is the default where it applies (ES_ATTN_ROWTILES=1 turns it off); the
-    // verify variant only with ES_ATTN_VERIFY_ROWTILES=2.
+    // verify variant where one tile per CTA would need two waves (or as ES_ATTN_VERIFY_ROWTILES
+    // says).
     const int32_t default_rt = c.q_len > kernel::kSplitKvMaxQSeqLen
-                                   ? kernel::pagedAttentionRowTiles()
-                                   : kernel::pagedAttentionVerifyRowTiles();
-    EXPECT_EQ(plan.rowTiles, default_rt == 1 ? 1 : c.row_tiles);
+                                   ? (kernel::pagedAttentionRowTiles() == 1 ? 1 : c.row_tiles)
+                                   : default_verify_row_tiles(p, c.row_tiles);
+    EXPECT_EQ(plan.rowTiles, default_rt);
     EXPECT_EQ(kernel::planPagedAttention(p, 0, 2).rowTiles, c.row_tiles);
     EXPECT_EQ(kernel::planPagedAttention(p, 0, 1).rowTiles, 1);
   }
@@ -703,7 +714,7 @@ void expect_verify_rows_equal_decode_rows(int32_t hq, int32_t hkv, int32_t dim, 
   const kernel::PagedAttentionPlan plan2 = kernel::planPagedAttention(pv, 0, 2);
   const kernel::PagedAttentionPlan plan1 = kernel::planPagedAttention(pv, 0, 1);
   EXPECT_EQ(plan2.rowTiles, want_rt);
-  EXPECT_EQ(plan.rowTiles, kernel::pagedAttentionVerifyRowTiles() == 1 ? 1 : want_rt);
+  EXPECT_EQ(plan.rowTiles, default_verify_row_tiles(pv, want_rt));
   EXPECT_EQ(plan1.rowTiles, 1);
   if (batch == 1) {
     EXPECT_EQ(plan2.warpsM, 1);
