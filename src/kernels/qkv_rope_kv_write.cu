@@ -35,7 +35,12 @@ struct Args {
   int32_t early_reads;  // 1: read all but qkv before waiting for the previous kernel (ES_PDL_EARLY_READS)
   const char* prefetch;   // [prefetch_bytes] asked of the L2 after the wait, or null
   int64_t prefetch_bytes;  // a multiple of 16
+  int32_t tokens;          // blockIdx.x >= tokens: a prefetch CTA
 };
+
+// CTAs that only issue the L2 prefetch, at least this many (one per SM of an H200): a bulk
+// prefetch is carried out by the issuing SM, so the range must be spread over all of them.
+constexpr int32_t kPrefetchCtas = 132;
 
 // Bulk L2 prefetch requests of up to this many bytes (one instruction each).
 constexpr int64_t kPrefetchChunk = 16 * 1024;
@@ -55,6 +60,13 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
   // (the default) everything else this warp needs (position, owner, page, norm weights, cos/sin:
   // none of it written by that kernel) is read before waiting for it, so only the qkv row's load
   // is left after the wait; ES_PDL_EARLY_READS=0 waits first, as before.
+  if (blockIdx.x >= a.tokens) {  // a prefetch CTA: chunk c goes to CTA c mod (prefetch CTAs)
+    pdl::enter();
+    const int64_t ctas = int64_t{gridDim.x - a.tokens} * gridDim.y;
+    const int64_t cta = int64_t{blockIdx.x - a.tokens} * gridDim.y + blockIdx.y;
+    l2_prefetch_share(a.prefetch, a.prefetch_bytes, threadIdx.x * ctas + cta, ctas * blockDim.x);
+    return;
+  }
   if (!a.early_reads) pdl::enter();
   constexpr int kPer = kMaxDim / 32;  // elements per lane at most
   __shared__ float buf[kWarps][kMaxDim];
@@ -111,11 +123,6 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
     }
   }
   if (a.early_reads) pdl::enter();
-  // Every q head's warp gets here (the returns above are k / v warps'): they share the prefetch.
-  if (is_q && a.prefetch != nullptr) {
-    l2_prefetch_share(a.prefetch, a.prefetch_bytes, (t * a.hq + head) * 32 + lane,
-                      int64_t{gridDim.x} * a.hq * 32);
-  }
 
   if (is_q && !live) {
     for (int32_t i = lane; i < dim; i += 32) dst[i] = fwd::from_f<T>(0.0f);
@@ -178,9 +185,12 @@ void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
                p.qOut,      p.batchSize,   p.numQHeads,   p.numKVHeads, p.headDim,
                p.rotaryDim, p.numPages,    p.maxPagesPerSeq, pdl::early_reads() ? 1 : 0,
                l2_prefetch_on() && p.l2PrefetchBytes > 0 ? static_cast<const char*>(p.l2Prefetch) : nullptr,
-               p.l2PrefetchBytes};
+               p.l2PrefetchBytes, p.numTokens};
   const int32_t heads = p.numQHeads + 2 * p.numKVHeads;
-  const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
+  const int32_t head_blocks = (heads + kWarps - 1) / kWarps;
+  // Prefetch CTAs as extra columns of the grid: ceil(kPrefetchCtas / head_blocks) of them.
+  const int32_t prefetch_columns = a.prefetch != nullptr ? (kPrefetchCtas + head_blocks - 1) / head_blocks : 0;
+  const dim3 grid(static_cast<unsigned>(p.numTokens + prefetch_columns), static_cast<unsigned>(head_blocks));
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     pdl::launch(qkv_rope_kernel<T>, grid, dim3(kWarps * 32), 0, stream, a);

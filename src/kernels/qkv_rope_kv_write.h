@@ -21,9 +21,11 @@
 // the page table, the norm weights and cosSin are read before waiting for the previous kernel of
 // the stream, so that kernel must not write them (in the models it is the qkv linear). It lets the
 // next kernel in right after its wait.
-// L2 prefetch: after the wait, the warps of the q heads ask the L2 for [l2Prefetch,
-// l2Prefetch + l2PrefetchBytes) in 16 KiB bulk requests (cp.async.bulk.prefetch.L2, no
-// completion to wait for). The models pass the o projection's weights: DRAM, idle while the
+// L2 prefetch: after the wait, >= 132 extra CTAs of the grid (one an SM: the issuing SM carries
+// a bulk request out) ask the L2 for [l2Prefetch, l2Prefetch + l2PrefetchBytes) in 16 KiB bulk
+// requests (cp.async.bulk.prefetch.L2, no completion to wait for; issued by the 6 CTAs of the
+// q/k/v heads instead, Qwen3-8B's decode forward went from 4.33 to 5.95 ms, docs/perf.md
+// session 18). The models pass the o projection's weights: DRAM, idle while the
 // attention's few CTAs run at decode, streams them then, and the o gemv reads them from the L2.
 // A hint only: no output depends on it. ES_ROPE_L2_PREFETCH=0 (read once) turns it off.
 #include <cstdint>
