@@ -37,12 +37,6 @@
 #   tools/gpu_check.sh combinefirst  edgespec bench with the split-KV combine letting the o
 #                                 projection in before its wait on decode rows (the default) and
 #                                 not (ES_ATTN_COMBINE_TRIGGER_FIRST=0), as fusions
-#   tools/gpu_check.sh l2prefetch the attention prologue asking the L2 for the o projection's
-#                                 weights (the default) and not (ES_ROPE_L2_PREFETCH=0): edgespec
-#                                 bench (128-token prompt) on ES_ENGINE_PRESETS (default qwen3-8b
-#                                 qwen3-0.6b), alternated twice; then the verify4k row on the first
-#                                 preset with both and with one row tile per verify CTA
-#                                 (ES_ATTN_VERIFY_ROWTILES=1; the default decides by the grid)
 #   tools/gpu_check.sh batchdecode  plain decode at batch ES_DECODE_BATCHES (default "16 64") on
 #                                 ES_ENGINE_PRESETS (default qwen3-8b): tok/s and the share of the
 #                                 weights + KV roofline at the read ceiling measured first
@@ -606,18 +600,6 @@ stage_combinefirst() {
   engine_combos combinefirst 2 "ES_ATTN_COMBINE_TRIGGER_FIRST=0" default
 }
 
-# The o projection's weights asked of the L2 by the attention prologue (qkv_rope_kv_write.h) against
-# not, and at 4k the verify attention's row tiles (automatic against one per CTA).
-stage_l2prefetch() {
-  local status=0 off=ES_ROPE_L2_PREFETCH=0 rt1=ES_ATTN_VERIFY_ROWTILES=1
-  local presets=${ES_ENGINE_PRESETS:-qwen3-8b qwen3-0.6b}
-  ES_ENGINE_PRESETS=$presets ES_KEEP_MODELS=1 engine_combos l2prefetch 2 default "$off" || status=1
-  ES_ENGINE_PRESETS=${presets%% *} \
-    ES_VERIFY4K_COMBOS="default $off $rt1 default $off $rt1" stage_verify4k || status=1
-  for preset in $presets; do rm -rf "/dev/shm/es_$preset"; done
-  return $status
-}
-
 # The random model of preset $1 in folder $2, written once (torch_anchor.py --save-only, log in
 # save_$1.log) unless an earlier stage kept it there (ES_KEEP_MODELS=1).
 saved_model() {
@@ -706,7 +688,6 @@ if build; then
       normfusion) stage_normfusion || status=1 ;;
       verify4k) stage_verify4k || status=1 ;;
       combinefirst) stage_combinefirst || status=1 ;;
-      l2prefetch) stage_l2prefetch || status=1 ;;
       batchdecode) stage_batchdecode || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
@@ -714,7 +695,7 @@ if build; then
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, l2prefetch, batchdecode)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, batchdecode)" >&2; status=2 ;;
     esac
   done
 else

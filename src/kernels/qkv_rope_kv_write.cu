@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/qkv_rope_kv_write.h"
@@ -33,26 +32,7 @@ struct Args {
   void* q_out;
   int32_t batch, hq, hkv, dim, rotary, num_pages, max_pages;
   int32_t early_reads;  // 1: read all but qkv before waiting for the previous kernel (ES_PDL_EARLY_READS)
-  const char* prefetch;   // [prefetch_bytes] asked of the L2 after the wait, or null
-  int64_t prefetch_bytes;  // a multiple of 16
-  int32_t tokens;          // blockIdx.x >= tokens: a prefetch CTA
 };
-
-// CTAs that only issue the L2 prefetch, at least this many (one per SM of an H200): a bulk
-// prefetch is carried out by the issuing SM, so the range must be spread over all of them.
-constexpr int32_t kPrefetchCtas = 132;
-
-// Bulk L2 prefetch requests of up to this many bytes (one instruction each).
-constexpr int64_t kPrefetchChunk = 16 * 1024;
-
-// Worker `worker` of `workers` asks the L2 for its share of [base, base + bytes): the chunks
-// worker, worker + workers, ... (bytes a multiple of 16; the last chunk may be shorter).
-__device__ void l2_prefetch_share(const char* base, int64_t bytes, int64_t worker, int64_t workers) {
-  for (int64_t off = worker * kPrefetchChunk; off < bytes; off += workers * kPrefetchChunk) {
-    const uint32_t size = static_cast<uint32_t>(bytes - off < kPrefetchChunk ? bytes - off : kPrefetchChunk);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(size) : "memory");
-  }
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
@@ -60,13 +40,6 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
   // (the default) everything else this warp needs (position, owner, page, norm weights, cos/sin:
   // none of it written by that kernel) is read before waiting for it, so only the qkv row's load
   // is left after the wait; ES_PDL_EARLY_READS=0 waits first, as before.
-  if (blockIdx.x >= a.tokens) {  // a prefetch CTA: chunk c goes to CTA c mod (prefetch CTAs)
-    pdl::enter();
-    const int64_t ctas = int64_t{gridDim.x - a.tokens} * gridDim.y;
-    const int64_t cta = int64_t{blockIdx.x - a.tokens} * gridDim.y + blockIdx.y;
-    l2_prefetch_share(a.prefetch, a.prefetch_bytes, threadIdx.x * ctas + cta, ctas * blockDim.x);
-    return;
-  }
   if (!a.early_reads) pdl::enter();
   constexpr int kPer = kMaxDim / 32;  // elements per lane at most
   __shared__ float buf[kWarps][kMaxDim];
@@ -170,12 +143,6 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
   }
 }
 
-// ES_ROPE_L2_PREFETCH=0 (read once) drops the L2 prefetch (an A/B switch).
-bool l2_prefetch_on() {
-  static const bool on = env_switch_on("ES_ROPE_L2_PREFETCH");
-  return on;
-}
-
 }  // namespace
 
 void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
@@ -183,14 +150,9 @@ void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
   const Args a{p.qkv,       p.qNormWeight, p.kNormWeight, p.normEps,    p.cosSin,
                p.maxPositions, p.positions, p.tokenToSequence, p.pageTable, p.kvPool,
                p.qOut,      p.batchSize,   p.numQHeads,   p.numKVHeads, p.headDim,
-               p.rotaryDim, p.numPages,    p.maxPagesPerSeq, pdl::early_reads() ? 1 : 0,
-               l2_prefetch_on() && p.l2PrefetchBytes > 0 ? static_cast<const char*>(p.l2Prefetch) : nullptr,
-               p.l2PrefetchBytes, p.numTokens};
+               p.rotaryDim, p.numPages,    p.maxPagesPerSeq, pdl::early_reads() ? 1 : 0};
   const int32_t heads = p.numQHeads + 2 * p.numKVHeads;
-  const int32_t head_blocks = (heads + kWarps - 1) / kWarps;
-  // Prefetch CTAs as extra columns of the grid: ceil(kPrefetchCtas / head_blocks) of them.
-  const int32_t prefetch_columns = a.prefetch != nullptr ? (kPrefetchCtas + head_blocks - 1) / head_blocks : 0;
-  const dim3 grid(static_cast<unsigned>(p.numTokens + prefetch_columns), static_cast<unsigned>(head_blocks));
+  const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     pdl::launch(qkv_rope_kernel<T>, grid, dim3(kWarps * 32), 0, stream, a);

@@ -21,13 +21,6 @@
 // the page table, the norm weights and cosSin are read before waiting for the previous kernel of
 // the stream, so that kernel must not write them (in the models it is the qkv linear). It lets the
 // next kernel in right after its wait.
-// L2 prefetch: after the wait, >= 132 extra CTAs of the grid (one an SM: the issuing SM carries
-// a bulk request out) ask the L2 for [l2Prefetch, l2Prefetch + l2PrefetchBytes) in 16 KiB bulk
-// requests (cp.async.bulk.prefetch.L2, no completion to wait for; issued by the 6 CTAs of the
-// q/k/v heads instead, Qwen3-8B's decode forward went from 4.33 to 5.95 ms, docs/perf.md
-// session 18). The models pass the o projection's weights: DRAM, idle while the
-// attention's few CTAs run at decode, streams them then, and the o gemv reads them from the L2.
-// A hint only: no output depends on it. ES_ROPE_L2_PREFETCH=0 (read once) turns it off.
 #include <cstdint>
 
 #include "common/dtype.h"
@@ -56,8 +49,6 @@ struct QkvRopeKvWriteParams {
   int32_t numPages = 0;
   int32_t maxPagesPerSeq = 0;
   DType dtype = DType::kBF16;         // f32, f16 or bf16
-  const void* l2Prefetch = nullptr;   // [l2PrefetchBytes] any, 16-byte aligned, or null: none
-  int64_t l2PrefetchBytes = 0;        // >= 0, a multiple of 16
 };
 
 bool validate(const QkvRopeKvWriteParams& p);

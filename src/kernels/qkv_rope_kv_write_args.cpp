@@ -1,6 +1,5 @@
 // Host validation of launchQkvRopeKvWrite / ref::qkvRopeKvWrite (every build).
 #include <cmath>
-#include <cstdint>
 
 #include "common/errors.h"
 #include "kernels/qkv_rope_kv_write.h"
@@ -32,14 +31,6 @@ bool validate(const QkvRopeKvWriteParams& p) {
   if (p.qNormWeight != nullptr || p.kNormWeight != nullptr) {
     ES_CHECK_ARG(p.normEps > 0.0f && std::isfinite(p.normEps), kWhere, "normEps", p.normEps,
                  "must be finite and > 0");
-  }
-  ES_CHECK_ARG(p.l2PrefetchBytes >= 0 && p.l2PrefetchBytes % 16 == 0, kWhere, "l2PrefetchBytes",
-               p.l2PrefetchBytes, "must be >= 0 and a multiple of 16");
-  if (p.l2PrefetchBytes > 0) {
-    ES_CHECK_ARG(p.l2Prefetch != nullptr, kWhere, "l2Prefetch", "null",
-                 "must not be null when l2PrefetchBytes > 0");
-    ES_CHECK_ARG(reinterpret_cast<uintptr_t>(p.l2Prefetch) % 16 == 0, kWhere, "l2Prefetch",
-                 p.l2Prefetch, "must be 16-byte aligned");
   }
   if (p.numTokens == 0) return false;
   ES_CHECK_ARG(p.batchSize > 0, kWhere, "batchSize", p.batchSize,

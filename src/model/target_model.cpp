@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -43,12 +42,6 @@ DType chooseMatrixDtype(const WeightStore& store, const ModelConfig& c, DType co
     }
   }
   return DType::kBF16;
-}
-
-// The part of a weight buffer the attention prologue may ask the L2 for (qkv_rope_kv_write.h,
-// l2Prefetch): all of it but a tail under 16 bytes, none when it is not 16-byte aligned.
-int64_t l2PrefetchBytes(const Buffer& w) {
-  return reinterpret_cast<uintptr_t>(w.data()) % 16 == 0 ? static_cast<int64_t>(w.bytes()) / 16 * 16 : 0;
 }
 
 }  // namespace
@@ -422,9 +415,6 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
                                           matrixDtype_);
     o.accumulate = fusedNorms;
     att.nextFillsSms = backend_.linearFillsSms(o);  // the o projection comes right after
-    // Its weights stream into the L2 while the attention runs.
-    rope.l2Prefetch = w.o.data();
-    rope.l2PrefetchBytes = l2PrefetchBytes(w.o);
     backend_.qkvRopeKvWrite(rope);
     backend_.pagedAttention(att);
     backend_.linear(o);

@@ -337,16 +337,6 @@ TEST(QkvRopeKvWriteRef, Validation) {
   bad([](P& x) { x.kvPool = nullptr; }, "kvPool");
   bad([](P& x) { x.qOut = nullptr; }, "qOut");
   bad([&](P& x) { x.qOut = qkv.data(); }, "qOut");
-  bad([](P& x) { x.l2PrefetchBytes = -16; }, "l2PrefetchBytes");
-  bad([&](P& x) { x.l2Prefetch = qkv.data(); x.l2PrefetchBytes = 24; }, "l2PrefetchBytes");
-  bad([](P& x) { x.l2PrefetchBytes = 32; }, "l2Prefetch");
-  bad([&](P& x) { x.l2Prefetch = reinterpret_cast<const char*>(qkv.data()) + 4; x.l2PrefetchBytes = 16; },
-      "l2Prefetch");
-  // A prefetch range is a hint: with one the call is as valid as without.
-  auto hinted = make();
-  hinted.l2Prefetch = qkv.data();
-  hinted.l2PrefetchBytes = 0;
-  EXPECT_TRUE(kernel::validate(hinted));
 }
 
 }  // namespace

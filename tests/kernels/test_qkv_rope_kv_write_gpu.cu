@@ -137,13 +137,6 @@ void run(const Shape& s, std::mt19937& rng) {
   p.pageTable = d_table.get();
   p.kvPool = d_pool.get();
   p.qOut = d_q.get();
-  // Odd token counts also ask the L2 for a buffer of 100 chunks of 16 KiB and a 48-byte tail
-  // (a hint: the outputs must not change).
-  test::DeviceArray<uint8_t> d_prefetch(size_t{100} * 16384 + 48);
-  if (s.tokens % 2 == 1) {
-    p.l2Prefetch = d_prefetch.get();
-    p.l2PrefetchBytes = static_cast<int64_t>(d_prefetch.size());
-  }
   kernel::launchQkvRopeKvWrite(p, nullptr);
   const std::vector<T> got_pool = d_pool.download();
   expect_close(d_q.download(), want_q, tol_for<T>(), "qOut");
