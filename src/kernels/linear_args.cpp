@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/env_switch.h"
 #include "common/errors.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
@@ -110,11 +111,18 @@ GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, Gem
   return cfg;
 }
 
+int32_t gemvCtasPerSm(const GemvConfig& cfg, bool norm) {
+  if (cfg.rowTiles == 2) return 2;
+  if (!norm) return 3;
+  static const int forced =
+      env_choice("ES_GEMV_NORM_CTAS_PER_SM", {2, 3}, 0, " (or unset: chosen by the grid)");
+  return forced != 0 ? forced : cfg.normCtasPerSm;
+}
+
 bool gemvFillsSms(const GemvConfig& cfg, int32_t m, int32_t n, bool norm, int32_t numSms) {
   if (m <= 8) return false;
   const int64_t sms = numSms > 0 ? numSms : 1;
-  // The occupancy launch_typed compiles the instance for (linear_gemv.cu).
-  const int64_t per_sm = cfg.rowTiles == 2 ? 2 : norm ? cfg.normCtasPerSm : 3;
+  const int64_t per_sm = gemvCtasPerSm(cfg, norm);
   const int64_t ctas = (int64_t{n} + 16 * cfg.rowTiles - 1) / (16 * cfg.rowTiles) * cfg.kSplit;
   return ctas > (per_sm - 1) * sms;
 }

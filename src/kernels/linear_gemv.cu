@@ -45,7 +45,6 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
 #include "common/errors.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/linear.h"
@@ -440,13 +439,6 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
-// GemvConfig::normCtasPerSm, unless ES_GEMV_NORM_CTAS_PER_SM (read once) forces 2 or 3.
-int norm_ctas_per_sm(const detail::GemvConfig& cfg) {
-  static const int forced =
-      env_choice("ES_GEMV_NORM_CTAS_PER_SM", {2, 3}, 0, " (or unset: chosen by the grid)");
-  return forced != 0 ? forced : cfg.normCtasPerSm;
-}
-
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
 void launch_typed(const LinearParams& p, const detail::GemvConfig& cfg, cudaStream_t stream) {
   const int32_t split = cfg.kSplit;
@@ -473,9 +465,10 @@ void launch_typed(const LinearParams& p, const detail::GemvConfig& cfg, cudaStre
   }
   config.attrs = attr;
   config.numAttrs = used;
+  // The instance compiled for detail::gemvCtasPerSm's occupancy (linear_gemv.h).
   auto kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, R == 1 && !NORM ? 3 : 2>;
   if constexpr (R == 1 && NORM) {
-    if (norm_ctas_per_sm(cfg) == 3) kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, 3>;
+    if (detail::gemvCtasPerSm(cfg, true) == 3) kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, 3>;
   }
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
                                    static_cast<const T*>(p.w), static_cast<const T*>(p.bias),

@@ -46,6 +46,12 @@ enum class GemvRule { kOneTile, kWideTiles };
 GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms,
                             GemvRule rule = GemvRule::kWideTiles);
 
+// The CTAs an SM the launched instance of cfg is compiled for (its __launch_bounds__, so its
+// register budget): 2 at rowTiles 2; at rowTiles 1, 3 without a fused input norm (norm false)
+// and cfg.normCtasPerSm with one, unless ES_GEMV_NORM_CTAS_PER_SM (read once) forces 2 or 3
+// there (InvalidArgument for other values). launchLinearGemv and gemvFillsSms both ask this.
+int32_t gemvCtasPerSm(const GemvConfig& cfg, bool norm);
+
 // Whether the gemv of cfg for m x n (norm: with a fused input norm) needs every CTA slot of some
 // SMs, each slot a CTA can take only when the SM holds nothing else: at m > 8 (two n8 tiles of x)
 // every instance's full complement of CTAs takes 61,440-65,536 of an SM's 65,536 registers
@@ -55,7 +61,7 @@ GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms,
 // an SM would hold. Then the kernel before it should let it in only when its own CTAs are done
 // (paged_attention.h, nextFillsSms). Qwen3-8B's 16-row o gemv (two tiles, kSplit 2: 256 CTAs at
 // 2 an SM) does; Qwen3-0.6B's (one tile, kSplit 4: 256 CTAs at 3 an SM) does not (docs/perf.md,
-// session 17). ES_GEMV_NORM_CTAS_PER_SM is not taken into account.
+// session 17).
 bool gemvFillsSms(const GemvConfig& cfg, int32_t m, int32_t n, bool norm, int32_t numSms);
 
 // What the gemv does with each output before storing it.

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -395,9 +396,25 @@ TEST(LinearGemvRules, FillsSms) {
   const kernel::detail::GemvConfig one{1, 1, 2};
   EXPECT_FALSE(gemvFillsSms(one, 16, 264 * 16, false, 132));
   EXPECT_TRUE(gemvFillsSms(one, 16, 265 * 16, false, 132));
-  // With a fused norm at 2 an SM it fills from 133 CTAs.
-  EXPECT_FALSE(gemvFillsSms(one, 16, 132 * 16, true, 132));
-  EXPECT_TRUE(gemvFillsSms(one, 16, 133 * 16, true, 132));
+  // With a fused norm at 2 an SM it fills from 133 CTAs, at 3 from 265 (the occupancy that
+  // gemvCtasPerSm gives, ES_GEMV_NORM_CTAS_PER_SM included).
+  const int32_t norm_per_sm = kernel::detail::gemvCtasPerSm(one, true);
+  EXPECT_FALSE(gemvFillsSms(one, 16, (norm_per_sm - 1) * 132 * 16, true, 132));
+  EXPECT_TRUE(gemvFillsSms(one, 16, ((norm_per_sm - 1) * 132 + 1) * 16, true, 132));
+}
+
+// gemvCtasPerSm (linear_gemv.h): the instance's occupancy. Two tiles: 2; one tile: 3, or with a
+// fused norm the config's choice unless ES_GEMV_NORM_CTAS_PER_SM forces one (the norm3 twins).
+TEST(LinearGemvRules, CtasPerSm) {
+  using kernel::detail::gemvCtasPerSm;
+  using Cfg = kernel::detail::GemvConfig;
+  const char* forced = std::getenv("ES_GEMV_NORM_CTAS_PER_SM");
+  for (const int32_t cps : {2, 3}) {
+    EXPECT_EQ(gemvCtasPerSm(Cfg{2, 1, cps}, false), 2);
+    EXPECT_EQ(gemvCtasPerSm(Cfg{2, 2, cps}, true), 2);
+    EXPECT_EQ(gemvCtasPerSm(Cfg{1, 1, cps}, false), 3);
+    EXPECT_EQ(gemvCtasPerSm(Cfg{1, 4, cps}, true), forced == nullptr ? cps : std::atoi(forced));
+  }
 }
 
 // The fused-norm one-tile instances at 3 CTAs an SM only where one tile per CTA takes more than
