@@ -37,6 +37,11 @@
 #   tools/gpu_check.sh combinefirst  edgespec bench with the split-KV combine letting the o
 #                                 projection in before its wait on decode rows (the default) and
 #                                 not (ES_ATTN_COMBINE_TRIGGER_FIRST=0), as fusions
+#   tools/gpu_check.sh shortk     the opt-in gemv rule ES_GEMV_RULE=shortk (two tiles for short K:
+#                                 Qwen3-0.6B's qkv and gate_up) against the default: edgespec bench
+#                                 on ES_ENGINE_PRESETS (default qwen3-0.6b) alternated twice (no
+#                                 torch anchor with ES_SKIP_ANCHOR=1), then the linear, norm-gemv,
+#                                 model and engine GPU tests under it
 #   tools/gpu_check.sh batchdecode  plain decode at batch ES_DECODE_BATCHES (default "16 64") on
 #                                 ES_ENGINE_PRESETS (default qwen3-8b): tok/s and the share of the
 #                                 weights + KV roofline at the read ceiling measured first
@@ -384,12 +389,15 @@ engine_combos() {
   local tag=$1 rounds=$2 combos=("${@:3}") status=0 preset combo round
   for preset in ${ES_ENGINE_PRESETS:-qwen3-0.6b qwen3-8b}; do
     local dir="/dev/shm/es_$preset"
-    if ! python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err"; then
+    if [ "${ES_SKIP_ANCHOR:-0}" = 1 ]; then  # an A/B of our own settings only: no torch run
+      saved_model "$preset" "$dir" || { summary+=("$tag $preset FAILED   save_$preset.log"); status=1; continue; }
+    elif ! python3 tools/torch_anchor.py --preset "$preset" --save "$dir" >"$out/anchor_$preset.json" 2>"$out/anchor_$preset.err"; then
       summary+=("$tag $(printf '%-22s' "$preset") FAILED   anchor_$preset.err")
       status=1
       continue
+    else
+      summary+=("anchor $(printf '%-22s' "$preset") $(grep -o '"decode_tok_s": [0-9.]*' "$out/anchor_$preset.json")")
     fi
-    summary+=("anchor $(printf '%-22s' "$preset") $(grep -o '"decode_tok_s": [0-9.]*' "$out/anchor_$preset.json")")
     for round in $(seq 1 "$rounds"); do
       for combo in "${combos[@]}"; do
         local envs=() name=${combo// /_}
@@ -600,6 +608,18 @@ stage_combinefirst() {
   engine_combos combinefirst 2 "ES_ATTN_COMBINE_TRIGGER_FIRST=0" default
 }
 
+# Session 12's sweep had Qwen3-0.6B's qkv and gate_up gemvs faster alone with two tiles a CTA
+# and no K split (linear_gemv.h, kShortK): the rule against the default in the engine.
+stage_shortk() {
+  local status=0
+  ES_ENGINE_PRESETS=${ES_ENGINE_PRESETS:-qwen3-0.6b} engine_combos shortk 2 default ES_GEMV_RULE=shortk || status=1
+  (cd "$build_dir" && ES_GEMV_RULE=shortk ctest -L gpu --timeout 300 -j "${ES_CTEST_J:-4}" \
+     -R 'test_linear_gpu|test_gemv_norm_gpu|test_target_model_gpu|test_decode_engine_gpu|test_gate_up') \
+    >"$out/ctest_gpu_shortk.log" 2>&1 || status=1
+  summary+=("ctest shortk          $(grep -Eo '[0-9]+% tests passed.*' "$out/ctest_gpu_shortk.log")")
+  return $status
+}
+
 # The random model of preset $1 in folder $2, written once (torch_anchor.py --save-only, log in
 # save_$1.log) unless an earlier stage kept it there (ES_KEEP_MODELS=1).
 saved_model() {
@@ -689,13 +709,14 @@ if build; then
       verify4k) stage_verify4k || status=1 ;;
       combinefirst) stage_combinefirst || status=1 ;;
       batchdecode) stage_batchdecode || status=1 ;;
+      shortk) stage_shortk || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) stage_prefillab || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, batchdecode)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, batchdecode, shortk)" >&2; status=2 ;;
     esac
   done
 else

@@ -87,7 +87,7 @@ GemvConfig choose_shape(int32_t m, int32_t n, int32_t k, int64_t sms, GemvRule r
   // decode row). rowTiles may depend on m: it does not change any output's order.
   const int64_t tiles1 = (int64_t{n} + 15) / 16, tiles2 = (int64_t{n} + 31) / 32;
   const int32_t split1 = split_for(tiles1, true);
-  if (rule == GemvRule::kWideTiles) {
+  if (rule != GemvRule::kOneTile) {
     const int32_t split2 = split_for(tiles2, false);
     // Two 16-row tiles per CTA where they reach the CTAs wanted at the one-tile split (8B
     // gate_up, lm_head), or where the one-tile grid is thin (< 2.5 CTAs an SM) and a larger
@@ -95,6 +95,7 @@ GemvConfig choose_shape(int32_t m, int32_t n, int32_t k, int64_t sms, GemvRule r
     // and 16 (docs/perf.md, gemv configurations, session 12).
     if (split2 == split1) return {2, split2};
     if (split2 > 0 && tiles1 * split1 * 2 < 5 * sms && int64_t{k} / split2 >= 8 * 32 * kGemvWarps) return {2, split2};
+    if (rule == GemvRule::kShortK && split1 == 1 && k <= 2048 && tiles2 * 32 >= 31 * sms) return {2, 1};
   }
   // rowTiles = 2 only for m > 4 and where the split still gives the CTAs wanted.
   if (m > 4 && tiles2 * split1 >= target) return {2, split1};

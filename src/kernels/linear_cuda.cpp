@@ -70,14 +70,16 @@ LinearAlgo auto_algo() {
   return algo;
 }
 
-// ES_GEMV_RULE (read once): the gemv grid rule, `wide` (default) or `onetile` (the first rule,
-// kept for A/B runs; linear_gemv.h).
+// ES_GEMV_RULE (read once): the gemv grid rule, `wide` (default), `onetile` (the first rule,
+// kept for A/B runs) or `shortk` (opt-in; linear_gemv.h).
 detail::GemvRule gemv_rule() {
   static const detail::GemvRule rule = [] {
     const char* v = std::getenv("ES_GEMV_RULE");
     if (v == nullptr || *v == '\0' || std::string(v) == "wide") return detail::GemvRule::kWideTiles;
     if (std::string(v) == "onetile") return detail::GemvRule::kOneTile;
-    ES_THROW(InvalidArgument, "environment variable ES_GEMV_RULE = '", v, "' must be wide or onetile");
+    if (std::string(v) == "shortk") return detail::GemvRule::kShortK;
+    ES_THROW(InvalidArgument, "environment variable ES_GEMV_RULE = '", v,
+             "' must be wide, onetile or shortk");
   }();
   return rule;
 }

@@ -42,7 +42,12 @@ inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
 // session 15) against the fusion off: 2 an SM everywhere gave Qwen3-0.6B +9.9 % and Qwen3-8B
 // -0.4 to -2.9 % (its 384-CTA qkv gemv, k 4096, in two waves); 3 everywhere +6.2 to +6.9 % and
 // +0.7 %; 3 for every grid over one wave (0.6B's 384-CTA gate/up, k 1024, too) +8.8 % and +0.9 %.
-enum class GemvRule { kOneTile, kWideTiles };
+//   kShortK (opt-in, ES_GEMV_RULE=shortk; not yet measured end to end): kWideTiles, and also two
+//     tiles with no K split where kOneTile's split is 1, k <= 2048 (a one-tile CTA streams at most
+//     64 KiB of W, so its fixed costs weigh) and the two-tile grid still reaches 31/32 of the
+//     SMs: Qwen3-0.6B's qkv (4.39 against 5.07 us alone at m = 1, session 12's sweep) and gate_up
+//     (5.16 against 5.45); no Qwen3-8B shape (k >= 4096).
+enum class GemvRule { kOneTile, kWideTiles, kShortK };
 GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms,
                             GemvRule rule = GemvRule::kWideTiles);
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/dtype_convert.h"
@@ -372,6 +373,32 @@ TEST(LinearGemvRules, GridChoiceWideTiles) {
   expect(chooseGemvConfig(1, 4096, 4096, 0), 2, 1);          // unknown SM count: 1 SM
 }
 
+// The opt-in kShortK rule (linear_gemv.h): kWideTiles, plus two tiles with no K split for short
+// K (<= 2048) where the two-tile grid reaches 31/32 of the SMs: the Qwen3-0.6B qkv and gate_up.
+TEST(LinearGemvRules, GridChoiceShortK) {
+  using kernel::detail::chooseGemvConfig;
+  constexpr auto rule = kernel::detail::GemvRule::kShortK;
+  for (const int32_t m : {1, 4, 16}) {
+    SCOPED_TRACE(m);
+    for (const auto& [n, k] : {std::pair{6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288},
+                               {151936, 4096}, {1024, 2048}, {1024, 3072}}) {
+      // Every 8B shape and the 0.6B o / down (K split 4): kWideTiles' choice.
+      const auto wide = chooseGemvConfig(m, n, k, 132);
+      const auto got = chooseGemvConfig(m, n, k, 132, rule);
+      EXPECT_EQ(got.rowTiles, wide.rowTiles) << n << " x " << k;
+      EXPECT_EQ(got.kSplit, wide.kSplit) << n << " x " << k;
+    }
+    const auto qkv = chooseGemvConfig(m, 4096, 1024, 132, rule);  // 128 two-tile CTAs >= 127.9
+    EXPECT_EQ(qkv.rowTiles, 2);
+    EXPECT_EQ(qkv.kSplit, 1);
+    const auto gate_up = chooseGemvConfig(m, 6144, 1024, 132, rule);  // 192
+    EXPECT_EQ(gate_up.rowTiles, 2);
+    EXPECT_EQ(gate_up.kSplit, 1);
+    EXPECT_EQ(chooseGemvConfig(m, 4064, 1024, 132, rule).rowTiles, 1);  // 127 CTAs: < 31/32 of 132
+    EXPECT_EQ(chooseGemvConfig(m, 6144, 2056, 132, rule).rowTiles, 1);  // k > 2048
+  }
+}
+
 // gemvFillsSms (linear_gemv.h): only at m > 8, and only where the grid needs every CTA slot of
 // some SMs: Qwen3-8B's 16-row o projection (two tiles, kSplit 2: 256 CTAs at 2 an SM) does,
 // Qwen3-0.6B's (one tile, kSplit 4: 256 CTAs at 3 an SM) does not (docs/perf.md, session 17).
@@ -441,7 +468,8 @@ TEST(LinearGemvRules, KSplitDoesNotDependOnRows) {
   for (const int32_t sms : {1, 78, 132}) {
     for (const int32_t n : {1, 64, 576, 1024, 1536, 4096, 6144, 24576, 49152, 151936}) {
       for (const int32_t k : {8, 520, 576, 1024, 1536, 3072, 4096, 12288}) {
-        for (const auto rule : {kernel::detail::GemvRule::kOneTile, kernel::detail::GemvRule::kWideTiles}) {
+        for (const auto rule : {kernel::detail::GemvRule::kOneTile, kernel::detail::GemvRule::kWideTiles,
+                                kernel::detail::GemvRule::kShortK}) {
           const int32_t split = chooseGemvConfig(1, n, k, sms, rule).kSplit;
           for (int32_t m = 2; m <= 16; ++m) {
             EXPECT_EQ(chooseGemvConfig(m, n, k, sms, rule).kSplit, split) << m << " x " << n << " x " << k;
