@@ -24,7 +24,7 @@
 #   tools/gpu_check.sh pdl        programmatic dependent launch off vs on (ES_PDL=0 / unset):
 #                                 ctest -L gpu both ways, then edgespec bench (plain + replay
 #                                 draft) on the random presets in ES_ENGINE_PRESETS, both ways
-#   tools/gpu_check.sh gemvrule   the gemv grid rules (ES_GEMV_RULE=onetile / wide, the default),
+#   tools/gpu_check.sh gemvrule   the gemv grid rules (ES_GEMV_RULE=onetile / wide / shortk, the default),
 #                                 as pdl: ctest -L gpu and edgespec bench both ways
 #   tools/gpu_check.sh fusiontests  the GPU tests of the gemv's SwiGLU epilogue with each of its
 #                                 switches off (ES_GEMV_SWIGLU=0, ES_GATE_UP_INTERLEAVE=0)
@@ -37,11 +37,12 @@
 #   tools/gpu_check.sh combinefirst  edgespec bench with the split-KV combine letting the o
 #                                 projection in before its wait on decode rows (the default) and
 #                                 not (ES_ATTN_COMBINE_TRIGGER_FIRST=0), as fusions
-#   tools/gpu_check.sh shortk     the opt-in gemv rule ES_GEMV_RULE=shortk (two tiles for short K:
-#                                 Qwen3-0.6B's qkv and gate_up) against the default: edgespec bench
-#                                 on ES_ENGINE_PRESETS (default qwen3-0.6b) alternated twice (no
-#                                 torch anchor with ES_SKIP_ANCHOR=1), then the linear, norm-gemv,
-#                                 model and engine GPU tests under it
+#   tools/gpu_check.sh shortk     the gemv rule ES_GEMV_RULE=shortk (the default since session 18:
+#                                 two tiles for short K, Qwen3-0.6B's qkv and gate_up) against
+#                                 ES_GEMV_RULE=wide: edgespec bench on ES_ENGINE_PRESETS (default
+#                                 qwen3-0.6b) alternated twice (no torch anchor with
+#                                 ES_SKIP_ANCHOR=1), then the linear, norm-gemv, model and engine
+#                                 GPU tests under shortk
 #   tools/gpu_check.sh batchdecode  plain decode at batch ES_DECODE_BATCHES (default "16 64") on
 #                                 ES_ENGINE_PRESETS (default qwen3-8b): tok/s and the share of the
 #                                 weights + KV roofline at the read ceiling measured first
@@ -612,7 +613,7 @@ stage_combinefirst() {
 # and no K split (linear_gemv.h, kShortK): the rule against the default in the engine.
 stage_shortk() {
   local status=0
-  ES_ENGINE_PRESETS=${ES_ENGINE_PRESETS:-qwen3-0.6b} engine_combos shortk 2 default ES_GEMV_RULE=shortk || status=1
+  ES_ENGINE_PRESETS=${ES_ENGINE_PRESETS:-qwen3-0.6b} engine_combos shortk 2 ES_GEMV_RULE=wide ES_GEMV_RULE=shortk || status=1
   (cd "$build_dir" && ES_GEMV_RULE=shortk ctest -L gpu --timeout 300 -j "${ES_CTEST_J:-4}" \
      -R 'test_linear_gpu|test_gemv_norm_gpu|test_target_model_gpu|test_decode_engine_gpu|test_gate_up') \
     >"$out/ctest_gpu_shortk.log" 2>&1 || status=1
@@ -701,7 +702,7 @@ if build; then
       oracle) stage_oracle || status=1 ;;
       engine) stage_engine || status=1 ;;
       pdl) engine_ab ES_PDL pdl 0 1 || status=1 ;;
-      gemvrule) engine_ab ES_GEMV_RULE gemvrule onetile wide || status=1 ;;
+      gemvrule) engine_ab ES_GEMV_RULE gemvrule onetile shortk || status=1 ;;
       fusiontests) stage_fusiontests || status=1 ;;
       fusions) stage_fusions || status=1 ;;
       earlyreads) stage_earlyreads || status=1 ;;

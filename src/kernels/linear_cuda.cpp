@@ -70,16 +70,16 @@ LinearAlgo auto_algo() {
   return algo;
 }
 
-// ES_GEMV_RULE (read once): the gemv grid rule, `wide` (default), `onetile` (the first rule,
-// kept for A/B runs) or `shortk` (opt-in; linear_gemv.h).
+// ES_GEMV_RULE (read once): the gemv grid rule, `shortk` (default), or for A/B runs `wide`
+// (session 12's) or `onetile` (the first rule); linear_gemv.h.
 detail::GemvRule gemv_rule() {
   static const detail::GemvRule rule = [] {
     const char* v = std::getenv("ES_GEMV_RULE");
-    if (v == nullptr || *v == '\0' || std::string(v) == "wide") return detail::GemvRule::kWideTiles;
+    if (v == nullptr || *v == '\0' || std::string(v) == "shortk") return detail::GemvRule::kShortK;
+    if (std::string(v) == "wide") return detail::GemvRule::kWideTiles;
     if (std::string(v) == "onetile") return detail::GemvRule::kOneTile;
-    if (std::string(v) == "shortk") return detail::GemvRule::kShortK;
     ES_THROW(InvalidArgument, "environment variable ES_GEMV_RULE = '", v,
-             "' must be wide, onetile or shortk");
+             "' must be shortk, wide or onetile");
   }();
   return rule;
 }

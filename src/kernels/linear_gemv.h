@@ -32,7 +32,7 @@ inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
 //     capped so that every warp still has at least one 32-element K block;
 //     rowTiles = 2 when m > 4 (x, read from L2 once per CTA, then costs at most half of W's
 //     traffic) unless that leaves fewer CTAs than wanted, else 1.
-//   kWideTiles (the default): rowTiles 2 at every m, with kSplit the smallest giving the CTAs
+//   kWideTiles (session 12's rule; ES_GEMV_RULE=wide): rowTiles 2 at every m, with kSplit the smallest giving the CTAs
 //     wanted with two tiles, where that split equals kOneTile's, or where kOneTile's grid has
 //     fewer than 2.5 CTAs an SM and each warp keeps >= 8 K blocks; else kOneTile's choice.
 // Either way kSplit does not depend on m: each output is then summed in the same order at every
@@ -42,14 +42,15 @@ inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
 // session 15) against the fusion off: 2 an SM everywhere gave Qwen3-0.6B +9.9 % and Qwen3-8B
 // -0.4 to -2.9 % (its 384-CTA qkv gemv, k 4096, in two waves); 3 everywhere +6.2 to +6.9 % and
 // +0.7 %; 3 for every grid over one wave (0.6B's 384-CTA gate/up, k 1024, too) +8.8 % and +0.9 %.
-//   kShortK (opt-in, ES_GEMV_RULE=shortk; not yet measured end to end): kWideTiles, and also two
-//     tiles with no K split where kOneTile's split is 1, k <= 2048 (a one-tile CTA streams at most
-//     64 KiB of W, so its fixed costs weigh) and the two-tile grid still reaches 31/32 of the
-//     SMs: Qwen3-0.6B's qkv (4.39 against 5.07 us alone at m = 1, session 12's sweep) and gate_up
-//     (5.16 against 5.45); no Qwen3-8B shape (k >= 4096).
+//   kShortK (the default since session 18): kWideTiles, and also two tiles with no K split where
+//     kOneTile's split is 1, k <= 2048 (a one-tile CTA streams at most 64 KiB of W, so its fixed
+//     costs weigh) and the two-tile grid still reaches 31/32 of the SMs: Qwen3-0.6B's qkv (4.39
+//     against 5.07 us alone at m = 1, session 12's sweep) and gate_up (5.16 against 5.45); no
+//     Qwen3-8B shape (k >= 4096). In the engine: Qwen3-0.6B decode 1,310 / 1,318 -> 1,333 /
+//     1,348 tok/s, its 16-row verify forward 0.934 -> 0.899 ms (docs/perf.md, session 18).
 enum class GemvRule { kOneTile, kWideTiles, kShortK };
 GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms,
-                            GemvRule rule = GemvRule::kWideTiles);
+                            GemvRule rule = GemvRule::kShortK);
 
 // The CTAs an SM the launched instance of cfg is compiled for (its __launch_bounds__, so its
 // register budget): 2 at rowTiles 2; at rowTiles 1, 3 without a fused input norm (norm false)

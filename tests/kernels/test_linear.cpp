@@ -349,41 +349,44 @@ TEST(LinearGemvRules, GridChoiceOneTile) {
 // choice for the others.
 TEST(LinearGemvRules, GridChoiceWideTiles) {
   using kernel::detail::chooseGemvConfig;
+  constexpr auto rule = kernel::detail::GemvRule::kWideTiles;  // ES_GEMV_RULE=wide
   auto expect = [](kernel::detail::GemvConfig c, int32_t tiles, int32_t split) {
     EXPECT_EQ(c.rowTiles, tiles);
     EXPECT_EQ(c.kSplit, split);
   };
   for (const int32_t m : {1, 4, 16}) {
     SCOPED_TRACE(m);
-    expect(chooseGemvConfig(m, 6144, 4096, 132), 1, 1);     // 8B qkv: 384 one-tile CTAs, 2.9 an SM
-    expect(chooseGemvConfig(m, 4096, 4096, 132), 2, 2);     // 8B o: 256 one-tile CTAs are thin
-    expect(chooseGemvConfig(m, 24576, 4096, 132), 2, 1);    // 8B gate_up: 768 two-tile CTAs
-    expect(chooseGemvConfig(m, 4096, 12288, 132), 2, 2);    // 8B down
-    expect(chooseGemvConfig(m, 151936, 4096, 132), 2, 1);   // 8B lm_head
-    expect(chooseGemvConfig(m, 1024, 2048, 132), 1, 4);     // 0.6B o: no two-tile split reaches 198
-    expect(chooseGemvConfig(m, 1024, 3072, 132), 1, 4);     // 0.6B down
+    expect(chooseGemvConfig(m, 6144, 4096, 132, rule), 1, 1);     // 8B qkv: 384 one-tile CTAs, 2.9 an SM
+    expect(chooseGemvConfig(m, 4096, 4096, 132, rule), 2, 2);     // 8B o: 256 one-tile CTAs are thin
+    expect(chooseGemvConfig(m, 24576, 4096, 132, rule), 2, 1);    // 8B gate_up: 768 two-tile CTAs
+    expect(chooseGemvConfig(m, 4096, 12288, 132, rule), 2, 2);    // 8B down
+    expect(chooseGemvConfig(m, 151936, 4096, 132, rule), 2, 1);   // 8B lm_head
+    expect(chooseGemvConfig(m, 1024, 2048, 132, rule), 1, 4);     // 0.6B o: no two-tile split reaches 198
+    expect(chooseGemvConfig(m, 1024, 3072, 132, rule), 1, 4);     // 0.6B down
   }
   // 0.6B qkv: the two-tile split (2) would leave 512 of K per CTA (< 8 blocks a warp): the first
   // rule's choice. 0.6B gate_up: 384 one-tile CTAs are enough.
-  expect(chooseGemvConfig(1, 4096, 1024, 132), 1, 1);
-  expect(chooseGemvConfig(16, 4096, 1024, 132), 1, 1);     // 128 two-tile CTAs at split 1 < 198
-  expect(chooseGemvConfig(1, 6144, 1024, 132), 1, 1);
-  expect(chooseGemvConfig(1, 1, 8, 132), 1, 1);
-  expect(chooseGemvConfig(1, 64, 520, 132), 1, 2);
-  expect(chooseGemvConfig(1, 4096, 4096, 0), 2, 1);          // unknown SM count: 1 SM
+  expect(chooseGemvConfig(1, 4096, 1024, 132, rule), 1, 1);
+  expect(chooseGemvConfig(16, 4096, 1024, 132, rule), 1, 1);     // 128 two-tile CTAs at split 1 < 198
+  expect(chooseGemvConfig(1, 6144, 1024, 132, rule), 1, 1);
+  expect(chooseGemvConfig(1, 1, 8, 132, rule), 1, 1);
+  expect(chooseGemvConfig(1, 64, 520, 132, rule), 1, 2);
+  expect(chooseGemvConfig(1, 4096, 4096, 0, rule), 2, 1);          // unknown SM count: 1 SM
 }
 
-// The opt-in kShortK rule (linear_gemv.h): kWideTiles, plus two tiles with no K split for short
-// K (<= 2048) where the two-tile grid reaches 31/32 of the SMs: the Qwen3-0.6B qkv and gate_up.
+// The default rule, kShortK (linear_gemv.h): kWideTiles, plus two tiles with no K split for
+// short K (<= 2048) where the two-tile grid reaches 31/32 of the SMs: the Qwen3-0.6B qkv and
+// gate_up.
 TEST(LinearGemvRules, GridChoiceShortK) {
   using kernel::detail::chooseGemvConfig;
   constexpr auto rule = kernel::detail::GemvRule::kShortK;
+  EXPECT_EQ(chooseGemvConfig(1, 4096, 1024, 132).rowTiles, 2);  // the default argument
   for (const int32_t m : {1, 4, 16}) {
     SCOPED_TRACE(m);
     for (const auto& [n, k] : {std::pair{6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288},
                                {151936, 4096}, {1024, 2048}, {1024, 3072}}) {
       // Every 8B shape and the 0.6B o / down (K split 4): kWideTiles' choice.
-      const auto wide = chooseGemvConfig(m, n, k, 132);
+      const auto wide = chooseGemvConfig(m, n, k, 132, kernel::detail::GemvRule::kWideTiles);
       const auto got = chooseGemvConfig(m, n, k, 132, rule);
       EXPECT_EQ(got.rowTiles, wide.rowTiles) << n << " x " << k;
       EXPECT_EQ(got.kSplit, wide.kSplit) << n << " x " << k;
