@@ -610,7 +610,7 @@ stage_combinefirst() {
 }
 
 # Session 12's sweep had Qwen3-0.6B's qkv and gate_up gemvs faster alone with two tiles a CTA
-# and no K split (linear_gemv.h, kShortK): the rule against the default in the engine.
+# and no K split (linear_gemv.h, kShortK, the default since): that rule against session 12's.
 stage_shortk() {
   local status=0
   ES_ENGINE_PRESETS=${ES_ENGINE_PRESETS:-qwen3-0.6b} engine_combos shortk 2 ES_GEMV_RULE=wide ES_GEMV_RULE=shortk || status=1
