@@ -32,9 +32,10 @@ inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
 //     capped so that every warp still has at least one 32-element K block;
 //     rowTiles = 2 when m > 4 (x, read from L2 once per CTA, then costs at most half of W's
 //     traffic) unless that leaves fewer CTAs than wanted, else 1.
-//   kWideTiles (session 12's rule; ES_GEMV_RULE=wide): rowTiles 2 at every m, with kSplit the smallest giving the CTAs
-//     wanted with two tiles, where that split equals kOneTile's, or where kOneTile's grid has
-//     fewer than 2.5 CTAs an SM and each warp keeps >= 8 K blocks; else kOneTile's choice.
+//   kWideTiles (session 12's rule; ES_GEMV_RULE=wide): rowTiles 2 at every m, with kSplit the
+//     smallest giving the CTAs wanted with two tiles, where that split equals kOneTile's, or where
+//     kOneTile's grid has fewer than 2.5 CTAs an SM and each warp keeps >= 8 K blocks; else
+//     kOneTile's choice.
 // Either way kSplit does not depend on m: each output is then summed in the same order at every
 // m (row-invariant: the rows of a 16-row verify equal 1-row decodes bit for bit).
 // normCtasPerSm = 3 where one tile per CTA needs more than one wave of 2 CTAs an SM and each CTA

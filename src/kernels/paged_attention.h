@@ -146,8 +146,9 @@ inline constexpr int32_t kSplitKvRowTilesMinCtas = kSplitKvPlanSMs;
 // default plan takes it only where the one-tile grid (batch x KV heads x tiles x splits) is more
 // than one wave of kSplitKvPlanSMs x ctasPerSm CTAs (264 at D 128): fewer, fuller CTAs pay only
 // when they save a wave (Qwen3-8B verify forward at 4k: 5.35 -> 5.19 ms; at 128 tokens with a
-// 416-token cache, 224-256 one-tile CTAs in one wave, 4.66 -> 4.70; docs/perf.md, session 18). ES_ATTN_VERIFY_ROWTILES=1 / 2 and an
-// explicit maxRowTiles 1 / 2 choose one or the other wherever the variant is built.
+// 416-token cache, 224-256 one-tile CTAs in one wave, 4.66 -> 4.70; docs/perf.md, session 18).
+// ES_ATTN_VERIFY_ROWTILES=1 / 2 and an explicit maxRowTiles 1 / 2 choose one or the other
+// wherever the variant is built.
 
 // Which kernel a call takes and, for split-KV, its shape. Host only.
 struct PagedAttentionPlan {

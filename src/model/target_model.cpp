@@ -394,6 +394,7 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     rope.numTokens = T; rope.batchSize = cache.maxBatchSize(); rope.numQHeads = Hq; rope.numKVHeads = Hkv;
     rope.headDim = D; rope.rotaryDim = D; rope.numPages = static_cast<int32_t>(pool.shape[1]);
     rope.maxPagesPerSeq = table.maxPagesPerSeq(); rope.dtype = dtype_;
+    backend_.qkvRopeKvWrite(rope);
 
     kernel::PagedAttentionParams att;
     att.query.q = q_.data(); att.query.out = attn_.data(); att.query.cuQSeqLens = b.cuQSeqLens;
@@ -415,7 +416,6 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
                                           matrixDtype_);
     o.accumulate = fusedNorms;
     att.nextFillsSms = backend_.linearFillsSms(o);  // the o projection comes right after
-    backend_.qkvRopeKvWrite(rope);
     backend_.pagedAttention(att);
     backend_.linear(o);
     if (!fusedNorms) norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
