@@ -52,6 +52,7 @@
 #include "common/env_switch.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention.h"
+#include "kernels/paged_attention_prefill.h"
 #include "kernels/paged_attention_split.h"
 #include "kernels/pdl.cuh"
 #include "kv/page_geometry.h"
@@ -1064,6 +1065,10 @@ void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaSt
 
 void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
                   cudaStream_t stream) {
+  if (detail::prefillWgmmaApplies(p, plan)) {  // the wgmma prefill kernel (paged_attention_prefill.h)
+    detail::launchPrefillWgmma(p, plan, stream);
+    return;
+  }
   const RaggedQueryArgs& q = p.query;
   SplitArgs a{};
   a.q = q.q;

@@ -1,0 +1,428 @@
+// The wgmma prefill attention kernel (paged_attention_prefill.h says which calls take it).
+//
+// Shared memory, from a 1024-byte aligned base (every operand tile in the 128-byte swizzled
+// layout of wgmma.cuh: [64-column half][row][128 bytes], chunk c of row r at c ^ (r & 7)):
+//   Q          128 packed rows x 128 dims          32 KiB
+//   K stage s  128 keys x 128 dims, s = 0, 1     2 x 32 KiB
+//   V stage s  128 keys x 128 dims, s = 0, 1     2 x 32 KiB
+//   rows       per packed row: q/out row-head index, visible keys [lo, hi)
+// 162 KiB a CTA: one CTA (8 warps) per SM, up to 255 registers a thread (S 64, O 64, P 32).
+//
+// cp.async groups: the prologue commits Q with the first tile; iteration t commits tile t + 1
+// (empty when it is not loaded), then waits for all but the newest group, so tile t (and Q) has
+// landed; fence.proxy.async makes the copies visible to wgmma's async proxy and the barrier
+// publishes every thread's. The barrier at the end of an iteration frees tile t's stage, which
+// iteration t + 1 refills with tile t + 2.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "common/env_switch.h"
+#include "kernels/forward_ops_device.cuh"
+#include "kernels/paged_attention_prefill.h"
+#include "kernels/paged_attention_split.h"
+#include "kernels/pdl.cuh"
+#include "kernels/wgmma.cuh"
+#include "kv/page_geometry.h"
+
+namespace es::kernel::detail {
+namespace {
+
+constexpr int kD = 128;                        // head dim
+constexpr int kRows = 128;                     // packed rows per CTA (2 warpgroups x 64)
+constexpr int kKeys = kv::kTokensPerPage;      // keys per tile: one page of one KV head
+constexpr int kThreads = 256;
+constexpr uint32_t kHalfBytes = kRows * 128;   // one 64-column half of a 128-row tile
+constexpr uint32_t kTileBytes = 2 * kHalfBytes;
+constexpr uint32_t kQOff = 0, kKOff = kTileBytes, kVOff = 3 * kTileBytes, kRowOff = 5 * kTileBytes;
+static_assert(kKeys == 128 && kRows == 128, "tiles of 128 rows: 2 halves of 16 KiB");
+static_assert(splitkv::maxRowsPerCta(splitkv::kPrefillRowTiles) == kRows,
+              "the plan's row blocks are this kernel's CTAs");
+
+struct Row {
+  int64_t rh;      // r * Hq + h (q/out row-head index); -1: not a row of this CTA
+  int32_t lo, hi;  // visible keys [lo, hi); hi <= lo: none
+};
+constexpr int kSmemBytes = static_cast<int>(kRowOff + kRows * sizeof(Row)) + 1024;  // + alignment
+static_assert(kSmemBytes <= 232448, "fits the 227 KiB per-block limit");
+
+struct PrefillArgs {
+  const void* q;
+  void* out;
+  const int32_t* cu_q;
+  const int32_t* q_pos;
+  int32_t total_q, max_q, hq, group;
+  const void* pool;
+  const int32_t* table;
+  int32_t num_pages, max_pages, hkv;
+  const int32_t* kv_lens;
+  int32_t causal, window, batch, row_blocks;
+  float scale_log2;     // scale * log2(e)
+  int32_t early_reads;  // 1: metadata and page table read before the PDL wait
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(fill ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+// Byte offset of 16-byte chunk c (0..15) of row r in a swizzled 128-row tile.
+__device__ __forceinline__ uint32_t tile_off(int r, int c) {
+  return static_cast<uint32_t>((c >> 3) * kHalfBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+// Named barrier of one warpgroup (ids 1, 2; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_sync(int wg) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory");
+}
+
+template <typename T>
+__device__ void zero_unowned_rows(const PrefillArgs& a) {
+  T* out = static_cast<T*>(a.out);
+  const int64_t row = int64_t{a.hq} * kD;
+  const int64_t first = min(max(a.cu_q[0], 0), a.total_q);
+  const int64_t last = min(max(a.cu_q[a.batch], 0), a.total_q);
+  const T zero = fwd::from_f<T>(0.0f);
+  for (int64_t e = threadIdx.x; e < first * row; e += blockDim.x) out[e] = zero;
+  for (int64_t e = last * row + threadIdx.x; e < int64_t{a.total_q} * row; e += blockDim.x) {
+    out[e] = zero;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs a) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  Row* s_row = reinterpret_cast<Row*>(smem_raw + (base - raw) + kRowOff);
+  const uint32_t s_q = base + kQOff;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2;                  // warpgroup: packed rows [64 wg, 64 wg + 64)
+  const int g = lane >> 2, tq = lane & 3;    // accumulator row / column pair of this lane
+  const int r0 = wg * 64 + (warp & 3) * 16 + g;  // this lane's rows r0 and r0 + 8
+  // KV head fastest (the CTAs of one row block read the same pages), then row blocks, last
+  // first: under a causal mask they see the most keys, so they start in the first wave.
+  int32_t bid = blockIdx.x;
+  const int32_t hk = bid % a.hkv;
+  bid /= a.hkv;
+  const int32_t rb = a.row_blocks - 1 - bid % a.row_blocks;
+  const int32_t b = bid / a.row_blocks;
+  if (!a.early_reads) pdl::wait();
+
+  // ---- rows and key ranges (as the split-KV kernel: paged_attention.h's rules)
+  const int32_t q0 = a.cu_q[b];
+  const int32_t q_len = a.cu_q[b + 1] - q0;
+  const int32_t kv_len = a.kv_lens[b];
+  if (tid < kRows) {
+    Row ri{-1, 0, 0};
+    const int32_t m = rb * kRows + tid;
+    const int32_t i = m / a.group;
+    if (i < q_len && i < a.max_q) {
+      const int32_t r = q0 + i;
+      if (r >= 0 && r < a.total_q) {
+        ri.rh = int64_t{r} * a.hq + int64_t{hk} * a.group + (m - i * a.group);
+        const int32_t pos = a.q_pos[r];
+        if (pos >= 0) {
+          int64_t lo = 0;
+          int64_t hi = min(int64_t{kv_len}, min(int64_t{a.max_pages} * kKeys,
+                                                int64_t{kv::kMaxKvCacheCapacity}));
+          if (a.causal) hi = min(hi, int64_t{pos} + 1);
+          if (a.window > 0) lo = max(lo, int64_t{pos} - a.window + 1);
+          if (hi > lo) {
+            ri.lo = static_cast<int32_t>(lo);
+            ri.hi = static_cast<int32_t>(hi);
+          }
+        }
+      }
+    }
+    s_row[tid] = ri;
+  }
+  __syncthreads();
+
+  // The union of the CTA's row ranges (its tiles) and of this warpgroup's (the tiles it
+  // computes: a tile outside it would add exact zeros).
+  int32_t lo_all = INT32_MAX, hi_all = 0, lo_wg = INT32_MAX, hi_wg = 0;
+  for (int m = lane; m < kRows; m += 32) {
+    const Row x = s_row[m];
+    if (x.hi > x.lo) {
+      lo_all = min(lo_all, x.lo);
+      hi_all = max(hi_all, x.hi);
+      if ((m >> 6) == wg) {
+        lo_wg = min(lo_wg, x.lo);
+        hi_wg = max(hi_wg, x.hi);
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo_all = min(lo_all, __shfl_xor_sync(0xffffffffu, lo_all, o));
+    hi_all = max(hi_all, __shfl_xor_sync(0xffffffffu, hi_all, o));
+    lo_wg = min(lo_wg, __shfl_xor_sync(0xffffffffu, lo_wg, o));
+    hi_wg = max(hi_wg, __shfl_xor_sync(0xffffffffu, hi_wg, o));
+  }
+  const int32_t t0 = hi_all > 0 ? lo_all / kKeys : 0;
+  const int32_t t1 = hi_all > 0 ? (hi_all - 1) / kKeys + 1 : 0;
+  const int32_t lo_r[2] = {s_row[r0].lo, s_row[r0 + 8].lo};
+  const int32_t hi_r[2] = {s_row[r0].hi, s_row[r0 + 8].hi};
+
+  // ---- K/V tile loads: tile u is page u of the sequence
+  const int32_t* trow = a.table + int64_t{b} * 2 * a.max_pages;
+  const T* pool = static_cast<const T*>(a.pool);
+  const int64_t row_stride = int64_t{a.hkv} * kD;
+  // False when u is not one of the CTA's tiles or its page is unmapped / out of range (the tile
+  // is then neither loaded nor computed: its keys count as masked).
+  auto lookup = [&](int32_t u, int32_t& kp, int32_t& vp) -> bool {
+    if (u >= t1 || u >= a.max_pages) return false;
+    kp = __ldg(trow + u);
+    vp = __ldg(trow + a.max_pages + u);
+    return kp >= 0 && kp < a.num_pages && vp >= a.num_pages &&
+           int64_t{vp} < 2 * int64_t{a.num_pages};
+  };
+  auto issue = [&](int32_t u, int st, int32_t kp, int32_t vp) {
+    const int32_t key0 = u * kKeys;
+    const uint32_t sk = base + kKOff + st * kTileBytes, sv = base + kVOff + st * kTileBytes;
+    const T* kbase = pool + int64_t{kp} * kKeys * row_stride + int64_t{hk} * kD;
+    const T* vbase = pool + int64_t{vp} * kKeys * row_stride + int64_t{hk} * kD;
+#pragma unroll
+    for (int it = 0; it < kKeys * 16 / kThreads; ++it) {
+      const int idx = it * kThreads + tid;
+      const int k = idx >> 4, c = idx & 15;
+      const int32_t j = key0 + k;
+      const bool in = j >= lo_all && j < hi_all;  // outside: zeros (never NaN garbage in P V)
+      cp_async16(sk + tile_off(k, c), kbase + k * row_stride + c * 8, in);
+      cp_async16(sv + tile_off(k, c), vbase + k * row_stride + c * 8, in);
+    }
+  };
+  int32_t kp_cur = 0, vp_cur = 0, kp_next = 0, vp_next = 0;
+  bool ok_cur = lookup(t0, kp_cur, vp_cur);
+  bool ok_next = lookup(t0 + 1, kp_next, vp_next);
+
+  if (a.early_reads) pdl::wait();  // q and the rows' K/V are read from here on
+  if (blockIdx.x == 0) zero_unowned_rows<T>(a);
+
+  if (t0 < t1) {
+    const T* qg = static_cast<const T*>(a.q);
+#pragma unroll
+    for (int it = 0; it < kRows * 16 / kThreads; ++it) {
+      const int idx = it * kThreads + tid;
+      const int m = idx >> 4, c = idx & 15;
+      const bool in = s_row[m].hi > s_row[m].lo;
+      cp_async16(s_q + tile_off(m, c), in ? qg + s_row[m].rh * kD + c * 8 : qg, in);
+    }
+    if (ok_cur) issue(t0, 0, kp_cur, vp_cur);
+    cp_async_commit();
+  }
+
+  float o[64], s[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = s[i] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+  for (int32_t t = t0; t < t1; ++t) {
+    const int st = (t - t0) & 1;
+    if (ok_next) issue(t + 1, st ^ 1, kp_next, vp_next);
+    cp_async_commit();
+    const bool ok = ok_cur;
+    ok_cur = ok_next;
+    kp_cur = kp_next;
+    vp_cur = vp_next;
+    ok_next = lookup(t + 2, kp_next, vp_next);
+    cp_async_wait<1>();
+    wgmma::fence_proxy_async_shared();
+    __syncthreads();
+
+    const int32_t key0 = t * kKeys;
+    if (ok && key0 < hi_wg && key0 + kKeys > lo_wg) {  // warpgroup-uniform
+      const uint32_t sk = base + kKOff + st * kTileBytes, sv = base + kVOff + st * kTileBytes;
+      // S = Q K^T: k16 steps over the head dim, 32 bytes apart inside a 64-column half.
+      wgmma::fence_operand(s);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t koff = (kk >> 2) * kHalfBytes + (kk & 3) * 32;
+        wgmma::wgmma_m64n128k16_ss<T, false>(
+            s, wgmma::desc_sw128(s_q + wg * 64 * 128 + koff, 16, 1024),
+            wgmma::desc_sw128(sk + koff, 16, 1024), kk > 0);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operand(s);
+
+      // Mask (only where a row of this lane sees part of the tile), online softmax with the
+      // scale folded into the exponent: p = 2^(s * scale_log2 - m), m the running max of the
+      // scaled logits. Element i: row r0 + 8 ((i >> 1) & 1), key key0 + 8 (i >> 2) + 2 tq + (i & 1).
+      float mx[2] = {-INFINITY, -INFINITY};
+      const bool full = key0 >= max(lo_r[0], lo_r[1]) && key0 + kKeys <= min(hi_r[0], hi_r[1]);
+      if (full) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+          const int ri = (i >> 1) & 1;
+          const int32_t j = key0 + 8 * (i >> 2) + 2 * tq + (i & 1);
+          s[i] = j >= lo_r[ri] && j < hi_r[ri] ? s[i] : -INFINITY;
+          mx[ri] = fmaxf(mx[ri], s[i]);
+        }
+      }
+      float corr[2], m_use[2];
+#pragma unroll
+      for (int ri = 0; ri < 2; ++ri) {
+        mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
+        mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
+        const float m_new = fmaxf(m_run[ri], mx[ri] * a.scale_log2);
+        m_use[ri] = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: keep exp2 finite
+        corr[ri] = exp2_ftz(m_run[ri] - m_use[ri]);
+        m_run[ri] = m_new;
+        l_run[ri] *= corr[ri];
+      }
+      uint32_t pa[kKeys / 16][4];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int ri = (i >> 1) & 1;
+        s[i] = exp2_ftz(__fmaf_rn(s[i], a.scale_log2, -m_use[ri]));
+        l_run[ri] += s[i];
+        o[i] *= corr[ri];
+      }
+      // P as the A operand of the k16 steps over the tile's keys: 8-key blocks 2 kk, 2 kk + 1.
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+      // O += P V: V is MN-major (dims contiguous): a k16 step is 16 keys = 2048 bytes on, LBO
+      // the next 64 dims (the other half), SBO the next 8 keys. (The two strides swapped fail
+      // test_paged_attention_gpu's prefill cases: checked on the H200, session 19.)
+      wgmma::fence_operand(o);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        wgmma::wgmma_m64n128k16_rs<T, true>(o, pa[kk],
+                                            wgmma::desc_sw128(sv + kk * 2048, kHalfBytes, 1024));
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+    }
+    __syncthreads();  // every warpgroup is done with stage st
+  }
+  cp_async_wait<0>();
+
+  // ---- epilogue: normalise, stage as T in this warpgroup's own Q rows, 16-byte row stores.
+  pdl::trigger();
+  T* out = static_cast<T*>(a.out);
+  unsigned char* q_bytes = smem_raw + (base - raw) + kQOff;
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    float l = l_run[ri];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: zeros
+    const int row = r0 + 8 * ri;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {  // 8-column block j: chunk j of the row
+      const float v0 = l > 0.0f ? o[4 * j + 2 * ri] * inv : 0.0f;
+      const float v1 = l > 0.0f ? o[4 * j + 2 * ri + 1] * inv : 0.0f;
+      *reinterpret_cast<uint32_t*>(q_bytes + tile_off(row, j) + 4 * tq) = pack2<T>(v0, v1);
+    }
+  }
+  warpgroup_sync(wg);  // this warpgroup's rows are staged (its wgmma reads of Q are done)
+  for (int idx = tid & 127; idx < 64 * 16; idx += 128) {
+    const int row = wg * 64 + (idx >> 4), c = idx & 15;
+    const int64_t rh = s_row[row].rh;
+    if (rh < 0) continue;
+    *reinterpret_cast<uint4*>(out + rh * kD + c * 8) =
+        *reinterpret_cast<const uint4*>(q_bytes + tile_off(row, c));
+  }
+}
+
+}  // namespace
+
+bool prefillWgmmaEnabled() {
+  static const bool on = env_switch_on("ES_ATTN_PREFILL_WGMMA");
+  return on;
+}
+
+bool prefillWgmmaApplies(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
+  return prefillWgmmaEnabled() && plan.splitKv && plan.numSplits == 1 &&
+         plan.rowTiles == splitkv::kPrefillRowTiles && plan.warpsM == 4 && p.headDim == kD &&
+         (p.dtype == DType::kBF16 || p.dtype == DType::kF16) &&
+         p.mask != AttentionMask::kPackedTree;
+}
+
+void launchPrefillWgmma(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
+                        cudaStream_t stream) {
+  ES_CHECK_ARG(prefillWgmmaApplies(p, plan), "launchPrefillWgmma", "plan", plan.rowTiles,
+               "must be the one-split prefill plan at head dim 128, f16/bf16, no packed tree");
+  PrefillArgs a{};
+  a.q = p.query.q;
+  a.out = p.query.out;
+  a.cu_q = p.query.cuQSeqLens;
+  a.q_pos = p.query.qPositions;
+  a.total_q = p.query.totalQ;
+  a.max_q = p.query.maxQSeqLen;
+  a.hq = p.query.numQHeads;
+  a.group = p.query.numQHeads / p.kv.numKVHeads;
+  a.pool = p.kv.pool;
+  a.table = p.kv.pageTable;
+  a.num_pages = p.kv.numPages;
+  a.max_pages = p.kv.maxPagesPerSeq;
+  a.hkv = p.kv.numKVHeads;
+  a.kv_lens = p.kvLengths;
+  a.causal = p.mask == AttentionMask::kCausal ? 1 : 0;
+  a.window = p.slidingWindow;
+  a.batch = p.batchSize;
+  a.row_blocks = plan.rowBlocks;
+  a.scale_log2 = p.scale * 1.4426950408889634f;
+  a.early_reads = pdl::early_reads() ? 1 : 0;
+  const int64_t ctas = int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks;
+  fwd::dispatch_dtype(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>) {
+      static std::atomic<uint64_t> raised{0};  // bit d: the smem limit is raised on device d
+      int device = 0;
+      ES_CUDA_CHECK(cudaGetDevice(&device));
+      const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+      if (bit == 0 || (raised.load(std::memory_order_acquire) & bit) == 0) {
+        ES_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<T>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+        raised.fetch_or(bit, std::memory_order_release);
+      }
+      pdl::launch(prefill_kernel<T>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
+                  kSmemBytes, stream, a);
+      ES_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace es::kernel::detail

@@ -1,0 +1,34 @@
+#pragma once
+// The warpgroup-MMA (wgmma, sm_90a) kernel for causal / bidirectional prefill over the paged KV
+// pool: the launcher's choice for the calls that the split-KV plan gives the prefill row tiles
+// (paged_attention.h: maxQSeqLen > 16, head dim 128, f16/bf16, no packed tree, rowTiles 2 at
+// warpsM 4) with one split. Internal to launchPagedAttention; every rule of paged_attention.h
+// (masks, windows, padding rows, rows in no sequence, unmapped pages) holds.
+//
+// One CTA of two warpgroups per (sequence, KV head, block of 128 packed rows), the last blocks
+// first; warpgroup w computes packed rows [64 w, 64 w + 64) (m = query row * group + GQA head, as
+// the split-KV kernel packs them) against 128-key tiles (one page of one KV head each):
+//   S = Q K^T     8 x wgmma m64n128k16, Q and K from shared memory (K-major, 128-byte swizzle)
+//   softmax       per row in registers, fp32, exp2 domain with the scale folded into the FMA
+//   O += P V      8 x wgmma m64n128k16, P from registers (rounded to the storage type), V from
+//                 shared memory (MN-major)
+// K/V tiles are double-buffered with 16-byte cp.async by all 256 threads: the next tile's copies
+// are in flight while the current one is computed.
+#include <cstdint>
+
+#include "common/stream.h"
+#include "kernels/paged_attention.h"
+
+namespace es::kernel::detail {
+
+// ES_ATTN_PREFILL_WGMMA=0 keeps the mma.sync prefill variant (A/B; read once per process).
+bool prefillWgmmaEnabled();
+
+// Whether launchPrefillWgmma takes a call that the split-KV plan gave `plan`.
+bool prefillWgmmaApplies(const PagedAttentionParams& p, const PagedAttentionPlan& plan);
+
+// Runs the call (prefillWgmmaApplies(p, plan) must hold; plan.rowBlocks sizes the grid).
+void launchPrefillWgmma(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
+                        cudaStream_t stream);
+
+}  // namespace es::kernel::detail
