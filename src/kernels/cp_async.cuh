@@ -1,7 +1,8 @@
 #pragma once
 // cp.async (sm_80+): 16-byte copies from global to shared memory that bypass L1 and the
 // registers, in commit groups a thread waits for by count. Used by the sampling chunk stage's
-// ring (kernels/sampling.cu) and by bench_chunk_ring_gpu, which measures that ring's floor.
+// ring (kernels/sampling.cu), by bench_chunk_ring_gpu, which measures that ring's floor, and by
+// the wgmma prefill attention (kernels/paged_attention_prefill.cu).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -13,6 +14,12 @@ namespace es::kernel {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+
+// The same with dst as a shared-memory address (__cvta_generic_to_shared), for kernels that lay out
+// their shared memory by address.
+__device__ __forceinline__ void cp_async16_shared(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 
 // Closes this thread's current group of copies.

@@ -56,6 +56,9 @@
 //             maxKvLength, workspaceBytes, and ES_ATTN_ROWTILES read once): no device read,
 //             CUDA-graph safe. Every mask, window, padding and page-id rule above holds on this
 //             path too.
+//             Prefill calls of that plan with one split at head dim 128 (f16/bf16, not
+//             kPackedTree) run the wgmma kernel of paged_attention_prefill.h instead of the
+//             mma.sync prefill variant (ES_ATTN_PREFILL_WGMMA=0 keeps the latter).
 //   simple    one CTA per (query row, query head); every other call (maxKvLength = 0, too small
 //             a workspace, f32, kPackedTree with maxQSeqLen > 16, unaligned pointers).
 // planPagedAttention says which one a call takes. On the split-KV path the tensor cores multiply

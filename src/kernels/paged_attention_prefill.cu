@@ -21,6 +21,8 @@
 
 #include "common/cuda_check.h"
 #include "common/env_switch.h"
+#include "kernels/attention_math.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention_prefill.h"
 #include "kernels/paged_attention_split.h"
@@ -67,33 +69,8 @@ struct PrefillArgs {
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(fill ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
+using attn::exp2_ftz;
+using attn::pack2;
 // Byte offset of 16-byte chunk c (0..15) of row r in a swizzled 128-row tile.
 __device__ __forceinline__ uint32_t tile_off(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * kHalfBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
@@ -217,8 +194,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
       const int k = idx >> 4, c = idx & 15;
       const int32_t j = key0 + k;
       const bool in = j >= lo_all && j < hi_all;  // outside: zeros (never NaN garbage in P V)
-      cp_async16(sk + tile_off(k, c), kbase + k * row_stride + c * 8, in);
-      cp_async16(sv + tile_off(k, c), vbase + k * row_stride + c * 8, in);
+      cp_async16_shared(sk + tile_off(k, c), kbase + k * row_stride + c * 8, in ? 16 : 0);
+      cp_async16_shared(sv + tile_off(k, c), vbase + k * row_stride + c * 8, in ? 16 : 0);
     }
   };
   int32_t kp_cur = 0, vp_cur = 0, kp_next = 0, vp_next = 0;
@@ -235,7 +212,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
       const int idx = it * kThreads + tid;
       const int m = idx >> 4, c = idx & 15;
       const bool in = s_row[m].hi > s_row[m].lo;
-      cp_async16(s_q + tile_off(m, c), in ? qg + s_row[m].rh * kD + c * 8 : qg, in);
+      const T* src = in ? qg + s_row[m].rh * kD + c * 8 : qg;
+      cp_async16_shared(s_q + tile_off(m, c), src, in ? 16 : 0);
     }
     if (ok_cur) issue(t0, 0, kp_cur, vp_cur);
     cp_async_commit();

@@ -9,7 +9,9 @@
 //
 // Prefill row tiles (PrefillRowTilesMatchReference): prefill shapes that take two 16-row tiles
 // per warp, each also run with one tile per warp in the same process (ctest runs the whole
-// binary once more with ES_ATTN_ROWTILES=1: test_paged_attention_gpu_rowtiles1). Verify row
+// binary once more with ES_ATTN_ROWTILES=1: test_paged_attention_gpu_rowtiles1). Their planned
+// (one-split, two-tile) calls run the wgmma prefill kernel (paged_attention_prefill.h; checked),
+// and the mma.sync prefill variant under ES_ATTN_PREFILL_WGMMA=0 (twin prefillmma). Verify row
 // tiles (VerifyRowTilesMatchReference, VerifyRowsEqualDecodeRowsBitForBit): batch-1 calls of
 // 2-16 rows at D 128 that take two 16-row tiles per CTA at warpsM 1, against the reference and
 // bit for bit against one-row decode calls, with rowTiles 1 and 2 forced in the same process.
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "kernels/paged_attention.h"
+#include "kernels/paged_attention_prefill.h"
 #include "kv/page_geometry.h"
 #include "forward_ops_gpu_test_util.h"
 
@@ -376,6 +379,13 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
     EXPECT_EQ(plan.rowTiles, default_rt);
     EXPECT_EQ(kernel::planPagedAttention(p, 0, 2).rowTiles, c.row_tiles);
     EXPECT_EQ(kernel::planPagedAttention(p, 0, 1).rowTiles, 1);
+    // The planned prefill call (and the rowTiles-2 run below) is the wgmma kernel's
+    // (paged_attention_prefill.h) unless ES_ATTN_PREFILL_WGMMA=0 (the ctest twin prefillmma).
+    if (c.q_len > kernel::kSplitKvMaxQSeqLen && c.mask != kernel::AttentionMask::kPackedTree) {
+      const kernel::PagedAttentionPlan two = kernel::planPagedAttention(p, 0, 2);
+      EXPECT_EQ(kernel::detail::prefillWgmmaApplies(p, two),
+                kernel::detail::prefillWgmmaEnabled() && c.dim == 128 && two.numSplits == 1);
+    }
   }
   // 12 and 24 splits take the combine's 16- and 32-split batches on decode rows, 64 its batches
   // one after another.
