@@ -6,7 +6,8 @@
 //   K stage s  128 keys x 128 dims, s = 0, 1     2 x 32 KiB
 //   V stage s  128 keys x 128 dims, s = 0, 1     2 x 32 KiB
 //   rows       per packed row: q/out row-head index, visible keys [lo, hi)
-// 162 KiB a CTA: one CTA (8 warps) per SM, up to 255 registers a thread (S 64, O 64, P 32).
+// 163 KiB a CTA (with 1 KiB of alignment slack): one CTA (8 warps) per SM, up to 255 registers a
+// thread (S 64, O 64, P 32; ptxas, CUDA 13.0: 237, no spills).
 //
 // cp.async groups: the prologue commits Q with the first tile; iteration t commits tile t + 1
 // (empty when it is not loaded), then waits for all but the newest group, so tile t (and Q) has
@@ -198,8 +199,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
       cp_async16_shared(sv + tile_off(k, c), vbase + k * row_stride + c * 8, in ? 16 : 0);
     }
   };
-  int32_t kp_cur = 0, vp_cur = 0, kp_next = 0, vp_next = 0;
-  bool ok_cur = lookup(t0, kp_cur, vp_cur);
+  // Page lookups run an iteration ahead: tile t's in ok_cur, tile t + 1's in ok_next / kp_next /
+  // vp_next (the pages of the tile issued next).
+  int32_t kp_first = 0, vp_first = 0, kp_next = 0, vp_next = 0;
+  bool ok_cur = lookup(t0, kp_first, vp_first);
   bool ok_next = lookup(t0 + 1, kp_next, vp_next);
 
   if (a.early_reads) pdl::wait();  // q and the rows' K/V are read from here on
@@ -215,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
       const T* src = in ? qg + s_row[m].rh * kD + c * 8 : qg;
       cp_async16_shared(s_q + tile_off(m, c), src, in ? 16 : 0);
     }
-    if (ok_cur) issue(t0, 0, kp_cur, vp_cur);
+    if (ok_cur) issue(t0, 0, kp_first, vp_first);
     cp_async_commit();
   }
 
@@ -230,8 +233,6 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
     cp_async_commit();
     const bool ok = ok_cur;
     ok_cur = ok_next;
-    kp_cur = kp_next;
-    vp_cur = vp_next;
     ok_next = lookup(t + 2, kp_next, vp_next);
     cp_async_wait<1>();
     wgmma::fence_proxy_async_shared();
