@@ -7,6 +7,7 @@
 #include "common/env_switch.h"
 #include "common/errors.h"
 #include "kernels/paged_attention.h"
+#include "kernels/paged_attention_prefill.h"
 #include "kernels/paged_attention_split.h"
 #include "kv/page_geometry.h"
 
@@ -171,6 +172,27 @@ int32_t pagedAttentionVerifyRowTiles() {
   return rt;
 }
 
+namespace detail {
+
+bool prefillWgmmaEnabled() {
+  static const bool on = env_switch_on("ES_ATTN_PREFILL_WGMMA");
+  return on;
+}
+
+bool prefillWgmmaFewCtas() {
+  static const bool on = prefillWgmmaEnabled() && env_switch_opt_in("ES_ATTN_PREFILL_WGMMA_FEW");
+  return on;
+}
+
+bool prefillWgmmaApplies(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
+  return prefillWgmmaEnabled() && plan.splitKv && plan.numSplits == 1 &&
+         plan.rowTiles == splitkv::kPrefillRowTiles && plan.warpsM == 4 && p.headDim == 128 &&
+         (p.dtype == DType::kBF16 || p.dtype == DType::kF16) &&
+         p.mask != AttentionMask::kPackedTree;
+}
+
+}  // namespace detail
+
 PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits,
                                       int32_t maxRowTiles) {
   ES_CHECK_ARG(maxRowTiles >= 0 && maxRowTiles <= splitkv::kPrefillRowTiles, "planPagedAttention",
@@ -213,6 +235,15 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   int64_t tilesSpan = tilesFull;
   if (p.slidingWindow > 0) {
     tilesSpan = std::min(tilesFull, tiles_of(int64_t{p.slidingWindow} + kSplitKvMaxQSeqLen - 1) + 1);
+  }
+  // Opt-in (paged_attention_prefill.h): prefill rows that would take one row tile for want of
+  // 132 CTAs of 128 rows take the wgmma kernel's 128-row CTAs anyway (one split only).
+  if (prefill && shape.rowTiles == 1 && maxRowTiles >= splitkv::kPrefillRowTiles &&
+      forceNumSplits <= 1 && p.headDim == 128 && detail::prefillWgmmaFewCtas() &&
+      int64_t{q.maxQSeqLen} * group >= splitkv::maxRowsPerCta(splitkv::kPrefillRowTiles)) {
+    const int64_t tiles = ceil_div(int64_t{q.maxQSeqLen} * group, 16);
+    shape = {4, splitkv::kPrefillRowTiles,
+             static_cast<int32_t>(ceil_div(tiles, int64_t{4} * splitkv::kPrefillRowTiles))};
   }
   const bool windowed = tilesSpan < tilesFull;
   SplitGeometry g = split_geometry(int64_t{p.batchSize} * p.kv.numKVHeads, p.headDim, tilesSpan, windowed);

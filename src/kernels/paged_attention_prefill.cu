@@ -21,7 +21,6 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
 #include "kernels/attention_math.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/forward_ops_device.cuh"
@@ -346,18 +345,6 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
 }
 
 }  // namespace
-
-bool prefillWgmmaEnabled() {
-  static const bool on = env_switch_on("ES_ATTN_PREFILL_WGMMA");
-  return on;
-}
-
-bool prefillWgmmaApplies(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
-  return prefillWgmmaEnabled() && plan.splitKv && plan.numSplits == 1 &&
-         plan.rowTiles == splitkv::kPrefillRowTiles && plan.warpsM == 4 && p.headDim == kD &&
-         (p.dtype == DType::kBF16 || p.dtype == DType::kF16) &&
-         p.mask != AttentionMask::kPackedTree;
-}
 
 void launchPrefillWgmma(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
                         cudaStream_t stream) {

@@ -24,7 +24,14 @@ namespace es::kernel::detail {
 // ES_ATTN_PREFILL_WGMMA=0 keeps the mma.sync prefill variant (A/B; read once per process).
 bool prefillWgmmaEnabled();
 
-// Whether launchPrefillWgmma takes a call that the split-KV plan gave `plan`.
+// Opt-in A/B (ES_ATTN_PREFILL_WGMMA_FEW=1, read once; never with ES_ATTN_PREFILL_WGMMA=0):
+// planPagedAttention gives prefill calls at head dim 128 with at least 128 packed rows a sequence
+// the prefill row tiles (this kernel) even where they make fewer than kSplitKvRowTilesMinCtas
+// CTAs, e.g. a 128-row suffix after a long cached prefix (32 CTAs at Qwen3-8B's 8 KV heads),
+// which otherwise runs twice as many 64-row mma.sync CTAs.
+bool prefillWgmmaFewCtas();
+
+// Whether launchPrefillWgmma takes a call that the split-KV plan gave `plan` (host only).
 bool prefillWgmmaApplies(const PagedAttentionParams& p, const PagedAttentionPlan& plan);
 
 // Runs the call (prefillWgmmaApplies(p, plan) must hold; plan.rowBlocks sizes the grid).

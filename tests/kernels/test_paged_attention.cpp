@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/paged_attention.h"
+#include "kernels/paged_attention_prefill.h"
 #include "kv/page_geometry.h"
 #include "support/test_util.h"
 
@@ -631,8 +632,9 @@ TEST(PagedAttentionPlan, PrefillTakesOneSplit) {
 
 // Which calls take two row tiles per warp (paged_attention.h, kSplitKvRowTilesMinCtas): prefill
 // (maxQSeqLen > 16) at head dim 128 with at least 128 packed rows per sequence and at least 132
-// CTAs of 128 rows; everything else keeps one tile per warp, decode and batch > 1 verify in
-// particular (the batch-1 verify's two tiles per CTA at warpsM 1: VerifyRowTiles below).
+// CTAs of 128 rows (any count under ES_ATTN_PREFILL_WGMMA_FEW=1); everything else keeps one tile
+// per warp, decode and batch > 1 verify in particular (the batch-1 verify's two tiles per CTA at
+// warpsM 1: VerifyRowTiles below). The one-split prefill plans of two tiles run the wgmma kernel.
 TEST(PagedAttentionPlan, PrefillRowTiles) {
   struct Want {
     int32_t batch, qLen, hq, hkv, dim, rowTiles, warpsM, rowBlocks;
@@ -660,13 +662,28 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
                              " " + std::to_string(w.hq) + "/" + std::to_string(w.hkv) + " D " +
                              std::to_string(w.dim);
     ASSERT_TRUE(plan.splitKv) << plan.reason << " " << what;
-    EXPECT_EQ(plan.rowTiles, w.rowTiles) << what;
-    EXPECT_EQ(plan.warpsM, w.warpsM) << what;
-    EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << what;
+    // ES_ATTN_PREFILL_WGMMA_FEW=1 (the ctest twin test_paged_attention_prefillfew): prefill at
+    // D 128 with >= 128 packed rows takes the prefill row tiles however few CTAs they make.
+    Want want = w;
+    const int64_t packed = int64_t{w.qLen} * (w.hq / w.hkv);
+    if (kernel::detail::prefillWgmmaFewCtas() && w.qLen > kernel::kSplitKvMaxQSeqLen &&
+        w.dim == 128 && packed >= 128) {
+      want.rowTiles = 2;
+      want.warpsM = 4;
+      want.rowBlocks = static_cast<int32_t>((packed + 127) / 128);
+    }
+    EXPECT_EQ(plan.rowTiles, want.rowTiles) << what;
+    EXPECT_EQ(plan.warpsM, want.warpsM) << what;
+    EXPECT_EQ(plan.rowBlocks, want.rowBlocks) << what;
+    // The wgmma prefill kernel takes exactly the one-split prefill plans of two row tiles at D 128.
+    EXPECT_EQ(kernel::detail::prefillWgmmaApplies(s.p, plan),
+              kernel::detail::prefillWgmmaEnabled() && want.rowTiles == 2 && w.dim == 128 &&
+                  w.qLen > kernel::kSplitKvMaxQSeqLen)
+        << what;
     // maxRowTiles 1 (ES_ATTN_ROWTILES=1): the plan of before, one tile per warp.
     const auto one = kernel::planPagedAttention(s.p, 0, 1);
     EXPECT_EQ(one.rowTiles, 1) << what;
-    if (w.rowTiles == 2) {
+    if (want.rowTiles == 2) {
       EXPECT_EQ(one.warpsM, 4) << what;
       EXPECT_EQ(one.rowBlocks, (w.qLen * (w.hq / w.hkv) + 63) / 64) << what;
     } else {
