@@ -72,8 +72,13 @@
 #                                 CTA): test_paged_attention_gpu both ways (timeout 300),
 #                                 bench_attention_gpu both ways (its prefill and B=1 16-row verify
 #                                 rows), and edgespec bench's 4,096-token prefill of a random
-#                                 Qwen3-8B both ways (~5 min); the verify's whole-model effect is
-#                                 the engine stage's verify4k row
+#                                 Qwen3-8B both ways, in one 4,096-row forward and in 256-row
+#                                 ones (~5 min); the verify's whole-model effect is the engine
+#                                 stage's verify4k row
+#   tools/gpu_check.sh prefillwgmma  the same A/B for the wgmma prefill kernel against the
+#                                 mma.sync variant (ES_ATTN_PREFILL_WGMMA=0)
+#   tools/gpu_check.sh prefillfew the same A/B for the opt-in ES_ATTN_PREFILL_WGMMA_FEW=1 (the
+#                                 wgmma kernel for prefill calls of fewer than 132 CTAs)
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -513,53 +518,58 @@ sampling_ab() {
   return $status
 }
 
-# Attention with one (ES_ATTN_ROWTILES=1) or two (default) 16-row tiles per warp row
-# (src/kernels/paged_attention_split.h: prefill at warpsM 4, 128 rows per CTA; batch-1 verify at
-# warpsM 1, 32 rows per CTA with decode's per-row arithmetic), in one call: the attention GPU test
-# both ways under a timeout (a hung barrier must not eat the call; its verify tests check the
-# verify rows against the decode rows bit for bit with both variants forced in either run),
-# bench_attention_gpu both ways (its 4k causal prefill TFLOP/s rows and its B=1 4k 16-row verify
-# rows; each run also forces both variants, and the verify's two outputs must be bit-identical),
-# then the whole-model 4,096-token prefill of a random Qwen3-8B both ways (default first, =1,
-# default again). The verify's whole-model effect (verify / decode forward at 4k context) is the
-# engine stage's verify4k row: ES_ENGINE_PRESETS=qwen3-8b tools/gpu_check.sh engine.
-stage_prefillab() {
-  local status=0 m rc preset=${ES_PREFILL_PRESET:-qwen3-8b}
-  for m in 2 1; do
-    ES_ATTN_ROWTILES=$m timeout 300 "$build_dir/tests/test_paged_attention_gpu" --gtest_brief=1 >"$out/prefillab_test$m.log" 2>&1
+# An A/B of an attention switch $1 between its values $3 (the default) and $4, in one call; $2
+# names the logs and summary rows. The attention GPU test both ways under a timeout (a hung
+# barrier must not eat the call), bench_attention_gpu both ways (its 4k causal prefill and
+# 128-row-suffix TFLOP/s rows and its B=1 4k 16-row verify rows; each run also forces both row-tile
+# variants, and the verify's two outputs must be bit-identical), then the whole-model 4,096-token
+# prefill of a random Qwen3-8B ($ES_PREFILL_PRESET) next to torch's prefill of the same tokens:
+# one 4,096-row forward ($3, $4, $3 again), then the default 256-row forwards ($3, $4; a chunk's
+# attention has too few CTAs for the prefill row tiles unless ES_ATTN_PREFILL_WGMMA_FEW=1).
+#   prefillab     ES_ATTN_ROWTILES 2 / 1: two 16-row tiles per warp row (paged_attention_split.h:
+#                 prefill at warpsM 4, 128 rows a CTA; batch-1 verify at warpsM 1, 32 rows a CTA)
+#                 or one. The verify's whole-model effect (verify / decode forward at 4k) is the
+#                 engine stage's verify4k row: ES_ENGINE_PRESETS=qwen3-8b tools/gpu_check.sh engine.
+#   prefillwgmma  ES_ATTN_PREFILL_WGMMA 1 / 0: the wgmma prefill kernel or the mma.sync variant
+#                 (paged_attention_prefill.h).
+#   prefillfew    ES_ATTN_PREFILL_WGMMA_FEW 0 / 1: the wgmma kernel also for prefill calls of
+#                 fewer than 132 CTAs of 128 rows (opt-in).
+prefill_ab() {
+  local var=$1 tag=$2 a=$3 b=$4 status=0 m rc preset=${ES_PREFILL_PRESET:-qwen3-8b}
+  for m in "$a" "$b"; do
+    env "$var=$m" timeout 300 "$build_dir/tests/test_paged_attention_gpu" --gtest_brief=1 >"$out/${tag}_test$m.log" 2>&1
     rc=$?
-    [ $rc -eq 0 ] || { status=1; grep -A6 "Failure" "$out/prefillab_test$m.log" | head -30; }
-    summary+=("prefillab test_paged_attention_gpu ES_ATTN_ROWTILES=$m $([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")")
+    [ $rc -eq 0 ] || { status=1; grep -A6 "Failure" "$out/${tag}_test$m.log" | head -30; }
+    summary+=("$tag test_paged_attention_gpu $var=$m $([ $rc -eq 0 ] && echo ok || echo "FAILED rc=$rc")")
   done
-  for m in 2 1; do
-    ES_ATTN_ROWTILES=$m timeout 240 "$build_dir/bench/bench_attention_gpu" >"$out/prefillab_bench$m.txt" 2>&1
+  for m in "$a" "$b"; do
+    env "$var=$m" timeout 240 "$build_dir/bench/bench_attention_gpu" >"$out/${tag}_bench$m.txt" 2>&1
     rc=$?
     [ $rc -eq 0 ] || status=1
-    summary+=("prefillab bench_attention_gpu ES_ATTN_ROWTILES=$m rc=$rc   prefillab_bench$m.txt")
+    summary+=("$tag bench_attention_gpu $var=$m rc=$rc   ${tag}_bench$m.txt")
     local line
-    while read -r line; do summary+=("  ES_ATTN_ROWTILES=$m $line"); done < <(grep -E "^prefill|^verify|MISMATCH|rowTiles" "$out/prefillab_bench$m.txt")
+    while read -r line; do summary+=("  $var=$m $line"); done < <(grep -E "^prefill|^verify|MISMATCH|rowTiles" "$out/${tag}_bench$m.txt")
   done
   # The random checkpoint; its torch prefill of the same 4,096 tokens is the anchor (same call).
-  local dir="/dev/shm/es_prefillab_$preset"
+  local dir="/dev/shm/es_${tag}_$preset"
   if ! timeout 240 python3 tools/torch_anchor.py --preset "$preset" --save "$dir" --prompt-len 4096 --gen-len 16 \
-         >"$out/prefillab_anchor.json" 2>"$out/prefillab_anchor.err"; then
-    summary+=("prefillab $preset        FAILED   prefillab_anchor.err")
+         >"$out/${tag}_anchor.json" 2>"$out/${tag}_anchor.err"; then
+    summary+=("$tag $preset        FAILED   ${tag}_anchor.err")
     rm -rf "$dir"
     return 1
   fi
-  summary+=("prefillab anchor $preset $(grep -o '"prefill_ms": [0-9.]*' "$out/prefillab_anchor.json")")
-  # One 4,096-row forward (--prefill-chunk 4096): the default 256-row chunks give each attention
-  # call too few CTAs for the two-tile kernel (the plan keeps one tile below 132 CTAs), so only
-  # the one-forward prefill can show the A/B; the default chunking once for reference.
-  local m chunk
-  for run in "2 4096" "1 4096" "2 4096" "2 256"; do
-    read -r m chunk <<<"$run"
-    if ES_ATTN_ROWTILES=$m timeout 150 "$build_dir/edgespec" bench --model "$dir" --prompt-len 4096 --gen-len 64 \
-         --prefill-chunk "$chunk" --json >"$out/prefillab_engine${m}_$chunk.json" 2>"$out/prefillab_engine${m}_$chunk.err"; then
-      summary+=("prefillab $preset 4096-token prefill in $chunk-row forwards ES_ATTN_ROWTILES=$m $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.1f ms" % d["prefill_ms"])' "$out/prefillab_engine${m}_$chunk.json")")
+  summary+=("$tag anchor $preset $(grep -o '"prefill_ms": [0-9.]*' "$out/${tag}_anchor.json")")
+  local chunk pair run=0
+  for pair in "$a 4096" "$b 4096" "$a 4096" "$a 256" "$b 256"; do
+    read -r m chunk <<<"$pair"
+    run=$((run + 1))
+    local base="$out/${tag}_engine_${run}_${m}_$chunk"
+    if env "$var=$m" timeout 150 "$build_dir/edgespec" bench --model "$dir" --prompt-len 4096 --gen-len 64 \
+         --prefill-chunk "$chunk" --json >"$base.json" 2>"$base.err"; then
+      summary+=("$tag $preset 4096-token prefill in $chunk-row forwards $var=$m $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.1f ms" % d["prefill_ms"])' "$base.json")")
     else
-      tail -3 "$out/prefillab_engine${m}_$chunk.err"
-      summary+=("prefillab $preset 4096-token prefill in $chunk-row forwards ES_ATTN_ROWTILES=$m FAILED   prefillab_engine${m}_$chunk.err")
+      tail -3 "$base.err"
+      summary+=("$tag $preset 4096-token prefill in $chunk-row forwards $var=$m FAILED   $(basename "$base").err")
       status=1
     fi
   done
@@ -714,10 +724,12 @@ if build; then
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
-      prefillab) stage_prefillab || status=1 ;;
+      prefillab) prefill_ab ES_ATTN_ROWTILES prefillab 2 1 || status=1 ;;
+      prefillwgmma) prefill_ab ES_ATTN_PREFILL_WGMMA prefillwgmma 1 0 || status=1 ;;
+      prefillfew) prefill_ab ES_ATTN_PREFILL_WGMMA_FEW prefillfew 0 1 || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, batchdecode, shortk)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, prefillwgmma, prefillfew, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, batchdecode, shortk)" >&2; status=2 ;;
     esac
   done
 else
