@@ -46,7 +46,6 @@
 // (paged_attention.h, "Verify row tiles"; opt-in in sessions 16-17).
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -56,6 +55,7 @@
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_prefill.h"
+#include "kernels/paged_attention_rows.cuh"
 #include "kernels/paged_attention_split.h"
 #include "kernels/pdl.cuh"
 #include "kv/page_geometry.h"
@@ -124,9 +124,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
   const int32_t hk = h / (a.hq / a.hkv);
 
   float q[kEpt];
-  fwd::load_span<T, kEpt, ALIGNED>(static_cast<const T*>(a.q) + (int64_t{r} * a.hq + h) * D +
-                                       lane * kEpt,
-                                   q);
+  fwd::load_span<T, kEpt, ALIGNED>(
+      static_cast<const T*>(a.q) + (int64_t{r} * a.hq + h) * D + lane * kEpt, q);
   int64_t lo = 0, hi = kv_len;
   if (a.mask == static_cast<int32_t>(AttentionMask::kCausal)) hi = min(hi, int64_t{pos} + 1);
   if (a.window > 0) lo = max(lo, int64_t{pos} - a.window + 1);
@@ -148,16 +147,13 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
     const int32_t lp = j / kPage;
     if (lp >= a.max_pages) continue;
     const int32_t kp = trow[lp], vp = trow[a.max_pages + lp];
-    if (kp < 0 || kp >= a.num_pages) continue;
-    if (vp < a.num_pages || int64_t{vp} >= 2 * int64_t{a.num_pages}) continue;
+    if (!attn::page_pair_valid(kp, vp, a.num_pages)) continue;
     const int32_t slot = j - lp * kPage;
     float k[kEpt], v[kEpt];
-    fwd::load_span<T, kEpt, ALIGNED>(pool + ((int64_t{kp} * kPage + slot) * a.hkv + hk) * D +
-                                         lane * kEpt,
-                                     k);
-    fwd::load_span<T, kEpt, ALIGNED>(pool + ((int64_t{vp} * kPage + slot) * a.hkv + hk) * D +
-                                         lane * kEpt,
-                                     v);
+    fwd::load_span<T, kEpt, ALIGNED>(
+        pool + ((int64_t{kp} * kPage + slot) * a.hkv + hk) * D + lane * kEpt, k);
+    fwd::load_span<T, kEpt, ALIGNED>(
+        pool + ((int64_t{vp} * kPage + slot) * a.hkv + hk) * D + lane * kEpt, v);
     float dot = 0.0f;
 #pragma unroll
     for (int e = 0; e < kEpt; ++e) dot += q[e] * k[e];
@@ -208,7 +204,6 @@ void launch(const Args& a, bool aligned, cudaStream_t stream) {
   }
 }
 
-
 // ---- split-KV path ------------------------------------------------------------------------------
 namespace sk = splitkv;
 
@@ -242,8 +237,8 @@ struct SplitArgs {
   // When the combine kernel lets its dependent in: kTriggerAfterWait (pdl::enter),
   // kTriggerFirst (before its wait) or kTriggerLast (after its stores).
   int32_t combine_trigger;
-  float* part_o;     // [splits, totalQ, Hq, D] f32 unnormalised outputs (splits > 1)
-  float2* part_ml;   // [splits, totalQ, Hq] (running max in the exp2 domain, sum)
+  float* part_o;    // [splits, totalQ, Hq, D] f32 unnormalised outputs (splits > 1)
+  float2* part_ml;  // [splits, totalQ, Hq] (running max in the exp2 domain, sum)
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -291,21 +286,6 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 using attn::exp2_ftz;
 using attn::pack2;
 
-// Split-KV with one split: rows that lie in no sequence are written by CTA 0 (the other CTAs
-// write only rows of their own sequence).
-template <typename T, int D>
-__device__ void zero_unowned_rows(const SplitArgs& a) {
-  T* out = static_cast<T*>(a.out);
-  const int64_t row = int64_t{a.hq} * D;
-  const int64_t first = min(max(a.cu_q[0], 0), a.total_q);
-  const int64_t last = min(max(a.cu_q[a.batch], 0), a.total_q);
-  const T zero = fwd::from_f<T>(0.0f);
-  for (int64_t e = threadIdx.x; e < first * row; e += blockDim.x) out[e] = zero;
-  for (int64_t e = last * row + threadIdx.x; e < int64_t{a.total_q} * row; e += blockDim.x) {
-    out[e] = zero;
-  }
-}
-
 // RT: 16-row tiles per warp (paged_attention_split.h, "rowTiles"). RT = 1 is the kernel of most
 // calls. RT = 2 with WM = 4 (so one warp sums all keys of a tile for its rows) is the prefill
 // variant: a warp owns packed rows [32 wm, 32 wm + 32), every K fragment (ldmatrix x4, 16 keys x
@@ -325,14 +305,14 @@ __device__ void zero_unowned_rows(const SplitArgs& a) {
 // (ES_ATTN_ROWTILES=1 runs exactly the kernel of before for prefill and verify).
 template <typename T, int D, int WM, int RT>
 __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(const SplitArgs a) {
-  constexpr int WN = 4 / WM;           // warps sharing one warp row (they split the keys)
-  constexpr int MW = 16 * RT;          // packed rows per warp row
-  constexpr int MB = MW * WM;          // packed rows per CTA
-  constexpr int KT = sk::kTileKeys;    // keys per tile
-  constexpr int KS = KT / WN;          // keys per warp and tile
-  constexpr int NT = KS / 8;           // S n-tiles per warp and row tile
-  constexpr int DC = D / 8;            // 16-byte chunks per K/V/Q row
-  constexpr int DT = D / 8;            // O n-tiles
+  constexpr int WN = 4 / WM;         // warps sharing one warp row (they split the keys)
+  constexpr int MW = 16 * RT;        // packed rows per warp row
+  constexpr int MB = MW * WM;        // packed rows per CTA
+  constexpr int KT = sk::kTileKeys;  // keys per tile
+  constexpr int KS = KT / WN;        // keys per warp and tile
+  constexpr int NT = KS / 8;         // S n-tiles per warp and row tile
+  constexpr int DC = D / 8;          // 16-byte chunks per K/V/Q row
+  constexpr int DT = D / 8;          // O n-tiles
   constexpr int ST = sk::stages(D, WM, RT);
   // The prefill variant (RT 2, WM 4); every other instance (RT 1, and the verify variant RT 2 at
   // WM 1) runs the RT-1 arithmetic per row and merges the warps that share a row's keys.
@@ -354,10 +334,10 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   static_assert(kPage % KT == 0);
 
   extern __shared__ __align__(16) unsigned char smem[];
-  T* s_kv = reinterpret_cast<T*>(smem);                                      // [ST][K|V][KT][D]
-  T* s_q = s_kv + ST * 2 * KT * D;                                           // [MB][D]
-  RowInfo* s_row = reinterpret_cast<RowInfo*>(s_q + MB * D);                 // [maxRowsPerCta]
-  float2* s_ml = reinterpret_cast<float2*>(s_row + sk::maxRowsPerCta(RT));   // [RT][4 warps][16]
+  T* s_kv = reinterpret_cast<T*>(smem);                                     // [ST][K|V][KT][D]
+  T* s_q = s_kv + ST * 2 * KT * D;                                          // [MB][D]
+  RowInfo* s_row = reinterpret_cast<RowInfo*>(s_q + MB * D);                // [maxRowsPerCta]
+  float2* s_ml = reinterpret_cast<float2*>(s_row + sk::maxRowsPerCta(RT));  // [RT][4 warps][16]
   // Not the prefill variant: [RT][4 warps][16][D + 4], after the loop.
   float* s_merge = reinterpret_cast<float*>(smem);
   // Shared tiles are [row][16-byte chunk] with the chunk index XORed with (row & 7), so the 8
@@ -392,28 +372,11 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   const int32_t kv_len = a.kv_lens[b];
   const int32_t tpast = tree ? kv_len - q_len : INT32_MAX;  // tree bits apply to keys >= tpast
   if (tid < MB) {
-    RowInfo ri{-1, 0, 0, 0u, 0};
-    const int32_t m = rb * MB + tid;
-    const int32_t i = m / a.group;
-    if (i < q_len && i < a.max_q) {
-      const int32_t r = q0 + i;
-      if (r >= 0 && r < a.total_q) {
-        ri.rh = int64_t{r} * a.hq + int64_t{hk} * a.group + (m - i * a.group);
-        const int32_t pos = a.q_pos[r];
-        if (pos >= 0) {
-          int64_t lo = 0;
-          int64_t hi = min(int64_t{kv_len}, min(int64_t{a.max_pages} * kPage,
-                                                int64_t{kv::kMaxKvCacheCapacity}));
-          if (a.mask == static_cast<int32_t>(AttentionMask::kCausal)) hi = min(hi, int64_t{pos} + 1);
-          if (a.window > 0) lo = max(lo, int64_t{pos} - a.window + 1);
-          if (hi > lo) {
-            ri.lo = static_cast<int32_t>(lo);
-            ri.hi = static_cast<int32_t>(hi);
-            if (tree) ri.word = static_cast<uint32_t>(a.packed[int64_t{r} * a.words]);
-          }
-        }
-      }
-    }
+    const attn::PackedRowKeys k = attn::packed_row_keys(
+        rb * MB + tid, q0, q_len, kv_len, hk, a.q_pos, a.total_q, a.max_q, a.hq, a.group,
+        a.max_pages, a.mask == static_cast<int32_t>(AttentionMask::kCausal), a.window);
+    RowInfo ri{k.rh, k.lo, k.hi, 0u, 0};
+    if (tree && k.hi > k.lo) ri.word = static_cast<uint32_t>(a.packed[int64_t{k.r} * a.words]);
     s_row[tid] = ri;
   }
   __syncthreads();
@@ -494,8 +457,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
     if (lp >= a.max_pages) return false;
     kp = __ldg(trow + lp);
     vp = __ldg(trow + a.max_pages + lp);
-    return kp >= 0 && kp < a.num_pages && vp >= a.num_pages &&
-           int64_t{vp} < 2 * int64_t{a.num_pages};
+    return attn::page_pair_valid(kp, vp, a.num_pages);
   };
   auto issue = [&](int32_t u, int st, int32_t kp, int32_t vp) {
     const int32_t key0 = u * KT;
@@ -529,7 +491,12 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   bool nok = lookup(t0 + ST - 1, nkp, nvp);  // the next tile to issue, prefetched
 
   if (a.early_reads) pdl::wait();  // q and the new rows' K/V are read from here on
-  if (direct && blockIdx.x == 0) zero_unowned_rows<T, D>(a);
+  // Split-KV with one split: rows that lie in no sequence are written by CTA 0 (the other CTAs
+  // write only rows of their own sequence).
+  if (direct && blockIdx.x == 0) {
+    attn::zero_rows_outside_sequences(static_cast<T*>(a.out), a.cu_q, a.batch, a.total_q,
+                                      int64_t{a.hq} * D);
+  }
 
   // cp.async groups: every thread commits the same sequence of groups, one per tile slot, empty
   // when the tile is not loaded. The prologue commits ST - 1 groups (tiles t0 .. t0 + ST - 2,
@@ -561,7 +528,8 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 #pragma unroll
   for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
+    for (int dt = 0; dt < DT; ++dt)
+      o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
   }
   // Running max (exp2 domain) and sum of rows g and g + 8 of each row tile; l: this lane's columns.
   float m_run[RT][2], l_run[RT][2];
@@ -594,7 +562,8 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           const uint32_t chunk = kk * 2 + (lane >> 4);
-          ldmatrix_x4(qa[kk], smem_u32(s_q + q_lane_row[0] * D + ((chunk ^ (q_lane_row[0] & 7)) << 3)));
+          ldmatrix_x4(qa[kk],
+                      smem_u32(s_q + q_lane_row[0] * D + ((chunk ^ (q_lane_row[0] & 7)) << 3)));
         }
       }
     }
@@ -623,10 +592,12 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
 #pragma unroll
       for (int mt = 0; mt < RT; ++mt) {
         if constexpr (kQRegs) {
-          af[mt][0] = qa[kk][0], af[mt][1] = qa[kk][1], af[mt][2] = qa[kk][2], af[mt][3] = qa[kk][3];
+          af[mt][0] = qa[kk][0], af[mt][1] = qa[kk][1], af[mt][2] = qa[kk][2],
+          af[mt][3] = qa[kk][3];
         } else {
           const uint32_t chunk = kk * 2 + (lane >> 4);
-          ldmatrix_x4(af[mt], smem_u32(s_q + q_lane_row[mt] * D + ((chunk ^ (q_lane_row[mt] & 7)) << 3)));
+          ldmatrix_x4(af[mt],
+                      smem_u32(s_q + q_lane_row[mt] * D + ((chunk ^ (q_lane_row[mt] & 7)) << 3)));
         }
       }
 #pragma unroll
@@ -711,9 +682,9 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
       for (int n = 0; n < NT; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float p =
-              kFastSoftmax ? exp2_ftz(__fmaf_rn(s[mt][n][e], a.scale_log2, -m_use[mt][e >> 1]))
-                           : exp2f(s[mt][n][e] - m_use[mt][e >> 1]);
+          const float p = kFastSoftmax
+                              ? exp2_ftz(__fmaf_rn(s[mt][n][e], a.scale_log2, -m_use[mt][e >> 1]))
+                              : exp2f(s[mt][n][e] - m_use[mt][e >> 1]);
           s[mt][n][e] = p;
           l_run[mt][e >> 1] += p;
         }
@@ -821,7 +792,8 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
                   make_float2(o[mt][dt][2 * ri], o[mt][dt][2 * ri + 1]);
             }
           }
-          if (tq == 0) a.part_ml[slot] = make_float2(m_run[mt][ri], l_run[mt][ri]);  // (-inf, 0): neutral
+          if (tq == 0)
+            a.part_ml[slot] = make_float2(m_run[mt][ri], l_run[mt][ri]);  // (-inf, 0): neutral
         }
       }
     }
@@ -957,7 +929,8 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
 #pragma unroll
       for (int j = 0; j < B; ++j) mmax = fmaxf(mmax, ml[j].x);
     } else {
-      for (int32_t s = lane; s < splits; s += 32) mmax = fmaxf(mmax, a.part_ml[s * stride + item].x);
+      for (int32_t s = lane; s < splits; s += 32)
+        mmax = fmaxf(mmax, a.part_ml[s * stride + item].x);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
     }
@@ -985,16 +958,7 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
 template <typename T, int D, int WM, int RT>
 void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
   constexpr int smem = static_cast<int>(sk::smemBytes(D, WM, RT));
-  // The dynamic shared-memory limit is raised once per device (bit d: device d, first 64).
-  static std::atomic<uint64_t> raised{0};
-  int device = 0;
-  ES_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit == 0 || (raised.load(std::memory_order_acquire) & bit) == 0) {
-    ES_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D, WM, RT>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    raised.fetch_or(bit, std::memory_order_release);
-  }
+  attn::raise_dynamic_smem_once<split_kernel<T, D, WM, RT>>(smem);
   pdl::launch(split_kernel<T, D, WM, RT>, dim3(static_cast<unsigned>(ctas)), dim3(sk::kThreads),
               smem, stream, a);
   ES_CUDA_CHECK_LAUNCH();
@@ -1023,9 +987,15 @@ void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaSt
     }
   } else {
     switch (plan.warpsM) {
-      case 1: launch_split_kernel<T, D, 1, 1>(a, ctas, stream); break;
-      case 2: launch_split_kernel<T, D, 2, 1>(a, ctas, stream); break;
-      default: launch_split_kernel<T, D, 4, 1>(a, ctas, stream); break;
+      case 1:
+        launch_split_kernel<T, D, 1, 1>(a, ctas, stream);
+        break;
+      case 2:
+        launch_split_kernel<T, D, 2, 1>(a, ctas, stream);
+        break;
+      default:
+        launch_split_kernel<T, D, 4, 1>(a, ctas, stream);
+        break;
     }
   }
   if (plan.numSplits > 1) {
@@ -1051,7 +1021,8 @@ void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaSt
 
 void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
                   cudaStream_t stream) {
-  if (detail::prefillWgmmaApplies(p, plan)) {  // the wgmma prefill kernel (paged_attention_prefill.h)
+  if (detail::prefillWgmmaApplies(p,
+                                  plan)) {  // the wgmma prefill kernel (paged_attention_prefill.h)
     detail::launchPrefillWgmma(p, plan, stream);
     return;
   }
@@ -1085,8 +1056,8 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
   static const bool combine_trigger_first = env_switch_on("ES_ATTN_COMBINE_TRIGGER_FIRST");
   static const int combine_trigger_last =
       env_choice("ES_ATTN_COMBINE_TRIGGER_LAST", {0, 1}, -1, " (or unset: nextFillsSms decides)");
-  const bool last = combine_trigger_last == -1 ? p.nextFillsSms
-                                               : combine_trigger_last == 1 && q.maxQSeqLen > 1;
+  const bool last =
+      combine_trigger_last == -1 ? p.nextFillsSms : combine_trigger_last == 1 && q.maxQSeqLen > 1;
   a.combine_trigger = kTriggerAfterWait;
   if (last) {
     a.combine_trigger = kTriggerLast;
@@ -1100,9 +1071,15 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
       switch (p.headDim) {
-        case 64: launch_split_dim<T, 64>(a, plan, stream); break;
-        case 128: launch_split_dim<T, 128>(a, plan, stream); break;
-        default: launch_split_dim<T, 256>(a, plan, stream); break;
+        case 64:
+          launch_split_dim<T, 64>(a, plan, stream);
+          break;
+        case 128:
+          launch_split_dim<T, 128>(a, plan, stream);
+          break;
+        default:
+          launch_split_dim<T, 256>(a, plan, stream);
+          break;
       }
     }
   });
@@ -1119,19 +1096,29 @@ void launchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   }
   ES_CHECK_ARG(p.query.numQHeads <= 65535, "launchPagedAttention", "query.numQHeads",
                p.query.numQHeads, "must be <= 65535 (grid y)");
-  const Args a{p.query.q,        p.query.out,        p.query.cuQSeqLens, p.query.qPositions,
-               p.query.totalQ,   (p.query.maxQSeqLen + 31) / 32,         p.query.numQHeads,
-               p.kv.pool,        p.kv.pageTable,     p.kv.numPages,      p.kv.maxPagesPerSeq,
-               p.kv.numKVHeads,  p.kvLengths,        static_cast<int32_t>(p.mask),
-               p.packedMask,     p.slidingWindow,    p.batchSize,        p.scale};
-  const bool aligned = fwd::aligned16(p.query.q) && fwd::aligned16(p.query.out) &&
-                       fwd::aligned16(p.kv.pool);
+  const Args a{p.query.q,           p.query.out,
+               p.query.cuQSeqLens,  p.query.qPositions,
+               p.query.totalQ,      (p.query.maxQSeqLen + 31) / 32,
+               p.query.numQHeads,   p.kv.pool,
+               p.kv.pageTable,      p.kv.numPages,
+               p.kv.maxPagesPerSeq, p.kv.numKVHeads,
+               p.kvLengths,         static_cast<int32_t>(p.mask),
+               p.packedMask,        p.slidingWindow,
+               p.batchSize,         p.scale};
+  const bool aligned =
+      fwd::aligned16(p.query.q) && fwd::aligned16(p.query.out) && fwd::aligned16(p.kv.pool);
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     switch (p.headDim) {
-      case 64: launch<T, 64>(a, aligned, stream); break;
-      case 128: launch<T, 128>(a, aligned, stream); break;
-      default: launch<T, 256>(a, aligned, stream); break;
+      case 64:
+        launch<T, 64>(a, aligned, stream);
+        break;
+      case 128:
+        launch<T, 128>(a, aligned, stream);
+        break;
+      default:
+        launch<T, 256>(a, aligned, stream);
+        break;
     }
   });
   ES_CUDA_CHECK_LAUNCH();

@@ -7,16 +7,23 @@
 //   V stage s  128 keys x 128 dims, s = 0, 1     2 x 32 KiB
 //   rows       per packed row: q/out row-head index, visible keys [lo, hi)
 // 163 KiB a CTA (with 1 KiB of alignment slack): one CTA (8 warps) per SM, up to 255 registers a
-// thread (S 64, O 64, P 32; ptxas, CUDA 13.0: 237, no spills).
+// thread (S 64, O 64, P of two tiles 2 x 32; ptxas, CUDA 13.0: 234, no spills).
 //
-// cp.async groups: the prologue commits Q with the first tile; iteration t commits tile t + 1
-// (empty when it is not loaded), then waits for all but the newest group, so tile t (and Q) has
-// landed; fence.proxy.async makes the copies visible to wgmma's async proxy and the barrier
-// publishes every thread's. The barrier at the end of an iteration frees tile t's stage, which
-// iteration t + 1 refills with tile t + 2.
+// Software pipeline (each warpgroup its 64 rows): iteration t issues S = Q K_t^T and O += P V of
+// tile t - 1 as two wgmma groups, waits for S only, runs tile t's softmax while P V is on the
+// tensor cores, then waits for P V and rescales O (O = corr_t (O + P_{t-1} V_{t-1})). The first
+// tile runs S alone, a last drain step P V alone. Every warpgroup computes every tile of the
+// CTA (a tile outside its rows' ranges is masked to exact zeros), so no wgmma group spans a
+// branch: ptxas serializes wgmmas whose groups span divergent paths.
+//
+// cp.async groups run one iteration ahead, staggered like the pipeline: the group issued in
+// iteration t holds K_{t+1} and V_t (V_{t-1} is still being read), so K and V of one tile sit in
+// stages of different parity. Each iteration first waits for the previous group;
+// fence.proxy.async makes the copies visible to wgmma's async proxy and the barrier publishes
+// every thread's and tells that every warpgroup is done with K_{t-1} and V_{t-2}, whose stages
+// the new group refills.
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -25,6 +32,7 @@
 #include "kernels/cp_async.cuh"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention_prefill.h"
+#include "kernels/paged_attention_rows.cuh"
 #include "kernels/paged_attention_split.h"
 #include "kernels/pdl.cuh"
 #include "kernels/wgmma.cuh"
@@ -33,11 +41,11 @@
 namespace es::kernel::detail {
 namespace {
 
-constexpr int kD = 128;                        // head dim
-constexpr int kRows = 128;                     // packed rows per CTA (2 warpgroups x 64)
-constexpr int kKeys = kv::kTokensPerPage;      // keys per tile: one page of one KV head
+constexpr int kD = 128;                    // head dim
+constexpr int kRows = 128;                 // packed rows per CTA (2 warpgroups x 64)
+constexpr int kKeys = kv::kTokensPerPage;  // keys per tile: one page of one KV head
 constexpr int kThreads = 256;
-constexpr uint32_t kHalfBytes = kRows * 128;   // one 64-column half of a 128-row tile
+constexpr uint32_t kHalfBytes = kRows * 128;  // one 64-column half of a 128-row tile
 constexpr uint32_t kTileBytes = 2 * kHalfBytes;
 constexpr uint32_t kQOff = 0, kKOff = kTileBytes, kVOff = 3 * kTileBytes, kRowOff = 5 * kTileBytes;
 static_assert(kKeys == 128 && kRows == 128, "tiles of 128 rows: 2 halves of 16 KiB");
@@ -81,19 +89,6 @@ __device__ __forceinline__ void warpgroup_sync(int wg) {
 }
 
 template <typename T>
-__device__ void zero_unowned_rows(const PrefillArgs& a) {
-  T* out = static_cast<T*>(a.out);
-  const int64_t row = int64_t{a.hq} * kD;
-  const int64_t first = min(max(a.cu_q[0], 0), a.total_q);
-  const int64_t last = min(max(a.cu_q[a.batch], 0), a.total_q);
-  const T zero = fwd::from_f<T>(0.0f);
-  for (int64_t e = threadIdx.x; e < first * row; e += blockDim.x) out[e] = zero;
-  for (int64_t e = last * row + threadIdx.x; e < int64_t{a.total_q} * row; e += blockDim.x) {
-    out[e] = zero;
-  }
-}
-
-template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs a) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -102,8 +97,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
   const uint32_t s_q = base + kQOff;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = warp >> 2;                  // warpgroup: packed rows [64 wg, 64 wg + 64)
-  const int g = lane >> 2, tq = lane & 3;    // accumulator row / column pair of this lane
+  const int wg = warp >> 2;                      // warpgroup: packed rows [64 wg, 64 wg + 64)
+  const int g = lane >> 2, tq = lane & 3;        // accumulator row / column pair of this lane
   const int r0 = wg * 64 + (warp & 3) * 16 + g;  // this lane's rows r0 and r0 + 8
   // KV head fastest (the CTAs of one row block read the same pages), then row blocks, last
   // first: under a causal mask they see the most keys, so they start in the first wave.
@@ -119,51 +114,26 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
   const int32_t q_len = a.cu_q[b + 1] - q0;
   const int32_t kv_len = a.kv_lens[b];
   if (tid < kRows) {
-    Row ri{-1, 0, 0};
-    const int32_t m = rb * kRows + tid;
-    const int32_t i = m / a.group;
-    if (i < q_len && i < a.max_q) {
-      const int32_t r = q0 + i;
-      if (r >= 0 && r < a.total_q) {
-        ri.rh = int64_t{r} * a.hq + int64_t{hk} * a.group + (m - i * a.group);
-        const int32_t pos = a.q_pos[r];
-        if (pos >= 0) {
-          int64_t lo = 0;
-          int64_t hi = min(int64_t{kv_len}, min(int64_t{a.max_pages} * kKeys,
-                                                int64_t{kv::kMaxKvCacheCapacity}));
-          if (a.causal) hi = min(hi, int64_t{pos} + 1);
-          if (a.window > 0) lo = max(lo, int64_t{pos} - a.window + 1);
-          if (hi > lo) {
-            ri.lo = static_cast<int32_t>(lo);
-            ri.hi = static_cast<int32_t>(hi);
-          }
-        }
-      }
-    }
-    s_row[tid] = ri;
+    const attn::PackedRowKeys k =
+        attn::packed_row_keys(rb * kRows + tid, q0, q_len, kv_len, hk, a.q_pos, a.total_q, a.max_q,
+                              a.hq, a.group, a.max_pages, a.causal != 0, a.window);
+    s_row[tid] = Row{k.rh, k.lo, k.hi};
   }
   __syncthreads();
 
-  // The union of the CTA's row ranges (its tiles) and of this warpgroup's (the tiles it
-  // computes: a tile outside it would add exact zeros).
-  int32_t lo_all = INT32_MAX, hi_all = 0, lo_wg = INT32_MAX, hi_wg = 0;
+  // The union of the CTA's row ranges: its tiles.
+  int32_t lo_all = INT32_MAX, hi_all = 0;
   for (int m = lane; m < kRows; m += 32) {
     const Row x = s_row[m];
     if (x.hi > x.lo) {
       lo_all = min(lo_all, x.lo);
       hi_all = max(hi_all, x.hi);
-      if ((m >> 6) == wg) {
-        lo_wg = min(lo_wg, x.lo);
-        hi_wg = max(hi_wg, x.hi);
-      }
     }
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     lo_all = min(lo_all, __shfl_xor_sync(0xffffffffu, lo_all, o));
     hi_all = max(hi_all, __shfl_xor_sync(0xffffffffu, hi_all, o));
-    lo_wg = min(lo_wg, __shfl_xor_sync(0xffffffffu, lo_wg, o));
-    hi_wg = max(hi_wg, __shfl_xor_sync(0xffffffffu, hi_wg, o));
   }
   const int32_t t0 = hi_all > 0 ? lo_all / kKeys : 0;
   const int32_t t1 = hi_all > 0 ? (hi_all - 1) / kKeys + 1 : 0;
@@ -175,29 +145,30 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
   const T* pool = static_cast<const T*>(a.pool);
   const int64_t row_stride = int64_t{a.hkv} * kD;
   // False when u is not one of the CTA's tiles or its page is unmapped / out of range (the tile
-  // is then neither loaded nor computed: its keys count as masked).
+  // is then zero-filled and its keys count as masked).
   auto lookup = [&](int32_t u, int32_t& kp, int32_t& vp) -> bool {
     if (u >= t1 || u >= a.max_pages) return false;
     kp = __ldg(trow + u);
     vp = __ldg(trow + a.max_pages + u);
-    return kp >= 0 && kp < a.num_pages && vp >= a.num_pages &&
-           int64_t{vp} < 2 * int64_t{a.num_pages};
+    return attn::page_pair_valid(kp, vp, a.num_pages);
   };
-  auto issue = [&](int32_t u, int st, int32_t kp, int32_t vp) {
+  // K or V rows of tile u into the stage at smem address dst (keys outside the CTA's union range
+  // are zero-filled: never NaN garbage in P V).
+  // page < 0 (an invalid page pair): the whole tile zero-filled.
+  auto issue_rows = [&](int32_t u, uint32_t dst, int32_t page) {
     const int32_t key0 = u * kKeys;
-    const uint32_t sk = base + kKOff + st * kTileBytes, sv = base + kVOff + st * kTileBytes;
-    const T* kbase = pool + int64_t{kp} * kKeys * row_stride + int64_t{hk} * kD;
-    const T* vbase = pool + int64_t{vp} * kKeys * row_stride + int64_t{hk} * kD;
+    const T* src = pool + int64_t{max(page, 0)} * kKeys * row_stride + int64_t{hk} * kD;
 #pragma unroll
     for (int it = 0; it < kKeys * 16 / kThreads; ++it) {
       const int idx = it * kThreads + tid;
       const int k = idx >> 4, c = idx & 15;
       const int32_t j = key0 + k;
-      const bool in = j >= lo_all && j < hi_all;  // outside: zeros (never NaN garbage in P V)
-      cp_async16_shared(sk + tile_off(k, c), kbase + k * row_stride + c * 8, in ? 16 : 0);
-      cp_async16_shared(sv + tile_off(k, c), vbase + k * row_stride + c * 8, in ? 16 : 0);
+      const bool in = page >= 0 && j >= lo_all && j < hi_all;
+      cp_async16_shared(dst + tile_off(k, c), src + k * row_stride + c * 8, in ? 16 : 0);
     }
   };
+  auto k_stage = [&](int st) { return base + kKOff + st * kTileBytes; };
+  auto v_stage = [&](int st) { return base + kVOff + st * kTileBytes; };
   // Page lookups run an iteration ahead: tile t's in ok_cur, tile t + 1's in ok_next / kp_next /
   // vp_next (the pages of the tile issued next).
   int32_t kp_first = 0, vp_first = 0, kp_next = 0, vp_next = 0;
@@ -205,7 +176,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
   bool ok_next = lookup(t0 + 1, kp_next, vp_next);
 
   if (a.early_reads) pdl::wait();  // q and the rows' K/V are read from here on
-  if (blockIdx.x == 0) zero_unowned_rows<T>(a);
+  if (blockIdx.x == 0) {           // rows in no sequence (each CTA writes only its own rows)
+    attn::zero_rows_outside_sequences(static_cast<T*>(a.out), a.cu_q, a.batch, a.total_q,
+                                      int64_t{a.hq} * kD);
+  }
 
   if (t0 < t1) {
     const T* qg = static_cast<const T*>(a.q);
@@ -217,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
       const T* src = in ? qg + s_row[m].rh * kD + c * 8 : qg;
       cp_async16_shared(s_q + tile_off(m, c), src, in ? 16 : 0);
     }
-    if (ok_cur) issue(t0, 0, kp_first, vp_first);
+    issue_rows(t0, k_stage(0), ok_cur ? kp_first : -1);
     cp_async_commit();
   }
 
@@ -226,93 +200,129 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
   for (int i = 0; i < 64; ++i) o[i] = s[i] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
-  for (int32_t t = t0; t < t1; ++t) {
-    const int st = (t - t0) & 1;
-    if (ok_next) issue(t + 1, st ^ 1, kp_next, vp_next);
-    cp_async_commit();
-    const bool ok = ok_cur;
-    ok_cur = ok_next;
-    ok_next = lookup(t + 2, kp_next, vp_next);
-    cp_async_wait<1>();
-    wgmma::fence_proxy_async_shared();
-    __syncthreads();
-
+  uint32_t pa[kKeys / 16][4];  // P of the last tile (the A operand of its P V)
+  float corr[2];
+  // The softmax of tile t (in s) into P (pa_out) and the running max / sum; corr rescales O.
+  auto softmax_tile = [&](int32_t t, bool ok, uint32_t(&pa_out)[kKeys / 16][4]) {
     const int32_t key0 = t * kKeys;
-    if (ok && key0 < hi_wg && key0 + kKeys > lo_wg) {  // warpgroup-uniform
-      const uint32_t sk = base + kKOff + st * kTileBytes, sv = base + kVOff + st * kTileBytes;
-      // S = Q K^T: k16 steps over the head dim, 32 bytes apart inside a 64-column half.
-      wgmma::fence_operand(s);
-      wgmma::fence();
+    float mx[2] = {-INFINITY, -INFINITY};
+    const bool full = ok && key0 >= max(lo_r[0], lo_r[1]) && key0 + kKeys <= min(hi_r[0], hi_r[1]);
+    if (full) {
 #pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t koff = (kk >> 2) * kHalfBytes + (kk & 3) * 32;
-        wgmma::wgmma_m64n128k16_ss<T, false>(
-            s, wgmma::desc_sw128(s_q + wg * 64 * 128 + koff, 16, 1024),
-            wgmma::desc_sw128(sk + koff, 16, 1024), kk > 0);
-      }
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operand(s);
-
-      // Mask (only where a row of this lane sees part of the tile), online softmax with the
-      // scale folded into the exponent: p = 2^(s * scale_log2 - m), m the running max of the
-      // scaled logits. Element i: row r0 + 8 ((i >> 1) & 1), key key0 + 8 (i >> 2) + 2 tq + (i & 1).
-      float mx[2] = {-INFINITY, -INFINITY};
-      const bool full = key0 >= max(lo_r[0], lo_r[1]) && key0 + kKeys <= min(hi_r[0], hi_r[1]);
-      if (full) {
-#pragma unroll
-        for (int i = 0; i < 64; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 64; ++i) {
-          const int ri = (i >> 1) & 1;
-          const int32_t j = key0 + 8 * (i >> 2) + 2 * tq + (i & 1);
-          s[i] = j >= lo_r[ri] && j < hi_r[ri] ? s[i] : -INFINITY;
-          mx[ri] = fmaxf(mx[ri], s[i]);
-        }
-      }
-      float corr[2], m_use[2];
-#pragma unroll
-      for (int ri = 0; ri < 2; ++ri) {
-        mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
-        mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
-        const float m_new = fmaxf(m_run[ri], mx[ri] * a.scale_log2);
-        m_use[ri] = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: keep exp2 finite
-        corr[ri] = exp2_ftz(m_run[ri] - m_use[ri]);
-        m_run[ri] = m_new;
-        l_run[ri] *= corr[ri];
-      }
-      uint32_t pa[kKeys / 16][4];
+      for (int i = 0; i < 64; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    } else {
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
         const int ri = (i >> 1) & 1;
-        s[i] = exp2_ftz(__fmaf_rn(s[i], a.scale_log2, -m_use[ri]));
-        l_run[ri] += s[i];
-        o[i] *= corr[ri];
+        const int32_t j = key0 + 8 * (i >> 2) + 2 * tq + (i & 1);
+        s[i] = ok && j >= lo_r[ri] && j < hi_r[ri] ? s[i] : -INFINITY;
+        mx[ri] = fmaxf(mx[ri], s[i]);
       }
-      // P as the A operand of the k16 steps over the tile's keys: 8-key blocks 2 kk, 2 kk + 1.
+    }
+    float m_use[2];
 #pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-      }
-      // O += P V: V is MN-major (dims contiguous): a k16 step is 16 keys = 2048 bytes on, LBO
-      // the next 64 dims (the other half), SBO the next 8 keys. (The two strides swapped fail
-      // test_paged_attention_gpu's prefill cases: checked on the H200, session 19.)
+    for (int ri = 0; ri < 2; ++ri) {
+      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 1));
+      mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xffffffffu, mx[ri], 2));
+      const float m_new = fmaxf(m_run[ri], mx[ri] * a.scale_log2);
+      m_use[ri] = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: keep exp2 finite
+      corr[ri] = exp2_ftz(m_run[ri] - m_use[ri]);
+      m_run[ri] = m_new;
+      l_run[ri] *= corr[ri];
+    }
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int ri = (i >> 1) & 1;
+      s[i] = exp2_ftz(__fmaf_rn(s[i], a.scale_log2, -m_use[ri]));
+      l_run[ri] += s[i];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      pa_out[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      pa_out[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      pa_out[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      pa_out[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+  auto issue_s = [&](uint32_t sk) {
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t koff = (kk >> 2) * kHalfBytes + (kk & 3) * 32;
+      wgmma::wgmma_m64n128k16_ss<T, false>(s,
+                                           wgmma::desc_sw128(s_q + wg * 64 * 128 + koff, 16, 1024),
+                                           wgmma::desc_sw128(sk + koff, 16, 1024), kk > 0);
+    }
+    wgmma::commit();
+  };
+  auto issue_pv = [&](uint32_t sv) {
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      wgmma::wgmma_m64n128k16_rs<T, true>(o, pa[kk],
+                                          wgmma::desc_sw128(sv + kk * 2048, kHalfBytes, 1024));
+    }
+    wgmma::commit();
+  };
+  // Start of iteration t: K_t and V_{t-1} (and Q) have landed for every thread, and every
+  // warpgroup is done with K_{t-1} and V_{t-2}; then the loads of K_{t+1} and V_t go out.
+  // Returns whether tile t's page pair is valid (else its keys are masked, V zero-filled).
+  int32_t vp_cur = vp_first;
+  auto next_tile = [&](int32_t t) -> bool {
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async_shared();
+    __syncthreads();
+    const bool ok = ok_cur;
+    const int st = (t - t0) & 1;
+    if (t + 1 < t1) issue_rows(t + 1, k_stage(st ^ 1), ok_next ? kp_next : -1);
+    if (t < t1) issue_rows(t, v_stage(st), ok ? vp_cur : -1);
+    cp_async_commit();
+    ok_cur = ok_next;
+    vp_cur = vp_next;
+    ok_next = lookup(t + 2, kp_next, vp_next);
+    return ok;
+  };
+  if (t0 < t1) {
+    {  // tile t0: S only
+      const bool ok = next_tile(t0);
+      wgmma::fence_operand(s);
+      wgmma::fence();
+      issue_s(k_stage(0));
+      wgmma::wait<0>();
+      wgmma::fence_operand(s);
+      softmax_tile(t0, ok, pa);
+    }
+    for (int32_t t = t0 + 1; t < t1; ++t) {
+      const bool ok = next_tile(t);
+      const int st = (t - t0) & 1;
+      wgmma::fence_operand(s);
       wgmma::fence_operand(o);
       wgmma::fence();
+      issue_s(k_stage(st));
+      issue_pv(v_stage(st ^ 1));  // tile t - 1
+      wgmma::wait<1>();           // S: P V stays in flight during the softmax
+      wgmma::fence_operand(s);
+      uint32_t pn[kKeys / 16][4];
+      softmax_tile(t, ok, pn);
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) wgmma::fence_operand(pa[kk]);  // read until here
+        // O = corr (O + P_{t-1} V_{t-1}): tile t - 1 joins tile t's running max.
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) {
-        wgmma::wgmma_m64n128k16_rs<T, true>(o, pa[kk],
-                                            wgmma::desc_sw128(sv + kk * 2048, kHalfBytes, 1024));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pa[kk][e] = pn[kk][e];
       }
-      wgmma::commit();
+    }
+    {  // drain: P V of the last tile
+      next_tile(t1);
+      wgmma::fence_operand(o);
+      wgmma::fence();
+      issue_pv(v_stage((t1 - 1 - t0) & 1));
       wgmma::wait<0>();
       wgmma::fence_operand(o);
     }
-    __syncthreads();  // every warpgroup is done with stage st
   }
   cp_async_wait<0>();
 
@@ -375,17 +385,9 @@ void launchPrefillWgmma(const PagedAttentionParams& p, const PagedAttentionPlan&
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
-      static std::atomic<uint64_t> raised{0};  // bit d: the smem limit is raised on device d
-      int device = 0;
-      ES_CUDA_CHECK(cudaGetDevice(&device));
-      const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-      if (bit == 0 || (raised.load(std::memory_order_acquire) & bit) == 0) {
-        ES_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<T>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-        raised.fetch_or(bit, std::memory_order_release);
-      }
-      pdl::launch(prefill_kernel<T>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
-                  kSmemBytes, stream, a);
+      attn::raise_dynamic_smem_once<prefill_kernel<T>>(kSmemBytes);
+      pdl::launch(prefill_kernel<T>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSmemBytes,
+                  stream, a);
       ES_CUDA_CHECK_LAUNCH();
     }
   });

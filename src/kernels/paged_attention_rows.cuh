@@ -1,0 +1,91 @@
+#pragma once
+// Row and page rules shared by the paged attention kernels (paged_attention.cu's simple and
+// split-KV kernels, paged_attention_prefill.cu's wgmma kernel), as paged_attention.h states them:
+// which keys a packed query row sees, when a page pair may be read, and the zeros of rows that lie
+// in no sequence.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "kernels/forward_ops_device.cuh"
+#include "kv/page_geometry.h"
+
+namespace es::kernel::attn {
+
+// One packed query row of a (sequence, KV head) block: the q/out row-head index r * Hq + h and
+// the visible keys [lo, hi) before any tree bits.
+struct PackedRowKeys {
+  int64_t rh = -1;         // -1: the packed row is padding (past the sequence or outside q)
+  int32_t r = -1;          // the query row (token) index, when rh >= 0
+  int32_t lo = 0, hi = 0;  // hi <= lo: no visible key
+};
+
+// Packed row m (query i = m / group, head hk * group + m % group) of the sequence whose queries
+// are [q0, q0 + q_len) with kv_len keys. A row with a negative position sees no key; keys stop at
+// kv_len, at the page table's reach and at the cache capacity; causal rows see keys <= pos, a
+// sliding window keeps the last `window` of them.
+__device__ __forceinline__ PackedRowKeys packed_row_keys(int32_t m, int32_t q0, int32_t q_len,
+                                                         int32_t kv_len, int32_t hk,
+                                                         const int32_t* q_pos, int32_t total_q,
+                                                         int32_t max_q, int32_t hq, int32_t group,
+                                                         int32_t max_pages, bool causal,
+                                                         int32_t window) {
+  PackedRowKeys k;
+  const int32_t i = m / group;
+  if (i >= q_len || i >= max_q) return k;
+  const int32_t r = q0 + i;
+  if (r < 0 || r >= total_q) return k;
+  k.r = r;
+  k.rh = int64_t{r} * hq + int64_t{hk} * group + (m - i * group);
+  const int32_t pos = q_pos[r];
+  if (pos < 0) return k;
+  int64_t lo = 0;
+  int64_t hi = min(int64_t{kv_len},
+                   min(int64_t{max_pages} * kv::kTokensPerPage, int64_t{kv::kMaxKvCacheCapacity}));
+  if (causal) hi = min(hi, int64_t{pos} + 1);
+  if (window > 0) lo = max(lo, int64_t{pos} - window + 1);
+  if (hi > lo) {
+    k.lo = static_cast<int32_t>(lo);
+    k.hi = static_cast<int32_t>(hi);
+  }
+  return k;
+}
+
+// A page-table entry pair may be read when the K page lies in [0, P) and the V page in [P, 2P)
+// of the pool's 2P pages; any other pair masks its keys.
+__device__ __forceinline__ bool page_pair_valid(int32_t kp, int32_t vp, int32_t num_pages) {
+  return kp >= 0 && kp < num_pages && vp >= num_pages && int64_t{vp} < 2 * int64_t{num_pages};
+}
+
+// Zeros of the output rows before cu_q[0] and from cu_q[batch] on ([total_q, row_elems] output),
+// written by one CTA (each sequence's CTAs write only their own rows).
+template <typename T>
+__device__ void zero_rows_outside_sequences(T* out, const int32_t* cu_q, int32_t batch,
+                                            int32_t total_q, int64_t row_elems) {
+  const int64_t first = min(max(cu_q[0], 0), total_q);
+  const int64_t last = min(max(cu_q[batch], 0), total_q);
+  const T zero = fwd::from_f<T>(0.0f);
+  for (int64_t e = threadIdx.x; e < first * row_elems; e += blockDim.x) out[e] = zero;
+  for (int64_t e = last * row_elems + threadIdx.x; e < int64_t{total_q} * row_elems;
+       e += blockDim.x) {
+    out[e] = zero;
+  }
+}
+
+// Raises Kernel's dynamic shared-memory limit to `bytes` on the current device, once per device
+// (bit d: device d, the first 64; later devices every call).
+template <auto Kernel>
+void raise_dynamic_smem_once(int bytes) {
+  static std::atomic<uint64_t> raised{0};
+  int device = 0;
+  ES_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (raised.load(std::memory_order_acquire) & bit) == 0) {
+    ES_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    raised.fetch_or(bit, std::memory_order_release);
+  }
+}
+
+}  // namespace es::kernel::attn
