@@ -77,8 +77,8 @@
 #                                 stage's verify4k row
 #   tools/gpu_check.sh prefillwgmma  the same A/B for the wgmma prefill kernel against the
 #                                 mma.sync variant (ES_ATTN_PREFILL_WGMMA=0)
-#   tools/gpu_check.sh prefillfew the same A/B for the opt-in ES_ATTN_PREFILL_WGMMA_FEW=1 (the
-#                                 wgmma kernel for prefill calls of fewer than 132 CTAs)
+#   tools/gpu_check.sh prefillfew the same A/B for ES_ATTN_PREFILL_WGMMA_FEW (default on: the
+#                                 wgmma kernel also for prefill calls of fewer than 132 CTAs)
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -525,7 +525,7 @@ sampling_ab() {
 # variants, and the verify's two outputs must be bit-identical), then the whole-model 4,096-token
 # prefill of a random Qwen3-8B ($ES_PREFILL_PRESET) next to torch's prefill of the same tokens:
 # one 4,096-row forward ($3, $4, $3 again), then the default 256-row forwards ($3, $4; a chunk's
-# attention has too few CTAs for the prefill row tiles unless ES_ATTN_PREFILL_WGMMA_FEW=1).
+# attention has too few CTAs for the prefill row tiles under ES_ATTN_PREFILL_WGMMA_FEW=0).
 #   prefillab     ES_ATTN_ROWTILES 2 / 1: two 16-row tiles per warp row (paged_attention_split.h:
 #                 prefill at warpsM 4, 128 rows a CTA; batch-1 verify at warpsM 1, 32 rows a CTA)
 #                 or one. The verify's whole-model effect (verify / decode forward at 4k) is the
@@ -533,7 +533,7 @@ sampling_ab() {
 #   prefillwgmma  ES_ATTN_PREFILL_WGMMA 1 / 0: the wgmma prefill kernel or the mma.sync variant
 #                 (paged_attention_prefill.h).
 #   prefillfew    ES_ATTN_PREFILL_WGMMA_FEW 0 / 1: the wgmma kernel also for prefill calls of
-#                 fewer than 132 CTAs of 128 rows (opt-in).
+#                 fewer than 132 CTAs of 128 rows (the default since session 20).
 prefill_ab() {
   local var=$1 tag=$2 a=$3 b=$4 status=0 m rc preset=${ES_PREFILL_PRESET:-qwen3-8b}
   for m in "$a" "$b"; do

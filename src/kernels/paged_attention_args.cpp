@@ -180,7 +180,7 @@ bool prefillWgmmaEnabled() {
 }
 
 bool prefillWgmmaFewCtas() {
-  static const bool on = prefillWgmmaEnabled() && env_switch_opt_in("ES_ATTN_PREFILL_WGMMA_FEW");
+  static const bool on = prefillWgmmaEnabled() && env_switch_on("ES_ATTN_PREFILL_WGMMA_FEW");
   return on;
 }
 
@@ -236,8 +236,9 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   if (p.slidingWindow > 0) {
     tilesSpan = std::min(tilesFull, tiles_of(int64_t{p.slidingWindow} + kSplitKvMaxQSeqLen - 1) + 1);
   }
-  // Opt-in (paged_attention_prefill.h): prefill rows that would take one row tile for want of
-  // 132 CTAs of 128 rows take the wgmma kernel's 128-row CTAs anyway (one split only).
+  // paged_attention_prefill.h (default; ES_ATTN_PREFILL_WGMMA_FEW=0 turns it off): prefill rows
+  // that would take one row tile for want of 132 CTAs of 128 rows take the wgmma kernel's 128-row
+  // CTAs anyway (one split only).
   if (prefill && shape.rowTiles == 1 && maxRowTiles >= splitkv::kPrefillRowTiles &&
       forceNumSplits <= 1 && p.headDim == 128 && detail::prefillWgmmaFewCtas() &&
       int64_t{q.maxQSeqLen} * group >= splitkv::maxRowsPerCta(splitkv::kPrefillRowTiles)) {

@@ -632,8 +632,9 @@ TEST(PagedAttentionPlan, PrefillTakesOneSplit) {
 
 // Which calls take two row tiles per warp (paged_attention.h, kSplitKvRowTilesMinCtas): prefill
 // (maxQSeqLen > 16) at head dim 128 with at least 128 packed rows per sequence and at least 132
-// CTAs of 128 rows (any count under ES_ATTN_PREFILL_WGMMA_FEW=1); everything else keeps one tile
-// per warp, decode and batch > 1 verify in particular (the batch-1 verify's two tiles per CTA at
+// CTAs of 128 rows (any count by default, prefillWgmmaFewCtas; the bound holds only under
+// ES_ATTN_PREFILL_WGMMA_FEW=0, the ctest twin test_paged_attention_prefillfewoff); everything
+// else keeps one tile per warp, decode and batch > 1 verify in particular (the batch-1 verify's two tiles per CTA at
 // warpsM 1: VerifyRowTiles below). The one-split prefill plans of two tiles run the wgmma kernel.
 TEST(PagedAttentionPlan, PrefillRowTiles) {
   struct Want {
@@ -662,8 +663,8 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
                              " " + std::to_string(w.hq) + "/" + std::to_string(w.hkv) + " D " +
                              std::to_string(w.dim);
     ASSERT_TRUE(plan.splitKv) << plan.reason << " " << what;
-    // ES_ATTN_PREFILL_WGMMA_FEW=1 (the ctest twin test_paged_attention_prefillfew): prefill at
-    // D 128 with >= 128 packed rows takes the prefill row tiles however few CTAs they make.
+    // prefillWgmmaFewCtas (the default): prefill at D 128 with >= 128 packed rows takes the
+    // prefill row tiles however few CTAs they make.
     Want want = w;
     const int64_t packed = int64_t{w.qLen} * (w.hq / w.hkv);
     if (kernel::detail::prefillWgmmaFewCtas() && w.qLen > kernel::kSplitKvMaxQSeqLen &&
