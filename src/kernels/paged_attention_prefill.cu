@@ -28,9 +28,11 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/env_switch.h"
 #include "kernels/attention_math.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/forward_ops_device.cuh"
+#include "kernels/mbarrier.cuh"
 #include "kernels/paged_attention_prefill.h"
 #include "kernels/paged_attention_rows.cuh"
 #include "kernels/paged_attention_split.h"
@@ -47,7 +49,7 @@ constexpr int kKeys = kv::kTokensPerPage;  // keys per tile: one page of one KV 
 constexpr int kThreads = 256;
 constexpr uint32_t kHalfBytes = kRows * 128;  // one 64-column half of a 128-row tile
 constexpr uint32_t kTileBytes = 2 * kHalfBytes;
-constexpr uint32_t kQOff = 0, kKOff = kTileBytes, kVOff = 3 * kTileBytes, kRowOff = 5 * kTileBytes;
+constexpr uint32_t kQOff = 0, kKOff = kTileBytes, kVOff = 3 * kTileBytes;
 static_assert(kKeys == 128 && kRows == 128, "tiles of 128 rows: 2 halves of 16 KiB");
 static_assert(splitkv::maxRowsPerCta(splitkv::kPrefillRowTiles) == kRows,
               "the plan's row blocks are this kernel's CTAs");
@@ -56,8 +58,16 @@ struct Row {
   int64_t rh;      // r * Hq + h (q/out row-head index); -1: not a row of this CTA
   int32_t lo, hi;  // visible keys [lo, hi); hi <= lo: none
 };
-constexpr int kSmemBytes = static_cast<int>(kRowOff + kRows * sizeof(Row)) + 1024;  // + alignment
-static_assert(kSmemBytes <= 232448, "fits the 227 KiB per-block limit");
+// Two K stages; V stages: 2 (lockstep), 3 (ping-pong: a warpgroup refills V_t's stage while the
+// other may still read V_{t-2}). Then the rows, then the ping-pong's mbarriers.
+constexpr int v_stages(bool ping_pong) { return ping_pong ? 3 : 2; }
+constexpr uint32_t row_off(bool ping_pong) { return (3 + v_stages(ping_pong)) * kTileBytes; }
+constexpr uint32_t bar_off(bool ping_pong) { return row_off(ping_pong) + kRows * sizeof(Row); }
+constexpr int kBarriers = 2 * (2 + 3);  // full and free, per K and V stage
+constexpr int smem_bytes(bool ping_pong) {
+  return static_cast<int>(bar_off(ping_pong) + 8 * kBarriers) + 1024;  // + alignment
+}
+static_assert(smem_bytes(true) <= 232448, "fits the 227 KiB per-block limit");
 
 struct PrefillArgs {
   const void* q;
@@ -83,13 +93,15 @@ using attn::pack2;
 __device__ __forceinline__ uint32_t tile_off(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * kHalfBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
-// Named barrier of one warpgroup (ids 1, 2; 0 is __syncthreads).
+// Named barrier of one warpgroup (ids 1, 2; 0 is __syncthreads). Ping-pong turns: ids 3, 4.
+constexpr int kTurnBarrier = 3;
 __device__ __forceinline__ void warpgroup_sync(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory");
 }
 
-template <typename T>
+template <typename T, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs a) {
+  constexpr uint32_t kRowOff = row_off(kPingPong);
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -97,7 +109,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
   const uint32_t s_q = base + kQOff;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = warp >> 2;                      // warpgroup: packed rows [64 wg, 64 wg + 64)
+  // Warpgroup: packed rows [64 wg, 64 wg + 64). Broadcast from lane 0 so that the compiler knows
+  // it is warp-uniform (descriptors and stage addresses then live in uniform registers).
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
   const int g = lane >> 2, tq = lane & 3;        // accumulator row / column pair of this lane
   const int r0 = wg * 64 + (warp & 3) * 16 + g;  // this lane's rows r0 and r0 + 8
   // KV head fastest (the CTAs of one row block read the same pages), then row blocks, last
@@ -119,6 +133,19 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
                               a.hq, a.group, a.max_pages, a.causal != 0, a.window);
     s_row[tid] = Row{k.rh, k.lo, k.hi};
   }
+  // Ping-pong ring barriers: per K stage (2) and V stage (3) a "full" one (each thread's copies
+  // of its warpgroup's half of the tile, 256 arrivals) and a "free" one (every thread done
+  // reading it, 256 arrivals).
+  const uint32_t bars = base + bar_off(kPingPong);
+  auto full_k = [&](int st) { return bars + 8 * st; };
+  auto free_k = [&](int st) { return bars + 16 + 8 * st; };
+  auto full_v = [&](int st) { return bars + 32 + 8 * st; };
+  auto free_v = [&](int st) { return bars + 56 + 8 * st; };
+  if constexpr (kPingPong) {
+    if (tid == 0) {
+      for (int i = 0; i < kBarriers; ++i) mbar::init(bars + 8 * i, kThreads);
+    }
+  }
   __syncthreads();
 
   // The union of the CTA's row ranges: its tiles.
@@ -135,8 +162,11 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
     lo_all = min(lo_all, __shfl_xor_sync(0xffffffffu, lo_all, o));
     hi_all = max(hi_all, __shfl_xor_sync(0xffffffffu, hi_all, o));
   }
-  const int32_t t0 = hi_all > 0 ? lo_all / kKeys : 0;
-  const int32_t t1 = hi_all > 0 ? (hi_all - 1) / kKeys + 1 : 0;
+  // Tiles [t0, t1); broadcast from lane 0 (warp-uniform to the compiler: see wg).
+  lo_all = __shfl_sync(0xffffffffu, lo_all, 0);
+  hi_all = __shfl_sync(0xffffffffu, hi_all, 0);
+  const int32_t t0 = __shfl_sync(0xffffffffu, hi_all > 0 ? lo_all / kKeys : 0, 0);
+  const int32_t t1 = __shfl_sync(0xffffffffu, hi_all > 0 ? (hi_all - 1) / kKeys + 1 : 0, 0);
   const int32_t lo_r[2] = {s_row[r0].lo, s_row[r0 + 8].lo};
   const int32_t hi_r[2] = {s_row[r0].hi, s_row[r0 + 8].hi};
 
@@ -152,19 +182,37 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
     vp = __ldg(trow + a.max_pages + u);
     return attn::page_pair_valid(kp, vp, a.num_pages);
   };
-  // K or V rows of tile u into the stage at smem address dst (keys outside the CTA's union range
-  // are zero-filled: never NaN garbage in P V).
-  // page < 0 (an invalid page pair): the whole tile zero-filled.
+  // K or V rows of tile u into the stage at smem address dst: all 128 keys by the whole CTA
+  // (lockstep), or this warpgroup's 64 keys [64 wg, 64 wg + 64) by its 128 threads (ping-pong).
+  // Keys outside the CTA's union range are zero-filled (never NaN garbage in P V); page < 0 (an
+  // invalid page pair): the whole tile.
+  constexpr int kLoaders = kPingPong ? 128 : kThreads;
+  constexpr int kCopies = (kPingPong ? 64 : kKeys) * 16 / kLoaders;  // per thread and tile: 8
+  constexpr int kKeyStep = kLoaders / 16;  // keys between a thread's copies: 16 or 8
+  static_assert((kPingPong ? 64 : kKeys) * 16 % kLoaders == 0 && kKeyStep % 8 == 0);
+  // Copy `it` of this thread moves 16-byte chunk c_ld of key k_ld + kKeyStep it: its swizzled
+  // offset is tile_off(k_ld, c_ld) + kKeyStep it 128 (kKeyStep keeps key & 7).
+  const int loader = kPingPong ? (tid & 127) : tid;
+  const int c_ld = loader & 15;
+  const int k_ld = (kPingPong ? 64 * wg : 0) + (loader >> 4);
+  const uint32_t dst_ld = tile_off(k_ld, c_ld);
+  const int64_t src_ld = int64_t{k_ld} * row_stride + int64_t{hk} * kD + c_ld * 8;
   auto issue_rows = [&](int32_t u, uint32_t dst, int32_t page) {
     const int32_t key0 = u * kKeys;
-    const T* src = pool + int64_t{max(page, 0)} * kKeys * row_stride + int64_t{hk} * kD;
+    const T* src = pool + int64_t{max(page, 0)} * kKeys * row_stride + src_ld;
+    if (page >= 0 && key0 >= lo_all && key0 + kKeys <= hi_all) {  // CTA-uniform: no key masked
 #pragma unroll
-    for (int it = 0; it < kKeys * 16 / kThreads; ++it) {
-      const int idx = it * kThreads + tid;
-      const int k = idx >> 4, c = idx & 15;
-      const int32_t j = key0 + k;
-      const bool in = page >= 0 && j >= lo_all && j < hi_all;
-      cp_async16_shared(dst + tile_off(k, c), src + k * row_stride + c * 8, in ? 16 : 0);
+      for (int it = 0; it < kCopies; ++it) {
+        cp_async16_shared(dst + dst_ld + it * kKeyStep * 128, src + it * kKeyStep * row_stride, 16);
+      }
+    } else {
+#pragma unroll
+      for (int it = 0; it < kCopies; ++it) {
+        const int32_t j = key0 + k_ld + it * kKeyStep;
+        const bool in = page >= 0 && j >= lo_all && j < hi_all;
+        cp_async16_shared(dst + dst_ld + it * kKeyStep * 128, src + it * kKeyStep * row_stride,
+                          in ? 16 : 0);
+      }
     }
   };
   auto k_stage = [&](int st) { return base + kKOff + st * kTileBytes; };
@@ -192,7 +240,16 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
       cp_async16_shared(s_q + tile_off(m, c), src, in ? 16 : 0);
     }
     issue_rows(t0, k_stage(0), ok_cur ? kp_first : -1);
-    cp_async_commit();
+    if constexpr (kPingPong) {
+      mbar::arrive_on_copies(full_k(0));
+      cp_async_commit();
+      cp_async_wait<0>();  // Q (and this thread's part of K_t0)
+      wgmma::fence_proxy_async_shared();
+      __syncthreads();                                         // Q in place for both warpgroups
+      if (wg == 1) mbar::named_arrive(kTurnBarrier, 2 * 128);  // warpgroup 0 issues first
+    } else {
+      cp_async_commit();
+    }
   }
 
   float o[64], s[64];
@@ -262,51 +319,98 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
     }
     wgmma::commit();
   };
-  // Start of iteration t: K_t and V_{t-1} (and Q) have landed for every thread, and every
-  // warpgroup is done with K_{t-1} and V_{t-2}; then the loads of K_{t+1} and V_t go out.
-  // Returns whether tile t's page pair is valid (else its keys are masked, V zero-filled).
+  // The two schedules differ only at these points of the loop below.
+  //  * Lockstep: iteration t starts when K_t and V_{t-1} (and Q) have landed for every thread and
+  //    every warpgroup is done with K_{t-1} and V_{t-2} (one block barrier); then the loads of
+  //    K_{t+1} and V_t go out.
+  //  * Ping-pong: each warpgroup loads its half of K_{t+1} and V_t once both warpgroups have
+  //    freed those stages, waits for the stages' "full" barriers, and then for its turn: the
+  //    warpgroups take turns to issue their wgmma groups (named barriers kTurnBarrier + wg), so
+  //    one's softmax runs while the other's matrix products are on the tensor cores.
+  // begin_tile returns whether tile t's page pair is valid (else its keys are masked, V zeros).
   int32_t vp_cur = vp_first;
-  auto next_tile = [&](int32_t t) -> bool {
-    cp_async_wait<0>();
-    wgmma::fence_proxy_async_shared();
-    __syncthreads();
+  auto begin_tile = [&](int32_t t) -> bool {
+    const int32_t u = t - t0;
     const bool ok = ok_cur;
-    const int st = (t - t0) & 1;
-    if (t + 1 < t1) issue_rows(t + 1, k_stage(st ^ 1), ok_next ? kp_next : -1);
-    if (t < t1) issue_rows(t, v_stage(st), ok ? vp_cur : -1);
-    cp_async_commit();
+    if constexpr (kPingPong) {
+      if (t + 1 < t1) {
+        const int st = (u + 1) & 1, fill = (u + 1) >> 1;
+        if (fill > 0) mbar::wait(free_k(st), (fill - 1) & 1);
+        issue_rows(t + 1, k_stage(st), ok_next ? kp_next : -1);
+        mbar::arrive_on_copies(full_k(st));
+      }
+      if (t < t1) {
+        const int fill = u / 3, st = u - 3 * fill;
+        if (fill > 0) mbar::wait(free_v(st), (fill - 1) & 1);
+        issue_rows(t, v_stage(st), ok ? vp_cur : -1);
+        mbar::arrive_on_copies(full_v(st));
+        mbar::wait(full_k(u & 1), (u >> 1) & 1);
+      }
+      if (t > t0) {
+        const int fill = (u - 1) / 3;
+        mbar::wait(full_v(u - 1 - 3 * fill), fill & 1);
+      }
+      wgmma::fence_proxy_async_shared();  // the copies, seen through the barriers, for wgmma
+      mbar::named_sync(kTurnBarrier + wg, 2 * 128);
+    } else {
+      cp_async_wait<0>();
+      wgmma::fence_proxy_async_shared();
+      __syncthreads();
+      const int st = u & 1;
+      if (t + 1 < t1) issue_rows(t + 1, k_stage(st ^ 1), ok_next ? kp_next : -1);
+      if (t < t1) issue_rows(t, v_stage(st), ok ? vp_cur : -1);
+      cp_async_commit();
+    }
     ok_cur = ok_next;
     vp_cur = vp_next;
     ok_next = lookup(t + 2, kp_next, vp_next);
     return ok;
   };
+  // After issuing: the other warpgroup's turn (warpgroup 1's last turn hands over nothing).
+  auto end_turn = [&](int32_t t) {
+    if constexpr (kPingPong) {
+      if (wg == 0 || t < t1) mbar::named_arrive(kTurnBarrier + (wg ^ 1), 2 * 128);
+    }
+  };
+  // This thread is done reading K_t (after S) or V_t (after P V).
+  auto k_read = [&](int32_t t) {
+    if constexpr (kPingPong) mbar::arrive(free_k((t - t0) & 1));
+  };
+  auto v_read = [&](int32_t t) {
+    if constexpr (kPingPong) mbar::arrive(free_v((t - t0) % 3));
+  };
+  auto v_of = [&](int32_t t) { return v_stage((t - t0) % v_stages(kPingPong)); };
   if (t0 < t1) {
     {  // tile t0: S only
-      const bool ok = next_tile(t0);
+      const bool ok = begin_tile(t0);
       wgmma::fence_operand(s);
       wgmma::fence();
       issue_s(k_stage(0));
+      end_turn(t0);
       wgmma::wait<0>();
       wgmma::fence_operand(s);
+      k_read(t0);
       softmax_tile(t0, ok, pa);
     }
     for (int32_t t = t0 + 1; t < t1; ++t) {
-      const bool ok = next_tile(t);
-      const int st = (t - t0) & 1;
+      const bool ok = begin_tile(t);
       wgmma::fence_operand(s);
       wgmma::fence_operand(o);
       wgmma::fence();
-      issue_s(k_stage(st));
-      issue_pv(v_stage(st ^ 1));  // tile t - 1
-      wgmma::wait<1>();           // S: P V stays in flight during the softmax
+      issue_s(k_stage((t - t0) & 1));
+      issue_pv(v_of(t - 1));
+      end_turn(t);
+      wgmma::wait<1>();  // S: P V stays in flight during the softmax
       wgmma::fence_operand(s);
+      k_read(t);
       uint32_t pn[kKeys / 16][4];
       softmax_tile(t, ok, pn);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) wgmma::fence_operand(pa[kk]);  // read until here
-        // O = corr (O + P_{t-1} V_{t-1}): tile t - 1 joins tile t's running max.
+      v_read(t - 1);
+      // O = corr (O + P_{t-1} V_{t-1}): tile t - 1 joins tile t's running max.
 #pragma unroll
       for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
 #pragma unroll
@@ -316,10 +420,11 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
       }
     }
     {  // drain: P V of the last tile
-      next_tile(t1);
+      begin_tile(t1);
       wgmma::fence_operand(o);
       wgmma::fence();
-      issue_pv(v_stage((t1 - 1 - t0) & 1));
+      issue_pv(v_of(t1 - 1));
+      end_turn(t1);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
     }
@@ -385,9 +490,16 @@ void launchPrefillWgmma(const PagedAttentionParams& p, const PagedAttentionPlan&
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
-      attn::raise_dynamic_smem_once<prefill_kernel<T>>(kSmemBytes);
-      pdl::launch(prefill_kernel<T>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSmemBytes,
-                  stream, a);
+      // ES_ATTN_PREFILL_PINGPONG=0: the lockstep schedule (one block barrier a tile).
+      static const bool ping_pong = env_switch_on("ES_ATTN_PREFILL_PINGPONG");
+      const auto kernel = ping_pong ? prefill_kernel<T, true> : prefill_kernel<T, false>;
+      const int smem = smem_bytes(ping_pong);
+      if (ping_pong) {
+        attn::raise_dynamic_smem_once<prefill_kernel<T, true>>(smem);
+      } else {
+        attn::raise_dynamic_smem_once<prefill_kernel<T, false>>(smem);
+      }
+      pdl::launch(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem, stream, a);
       ES_CUDA_CHECK_LAUNCH();
     }
   });

@@ -27,16 +27,22 @@
 namespace es::kernel::wgmma {
 
 // The 64-bit shared-memory matrix descriptor: start address, LBO, SBO (each in 16-byte units,
-// 14 bits), swizzle mode 1 = 128-byte swizzle in bits 62-63, base offset 0.
+// 14 bits), swizzle mode 1 = 128-byte swizzle in bits 62-63, base offset 0. A shared address is
+// below 2^18 (228 KiB), so the address field is a plain sum: with LBO / SBO compile-time constants
+// and a warp-uniform address the compiler keeps the descriptor in uniform registers and adds
+// offsets there (masking the address first cost ~5 per-thread instructions per wgmma).
 __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes,
                                                uint32_t sbo_bytes) {
-  return (uint64_t{(smem_addr & 0x3FFFFu) >> 4}) | (uint64_t{(lbo_bytes & 0x3FFFFu) >> 4} << 16) |
-         (uint64_t{(sbo_bytes & 0x3FFFFu) >> 4} << 32) | (uint64_t{1} << 62);
+  return ((uint64_t{lbo_bytes >> 4} << 16) | (uint64_t{sbo_bytes >> 4} << 32) |
+          (uint64_t{1} << 62)) +
+         (smem_addr >> 4);
 }
 
 // Orders this thread's register writes (accumulators, register A operands) before the next
 // wgmma reads them.
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
@@ -67,36 +73,37 @@ __device__ __forceinline__ void fence_operand(uint32_t (&d)[N]) {
 
 // The accumulator registers are named by asm operands, so every element is passed one by one:
 // the 64 fp32 accumulators of an m64n128 tile as in-out operands %0 .. %63.
-#define ES_WGMMA_D64(d) \
+#define ES_WGMMA_D64(d)                                                                           \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
 // The instruction texts: TY is "bf16" or "f16"; accumulate / 1 arrive as a predicate.
-#define ES_WGMMA_D64_REGS \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+#define ES_WGMMA_D64_REGS                                                            \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define ES_WGMMA_SS_ASM(TY)                                                                 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                             \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " ES_WGMMA_D64_REGS              \
+#define ES_WGMMA_SS_ASM(TY)                                                      \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                   \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " ES_WGMMA_D64_REGS \
   ", %64, %65, p, 1, 1, 0, %67;\n}\n"
-#define ES_WGMMA_RS_ASM(TY)                                                                 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                             \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " ES_WGMMA_D64_REGS              \
+#define ES_WGMMA_RS_ASM(TY)                                                      \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                   \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " ES_WGMMA_D64_REGS \
   ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
 
 // d (+)= A (64 x 16, smem descriptor, K-major) * B (16 x 128, smem descriptor; K-major, or
 // MN-major with TRANS_B), fp32 accumulate. accumulate = false overwrites d.
 template <typename T, bool TRANS_B>
-__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a_desc, uint64_t b_desc,
-                                                    bool accumulate) {
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a_desc,
+                                                    uint64_t b_desc, bool accumulate) {
   static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, fp16>);
   constexpr int kTransB = TRANS_B ? 1 : 0;
   if constexpr (std::is_same_v<T, bf16>) {
