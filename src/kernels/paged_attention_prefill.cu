@@ -4,10 +4,11 @@
 // layout of wgmma.cuh: [64-column half][row][128 bytes], chunk c of row r at c ^ (r & 7)):
 //   Q          128 packed rows x 128 dims          32 KiB
 //   K stage s  128 keys x 128 dims, s = 0, 1     2 x 32 KiB
-//   V stage s  128 keys x 128 dims, s = 0, 1     2 x 32 KiB
+//   V stage s  128 keys x 128 dims, s = 0, 1, 2  3 x 32 KiB
 //   rows       per packed row: q/out row-head index, visible keys [lo, hi)
-// 163 KiB a CTA (with 1 KiB of alignment slack): one CTA (8 warps) per SM, up to 255 registers a
-// thread (S 64, O 64, P of two tiles 2 x 32; ptxas, CUDA 13.0: 234, no spills).
+//   mbarriers  "full" and "free" per K and V stage
+// 195 KiB a CTA (with 1 KiB of alignment slack): one CTA (8 warps) per SM, up to 255 registers a
+// thread (S 64, O 64, P of two tiles 2 x 32; ptxas, CUDA 13.0: 196, no spills).
 //
 // Software pipeline (each warpgroup its 64 rows): iteration t issues S = Q K_t^T and O += P V of
 // tile t - 1 as two wgmma groups, waits for S only, runs tile t's softmax while P V is on the
@@ -16,19 +17,21 @@
 // CTA (a tile outside its rows' ranges is masked to exact zeros), so no wgmma group spans a
 // branch: ptxas serializes wgmmas whose groups span divergent paths.
 //
-// cp.async groups run one iteration ahead, staggered like the pipeline: the group issued in
-// iteration t holds K_{t+1} and V_t (V_{t-1} is still being read), so K and V of one tile sit in
-// stages of different parity. Each iteration first waits for the previous group;
-// fence.proxy.async makes the copies visible to wgmma's async proxy and the barrier publishes
-// every thread's and tells that every warpgroup is done with K_{t-1} and V_{t-2}, whose stages
-// the new group refills.
+// Ping-pong: the two warpgroups take turns to issue their wgmma groups (named barriers), so one
+// warpgroup's softmax runs while the other's products are on the tensor cores, and they never
+// meet at a block barrier: each loads its half (64 keys) of every K and V tile by cp.async and
+// signals the stage's "full" mbarrier when its copies land (cp.async.mbarrier.arrive.noinc); a
+// consumer waits on it, then fence.proxy.async makes the copies visible to wgmma's async proxy.
+// Every thread arrives on a stage's "free" mbarrier once its wgmma reads of it are done, and a
+// stage is refilled after its free phase completes. Loads run one iteration ahead, staggered
+// like the pipeline: iteration t loads K_{t+1} and V_t (V_{t-1} is still being read); V has a
+// third stage so that a warpgroup ahead by up to one iteration need not wait for the other.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
 #include "kernels/attention_math.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/forward_ops_device.cuh"
@@ -49,7 +52,7 @@ constexpr int kKeys = kv::kTokensPerPage;  // keys per tile: one page of one KV 
 constexpr int kThreads = 256;
 constexpr uint32_t kHalfBytes = kRows * 128;  // one 64-column half of a 128-row tile
 constexpr uint32_t kTileBytes = 2 * kHalfBytes;
-constexpr uint32_t kQOff = 0, kKOff = kTileBytes, kVOff = 3 * kTileBytes;
+constexpr uint32_t kQOff = 0, kKOff = kTileBytes;
 static_assert(kKeys == 128 && kRows == 128, "tiles of 128 rows: 2 halves of 16 KiB");
 static_assert(splitkv::maxRowsPerCta(splitkv::kPrefillRowTiles) == kRows,
               "the plan's row blocks are this kernel's CTAs");
@@ -58,16 +61,15 @@ struct Row {
   int64_t rh;      // r * Hq + h (q/out row-head index); -1: not a row of this CTA
   int32_t lo, hi;  // visible keys [lo, hi); hi <= lo: none
 };
-// Two K stages; V stages: 2 (lockstep), 3 (ping-pong: a warpgroup refills V_t's stage while the
-// other may still read V_{t-2}). Then the rows, then the ping-pong's mbarriers.
-constexpr int v_stages(bool ping_pong) { return ping_pong ? 3 : 2; }
-constexpr uint32_t row_off(bool ping_pong) { return (3 + v_stages(ping_pong)) * kTileBytes; }
-constexpr uint32_t bar_off(bool ping_pong) { return row_off(ping_pong) + kRows * sizeof(Row); }
-constexpr int kBarriers = 2 * (2 + 3);  // full and free, per K and V stage
-constexpr int smem_bytes(bool ping_pong) {
-  return static_cast<int>(bar_off(ping_pong) + 8 * kBarriers) + 1024;  // + alignment
-}
-static_assert(smem_bytes(true) <= 232448, "fits the 227 KiB per-block limit");
+// K in 2 stages, V in 3 (a warpgroup refills V_t's stage while the other may still read V_{t-2});
+// then the rows, then the ring's mbarriers.
+constexpr int kVStages = 3;
+constexpr uint32_t kVOff = 3 * kTileBytes;
+constexpr uint32_t kRowOff = (3 + kVStages) * kTileBytes;
+constexpr uint32_t kBarOff = kRowOff + kRows * sizeof(Row);
+constexpr int kBarriers = 2 * (2 + kVStages);  // full and free, per K and V stage
+constexpr int kSmemBytes = static_cast<int>(kBarOff + 8 * kBarriers) + 1024;  // + alignment
+static_assert(kSmemBytes <= 232448, "fits the 227 KiB per-block limit");
 
 struct PrefillArgs {
   const void* q;
@@ -99,9 +101,8 @@ __device__ __forceinline__ void warpgroup_sync(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory");
 }
 
-template <typename T, bool kPingPong>
+template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs a) {
-  constexpr uint32_t kRowOff = row_off(kPingPong);
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -133,18 +134,16 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
                               a.hq, a.group, a.max_pages, a.causal != 0, a.window);
     s_row[tid] = Row{k.rh, k.lo, k.hi};
   }
-  // Ping-pong ring barriers: per K stage (2) and V stage (3) a "full" one (each thread's copies
-  // of its warpgroup's half of the tile, 256 arrivals) and a "free" one (every thread done
-  // reading it, 256 arrivals).
-  const uint32_t bars = base + bar_off(kPingPong);
+  // Ring barriers: per K stage (2) and V stage (3) a "full" one (each thread's copies of its
+  // warpgroup's half of the tile, 256 arrivals) and a "free" one (every thread done reading it,
+  // 256 arrivals).
+  const uint32_t bars = base + kBarOff;
   auto full_k = [&](int st) { return bars + 8 * st; };
   auto free_k = [&](int st) { return bars + 16 + 8 * st; };
   auto full_v = [&](int st) { return bars + 32 + 8 * st; };
   auto free_v = [&](int st) { return bars + 56 + 8 * st; };
-  if constexpr (kPingPong) {
-    if (tid == 0) {
-      for (int i = 0; i < kBarriers; ++i) mbar::init(bars + 8 * i, kThreads);
-    }
+  if (tid == 0) {
+    for (int i = 0; i < kBarriers; ++i) mbar::init(bars + 8 * i, kThreads);
   }
   __syncthreads();
 
@@ -182,19 +181,16 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
     vp = __ldg(trow + a.max_pages + u);
     return attn::page_pair_valid(kp, vp, a.num_pages);
   };
-  // K or V rows of tile u into the stage at smem address dst: all 128 keys by the whole CTA
-  // (lockstep), or this warpgroup's 64 keys [64 wg, 64 wg + 64) by its 128 threads (ping-pong).
-  // Keys outside the CTA's union range are zero-filled (never NaN garbage in P V); page < 0 (an
-  // invalid page pair): the whole tile.
-  constexpr int kLoaders = kPingPong ? 128 : kThreads;
-  constexpr int kCopies = (kPingPong ? 64 : kKeys) * 16 / kLoaders;  // per thread and tile: 8
-  constexpr int kKeyStep = kLoaders / 16;  // keys between a thread's copies: 16 or 8
-  static_assert((kPingPong ? 64 : kKeys) * 16 % kLoaders == 0 && kKeyStep % 8 == 0);
+  // This warpgroup's 64 keys [64 wg, 64 wg + 64) of K or V tile u into the stage at smem address
+  // dst, by its 128 threads. Keys outside the CTA's union range are zero-filled (never NaN
+  // garbage in P V); page < 0 (an invalid page pair): the whole tile.
+  constexpr int kCopies = 64 * 16 / 128;  // per thread and tile
+  constexpr int kKeyStep = 128 / 16;      // keys between a thread's copies
   // Copy `it` of this thread moves 16-byte chunk c_ld of key k_ld + kKeyStep it: its swizzled
   // offset is tile_off(k_ld, c_ld) + kKeyStep it 128 (kKeyStep keeps key & 7).
-  const int loader = kPingPong ? (tid & 127) : tid;
+  const int loader = tid & 127;
   const int c_ld = loader & 15;
-  const int k_ld = (kPingPong ? 64 * wg : 0) + (loader >> 4);
+  const int k_ld = 64 * wg + (loader >> 4);
   const uint32_t dst_ld = tile_off(k_ld, c_ld);
   const int64_t src_ld = int64_t{k_ld} * row_stride + int64_t{hk} * kD + c_ld * 8;
   auto issue_rows = [&](int32_t u, uint32_t dst, int32_t page) {
@@ -240,16 +236,12 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
       cp_async16_shared(s_q + tile_off(m, c), src, in ? 16 : 0);
     }
     issue_rows(t0, k_stage(0), ok_cur ? kp_first : -1);
-    if constexpr (kPingPong) {
-      mbar::arrive_on_copies(full_k(0));
-      cp_async_commit();
-      cp_async_wait<0>();  // Q (and this thread's part of K_t0)
-      wgmma::fence_proxy_async_shared();
-      __syncthreads();                                         // Q in place for both warpgroups
-      if (wg == 1) mbar::named_arrive(kTurnBarrier, 2 * 128);  // warpgroup 0 issues first
-    } else {
-      cp_async_commit();
-    }
+    mbar::arrive_on_copies(full_k(0));
+    cp_async_commit();
+    cp_async_wait<0>();  // Q (and this thread's part of K_t0)
+    wgmma::fence_proxy_async_shared();
+    __syncthreads();                                         // Q in place for both warpgroups
+    if (wg == 1) mbar::named_arrive(kTurnBarrier, 2 * 128);  // warpgroup 0 issues first
   }
 
   float o[64], s[64];
@@ -319,48 +311,35 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
     }
     wgmma::commit();
   };
-  // The two schedules differ only at these points of the loop below.
-  //  * Lockstep: iteration t starts when K_t and V_{t-1} (and Q) have landed for every thread and
-  //    every warpgroup is done with K_{t-1} and V_{t-2} (one block barrier); then the loads of
-  //    K_{t+1} and V_t go out.
-  //  * Ping-pong: each warpgroup loads its half of K_{t+1} and V_t once both warpgroups have
-  //    freed those stages, waits for the stages' "full" barriers, and then for its turn: the
-  //    warpgroups take turns to issue their wgmma groups (named barriers kTurnBarrier + wg), so
-  //    one's softmax runs while the other's matrix products are on the tensor cores.
-  // begin_tile returns whether tile t's page pair is valid (else its keys are masked, V zeros).
+  // Iteration t starts here: this warpgroup loads its half of K_{t+1} and V_t once both
+  // warpgroups have freed those stages (K_{t-1}, V_{t-3}), waits for the "full" barriers of K_t
+  // and V_{t-1}, and then for its turn: the warpgroups take turns to issue their wgmma groups
+  // (named barriers kTurnBarrier + wg), so one's softmax runs while the other's matrix products
+  // are on the tensor cores. Returns whether tile t's page pair is valid (else its keys are
+  // masked and its V is zeros).
   int32_t vp_cur = vp_first;
   auto begin_tile = [&](int32_t t) -> bool {
     const int32_t u = t - t0;
     const bool ok = ok_cur;
-    if constexpr (kPingPong) {
-      if (t + 1 < t1) {
-        const int st = (u + 1) & 1, fill = (u + 1) >> 1;
-        if (fill > 0) mbar::wait(free_k(st), (fill - 1) & 1);
-        issue_rows(t + 1, k_stage(st), ok_next ? kp_next : -1);
-        mbar::arrive_on_copies(full_k(st));
-      }
-      if (t < t1) {
-        const int fill = u / 3, st = u - 3 * fill;
-        if (fill > 0) mbar::wait(free_v(st), (fill - 1) & 1);
-        issue_rows(t, v_stage(st), ok ? vp_cur : -1);
-        mbar::arrive_on_copies(full_v(st));
-        mbar::wait(full_k(u & 1), (u >> 1) & 1);
-      }
-      if (t > t0) {
-        const int fill = (u - 1) / 3;
-        mbar::wait(full_v(u - 1 - 3 * fill), fill & 1);
-      }
-      wgmma::fence_proxy_async_shared();  // the copies, seen through the barriers, for wgmma
-      mbar::named_sync(kTurnBarrier + wg, 2 * 128);
-    } else {
-      cp_async_wait<0>();
-      wgmma::fence_proxy_async_shared();
-      __syncthreads();
-      const int st = u & 1;
-      if (t + 1 < t1) issue_rows(t + 1, k_stage(st ^ 1), ok_next ? kp_next : -1);
-      if (t < t1) issue_rows(t, v_stage(st), ok ? vp_cur : -1);
-      cp_async_commit();
+    if (t + 1 < t1) {
+      const int st = (u + 1) & 1, fill = (u + 1) >> 1;
+      if (fill > 0) mbar::wait(free_k(st), (fill - 1) & 1);
+      issue_rows(t + 1, k_stage(st), ok_next ? kp_next : -1);
+      mbar::arrive_on_copies(full_k(st));
     }
+    if (t < t1) {
+      const int fill = u / kVStages, st = u - kVStages * fill;
+      if (fill > 0) mbar::wait(free_v(st), (fill - 1) & 1);
+      issue_rows(t, v_stage(st), ok ? vp_cur : -1);
+      mbar::arrive_on_copies(full_v(st));
+      mbar::wait(full_k(u & 1), (u >> 1) & 1);
+    }
+    if (t > t0) {
+      const int fill = (u - 1) / kVStages;
+      mbar::wait(full_v(u - 1 - kVStages * fill), fill & 1);
+    }
+    wgmma::fence_proxy_async_shared();  // the copies, seen through the barriers, for wgmma
+    mbar::named_sync(kTurnBarrier + wg, 2 * 128);
     ok_cur = ok_next;
     vp_cur = vp_next;
     ok_next = lookup(t + 2, kp_next, vp_next);
@@ -368,18 +347,12 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
   };
   // After issuing: the other warpgroup's turn (warpgroup 1's last turn hands over nothing).
   auto end_turn = [&](int32_t t) {
-    if constexpr (kPingPong) {
-      if (wg == 0 || t < t1) mbar::named_arrive(kTurnBarrier + (wg ^ 1), 2 * 128);
-    }
+    if (wg == 0 || t < t1) mbar::named_arrive(kTurnBarrier + (wg ^ 1), 2 * 128);
   };
   // This thread is done reading K_t (after S) or V_t (after P V).
-  auto k_read = [&](int32_t t) {
-    if constexpr (kPingPong) mbar::arrive(free_k((t - t0) & 1));
-  };
-  auto v_read = [&](int32_t t) {
-    if constexpr (kPingPong) mbar::arrive(free_v((t - t0) % 3));
-  };
-  auto v_of = [&](int32_t t) { return v_stage((t - t0) % v_stages(kPingPong)); };
+  auto k_read = [&](int32_t t) { mbar::arrive(free_k((t - t0) & 1)); };
+  auto v_read = [&](int32_t t) { mbar::arrive(free_v((t - t0) % kVStages)); };
+  auto v_of = [&](int32_t t) { return v_stage((t - t0) % kVStages); };
   if (t0 < t1) {
     {  // tile t0: S only
       const bool ok = begin_tile(t0);
@@ -429,7 +402,6 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
       wgmma::fence_operand(o);
     }
   }
-  cp_async_wait<0>();
 
   // ---- epilogue: normalise, stage as T in this warpgroup's own Q rows, 16-byte row stores.
   pdl::trigger();
@@ -490,16 +462,9 @@ void launchPrefillWgmma(const PagedAttentionParams& p, const PagedAttentionPlan&
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
-      // ES_ATTN_PREFILL_PINGPONG=0: the lockstep schedule (one block barrier a tile).
-      static const bool ping_pong = env_switch_on("ES_ATTN_PREFILL_PINGPONG");
-      const auto kernel = ping_pong ? prefill_kernel<T, true> : prefill_kernel<T, false>;
-      const int smem = smem_bytes(ping_pong);
-      if (ping_pong) {
-        attn::raise_dynamic_smem_once<prefill_kernel<T, true>>(smem);
-      } else {
-        attn::raise_dynamic_smem_once<prefill_kernel<T, false>>(smem);
-      }
-      pdl::launch(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem, stream, a);
+      attn::raise_dynamic_smem_once<prefill_kernel<T>>(kSmemBytes);
+      pdl::launch(prefill_kernel<T>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSmemBytes,
+                  stream, a);
       ES_CUDA_CHECK_LAUNCH();
     }
   });
