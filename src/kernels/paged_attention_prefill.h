@@ -29,8 +29,8 @@ bool prefillWgmmaEnabled();
 // 128 packed rows a sequence the prefill row tiles (this kernel) even where they make fewer than
 // kSplitKvRowTilesMinCtas CTAs, e.g. a 128-row suffix after a long cached prefix (32 CTAs at
 // Qwen3-8B's 8 KV heads), which otherwise runs twice as many 64-row mma.sync CTAs. Measured on the
-// H200 (docs/perf.md, session 20): that suffix 162.5 -> 85.3 us, Qwen3-8B's 4,096-token prefill
-// in 256-row forwards 172.0 -> 141.3 ms.
+// H200 (docs/perf.md, session 20): that suffix 162.5 -> 85.3 us (71.7 with the ping-pong kernel),
+// Qwen3-8B's 4,096-token prefill in 256-row forwards 172.0 -> 141.3 ms (139.6).
 bool prefillWgmmaFewCtas();
 
 // Whether launchPrefillWgmma takes a call that the split-KV plan gave `plan` (host only).
