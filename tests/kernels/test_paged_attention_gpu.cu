@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <type_traits>
@@ -46,6 +47,31 @@ namespace {
 using namespace fwdtest;
 using kernel::AttentionMask;
 constexpr int32_t kPage = kv::kTokensPerPage;
+
+// NaN in every pool slot that no key range reaches: the slots at or past a sequence's kv length
+// in its mapped pages, and the pages no sequence maps. A kernel must never let them into a
+// result (the tiles it loads whole are zero-filled outside the keys its rows see), so a read
+// that leaks one turns outputs into NaN and fails the comparison. `row`: Hkv * D elements a slot.
+template <typename T>
+void poison_unreachable_slots(std::vector<T>& pool, const std::vector<int32_t>& table,
+                              const std::vector<int32_t>& kv_lens, int32_t max_pages,
+                              int32_t num_pages, int32_t row) {
+  const T nan = cast<T>(std::numeric_limits<float>::quiet_NaN());
+  std::vector<int32_t> reached(size_t(2) * num_pages, 0);  // per page id: slots [0, n) reachable
+  for (size_t b = 0; b < kv_lens.size(); ++b) {
+    for (int32_t lp = 0; lp < max_pages; ++lp) {
+      const int32_t n = std::clamp(kv_lens[b] - lp * kPage, 0, kPage);
+      for (const int32_t id : {table[b * 2 * max_pages + lp], table[b * 2 * max_pages + max_pages + lp]}) {
+        if (id >= 0 && id < 2 * num_pages) reached[size_t(id)] = std::max(reached[size_t(id)], n);
+      }
+    }
+  }
+  for (int32_t id = 0; id < 2 * num_pages; ++id) {
+    for (int32_t slot = reached[size_t(id)]; slot < kPage; ++slot) {
+      std::fill_n(pool.begin() + (int64_t{id} * kPage + slot) * row, row, nan);
+    }
+  }
+}
 
 struct Case {
   AttentionMask mask;
@@ -120,6 +146,7 @@ void run(const Case& c, std::mt19937& rng, bool split) {
   std::vector<T> pool(size_t(2) * num_pages * kPage * c.hkv * c.dim);
   fill(q, rng, -2.0f, 2.0f);
   fill(pool, rng, -1.0f, 1.0f);
+  poison_unreachable_slots(pool, table, kv_lens, max_pages, num_pages, c.hkv * c.dim);
   std::vector<T> want(q.size());
   std::memset(want.data(), test::kPoisonByte, want.size() * sizeof(T));
 
@@ -320,6 +347,7 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
   std::vector<T> pool(size_t(2) * num_pages * kPage * c.hkv * c.dim);
   fill(q, rng, -2.0f, 2.0f);
   fill(pool, rng, -1.0f, 1.0f);
+  poison_unreachable_slots(pool, table, c.kv_lens, max_pages, num_pages, c.hkv * c.dim);
   std::vector<T> want(q.size());
   std::memset(want.data(), test::kPoisonByte, want.size() * sizeof(T));
 
