@@ -61,8 +61,8 @@ struct Row {
   int64_t rh;      // r * Hq + h (q/out row-head index); -1: not a row of this CTA
   int32_t lo, hi;  // visible keys [lo, hi); hi <= lo: none
 };
-// K in 2 stages, V in 3 (a warpgroup refills V_t's stage while the other may still read V_{t-2});
-// then the rows, then the ring's mbarriers.
+// K in 2 stages, V in 3: V_t replaces V_{t-3}, so a warpgroup up to about one tile ahead need not
+// wait for the other to finish V_{t-2}. Then the rows, then the ring's mbarriers.
 constexpr int kVStages = 3;
 constexpr uint32_t kVOff = 3 * kTileBytes;
 constexpr uint32_t kRowOff = (3 + kVStages) * kTileBytes;

@@ -29,8 +29,9 @@ namespace es::kernel::wgmma {
 // The 64-bit shared-memory matrix descriptor: start address, LBO, SBO (each in 16-byte units,
 // 14 bits), swizzle mode 1 = 128-byte swizzle in bits 62-63, base offset 0. A shared address is
 // below 2^18 (228 KiB), so the address field is a plain sum: with LBO / SBO compile-time constants
-// and a warp-uniform address the compiler keeps the descriptor in uniform registers and adds
-// offsets there (masking the address first cost ~5 per-thread instructions per wgmma).
+// and a warp-uniform address the compiler can keep the descriptor in uniform registers and add
+// offsets there (the masked form was rebuilt in per-thread registers for every wgmma; docs/perf.md
+// session 20).
 __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes,
                                                uint32_t sbo_bytes) {
   return ((uint64_t{lbo_bytes >> 4} << 16) | (uint64_t{sbo_bytes >> 4} << 32) |
