@@ -79,6 +79,11 @@
 #                                 mma.sync variant (ES_ATTN_PREFILL_WGMMA=0)
 #   tools/gpu_check.sh prefillfew the same A/B for ES_ATTN_PREFILL_WGMMA_FEW (default on: the
 #                                 wgmma kernel also for prefill calls of fewer than 132 CTAs)
+#   tools/gpu_check.sh kernelprofile  one launch of one kernel under ncu's full set with source
+#                                 counters (default: the wgmma prefill attention in
+#                                 bench_attention_gpu, the 4k prefill; ES_PROFILE_KERNEL /
+#                                 ES_PROFILE_CMD choose another), summarised by
+#                                 tools/ncu_sass_summary.py: instruction mix, stalls, hot lines
 #
 # Every stage builds first (incremental), writes full logs under $OUT (or ./out), and prints a
 # short summary table last. Dependencies missing on the GPU machine come from .deps/
@@ -469,6 +474,33 @@ stage_profile() {
   return $status
 }
 
+# One launch of kernel $ES_PROFILE_KERNEL (an ncu name regex) in $ES_PROFILE_CMD under ncu's full
+# set with source counters: the details page, and the SASS source page summarised per opcode and
+# stall reason (tools/ncu_sass_summary.py). The default is the first launch of the wgmma prefill
+# attention in bench_attention_gpu, its 4k causal prefill (1,024 CTAs x 8 warps x 16.5 tiles:
+# --per 135168 gives instructions per warp and tile).
+stage_kernelprofile() {
+  local kernel=${ES_PROFILE_KERNEL:-prefill_kernel} per=${ES_PROFILE_PER:-135168}
+  local cmd=${ES_PROFILE_CMD:-$build_dir/bench/bench_attention_gpu}
+  local rep="$out/kernelprofile"
+  # shellcheck disable=SC2086  # ES_PROFILE_CMD may carry arguments
+  if ! timeout 300 ncu --set full --import-source yes -k "regex:$kernel" -c 1 -o "$rep" $cmd \
+         >"$out/kernelprofile_run.log" 2>&1; then
+    tail -5 "$out/kernelprofile_run.log"
+    summary+=("kernelprofile $kernel FAILED   kernelprofile_run.log")
+    return 1
+  fi
+  ncu -i "$rep.ncu-rep" --page details >"$out/kernelprofile_details.txt" 2>&1
+  ncu -i "$rep.ncu-rep" --page source --print-source sass --csv >"$out/kernelprofile_sass.csv" 2>&1
+  python3 tools/ncu_sass_summary.py "$out/kernelprofile_sass.csv" --per "$per" --top 40 \
+    >"$out/kernelprofile_summary.txt" 2>&1
+  local line
+  while read -r line; do summary+=("  $line"); done < <(grep -E "Duration|Compute \(SM\) Throughput|Issue Slots Busy|Registers Per|Executed Ipc A" "$out/kernelprofile_details.txt")
+  while read -r line; do summary+=("  $line"); done < <(head -45 "$out/kernelprofile_summary.txt")
+  rm -f "$rep.ncu-rep"
+  summary+=("kernelprofile $kernel ok   kernelprofile_details.txt, kernelprofile_summary.txt")
+}
+
 # A sampling path switched by an environment variable (VAR=0 off, 1 on) against the path it
 # replaces, in one call: the sampling GPU tests under timeouts both ways (the split CDF's first GPU
 # run hung in a barrier), bench_sampling_gpu both ways next to the torch anchor, and T = 1
@@ -723,13 +755,14 @@ if build; then
       shortk) stage_shortk || status=1 ;;
       cdfsplit) sampling_ab ES_CDF_SPLIT cdfsplit || status=1 ;;
       profile) stage_profile || status=1 ;;
+      kernelprofile) stage_kernelprofile || status=1 ;;
       fullrowsplit) sampling_ab ES_FULLROW_SPLIT fullrow --top-p 0.9 || status=1 ;;
       prefillab) prefill_ab ES_ATTN_ROWTILES prefillab 2 1 || status=1 ;;
       prefillwgmma) prefill_ab ES_ATTN_PREFILL_WGMMA prefillwgmma 1 0 || status=1 ;;
       prefillfew) prefill_ab ES_ATTN_PREFILL_WGMMA_FEW prefillfew 0 1 || status=1 ;;
       chunkasync) sampling_ab ES_CHUNK_ASYNC chunkasync || status=1 ;;
       chunkfinalize) sampling_ab ES_CHUNK_FINALIZE chunkfinalize || status=1 ;;
-      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, prefillwgmma, prefillfew, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, batchdecode, shortk)" >&2; status=2 ;;
+      *) echo "gpu_check: unknown stage '$s' (build, sanitize, bench, smollm2, draft, oracle, engine, pdl, cdfsplit, profile, fullrowsplit, prefillab, prefillwgmma, prefillfew, kernelprofile, chunkasync, chunkfinalize, gemvrule, fusiontests, fusions, earlyreads, normfusion, verify4k, combinefirst, batchdecode, shortk)" >&2; status=2 ;;
     esac
   done
 else
