@@ -95,11 +95,9 @@ using attn::pack2;
 __device__ __forceinline__ uint32_t tile_off(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * kHalfBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
-// Named barrier of one warpgroup (ids 1, 2; 0 is __syncthreads). Ping-pong turns: ids 3, 4.
-constexpr int kTurnBarrier = 3;
-__device__ __forceinline__ void warpgroup_sync(int wg) {
-  asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory");
-}
+// Named barriers (0 is __syncthreads): one per warpgroup (ids 1, 2) for its epilogue, and the
+// ping-pong turns (ids 3, 4).
+constexpr int kWarpgroupBarrier = 1, kTurnBarrier = 3;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs a) {
@@ -421,7 +419,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
       *reinterpret_cast<uint32_t*>(q_bytes + tile_off(row, j) + 4 * tq) = pack2<T>(v0, v1);
     }
   }
-  warpgroup_sync(wg);  // this warpgroup's rows are staged (its wgmma reads of Q are done)
+  // This warpgroup's rows are staged (its wgmma reads of Q are done).
+  mbar::named_sync(kWarpgroupBarrier + wg, 128);
   for (int idx = tid & 127; idx < 64 * 16; idx += 128) {
     const int row = wg * 64 + (idx >> 4), c = idx & 15;
     const int64_t rh = s_row[row].rh;
