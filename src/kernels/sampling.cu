@@ -330,6 +330,13 @@ __device__ __forceinline__ bool is_kth_largest_of_union(const uint32_t* uni, int
   return prefilter::is_kth_largest(gt, ge, kc);
 }
 
+// max(a, b) with NaN propagation (PTX max.NaN, sm_80+): NaN if either is NaN; fmaxf ignores it.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 // One (row, chunk) work item of the chunk stage: item row * chunks + chunk.
 struct ChunkItem {
   int row, start, len;
@@ -708,23 +715,34 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
 #pragma unroll
       for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
     } else {  // the running threshold: a few survivors per chunk, most threads have none
-      // value(j): the scaled logit of slot j, or NaN for an absent slot (never a survivor).
-      auto filter = [&](auto value) {
-        bool any = false;
+      // One max an entry decides both tests. For inv_t > 0, rounding x inv_t is monotone in x,
+      // so the thread's largest scaled logit is top = fl(m inv_t), m the largest logit (max.NaN:
+      // NaN if one is): some scaled logit is NaN or +inf exactly when top is (the row is
+      // poisoned), and some is >= theta exactly when top is (the thread has survivors). For
+      // inv_t = 0 (T = +inf) a scaled logit is NaN exactly when the logit is not finite, which
+      // m = the largest |logit| shows the same way (m 0 = NaN; finite m gives 0, as every finite
+      // entry does). Absent slots of a short chunk read 0: neutral for both tests, except that
+      // top >= theta may then hold with no survivor, and the exact mask below is empty.
+      float m;
+      if (it.rp.inv_t > 0.0f) {  // block-uniform
+        m = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          bad |= poisons_row(product(j));  // absent slots read 0: never poison
-          any |= value(j) >= theta_f;
-        }
-        if (any) {
-#pragma unroll
-          for (int j = 0; j < kPer; ++j) mask |= (value(j) >= theta_f ? 1u : 0u) << j;
-        }
-      };
-      if (it.len == kCap) {
-        filter(product);  // a whole chunk: no absent slot, 3 instructions an entry
+        for (int j = 0; j < kPer; ++j) m = fmax_nan(m, slot_logit<T, R>(raw, j, vec));
       } else {
-        filter(scaled);   // a row's short last chunk
+        m = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) m = fmax_nan(m, fabsf(slot_logit<T, R>(raw, j, vec)));
+      }
+      const float top = fmul_rn(m, it.rp.inv_t);
+      bad = poisons_row(top);
+      if (top >= theta_f) {  // the thread has survivors, or (short chunk) maybe none
+        if (it.len == kCap) {  // a whole chunk: no absent slot to test
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) mask |= (product(j) >= theta_f ? 1u : 0u) << j;
+        } else {
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
+        }
       }
     }
     if (__any_sync(kFull, bad) && lane == 0) atomicOr(&sh.poison[gp], 1u << (item - group_first));

@@ -212,6 +212,9 @@ TEST(SamplingChunkFastGpu, Vocab151936) {
   check({151936, 16, DType::kF16, 1.0f, 50, 0.9f}, 5);
   check({151936, 256, DType::kF32, 0.8f, 50, 0.9f}, 6);  // the verify benchmark's shape
   check({151936, 256, DType::kF32, 0.0f, 0}, 7);         // greedy
+  // T = +inf: inv_t = 0, finite logits scale to 0 and +-inf to NaN (the filter's |logit| maximum)
+  check({151936, 16, DType::kF32, kInf, 50, 0.9f}, 8);
+  check({151936, 256, DType::kF32, kInf, 50, 0.9f}, 9);
 }
 
 TEST(SamplingChunkFastGpu, Vocab128256TopK512) {
@@ -234,6 +237,7 @@ TEST(SamplingChunkFastGpu, OddVocabularies) {
   check({12289, 256, DType::kF32, 0.5f, 50, 0.9f}, 26);  // T 0.5: the overflow rows
   check({1000003, 1, DType::kF32, 1.0f, 50, 0.9f}, 27);  // R = 3
   check({40961, 16, DType::kF32, 1.0f, 17}, 28);
+  check({100003, 16, DType::kF32, kInf, 50, 0.9f}, 29);  // T = +inf, misaligned rows
 }
 
 // Per-row parameters: rows above the candidate cap (full-row mode) are skipped by the chunk
