@@ -385,18 +385,8 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   // tiles [t0, t1) inside the fixed boundaries (s0 + split) * per ... (s0 + split + 1) * per
   // (per = tilesPerSplit). With one split under a causal mask this is the row block's causal
   // bound: tiles past its last row's position are never loaded.
-  int32_t lo_all = INT32_MAX, hi_all = 0;
-  for (int m = lane; m < MB; m += 32) {
-    if (s_row[m].hi > s_row[m].lo) {
-      lo_all = min(lo_all, s_row[m].lo);
-      hi_all = max(hi_all, s_row[m].hi);
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    lo_all = min(lo_all, __shfl_xor_sync(0xffffffffu, lo_all, o));
-    hi_all = max(hi_all, __shfl_xor_sync(0xffffffffu, hi_all, o));
-  }
+  const attn::KeyRange keys = attn::rows_key_union(s_row, MB, lane);
+  const int32_t lo_all = keys.lo, hi_all = keys.hi;
   int32_t t0 = 0, t1 = 0;  // this CTA's tiles [t0, t1)
   if (hi_all > 0) {
     const int64_t tb = lo_all / KT, te = (hi_all - 1) / KT + 1, per = a.tiles_per_split;

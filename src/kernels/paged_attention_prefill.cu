@@ -146,22 +146,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(const PrefillArgs 
   __syncthreads();
 
   // The union of the CTA's row ranges: its tiles.
-  int32_t lo_all = INT32_MAX, hi_all = 0;
-  for (int m = lane; m < kRows; m += 32) {
-    const Row x = s_row[m];
-    if (x.hi > x.lo) {
-      lo_all = min(lo_all, x.lo);
-      hi_all = max(hi_all, x.hi);
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    lo_all = min(lo_all, __shfl_xor_sync(0xffffffffu, lo_all, o));
-    hi_all = max(hi_all, __shfl_xor_sync(0xffffffffu, hi_all, o));
-  }
+  const attn::KeyRange keys = attn::rows_key_union(s_row, kRows, lane);
   // Tiles [t0, t1); broadcast from lane 0 (warp-uniform to the compiler: see wg).
-  lo_all = __shfl_sync(0xffffffffu, lo_all, 0);
-  hi_all = __shfl_sync(0xffffffffu, hi_all, 0);
+  const int32_t lo_all = __shfl_sync(0xffffffffu, keys.lo, 0);
+  const int32_t hi_all = __shfl_sync(0xffffffffu, keys.hi, 0);
   const int32_t t0 = __shfl_sync(0xffffffffu, hi_all > 0 ? lo_all / kKeys : 0, 0);
   const int32_t t1 = __shfl_sync(0xffffffffu, hi_all > 0 ? (hi_all - 1) / kKeys + 1 : 0, 0);
   const int32_t lo_r[2] = {s_row[r0].lo, s_row[r0 + 8].lo};

@@ -1,8 +1,8 @@
 #pragma once
 // Row and page rules shared by the paged attention kernels (paged_attention.cu's simple and
 // split-KV kernels, paged_attention_prefill.cu's wgmma kernel), as paged_attention.h states them:
-// which keys a packed query row sees, when a page pair may be read, and the zeros of rows that lie
-// in no sequence.
+// which keys a packed query row sees, the keys a CTA's rows see together, when a page pair may be
+// read, and the zeros of rows that lie in no sequence.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -51,6 +51,30 @@ __device__ __forceinline__ PackedRowKeys packed_row_keys(int32_t m, int32_t q0, 
     k.hi = static_cast<int32_t>(hi);
   }
   return k;
+}
+
+// The union [lo, hi) of a CTA's non-empty row ranges rows[0, n) (each with .lo and .hi; hi <= lo
+// is empty), {INT32_MAX, 0} when all are empty: the keys the CTA must load. One warp computes it
+// (every lane calls, every lane gets the result); the rows are in shared memory.
+struct KeyRange {
+  int32_t lo, hi;
+};
+template <typename Row>
+__device__ __forceinline__ KeyRange rows_key_union(const Row* rows, int n, int lane) {
+  KeyRange u{INT32_MAX, 0};
+  for (int m = lane; m < n; m += 32) {
+    const Row x = rows[m];
+    if (x.hi > x.lo) {
+      u.lo = min(u.lo, x.lo);
+      u.hi = max(u.hi, x.hi);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    u.lo = min(u.lo, __shfl_xor_sync(0xffffffffu, u.lo, o));
+    u.hi = max(u.hi, __shfl_xor_sync(0xffffffffu, u.hi, o));
+  }
+  return u;
 }
 
 // A page-table entry pair may be read when the K page lies in [0, P) and the V page in [P, 2P)
