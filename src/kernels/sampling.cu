@@ -594,7 +594,12 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   __shared__ ChunkFastShared<R> sh;
   __shared__ uint32_t keys_static[kAsync ? 1 : kCap];  // the fallback's keys (kAsync: a ring stage)
   extern __shared__ __align__(16) uint8_t dyn[];      // kAsync: [2][kCap] f32, the ring
-  kernel::pdl::trigger();  // final_fast_kernel may be scheduled as CTAs of this grid finish
+  // A programmatic dependent of the stream's previous kernel (the lm_head, or the last kernel of
+  // the previous sampling call): the CTAs become resident during its tail and wait here before
+  // touching memory. Then final_fast_kernel / verify_kernel may be scheduled as CTAs of this grid
+  // finish; as this grid has passed its wait by then, they may read early what kernels before it
+  // wrote.
+  kernel::pdl::enter();
   const int items = a.rows * a.plan.chunks;
   const int begin = blockIdx.x * a.chunk_items_per_cta, end = min(items, begin + a.chunk_items_per_cta);
   const int cap = record_cap(a.plan);
@@ -1183,8 +1188,7 @@ void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
   a.chunk_finalizes_rows = chunk_can_finalize(R) && per_cta % a.plan.chunks == 0 && chunk_finalize_enabled();
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
-  kernel<<<grid, kThreads, ring_bytes, stream>>>(a);
-  ES_CUDA_CHECK_LAUNCH();
+  kernel::pdl::launch(kernel, dim3(grid), dim3(kThreads), ring_bytes, stream, a);
 }
 
 template <typename T, int R>

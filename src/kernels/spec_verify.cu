@@ -229,8 +229,8 @@ __global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
   __shared__ BlockScratch scratch;
   const int b = blockIdx.x, L = a.L, w = warp_id();
   // Before the wait: the drafts, draft probabilities, uniforms, seeds and anchors were written
-  // by kernels that completed before the first sampling kernel started, since that one is an
-  // ordinary launch (sampling.cu launch_typed); this grid cannot start before it. Only the
+  // by kernels that completed before the first sampling kernel passed its wait (an ordinary
+  // launch, or chunk_fast_kernel, which waits before it lets this grid be scheduled). Only the
   // sampling kernels' rows (sparse, dense) need the wait.
   // For most chains (L <= kWarps) a warp tests one draft, its first: load that one's inputs.
   const Draft first = w < L ? load_draft(a, b, w) : Draft{};
@@ -238,6 +238,7 @@ __global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
   // Accepted drafts are written back: thread j holds draft j.
   const int my_draft = static_cast<int>(threadIdx.x) < L ? draft_row(a, b)[threadIdx.x] : -1;
   kernel::pdl::wait();  // launched as a dependent of the sampling kernels: their rows are visible after this
+  kernel::pdl::trigger();  // the next kernel (e.g. the next call's chunk stage) may become resident
 
   // The chain stops at its first rejection. A warp's own drafts are tested in increasing s, so
   // its first rejection is its smallest; the block-wide min over the warps is the chain's.
