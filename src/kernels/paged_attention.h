@@ -138,8 +138,8 @@ inline constexpr int32_t kSplitKvMinSplitsBeforeMinTiles = 8;
 // rows (maxQSeqLen * group) and the call still gets at least kSplitKvRowTilesMinCtas CTAs with
 // them (one per SM: below that, twice as many 64-row CTAs of rowTiles 1 keep more SMs busy, e.g.
 // a 128-row suffix over a long prefix; by default the wgmma prefill kernel is exempt from that
-// bound, ES_ATTN_PREFILL_WGMMA_FEW=0 keeps it: paged_attention_prefill.h). A row's result does not depend on rowTiles (one warp
-// sums all its keys in both; paged_attention_split.h).
+// bound, ES_ATTN_PREFILL_WGMMA_FEW=0 keeps it: paged_attention_prefill.h). A row's result does
+// not depend on rowTiles (one warp sums all its keys in both; paged_attention_split.h).
 inline constexpr int32_t kSplitKvRowTilesMinCtas = kSplitKvPlanSMs;
 // Verify row tiles: a batch-1 call of <= 16 rows per sequence (any mask, kPackedTree included) at
 // head dim 128 whose packed rows (maxQSeqLen * group) need 2 or more 16-row tiles takes 2 tiles

@@ -634,8 +634,9 @@ TEST(PagedAttentionPlan, PrefillTakesOneSplit) {
 // (maxQSeqLen > 16) at head dim 128 with at least 128 packed rows per sequence and at least 132
 // CTAs of 128 rows (any count by default, prefillWgmmaFewCtas; the bound holds only under
 // ES_ATTN_PREFILL_WGMMA_FEW=0, the ctest twin test_paged_attention_prefillfewoff); everything
-// else keeps one tile per warp, decode and batch > 1 verify in particular (the batch-1 verify's two tiles per CTA at
-// warpsM 1: VerifyRowTiles below). The one-split prefill plans of two tiles run the wgmma kernel.
+// else keeps one tile per warp, decode and batch > 1 verify in particular (the batch-1 verify's
+// two tiles per CTA at warpsM 1: VerifyRowTiles below). The one-split prefill plans of two tiles
+// run the wgmma kernel.
 TEST(PagedAttentionPlan, PrefillRowTiles) {
   struct Want {
     int32_t batch, qLen, hq, hkv, dim, rowTiles, warpsM, rowBlocks;
