@@ -75,6 +75,15 @@ inline constexpr int32_t kMaxMergeGroup = 16;
 ES_HOST_DEVICE ES_FORCE_INLINE bool merge_after(int32_t done) {
   return done >= 2 && ((done & (done - 1)) == 0 || done % kMaxMergeGroup == 0);
 }
+// The first merge after the one after item done (done >= 0): the smallest d > done with
+// merge_after(d) (the next power of two below kMaxMergeGroup, then the next multiple of it), so
+// that the chunk stage tests one count an item instead of merge_after's bit tests.
+ES_HOST_DEVICE ES_FORCE_INLINE int32_t next_merge_after(int32_t done) {
+  if (done >= kMaxMergeGroup) return (done / kMaxMergeGroup + 1) * kMaxMergeGroup;
+  int32_t d = 2;
+  while (d <= done) d <<= 1;
+  return d;
+}
 
 static_assert(kMaxChunk == 4 * 4 * kThreads, "chunk_fast_kernel instantiates R = 1..4");
 

@@ -222,6 +222,15 @@ TEST(SamplingChunkSegments, MergeGroups) {
   }
 }
 
+// next_merge_after (the chunk stage's running count) names the same merges as merge_after.
+TEST(SamplingChunkSegments, NextMergeMatchesRule) {
+  for (int done = 0; done <= 600; ++done) {
+    int expect = done + 1;
+    while (!prefilter::merge_after(expect)) ++expect;
+    EXPECT_EQ(prefilter::next_merge_after(done), expect) << "after item " << done;
+  }
+}
+
 TEST(SamplingChunkSegments, CatchesMutants) {
   for (Mutant m : {Mutant::kThresholdTooHigh, Mutant::kMergeIgnoresSurvivors, Mutant::kFallbackLastChunkOnly}) {
     int checked = 0, wrong = 0;
