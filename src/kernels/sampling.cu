@@ -337,21 +337,12 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
   return r;
 }
 
-// One (row, chunk) work item of the chunk stage: item row * chunks + chunk.
+// A chunk of a row for the fallback (chunk_fast_fallback): entries [start, start + len) of the
+// row, scaled with the row's parameters.
 struct ChunkItem {
-  int row, start, len;
+  int start, len;
   RowParams rp;
-  bool active;  // a candidate row; other rows are full_row_kernel's
 };
-__device__ __forceinline__ ChunkItem chunk_item(const RowsArgs& a, int row, int chunk) {
-  ChunkItem c;
-  c.row = row;
-  c.start = chunk * a.plan.chunk_len;
-  c.len = min(a.plan.chunk_len, a.vocab - c.start);
-  c.rp = row_params(a, c.row);
-  c.active = candidate_row(a, c.rp);
-  return c;
-}
 
 // Copies a chunk's len entries at x (16-byte aligned) into stage[0, 4 R kThreads) with cp.async,
 // this thread's pieces only: piece r is entries 4 (t + r kThreads) + 0..3 (the vec layout of
@@ -544,9 +535,7 @@ __device__ __noinline__ int2 chunk_fast_group_fallback(const T* row_logits, int 
                                                       int c0, int c1, int n_best, int bp, uint32_t* keys,
                                                       ChunkFastShared<R>& sh) {
   for (int c = c0; c <= c1; ++c) {
-    ChunkItem gi;  // its row is not needed: row_logits is the row
-    gi.row = -1;
-    gi.active = true;
+    ChunkItem gi;
     gi.start = c * chunk_len;
     gi.len = min(chunk_len, vocab - gi.start);
     gi.rp = rp;
