@@ -228,6 +228,9 @@ int main(int argc, char** argv) {
     if (want(name)) rows.push_back(bench_verify(name, batch, L, vocab, t, k, p, target_us));
   };
   verify("verify B=16 L=15 V=151936 f32 k50 p0.9", 16, 15, 151936, 0.8f, 50, 0.9f, 60);
+  // The verify case's 256 rows through the sampling kernels alone (same plan and temperature; a
+  // token drawn per row instead of the list written, no accept walk): what the walk kernel adds.
+  sample("sample V=151936 f32 B=256 k50 p0.9 (verify rows)", 256, 151936, 50, 0.9f, 0);
   // Not targets; shown so the slower modes are visible.
   // B <= 64 and V >= 32768 take the split CDF (sampling_cdf_split.cu) unless ES_CDF_SPLIT=0;
   // B = 65 always takes the one-CTA-per-row full_row_kernel draw.

@@ -38,6 +38,7 @@
 #include "kernels/sampling_fullrow_cut.h"
 #include "kernels/sampling_fullrow_groups.cuh"
 #include "kernels/sampling_rows.h"
+#include "kernels/spec_verify_device.cuh"
 
 namespace es::sampling {
 namespace {
@@ -130,16 +131,33 @@ __device__ void emit_uniform(const RowsArgs& a, int row) {
   }
   if (threadIdx.x == 0) {
     if (a.tokens) a.tokens[row] = uniform_row_token(row_uniform(a, row), V);
-    if (a.sparse) {
-      a.sparse[row].status = kUniform;
-      a.sparse[row].count = 0;
+    if (a.verify_rows) {
+      a.verify_rows[row].status = kUniform;
+      a.verify_rows[row].count = 0;
     }
   }
+}
+
+// A verification's list row (one warp): its inputs (loaded before the list is ready), then its
+// VerifyRow from the kept list idx/val[0, cut). Not inlined: in chunk_fast_kernel, inlined, the
+// test cost the item loop's register allocation 1.6 us on the H200 (session 23) even where it
+// never runs (sample_rows).
+__device__ __noinline__ spec_verify::dev::ListRowInputs load_list_row_inputs(spec_verify::ChainInputs chain, int row) {
+  return spec_verify::dev::load_list_row_inputs(chain, row);
+}
+__device__ __noinline__ void verify_list_row(spec_verify::ChainInputs chain, spec_verify::dev::ListRowInputs in,
+                                             spec_verify::VerifyRow* rows, int row, const int32_t* idx,
+                                             const float* val, int cut, float* res) {
+  const int2 v = spec_verify::dev::verify_list_row_warp(chain, row, in, idx, val, cut, res);
+  if (lane_id() == 0) rows[row] = spec_verify::VerifyRow{kSparse, cut, v.x, v.y};
 }
 
 // Outputs of a candidate-mode row: entries [0, cut) of `sorted` with probabilities prob[].
 __device__ void emit_candidates(const RowsArgs& a, int row, const uint64_t* sorted, int cut,
                                 CandShared& cs) {
+  // A verification's list row: warp 0's inputs travel while the list is sorted.
+  spec_verify::dev::ListRowInputs chain_in{};
+  if (a.verify_rows && warp_id() == 0) chain_in = load_list_row_inputs(a.chain, row);
   // Sort the kept entries by index: each entry's position is the number of kept entries with a
   // lower index (indices are distinct), counted over the composites (lower index = larger ~index).
   for (int i = threadIdx.x; i < cut; i += kThreads) cs.aux[i] = sorted[i];
@@ -168,16 +186,10 @@ __device__ void emit_candidates(const RowsArgs& a, int row, const uint64_t* sort
     __syncthreads();  // zeros before the scatter (same addresses, other threads)
     for (int i = threadIdx.x; i < cut; i += kThreads) out[cs.idx_sorted[i]] = cs.val_sorted[i];
   }
-  if (a.sparse) {
-    SparseRow& r = a.sparse[row];
-    for (int i = threadIdx.x; i < cut; i += kThreads) {
-      r.index[i] = cs.idx_sorted[i];
-      r.prob[i] = cs.val_sorted[i];
-    }
-    if (threadIdx.x == 0) {
-      r.status = kSparse;
-      r.count = cut;
-    }
+  if (a.verify_rows && warp_id() == 0) {  // the row's draft test and stop token, from the list
+    // cs.aux (the index sort's packs) is free since the barrier above: the residual's values.
+    verify_list_row(a.chain, chain_in, a.verify_rows, row, cs.idx_sorted, cs.val_sorted, cut,
+                    reinterpret_cast<float*>(cs.aux));
   }
   if (a.tokens && warp_id() == 0) {
     const int token = sample_sorted_list_warp(cs.idx_sorted, cs.val_sorted, cut, row_uniform(a, row));
@@ -246,9 +258,9 @@ __global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int f
     float* out = a.probs + static_cast<size_t>(row) * V;
     for (int i = threadIdx.x; i < V; i += kThreads) out[i] = by_index[i];
   }
-  if (a.sparse && threadIdx.x == 0) {
-    a.sparse[row].status = kDense;
-    a.sparse[row].count = cut;
+  if (a.verify_rows && threadIdx.x == 0) {
+    a.verify_rows[row].status = kDense;
+    a.verify_rows[row].count = cut;
   }
   if (a.tokens) {
     const int token = full_row_sample([&](int i) { return by_index[i]; }, V, row_uniform(a, row), scratch);
@@ -1055,9 +1067,9 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
     float* out = a.probs + static_cast<size_t>(row) * V;
     for (int i = g.begin + threadIdx.x; i < g.end; i += kThreads) out[i] = prob_at(i);
   }
-  if (a.sparse && g.lead() && threadIdx.x == 0) {
-    a.sparse[row].status = kDense;
-    a.sparse[row].count = -1;
+  if (a.verify_rows && g.lead() && threadIdx.x == 0) {
+    a.verify_rows[row].status = kDense;
+    a.verify_rows[row].count = -1;
   }
   g.finish();  // after the last cluster collective; the draw below reads global memory only
   if (split_cdf) {  // prob_at's inputs: the split CDF's kernels recompute full_row_prob from them

@@ -9,17 +9,11 @@
 #include "kernels/sampling.h"
 #include "kernels/sampling_layout.h"
 #include "kernels/sampling_math.h"
+#include "kernels/spec_verify_chain.h"
 
 namespace es::sampling {
 
-// Compact per-row target probabilities for verification: a status, the kept count and, for
-// status kSparse, the kept (index, prob) pairs sorted by index.
-struct SparseRow {
-  int32_t status;  // kSparse, kDense (probabilities in the dense buffer), kUniform (fallback)
-  int32_t count;
-  int32_t index[kMaxCandidateTopK];
-  float prob[kMaxCandidateTopK];
-};
+// Row status of a verification's target rows (spec_verify::VerifyRow::status).
 inline constexpr int32_t kSparse = 0, kDense = 1, kUniform = 2;
 
 struct RowsArgs {
@@ -42,7 +36,11 @@ struct RowsArgs {
   int32_t* tokens = nullptr;        // [rows] or null
   float* probs = nullptr;           // [rows, vocab] or null
   bool dense_for_sparse_rows = true;  // false: rows with <= 512 kept entries skip `probs`
-  SparseRow* sparse = nullptr;      // [rows] or null
+  // A verification's rows (spec_verify): every row's status, and for a row whose kept set is a
+  // short list (<= 512 entries: kSparse) its draft's accept test and stop token, computed here from
+  // the list (spec_verify::dev::verify_list_row_warp) with `chain`. Null for sample_rows().
+  spec_verify::VerifyRow* verify_rows = nullptr;  // [rows] or null
+  spec_verify::ChainInputs chain{};
   void* workspace = nullptr;        // general-path chunk candidates (plan.workspace_bytes)
   bool small_vocab = false;
   GeneralPlan plan;                 // general path only

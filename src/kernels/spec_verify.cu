@@ -1,20 +1,23 @@
 // Probabilistic chain verification (spec §3.7).
 //
 // Stage 1 computes the filtered target probabilities of all batch * (L + 1) rows with the
-// sampling kernels (one batched launch, so the whole GPU reads the logits once): rows whose kept
-// set has <= 512 entries become compact index-sorted (index, prob) lists, others dense rows in the
-// workspace. Stage 2, one CTA per sequence: every draft's accept test depends only on its own row
-// and uniform, so the warps test all L drafts in parallel (warp w: s = w, w + kWarps, ...) and
-// one block-wide min finds the first rejection; then the residual sample at that position, or
-// the bonus sample from row L, with the same inverse-CDF arithmetic as the reference.
+// sampling kernels (one batched launch, so the whole GPU reads the logits once). A row whose kept
+// set has <= 512 entries (status kSparse) is verified there, by the CTA that holds its kept list:
+// its draft's accept test and the token the chain emits if it stops at that row (the residual
+// sample after a rejection, the bonus sample for row L) go to its VerifyRow
+// (spec_verify_device.cuh). Other rows (dense probabilities in the workspace, or the uniform
+// fallback) are left to stage 2. Stage 2, one CTA per sequence: every draft's accept test depends
+// only on its own row and uniform, so the warps test all L drafts in parallel (warp w: s = w,
+// w + kWarps, ...) and one block-wide min finds the first rejection; the token at that position
+// is the row's stop token, or for a dense or uniform row the residual or bonus sample drawn
+// block-wide with the reference's inverse-CDF arithmetic.
 //
 // Stage 2 does little arithmetic: its time is the chain of dependent global-memory round trips
-// after pdl::wait() (each ~1 us). So every input that does not come from stage 1 is loaded before
-// the wait, a warp loads its whole target row (status, count, 512 (index, prob) pairs, the dense
-// p(x)) in one round trip and keeps it in registers, and the warp that found the first rejection
-// draws the residual of a list row from those registers. For a list row the chain after the
-// wait is: the row (1), q at the listed indices when there are draft probabilities (2), the
-// output token (stored).
+// after pdl::wait(). So every input that does not come from stage 1 is loaded before the wait,
+// and a warp loads its row's words (status, accept result, stop token, a dense row's p(x)) in
+// one round trip. The residual draw of a list row used to run here, after the walk, on one warp
+// of each sequence (2.5 us of the B 16 L 15 verify's 61 us, measured on the H200 in session 23);
+// in stage 1 it runs for every row at once, where a CTA's tail overlaps the others' streaming.
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
@@ -23,6 +26,7 @@
 #include "kernels/sampling_device.h"
 #include "kernels/sampling_rows.h"
 #include "kernels/spec_verify.h"
+#include "kernels/spec_verify_device.cuh"
 #include "kernels/spec_verify_layout.h"
 
 namespace es::spec_verify {
@@ -30,46 +34,16 @@ namespace {
 
 using namespace es::sampling;
 using namespace es::sampling::dev;
+using namespace es::spec_verify::dev;
 
 struct VerifyArgs {
-  const int32_t* drafts;      // [batch, draft_stride]
-  int draft_stride;
-  const float* draft_probs;   // [batch, probs_stride, V] or null (onehot)
-  int32_t probs_stride;       // rows between sequences of draft_probs
-  int32_t batch, L, V;
-  const float* uniforms;      // [batch, 2L + 1] or null
-  const uint64_t* seeds;      // [batch]
-  const int64_t* anchors;     // [batch]
-  const SparseRow* sparse;    // [batch * (L + 1)]
-  const float* dense;         // [batch * (L + 1), V] or null
-  int32_t* out;               // [batch, L + 1]
-  int32_t* num_accepted;      // [batch]
+  ChainInputs chain;
+  int32_t batch;
+  const VerifyRow* rows;  // [batch * (L + 1)]
+  const float* dense;     // [batch * (L + 1), V] or null
+  int32_t* out;           // [batch, L + 1]
+  int32_t* num_accepted;  // [batch]
 };
-
-__device__ float verify_uniform(const VerifyArgs& a, int b, RngPurpose purpose, int lane) {
-  if (a.uniforms) {
-    const int slot = purpose == RngPurpose::kAccept ? lane
-                     : purpose == RngPurpose::kResidual ? a.L + lane
-                                                        : 2 * a.L;
-    return a.uniforms[static_cast<size_t>(b) * (2 * a.L + 1) + slot];
-  }
-  return request_uniform(a.seeds[b], a.anchors[b], purpose, static_cast<uint32_t>(lane));
-}
-
-__device__ __forceinline__ float relu_sub(float p, float q) {
-  const float r = fsub_rn(p, q);
-  return r < 0.0f ? 0.0f : r;  // std::max(r, 0.0f) of the reference
-}
-
-__device__ __forceinline__ const int32_t* draft_row(const VerifyArgs& a, int b) {  // [L]
-  return a.drafts + static_cast<size_t>(b) * a.draft_stride;
-}
-
-// Q_s of sequence b ([V]), or null for onehot drafts.
-__device__ __forceinline__ const float* draft_prob_row(const VerifyArgs& a, int b, int s) {
-  return a.draft_probs ? a.draft_probs + (static_cast<size_t>(b) * a.probs_stride + s) * a.V
-                       : nullptr;
-}
 
 // What the verification of draft s needs besides its target row: none of it comes from the
 // sampling kernels, so it can be loaded before pdl::wait().
@@ -79,131 +53,55 @@ struct Draft {
   float u_accept, u_residual;
 };
 
-__device__ Draft load_draft(const VerifyArgs& a, int b, int s) {
+__device__ Draft load_draft(const ChainInputs& c, int b, int s) {
   Draft d;
-  d.x = draft_row(a, b)[s];
-  const float* q = draft_prob_row(a, b, s);
+  d.x = draft_row(c, b)[s];
+  const float* q = draft_prob_row(c, b, s);
   d.qx = q ? q[d.x] : 1.0f;
-  d.u_accept = verify_uniform(a, b, RngPurpose::kAccept, s);
-  d.u_residual = verify_uniform(a, b, RngPurpose::kResidual, s);
+  d.u_accept = chain_uniform(c, b, RngPurpose::kAccept, s);
+  d.u_residual = chain_uniform(c, b, RngPurpose::kResidual, s);
   return d;
 }
 
-// A target row in the registers of one warp: lane l holds entries i = j * 32 + l (j < kPerLane)
-// of the list, the same layout as the sequential sums' tiles (sorted_list_mass_warp).
-constexpr int kPerLane = kMaxCandidateTopK / 32;
-struct RowRegs {
-  int status, count;
-  int32_t index[kPerLane];  // entries i >= count hold stale values: ignore them
-  float prob[kPerLane];
+// A target row as stage 2 reads it (the same in every lane of the warp that loaded it).
+struct RowWords {
+  int status, accepted, token;  // accepted, token: VerifyRow's, for status kSparse
   float dense_px;  // p(x) of a dense row (read speculatively; meaningless for other rows)
 };
 
-// Loads target row `row` in one round trip: every load is issued before any is used (a sparse
-// row's arrays are always kMaxCandidateTopK long, so reading past `count` stays in bounds), and
-// p(x) of the dense buffer is read whatever the status, since waiting for the status first would
-// cost a second trip. x < 0: no draft (the bonus row).
-__device__ RowRegs load_row(const VerifyArgs& a, int row, int x) {
-  const SparseRow& r = a.sparse[row];
-  RowRegs t;
+// Loads target row `row` in one round trip: p(x) of the dense buffer is read whatever the
+// status, since waiting for the status first would cost a second trip. x < 0: no draft (the
+// bonus row).
+__device__ RowWords load_row(const VerifyArgs& a, int row, int x) {
+  const VerifyRow& r = a.rows[row];
+  RowWords t;
   t.status = r.status;
-  t.count = r.count;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    t.index[j] = r.index[j * 32 + lane_id()];
-    t.prob[j] = r.prob[j * 32 + lane_id()];
-  }
-  const bool dense_ok = a.dense && static_cast<unsigned>(x) < static_cast<unsigned>(a.V);
-  t.dense_px = dense_ok ? a.dense[static_cast<size_t>(row) * a.V + x] : 0.0f;
+  t.accepted = r.accepted;
+  t.token = r.token;
+  const bool dense_ok = a.dense && static_cast<unsigned>(x) < static_cast<unsigned>(a.chain.V);
+  t.dense_px = dense_ok ? a.dense[static_cast<size_t>(row) * a.chain.V + x] : 0.0f;
   return t;
 }
 
-// p(x) of a list row (the same in every lane): the prob of the entry whose index is x, 0 when x
-// is not in the list.
-__device__ float list_prob_warp(const RowRegs& r, int x) {
-  float p = 0.0f;
-  bool hit = false;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    if (j * 32 + lane_id() < r.count && r.index[j] == x) {
-      p = r.prob[j];
-      hit = true;
-    }
-  }
-  const unsigned lanes = __ballot_sync(kFull, hit);  // indices are unique: one lane at most
-  return lanes ? __shfl_sync(kFull, p, __ffs(lanes) - 1) : 0.0f;
-}
-
-// Accept test of draft d on its target row r (one warp; the same in every lane).
-__device__ bool accept_draft(const VerifyArgs& a, const RowRegs& r, const Draft& d) {
-  const float px = r.status == kSparse    ? list_prob_warp(r, d.x)
-                   : r.status == kUniform ? fdiv_rn(1.0f, static_cast<float>(a.V))
-                                          : r.dense_px;
-  float alpha = 1.0f;
-  if (!(d.qx <= kDraftProbFloor)) {
-    const float ratio = fdiv_rn(px, d.qx);
-    alpha = ratio < 1.0f ? ratio : 1.0f;
-  }
-  return px > 0.0f && d.u_accept <= alpha;
+// Accept test of draft d on its target row r (the same in every lane).
+__device__ bool accept_draft(const VerifyArgs& a, const RowWords& r, const Draft& d) {
+  if (r.status == kSparse) return r.accepted != 0;
+  const float px = r.status == kUniform ? fdiv_rn(1.0f, static_cast<float>(a.chain.V)) : r.dense_px;
+  return accept_test(px, d.qx, d.u_accept);
 }
 
 struct VerifyShared {
-  int32_t idx[kMaxCandidateTopK];  // the drawing warp's list
-  float val[kMaxCandidateTopK];
-  int status, x, token;  // from the drawing warp to the block
+  int status, x, token;  // from the warp holding the row at the stop position to the block
   float u;
 };
-
-// Copies the warp's list (indices and val) to shared memory, where the sequential sums read it
-// in list order. Returns after the warp's copies are visible to it.
-__device__ void stage_list_warp(const RowRegs& r, const float (&val)[kPerLane], VerifyShared& vs) {
-  __syncwarp();  // earlier reads of vs.val by this warp are done
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int i = j * 32 + lane_id();
-    if (i < r.count) {
-      vs.idx[i] = r.index[j];
-      vs.val[i] = val[j];
-    }
-  }
-  __syncwarp();
-}
-
-// Sample of a list row with uniform u (one warp, from its registers).
-__device__ int target_list_warp(const RowRegs& r, float u, VerifyShared& vs) {
-  stage_list_warp(r, r.prob, vs);
-  return sample_sorted_list_warp(vs.idx, vs.val, r.count, u);
-}
-
-// Residual sample max(P - Q, 0) of a list row with uniform u (one warp, from its registers), or
-// the target row when the residual mass is <= kResidualMassFloor. Outside the list P = 0, so the
-// residual is 0 there and the list holds all of its mass. q: Q_s or null (onehot(x)).
-__device__ int residual_list_warp(const RowRegs& r, const float* q, int x, float u,
-                                  VerifyShared& vs) {
-  float qi[kPerLane];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {  // all loads first: one round trip
-    const bool listed = j * 32 + lane_id() < r.count;  // only listed indices are valid addresses
-    qi[j] = q ? (listed ? q[r.index[j]] : 0.0f) : (r.index[j] == x ? 1.0f : 0.0f);
-  }
-  float res[kPerLane];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) res[j] = relu_sub(r.prob[j], qi[j]);
-  stage_list_warp(r, res, vs);
-  const float mass = sorted_list_mass_warp(vs.val, r.count);
-  if (mass > kResidualMassFloor) {
-    return sorted_list_search_warp(vs.idx, vs.val, r.count, fmul_rn(u, mass));
-  }
-  return target_list_warp(r, u, vs);
-}
 
 // Sample of a dense or uniform target row `row` with uniform u (block-wide; result valid in
 // every thread).
 __device__ int target_full_row(const VerifyArgs& a, int row, int status, float u,
                                BlockScratch& scratch) {
-  if (status == kUniform) return uniform_row_token(u, a.V);
-  const float* p = a.dense + static_cast<size_t>(row) * a.V;  // [V]
-  return full_row_sample([&](int i) { return p[i]; }, a.V, u, scratch);
+  if (status == kUniform) return uniform_row_token(u, a.chain.V);
+  const float* p = a.dense + static_cast<size_t>(row) * a.chain.V;  // [V]
+  return full_row_sample([&](int i) { return p[i]; }, a.chain.V, u, scratch);
 }
 
 // Residual sample at rejected draft s (token x, uniform u) of sequence b on a dense or uniform
@@ -211,9 +109,9 @@ __device__ int target_full_row(const VerifyArgs& a, int row, int status, float u
 // are no draft probabilities; the target row when the residual mass is <= kResidualMassFloor.
 __device__ int residual_full_row(const VerifyArgs& a, int b, int s, int status, int x, float u,
                                  BlockScratch& scratch) {
-  const int V = a.V;
-  const int row = b * (a.L + 1) + s;
-  const float* q = draft_prob_row(a, b, s);                                          // [V] or null
+  const int V = a.chain.V;
+  const int row = b * (a.chain.L + 1) + s;
+  const float* q = draft_prob_row(a.chain, b, s);                                    // [V] or null
   const float* p = status == kDense ? a.dense + static_cast<size_t>(row) * V : nullptr;  // [V]
   const float pu = fdiv_rn(1.0f, static_cast<float>(V));
   auto res_at = [&](int i) {
@@ -227,27 +125,28 @@ __device__ int residual_full_row(const VerifyArgs& a, int b, int s, int status, 
 __global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
   __shared__ VerifyShared vs;
   __shared__ BlockScratch scratch;
-  const int b = blockIdx.x, L = a.L, w = warp_id();
+  const ChainInputs& c = a.chain;
+  const int b = blockIdx.x, L = c.L, w = warp_id();
   // Before the wait: the drafts, draft probabilities, uniforms, seeds and anchors were written
   // by kernels that completed before the first sampling kernel passed its wait (an ordinary
   // launch, or chunk_fast_kernel, which waits before it lets this grid be scheduled). Only the
-  // sampling kernels' rows (sparse, dense) need the wait.
+  // sampling kernels' rows (VerifyRow, dense) need the wait.
   // For most chains (L <= kWarps) a warp tests one draft, its first: load that one's inputs.
-  const Draft first = w < L ? load_draft(a, b, w) : Draft{};
-  const float u_bonus = verify_uniform(a, b, RngPurpose::kBonus, 0);
+  const Draft first = w < L ? load_draft(c, b, w) : Draft{};
+  const float u_bonus = chain_uniform(c, b, RngPurpose::kBonus, 0);
   // Accepted drafts are written back: thread j holds draft j.
-  const int my_draft = static_cast<int>(threadIdx.x) < L ? draft_row(a, b)[threadIdx.x] : -1;
+  const int my_draft = static_cast<int>(threadIdx.x) < L ? draft_row(c, b)[threadIdx.x] : -1;
   kernel::pdl::wait();  // launched as a dependent of the sampling kernels: their rows are visible after this
   kernel::pdl::trigger();  // the next kernel (e.g. the next call's chunk stage) may become resident
 
   // The chain stops at its first rejection. A warp's own drafts are tested in increasing s, so
   // its first rejection is its smallest; the block-wide min over the warps is the chain's.
-  // The warp keeps the rejected draft and its row: it draws the residual if that is the chain's.
+  // The warp keeps the rejected draft and its row: it holds the token if that is the chain's.
   int first_rejected = L;
   Draft d{};
-  RowRegs row{};
+  RowWords row{};
   for (int s = w; s < L; s += kWarps) {
-    d = s == w ? first : load_draft(a, b, s);
+    d = s == w ? first : load_draft(c, b, s);
     row = load_row(a, b * (L + 1) + s, d.x);
     if (!accept_draft(a, row, d)) {
       first_rejected = s;
@@ -266,25 +165,17 @@ __global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
     // j != threadIdx.x: j >= kThreads, only for L > kThreads.
     out[j] = j > accepted                        ? -1
              : j == static_cast<int>(threadIdx.x) ? my_draft
-                                                  : draft_row(a, b)[j];
+                                                  : draft_row(c, b)[j];
   }
   if (threadIdx.x == 0) a.num_accepted[b] = accepted;
 
-  // The draw at position `accepted`, by the warp holding its row: a list row from registers,
-  // other rows block-wide below.
-  if (w == accepted % kWarps) {
-    const float u = accepted < L ? d.u_residual : u_bonus;
-    int token = -1;
-    if (row.status == kSparse) {
-      token = accepted < L ? residual_list_warp(row, draft_prob_row(a, b, accepted), d.x, u, vs)
-                           : target_list_warp(row, u, vs);
-    }
-    if (lane_id() == 0) {
-      vs.status = row.status;
-      vs.x = d.x;
-      vs.u = u;
-      vs.token = token;
-    }
+  // The token at position `accepted`: a list row's stop token, computed in stage 1; other rows
+  // are drawn block-wide below.
+  if (w == accepted % kWarps && lane_id() == 0) {
+    vs.status = row.status;
+    vs.x = d.x;
+    vs.u = accepted < L ? d.u_residual : u_bonus;
+    vs.token = row.token;
   }
   __syncthreads();
   int token = vs.token;
@@ -325,7 +216,17 @@ void spec_verify(const SpecVerifyParams& p, cudaStream_t stream) {
   a.mode = p.top_p_mode;
   a.probs = plan.dense_bytes ? reinterpret_cast<float*>(ws + plan.dense_offset) : nullptr;
   a.dense_for_sparse_rows = false;
-  a.sparse = reinterpret_cast<sampling::SparseRow*>(ws + plan.sparse_offset);
+  spec_verify::ChainInputs& c = a.chain;
+  c.L = p.num_draft;
+  c.V = p.vocab;
+  c.drafts = p.draft_tokens;
+  c.draft_stride = p.draft_tokens_stride > 0 ? p.draft_tokens_stride : p.num_draft;
+  c.draft_probs = p.draft_probs;
+  c.probs_stride = p.draft_probs_stride > 0 ? p.draft_probs_stride : p.num_draft;
+  c.uniforms = p.uniforms;
+  c.seeds = p.seeds;
+  c.anchors = p.anchors;
+  a.verify_rows = reinterpret_cast<spec_verify::VerifyRow*>(ws + plan.rows_offset);
   a.workspace = ws;
   a.small_vocab = p.path == SamplingPath::kSmallVocab ||
                   (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
@@ -333,17 +234,9 @@ void spec_verify(const SpecVerifyParams& p, cudaStream_t stream) {
   sampling::launch_rows(a, stream);
 
   spec_verify::VerifyArgs v;
-  v.drafts = p.draft_tokens;
-  v.draft_stride = p.draft_tokens_stride > 0 ? p.draft_tokens_stride : p.num_draft;
-  v.draft_probs = p.draft_probs;
-  v.probs_stride = p.draft_probs_stride > 0 ? p.draft_probs_stride : p.num_draft;
+  v.chain = c;
   v.batch = p.batch;
-  v.L = p.num_draft;
-  v.V = p.vocab;
-  v.uniforms = p.uniforms;
-  v.seeds = p.seeds;
-  v.anchors = p.anchors;
-  v.sparse = a.sparse;
+  v.rows = a.verify_rows;
   v.dense = a.probs;
   v.out = p.out_tokens;
   v.num_accepted = p.num_accepted;

@@ -66,10 +66,10 @@ VerifyPlan plan(const SpecVerifyParams& p) {
   v.general = sampling::plan_general(s);
   const bool small = p.path == SamplingPath::kSmallVocab ||
                      (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
-  // Sparse target rows: up to kMaxCandidateTopK (index, prob) pairs, a count and a status.
-  v.sparse_offset = align(v.general.workspace_bytes);
-  v.sparse_bytes = static_cast<size_t>(rows) * (kMaxCandidateTopK * 8 + 8);
-  v.dense_offset = align(v.sparse_offset + v.sparse_bytes);
+  // Every target row's status and, for a list row, its draft's test and stop token.
+  v.rows_offset = align(v.general.workspace_bytes);
+  v.rows_bytes = static_cast<size_t>(rows) * sizeof(VerifyRow);
+  v.dense_offset = align(v.rows_offset + v.rows_bytes);
   // Dense target probabilities for rows that keep more than 512 entries (full-row mode, or the
   // small-vocab full sort). Needed only when such rows can occur.
   bool dense = v.general.any_full;

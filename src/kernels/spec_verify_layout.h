@@ -6,6 +6,7 @@
 
 #include "kernels/sampling_layout.h"
 #include "kernels/spec_verify.h"
+#include "kernels/spec_verify_chain.h"
 
 namespace es::spec_verify {
 
@@ -14,7 +15,7 @@ inline size_t align(size_t x) { return (x + 255) & ~size_t{255}; }
 struct VerifyPlan {
   int64_t rows = 0;                // batch * (num_draft + 1) target rows
   sampling::GeneralPlan general;   // chunking of the target rows (general path)
-  size_t sparse_offset = 0, sparse_bytes = 0;  // per row: status/count u64 + 512 x (i32, f32)
+  size_t rows_offset = 0, rows_bytes = 0;      // [rows] VerifyRow (spec_verify_chain.h)
   size_t dense_offset = 0, dense_bytes = 0;    // [rows, vocab] f32, or none
   size_t workspace_bytes = 0;
 };

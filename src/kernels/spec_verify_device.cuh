@@ -1,0 +1,112 @@
+#pragma once
+// Device helpers of the verification (spec §3.7) shared by the sampling kernels, which verify a
+// list row while they hold its kept list (verify_list_row_warp), and by spec_verify.cu's walk
+// kernel, which verifies the other rows and walks the chains. One definition of each formula, so
+// both give the reference's bits.
+#include <cuda_runtime.h>
+
+#include "common/rng.h"
+#include "kernels/sampling_device.h"
+#include "kernels/sampling_math.h"
+#include "kernels/spec_verify_chain.h"
+
+namespace es::spec_verify::dev {
+
+using namespace es::sampling;
+using namespace es::sampling::dev;
+
+// Uniform `lane` of `purpose` for sequence b: accept s (lane s), residual s (lane s), bonus (0).
+__device__ __forceinline__ float chain_uniform(const ChainInputs& c, int b, RngPurpose purpose, int lane) {
+  if (c.uniforms) {
+    const int slot = purpose == RngPurpose::kAccept ? lane : purpose == RngPurpose::kResidual ? c.L + lane : 2 * c.L;
+    return c.uniforms[static_cast<size_t>(b) * (2 * c.L + 1) + slot];
+  }
+  return request_uniform(c.seeds[b], c.anchors[b], purpose, static_cast<uint32_t>(lane));
+}
+
+__device__ __forceinline__ const int32_t* draft_row(const ChainInputs& c, int b) {  // [L]
+  return c.drafts + static_cast<size_t>(b) * c.draft_stride;
+}
+
+// Q_s of sequence b ([V]), or null for onehot drafts.
+__device__ __forceinline__ const float* draft_prob_row(const ChainInputs& c, int b, int s) {
+  return c.draft_probs ? c.draft_probs + (static_cast<size_t>(b) * c.probs_stride + s) * c.V : nullptr;
+}
+
+__device__ __forceinline__ float relu_sub(float p, float q) {
+  const float r = fsub_rn(p, q);
+  return r < 0.0f ? 0.0f : r;  // std::max(r, 0.0f) of the reference
+}
+
+// The accept test of a draft with target probability px, draft probability qx and uniform u:
+// u <= min(1, px / qx) (alpha = 1 when qx <= kDraftProbFloor), and never when px = 0.
+__device__ __forceinline__ bool accept_test(float px, float qx, float u) {
+  float alpha = 1.0f;
+  if (!(qx <= kDraftProbFloor)) {
+    const float ratio = fdiv_rn(px, qx);
+    alpha = ratio < 1.0f ? ratio : 1.0f;
+  }
+  return px > 0.0f && u <= alpha;
+}
+
+// What list row `row` = (sequence b, position s) needs besides its list: loaded by one warp in one
+// round trip before the list is ready (verify_list_row_warp then only waits for q(x)).
+struct ListRowInputs {
+  int x;             // draft s, or -1 for the bonus row (s = L)
+  float u_accept;    // s < L
+  float u_draw;      // the residual uniform of draft s, or the bonus uniform
+};
+
+__device__ __forceinline__ ListRowInputs load_list_row_inputs(const ChainInputs& c, int row) {
+  const int b = row / (c.L + 1), s = row - b * (c.L + 1);
+  ListRowInputs in;
+  if (s == c.L) {
+    in.x = -1;
+    in.u_accept = 0.0f;
+    in.u_draw = chain_uniform(c, b, RngPurpose::kBonus, 0);
+  } else {
+    in.x = draft_row(c, b)[s];
+    in.u_accept = chain_uniform(c, b, RngPurpose::kAccept, s);
+    in.u_draw = chain_uniform(c, b, RngPurpose::kResidual, s);
+  }
+  return in;
+}
+
+// Row `row` = (sequence b, position s) of a verification whose target row's kept list is
+// idx/val[0, count) (index-sorted, in shared memory, count >= 1), verified by one warp with its
+// inputs `in`: draft s's accept test and, if it fails, the residual sample max(P - Q_s, 0) (the
+// target row when the residual's mass is <= kResidualMassFloor; outside the list P = 0, so the
+// list holds all of the residual's mass); for s = L the bonus sample. res: [count] floats of
+// shared memory this warp may overwrite. Returns (accepted, token) in every lane; token -1 for
+// an accepted draft.
+__device__ __forceinline__ int2 verify_list_row_warp(const ChainInputs& c, int row, const ListRowInputs& in,
+                                                     const int32_t* idx, const float* val, int count, float* res) {
+  if (in.x < 0) return make_int2(0, sample_sorted_list_warp(idx, val, count, in.u_draw));
+  const int b = row / (c.L + 1), s = row - b * (c.L + 1);
+  const int x = in.x;
+  const float* q = draft_prob_row(c, b, s);  // [V] or null
+  const float qx = q ? q[x] : 1.0f;
+  // p(x): the prob of the entry whose index is x (indices are unique: one lane at most), else 0.
+  float px = 0.0f;
+  bool hit = false;
+  for (int i = lane_id(); i < count; i += 32) {
+    if (idx[i] == x) {
+      px = val[i];
+      hit = true;
+    }
+  }
+  const unsigned lanes = __ballot_sync(kFull, hit);
+  px = lanes ? __shfl_sync(kFull, px, __ffs(lanes) - 1) : 0.0f;
+  if (accept_test(px, qx, in.u_accept)) return make_int2(1, -1);
+
+  for (int i = lane_id(); i < count; i += 32) {
+    res[i] = relu_sub(val[i], q ? q[idx[i]] : (idx[i] == x ? 1.0f : 0.0f));
+  }
+  __syncwarp();
+  const float mass = sorted_list_mass_warp(res, count);
+  const int token = mass > kResidualMassFloor ? sorted_list_search_warp(idx, res, count, fmul_rn(in.u_draw, mass))
+                                              : sample_sorted_list_warp(idx, val, count, in.u_draw);
+  return make_int2(0, token);
+}
+
+}  // namespace es::spec_verify::dev
