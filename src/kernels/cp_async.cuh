@@ -1,8 +1,9 @@
 #pragma once
-// cp.async (sm_80+): 16-byte copies from global to shared memory that bypass L1 and the
-// registers, in commit groups a thread waits for by count. Used by the sampling chunk stage's
-// ring (kernels/sampling.cu), by bench_chunk_ring_gpu, which measures that ring's floor, and by
-// the wgmma prefill attention (kernels/paged_attention_prefill.cu).
+// cp.async (sm_80+): copies from global to shared memory that bypass the registers, in commit
+// groups a thread waits for by count. Used by the sampling chunk stage's ring (kernels/
+// sampling.cu), by bench_chunk_ring_gpu, which measures that ring's floor, by the wgmma prefill
+// attention (kernels/paged_attention_prefill.cu), and (4- and 8-byte copies) for a verification
+// row's chain inputs (kernels/spec_verify_device.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,6 +21,15 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes
 // their shared memory by address.
 __device__ __forceinline__ void cp_async16_shared(uint32_t dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+// Copies N (4 or 8) bytes from global to shared memory through L1 (cp.async.ca: below 16 bytes
+// only .ca exists). dst and src N-byte aligned.
+template <int N>
+__device__ __forceinline__ void cp_async_small(void* dst, const void* src) {
+  static_assert(N == 4 || N == 8, "cp.async.ca copies 4, 8 or 16 bytes");
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(N) : "memory");
 }
 
 // Closes this thread's current group of copies.

@@ -123,6 +123,9 @@ struct alignas(16) CandShared {
 };
 
 __device__ void emit_uniform(const RowsArgs& a, int row) {
+  // A verification's chain inputs (stage_chain_inputs) are not needed here; their copies are
+  // waited for all the same, so that no CTA ends with copies into its shared memory in flight.
+  if (a.verify_rows) cp_async_wait<0>();
   const int V = a.vocab;
   if (a.probs) {
     const float pu = fdiv_rn(1.0f, static_cast<float>(V));
@@ -138,26 +141,35 @@ __device__ void emit_uniform(const RowsArgs& a, int row) {
   }
 }
 
-// A verification's list row (one warp): its inputs (loaded before the list is ready), then its
+// A verification's list row (one warp): its inputs from its landed ChainStage, then its
 // VerifyRow from the kept list idx/val[0, cut). Not inlined: in chunk_fast_kernel, inlined, the
 // test cost the item loop's register allocation 1.6 us on the H200 (session 23) even where it
 // never runs (sample_rows).
-__device__ __noinline__ spec_verify::dev::ListRowInputs load_list_row_inputs(spec_verify::ChainInputs chain, int row) {
-  return spec_verify::dev::load_list_row_inputs(chain, row);
+__device__ __noinline__ spec_verify::dev::ListRowInputs list_row_inputs_not_inlined(
+    spec_verify::ChainInputs chain, int row, const spec_verify::dev::ChainStage& stage) {
+  return spec_verify::dev::staged_list_row_inputs(chain, row, stage);
 }
-__device__ __noinline__ void verify_list_row(spec_verify::ChainInputs chain, spec_verify::dev::ListRowInputs in,
-                                             spec_verify::VerifyRow* rows, int row, const int32_t* idx,
-                                             const float* val, int cut, float* res) {
-  const int2 v = spec_verify::dev::verify_list_row_warp(chain, row, in, idx, val, cut, res);
+__device__ __noinline__ void verify_list_row(spec_verify::dev::ListRowInputs in, spec_verify::VerifyRow* rows, int row,
+                                             const int32_t* idx, const float* val, int cut, float* res) {
+  const int2 v = spec_verify::dev::verify_list_row_warp(in, idx, val, cut, res);
   if (lane_id() == 0) rows[row] = spec_verify::VerifyRow{kSparse, cut, v.x, v.y};
 }
 
-// Outputs of a candidate-mode row: entries [0, cut) of `sorted` with probabilities prob[].
+// A verification's list row: warp 0 issues the copies of its chain inputs (as a commit group of
+// its own or as part of the caller's next one), which the caller waits for before emit_candidates.
+__device__ __forceinline__ void stage_chain_inputs(const RowsArgs& a, int row, spec_verify::dev::ChainStage& stage) {
+  if (a.verify_rows && warp_id() == 0) spec_verify::dev::stage_list_row_inputs(a.chain, row, stage);
+}
+
+// Outputs of a candidate-mode row: entries [0, cut) of `sorted` with probabilities prob[]. A
+// verification's row: warp 0's lanes have waited for the copies of `stage` (stage_chain_inputs).
 __device__ void emit_candidates(const RowsArgs& a, int row, const uint64_t* sorted, int cut,
-                                CandShared& cs) {
-  // A verification's list row: warp 0's inputs travel while the list is sorted.
+                                CandShared& cs, const spec_verify::dev::ChainStage& stage) {
   spec_verify::dev::ListRowInputs chain_in{};
-  if (a.verify_rows && warp_id() == 0) chain_in = load_list_row_inputs(a.chain, row);
+  if (a.verify_rows && warp_id() == 0) {
+    __syncwarp();  // every lane's landed copies are visible to the whole warp
+    chain_in = list_row_inputs_not_inlined(a.chain, row, stage);
+  }
   // Sort the kept entries by index: each entry's position is the number of kept entries with a
   // lower index (indices are distinct), counted over the composites (lower index = larger ~index).
   for (int i = threadIdx.x; i < cut; i += kThreads) cs.aux[i] = sorted[i];
@@ -188,8 +200,7 @@ __device__ void emit_candidates(const RowsArgs& a, int row, const uint64_t* sort
   }
   if (a.verify_rows && warp_id() == 0) {  // the row's draft test and stop token, from the list
     // cs.aux (the index sort's packs) is free since the barrier above: the residual's values.
-    verify_list_row(a.chain, chain_in, a.verify_rows, row, cs.idx_sorted, cs.val_sorted, cut,
-                    reinterpret_cast<float*>(cs.aux));
+    verify_list_row(chain_in, a.verify_rows, row, cs.idx_sorted, cs.val_sorted, cut, reinterpret_cast<float*>(cs.aux));
   }
   if (a.tokens && warp_id() == 0) {
     const int token = sample_sorted_list_warp(cs.idx_sorted, cs.val_sorted, cut, row_uniform(a, row));
@@ -208,11 +219,14 @@ __global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int f
   __shared__ CandShared cs;
   __shared__ SelectShared ss;
   __shared__ BlockScratch scratch;
+  __shared__ spec_verify::dev::ChainStage chain_stage;
   const int row = blockIdx.x, V = a.vocab;
   const RowParams rp = row_params(a, row);
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
   uint32_t* keys = reinterpret_cast<uint32_t*>(dyn);  // [V]
   kernel::pdl::trigger();
+  stage_chain_inputs(a, row, chain_stage);
+  cp_async_commit();
   uint64_t local = 0;
   constexpr int kPer = kSmallVocabMax / kThreads;  // all loads issued before any is used
   float raw[kPer];
@@ -237,7 +251,8 @@ __global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int f
     select_top_candidates([&](int i) { return composite(keys[i], static_cast<uint32_t>(i)); }, V,
                           kept, cs.cand, ss, scratch);
     const int cut = finalize_sorted(cs.cand, kept, rp, a.mode, cs.aux, cs.prob, scratch);
-    emit_candidates(a, row, cs.cand, cut, cs);
+    cp_async_wait<0>();
+    emit_candidates(a, row, cs.cand, cut, cs, chain_stage);
     return;
   }
   // Full sort of the row (top-k off or k > 512); full_cap = pow2 >= V was provisioned.
@@ -258,9 +273,12 @@ __global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int f
     float* out = a.probs + static_cast<size_t>(row) * V;
     for (int i = threadIdx.x; i < V; i += kThreads) out[i] = by_index[i];
   }
-  if (a.verify_rows && threadIdx.x == 0) {
-    a.verify_rows[row].status = kDense;
-    a.verify_rows[row].count = cut;
+  if (a.verify_rows) {
+    cp_async_wait<0>();  // the chain inputs are not used (a dense row); see emit_uniform
+    if (threadIdx.x == 0) {
+      a.verify_rows[row].status = kDense;
+      a.verify_rows[row].count = cut;
+    }
   }
   if (a.tokens) {
     const int token = full_row_sample([&](int i) { return by_index[i]; }, V, row_uniform(a, row), scratch);
@@ -325,6 +343,7 @@ struct alignas(16) ChunkFastShared {
   BlockScratch scratch;
   uint64_t cand[kMaxCandidateTopK];     // the fallback's sorted candidates
   uint64_t best[2][kMaxCandidateTopK];  // the segment's top-k so far, descending; by phase
+  spec_verify::dev::ChainStage chain[2];  // a finalized verification row's chain inputs, by row parity
 };
 
 // Whether thread t's value of the union uni[0, nu) (t < nu, nu a multiple of 4, 1 <= kc <= nu;
@@ -564,13 +583,15 @@ __device__ __noinline__ int2 chunk_fast_group_fallback(const T* row_logits, int 
 // final_fast_kernel's work for a row of one record (kernels/sampling_layout.h), done by the chunk
 // CTA that walked the whole row (RowsArgs::chunk_finalizes_rows): best[0, n_best) is the row's
 // top-k, descending; poisoned: a chunk of the row was. Ends with a barrier (cs is read).
+// stage: the row's chain inputs, landed for warp 0 (a verification's row).
 __device__ __forceinline__ void chunk_finalize_row(const RowsArgs& a, int row, const RowParams& rp, const uint64_t* best,
-                                                int n_best, bool poisoned, CandShared& cs, BlockScratch& scratch) {
+                                                int n_best, bool poisoned, CandShared& cs, BlockScratch& scratch,
+                                                const spec_verify::dev::ChainStage& stage) {
   if (poisoned || composite_key(best[0]) == kMinusInfKey) {  // block-uniform
     emit_uniform(a, row);
   } else {
     const int cut = finalize_sorted(best, n_best, rp, a.mode, cs.aux, cs.prob, scratch);
-    emit_candidates(a, row, best, cut, cs);
+    emit_candidates(a, row, best, cut, cs, stage);
   }
   __syncthreads();
 }
@@ -622,14 +643,19 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   auto stage_of = [&](int item) { return ring + ((item - begin) & 1) * kCap; };
   // The loads of item `item` = chunk c of row r: into raw[], or (kAsync) cp.async copies into its
   // stage, one commit group per item (empty for an inactive row's) so that wait_group counts items.
+  // A row this CTA finalizes gets its chain inputs (a verification's) copied with its first chunk:
+  // in that item's group (kAsync), or in a group of their own waited for before the finalize.
   auto issue = [&](int item, int r, int c, bool active) {
     const int start = c * chunk_len;
     const T* x = logits + static_cast<size_t>(r) * a.vocab + start;
     const int len = min(chunk_len, a.vocab - start);
+    const bool stage_chain = kFinalizes && active && c == 0 && a.chunk_finalizes_rows;
+    if (stage_chain) stage_chain_inputs(a, r, sh.chain[r & 1]);
     if constexpr (kAsync) {
       if (active) copy_chunk_async<R>(reinterpret_cast<const float*>(x), len, stage_of(item));
       cp_async_commit();
     } else {
+      if (stage_chain) cp_async_commit();
       if (active) vec = load_chunk<R>(x, len, raw);
     }
   };
@@ -845,8 +871,9 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
           // CandShared goes in the consumed stage (or the fallback's keys), as those keys do.
           if constexpr (kFinalizes) {
             uint32_t* region = kAsync ? reinterpret_cast<uint32_t*>(stage_of(item)) : keys_static;
+            if constexpr (!kAsync) cp_async_wait<0>();  // the chain inputs (kAsync: the row's first item's group)
             chunk_finalize_row(a, row, rp, best, n_best, seg_poisoned, *reinterpret_cast<CandShared*>(region),
-                               sh.scratch);
+                               sh.scratch, sh.chain[row & 1]);
           }
         } else if (seg_last) {
           uint64_t* slots = record_slots(a) + (static_cast<size_t>(row) * chunks + c0) * cap;
@@ -896,11 +923,14 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
   __shared__ SelectShared ss;  // the fallback's select; ss.tmp holds the survivors
   __shared__ BlockScratch scratch;
   __shared__ FinalFastShared fs;
+  __shared__ spec_verify::dev::ChainStage chain_stage;
   const int row = blockIdx.x;
   const RowParams rp = row_params(a, row);
   if (!candidate_row(a, rp)) return;  // block-uniform, before any barrier
   kernel::pdl::trigger();
   kernel::pdl::wait();  // launched as a dependent of the chunk stage: its records are visible after this
+  stage_chain_inputs(a, row, chain_stage);
+  cp_async_commit();
   const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
   const int chunks = a.plan.chunks;  // <= kThreads (plan_general)
   // The row's records, concatenated in chunk order. The chunk stage's runs of per items cut the
@@ -1022,7 +1052,8 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
     }
   }
   const int cut = finalize_sorted(sorted, kc, rp, a.mode, cs.aux, cs.prob, scratch);
-  emit_candidates(a, row, sorted, cut, cs);
+  cp_async_wait<0>();
+  emit_candidates(a, row, sorted, cut, cs, chain_stage);
 }
 
 // ---------------------------------------------------------------------------------------------

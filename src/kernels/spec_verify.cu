@@ -37,8 +37,7 @@ using namespace es::sampling::dev;
 using namespace es::spec_verify::dev;
 
 struct VerifyArgs {
-  ChainInputs chain;
-  int32_t batch;
+  ChainInputs chain;      // gridDim.x = batch
   const VerifyRow* rows;  // [batch * (L + 1)]
   const float* dense;     // [batch * (L + 1), V] or null
   int32_t* out;           // [batch, L + 1]
@@ -235,7 +234,6 @@ void spec_verify(const SpecVerifyParams& p, cudaStream_t stream) {
 
   spec_verify::VerifyArgs v;
   v.chain = c;
-  v.batch = p.batch;
   v.rows = a.verify_rows;
   v.dense = a.probs;
   v.out = p.out_tokens;

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "common/rng.h"
+#include "kernels/cp_async.cuh"
 #include "kernels/sampling_device.h"
 #include "kernels/sampling_math.h"
 #include "kernels/spec_verify_chain.h"
@@ -15,12 +16,15 @@ namespace es::spec_verify::dev {
 using namespace es::sampling;
 using namespace es::sampling::dev;
 
-// Uniform `lane` of `purpose` for sequence b: accept s (lane s), residual s (lane s), bonus (0).
+// Where uniform `lane` of `purpose` sits in a sequence's row of ChainInputs::uniforms: accept s
+// (lane s), residual s (lane s), bonus (lane 0).
+__device__ __forceinline__ int uniform_slot(const ChainInputs& c, RngPurpose purpose, int lane) {
+  return purpose == RngPurpose::kAccept ? lane : purpose == RngPurpose::kResidual ? c.L + lane : 2 * c.L;
+}
+
+// Uniform `lane` of `purpose` for sequence b.
 __device__ __forceinline__ float chain_uniform(const ChainInputs& c, int b, RngPurpose purpose, int lane) {
-  if (c.uniforms) {
-    const int slot = purpose == RngPurpose::kAccept ? lane : purpose == RngPurpose::kResidual ? c.L + lane : 2 * c.L;
-    return c.uniforms[static_cast<size_t>(b) * (2 * c.L + 1) + slot];
-  }
+  if (c.uniforms) return c.uniforms[static_cast<size_t>(b) * (2 * c.L + 1) + uniform_slot(c, purpose, lane)];
   return request_uniform(c.seeds[b], c.anchors[b], purpose, static_cast<uint32_t>(lane));
 }
 
@@ -49,42 +53,79 @@ __device__ __forceinline__ bool accept_test(float px, float qx, float u) {
   return px > 0.0f && u <= alpha;
 }
 
-// What list row `row` = (sequence b, position s) needs besides its list: loaded by one warp in one
-// round trip before the list is ready (verify_list_row_warp then only waits for q(x)).
+// What list row `row` = (sequence b, position s) needs from memory besides its list, copied to
+// shared memory (cp.async) by the sampling kernel as soon as it knows the row: the copies land
+// while the row's top-k is selected, and the list's index sort no longer waits for a DRAM round
+// trip of warp 0 (session 24).
+struct alignas(16) ChainStage {
+  int32_t x;       // draft s (s < L)
+  float u[2];      // with ChainInputs::uniforms: accept s, and residual s (s < L) or bonus (s = L)
+  int32_t unused;
+  uint64_t seed;   // without uniforms: the sequence's seed and anchor
+  int64_t anchor;
+};
+
+// Issues the copies of row `row`'s ChainStage: lanes 0-2 of the calling warp one each (the caller
+// commits them as a group and waits for it before staged_list_row_inputs).
+__device__ __forceinline__ void stage_list_row_inputs(const ChainInputs& c, int row, ChainStage& st) {
+  const int b = row / (c.L + 1), s = row - b * (c.L + 1);
+  const int lane = lane_id();
+  const size_t ub = static_cast<size_t>(b) * (2 * c.L + 1);
+  if (lane == 0 && s < c.L) kernel::cp_async_small<4>(&st.x, draft_row(c, b) + s);
+  if (c.uniforms) {
+    if (lane == 1 && s < c.L) kernel::cp_async_small<4>(&st.u[0], c.uniforms + ub + uniform_slot(c, RngPurpose::kAccept, s));
+    if (lane == 2) {
+      const int slot = s < c.L ? uniform_slot(c, RngPurpose::kResidual, s) : uniform_slot(c, RngPurpose::kBonus, 0);
+      kernel::cp_async_small<4>(&st.u[1], c.uniforms + ub + slot);
+    }
+  } else {
+    if (lane == 1) kernel::cp_async_small<8>(&st.seed, c.seeds + b);
+    if (lane == 2) kernel::cp_async_small<8>(&st.anchor, c.anchors + b);
+  }
+}
+
+// What verify_list_row_warp needs besides the list.
 struct ListRowInputs {
   int x;             // draft s, or -1 for the bonus row (s = L)
   float u_accept;    // s < L
   float u_draw;      // the residual uniform of draft s, or the bonus uniform
+  const float* q;    // Q_s ([V]), or null for onehot drafts and the bonus row
 };
 
-__device__ __forceinline__ ListRowInputs load_list_row_inputs(const ChainInputs& c, int row) {
+// Row `row`'s inputs from its landed ChainStage (one whole warp; every lane gets them). Without
+// ChainInputs::uniforms lanes 0 and 1 evaluate the two counter-based uniforms side by side.
+__device__ __forceinline__ ListRowInputs staged_list_row_inputs(const ChainInputs& c, int row, const ChainStage& st) {
   const int b = row / (c.L + 1), s = row - b * (c.L + 1);
   ListRowInputs in;
-  if (s == c.L) {
-    in.x = -1;
-    in.u_accept = 0.0f;
-    in.u_draw = chain_uniform(c, b, RngPurpose::kBonus, 0);
+  in.x = s < c.L ? st.x : -1;
+  in.q = s < c.L ? draft_prob_row(c, b, s) : nullptr;
+  if (c.uniforms) {
+    in.u_accept = s < c.L ? st.u[0] : 0.0f;
+    in.u_draw = st.u[1];
   } else {
-    in.x = draft_row(c, b)[s];
-    in.u_accept = chain_uniform(c, b, RngPurpose::kAccept, s);
-    in.u_draw = chain_uniform(c, b, RngPurpose::kResidual, s);
+    const int lane = lane_id();
+    float u = 0.0f;
+    if (lane < 2) {
+      const RngPurpose purpose = s == c.L ? RngPurpose::kBonus : lane == 0 ? RngPurpose::kAccept : RngPurpose::kResidual;
+      u = request_uniform(st.seed, st.anchor, purpose, static_cast<uint32_t>(s == c.L ? 0 : s));
+    }
+    in.u_accept = s < c.L ? __shfl_sync(kFull, u, 0) : 0.0f;
+    in.u_draw = __shfl_sync(kFull, u, 1);
   }
   return in;
 }
 
-// Row `row` = (sequence b, position s) of a verification whose target row's kept list is
-// idx/val[0, count) (index-sorted, in shared memory, count >= 1), verified by one warp with its
-// inputs `in`: draft s's accept test and, if it fails, the residual sample max(P - Q_s, 0) (the
+// A row of a verification whose target row's kept list is idx/val[0, count) (index-sorted, in
+// shared memory, count >= 1), verified by one warp with its inputs `in`: draft s's accept test and, if it fails, the residual sample max(P - Q_s, 0) (the
 // target row when the residual's mass is <= kResidualMassFloor; outside the list P = 0, so the
 // list holds all of the residual's mass); for s = L the bonus sample. res: [count] floats of
 // shared memory this warp may overwrite. Returns (accepted, token) in every lane; token -1 for
 // an accepted draft.
-__device__ __forceinline__ int2 verify_list_row_warp(const ChainInputs& c, int row, const ListRowInputs& in,
-                                                     const int32_t* idx, const float* val, int count, float* res) {
+__device__ __forceinline__ int2 verify_list_row_warp(const ListRowInputs& in, const int32_t* idx, const float* val,
+                                                     int count, float* res) {
   if (in.x < 0) return make_int2(0, sample_sorted_list_warp(idx, val, count, in.u_draw));
-  const int b = row / (c.L + 1), s = row - b * (c.L + 1);
   const int x = in.x;
-  const float* q = draft_prob_row(c, b, s);  // [V] or null
+  const float* q = in.q;
   const float qx = q ? q[x] : 1.0f;
   // p(x): the prob of the entry whose index is x (indices are unique: one lane at most), else 0.
   float px = 0.0f;
