@@ -37,7 +37,7 @@ using namespace es::sampling::dev;
 using namespace es::spec_verify::dev;
 
 struct VerifyArgs {
-  ChainInputs chain;      // gridDim.x = batch
+  ChainInputs chain;      // one CTA per sequence: gridDim.x is the batch
   const VerifyRow* rows;  // [batch * (L + 1)]
   const float* dense;     // [batch * (L + 1), V] or null
   int32_t* out;           // [batch, L + 1]

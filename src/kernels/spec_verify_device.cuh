@@ -73,7 +73,9 @@ __device__ __forceinline__ void stage_list_row_inputs(const ChainInputs& c, int 
   const size_t ub = static_cast<size_t>(b) * (2 * c.L + 1);
   if (lane == 0 && s < c.L) kernel::cp_async_small<4>(&st.x, draft_row(c, b) + s);
   if (c.uniforms) {
-    if (lane == 1 && s < c.L) kernel::cp_async_small<4>(&st.u[0], c.uniforms + ub + uniform_slot(c, RngPurpose::kAccept, s));
+    if (lane == 1 && s < c.L) {
+      kernel::cp_async_small<4>(&st.u[0], c.uniforms + ub + uniform_slot(c, RngPurpose::kAccept, s));
+    }
     if (lane == 2) {
       const int slot = s < c.L ? uniform_slot(c, RngPurpose::kResidual, s) : uniform_slot(c, RngPurpose::kBonus, 0);
       kernel::cp_async_small<4>(&st.u[1], c.uniforms + ub + slot);
@@ -106,7 +108,9 @@ __device__ __forceinline__ ListRowInputs staged_list_row_inputs(const ChainInput
     const int lane = lane_id();
     float u = 0.0f;
     if (lane < 2) {
-      const RngPurpose purpose = s == c.L ? RngPurpose::kBonus : lane == 0 ? RngPurpose::kAccept : RngPurpose::kResidual;
+      const RngPurpose purpose = s == c.L    ? RngPurpose::kBonus
+                                 : lane == 0 ? RngPurpose::kAccept
+                                             : RngPurpose::kResidual;
       u = request_uniform(st.seed, st.anchor, purpose, static_cast<uint32_t>(s == c.L ? 0 : s));
     }
     in.u_accept = s < c.L ? __shfl_sync(kFull, u, 0) : 0.0f;
@@ -115,8 +119,9 @@ __device__ __forceinline__ ListRowInputs staged_list_row_inputs(const ChainInput
   return in;
 }
 
-// A row of a verification whose target row's kept list is idx/val[0, count) (index-sorted, in
-// shared memory, count >= 1), verified by one warp with its inputs `in`: draft s's accept test and, if it fails, the residual sample max(P - Q_s, 0) (the
+// A row (sequence b, position s) of a verification whose target row's kept list is
+// idx/val[0, count) (index-sorted, in shared memory, count >= 1), verified by one warp with its
+// inputs `in`: draft s's accept test and, if it fails, the residual sample max(P - Q_s, 0) (the
 // target row when the residual's mass is <= kResidualMassFloor; outside the list P = 0, so the
 // list holds all of the residual's mass); for s = L the bonus sample. res: [count] floats of
 // shared memory this warp may overwrite. Returns (accepted, token) in every lane; token -1 for
