@@ -23,7 +23,9 @@
 // rotate so that no call finds its K/V in the 60 MB L2 (>= 512 MB of pools per shape, at most 16
 // copies). Before timing, each shape checks split against simple on the same inputs and prints the
 // largest difference relative to the output RMS (a MISMATCH line if it exceeds 5e-2).
-// Run: build-dir/bench/bench_attention_gpu (no arguments; about 10-20 s on an H200).
+// Run: build-dir/bench/bench_attention_gpu (about 10-20 s on an H200), or with `--shape B,CTX,Q`
+// (e.g. 16,32768,1) for that shape's rows only, the read stream included (a profiler run of one
+// shape: `ncu --kernel-name regex:split_kernel ... bench_attention_gpu --shape 16,32768,1`).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -239,7 +241,14 @@ void time_variant(cudaStream_t stream, const Problem& pr, const std::string& nam
   g_rows.push_back({name, pr.name(), g, e, double(pr.kv_bytes) / (g * 1e6)});
 }
 
+// --shape B,CTX,Q: only that shape is run (batch 0 = every shape).
+Shape g_only{0, 0, 0};
+
 void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& sweep) {
+  if (g_only.batch != 0 && (shape.batch != g_only.batch || shape.ctx != g_only.ctx ||
+                            shape.q_len != g_only.q_len)) {
+    return;
+  }
   Problem pr(shape, 1000 + shape.batch * 7 + shape.ctx / 1024 + shape.q_len);
   const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(pr.params(0, true));
   if (!plan.splitKv) throw std::runtime_error(std::string("split path not planned: ") + plan.reason);
@@ -400,8 +409,16 @@ int run() {
 }  // namespace
 }  // namespace es
 
-int main() {
+int main(int argc, char** argv) {
   try {
+    const bool one_shape =
+        argc == 3 && std::string(argv[1]) == "--shape" &&
+        std::sscanf(argv[2], "%d,%d,%d", &es::g_only.batch, &es::g_only.ctx, &es::g_only.q_len) == 3 &&
+        es::g_only.batch > 0;
+    if (argc != 1 && !one_shape) {
+      std::fprintf(stderr, "usage: bench_attention_gpu [--shape B,CTX,Q]  (e.g. --shape 16,32768,1)\n");
+      return 2;
+    }
     return es::run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_attention_gpu: %s\n", e.what());
