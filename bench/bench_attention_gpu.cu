@@ -241,14 +241,16 @@ void time_variant(cudaStream_t stream, const Problem& pr, const std::string& nam
   g_rows.push_back({name, pr.name(), g, e, double(pr.kv_bytes) / (g * 1e6)});
 }
 
-// --shape B,CTX,Q: only that shape is run (batch 0 = every shape).
+// --shape B,CTX,Q: only that shape is run (batch 0 = every shape); whether it is one of them.
 Shape g_only{0, 0, 0};
+bool g_only_found = false;
 
 void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& sweep) {
   if (g_only.batch != 0 && (shape.batch != g_only.batch || shape.ctx != g_only.ctx ||
                             shape.q_len != g_only.q_len)) {
     return;
   }
+  g_only_found = true;
   Problem pr(shape, 1000 + shape.batch * 7 + shape.ctx / 1024 + shape.q_len);
   const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(pr.params(0, true));
   if (!plan.splitKv) throw std::runtime_error(std::string("split path not planned: ") + plan.reason);
@@ -386,6 +388,12 @@ int run() {
     bench_shape(stream, {16, 4096, 16}, {});
     bench_shape(stream, {1, 4096, 4096}, {});  // causal prefill of a 4k prompt
     bench_shape(stream, {1, 4224, 128}, {});   // a 128-token suffix after a reused 4k prefix
+    if (g_only.batch != 0 && !g_only_found) {
+      throw std::runtime_error("--shape " + std::to_string(g_only.batch) + "," + std::to_string(g_only.ctx) + "," +
+                               std::to_string(g_only.q_len) +
+                               " is none of the bench's shapes (1,4096,1 1,32768,1 16,4096,1 16,32768,1 "
+                               "1,4096,16 16,4096,16 1,4096,4096 1,4224,128)");
+    }
     ceiling = std::max(ceiling, read_ceiling_tbps(stream, big, sink, "read stream (after)"));
     for (size_t i = 0; i < g_rows.size(); ++i) {
       if (g_rows[i].tbps >= 0) g_rows[i].pct = 100.0 * g_rows[i].tbps / ceiling;
