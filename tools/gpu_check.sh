@@ -4,7 +4,9 @@
 #   tools/gpu_check.sh build      configure + build with all cores, ctest -L gpu (4 at a time on the
 #                                 one GPU, ES_CTEST_J; ~50 s for 29 tests) and ctest -L cpu
 #                                 (ES_CTEST_CPU=0 skips it)
-#   tools/gpu_check.sh sanitize   compute-sanitizer memcheck over every GPU test binary
+#   tools/gpu_check.sh sanitize   compute-sanitizer memcheck over every GPU test binary, or over
+#                                 those named in ES_SANITIZE_ONLY (e.g. "test_paged_attention_gpu
+#                                 test_linear_gpu"), so the whole set can be split over calls
 #   tools/gpu_check.sh bench      every bench/bench_*_gpu binary, then the PyTorch anchors
 #   tools/gpu_check.sh build sanitize bench   (several stages in one call, in order)
 #   tools/gpu_check.sh oracle     tools/dflash_reference.py make-fixture -> $OUT/dflash_tiny.tgz
@@ -144,6 +146,9 @@ stage_sanitize() {
   for bin in "$build_dir"/tests/test_*_gpu; do
     local name
     name=$(basename "$bin")
+    if [ -n "${ES_SANITIZE_ONLY:-}" ] && [[ " $ES_SANITIZE_ONLY " != *" $name "* ]]; then
+      continue
+    fi
     local t0=$SECONDS
     if compute-sanitizer --tool memcheck --error-exitcode 99 --leak-check full "$bin" \
         --gtest_brief=1 >"$out/memcheck_$name.log" 2>&1; then
