@@ -241,16 +241,7 @@ void time_variant(cudaStream_t stream, const Problem& pr, const std::string& nam
   g_rows.push_back({name, pr.name(), g, e, double(pr.kv_bytes) / (g * 1e6)});
 }
 
-// --shape B,CTX,Q: only that shape is run (batch 0 = every shape); whether it is one of them.
-Shape g_only{0, 0, 0};
-bool g_only_found = false;
-
 void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& sweep) {
-  if (g_only.batch != 0 && (shape.batch != g_only.batch || shape.ctx != g_only.ctx ||
-                            shape.q_len != g_only.q_len)) {
-    return;
-  }
-  g_only_found = true;
   Problem pr(shape, 1000 + shape.batch * 7 + shape.ctx / 1024 + shape.q_len);
   const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(pr.params(0, true));
   if (!plan.splitKv) throw std::runtime_error(std::string("split path not planned: ") + plan.reason);
@@ -368,7 +359,43 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
   }
 }
 
-int run() {
+// The shapes, in the order they run, with their sweeps of forced split counts.
+struct ShapeRun {
+  Shape shape;
+  std::vector<int32_t> sweep;
+};
+const std::vector<ShapeRun>& shape_runs() {
+  static const std::vector<ShapeRun> runs = {
+      {{1, 4096, 1}, {8, 16, 64}},
+      {{1, 32768, 1}, {8, 16, 24, 48, 64, 128}},
+      {{16, 4096, 1}, {1, 2, 4, 8}},
+      {{16, 32768, 1}, {1, 3, 4}},
+      {{1, 4096, 16}, {}},
+      {{16, 4096, 16}, {}},
+      {{1, 4096, 4096}, {}},  // causal prefill of a 4k prompt
+      {{1, 4224, 128}, {}},   // a 128-token suffix after a reused 4k prefix
+  };
+  return runs;
+}
+
+std::string shape_text(const Shape& s) {
+  return std::to_string(s.batch) + "," + std::to_string(s.ctx) + "," + std::to_string(s.q_len);
+}
+
+// only.batch == 0: every shape; else only that one, which must be one of them.
+int run(const Shape& only) {
+  std::vector<ShapeRun> selected;
+  std::string names;
+  for (const ShapeRun& r : shape_runs()) {
+    names += " " + shape_text(r.shape);
+    if (only.batch == 0 || (r.shape.batch == only.batch && r.shape.ctx == only.ctx &&
+                            r.shape.q_len == only.q_len)) {
+      selected.push_back(r);
+    }
+  }
+  if (selected.empty()) {
+    throw std::runtime_error("--shape " + shape_text(only) + " is none of the bench's shapes:" + names);
+  }
   cudaDeviceProp prop{};
   cudaStream_t stream = bench::openDeviceStream("bench_attention_gpu", &prop);
   if (stream == nullptr) return 1;
@@ -380,20 +407,7 @@ int run() {
     fill(big, 7, -1.0f, 1.0f);
     ES_CUDA_CHECK(cudaDeviceSynchronize());
     ceiling = read_ceiling_tbps(stream, big, sink, "read stream (before)");
-    bench_shape(stream, {1, 4096, 1}, {8, 16, 64});
-    bench_shape(stream, {1, 32768, 1}, {8, 16, 24, 48, 64, 128});
-    bench_shape(stream, {16, 4096, 1}, {1, 2, 4, 8});
-    bench_shape(stream, {16, 32768, 1}, {1, 3, 4});
-    bench_shape(stream, {1, 4096, 16}, {});
-    bench_shape(stream, {16, 4096, 16}, {});
-    bench_shape(stream, {1, 4096, 4096}, {});  // causal prefill of a 4k prompt
-    bench_shape(stream, {1, 4224, 128}, {});   // a 128-token suffix after a reused 4k prefix
-    if (g_only.batch != 0 && !g_only_found) {
-      throw std::runtime_error("--shape " + std::to_string(g_only.batch) + "," + std::to_string(g_only.ctx) + "," +
-                               std::to_string(g_only.q_len) +
-                               " is none of the bench's shapes (1,4096,1 1,32768,1 16,4096,1 16,32768,1 "
-                               "1,4096,16 16,4096,16 1,4096,4096 1,4224,128)");
-    }
+    for (const ShapeRun& r : selected) bench_shape(stream, r.shape, r.sweep);
     ceiling = std::max(ceiling, read_ceiling_tbps(stream, big, sink, "read stream (after)"));
     for (size_t i = 0; i < g_rows.size(); ++i) {
       if (g_rows[i].tbps >= 0) g_rows[i].pct = 100.0 * g_rows[i].tbps / ceiling;
@@ -419,15 +433,15 @@ int run() {
 
 int main(int argc, char** argv) {
   try {
+    es::Shape only{0, 0, 0};
     const bool one_shape =
         argc == 3 && std::string(argv[1]) == "--shape" &&
-        std::sscanf(argv[2], "%d,%d,%d", &es::g_only.batch, &es::g_only.ctx, &es::g_only.q_len) == 3 &&
-        es::g_only.batch > 0;
+        std::sscanf(argv[2], "%d,%d,%d", &only.batch, &only.ctx, &only.q_len) == 3 && only.batch > 0;
     if (argc != 1 && !one_shape) {
       std::fprintf(stderr, "usage: bench_attention_gpu [--shape B,CTX,Q]  (e.g. --shape 16,32768,1)\n");
       return 2;
     }
-    return es::run();
+    return es::run(only);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_attention_gpu: %s\n", e.what());
     return 1;
