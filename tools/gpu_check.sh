@@ -142,7 +142,13 @@ stage_build() {
 }
 
 stage_sanitize() {
-  local status=0
+  local status=0 want
+  for want in ${ES_SANITIZE_ONLY:-}; do  # a name with no binary would be a silent pass
+    if [ ! -x "$build_dir/tests/$want" ]; then
+      summary+=("memcheck $(printf '%-28s' "$want") FAILED   no such GPU test binary (ES_SANITIZE_ONLY)")
+      status=1
+    fi
+  done
   for bin in "$build_dir"/tests/test_*_gpu; do
     local name
     name=$(basename "$bin")
