@@ -6,7 +6,9 @@
 #                                 (ES_CTEST_CPU=0 skips it)
 #   tools/gpu_check.sh sanitize   compute-sanitizer memcheck over every GPU test binary, or over
 #                                 those named in ES_SANITIZE_ONLY (e.g. "test_paged_attention_gpu
-#                                 test_linear_gpu"), so the whole set can be split over calls
+#                                 test_linear_gpu"), so the whole set can be split over calls;
+#                                 ES_SANITIZE_J at a time (default 1), each stopped after
+#                                 ES_SANITIZE_TIMEOUT seconds (default: never)
 #   tools/gpu_check.sh bench      every bench/bench_*_gpu binary, then the PyTorch anchors
 #   tools/gpu_check.sh build sanitize bench   (several stages in one call, in order)
 #   tools/gpu_check.sh oracle     tools/dflash_reference.py make-fixture -> $OUT/dflash_tiny.tgz
@@ -141,6 +143,18 @@ stage_build() {
   grep -h "SKIPPED \]" "$build_dir"/Testing/Temporary/LastTest*.log 2>/dev/null | sort -u | head -5
 }
 
+# One binary under memcheck; its exit status and seconds go to memcheck_$name.rc for the summary.
+memcheck_one() {
+  local bin=$1 name t0=$SECONDS rc
+  name=$(basename "$bin")
+  local limit=()
+  [ "${ES_SANITIZE_TIMEOUT:-0}" != 0 ] && limit=(timeout "$ES_SANITIZE_TIMEOUT")
+  "${limit[@]}" compute-sanitizer --tool memcheck --error-exitcode 99 --leak-check full "$bin" \
+      --gtest_brief=1 >"$out/memcheck_$name.log" 2>&1
+  rc=$?
+  echo "$rc $((SECONDS - t0))" >"$out/memcheck_$name.rc"
+}
+
 stage_sanitize() {
   local status=0 want
   for want in ${ES_SANITIZE_ONLY:-}; do  # a name with no binary would be a silent pass
@@ -149,20 +163,33 @@ stage_sanitize() {
       status=1
     fi
   done
+  local names=() bin name
   for bin in "$build_dir"/tests/test_*_gpu; do
-    local name
     name=$(basename "$bin")
     if [ -n "${ES_SANITIZE_ONLY:-}" ] && [[ " $ES_SANITIZE_ONLY " != *" $name "* ]]; then
       continue
     fi
-    local t0=$SECONDS
-    if compute-sanitizer --tool memcheck --error-exitcode 99 --leak-check full "$bin" \
-        --gtest_brief=1 >"$out/memcheck_$name.log" 2>&1; then
-      summary+=("memcheck $(printf '%-28s' "$name") ok       $((SECONDS - t0)) s")
+    names+=("$name")
+  done
+  # ES_SANITIZE_J binaries at a time on the one GPU (default 1): memcheck slows kernels tens of
+  # times, and the whole set one after another does not fit a 10-minute call. ES_SANITIZE_TIMEOUT
+  # (seconds, default none) stops a binary that would run the call out before the logs are packed.
+  for name in "${names[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "${ES_SANITIZE_J:-1}" ]; do wait -n; done
+    memcheck_one "$build_dir/tests/$name" &
+  done
+  wait
+  local rc secs
+  for name in "${names[@]}"; do
+    read -r rc secs <"$out/memcheck_$name.rc"
+    if [ "$rc" = 0 ]; then
+      summary+=("memcheck $(printf '%-28s' "$name") ok       $secs s")
     else
       status=1
       tail -30 "$out/memcheck_$name.log"
-      summary+=("memcheck $(printf '%-28s' "$name") FAILED   memcheck_$name.log")
+      local why="memcheck_$name.log"
+      [ "$rc" = 124 ] && why="stopped at ES_SANITIZE_TIMEOUT=$ES_SANITIZE_TIMEOUT s"
+      summary+=("memcheck $(printf '%-28s' "$name") FAILED   $why")
     fi
   done
   return $status
