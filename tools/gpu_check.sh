@@ -171,9 +171,10 @@ stage_sanitize() {
     fi
     names+=("$name")
   done
-  # ES_SANITIZE_J binaries at a time on the one GPU (default 1): memcheck slows kernels tens of
-  # times, and the whole set one after another does not fit a 10-minute call. ES_SANITIZE_TIMEOUT
-  # (seconds, default none) stops a binary that would run the call out before the logs are packed.
+  # ES_SANITIZE_J binaries at a time on the one GPU (default 1; with 8, ctest -L gpu and the
+  # memcheck of all 29 binaries took ~95 s together in session 26, the longest binary 26-38 s).
+  # ES_SANITIZE_TIMEOUT (seconds, default none) stops a binary that would run the call out before
+  # the logs are packed.
   for name in "${names[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "${ES_SANITIZE_J:-1}" ]; do wait -n; done
     memcheck_one "$build_dir/tests/$name" &
