@@ -23,10 +23,12 @@ class DeviceArray {
   T* get() const { return buffer_.as<T>(); }
   size_t size() const { return count_; }
 
-  // Done when it returns: cudaMemset on device memory only queues the fill on the legacy default
-  // stream, which a cudaStreamNonBlocking stream does not wait for, so a kernel or graph launched
-  // there next could have part of its output overwritten after it wrote it (seen once: 1,152 of
-  // 3,072 outputs of GateUpSwigluGpu.CapturedInAGraph under compute-sanitizer, session 26).
+  // poison() and upload() are done when they return. cudaMemset on device memory, and a copy from
+  // pageable host memory, may return before the device memory is written, queued on the legacy
+  // default stream, which a cudaStreamNonBlocking stream does not wait for: a kernel or graph
+  // launched there next could read stale inputs or have outputs overwritten after it wrote them
+  // (seen once: 1,152 of 3,072 outputs of GateUpSwigluGpu.CapturedInAGraph left as the poison
+  // under compute-sanitizer, session 26).
   void poison() {
     if (count_ == 0) return;
     ES_CUDA_CHECK(cudaMemset(buffer_.data(), kPoisonByte, sizeof(T) * count_));
@@ -34,9 +36,10 @@ class DeviceArray {
   }
   void upload(const std::vector<T>& host) {
     if (host.size() != count_) ES_THROW(Error, "DeviceArray::upload: size mismatch");
-    if (count_)
-      ES_CUDA_CHECK(cudaMemcpy(buffer_.data(), host.data(), sizeof(T) * count_,
-                               cudaMemcpyHostToDevice));
+    if (count_ == 0) return;
+    ES_CUDA_CHECK(
+        cudaMemcpy(buffer_.data(), host.data(), sizeof(T) * count_, cudaMemcpyHostToDevice));
+    ES_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);
