@@ -143,14 +143,14 @@ stage_build() {
   grep -h "SKIPPED \]" "$build_dir"/Testing/Temporary/LastTest*.log 2>/dev/null | sort -u | head -5
 }
 
-# One binary under memcheck; its exit status and seconds go to memcheck_$name.rc for the summary.
+# One test binary (by name) under memcheck; its exit status and seconds go to memcheck_$name.rc
+# for the summary.
 memcheck_one() {
-  local bin=$1 name t0=$SECONDS rc
-  name=$(basename "$bin")
+  local name=$1 t0=$SECONDS rc
   local limit=()
   [ "${ES_SANITIZE_TIMEOUT:-0}" != 0 ] && limit=(timeout "$ES_SANITIZE_TIMEOUT")
-  "${limit[@]}" compute-sanitizer --tool memcheck --error-exitcode 99 --leak-check full "$bin" \
-      --gtest_brief=1 >"$out/memcheck_$name.log" 2>&1
+  "${limit[@]}" compute-sanitizer --tool memcheck --error-exitcode 99 --leak-check full \
+      "$build_dir/tests/$name" --gtest_brief=1 >"$out/memcheck_$name.log" 2>&1
   rc=$?
   echo "$rc $((SECONDS - t0))" >"$out/memcheck_$name.rc"
 }
@@ -177,7 +177,7 @@ stage_sanitize() {
   # the logs are packed.
   for name in "${names[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "${ES_SANITIZE_J:-1}" ]; do wait -n; done
-    memcheck_one "$build_dir/tests/$name" &
+    memcheck_one "$name" &
   done
   wait
   local rc secs
