@@ -222,7 +222,7 @@ stage_engine() {
       continue
     fi
     [ -z "${save[*]}" ] && row "anchor $preset" "" "$(fields decode_tok "$out/anchor_$preset.json")"
-    while IFS='|' read -r name args keys; do
+    while IFS='|' read -r -u 3 name args keys; do  # fd 3: a run may read stdin
       name=${name// /}
       [[ " ${ES_ENGINE_RUNS:-$name} " == *" $name "* ]] || continue
       for round in $(seq 1 "$rounds"); do
@@ -249,7 +249,7 @@ stage_engine() {
         [ ${#runs[@]} -gt 1 ] &&
           row "$preset $name $tree spread" "" "$(fields "$keys" "${runs[@]}")"
       done
-    done < <(engine_runs)
+    done 3< <(engine_runs)
     rm -rf "$dir" "$draft"
   done
   return "$status"
