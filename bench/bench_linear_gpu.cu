@@ -323,7 +323,7 @@ int run(int argc, char** argv) {
     ES_CUDA_CHECK(cudaDeviceSynchronize());
     ceiling = read_ceiling(stream, "(before)", data, out, prop.multiProcessorCount);
   }
-  if (ceiling_only) {  // tools/gpu_check.sh batchdecode reads this line
+  if (ceiling_only) {  // tools/gpu_check.sh engine reads this line
     std::printf("read_ceiling_tbps %.3f\n", ceiling);
     ES_CUDA_CHECK(cudaStreamDestroy(stream));
     return 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A plain-decode benchmark's step time against the memory roofline (issue 8: "qwen3-8b decode at
-batch 16 / 64: report tok/s and % of roofline (weights + KV)").
+"""A plain-decode benchmark's step time against the memory roofline: the bytes a step must read
+(weights + KV) at the measured read-stream ceiling (gpu_check.sh engine, batch16 / batch64).
 
     python3 tools/decode_roofline.py --model DIR --bench BENCH.json --ceiling TBPS
 

@@ -2,7 +2,10 @@
 # Installs what edgespec builds with on a fresh Debian/Ubuntu machine (apt-get), and puts the CUDA
 # toolkit on PATH when it is installed under /usr/local/cuda. Idempotent and quiet when all is there.
 set -euo pipefail
-packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev python3)
+# clang-format-14: what Debian bookworm's clang-format package installs, and the version
+# tools/format.sh requires (named, so releases whose default clang-format is newer get 14 too).
+packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev python3
+          clang-format-14)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The whole-model prefill as a share of the bf16 GEMM peak (issue 8's prefill row).
+"""The whole-model prefill as a share of the bf16 GEMM peak (gpu_check.sh engine, prefill).
 
   prefill_share.py MODEL_DIR PREFILL_JSON PEAK_TFLOPS
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Tiny sliding-window Qwen3 fixture (issue 10: bounded sliding-window storage), with transformers
-as the oracle. Runs on CPU (float32 compute, fixed seeds; torch, transformers, safetensors).
+"""Tiny sliding-window Qwen3 fixture (bounded sliding-window storage), with transformers as the
+oracle. Runs on CPU (float32 compute, fixed seeds; torch, transformers, safetensors).
 
   python3 tools/sliding_window_fixture.py make-fixture tests/data/models/qwen3_swa
   python3 tools/sliding_window_fixture.py check tests/data/models/qwen3_swa
