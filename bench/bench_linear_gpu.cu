@@ -193,7 +193,7 @@ void bench_shape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s
       p.algo = algo;
       return p;
     };
-    const GemvConfig chosen = kernel::detail::chooseGemvConfig(m, s.n, s.k, sms);
+    const GemvConfig chosen = kernel::detail::chooseGemvConfig(s.n, s.k, sms);
     auto cfg_name = [](GemvConfig c) {
       char buf[24];
       std::snprintf(buf, sizeof(buf), "R%dS%d", c.rowTiles, c.kSplit);

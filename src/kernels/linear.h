@@ -7,9 +7,9 @@
 // linear_gemv.cu, tensor-core mma.sync streaming W once with 16-byte loads) or cuBLASLt
 // (LinearContext owns the handle and its workspace). Dispatch, by LinearParams::algo:
 //   kAuto     the gemv when m <= kGemvAutoMaxRows and gemvSupported(p) (f16/bf16, 1 <= m <= 16,
-//             k % 8 == 0, x and w 16-byte aligned, y and bias naturally aligned), else cuBLASLt. The environment
-//             variable ES_LINEAR_ALGO = auto | cublaslt | gemv (read once per process) overrides
-//             kAuto for every call: "cublaslt" forces cuBLASLt, "gemv" is kAuto's own rule.
+//             k % 8 == 0, x and w 16-byte aligned, y and bias naturally aligned), else cuBLASLt.
+//             The debug switch ES_LINEAR_ALGO=cublaslt (debug_switches.h) sends every kAuto call
+//             to cuBLASLt.
 //   kCublasLt always cuBLASLt.
 //   kGemv     always the gemv; InvalidArgument (naming the failed condition) where unsupported.
 // Both paths are CUDA-graph capturable once a shape has run eagerly (cuBLASLt plans are cached
@@ -74,11 +74,10 @@ bool validate(const LinearParams& p);
 const char* gemvRejection(const LinearParams& p);
 inline bool gemvSupported(const LinearParams& p) { return gemvRejection(p) == nullptr; }
 
-// Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): the gemv takes
-// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) unless ES_GEMV_NORM=0 (read once
-// per process). Measured +9.7 % on Qwen3-0.6B decode at batch 1, +0.8 % on 8B (docs/perf.md,
-// sessions 14 and 15). The fused rows round differently from the unfused ones, so the models take
-// it only with a single-sequence cache (target_model.cpp).
+// Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): wherever the gemv
+// takes m rows (1 <= m <= kGemvAutoMaxRows, unless ES_LINEAR_ALGO=cublaslt). Fusing removes a
+// decode layer's two RMSNorm kernels. The fused rows round differently from the unfused ones, so
+// the models take it only with a single-sequence cache (target_model.cpp).
 bool linearFusesRowNorm(int32_t m);
 
 // cuBLASLt handle + workspace, created once per stream owner (CUDA builds only).

@@ -2,7 +2,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "common/env_switch.h"
 #include "common/errors.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
@@ -68,8 +67,8 @@ namespace detail {
 
 namespace {
 
-// chooseGemvConfig's rowTiles and kSplit.
-GemvConfig choose_shape(int32_t m, int32_t n, int32_t k, int64_t sms, GemvRule rule) {
+// chooseGemvConfig's rowTiles and kSplit (the rule: linear_gemv.h).
+GemvConfig choose_shape(int32_t n, int32_t k, int64_t sms) {
   const int64_t target = (3 * sms + 1) / 2;  // CTAs wanted: 1.5 per SM
   const int64_t blocks = (int64_t{k} + 31) / 32;  // 32-element K blocks
   int32_t max_split = 1;
@@ -82,31 +81,28 @@ GemvConfig choose_shape(int32_t m, int32_t n, int32_t k, int64_t sms, GemvRule r
     }
     return reach_or_cap ? max_split : 0;
   };
-  // kSplit from the grid whatever m is: it fixes which K blocks each warp and CTA sums and in
-  // what order, so a row of x gets bit-identical outputs at any m (a verify row equals the
-  // decode row). rowTiles may depend on m: it does not change any output's order.
+  // Nothing here depends on m: kSplit fixes which K blocks each warp and CTA sums and in what
+  // order, so a row of x gets bit-identical outputs at any m (a verify row equals the decode row).
   const int64_t tiles1 = (int64_t{n} + 15) / 16, tiles2 = (int64_t{n} + 31) / 32;
   const int32_t split1 = split_for(tiles1, true);
-  if (rule != GemvRule::kOneTile) {
-    const int32_t split2 = split_for(tiles2, false);
-    // Two 16-row tiles per CTA where they reach the CTAs wanted at the one-tile split (8B
-    // gate_up, lm_head), or where the one-tile grid is thin (< 2.5 CTAs an SM) and a larger
-    // split still leaves each warp >= 8 K blocks (8B o and down): measured faster at m = 1, 4
-    // and 16 (docs/perf.md, gemv configurations, session 12).
-    if (split2 == split1) return {2, split2};
-    if (split2 > 0 && tiles1 * split1 * 2 < 5 * sms && int64_t{k} / split2 >= 8 * 32 * kGemvWarps) return {2, split2};
-    if (rule == GemvRule::kShortK && split1 == 1 && k <= 2048 && tiles2 * 32 >= 31 * sms) return {2, 1};
+  const int32_t split2 = split_for(tiles2, false);
+  // Two tiles at the one-tile split where they still reach the CTAs wanted.
+  if (split2 == split1) return {2, split2};
+  // Two tiles at a larger split where the one-tile grid is thin (< 2.5 CTAs an SM) and each warp
+  // keeps >= 8 K blocks.
+  if (split2 > 0 && tiles1 * split1 * 2 < 5 * sms && int64_t{k} / split2 >= 8 * 32 * kGemvWarps) {
+    return {2, split2};
   }
-  // rowTiles = 2 only for m > 4 and where the split still gives the CTAs wanted.
-  if (m > 4 && tiles2 * split1 >= target) return {2, split1};
+  // Two tiles and no split for a short K where the two-tile grid reaches 31/32 of the SMs.
+  if (split1 == 1 && k <= 2048 && tiles2 * 32 >= 31 * sms) return {2, 1};
   return {1, split1};
 }
 
 }  // namespace
 
-GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, GemvRule rule) {
+GemvConfig chooseGemvConfig(int32_t n, int32_t k, int32_t numSms) {
   const int64_t sms = numSms > 0 ? numSms : 1;
-  GemvConfig cfg = choose_shape(m, n, k, sms, rule);
+  GemvConfig cfg = choose_shape(n, k, sms);
   const int64_t one_tile_ctas = (int64_t{n} + 15) / 16 * cfg.kSplit;
   cfg.normCtasPerSm = k >= 2048 && one_tile_ctas > 2 * sms ? 3 : 2;
   return cfg;
@@ -115,9 +111,7 @@ GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, Gem
 int32_t gemvCtasPerSm(const GemvConfig& cfg, bool norm) {
   if (cfg.rowTiles == 2) return 2;
   if (!norm) return 3;
-  static const int forced =
-      env_choice("ES_GEMV_NORM_CTAS_PER_SM", {2, 3}, 0, " (or unset: chosen by the grid)");
-  return forced != 0 ? forced : cfg.normCtasPerSm;
+  return cfg.normCtasPerSm;
 }
 
 bool gemvFillsSms(const GemvConfig& cfg, int32_t m, int32_t n, bool norm, int32_t numSms) {

@@ -16,13 +16,11 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <map>
-#include <string>
 #include <tuple>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
+#include "kernels/debug_switches.h"
 #include "kernels/gate_up_swiglu.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
@@ -52,41 +50,6 @@ uint32_t alignment_of(const void* p) {
   uint32_t align = 256;
   while (align > 1 && (a % align) != 0) align >>= 1;
   return align;
-}
-
-// ES_LINEAR_ALGO (read once): what kAuto means for this process.
-LinearAlgo parse_algo_env() {
-  const char* v = std::getenv("ES_LINEAR_ALGO");
-  if (v == nullptr || *v == '\0') return LinearAlgo::kAuto;
-  const std::string s(v);
-  if (s == "auto" || s == "gemv") return LinearAlgo::kAuto;
-  if (s == "cublaslt") return LinearAlgo::kCublasLt;
-  ES_THROW(InvalidArgument, "environment variable ES_LINEAR_ALGO = '", s,
-           "' must be auto, cublaslt or gemv");
-}
-
-LinearAlgo auto_algo() {
-  static const LinearAlgo algo = parse_algo_env();
-  return algo;
-}
-
-// ES_GEMV_RULE (read once): the gemv grid rule, `shortk` (default), or for A/B runs `wide`
-// (session 12's) or `onetile` (the first rule); linear_gemv.h.
-detail::GemvRule gemv_rule() {
-  static const detail::GemvRule rule = [] {
-    const char* v = std::getenv("ES_GEMV_RULE");
-    if (v == nullptr || *v == '\0' || std::string(v) == "shortk") return detail::GemvRule::kShortK;
-    if (std::string(v) == "wide") return detail::GemvRule::kWideTiles;
-    if (std::string(v) == "onetile") return detail::GemvRule::kOneTile;
-    ES_THROW(InvalidArgument, "environment variable ES_GEMV_RULE = '", v,
-             "' must be shortk, wide or onetile");
-  }();
-  return rule;
-}
-
-// The launcher's gemv configuration for an m x n x k call (the process's rule).
-detail::GemvConfig gemv_config(int32_t m, int32_t n, int32_t k, int32_t numSms) {
-  return detail::chooseGemvConfig(m, n, k, numSms, gemv_rule());
 }
 
 }  // namespace
@@ -218,9 +181,9 @@ namespace {
 // launchLinear's dispatch: the gemv for kGemv (which throws where unsupported, naming the failed
 // condition) and for kAuto inside its domain, else cuBLASLt.
 bool takes_gemv(const LinearParams& p) {
-  const LinearAlgo algo = p.algo == LinearAlgo::kAuto ? auto_algo() : p.algo;
-  return algo == LinearAlgo::kGemv ||
-         (algo == LinearAlgo::kAuto && p.m <= kGemvAutoMaxRows && gemvSupported(p));
+  if (p.algo == LinearAlgo::kGemv) return true;
+  return p.algo == LinearAlgo::kAuto && !debug::linearAutoTakesCublasLt() &&
+         p.m <= kGemvAutoMaxRows && gemvSupported(p);
 }
 
 void check_weight_dtype(const LinearParams& p, const char* where) {
@@ -232,15 +195,13 @@ void check_weight_dtype(const LinearParams& p, const char* where) {
 }  // namespace
 
 bool linearFusesRowNorm(int32_t m) {
-  static const bool on = env_switch_on("ES_GEMV_NORM");  // see linear.h
-  const LinearAlgo algo = auto_algo();
-  return on && m >= 1 && m <= kGemvAutoMaxRows && algo == LinearAlgo::kAuto;
+  return m >= 1 && m <= kGemvAutoMaxRows && !debug::linearAutoTakesCublasLt();
 }
 
 bool linearFillsSms(const LinearParams& p, LinearContext& context) {
   if (!takes_gemv(p)) return false;
   const int32_t sms = context.state().num_sms;
-  return detail::gemvFillsSms(gemv_config(p.m, p.n, p.k, sms), p.m, p.n, p.normWeight != nullptr, sms);
+  return detail::gemvFillsSms(detail::chooseGemvConfig(p.n, p.k, sms), p.m, p.n, p.normWeight != nullptr, sms);
 }
 
 void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
@@ -248,7 +209,7 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
   check_weight_dtype(p, "launchLinear");
   LinearContext::State& s = context.state();
   if (takes_gemv(p)) {
-    detail::launchLinearGemv(p, gemv_config(p.m, p.n, p.k, s.num_sms), stream);
+    detail::launchLinearGemv(p, detail::chooseGemvConfig(p.n, p.k, s.num_sms), stream);
     return;
   }
   if (p.normWeight != nullptr || p.accumulate) {  // why the gemv did not take it, for the message
@@ -287,14 +248,13 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
 
 void launchGateUpSwiglu(const GateUpSwigluParams& p, LinearContext& context, cudaStream_t stream) {
   if (!validate(p)) return;
-  static const bool fuse = env_switch_on("ES_GEMV_SWIGLU");
   const LinearParams& l = p.linear;
-  if (fuse && p.layout == GateUpLayout::kInterleaved8 && takes_gemv(l)) {
+  if (p.layout == GateUpLayout::kInterleaved8 && takes_gemv(l)) {
     check_weight_dtype(l, "launchGateUpSwiglu");
     LinearParams fused = l;
     fused.y = p.out;  // [m, n / 2]: the epilogue's output
     // The configuration of the plain [m, n] gemv: every gate and up output is summed as there.
-    const detail::GemvConfig cfg = gemv_config(l.m, l.n, l.k, context.state().num_sms);
+    const detail::GemvConfig cfg = detail::chooseGemvConfig(l.n, l.k, context.state().num_sms);
     detail::launchLinearGemv(fused, cfg, stream, detail::GemvEpilogue::kSwiglu);
     return;
   }

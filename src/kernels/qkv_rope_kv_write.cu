@@ -31,16 +31,14 @@ struct Args {
   void* pool;
   void* q_out;
   int32_t batch, hq, hkv, dim, rotary, num_pages, max_pages;
-  int32_t early_reads;  // 1: read all but qkv before waiting for the previous kernel (ES_PDL_EARLY_READS)
 };
 
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
-  // Launched as a programmatic dependent (pdl.cuh) of the kernel that wrote qkv. With early reads
-  // (the default) everything else this warp needs (position, owner, page, norm weights, cos/sin:
-  // none of it written by that kernel) is read before waiting for it, so only the qkv row's load
-  // is left after the wait; ES_PDL_EARLY_READS=0 waits first, as before.
-  if (!a.early_reads) pdl::enter();
+  // Launched as a programmatic dependent (pdl.cuh) of the kernel that wrote qkv. Everything else
+  // this warp needs (position, owner, page, norm weights, cos/sin: none of it written by that
+  // kernel) is read before waiting for it, so only the qkv row's load is left after the wait. In
+  // an ordinary launch (ES_PDL=0) the wait returns at once and the early reads are just as safe.
   constexpr int kPer = kMaxDim / 32;  // elements per lane at most
   __shared__ float buf[kWarps][kMaxDim];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -95,7 +93,7 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
       }
     }
   }
-  if (a.early_reads) pdl::enter();
+  pdl::enter();
 
   if (is_q && !live) {
     for (int32_t i = lane; i < dim; i += 32) dst[i] = fwd::from_f<T>(0.0f);
@@ -150,7 +148,7 @@ void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
   const Args a{p.qkv,       p.qNormWeight, p.kNormWeight, p.normEps,    p.cosSin,
                p.maxPositions, p.positions, p.tokenToSequence, p.pageTable, p.kvPool,
                p.qOut,      p.batchSize,   p.numQHeads,   p.numKVHeads, p.headDim,
-               p.rotaryDim, p.numPages,    p.maxPagesPerSeq, pdl::early_reads() ? 1 : 0};
+               p.rotaryDim, p.numPages,    p.maxPagesPerSeq};
   const int32_t heads = p.numQHeads + 2 * p.numKVHeads;
   const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {

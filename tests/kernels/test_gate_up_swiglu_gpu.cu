@@ -6,7 +6,7 @@
 //    (cuBLASLt, then the interleaved SwiGLU kernel): the interleaved layout gives the same bits
 //    as the halves layout, the result is the CPU SwiGLU of the GPU's own gate/up outputs bit for
 //    bit, and it is close to the all-CPU reference;
-//  * the fused path (unless ES_GEMV_SWIGLU=0 turns it off) leaves the scratch untouched, and it
+//  * the fused path leaves the scratch untouched, and it
 //    runs inside a CUDA graph.
 // Outputs are poisoned before every launch.
 #include <gtest/gtest.h>
@@ -16,7 +16,6 @@
 #include <random>
 #include <vector>
 
-#include "common/env_switch.h"
 #include "kernels/gate_up_swiglu.h"
 #include "kernels/linear_gemv.h"
 #include "forward_ops_gpu_test_util.h"
@@ -152,7 +151,7 @@ void through_launcher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t 
     s.gateUp = gate_up[1].data(); s.layout = GateUpLayout::kInterleaved8;
     ref::swiglu(s);
     expect_bits(out[1], want, "CPU SwiGLU of the interleaved gate/up");
-  } else if (env_switch_on("ES_GEMV_SWIGLU")) {  // the fused path never wrote the scratch
+  } else {  // the fused path never wrote the scratch
     size_t written = 0;
     std::vector<T> poison(1);
     test::DeviceArray<T> probe(1);

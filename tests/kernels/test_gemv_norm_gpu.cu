@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "common/env_switch.h"
 #include "common/errors.h"
 #include "forward_ops_gpu_test_util.h"
 #include "kernels/linear.h"
@@ -222,7 +221,7 @@ TEST(GemvNormGpu, LauncherFusesUpTo16RowsAndMatchesTheCpuReference) {
     p.normWeight = pr.d_norm_w.get();
     p.normEps = kEps;
     p.accumulate = true;
-    EXPECT_EQ(kernel::linearFusesRowNorm(m), env_switch_on("ES_GEMV_NORM"));
+    EXPECT_TRUE(kernel::linearFusesRowNorm(m));
     kernel::launchLinear(p, ctx, nullptr);
     // The CPU reference composes the unfused steps on host copies: the product within two
     // roundings of each other (the normalized x, the output) plus one of the sum with y0.
