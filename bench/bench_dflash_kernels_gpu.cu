@@ -13,8 +13,8 @@
 //       variant is first checked bit-exact against "old" on the same inputs (a MISMATCH row
 //       appears if not);
 //   (c) the KV update at the decode shapes T = 16 (B = 1) and T = 1024 (B = 64), in us, old vs lib;
-//   (d) one DFlash step's metadata prep (proposal inputs, delta metadata, gather delta rope, base
-//       verify inputs, linear verify inputs) captured in one CUDA graph, replay time at B = 64
+//   (d) one DFlash step's metadata prep (proposal inputs, delta metadata, base verify inputs,
+//       linear verify inputs) captured in one CUDA graph, replay time at B = 64
 //       (target <= 10 us), both as one serial chain and forked into independent branches, plus
 //       eager launches and the greedy accept at B = 64 for scale.
 // A compact summary table is printed last.
@@ -389,7 +389,7 @@ void bench_kv_decode(cudaStream_t stream, const char* type, int32_t batch, int32
 
 // The metadata of one DFlash step at batch B, block size 16, captured in one graph.
 void bench_metadata_graph(cudaStream_t stream, int32_t batch) {
-  const int32_t bs = 16, width = 16, rotary = 128, capacity = 4096 + bs;
+  const int32_t bs = 16, width = 16;
   const int32_t tokens = batch * width;
   std::vector<int32_t> lens(batch), delta(batch), anchors(batch), state(batch);
   for (int32_t b = 0; b < batch; ++b) {
@@ -405,28 +405,50 @@ void bench_metadata_graph(cudaStream_t stream, int32_t batch) {
          ctx = device(i4 * batch), positions = device(i4 * batch * bs), qstart = device(i4 * (batch + 1)),
          qlen = device(i4 * batch), past = device(i4 * batch), seqlen = device(i4 * batch),
          delta_pos = device(i4 * tokens), delta_own = device(i4 * tokens),
-         rope_src = device(i4 * capacity * rotary), rope_out = device(i4 * tokens * rotary),
          vmask = device(i4 * batch * bs), vpos = device(i4 * batch * bs), vselect = device(8 * batch * bs),
          vctx = device(i4 * batch), draft = device(i4 * batch * bs), vtokens = device(i4 * batch * bs),
          vtree = device(int64_t{batch} * bs * bs);
-  // The five launches; `side1`/`side2` let independent ones run on forked capture streams.
+  // The four launches; `side1`/`side2` let independent ones run on forked capture streams.
   auto step = [&](cudaStream_t main, cudaStream_t side1, cudaStream_t side2) {
-    kernel::launchDFlashPrepareDeltaMetadata(d_lens.as<int32_t>(), d_delta.as<int32_t>(), width,
-                                             delta_pos.as<int32_t>(), delta_own.as<int32_t>(),
-                                             batch, main);
-    kernel::launchDFlashGatherDeltaRope(rope_src.as<float>(), rope_out.as<float>(),
-                                        delta_pos.as<int32_t>(), delta_own.as<int32_t>(), nullptr,
-                                        tokens, batch, 1, capacity, rotary, main);
-    kernel::launchDFlashPrepareProposalInputs(
-        d_lens.as<int32_t>(), d_delta.as<int32_t>(), bs, mask.as<int32_t>(), pos_id.as<int32_t>(),
-        ctx.as<int32_t>(), positions.as<int32_t>(), qstart.as<int32_t>(), qlen.as<int32_t>(),
-        past.as<int32_t>(), seqlen.as<int32_t>(), d_state.as<int32_t>(), false, batch, side1);
-    kernel::launchDFlashPrepareBaseVerifyInputs(d_lens.as<int32_t>(), bs, vmask.as<int32_t>(),
-                                                vpos.as<int32_t>(), vselect.as<int64_t>(),
-                                                vctx.as<int32_t>(), batch, side1);
-    kernel::launchDFlashBuildLinearVerifyInputs(d_anchor.as<int32_t>(), draft.as<int32_t>(),
-                                                vtokens.as<int32_t>(), vtree.as<int8_t>(), batch,
-                                                bs - 1, bs, bs, side2);
+    kernel::launchDFlashPrepareDeltaMetadata({.oldDraftCacheLengths = d_lens.as<int32_t>(),
+                                              .deltaLengths = d_delta.as<int32_t>(),
+                                              .deltaWidth = width,
+                                              .deltaPositions = delta_pos.as<int32_t>(),
+                                              .deltaTokenToSequence = delta_own.as<int32_t>(),
+                                              .batchSize = batch},
+                                             main);
+    kernel::launchDFlashPrepareProposalInputs({.oldDraftCacheLengths = d_lens.as<int32_t>(),
+                                               .deltaLengths = d_delta.as<int32_t>(),
+                                               .blockSize = bs,
+                                               .packedAttentionMask = mask.as<int32_t>(),
+                                               .attentionPosId = pos_id.as<int32_t>(),
+                                               .contextLengths = ctx.as<int32_t>(),
+                                               .positions = positions.as<int32_t>(),
+                                               .queryStartOffsets = qstart.as<int32_t>(),
+                                               .queryLengths = qlen.as<int32_t>(),
+                                               .pastLengths = past.as<int32_t>(),
+                                               .attentionSequenceLengths = seqlen.as<int32_t>(),
+                                               .stateIndices = d_state.as<int32_t>(),
+                                               .causalProposalMask = false,
+                                               .batchSize = batch},
+                                              side1);
+    kernel::launchDFlashPrepareBaseVerifyInputs({.baseKVCacheLengths = d_lens.as<int32_t>(),
+                                                 .verifySize = bs,
+                                                 .packedAttentionMask = vmask.as<int32_t>(),
+                                                 .attentionPosId = vpos.as<int32_t>(),
+                                                 .selectTokenIndices = vselect.as<int64_t>(),
+                                                 .contextLengths = vctx.as<int32_t>(),
+                                                 .batchSize = batch},
+                                                side1);
+    kernel::launchDFlashBuildLinearVerifyInputs({.lastAcceptedTokens = d_anchor.as<int32_t>(),
+                                                 .draftTokenIds = draft.as<int32_t>(),
+                                                 .verifyTokenIds = vtokens.as<int32_t>(),
+                                                 .verifyTreeMask = vtree.as<int8_t>(),
+                                                 .batchSize = batch,
+                                                 .proposalLen = bs - 1,
+                                                 .draftTokenStride = bs,
+                                                 .verifySize = bs},
+                                                side2);
   };
   cudaStream_t side1, side2;
   ES_CUDA_CHECK(cudaStreamCreateWithFlags(&side1, cudaStreamNonBlocking));
@@ -436,7 +458,7 @@ void bench_metadata_graph(cudaStream_t stream, int32_t batch) {
   ES_CUDA_CHECK(cudaEventCreateWithFlags(&join1, cudaEventDisableTiming));
   ES_CUDA_CHECK(cudaEventCreateWithFlags(&join2, cudaEventDisableTiming));
 
-  // serial: one chain of five kernel nodes; forked: delta -> gather on one branch, the three
+  // serial: one chain of four kernel nodes; forked: the delta metadata on one branch, the three
   // independent block-shaped kernels on two others (critical path of two kernels).
   for (const bool forked : {false, true}) {
     cudaGraph_t graph;
@@ -457,7 +479,7 @@ void bench_metadata_graph(cudaStream_t stream, int32_t batch) {
     ES_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     ES_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     char shape[64];
-    std::snprintf(shape, sizeof(shape), "B=%d BS=16, 5 kernels %s", batch, forked ? "forked" : "serial");
+    std::snprintf(shape, sizeof(shape), "B=%d BS=16, 4 kernels %s", batch, forked ? "forked" : "serial");
     const double single =
         median_us(stream, 20, 500, [&](int) { ES_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
     // Back-to-back replays: GPU time per replay without the per-launch event pair.
@@ -471,7 +493,7 @@ void bench_metadata_graph(cudaStream_t stream, int32_t batch) {
     g_rows.push_back({"metadata graph (200 back-to-back)", shape, burst, -1, -1});
   }
   const double eager = median_us(stream, 20, 500, [&](int) { step(stream, stream, stream); });
-  g_rows.push_back({"metadata eager launches", "B=64 BS=16, 5 kernels", eager, -1, -1});
+  g_rows.push_back({"metadata eager launches", "B=64 BS=16, 4 kernels", eager, -1, -1});
   ES_CUDA_CHECK(cudaEventDestroy(fork));
   ES_CUDA_CHECK(cudaEventDestroy(join1));
   ES_CUDA_CHECK(cudaEventDestroy(join2));

@@ -39,30 +39,6 @@ void launch(const DFlashTargetKVCacheUpdateParams<T>& p, cudaStream_t stream) {
   ES_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
-DFlashTargetKVCacheUpdateParams<T> make_params(const T* kDelta, const T* vDelta, T* kvCache,
-                                               const float* cosSin, const int32_t* positions,
-                                               const int32_t* owners, const int32_t* pageTable,
-                                               int32_t T_, int32_t B, int32_t hkv, int32_t d,
-                                               int32_t rot, int32_t numPages, int32_t maxPages) {
-  DFlashTargetKVCacheUpdateParams<T> p;
-  p.kDelta = kDelta;
-  p.vDelta = vDelta;
-  p.kvCache = kvCache;
-  p.tokenAlignedCosSin = cosSin;
-  p.deltaPositions = positions;
-  p.deltaTokenToSequence = owners;
-  p.pageTable = pageTable;
-  p.numDeltaTokens = T_;
-  p.batchSize = B;
-  p.numKVHeads = hkv;
-  p.headDim = d;
-  p.rotaryDim = rot;
-  p.numPages = numPages;
-  p.maxPagesPerSeq = maxPages;
-  return p;
-}
-
 }  // namespace
 
 void launchDFlashTargetKVCacheUpdate(const DFlashKvUpdateParamsF16& p, cudaStream_t stream) {
@@ -70,32 +46,6 @@ void launchDFlashTargetKVCacheUpdate(const DFlashKvUpdateParamsF16& p, cudaStrea
 }
 void launchDFlashTargetKVCacheUpdate(const DFlashKvUpdateParamsBF16& p, cudaStream_t stream) {
   launch(p, stream);
-}
-
-void launchDFlashTargetKVCacheUpdate(const fp16* kDelta, const fp16* vDelta, fp16* kvCache,
-                                     const float* tokenAlignedCosSin,
-                                     const int32_t* deltaPositions,
-                                     const int32_t* deltaTokenToSequence, const int32_t* pageTable,
-                                     int32_t numDeltaTokens, int32_t batchSize, int32_t numKVHeads,
-                                     int32_t headDim, int32_t rotaryDim, int32_t numPages,
-                                     int32_t maxPagesPerSeq, cudaStream_t stream) {
-  launch(make_params(kDelta, vDelta, kvCache, tokenAlignedCosSin, deltaPositions,
-                     deltaTokenToSequence, pageTable, numDeltaTokens, batchSize, numKVHeads,
-                     headDim, rotaryDim, numPages, maxPagesPerSeq),
-         stream);
-}
-
-void launchDFlashTargetKVCacheUpdate(const bf16* kDelta, const bf16* vDelta, bf16* kvCache,
-                                     const float* tokenAlignedCosSin,
-                                     const int32_t* deltaPositions,
-                                     const int32_t* deltaTokenToSequence, const int32_t* pageTable,
-                                     int32_t numDeltaTokens, int32_t batchSize, int32_t numKVHeads,
-                                     int32_t headDim, int32_t rotaryDim, int32_t numPages,
-                                     int32_t maxPagesPerSeq, cudaStream_t stream) {
-  launch(make_params(kDelta, vDelta, kvCache, tokenAlignedCosSin, deltaPositions,
-                     deltaTokenToSequence, pageTable, numDeltaTokens, batchSize, numKVHeads,
-                     headDim, rotaryDim, numPages, maxPagesPerSeq),
-         stream);
 }
 
 }  // namespace es::kernel

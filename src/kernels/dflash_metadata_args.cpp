@@ -53,39 +53,6 @@ bool validate(const DFlashDeltaMetadataParams& p) {
   return true;
 }
 
-bool validate(const DFlashGatherDeltaRopeParams& p) {
-  constexpr const char* kWhere = "launchDFlashGatherDeltaRope";
-  ES_CHECK_ARG(p.numDeltaTokens >= 0, kWhere, "numDeltaTokens", p.numDeltaTokens, "must be >= 0");
-  ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");
-  ES_CHECK_ARG(p.sourceRows > 0, kWhere, "sourceRows", p.sourceRows, "must be > 0");
-  ES_CHECK_ARG(p.cacheCapacity > 0, kWhere, "cacheCapacity", p.cacheCapacity, "must be > 0");
-  ES_CHECK_ARG(p.rotaryDim > 0, kWhere, "rotaryDim", p.rotaryDim, "must be > 0");
-  if (p.numDeltaTokens == 0 || p.batchSize == 0) return false;
-  ES_CHECK_PTR(kWhere, source);
-  ES_CHECK_PTR(kWhere, output);
-  ES_CHECK_PTR(kWhere, deltaPositions);
-  ES_CHECK_PTR(kWhere, deltaTokenToSequence);
-  ES_CHECK_ARG(p.sourceRows == 1 || p.stateIndices != nullptr, kWhere, "stateIndices", "null",
-               "must not be null when sourceRows = ", p.sourceRows, " > 1");
-  return true;
-}
-
-bool validate(const SpecRaggedMetadataParams& p) {
-  constexpr const char* kWhere = "launchPrepareSpecRaggedMetadata";
-  ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");
-  ES_CHECK_ARG(p.queryWidth > 0, kWhere, "queryWidth", p.queryWidth, "must be > 0");
-  check_rows_fit(kWhere, "queryWidth", p.queryWidth, p.batchSize);
-  if (p.batchSize == 0) return false;
-  ES_CHECK_PTR(kWhere, attentionPositions);
-  ES_CHECK_PTR(kWhere, committedPastLengths);
-  ES_CHECK_PTR(kWhere, positions);
-  ES_CHECK_PTR(kWhere, queryStartOffsets);
-  ES_CHECK_PTR(kWhere, queryLengths);
-  ES_CHECK_PTR(kWhere, pastLengths);
-  ES_CHECK_PTR(kWhere, attentionSequenceLengths);
-  return true;
-}
-
 #undef ES_CHECK_PTR
 
 }  // namespace es::kernel

@@ -32,16 +32,6 @@ bool validate(const DFlashBaseVerifyInputsParams& p) {
   return true;
 }
 
-bool validate(const DFlashLinearTreeMetadataParams& p) {
-  constexpr const char* kWhere = "launchDFlashBuildLinearTreeMetadata";
-  ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");
-  check_verify_size(kWhere, p.verifySize);
-  if (p.batchSize == 0) return false;
-  ES_CHECK_PTR(kWhere, treeParentIds);
-  ES_CHECK_PTR(kWhere, treeDepths);
-  return true;
-}
-
 bool validate(const DFlashLinearVerifyInputsParams& p) {
   constexpr const char* kWhere = "launchDFlashBuildLinearVerifyInputs";
   ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");

@@ -48,10 +48,9 @@ int ulp_distance(uint16_t a, uint16_t b) {
 }
 
 template <typename T>
-void run_case(const Shape& s, std::mt19937& rng, bool positional, bool misaligned) {
+void run_case(const Shape& s, std::mt19937& rng, bool misaligned) {
   SCOPED_TRACE(::testing::Message() << "B " << s.batch << " Hkv " << s.hkv << " D " << s.dim
                                     << " rot " << s.rotary << " W " << s.width
-                                    << (positional ? " positional" : "")
                                     << (misaligned ? " misaligned" : ""));
   const int32_t num_pages = s.batch * s.max_pages + 3;  // spare pages nobody maps
   const int32_t tokens = s.batch * s.width;
@@ -173,16 +172,7 @@ void run_case(const Shape& s, std::mt19937& rng, bool positional, bool misaligne
     test::DeviceArray<T> d_pool(pool);
     q.kvCache = d_pool.get();
     switch (path) {
-      case Path::kLauncher:
-        if (positional) {
-          kernel::launchDFlashTargetKVCacheUpdate(q.kDelta, q.vDelta, q.kvCache, q.tokenAlignedCosSin,
-                                                  q.deltaPositions, q.deltaTokenToSequence,
-                                                  q.pageTable, tokens, s.batch, s.hkv, s.dim,
-                                                  s.rotary, num_pages, s.max_pages, nullptr);
-        } else {
-          kernel::launchDFlashTargetKVCacheUpdate(q, nullptr);
-        }
-        break;
+      case Path::kLauncher: kernel::launchDFlashTargetKVCacheUpdate(q, nullptr); break;
       case Path::kPair1: ku::launch_pair<1, true>(q, nullptr); break;
       case Path::kPair2: ku::launch_pair<2, true>(q, nullptr); break;
       case Path::kPair2Plain: ku::launch_pair<2, false>(q, nullptr); break;
@@ -224,7 +214,7 @@ TYPED_TEST(KvUpdateGpu, MatchesReferenceOverRandomShapes) {
         const Shape s{std::uniform_int_distribution<int32_t>(1, max_b)(rng), hkv, dim, rotary,
                       std::uniform_int_distribution<int32_t>(2, 4)(rng),
                       std::uniform_int_distribution<int32_t>(1, 40)(rng)};
-        run_case<TypeParam>(s, rng, index % 5 == 1, index % 7 == 3);
+        run_case<TypeParam>(s, rng, index % 7 == 3);
         ++index;
       }
     }
@@ -234,8 +224,8 @@ TYPED_TEST(KvUpdateGpu, MatchesReferenceOverRandomShapes) {
 TYPED_TEST(KvUpdateGpu, DecodeShapeBatch64) {
   ES_SKIP_IF_NO_GPU();
   std::mt19937 rng(7u);
-  run_case<TypeParam>(Shape{64, 8, 128, 128, 3, 16}, rng, false, false);
-  run_case<TypeParam>(Shape{64, 2, 64, 32, 2, 16}, rng, true, false);
+  run_case<TypeParam>(Shape{64, 8, 128, 128, 3, 16}, rng, false);
+  run_case<TypeParam>(Shape{64, 2, 64, 32, 2, 16}, rng, false);
 }
 
 // Edge cases of the pair kernel: rotaryDim = 16 (one pair, many pass-through chunks), rotaryDim/2
@@ -245,13 +235,13 @@ TYPED_TEST(KvUpdateGpu, DecodeShapeBatch64) {
 TYPED_TEST(KvUpdateGpu, PairKernelEdgeCases) {
   ES_SKIP_IF_NO_GPU();
   std::mt19937 rng(99u + std::is_same_v<TypeParam, bf16>);
-  run_case<TypeParam>(Shape{3, 4, 128, 16, 2, 7}, rng, false, false);    // T = 21
-  run_case<TypeParam>(Shape{5, 2, 64, 48, 3, 9}, rng, true, false);      // T = 45
-  run_case<TypeParam>(Shape{2, 8, 256, 48, 2, 13}, rng, false, false);   // T = 26
-  run_case<TypeParam>(Shape{3, 2, 128, 40, 2, 5}, rng, false, false);    // scalar: half = 20
-  run_case<TypeParam>(Shape{3, 16, 256, 64, 2, 11}, rng, false, false);  // 448 units per token
-  run_case<TypeParam>(Shape{7, 5, 128, 128, 2, 3}, rng, false, false);   // T = 21, Hkv 5
-  run_case<TypeParam>(Shape{1, 8, 128, 128, 2, 1}, rng, false, false);   // T = 1
+  run_case<TypeParam>(Shape{3, 4, 128, 16, 2, 7}, rng, false);    // T = 21
+  run_case<TypeParam>(Shape{5, 2, 64, 48, 3, 9}, rng, false);      // T = 45
+  run_case<TypeParam>(Shape{2, 8, 256, 48, 2, 13}, rng, false);   // T = 26
+  run_case<TypeParam>(Shape{3, 2, 128, 40, 2, 5}, rng, false);    // scalar: half = 20
+  run_case<TypeParam>(Shape{3, 16, 256, 64, 2, 11}, rng, false);  // 448 units per token
+  run_case<TypeParam>(Shape{7, 5, 128, 128, 2, 3}, rng, false);   // T = 21, Hkv 5
+  run_case<TypeParam>(Shape{1, 8, 128, 128, 2, 1}, rng, false);   // T = 1
 }
 
 TEST(KvUpdateGpuValidation, RejectsBeforeLaunchAndZeroIsANoOp) {
@@ -259,17 +249,28 @@ TEST(KvUpdateGpuValidation, RejectsBeforeLaunchAndZeroIsANoOp) {
   test::DeviceArray<fp16> pool(size_t(2) * kPage * 64);
   test::DeviceArray<int32_t> ints(4);
   test::DeviceArray<float> cs(64);
-  EXPECT_THROW(kernel::launchDFlashTargetKVCacheUpdate(
-                   static_cast<const fp16*>(nullptr), pool.get(), pool.get(), cs.get(), ints.get(),
-                   ints.get(), ints.get(), 1, 1, 1, 64, 64, 1, 1, nullptr),
-               InvalidArgument);
-  EXPECT_THROW(kernel::launchDFlashTargetKVCacheUpdate(pool.get(), pool.get(), pool.get(), cs.get(),
-                                                       ints.get(), ints.get(), ints.get(), 1, 1, 1,
-                                                       64, 65, 1, 1, nullptr),
-               InvalidArgument);
+  auto params = [&](int32_t tokens, int32_t rotaryDim) {
+    return kernel::DFlashKvUpdateParamsF16{.kDelta = pool.get(),
+                                           .vDelta = pool.get(),
+                                           .kvCache = pool.get(),
+                                           .tokenAlignedCosSin = cs.get(),
+                                           .deltaPositions = ints.get(),
+                                           .deltaTokenToSequence = ints.get(),
+                                           .pageTable = ints.get(),
+                                           .numDeltaTokens = tokens,
+                                           .batchSize = 1,
+                                           .numKVHeads = 1,
+                                           .headDim = 64,
+                                           .rotaryDim = rotaryDim,
+                                           .numPages = 1,
+                                           .maxPagesPerSeq = 1};
+  };
+  kernel::DFlashKvUpdateParamsF16 noK = params(1, 64);
+  noK.kDelta = nullptr;
+  EXPECT_THROW(kernel::launchDFlashTargetKVCacheUpdate(noK, nullptr), InvalidArgument);
+  EXPECT_THROW(kernel::launchDFlashTargetKVCacheUpdate(params(1, 65), nullptr), InvalidArgument);
   const std::vector<fp16> before = pool.download();
-  kernel::launchDFlashTargetKVCacheUpdate(pool.get(), pool.get(), pool.get(), cs.get(), ints.get(),
-                                          ints.get(), ints.get(), 0, 1, 1, 64, 64, 1, 1, nullptr);
+  kernel::launchDFlashTargetKVCacheUpdate(params(0, 64), nullptr);
   const std::vector<fp16> after = pool.download();
   EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(fp16)), 0);
 }

@@ -1,5 +1,5 @@
-// CPU checks of the DFlash verify-input references (spec §2.7–§2.9): hand-computed base verify
-// inputs (verify sizes 1, 5, 16, 33), linear tree metadata, the §2.9 draft-row mapping example
+// CPU checks of the DFlash verify-input references (spec §2.7, §2.9): hand-computed base verify
+// inputs (verify sizes 1, 5, 16, 33), the §2.9 draft-row mapping example
 // ([10, 101, 102, 103]) and argument validation.
 #include <gtest/gtest.h>
 
@@ -95,29 +95,6 @@ TEST(DFlashBaseVerifyInputsRef, Validation) {
   p.batchSize = 0;
   EXPECT_NO_THROW(ref::dflashPrepareBaseVerifyInputs(p));
   EXPECT_EQ(idle.context, poisoned(2));
-}
-
-TEST(DFlashLinearTreeMetadataRef, ParentIsPreviousNode) {
-  I32 parents = poisoned(8), depths = poisoned(8);
-  kernel::DFlashLinearTreeMetadataParams p;
-  p.treeParentIds = parents.data();
-  p.treeDepths = depths.data();
-  p.batchSize = 2;
-  p.verifySize = 4;
-  ref::dflashBuildLinearTreeMetadata(p);
-  EXPECT_EQ(parents, (I32{-1, 0, 1, 2, -1, 0, 1, 2}));
-  EXPECT_EQ(depths, (I32{0, 1, 2, 3, 0, 1, 2, 3}));
-
-  using P = kernel::DFlashLinearTreeMetadataParams;
-  auto expect = [&](auto mutate, const char* name) {
-    P q = p;
-    mutate(q);
-    test::expectInvalidArgument([&] { ref::dflashBuildLinearTreeMetadata(q); }, name);
-  };
-  expect([](P& q) { q.verifySize = 0; }, "verifySize");
-  expect([](P& q) { q.batchSize = -1; }, "batchSize");
-  expect([](P& q) { q.treeParentIds = nullptr; }, "treeParentIds");
-  expect([](P& q) { q.treeDepths = nullptr; }, "treeDepths");
 }
 
 struct LinearVerifyCase {
