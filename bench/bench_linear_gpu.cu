@@ -253,7 +253,7 @@ void bench_shape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s
   }
 }
 
-// The bf16 GEMM peak the whole-model prefill is judged against (issue 8): cuBLASLt on square
+// The bf16 GEMM peak the whole-model prefill is judged against: cuBLASLt on square
 // 8192 problems and on the Qwen3-8B prefill shapes of a 4,224-token prompt, TFLOP/s of 2 m n k.
 void bench_gemm_peak(cudaStream_t stream, kernel::LinearContext& ctx) {
   struct Gemm {

@@ -39,8 +39,8 @@ bool validate(const DFlashLinearVerifyInputsParams& p) {
   check_verify_size(kWhere, p.verifySize);
   ES_CHECK_ARG(int64_t{p.verifySize} == int64_t{p.proposalLen} + 1, kWhere, "verifySize",
                p.verifySize, "must equal proposalLen + 1 = ", int64_t{p.proposalLen} + 1);
-  // Slot S-1 reads draft row S-1, so each draft row block must hold S entries (the edge runtime
-  // only checks >= proposalLen, one short).
+  // Slot S-1 reads draft row S-1, so each draft row block must hold S entries (>= proposalLen
+  // would be one short).
   ES_CHECK_ARG(p.draftTokenStride >= p.verifySize, kWhere, "draftTokenStride", p.draftTokenStride,
                "must be >= verifySize = ", p.verifySize);
   if (p.batchSize == 0) return false;

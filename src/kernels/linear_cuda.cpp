@@ -7,8 +7,7 @@
 // Compute type CUBLAS_COMPUTE_32F (true fp32 accumulation, no TF32 for f32 inputs), scale f32.
 // Bias: cuBLASLt's BIAS epilogue (bias per row of the column-major D = per output feature) only
 // for f32 inputs and output. With a 16-bit output the epilogue rounds the product to 16 bits
-// before adding the bias (two roundings; measured on the H200, 2026-11-29: up to 2 bf16 ulps
-// off the once-rounded reference), so the product goes to an f32 scratch and a small kernel adds
+// before adding the bias (two roundings: up to 2 bf16 ulps off the once-rounded reference), so the product goes to an f32 scratch and a small kernel adds
 // the bias and rounds once; f32 y from 16-bit inputs gets the bias added in place.
 //
 // The context caches one (descriptors, algorithm) bundle per shape / dtype / bias / alignment, so

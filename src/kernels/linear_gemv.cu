@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
   // this thread's first round of W is loaded into the registers the first round's multiplies use
   // while that kernel finishes, then the kernel waits for it before x is read or y written, so
   // after the wait only x is left to read (a 0.6B layer's gemvs have one round per warp: all
-  // their W). Pulling the round into the L2 instead (prefetch.global.L2) was 7.5 % slower on
-  // Qwen3-0.6B decode and 3 % on Qwen3-8B (docs/perf.md, session 14).
+  // their W). Registers rather than an L2 prefetch (prefetch.global.L2): the round is then ready
+  // for its multiplies, not only closer to the SM.
   const int64_t blocks = (kk + 31) / 32;
   const int64_t stride = int64_t{split} * kWarps;
   const int64_t first = int64_t{rank} * kWarps + warp;  // this warp's first K block

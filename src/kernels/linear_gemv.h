@@ -60,8 +60,7 @@ int32_t gemvCtasPerSm(const GemvConfig& cfg, bool norm);
 // 80 registers) keeps one out, and the grid needs them all where it has more CTAs than one fewer
 // an SM would hold. Then the kernel before it should let it in only when its own CTAs are done
 // (paged_attention.h, nextFillsSms). Qwen3-8B's 16-row o gemv (two tiles, kSplit 2: 256 CTAs at
-// 2 an SM) does; Qwen3-0.6B's (one tile, kSplit 4: 256 CTAs at 3 an SM) does not (docs/perf.md,
-// session 17).
+// 2 an SM) does; Qwen3-0.6B's (one tile, kSplit 4: 256 CTAs at 3 an SM) does not.
 bool gemvFillsSms(const GemvConfig& cfg, int32_t m, int32_t n, bool norm, int32_t numSms);
 
 // What the gemv does with each output before storing it.

@@ -5,8 +5,8 @@
 // rotated K within one rounding (1 ulp) of the cache type.
 // Besides the public launcher, every case also runs the kernels of dflash_kv_update_kernel.cuh
 // directly on the same inputs: the pair kernel with 1 and 2 tokens per thread (the launcher uses
-// 2 only for large T, which these shapes do not reach), with and without streaming hints, and the
-// scalar fallback (forced even where the 16-byte path applies).
+// 1), with and without streaming hints, and the scalar fallback (forced even where the 16-byte
+// path applies).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -110,7 +110,7 @@ TEST(DFlashVerifyInputsGpu, LaunchersValidateBeforeLaunching) {
                                                   .draftTokenStride = stride,
                                                   .verifySize = verifySize};
   };
-  // draftTokenStride = proposalLen (the edge runtime's bound) is one short.
+  // draftTokenStride = proposalLen is one short.
   EXPECT_THROW(kernel::launchDFlashBuildLinearVerifyInputs(verify(1, 3, 3, 4), nullptr),
                InvalidArgument);
   EXPECT_THROW(kernel::launchDFlashBuildLinearVerifyInputs(verify(1, 3, 4, 5), nullptr),

@@ -356,7 +356,7 @@ TEST(LinearGemvRules, GridChoice) {
 
 // gemvFillsSms (linear_gemv.h): only at m > 8, and only where the grid needs every CTA slot of
 // some SMs: Qwen3-8B's 16-row o projection (two tiles, kSplit 2: 256 CTAs at 2 an SM) does,
-// Qwen3-0.6B's (one tile, kSplit 4: 256 CTAs at 3 an SM) does not (docs/perf.md, session 17).
+// Qwen3-0.6B's (one tile, kSplit 4: 256 CTAs at 3 an SM) does not.
 TEST(LinearGemvRules, FillsSms) {
   using kernel::detail::chooseGemvConfig;
   using kernel::detail::gemvFillsSms;
