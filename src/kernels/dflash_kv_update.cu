@@ -21,10 +21,10 @@ namespace {
 template <typename T>
 void launch(const DFlashTargetKVCacheUpdateParams<T>& p, cudaStream_t stream) {
   if (!validate(p)) return;
-  if (kvupdate::pair_path_applies(p)) {
-    kvupdate::launch_pair<1, false>(p, stream);
+  if (kvupdate::pairPathApplies(p)) {
+    kvupdate::launchPair<1, false>(p, stream);
   } else {
-    kvupdate::launch_scalar(p, stream);
+    kvupdate::launchScalar(p, stream);
   }
   ES_CUDA_CHECK_LAUNCH();
 }

@@ -7,9 +7,9 @@
 namespace es::kernel {
 namespace {
 
-int32_t row_threads(int32_t rows) { return (rows + 31) / 32 * 32; }
+int32_t rowThreads(int32_t rows) { return (rows + 31) / 32 * 32; }
 
-__global__ void base_verify_inputs_kernel(DFlashBaseVerifyInputsParams p) {
+__global__ void baseVerifyInputsKernel(DFlashBaseVerifyInputsParams p) {
   const int32_t b = blockIdx.x;
   const int32_t i = threadIdx.x;
   const int32_t s = p.verifySize;
@@ -29,7 +29,7 @@ __global__ void base_verify_inputs_kernel(DFlashBaseVerifyInputsParams p) {
   if (i == 0) p.contextLengths[b] = base + s;
 }
 
-__global__ void linear_verify_inputs_kernel(DFlashLinearVerifyInputsParams p) {
+__global__ void linearVerifyInputsKernel(DFlashLinearVerifyInputsParams p) {
   const int32_t b = blockIdx.x;
   const int32_t r = threadIdx.x;
   const int32_t s = p.verifySize;
@@ -38,21 +38,21 @@ __global__ void linear_verify_inputs_kernel(DFlashLinearVerifyInputsParams p) {
   // Slot 0 is the anchor; slot r >= 1 takes draft row r (spec §2.9).
   p.verifyTokenIds[out + r] =
       r == 0 ? __ldg(p.lastAcceptedTokens + b) : __ldg(p.draftTokenIds + int64_t{b} * p.draftTokenStride + r);
-  int8_t* mask_row = p.verifyTreeMask + (out + r) * s;
-  for (int32_t c = 0; c < s; ++c) mask_row[c] = static_cast<int8_t>(c <= r ? 1 : 0);
+  int8_t* maskRow = p.verifyTreeMask + (out + r) * s;
+  for (int32_t c = 0; c < s; ++c) maskRow[c] = static_cast<int8_t>(c <= r ? 1 : 0);
 }
 
 }  // namespace
 
 void launchDFlashPrepareBaseVerifyInputs(const DFlashBaseVerifyInputsParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
-  base_verify_inputs_kernel<<<p.batchSize, row_threads(p.verifySize), 0, stream>>>(p);
+  baseVerifyInputsKernel<<<p.batchSize, rowThreads(p.verifySize), 0, stream>>>(p);
   ES_CUDA_CHECK_LAUNCH();
 }
 
 void launchDFlashBuildLinearVerifyInputs(const DFlashLinearVerifyInputsParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
-  linear_verify_inputs_kernel<<<p.batchSize, row_threads(p.verifySize), 0, stream>>>(p);
+  linearVerifyInputsKernel<<<p.batchSize, rowThreads(p.verifySize), 0, stream>>>(p);
   ES_CUDA_CHECK_LAUNCH();
 }
 

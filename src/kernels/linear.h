@@ -28,8 +28,9 @@ enum class LinearAlgo : uint8_t { kAuto, kCublasLt, kGemv };
 // kAuto takes the gemv up to this many rows. The gemv is faster than cuBLASLt on the Qwen3 decode
 // shapes at m = 1 and 4; at m = 16 cuBLASLt is faster on some, but the bound stays at 16 because
 // a batch-1 verify (16 rows) must sum each row exactly as the 1-row decode does: the gemv's K
-// split does not depend on m (linear_gemv.h), cuBLASLt's choice of kernel does. That row invariance is what makes greedy speculative decoding equal plain decoding bit
-// for bit on the GPU (docs/forward_ops.md).
+// split does not depend on m (linear_gemv.h), cuBLASLt's choice of kernel does. That row
+// invariance is what makes greedy speculative decoding equal plain decoding bit for bit on the
+// GPU (docs/forward_ops.md).
 inline constexpr int32_t kGemvAutoMaxRows = 16;
 
 struct LinearParams {

@@ -10,16 +10,16 @@ void dflashPrepareProposalInputs(const kernel::DFlashProposalInputsParams& p) {
   const int32_t bs = p.blockSize;
   const int32_t words = kernel::dflashMaskWords(bs);
   for (int32_t b = 0; b < p.batchSize; ++b) {
-    const int32_t t_b = p.oldDraftCacheLengths[b] + p.deltaLengths[b];
-    p.contextLengths[b] = t_b + bs;
-    p.attentionSequenceLengths[b] = t_b + bs;
+    const int32_t tB = p.oldDraftCacheLengths[b] + p.deltaLengths[b];
+    p.contextLengths[b] = tB + bs;
+    p.attentionSequenceLengths[b] = tB + bs;
     p.queryStartOffsets[b] = b * bs;
     p.queryLengths[b] = bs;
-    p.pastLengths[b] = t_b;
+    p.pastLengths[b] = tB;
     for (int32_t i = 0; i < bs; ++i) {
       const int64_t row = int64_t{b} * bs + i;
-      p.attentionPosId[row] = t_b + i;
-      p.positions[row] = t_b + i;
+      p.attentionPosId[row] = tB + i;
+      p.positions[row] = tB + i;
       // Columns [0, limit) are attended: the whole block, or [0, i] for a causal proposal.
       const int32_t limit = p.causalProposalMask ? i + 1 : bs;
       for (int32_t w = 0; w < words; ++w) {

@@ -19,12 +19,12 @@ using test::poisoned;
 // ---------------------------------------------------------------- §2.3 proposal inputs
 
 struct ProposalOut {
-  I32 mask, pos_id, context, positions, qstart, qlen, past, seqlen, state;
-  kernel::DFlashProposalInputsParams params(const I32& old_lens, const I32& delta_lens, int32_t bs,
+  I32 mask, posId, context, positions, qstart, qlen, past, seqlen, state;
+  kernel::DFlashProposalInputsParams params(const I32& oldLens, const I32& deltaLens, int32_t bs,
                                             bool causal) {
-    const size_t b = old_lens.size();
+    const size_t b = oldLens.size();
     mask = poisoned(b * bs * kernel::dflashMaskWords(bs));
-    pos_id = poisoned(b * bs);
+    posId = poisoned(b * bs);
     positions = poisoned(b * bs);
     context = poisoned(b);
     qstart = poisoned(b + 1);
@@ -33,11 +33,11 @@ struct ProposalOut {
     seqlen = poisoned(b);
     state = I32(b, 42);
     kernel::DFlashProposalInputsParams p;
-    p.oldDraftCacheLengths = old_lens.data();
-    p.deltaLengths = delta_lens.data();
+    p.oldDraftCacheLengths = oldLens.data();
+    p.deltaLengths = deltaLens.data();
     p.blockSize = bs;
     p.packedAttentionMask = mask.data();
-    p.attentionPosId = pos_id.data();
+    p.attentionPosId = posId.data();
     p.contextLengths = context.data();
     p.positions = positions.data();
     p.queryStartOffsets = qstart.data();
@@ -52,14 +52,14 @@ struct ProposalOut {
 };
 
 TEST(DFlashProposalInputsRef, SpecExampleBlockSize5) {
-  const I32 old_lens = {10, 0}, delta_lens = {3, 7};  // T_b = {13, 7}
+  const I32 oldLens = {10, 0}, deltaLens = {3, 7};  // T_b = {13, 7}
   for (const bool causal : {false, true}) {
     ProposalOut out;
-    ref::dflashPrepareProposalInputs(out.params(old_lens, delta_lens, 5, causal));
+    ref::dflashPrepareProposalInputs(out.params(oldLens, deltaLens, 5, causal));
     const I32 want_mask = causal ? I32{1, 3, 7, 15, 31, 1, 3, 7, 15, 31}
                                  : I32{31, 31, 31, 31, 31, 31, 31, 31, 31, 31};
     EXPECT_EQ(out.mask, want_mask) << "causal " << causal;
-    EXPECT_EQ(out.pos_id, (I32{13, 14, 15, 16, 17, 7, 8, 9, 10, 11}));
+    EXPECT_EQ(out.posId, (I32{13, 14, 15, 16, 17, 7, 8, 9, 10, 11}));
     EXPECT_EQ(out.positions, (I32{13, 14, 15, 16, 17, 7, 8, 9, 10, 11}));
     EXPECT_EQ(out.context, (I32{18, 12}));
     EXPECT_EQ(out.seqlen, (I32{18, 12}));
@@ -71,31 +71,31 @@ TEST(DFlashProposalInputsRef, SpecExampleBlockSize5) {
 }
 
 TEST(DFlashProposalInputsRef, BlockSizes1And16And33) {
-  const I32 old_lens = {100}, delta_lens = {1};
+  const I32 oldLens = {100}, deltaLens = {1};
   {
     ProposalOut out;
-    ref::dflashPrepareProposalInputs(out.params(old_lens, delta_lens, 1, false));
+    ref::dflashPrepareProposalInputs(out.params(oldLens, deltaLens, 1, false));
     EXPECT_EQ(out.mask, I32{1});
-    EXPECT_EQ(out.pos_id, I32{101});
+    EXPECT_EQ(out.posId, I32{101});
     EXPECT_EQ(out.context, I32{102});
     EXPECT_EQ(out.qstart, (I32{0, 1}));
   }
   {
     ProposalOut bidi, causal;
-    ref::dflashPrepareProposalInputs(bidi.params(old_lens, delta_lens, 16, false));
-    ref::dflashPrepareProposalInputs(causal.params(old_lens, delta_lens, 16, true));
+    ref::dflashPrepareProposalInputs(bidi.params(oldLens, deltaLens, 16, false));
+    ref::dflashPrepareProposalInputs(causal.params(oldLens, deltaLens, 16, true));
     for (int i = 0; i < 16; ++i) {
       EXPECT_EQ(bidi.mask[i], 0xffff) << i;
       EXPECT_EQ(causal.mask[i], (1 << (i + 1)) - 1) << i;
-      EXPECT_EQ(bidi.pos_id[i], 101 + i);
+      EXPECT_EQ(bidi.posId[i], 101 + i);
     }
     EXPECT_EQ(bidi.context, I32{117});
   }
   {
     // 33 columns: two words per row; word 1 holds column 32 in bit 0.
     ProposalOut bidi, causal;
-    ref::dflashPrepareProposalInputs(bidi.params(old_lens, delta_lens, 33, false));
-    ref::dflashPrepareProposalInputs(causal.params(old_lens, delta_lens, 33, true));
+    ref::dflashPrepareProposalInputs(bidi.params(oldLens, deltaLens, 33, false));
+    ref::dflashPrepareProposalInputs(causal.params(oldLens, deltaLens, 33, true));
     ASSERT_EQ(bidi.mask.size(), 66u);
     for (int i = 0; i < 33; ++i) {
       EXPECT_EQ(bidi.mask[2 * i], -1) << i;
@@ -114,11 +114,11 @@ TEST(DFlashProposalInputsRef, BlockSizes1And16And33) {
 }
 
 TEST(DFlashProposalInputsRef, Validation) {
-  const I32 old_lens = {1, 2}, delta_lens = {1, 1};
+  const I32 oldLens = {1, 2}, deltaLens = {1, 1};
   using P = kernel::DFlashProposalInputsParams;
   auto expect = [&](auto mutate, const char* name) {
     ProposalOut out;
-    P p = out.params(old_lens, delta_lens, 4, false);
+    P p = out.params(oldLens, deltaLens, 4, false);
     mutate(p);
     test::expectInvalidArgument([&] { ref::dflashPrepareProposalInputs(p); }, name);
   };
@@ -137,11 +137,11 @@ TEST(DFlashProposalInputsRef, Validation) {
   expect([](P& p) { p.attentionSequenceLengths = nullptr; }, "attentionSequenceLengths");
   // stateIndices is unused: null is fine. B = 0 is a no-op (outputs stay poisoned).
   ProposalOut out;
-  P p = out.params(old_lens, delta_lens, 4, false);
+  P p = out.params(oldLens, deltaLens, 4, false);
   p.stateIndices = nullptr;
   EXPECT_NO_THROW(ref::dflashPrepareProposalInputs(p));
   ProposalOut idle;
-  p = idle.params(old_lens, delta_lens, 4, false);
+  p = idle.params(oldLens, deltaLens, 4, false);
   p.batchSize = 0;
   EXPECT_NO_THROW(ref::dflashPrepareProposalInputs(p));
   EXPECT_EQ(idle.qstart, poisoned(3));
@@ -150,11 +150,11 @@ TEST(DFlashProposalInputsRef, Validation) {
 // ---------------------------------------------------------------- §2.4 delta metadata
 
 TEST(DFlashDeltaMetadataRef, PaddedTokenMajorRows) {
-  const I32 old_lens = {5, 12, 0}, delta_lens = {2, 0, 3};
+  const I32 oldLens = {5, 12, 0}, deltaLens = {2, 0, 3};
   I32 positions = poisoned(9), owners = poisoned(9);
   kernel::DFlashDeltaMetadataParams p;
-  p.oldDraftCacheLengths = old_lens.data();
-  p.deltaLengths = delta_lens.data();
+  p.oldDraftCacheLengths = oldLens.data();
+  p.deltaLengths = deltaLens.data();
   p.deltaWidth = 3;
   p.deltaPositions = positions.data();
   p.deltaTokenToSequence = owners.data();

@@ -27,22 +27,22 @@ TEST(DFlashMetadataGpu, ProposalInputsMatchReference) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 40; ++trial) {
     const int32_t batch = trial == 0 ? 64 : pick(rng, 1, 64);
-    const int32_t block_sizes[] = {1, 5, 16, 33, pick(rng, 1, 70)};
-    const int32_t bs = block_sizes[trial % 5];
+    const int32_t blockSizes[] = {1, 5, 16, 33, pick(rng, 1, 70)};
+    const int32_t bs = blockSizes[trial % 5];
     const bool causal = (trial / 5) % 2 == 1;
     SCOPED_TRACE(::testing::Message() << "B " << batch << " BS " << bs << " causal " << causal);
     const size_t words = size_t(kernel::dflashMaskWords(bs));
-    const I32 old_lens = test::randomInts(rng, batch, 0, 5000), delta = test::randomInts(rng, batch, 0, 16);
+    const I32 oldLens = test::randomInts(rng, batch, 0, 5000), delta = test::randomInts(rng, batch, 0, 16);
     const I32 state = test::randomInts(rng, batch, 0, 100);
 
-    I32 mask = poisoned<int32_t>(batch * bs * words), pos_id = poisoned<int32_t>(batch * bs),
-        positions = pos_id, context = poisoned<int32_t>(batch), qstart = poisoned<int32_t>(batch + 1),
+    I32 mask = poisoned<int32_t>(batch * bs * words), posId = poisoned<int32_t>(batch * bs),
+        positions = posId, context = poisoned<int32_t>(batch), qstart = poisoned<int32_t>(batch + 1),
         qlen = context, past = context, seqlen = context;
-    const kernel::DFlashProposalInputsParams p{.oldDraftCacheLengths = old_lens.data(),
+    const kernel::DFlashProposalInputsParams p{.oldDraftCacheLengths = oldLens.data(),
                                                .deltaLengths = delta.data(),
                                                .blockSize = bs,
                                                .packedAttentionMask = mask.data(),
-                                               .attentionPosId = pos_id.data(),
+                                               .attentionPosId = posId.data(),
                                                .contextLengths = context.data(),
                                                .positions = positions.data(),
                                                .queryStartOffsets = qstart.data(),
@@ -54,33 +54,33 @@ TEST(DFlashMetadataGpu, ProposalInputsMatchReference) {
                                                .batchSize = batch};
     ref::dflashPrepareProposalInputs(p);
 
-    test::DeviceArray<int32_t> d_old(old_lens), d_delta(delta), d_state(state);
-    test::DeviceArray<int32_t> d_mask(mask.size()), d_pos_id(pos_id.size()), d_positions(pos_id.size()),
-        d_context(batch), d_qstart(batch + 1), d_qlen(batch), d_past(batch), d_seqlen(batch);
-    kernel::launchDFlashPrepareProposalInputs({.oldDraftCacheLengths = d_old.get(),
-                                               .deltaLengths = d_delta.get(),
+    test::DeviceArray<int32_t> dOld(oldLens), dDelta(delta), dState(state);
+    test::DeviceArray<int32_t> dMask(mask.size()), dPosId(posId.size()), dPositions(posId.size()),
+        dContext(batch), dQstart(batch + 1), dQlen(batch), dPast(batch), dSeqlen(batch);
+    kernel::launchDFlashPrepareProposalInputs({.oldDraftCacheLengths = dOld.get(),
+                                               .deltaLengths = dDelta.get(),
                                                .blockSize = bs,
-                                               .packedAttentionMask = d_mask.get(),
-                                               .attentionPosId = d_pos_id.get(),
-                                               .contextLengths = d_context.get(),
-                                               .positions = d_positions.get(),
-                                               .queryStartOffsets = d_qstart.get(),
-                                               .queryLengths = d_qlen.get(),
-                                               .pastLengths = d_past.get(),
-                                               .attentionSequenceLengths = d_seqlen.get(),
-                                               .stateIndices = d_state.get(),
+                                               .packedAttentionMask = dMask.get(),
+                                               .attentionPosId = dPosId.get(),
+                                               .contextLengths = dContext.get(),
+                                               .positions = dPositions.get(),
+                                               .queryStartOffsets = dQstart.get(),
+                                               .queryLengths = dQlen.get(),
+                                               .pastLengths = dPast.get(),
+                                               .attentionSequenceLengths = dSeqlen.get(),
+                                               .stateIndices = dState.get(),
                                                .causalProposalMask = causal,
                                                .batchSize = batch},
                                               nullptr);
-    EXPECT_EQ(d_mask.download(), mask);
-    EXPECT_EQ(d_pos_id.download(), pos_id);
-    EXPECT_EQ(d_positions.download(), positions);
-    EXPECT_EQ(d_context.download(), context);
-    EXPECT_EQ(d_qstart.download(), qstart);
-    EXPECT_EQ(d_qlen.download(), qlen);
-    EXPECT_EQ(d_past.download(), past);
-    EXPECT_EQ(d_seqlen.download(), seqlen);
-    EXPECT_EQ(d_state.download(), state);
+    EXPECT_EQ(dMask.download(), mask);
+    EXPECT_EQ(dPosId.download(), posId);
+    EXPECT_EQ(dPositions.download(), positions);
+    EXPECT_EQ(dContext.download(), context);
+    EXPECT_EQ(dQstart.download(), qstart);
+    EXPECT_EQ(dQlen.download(), qlen);
+    EXPECT_EQ(dPast.download(), past);
+    EXPECT_EQ(dSeqlen.download(), seqlen);
+    EXPECT_EQ(dState.download(), state);
   }
 }
 
@@ -91,27 +91,27 @@ TEST(DFlashMetadataGpu, DeltaMetadataMatchesReference) {
     const int32_t batch = trial == 0 ? 64 : pick(rng, 1, 64);
     const int32_t width = pick(rng, 1, 300);
     SCOPED_TRACE(::testing::Message() << "B " << batch << " W " << width);
-    const I32 old_lens = test::randomInts(rng, batch, 0, 100000);
+    const I32 oldLens = test::randomInts(rng, batch, 0, 100000);
     const I32 delta = test::randomInts(rng, batch, 0, width + 3);  // may exceed the width
     I32 positions = poisoned<int32_t>(size_t(batch) * width), owners = positions;
-    ref::dflashPrepareDeltaMetadata({.oldDraftCacheLengths = old_lens.data(),
+    ref::dflashPrepareDeltaMetadata({.oldDraftCacheLengths = oldLens.data(),
                                      .deltaLengths = delta.data(),
                                      .deltaWidth = width,
                                      .deltaPositions = positions.data(),
                                      .deltaTokenToSequence = owners.data(),
                                      .batchSize = batch});
 
-    test::DeviceArray<int32_t> d_old(old_lens), d_delta(delta), d_pos(positions.size()),
-        d_own(owners.size());
-    kernel::launchDFlashPrepareDeltaMetadata({.oldDraftCacheLengths = d_old.get(),
-                                              .deltaLengths = d_delta.get(),
+    test::DeviceArray<int32_t> dOld(oldLens), dDelta(delta), dPos(positions.size()),
+        dOwn(owners.size());
+    kernel::launchDFlashPrepareDeltaMetadata({.oldDraftCacheLengths = dOld.get(),
+                                              .deltaLengths = dDelta.get(),
                                               .deltaWidth = width,
-                                              .deltaPositions = d_pos.get(),
-                                              .deltaTokenToSequence = d_own.get(),
+                                              .deltaPositions = dPos.get(),
+                                              .deltaTokenToSequence = dOwn.get(),
                                               .batchSize = batch},
                                              nullptr);
-    EXPECT_EQ(d_pos.download(), positions);
-    EXPECT_EQ(d_own.download(), owners);
+    EXPECT_EQ(dPos.download(), positions);
+    EXPECT_EQ(dOwn.download(), owners);
   }
 }
 

@@ -21,19 +21,19 @@ using I8 = std::vector<int8_t>;
 using test::poisoned;
 
 struct BaseVerifyOut {
-  I32 mask, pos_id, context;
+  I32 mask, posId, context;
   I64 select;
-  kernel::DFlashBaseVerifyInputsParams params(const I32& base_lens, int32_t s) {
-    const size_t b = base_lens.size();
+  kernel::DFlashBaseVerifyInputsParams params(const I32& baseLens, int32_t s) {
+    const size_t b = baseLens.size();
     mask = poisoned(b * s * kernel::dflashMaskWords(s));
-    pos_id = poisoned(b * s);
+    posId = poisoned(b * s);
     context = poisoned(b);
     select.assign(b * s, -777);
     kernel::DFlashBaseVerifyInputsParams p;
-    p.baseKVCacheLengths = base_lens.data();
+    p.baseKVCacheLengths = baseLens.data();
     p.verifySize = s;
     p.packedAttentionMask = mask.data();
-    p.attentionPosId = pos_id.data();
+    p.attentionPosId = posId.data();
     p.selectTokenIndices = select.data();
     p.contextLengths = context.data();
     p.batchSize = static_cast<int32_t>(b);
@@ -46,7 +46,7 @@ TEST(DFlashBaseVerifyInputsRef, CausalBlockOfFive) {
   BaseVerifyOut out;
   ref::dflashPrepareBaseVerifyInputs(out.params(base, 5));
   EXPECT_EQ(out.mask, (I32{1, 3, 7, 15, 31, 1, 3, 7, 15, 31}));
-  EXPECT_EQ(out.pos_id, (I32{100, 101, 102, 103, 104, 0, 1, 2, 3, 4}));
+  EXPECT_EQ(out.posId, (I32{100, 101, 102, 103, 104, 0, 1, 2, 3, 4}));
   EXPECT_EQ(out.select, (I64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
   EXPECT_EQ(out.context, (I32{105, 5}));
 }
@@ -60,7 +60,7 @@ TEST(DFlashBaseVerifyInputsRef, VerifySizes1And16And33) {
   ref::dflashPrepareBaseVerifyInputs(sixteen.params(base, 16));
   EXPECT_EQ(sixteen.mask[0], 1);
   EXPECT_EQ(sixteen.mask[15], 0xffff);
-  EXPECT_EQ(sixteen.pos_id[15], 22);
+  EXPECT_EQ(sixteen.posId[15], 22);
   ref::dflashPrepareBaseVerifyInputs(wide.params(base, 33));
   ASSERT_EQ(wide.mask.size(), 66u);
   EXPECT_EQ(wide.mask[0], 1);
@@ -100,9 +100,9 @@ TEST(DFlashBaseVerifyInputsRef, Validation) {
 struct LinearVerifyCase {
   I32 anchors, draft, tokens;
   I8 mask;
-  kernel::DFlashLinearVerifyInputsParams params(int32_t proposal_len, int32_t stride) {
+  kernel::DFlashLinearVerifyInputsParams params(int32_t proposalLen, int32_t stride) {
     const size_t b = anchors.size();
-    const int32_t s = proposal_len + 1;
+    const int32_t s = proposalLen + 1;
     tokens = poisoned(b * s);
     mask.assign(b * s * s, static_cast<int8_t>(test::kPoisonByte));
     kernel::DFlashLinearVerifyInputsParams p;
@@ -111,7 +111,7 @@ struct LinearVerifyCase {
     p.verifyTokenIds = tokens.data();
     p.verifyTreeMask = mask.data();
     p.batchSize = static_cast<int32_t>(b);
-    p.proposalLen = proposal_len;
+    p.proposalLen = proposalLen;
     p.draftTokenStride = stride;
     p.verifySize = s;
     return p;

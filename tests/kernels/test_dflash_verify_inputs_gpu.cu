@@ -17,7 +17,7 @@ using I32 = std::vector<int32_t>;
 
 using test::poisoned;
 
-int32_t verify_size(std::mt19937& rng, int trial) {
+int32_t verifySize(std::mt19937& rng, int trial) {
   const int32_t fixed[] = {1, 5, 16, 33};
   return trial % 5 < 4 ? fixed[trial % 5] : std::uniform_int_distribution<int32_t>(1, 70)(rng);
 }
@@ -27,35 +27,35 @@ TEST(DFlashVerifyInputsGpu, BaseVerifyInputsMatchReference) {
   std::mt19937 rng(21);
   for (int trial = 0; trial < 30; ++trial) {
     const int32_t batch = trial == 0 ? 64 : std::uniform_int_distribution<int32_t>(1, 64)(rng);
-    const int32_t s = verify_size(rng, trial);
+    const int32_t s = verifySize(rng, trial);
     SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s);
     const size_t rows = size_t(batch) * s;
     const I32 base = test::randomInts(rng, batch, 0, 50000);
-    I32 mask = poisoned<int32_t>(rows * kernel::dflashMaskWords(s)), pos_id = poisoned<int32_t>(rows),
+    I32 mask = poisoned<int32_t>(rows * kernel::dflashMaskWords(s)), posId = poisoned<int32_t>(rows),
         context = poisoned<int32_t>(batch);
     std::vector<int64_t> select = poisoned<int64_t>(rows);
     ref::dflashPrepareBaseVerifyInputs({.baseKVCacheLengths = base.data(),
                                         .verifySize = s,
                                         .packedAttentionMask = mask.data(),
-                                        .attentionPosId = pos_id.data(),
+                                        .attentionPosId = posId.data(),
                                         .selectTokenIndices = select.data(),
                                         .contextLengths = context.data(),
                                         .batchSize = batch});
 
-    test::DeviceArray<int32_t> d_base(base), d_mask(mask.size()), d_pos(rows), d_context(batch);
-    test::DeviceArray<int64_t> d_select(rows);
-    kernel::launchDFlashPrepareBaseVerifyInputs({.baseKVCacheLengths = d_base.get(),
+    test::DeviceArray<int32_t> dBase(base), dMask(mask.size()), dPos(rows), dContext(batch);
+    test::DeviceArray<int64_t> dSelect(rows);
+    kernel::launchDFlashPrepareBaseVerifyInputs({.baseKVCacheLengths = dBase.get(),
                                                  .verifySize = s,
-                                                 .packedAttentionMask = d_mask.get(),
-                                                 .attentionPosId = d_pos.get(),
-                                                 .selectTokenIndices = d_select.get(),
-                                                 .contextLengths = d_context.get(),
+                                                 .packedAttentionMask = dMask.get(),
+                                                 .attentionPosId = dPos.get(),
+                                                 .selectTokenIndices = dSelect.get(),
+                                                 .contextLengths = dContext.get(),
                                                  .batchSize = batch},
                                                 nullptr);
-    EXPECT_EQ(d_mask.download(), mask);
-    EXPECT_EQ(d_pos.download(), pos_id);
-    EXPECT_EQ(d_select.download(), select);
-    EXPECT_EQ(d_context.download(), context);
+    EXPECT_EQ(dMask.download(), mask);
+    EXPECT_EQ(dPos.download(), posId);
+    EXPECT_EQ(dSelect.download(), select);
+    EXPECT_EQ(dContext.download(), context);
   }
 }
 
@@ -64,7 +64,7 @@ TEST(DFlashVerifyInputsGpu, LinearVerifyInputsMatchReference) {
   std::mt19937 rng(23);
   for (int trial = 0; trial < 30; ++trial) {
     const int32_t batch = trial == 0 ? 64 : std::uniform_int_distribution<int32_t>(1, 64)(rng);
-    const int32_t s = verify_size(rng, trial);
+    const int32_t s = verifySize(rng, trial);
     const int32_t stride = s + (trial % 3 == 0 ? 0 : std::uniform_int_distribution<int32_t>(1, 9)(rng));
     SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s << " stride " << stride);
     const I32 anchors = test::randomInts(rng, batch, 0, 150000);
@@ -80,19 +80,19 @@ TEST(DFlashVerifyInputsGpu, LinearVerifyInputsMatchReference) {
                                         .draftTokenStride = stride,
                                         .verifySize = s});
 
-    test::DeviceArray<int32_t> d_anchors(anchors), d_draft(draft), d_tokens(tokens.size());
-    test::DeviceArray<int8_t> d_mask(mask.size());
-    kernel::launchDFlashBuildLinearVerifyInputs({.lastAcceptedTokens = d_anchors.get(),
-                                                 .draftTokenIds = d_draft.get(),
+    test::DeviceArray<int32_t> dAnchors(anchors), dDraft(draft), d_tokens(tokens.size());
+    test::DeviceArray<int8_t> dMask(mask.size());
+    kernel::launchDFlashBuildLinearVerifyInputs({.lastAcceptedTokens = dAnchors.get(),
+                                                 .draftTokenIds = dDraft.get(),
                                                  .verifyTokenIds = d_tokens.get(),
-                                                 .verifyTreeMask = d_mask.get(),
+                                                 .verifyTreeMask = dMask.get(),
                                                  .batchSize = batch,
                                                  .proposalLen = s - 1,
                                                  .draftTokenStride = stride,
                                                  .verifySize = s},
                                                 nullptr);
     EXPECT_EQ(d_tokens.download(), tokens);
-    EXPECT_EQ(d_mask.download(), mask);
+    EXPECT_EQ(dMask.download(), mask);
   }
 }
 

@@ -43,10 +43,10 @@ TEST(LinearRef, HandComputed) {
 }
 
 template <typename T>
-void naive_case(DType dtype, DType out_dtype, int32_t m, int32_t n, int32_t k, bool with_bias,
+void naiveCase(DType dtype, DType outDtype, int32_t m, int32_t n, int32_t k, bool withBias,
                 double rel) {
   SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k << " dtype "
-                                    << dtype_name(dtype) << " out " << dtype_name(out_dtype));
+                                    << dtype_name(dtype) << " out " << dtype_name(outDtype));
   std::mt19937 rng(uint32_t(m * 1000 + n * 10 + k));
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   auto cast = [](float v) {
@@ -62,21 +62,21 @@ void naive_case(DType dtype, DType out_dtype, int32_t m, int32_t n, int32_t k, b
   for (auto& v : x) v = cast(dist(rng));
   for (auto& v : w) v = cast(dist(rng));
   for (auto& v : bias) v = cast(dist(rng));
-  std::vector<uint8_t> y(size_t(m) * n * dtype_size(out_dtype));
+  std::vector<uint8_t> y(size_t(m) * n * dtype_size(outDtype));
   kernel::LinearParams p;
   p.x = x.data();
   p.w = w.data();
-  p.bias = with_bias ? bias.data() : nullptr;
+  p.bias = withBias ? bias.data() : nullptr;
   p.y = y.data();
   p.m = m;
   p.n = n;
   p.k = k;
   p.dtype = dtype;
-  p.outDtype = out_dtype;
+  p.outDtype = outDtype;
   ref::linear(p);
   for (int32_t i = 0; i < m; ++i) {
     for (int32_t j = 0; j < n; ++j) {
-      double want = with_bias ? back(bias[j]) : 0.0, mag = std::abs(want);
+      double want = withBias ? back(bias[j]) : 0.0, mag = std::abs(want);
       for (int32_t kk = 0; kk < k; ++kk) {
         const double t = back(x[size_t(i) * k + kk]) * back(w[size_t(j) * k + kk]);
         want += t;
@@ -84,8 +84,8 @@ void naive_case(DType dtype, DType out_dtype, int32_t m, int32_t n, int32_t k, b
       }
       double got;
       const size_t e = size_t(i) * n + j;
-      if (out_dtype == DType::kF32) got = reinterpret_cast<const float*>(y.data())[e];
-      else if (out_dtype == DType::kBF16) got = to_float(reinterpret_cast<const bf16*>(y.data())[e]);
+      if (outDtype == DType::kF32) got = reinterpret_cast<const float*>(y.data())[e];
+      else if (outDtype == DType::kBF16) got = to_float(reinterpret_cast<const bf16*>(y.data())[e]);
       else got = to_float(reinterpret_cast<const fp16*>(y.data())[e]);
       // fp32 accumulation error bound ~ k * 2^-24 * sum|terms|, plus one output rounding.
       EXPECT_NEAR(got, want, rel * std::abs(want) + 1e-6 * k * mag + 1e-7) << i << "," << j;
@@ -94,15 +94,15 @@ void naive_case(DType dtype, DType out_dtype, int32_t m, int32_t n, int32_t k, b
 }
 
 TEST(LinearRef, MatchesNaiveDoubleLoop) {
-  naive_case<float>(DType::kF32, DType::kF32, 3, 5, 7, false, 1e-6);
-  naive_case<float>(DType::kF32, DType::kF32, 17, 70, 45, true, 1e-6);
-  naive_case<float>(DType::kF32, DType::kF32, 1, 33, 8, true, 1e-6);
-  naive_case<bf16>(DType::kBF16, DType::kBF16, 9, 65, 64, true, std::ldexp(1.0, -8));
-  naive_case<bf16>(DType::kBF16, DType::kF32, 4, 100, 576, false, 1e-6);  // logits
-  naive_case<fp16>(DType::kF16, DType::kF16, 5, 31, 19, true, std::ldexp(1.0, -11));
-  naive_case<fp16>(DType::kF16, DType::kF32, 2, 40, 24, true, 1e-6);
+  naiveCase<float>(DType::kF32, DType::kF32, 3, 5, 7, false, 1e-6);
+  naiveCase<float>(DType::kF32, DType::kF32, 17, 70, 45, true, 1e-6);
+  naiveCase<float>(DType::kF32, DType::kF32, 1, 33, 8, true, 1e-6);
+  naiveCase<bf16>(DType::kBF16, DType::kBF16, 9, 65, 64, true, std::ldexp(1.0, -8));
+  naiveCase<bf16>(DType::kBF16, DType::kF32, 4, 100, 576, false, 1e-6);  // logits
+  naiveCase<fp16>(DType::kF16, DType::kF16, 5, 31, 19, true, std::ldexp(1.0, -11));
+  naiveCase<fp16>(DType::kF16, DType::kF32, 2, 40, 24, true, 1e-6);
   // Large enough to take the threaded path.
-  naive_case<bf16>(DType::kBF16, DType::kBF16, 64, 192, 160, true, std::ldexp(1.0, -8));
+  naiveCase<bf16>(DType::kBF16, DType::kBF16, 64, 192, 160, true, std::ldexp(1.0, -8));
 }
 
 // The summation order linear_ref.cpp defines, one output at a time: 8 partial sums (lane l takes
