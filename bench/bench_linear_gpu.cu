@@ -50,12 +50,12 @@ using kernel::detail::GemvConfig;
 
 struct Row {
   std::string name, shape, config;
-  double us = 0, tbps = -1, pct = -1, vs_cublas = -1;  // < 0: not applicable
+  double us = 0, tbps = -1, pct = -1, vsCublas = -1;  // < 0: not applicable
 };
-std::vector<Row> g_rows;
+std::vector<Row> gRows;
 
 // Random finite values in [lo, hi) (never all zeros), deterministic per (seed, index).
-__global__ void fill_bf16(bf16* out, int64_t n, uint32_t seed, float lo, float hi) {
+__global__ void fillBf16(bf16* out, int64_t n, uint32_t seed, float lo, float hi) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float u = hashUniform(seed, i);
@@ -63,12 +63,12 @@ __global__ void fill_bf16(bf16* out, int64_t n, uint32_t seed, float lo, float h
   }
 }
 void fill(Buffer& b, uint32_t seed, float lo, float hi) {
-  fill_bf16<<<2048, 256>>>(b.as<bf16>(), b.bytes() / 2, seed, lo, hi);
+  fillBf16<<<2048, 256>>>(b.as<bf16>(), b.bytes() / 2, seed, lo, hi);
   ES_CUDA_CHECK_LAUNCH();
 }
 
 // ---- read ceiling --------------------------------------------------------------------------
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+__device__ __forceinline__ uint4 loadStream(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -78,7 +78,7 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
 
 // Sum of all 32-bit words; U loads in flight per thread; one word written per warp.
 template <int U>
-__global__ void __launch_bounds__(256) read_reduce(const uint4* __restrict__ p, int64_t n16,
+__global__ void __launch_bounds__(256) readReduce(const uint4* __restrict__ p, int64_t n16,
                                                    uint32_t* __restrict__ out) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -86,12 +86,12 @@ __global__ void __launch_bounds__(256) read_reduce(const uint4* __restrict__ p, 
   for (; i + (U - 1) * stride < n16; i += U * stride) {
     uint4 v[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = load_stream(p + i + u * stride);
+    for (int u = 0; u < U; ++u) v[u] = loadStream(p + i + u * stride);
 #pragma unroll
     for (int u = 0; u < U; ++u) acc += v[u].x + v[u].y + v[u].z + v[u].w;
   }
   for (; i < n16; i += stride) {
-    const uint4 v = load_stream(p + i);
+    const uint4 v = loadStream(p + i);
     acc += v.x + v.y + v.z + v.w;
   }
 #pragma unroll
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(256) read_reduce(const uint4* __restrict__ p, 
 
 
 // Best of the U = 4 and U = 8 reductions over 4 GiB, in TB/s; one row each.
-double read_ceiling(cudaStream_t stream, const char* when, const Buffer& data, Buffer& out,
+double readCeiling(cudaStream_t stream, const char* when, const Buffer& data, Buffer& out,
                     int sms) {
   const int64_t n16 = data.bytes() / 16;
   const int blocks = sms * 8;
@@ -109,9 +109,9 @@ double read_ceiling(cudaStream_t stream, const char* when, const Buffer& data, B
   for (int u : {4, 8}) {
     const double us = median_us(stream, 3, 15, [&](int) {
       if (u == 4) {
-        read_reduce<4><<<blocks, 256, 0, stream>>>(data.as<uint4>(), n16, out.as<uint32_t>());
+        readReduce<4><<<blocks, 256, 0, stream>>>(data.as<uint4>(), n16, out.as<uint32_t>());
       } else {
-        read_reduce<8><<<blocks, 256, 0, stream>>>(data.as<uint4>(), n16, out.as<uint32_t>());
+        readReduce<8><<<blocks, 256, 0, stream>>>(data.as<uint4>(), n16, out.as<uint32_t>());
       }
       ES_CUDA_CHECK_LAUNCH();
     });
@@ -119,7 +119,7 @@ double read_ceiling(cudaStream_t stream, const char* when, const Buffer& data, B
     best = std::max(best, tbps);
     char config[16];
     std::snprintf(config, sizeof(config), "U=%d", u);
-    g_rows.push_back({std::string("read ceiling ") + when, "4 GiB sum", config, us, tbps, -1, -1});
+    gRows.push_back({std::string("read ceiling ") + when, "4 GiB sum", config, us, tbps, -1, -1});
   }
   return best;
 }
@@ -139,7 +139,7 @@ struct Variant {
 };
 
 // Mismatching elements of two y's (bf16 or f32): |a - b| > 1e-2 |b| + 1e-2.
-int64_t count_mismatch(const Buffer& a, const Buffer& b, bool f32, int64_t count) {
+int64_t countMismatch(const Buffer& a, const Buffer& b, bool f32, int64_t count) {
   std::vector<uint8_t> ha(size_t(a.bytes())), hb(size_t(b.bytes()));
   ES_CUDA_CHECK(cudaMemcpy(ha.data(), a.data(), ha.size(), cudaMemcpyDeviceToHost));
   ES_CUDA_CHECK(cudaMemcpy(hb.data(), b.data(), hb.size(), cudaMemcpyDeviceToHost));
@@ -162,22 +162,22 @@ int64_t count_mismatch(const Buffer& a, const Buffer& b, bool f32, int64_t count
   return bad;
 }
 
-void bench_shape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s, int64_t l2_bytes,
+void benchShape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s, int64_t l2Bytes,
                  int sms, bool sweep, bool warm) {
-  const int64_t w_bytes = int64_t{s.n} * s.k * 2;
+  const int64_t wBytes = int64_t{s.n} * s.k * 2;
   // --warm: one copy, so weights smaller than the L2 are read from it after the first launch.
-  const int copies = warm ? 1 : int(std::max<int64_t>(2, (4 * l2_bytes + w_bytes - 1) / w_bytes));
+  const int copies = warm ? 1 : int(std::max<int64_t>(2, (4 * l2Bytes + wBytes - 1) / wBytes));
   const int launches = std::max(copies, 16);
   std::vector<Buffer> w;
   for (int c = 0; c < copies; ++c) {
-    w.push_back(Buffer::allocate(MemorySpace::kDevice, w_bytes));
+    w.push_back(Buffer::allocate(MemorySpace::kDevice, wBytes));
     fill(w.back(), 1000u + 17u * uint32_t(c), -1.0f, 1.0f);
   }
   const int64_t out_size = s.logits ? 4 : 2;
   for (int32_t m : {1, 4, 16}) {
     Buffer x = Buffer::allocate(MemorySpace::kDevice, int64_t{m} * s.k * 2);
     fill(x, 7u + uint32_t(m), -1.0f, 1.0f);
-    Buffer y_ref = Buffer::allocate(MemorySpace::kDevice, int64_t{m} * s.n * out_size);
+    Buffer yRef = Buffer::allocate(MemorySpace::kDevice, int64_t{m} * s.n * out_size);
     Buffer y = Buffer::allocate(MemorySpace::kDevice, int64_t{m} * s.n * out_size);
     ES_CUDA_CHECK(cudaDeviceSynchronize());
     auto params = [&](int c, void* out, LinearAlgo algo) {
@@ -193,18 +193,18 @@ void bench_shape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s
       p.algo = algo;
       return p;
     };
-    const GemvConfig chosen = kernel::detail::chooseGemvConfig(m, s.n, s.k, sms);
-    auto cfg_name = [](GemvConfig c) {
+    const GemvConfig chosen = kernel::detail::chooseGemvConfig(s.n, s.k, sms);
+    auto cfgName = [](GemvConfig c) {
       char buf[24];
       std::snprintf(buf, sizeof(buf), "R%dS%d", c.rowTiles, c.kSplit);
       return std::string(buf);
     };
     std::vector<Variant> variants = {{"cuBLASLt", "-", LinearAlgo::kCublasLt},
-                                     {"gemv", cfg_name(chosen), LinearAlgo::kGemv}};
+                                     {"gemv", cfgName(chosen), LinearAlgo::kGemv}};
     if (sweep) {
       for (int32_t tiles : {1, 2}) {
         for (int32_t split : {1, 2, 4, 8}) {
-          variants.push_back({"gemv sweep", cfg_name({tiles, split}), LinearAlgo::kGemv, true,
+          variants.push_back({"gemv sweep", cfgName({tiles, split}), LinearAlgo::kGemv, true,
                               {tiles, split}});
         }
       }
@@ -218,21 +218,21 @@ void bench_shape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s
     std::snprintf(shape, sizeof(shape), "%s %dx%d m=%d%s", s.name, s.n, s.k, m,
                   s.logits ? " f32 y" : "");
     // Parity with cuBLASLt on copy 0 (also the eager first call that caches cuBLASLt's plan).
-    launch(variants[0], 0, y_ref.data());
+    launch(variants[0], 0, yRef.data());
     for (size_t vi = 1; vi < variants.size(); ++vi) {
       ES_CUDA_CHECK(cudaMemsetAsync(y.data(), 0xA5, size_t(y.bytes()), stream));
       launch(variants[vi], 0, y.data());
       ES_CUDA_CHECK(cudaStreamSynchronize(stream));
-      const int64_t bad = count_mismatch(y, y_ref, s.logits, int64_t{m} * s.n);
+      const int64_t bad = countMismatch(y, yRef, s.logits, int64_t{m} * s.n);
       if (bad != 0) {
         std::fprintf(stderr, "MISMATCH %s %s %s: %lld elements\n", variants[vi].name.c_str(),
                      variants[vi].config.c_str(), shape, static_cast<long long>(bad));
-        g_rows.push_back({"MISMATCH " + variants[vi].name, shape, variants[vi].config,
+        gRows.push_back({"MISMATCH " + variants[vi].name, shape, variants[vi].config,
                           double(bad), -1, -1, -1});
       }
     }
-    const double bytes = double(w_bytes) + double(m) * s.k * 2 + double(m) * s.n * out_size;
-    double cublas_us = -1;
+    const double bytes = double(wBytes) + double(m) * s.k * 2 + double(m) * s.n * out_size;
+    double cublasUs = -1;
     for (const Variant& v : variants) {
       cudaGraph_t graph;
       cudaGraphExec_t exec;
@@ -245,17 +245,17 @@ void bench_shape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s
                         }) / launches;
       ES_CUDA_CHECK(cudaGraphExecDestroy(exec));
       ES_CUDA_CHECK(cudaGraphDestroy(graph));
-      if (v.algo == LinearAlgo::kCublasLt) cublas_us = us;
+      if (v.algo == LinearAlgo::kCublasLt) cublasUs = us;
       Row row{v.name, shape, v.config, us, bytes / (us * 1e6), -1, -1};
-      if (v.algo != LinearAlgo::kCublasLt && cublas_us > 0) row.vs_cublas = cublas_us / us;
-      g_rows.push_back(row);
+      if (v.algo != LinearAlgo::kCublasLt && cublasUs > 0) row.vsCublas = cublasUs / us;
+      gRows.push_back(row);
     }
   }
 }
 
-// The bf16 GEMM peak the whole-model prefill is judged against (issue 8): cuBLASLt on square
+// The bf16 GEMM peak the whole-model prefill is judged against: cuBLASLt on square
 // 8192 problems and on the Qwen3-8B prefill shapes of a 4,224-token prompt, TFLOP/s of 2 m n k.
-void bench_gemm_peak(cudaStream_t stream, kernel::LinearContext& ctx) {
+void benchGemmPeak(cudaStream_t stream, kernel::LinearContext& ctx) {
   struct Gemm {
     const char* name;
     int32_t m, n, k;
@@ -288,18 +288,18 @@ void bench_gemm_peak(cudaStream_t stream, kernel::LinearContext& ctx) {
 
 int run(int argc, char** argv) {
   bool sweep = false;
-  bool peak_only = false;  // --gemm-peak: only the GEMM peak (seconds), for gpu_check's engine stage
+  bool peakOnly = false;  // --gemm-peak: only the GEMM peak (seconds), for gpu_check's engine stage
   bool warm = false;       // --warm: weights not rotated (L2-resident where they fit)
-  bool ceiling_only = false;  // --ceiling: only the read-stream ceiling, one line for scripts
+  bool ceilingOnly = false;  // --ceiling: only the read-stream ceiling, one line for scripts
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
     } else if (std::strcmp(argv[i], "--warm") == 0) {
       warm = true;
     } else if (std::strcmp(argv[i], "--gemm-peak") == 0) {
-      peak_only = true;
+      peakOnly = true;
     } else if (std::strcmp(argv[i], "--ceiling") == 0) {
-      ceiling_only = true;
+      ceilingOnly = true;
     } else {
       std::fprintf(stderr, "usage: bench_linear_gpu [--sweep] [--warm] | --gemm-peak | --ceiling\n");
       return 2;
@@ -309,8 +309,8 @@ int run(int argc, char** argv) {
   cudaStream_t stream = bench::openDeviceStream("bench_linear_gpu", &prop);
   if (stream == nullptr) return 1;
   kernel::LinearContext ctx;
-  if (peak_only) {
-    bench_gemm_peak(stream, ctx);
+  if (peakOnly) {
+    benchGemmPeak(stream, ctx);
     ES_CUDA_CHECK(cudaStreamDestroy(stream));
     return 0;
   }
@@ -321,9 +321,9 @@ int run(int argc, char** argv) {
     fill(data, 5, -1.0f, 1.0f);
     Buffer out = Buffer::allocate(MemorySpace::kDevice, int64_t{prop.multiProcessorCount} * 8 * 8 * 4);
     ES_CUDA_CHECK(cudaDeviceSynchronize());
-    ceiling = read_ceiling(stream, "(before)", data, out, prop.multiProcessorCount);
+    ceiling = readCeiling(stream, "(before)", data, out, prop.multiProcessorCount);
   }
-  if (ceiling_only) {  // tools/gpu_check.sh engine reads this line
+  if (ceilingOnly) {  // tools/gpu_check.sh engine reads this line
     std::printf("read_ceiling_tbps %.3f\n", ceiling);
     ES_CUDA_CHECK(cudaStreamDestroy(stream));
     return 0;
@@ -336,16 +336,16 @@ int run(int argc, char** argv) {
       {"0.6B down", 1024, 3072, false},   {"0.6B lm_head", 151936, 1024, true},
   };
   for (const Shape& s : shapes) {
-    bench_shape(stream, ctx, s, prop.l2CacheSize, prop.multiProcessorCount, sweep, warm);
+    benchShape(stream, ctx, s, prop.l2CacheSize, prop.multiProcessorCount, sweep, warm);
   }
   {
     Buffer data = Buffer::allocate(MemorySpace::kDevice, int64_t{4} << 30);
     fill(data, 5, -1.0f, 1.0f);
     Buffer out = Buffer::allocate(MemorySpace::kDevice, int64_t{prop.multiProcessorCount} * 8 * 8 * 4);
     ES_CUDA_CHECK(cudaDeviceSynchronize());
-    ceiling = std::max(ceiling, read_ceiling(stream, "(after)", data, out, prop.multiProcessorCount));
+    ceiling = std::max(ceiling, readCeiling(stream, "(after)", data, out, prop.multiProcessorCount));
   }
-  for (Row& r : g_rows) {
+  for (Row& r : gRows) {
     if (r.tbps >= 0) r.pct = 100.0 * r.tbps / ceiling;
   }
 
@@ -355,15 +355,15 @@ int run(int argc, char** argv) {
                             : "weights rotated past the L2");
   std::printf("%-22s %-34s %-7s %10s %8s %8s %10s\n", "kernel", "shape", "config", "us/call",
               "TB/s", "% ceil", "x cuBLAS");
-  for (const Row& r : g_rows) {
+  for (const Row& r : gRows) {
     char tb[16] = "-", pct[16] = "-", vs[16] = "-";
     if (r.tbps >= 0) std::snprintf(tb, sizeof(tb), "%.3f", r.tbps);
     if (r.pct >= 0) std::snprintf(pct, sizeof(pct), "%.1f%%", r.pct);
-    if (r.vs_cublas >= 0) std::snprintf(vs, sizeof(vs), "%.2f", r.vs_cublas);
+    if (r.vsCublas >= 0) std::snprintf(vs, sizeof(vs), "%.2f", r.vsCublas);
     std::printf("%-22s %-34s %-7s %10.2f %8s %8s %10s\n", r.name.c_str(), r.shape.c_str(),
                 r.config.c_str(), r.us, tb, pct, vs);
   }
-  bench_gemm_peak(stream, ctx);
+  benchGemmPeak(stream, ctx);
   ES_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }

@@ -20,13 +20,13 @@ struct Config {
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1]{};
 
-  Config(dim3 grid, dim3 block, unsigned size_x, cudaStream_t stream) {
+  Config(dim3 grid, dim3 block, unsigned sizeX, cudaStream_t stream) {
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = 0;
     cfg.stream = stream;
     attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = size_x;
+    attr[0].val.clusterDim.x = sizeX;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
@@ -53,11 +53,11 @@ int widest_size(void (*kernel)(Params...), int want, int threads) {
   return size;
 }
 
-// kernel<<<grid, block, 0, stream>>>(args...) with clusters of size_x CTAs along grid x.
+// kernel<<<grid, block, 0, stream>>>(args...) with clusters of sizeX CTAs along grid x.
 template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, int size_x, cudaStream_t stream,
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, int sizeX, cudaStream_t stream,
             Args&&... args) {
-  const Config c(grid, block, static_cast<unsigned>(size_x), stream);
+  const Config c(grid, block, static_cast<unsigned>(sizeX), stream);
   ES_CUDA_CHECK(cudaLaunchKernelEx(&c.cfg, kernel, std::forward<Args>(args)...));
   ES_CUDA_CHECK_LAUNCH();
 }

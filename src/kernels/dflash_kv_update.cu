@@ -14,53 +14,19 @@
 namespace es::kernel {
 namespace {
 
-// Pair-kernel variant (bench_dflash_kernels_gpu times all of them against the copy ceiling):
-// tokens per thread for large launches (kTokLarge; 1 = 64 registers, 4 CTAs/SM; 2 = ~110
-// registers, 2 CTAs/SM, same bytes in flight per SM), and the streaming cache hints on K/V.
-// Small (decode) launches always use one token per thread: more threads, shorter chain.
-// Measured on the H200 (2026-11-29, T=65536 Hkv 8 D 128, docs/perf.md): plain loads/stores
-// 146 us (92.6% of copy) vs 156 us with the streaming hints; two tokens per thread no better.
-constexpr int kTokLarge = 1;
-constexpr bool kStream = false;
-constexpr int32_t kTokLargeMinTokens = 4096;
-
+// The pair kernel with one token per thread (64 registers, 4 CTAs an SM) and plain loads and
+// stores: at T = 65536, Hkv 8, D 128 it moves K/V at about 93 % of the device-to-device copy
+// rate, and neither two tokens per thread nor the streaming cache hints (the kernel's other
+// instances, which bench_dflash_kernels_gpu times beside it) do better.
 template <typename T>
 void launch(const DFlashTargetKVCacheUpdateParams<T>& p, cudaStream_t stream) {
   if (!validate(p)) return;
-  if (kvupdate::pair_path_applies(p)) {
-    if (kTokLarge > 1 && p.numDeltaTokens >= kTokLargeMinTokens) {
-      kvupdate::launch_pair<kTokLarge, kStream>(p, stream);
-    } else {
-      kvupdate::launch_pair<1, kStream>(p, stream);
-    }
+  if (kvupdate::pairPathApplies(p)) {
+    kvupdate::launchPair<1, false>(p, stream);
   } else {
-    kvupdate::launch_scalar(p, stream);
+    kvupdate::launchScalar(p, stream);
   }
   ES_CUDA_CHECK_LAUNCH();
-}
-
-template <typename T>
-DFlashTargetKVCacheUpdateParams<T> make_params(const T* kDelta, const T* vDelta, T* kvCache,
-                                               const float* cosSin, const int32_t* positions,
-                                               const int32_t* owners, const int32_t* pageTable,
-                                               int32_t T_, int32_t B, int32_t hkv, int32_t d,
-                                               int32_t rot, int32_t numPages, int32_t maxPages) {
-  DFlashTargetKVCacheUpdateParams<T> p;
-  p.kDelta = kDelta;
-  p.vDelta = vDelta;
-  p.kvCache = kvCache;
-  p.tokenAlignedCosSin = cosSin;
-  p.deltaPositions = positions;
-  p.deltaTokenToSequence = owners;
-  p.pageTable = pageTable;
-  p.numDeltaTokens = T_;
-  p.batchSize = B;
-  p.numKVHeads = hkv;
-  p.headDim = d;
-  p.rotaryDim = rot;
-  p.numPages = numPages;
-  p.maxPagesPerSeq = maxPages;
-  return p;
 }
 
 }  // namespace
@@ -70,32 +36,6 @@ void launchDFlashTargetKVCacheUpdate(const DFlashKvUpdateParamsF16& p, cudaStrea
 }
 void launchDFlashTargetKVCacheUpdate(const DFlashKvUpdateParamsBF16& p, cudaStream_t stream) {
   launch(p, stream);
-}
-
-void launchDFlashTargetKVCacheUpdate(const fp16* kDelta, const fp16* vDelta, fp16* kvCache,
-                                     const float* tokenAlignedCosSin,
-                                     const int32_t* deltaPositions,
-                                     const int32_t* deltaTokenToSequence, const int32_t* pageTable,
-                                     int32_t numDeltaTokens, int32_t batchSize, int32_t numKVHeads,
-                                     int32_t headDim, int32_t rotaryDim, int32_t numPages,
-                                     int32_t maxPagesPerSeq, cudaStream_t stream) {
-  launch(make_params(kDelta, vDelta, kvCache, tokenAlignedCosSin, deltaPositions,
-                     deltaTokenToSequence, pageTable, numDeltaTokens, batchSize, numKVHeads,
-                     headDim, rotaryDim, numPages, maxPagesPerSeq),
-         stream);
-}
-
-void launchDFlashTargetKVCacheUpdate(const bf16* kDelta, const bf16* vDelta, bf16* kvCache,
-                                     const float* tokenAlignedCosSin,
-                                     const int32_t* deltaPositions,
-                                     const int32_t* deltaTokenToSequence, const int32_t* pageTable,
-                                     int32_t numDeltaTokens, int32_t batchSize, int32_t numKVHeads,
-                                     int32_t headDim, int32_t rotaryDim, int32_t numPages,
-                                     int32_t maxPagesPerSeq, cudaStream_t stream) {
-  launch(make_params(kDelta, vDelta, kvCache, tokenAlignedCosSin, deltaPositions,
-                     deltaTokenToSequence, pageTable, numDeltaTokens, batchSize, numKVHeads,
-                     headDim, rotaryDim, numPages, maxPagesPerSeq),
-         stream);
 }
 
 }  // namespace es::kernel

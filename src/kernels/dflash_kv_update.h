@@ -1,6 +1,5 @@
 #pragma once
 // DFlash target-context KV cache update (spec §2.1) and the RoPE-capacity check (spec §2.2).
-// Seed page 003: trt_edgellm::kernel::launchDFlashTargetKVCacheUpdate / checkDFlashRopeCapacity.
 //
 // For every delta token r (token-major rows of the draft's context delta), rotate K with NeoX
 // (rotate-half) RoPE over the first rotaryDim dims, copy V, and write both through the page table
@@ -20,7 +19,7 @@ namespace es::kernel {
 // es::kv::kMaxKvPoolPages (largest K-page count whose V ids k + numPages stay positive int32),
 // both from kv/page_geometry.h (spec §1.1).
 
-// T is the cache element type: es::fp16 (the seed's `half`) or es::bf16; float only for the CPU
+// T is the cache element type: es::fp16 or es::bf16; float only for the CPU
 // reference (the CPU backend keeps its KV cache in f32; the CUDA kernel has no f32 instance).
 template <typename T>
 struct DFlashTargetKVCacheUpdateParams {
@@ -54,23 +53,6 @@ bool validate(const DFlashKvUpdateParamsF32& p);
 // Validates, then launches one kernel on `stream` (CUDA builds only).
 void launchDFlashTargetKVCacheUpdate(const DFlashKvUpdateParamsF16& p, cudaStream_t stream);
 void launchDFlashTargetKVCacheUpdate(const DFlashKvUpdateParamsBF16& p, cudaStream_t stream);
-
-// The seed's positional signature; the seed's `half` is es::fp16 (same 16 bits).
-void launchDFlashTargetKVCacheUpdate(const fp16* kDelta, const fp16* vDelta, fp16* kvCache,
-                                     const float* tokenAlignedCosSin,
-                                     const int32_t* deltaPositions,
-                                     const int32_t* deltaTokenToSequence, const int32_t* pageTable,
-                                     int32_t numDeltaTokens, int32_t batchSize, int32_t numKVHeads,
-                                     int32_t headDim, int32_t rotaryDim, int32_t numPages,
-                                     int32_t maxPagesPerSeq, cudaStream_t stream);
-// Same for a bf16 cache.
-void launchDFlashTargetKVCacheUpdate(const bf16* kDelta, const bf16* vDelta, bf16* kvCache,
-                                     const float* tokenAlignedCosSin,
-                                     const int32_t* deltaPositions,
-                                     const int32_t* deltaTokenToSequence, const int32_t* pageTable,
-                                     int32_t numDeltaTokens, int32_t batchSize, int32_t numKVHeads,
-                                     int32_t headDim, int32_t rotaryDim, int32_t numPages,
-                                     int32_t maxPagesPerSeq, cudaStream_t stream);
 
 // Host only (spec §2.2): the RoPE cos/sin cache may be sized to the unpadded maximum sequence
 // length, so it may be shorter than the page-padded KV capacity; throw (es::InvalidArgument, a

@@ -9,7 +9,7 @@ namespace {
 constexpr const char* kWhere = "launchDFlashTargetKVCacheUpdate";
 
 template <typename T>
-bool validate_impl(const DFlashTargetKVCacheUpdateParams<T>& p) {
+bool validateImpl(const DFlashTargetKVCacheUpdateParams<T>& p) {
   ES_CHECK_ARG(p.numDeltaTokens >= 0, kWhere, "numDeltaTokens", p.numDeltaTokens, "must be >= 0");
   ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");
   ES_CHECK_ARG(p.numKVHeads > 0, kWhere, "numKVHeads", p.numKVHeads, "must be > 0");
@@ -41,9 +41,9 @@ bool validate_impl(const DFlashTargetKVCacheUpdateParams<T>& p) {
 
 }  // namespace
 
-bool validate(const DFlashKvUpdateParamsF16& p) { return validate_impl(p); }
-bool validate(const DFlashKvUpdateParamsBF16& p) { return validate_impl(p); }
-bool validate(const DFlashKvUpdateParamsF32& p) { return validate_impl(p); }
+bool validate(const DFlashKvUpdateParamsF16& p) { return validateImpl(p); }
+bool validate(const DFlashKvUpdateParamsBF16& p) { return validateImpl(p); }
+bool validate(const DFlashKvUpdateParamsF32& p) { return validateImpl(p); }
 
 void checkDFlashRopeCapacity(int32_t cosSinSeqLen, int32_t kvCapacity) {
   ES_CHECK_ARG(cosSinSeqLen <= kvCapacity, "checkDFlashRopeCapacity", "cosSinSeqLen", cosSinSeqLen,

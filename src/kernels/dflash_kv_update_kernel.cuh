@@ -3,7 +3,7 @@
 // the launcher (dflash_kv_update.cu) and by bench/bench_dflash_kernels_gpu.cu, which times the
 // variants side by side; the launcher picks the default one.
 //
-// 16-byte path (`pair_kernel`, D % 8 == 0, rotaryDim % 16 == 0, 16-byte aligned bases): per
+// 16-byte path (`pairKernel`, D % 8 == 0, rotaryDim % 16 == 0, 16-byte aligned bases): per
 // (token, head) the row is cut into "units": rotaryDim/16 rotary *pairs* (chunk j of the first
 // rotary half and chunk j of the second half, 8 elements each) and (D - rotaryDim)/8 pass-through
 // chunks. One thread owns one unit of one head for TOK tokens and both planes, so every K and V
@@ -14,7 +14,7 @@
 // and the page lookups happen while they are in flight. A padding row therefore still reads its
 // K/V/cos/sin (always in bounds: they are [T, ...]) but writes nothing.
 //
-// Fallback (`scalar_kernel`): one element per thread-iteration, any even rotaryDim, any alignment.
+// Fallback (`scalarKernel`): one element per thread-iteration, any even rotaryDim, any alignment.
 //
 // Arithmetic (both paths): two fp32 products and one add/sub with explicit _rn intrinsics (no FMA
 // contraction) and one round-to-nearest-even to the cache type, as the CPU reference.
@@ -81,7 +81,7 @@ __device__ __forceinline__ uint32_t pack2(float2 f, bf16) {
 // NeoX rotation of one pair of 8-element chunks: lo = k[j..j+7], hi = k[h+j..h+j+7],
 // c = cos[j..j+7], s = sin[j..j+7]:  lo' = lo·c − hi·s,  hi' = hi·c + lo·s.
 template <typename T>
-__device__ __forceinline__ void rope_pair(uint4& lo, uint4& hi, const float4& c0, const float4& c1,
+__device__ __forceinline__ void ropePair(uint4& lo, uint4& hi, const float4& c0, const float4& c1,
                                           const float4& s0, const float4& s1) {
   const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
   const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
@@ -104,31 +104,31 @@ __device__ __forceinline__ void rope_pair(uint4& lo, uint4& hi, const float4& c0
 }
 
 // ---- 16-byte pair kernel ----------------------------------------------------------------------
-// Grid: blockIdx.x covers groups_per_cta * TOK consecutive tokens; thread w (and w + kThreads, ...
+// Grid: blockIdx.x covers groupsPerCta * TOK consecutive tokens; thread w (and w + kThreads, ...
 // when one token has more than kThreads units) owns (group = w / items, item = w % items), i.e.
-// tokens first + group + i·groups_per_cta for i < TOK, so each of the TOK load waves of a CTA reads
-// groups_per_cta consecutive rows.
+// tokens first + group + i·groupsPerCta for i < TOK, so each of the TOK load waves of a CTA reads
+// groupsPerCta consecutive rows.
 template <typename T, int TOK, bool STREAM>
 __global__ void __launch_bounds__(kThreads)
-    pair_kernel(const T* __restrict__ k_delta, const T* __restrict__ v_delta,
-                T* __restrict__ kv_cache, const float* __restrict__ cos_sin,
+    pairKernel(const T* __restrict__ kDelta, const T* __restrict__ vDelta,
+                T* __restrict__ kvCache, const float* __restrict__ cosSin,
                 const int32_t* __restrict__ positions, const int32_t* __restrict__ owners,
-                const int32_t* __restrict__ page_table, int32_t num_tokens, int32_t batch,
-                int32_t hkv, int32_t head_dim, int32_t rotary_dim, int32_t num_pages,
-                int32_t max_pages, int32_t units_per_head, int32_t groups_per_cta) {
-  const int32_t items = hkv * units_per_head;
-  const int32_t span = groups_per_cta * items;
-  const int32_t half = rotary_dim / 2;
-  const int32_t pairs = rotary_dim / 16;
+                const int32_t* __restrict__ pageTable, int32_t numTokens, int32_t batch,
+                int32_t hkv, int32_t headDim, int32_t rotaryDim, int32_t numPages,
+                int32_t maxPages, int32_t unitsPerHead, int32_t groupsPerCta) {
+  const int32_t items = hkv * unitsPerHead;
+  const int32_t span = groupsPerCta * items;
+  const int32_t half = rotaryDim / 2;
+  const int32_t pairs = rotaryDim / 16;
   for (int32_t w = threadIdx.x; w < span; w += kThreads) {
     const int32_t group = w / items;
     const int32_t item = w - group * items;
-    const int32_t head = item / units_per_head;
-    const int32_t unit = item - head * units_per_head;
-    const bool is_pair = unit < pairs;
-    const int32_t off_a = is_pair ? unit * 8 : rotary_dim + (unit - pairs) * 8;
-    const int32_t off_b = off_a + half;  // pairs only
-    const int64_t first = int64_t{blockIdx.x} * groups_per_cta * TOK + group;
+    const int32_t head = item / unitsPerHead;
+    const int32_t unit = item - head * unitsPerHead;
+    const bool isPair = unit < pairs;
+    const int32_t offA = isPair ? unit * 8 : rotaryDim + (unit - pairs) * 8;
+    const int32_t offB = offA + half;  // pairs only
+    const int64_t first = int64_t{blockIdx.x} * groupsPerCta * TOK + group;
 
     // Phase 1: every load that does not depend on the page table, for all TOK tokens.
     uint4 ka[TOK], kb[TOK], va[TOK], vb[TOK];
@@ -136,20 +136,20 @@ __global__ void __launch_bounds__(kThreads)
     int32_t pos[TOK], own[TOK];
 #pragma unroll
     for (int i = 0; i < TOK; ++i) {
-      const int64_t token = first + int64_t{i} * groups_per_cta;
+      const int64_t token = first + int64_t{i} * groupsPerCta;
       pos[i] = -1;
       own[i] = -1;
-      if (token < num_tokens) {
+      if (token < numTokens) {
         pos[i] = __ldg(positions + token);
         own[i] = __ldg(owners + token);
-        const int64_t src = (token * hkv + head) * head_dim;
-        ka[i] = ld16<STREAM>(k_delta + src + off_a);
-        va[i] = ld16<STREAM>(v_delta + src + off_a);
-        if (is_pair) {
-          kb[i] = ld16<STREAM>(k_delta + src + off_b);
-          vb[i] = ld16<STREAM>(v_delta + src + off_b);
-          // rotary_dim % 16 == 0 and off_a % 8 == 0: 32-byte aligned float4 pairs.
-          const float* row = cos_sin + token * rotary_dim + off_a;
+        const int64_t src = (token * hkv + head) * headDim;
+        ka[i] = ld16<STREAM>(kDelta + src + offA);
+        va[i] = ld16<STREAM>(vDelta + src + offA);
+        if (isPair) {
+          kb[i] = ld16<STREAM>(kDelta + src + offB);
+          vb[i] = ld16<STREAM>(vDelta + src + offB);
+          // rotaryDim % 16 == 0 and offA % 8 == 0: 32-byte aligned float4 pairs.
+          const float* row = cosSin + token * rotaryDim + offA;
           c0[i] = __ldg(reinterpret_cast<const float4*>(row));
           c1[i] = __ldg(reinterpret_cast<const float4*>(row + 4));
           s0[i] = __ldg(reinterpret_cast<const float4*>(row + half));
@@ -159,110 +159,110 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     // Phase 2: skip decision and page lookups (-1 = do not write that plane).
-    int32_t k_page[TOK], v_page[TOK], slot[TOK];
+    int32_t kPageId[TOK], vPageId[TOK], slot[TOK];
 #pragma unroll
     for (int i = 0; i < TOK; ++i) {
-      k_page[i] = -1;
-      v_page[i] = -1;
+      kPageId[i] = -1;
+      vPageId[i] = -1;
       slot[i] = 0;
       const int32_t b = own[i];
       const int32_t p = pos[i];
       if (b < 0 || b >= batch || p < 0) continue;
-      const int32_t logical_page = p / kPage;
-      if (logical_page >= max_pages) continue;
-      slot[i] = p - logical_page * kPage;
-      const int32_t* table_row = page_table + int64_t{b} * 2 * max_pages;
-      const int32_t kp = __ldg(table_row + logical_page);
-      const int32_t vp = __ldg(table_row + max_pages + logical_page);
-      if (kp >= 0 && kp < num_pages) k_page[i] = kp;
-      if (vp >= num_pages && int64_t{vp} < 2 * int64_t{num_pages}) v_page[i] = vp;
+      const int32_t logicalPage = p / kPage;
+      if (logicalPage >= maxPages) continue;
+      slot[i] = p - logicalPage * kPage;
+      const int32_t* tableRow = pageTable + int64_t{b} * 2 * maxPages;
+      const int32_t kp = __ldg(tableRow + logicalPage);
+      const int32_t vp = __ldg(tableRow + maxPages + logicalPage);
+      if (kp >= 0 && kp < numPages) kPageId[i] = kp;
+      if (vp >= numPages && int64_t{vp} < 2 * int64_t{numPages}) vPageId[i] = vp;
     }
 
     // Phase 3: rotate and store.
 #pragma unroll
     for (int i = 0; i < TOK; ++i) {
-      if (k_page[i] >= 0) {
-        if (is_pair) rope_pair<T>(ka[i], kb[i], c0[i], c1[i], s0[i], s1[i]);
-        T* dst = kv_cache + ((int64_t{k_page[i]} * kPage + slot[i]) * hkv + head) * head_dim;
-        st16<STREAM>(dst + off_a, ka[i]);
-        if (is_pair) st16<STREAM>(dst + off_b, kb[i]);
+      if (kPageId[i] >= 0) {
+        if (isPair) ropePair<T>(ka[i], kb[i], c0[i], c1[i], s0[i], s1[i]);
+        T* dst = kvCache + ((int64_t{kPageId[i]} * kPage + slot[i]) * hkv + head) * headDim;
+        st16<STREAM>(dst + offA, ka[i]);
+        if (isPair) st16<STREAM>(dst + offB, kb[i]);
       }
-      if (v_page[i] >= 0) {
-        T* dst = kv_cache + ((int64_t{v_page[i]} * kPage + slot[i]) * hkv + head) * head_dim;
-        st16<STREAM>(dst + off_a, va[i]);
-        if (is_pair) st16<STREAM>(dst + off_b, vb[i]);
+      if (vPageId[i] >= 0) {
+        T* dst = kvCache + ((int64_t{vPageId[i]} * kPage + slot[i]) * hkv + head) * headDim;
+        st16<STREAM>(dst + offA, va[i]);
+        if (isPair) st16<STREAM>(dst + offB, vb[i]);
       }
     }
   }
 }
 
 // ---- scalar fallback --------------------------------------------------------------------------
-__device__ __forceinline__ float to_f32(uint16_t bits, fp16) {
+__device__ __forceinline__ float toF32(uint16_t bits, fp16) {
   return __half2float(__ushort_as_half(bits));
 }
-__device__ __forceinline__ float to_f32(uint16_t bits, bf16) {
+__device__ __forceinline__ float toF32(uint16_t bits, bf16) {
   return __bfloat162float(__ushort_as_bfloat16(bits));
 }
-__device__ __forceinline__ uint16_t from_f32(float v, fp16) {
+__device__ __forceinline__ uint16_t fromF32(float v, fp16) {
   return __half_as_ushort(__float2half_rn(v));
 }
-__device__ __forceinline__ uint16_t from_f32(float v, bf16) {
+__device__ __forceinline__ uint16_t fromF32(float v, bf16) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
-// One thread per element of one (token, head) for both planes; tokens_per_cta tokens per CTA.
+// One thread per element of one (token, head) for both planes; tokensPerCta tokens per CTA.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    scalar_kernel(const T* __restrict__ k_delta, const T* __restrict__ v_delta,
-                  T* __restrict__ kv_cache, const float* __restrict__ cos_sin,
+    scalarKernel(const T* __restrict__ kDelta, const T* __restrict__ vDelta,
+                  T* __restrict__ kvCache, const float* __restrict__ cosSin,
                   const int32_t* __restrict__ positions, const int32_t* __restrict__ owners,
-                  const int32_t* __restrict__ page_table, int32_t num_tokens, int32_t batch,
-                  int32_t hkv, int32_t head_dim, int32_t rotary_dim, int32_t num_pages,
-                  int32_t max_pages, int32_t tokens_per_cta) {
-  const uint16_t* k_bits = reinterpret_cast<const uint16_t*>(k_delta);
-  const uint16_t* v_bits = reinterpret_cast<const uint16_t*>(v_delta);
-  uint16_t* cache_bits = reinterpret_cast<uint16_t*>(kv_cache);
-  const int32_t items_per_token = hkv * head_dim;
-  const int32_t span = tokens_per_cta * items_per_token;
-  const int32_t half = rotary_dim / 2;
+                  const int32_t* __restrict__ pageTable, int32_t numTokens, int32_t batch,
+                  int32_t hkv, int32_t headDim, int32_t rotaryDim, int32_t numPages,
+                  int32_t maxPages, int32_t tokensPerCta) {
+  const uint16_t* kBits = reinterpret_cast<const uint16_t*>(kDelta);
+  const uint16_t* vBits = reinterpret_cast<const uint16_t*>(vDelta);
+  uint16_t* cacheBits = reinterpret_cast<uint16_t*>(kvCache);
+  const int32_t itemsPerToken = hkv * headDim;
+  const int32_t span = tokensPerCta * itemsPerToken;
+  const int32_t half = rotaryDim / 2;
   for (int32_t w = threadIdx.x; w < span; w += kThreads) {
-    const int32_t local = w / items_per_token;
-    const int32_t item = w - local * items_per_token;
-    const int64_t token = int64_t{blockIdx.x} * tokens_per_cta + local;
-    if (token >= num_tokens) return;
-    const int32_t head = item / head_dim;
-    const int32_t d = item - head * head_dim;
+    const int32_t local = w / itemsPerToken;
+    const int32_t item = w - local * itemsPerToken;
+    const int64_t token = int64_t{blockIdx.x} * tokensPerCta + local;
+    if (token >= numTokens) return;
+    const int32_t head = item / headDim;
+    const int32_t d = item - head * headDim;
 
     const int32_t pos = __ldg(positions + token);
     const int32_t b = __ldg(owners + token);
     if (b < 0 || b >= batch || pos < 0) continue;
-    const int32_t logical_page = pos / kPage;
-    if (logical_page >= max_pages) continue;
-    const int32_t slot = pos - logical_page * kPage;
+    const int32_t logicalPage = pos / kPage;
+    if (logicalPage >= maxPages) continue;
+    const int32_t slot = pos - logicalPage * kPage;
 
-    const int64_t src = (token * hkv + head) * head_dim + d;
-    const uint16_t v = __ldg(v_bits + src);
-    uint16_t k = __ldg(k_bits + src);
-    const int32_t* table_row = page_table + int64_t{b} * 2 * max_pages;
-    const int32_t k_page = __ldg(table_row + logical_page);
-    const int32_t v_page = __ldg(table_row + max_pages + logical_page);
+    const int64_t src = (token * hkv + head) * headDim + d;
+    const uint16_t v = __ldg(vBits + src);
+    uint16_t k = __ldg(kBits + src);
+    const int32_t* tableRow = pageTable + int64_t{b} * 2 * maxPages;
+    const int32_t kPageId = __ldg(tableRow + logicalPage);
+    const int32_t vPageId = __ldg(tableRow + maxPages + logicalPage);
 
-    if (k_page >= 0 && k_page < num_pages) {
-      if (d < rotary_dim) {
-        const bool first_half = d < half;
-        const int32_t j = first_half ? d : d - half;
-        const uint16_t partner = __ldg(k_bits + src + (first_half ? half : -half));
-        const float* row = cos_sin + token * rotary_dim;
+    if (kPageId >= 0 && kPageId < numPages) {
+      if (d < rotaryDim) {
+        const bool firstHalf = d < half;
+        const int32_t j = firstHalf ? d : d - half;
+        const uint16_t partner = __ldg(kBits + src + (firstHalf ? half : -half));
+        const float* row = cosSin + token * rotaryDim;
         const float c = __ldg(row + j);
         const float s = __ldg(row + half + j);
-        const float x = __fmul_rn(to_f32(k, T{}), c);
-        const float y = __fmul_rn(to_f32(partner, T{}), s);
-        k = from_f32(first_half ? __fsub_rn(x, y) : __fadd_rn(x, y), T{});
+        const float x = __fmul_rn(toF32(k, T{}), c);
+        const float y = __fmul_rn(toF32(partner, T{}), s);
+        k = fromF32(firstHalf ? __fsub_rn(x, y) : __fadd_rn(x, y), T{});
       }
-      cache_bits[((int64_t{k_page} * kPage + slot) * hkv + head) * head_dim + d] = k;
+      cacheBits[((int64_t{kPageId} * kPage + slot) * hkv + head) * headDim + d] = k;
     }
-    if (v_page >= num_pages && int64_t{v_page} < 2 * int64_t{num_pages}) {
-      cache_bits[((int64_t{v_page} * kPage + slot) * hkv + head) * head_dim + d] = v;
+    if (vPageId >= numPages && int64_t{vPageId} < 2 * int64_t{numPages}) {
+      cacheBits[((int64_t{vPageId} * kPage + slot) * hkv + head) * headDim + d] = v;
     }
   }
 }
@@ -273,36 +273,36 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 // Whether the 16-byte pair kernel applies: whole 8-element chunks in D and in each rotary half,
 // and 16-byte aligned bases (cos/sin rows are then 64-byte multiples, float4 aligned).
 template <typename T>
-bool pair_path_applies(const DFlashTargetKVCacheUpdateParams<T>& p) {
+bool pairPathApplies(const DFlashTargetKVCacheUpdateParams<T>& p) {
   return p.headDim % 8 == 0 && p.rotaryDim % 16 == 0 && aligned16(p.kDelta) &&
          aligned16(p.vDelta) && aligned16(p.kvCache) && aligned16(p.tokenAlignedCosSin);
 }
 
 // Launches the pair kernel with TOK tokens per thread; p must be validated, non-empty, and
-// pair_path_applies(p).
+// pairPathApplies(p).
 template <int TOK, bool STREAM, typename T>
-void launch_pair(const DFlashTargetKVCacheUpdateParams<T>& p, cudaStream_t stream) {
-  const int32_t units_per_head = p.rotaryDim / 16 + (p.headDim - p.rotaryDim) / 8;
-  const int32_t items = p.numKVHeads * units_per_head;  // <= Hkv·D/8, validated to fit int32
-  const int32_t groups_per_cta = items >= kThreads ? 1 : kThreads / items;
-  const int64_t tokens_per_cta = int64_t{groups_per_cta} * TOK;
-  const int64_t grid = (int64_t{p.numDeltaTokens} + tokens_per_cta - 1) / tokens_per_cta;
-  pair_kernel<T, TOK, STREAM><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+void launchPair(const DFlashTargetKVCacheUpdateParams<T>& p, cudaStream_t stream) {
+  const int32_t unitsPerHead = p.rotaryDim / 16 + (p.headDim - p.rotaryDim) / 8;
+  const int32_t items = p.numKVHeads * unitsPerHead;  // <= Hkv·D/8, validated to fit int32
+  const int32_t groupsPerCta = items >= kThreads ? 1 : kThreads / items;
+  const int64_t tokensPerCta = int64_t{groupsPerCta} * TOK;
+  const int64_t grid = (int64_t{p.numDeltaTokens} + tokensPerCta - 1) / tokensPerCta;
+  pairKernel<T, TOK, STREAM><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
       p.kDelta, p.vDelta, p.kvCache, p.tokenAlignedCosSin, p.deltaPositions,
       p.deltaTokenToSequence, p.pageTable, p.numDeltaTokens, p.batchSize, p.numKVHeads, p.headDim,
-      p.rotaryDim, p.numPages, p.maxPagesPerSeq, units_per_head, groups_per_cta);
+      p.rotaryDim, p.numPages, p.maxPagesPerSeq, unitsPerHead, groupsPerCta);
 }
 
 // Launches the scalar fallback; p must be validated and non-empty.
 template <typename T>
-void launch_scalar(const DFlashTargetKVCacheUpdateParams<T>& p, cudaStream_t stream) {
+void launchScalar(const DFlashTargetKVCacheUpdateParams<T>& p, cudaStream_t stream) {
   const int32_t items = p.numKVHeads * p.headDim;
-  const int32_t tokens_per_cta = items >= kThreads ? 1 : kThreads / items;
-  const int64_t grid = (int64_t{p.numDeltaTokens} + tokens_per_cta - 1) / tokens_per_cta;
-  scalar_kernel<T><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+  const int32_t tokensPerCta = items >= kThreads ? 1 : kThreads / items;
+  const int64_t grid = (int64_t{p.numDeltaTokens} + tokensPerCta - 1) / tokensPerCta;
+  scalarKernel<T><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
       p.kDelta, p.vDelta, p.kvCache, p.tokenAlignedCosSin, p.deltaPositions,
       p.deltaTokenToSequence, p.pageTable, p.numDeltaTokens, p.batchSize, p.numKVHeads, p.headDim,
-      p.rotaryDim, p.numPages, p.maxPagesPerSeq, tokens_per_cta);
+      p.rotaryDim, p.numPages, p.maxPagesPerSeq, tokensPerCta);
 }
 
 }  // namespace es::kernel::kvupdate

@@ -1,9 +1,7 @@
 #pragma once
-// DFlash per-iteration metadata kernels on the draft side (spec §2.3–§2.6, seed page 003):
+// DFlash per-iteration metadata kernels on the draft side (spec §2.3, §2.4):
 //   launchDFlashPrepareProposalInputs  — attention inputs of one draft-block proposal
 //   launchDFlashPrepareDeltaMetadata   — positions/owners of the token-major context delta
-//   launchDFlashGatherDeltaRope        — token-aligned cos/sin rows for the delta tokens
-//   launchPrepareSpecRaggedMetadata    — ragged attention + tree metadata of a padded query batch
 // Each is one small launch. Packed masks are int32 [rows, ceil(N/32)], word w bit j (LSB first)
 // = attends to column 32w + j. Padding rows carry -1.
 //
@@ -49,73 +47,14 @@ struct DFlashDeltaMetadataParams {
   int32_t batchSize = 0;                          // B >= 0; 0 = no-op
 };
 
-// §2.5. output[r, c] = source[row, pos, c] or 0.
-struct DFlashGatherDeltaRopeParams {
-  const float* source = nullptr;                // [sourceRows, cacheCapacity, rotaryDim] f32
-  float* output = nullptr;                      // [numDeltaTokens, rotaryDim] f32 out
-  const int32_t* deltaPositions = nullptr;      // [numDeltaTokens] i32, < 0 = padding
-  const int32_t* deltaTokenToSequence = nullptr;  // [numDeltaTokens] i32 owner slot, < 0 = padding
-  const int32_t* stateIndices = nullptr;        // [B] i32 source row per slot; required if sourceRows > 1
-  int32_t numDeltaTokens = 0;                   // T >= 0; 0 = no-op
-  int32_t batchSize = 0;                        // B >= 0; 0 = no-op
-  int32_t sourceRows = 0;                       // > 0
-  int32_t cacheCapacity = 0;                    // positions per source row, > 0
-  int32_t rotaryDim = 0;                        // > 0
-};
-
-// §2.6. Rows r = b * queryWidth + t; tree outputs may be null.
-struct SpecRaggedMetadataParams {
-  const int32_t* attentionPositions = nullptr;    // [B * W] i32 positions of the valid rows
-  const int32_t* committedPastLengths = nullptr;  // [B] i32
-  const int32_t* validCounts = nullptr;           // [B] i32 valid rows per sequence; null = all W
-  int32_t queryWidth = 0;                         // W > 0 (physical row stride); B*W must fit int32
-  int32_t* positions = nullptr;                   // [B * W] i32 out
-  int32_t* queryStartOffsets = nullptr;           // [B + 1] i32 out: b * W
-  int32_t* queryLengths = nullptr;                // [B] i32 out: valid
-  int32_t* pastLengths = nullptr;                 // [B] i32 out: committed past
-  int32_t* attentionSequenceLengths = nullptr;    // [B] i32 out: past + W
-  int32_t* treeParentIds = nullptr;               // [B * W] i32 out or null
-  int32_t* treeDepths = nullptr;                  // [B * W] i32 out or null
-  bool synthesizeLinearTree = false;              // valid rows get parent t-1, depth t
-  int32_t batchSize = 0;                          // B >= 0; 0 = no-op
-};
-
 // Host validation (every build): throws es::InvalidArgument naming the launcher, the argument,
 // its value and the limit; returns false when the call is a no-op.
 bool validate(const DFlashProposalInputsParams& p);
 bool validate(const DFlashDeltaMetadataParams& p);
-bool validate(const DFlashGatherDeltaRopeParams& p);
-bool validate(const SpecRaggedMetadataParams& p);
 
 // Launchers (CUDA builds): validate, one launch on `stream`, check the launch.
 void launchDFlashPrepareProposalInputs(const DFlashProposalInputsParams& p, cudaStream_t stream);
 void launchDFlashPrepareDeltaMetadata(const DFlashDeltaMetadataParams& p, cudaStream_t stream);
-void launchDFlashGatherDeltaRope(const DFlashGatherDeltaRopeParams& p, cudaStream_t stream);
-void launchPrepareSpecRaggedMetadata(const SpecRaggedMetadataParams& p, cudaStream_t stream);
-
-// The seed's positional signatures.
-void launchDFlashPrepareProposalInputs(
-    const int32_t* oldDraftCacheLengths, const int32_t* deltaLengths, int32_t blockSize,
-    int32_t* packedAttentionMask, int32_t* attentionPosId, int32_t* contextLengths,
-    int32_t* positions, int32_t* queryStartOffsets, int32_t* queryLengths, int32_t* pastLengths,
-    int32_t* attentionSequenceLengths, const int32_t* stateIndices, bool causalProposalMask,
-    int32_t batchSize, cudaStream_t stream);
-void launchDFlashPrepareDeltaMetadata(const int32_t* oldDraftCacheLengths,
-                                      const int32_t* deltaLengths, int32_t deltaWidth,
-                                      int32_t* deltaPositions, int32_t* deltaTokenToSequence,
-                                      int32_t batchSize, cudaStream_t stream);
-void launchDFlashGatherDeltaRope(const float* source, float* output, const int32_t* deltaPositions,
-                                 const int32_t* deltaTokenToSequence, const int32_t* stateIndices,
-                                 int32_t numDeltaTokens, int32_t batchSize, int32_t sourceRows,
-                                 int32_t cacheCapacity, int32_t rotaryDim, cudaStream_t stream);
-void launchPrepareSpecRaggedMetadata(const int32_t* attentionPositions,
-                                     const int32_t* committedPastLengths,
-                                     const int32_t* validCounts, int32_t queryWidth,
-                                     int32_t* positions, int32_t* queryStartOffsets,
-                                     int32_t* queryLengths, int32_t* pastLengths,
-                                     int32_t* attentionSequenceLengths, int32_t* treeParentIds,
-                                     int32_t* treeDepths, bool synthesizeLinearTree,
-                                     int32_t batchSize, cudaStream_t stream);
 
 }  // namespace es::kernel
 
@@ -124,7 +63,5 @@ namespace es::ref {
 // CPU references on host pointers: same params, same validation, identical results.
 void dflashPrepareProposalInputs(const kernel::DFlashProposalInputsParams& p);
 void dflashPrepareDeltaMetadata(const kernel::DFlashDeltaMetadataParams& p);
-void dflashGatherDeltaRope(const kernel::DFlashGatherDeltaRopeParams& p);
-void prepareSpecRaggedMetadata(const kernel::SpecRaggedMetadataParams& p);
 
 }  // namespace es::ref

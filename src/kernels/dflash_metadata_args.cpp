@@ -12,8 +12,8 @@ namespace {
   ES_CHECK_ARG(p.field != nullptr, where, #field, "null", "must not be null")
 
 // Token-major rows are addressed by int32 row ids downstream (numDeltaTokens is int32).
-void check_rows_fit(const char* where, const char* width_name, int32_t width, int32_t batch) {
-  ES_CHECK_ARG(int64_t{batch} * width <= INT32_MAX, where, width_name, width,
+void checkRowsFit(const char* where, const char* widthName, int32_t width, int32_t batch) {
+  ES_CHECK_ARG(int64_t{batch} * width <= INT32_MAX, where, widthName, width,
                "times batchSize = ", batch, " must be <= ", INT32_MAX, " rows");
 }
 
@@ -25,7 +25,7 @@ bool validate(const DFlashProposalInputsParams& p) {
   ES_CHECK_ARG(p.blockSize > 0, kWhere, "blockSize", p.blockSize, "must be > 0");
   ES_CHECK_ARG(p.blockSize <= kDFlashMaxBlockSize, kWhere, "blockSize", p.blockSize,
                "must be <= ", kDFlashMaxBlockSize, " (one CTA per sequence, one thread per row)");
-  check_rows_fit(kWhere, "blockSize", p.blockSize, p.batchSize);
+  checkRowsFit(kWhere, "blockSize", p.blockSize, p.batchSize);
   if (p.batchSize == 0) return false;
   ES_CHECK_PTR(kWhere, oldDraftCacheLengths);
   ES_CHECK_PTR(kWhere, deltaLengths);
@@ -44,45 +44,12 @@ bool validate(const DFlashDeltaMetadataParams& p) {
   constexpr const char* kWhere = "launchDFlashPrepareDeltaMetadata";
   ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");
   ES_CHECK_ARG(p.deltaWidth >= 0, kWhere, "deltaWidth", p.deltaWidth, "must be >= 0");
-  check_rows_fit(kWhere, "deltaWidth", p.deltaWidth, p.batchSize);
+  checkRowsFit(kWhere, "deltaWidth", p.deltaWidth, p.batchSize);
   if (p.batchSize == 0 || p.deltaWidth == 0) return false;
   ES_CHECK_PTR(kWhere, oldDraftCacheLengths);
   ES_CHECK_PTR(kWhere, deltaLengths);
   ES_CHECK_PTR(kWhere, deltaPositions);
   ES_CHECK_PTR(kWhere, deltaTokenToSequence);
-  return true;
-}
-
-bool validate(const DFlashGatherDeltaRopeParams& p) {
-  constexpr const char* kWhere = "launchDFlashGatherDeltaRope";
-  ES_CHECK_ARG(p.numDeltaTokens >= 0, kWhere, "numDeltaTokens", p.numDeltaTokens, "must be >= 0");
-  ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");
-  ES_CHECK_ARG(p.sourceRows > 0, kWhere, "sourceRows", p.sourceRows, "must be > 0");
-  ES_CHECK_ARG(p.cacheCapacity > 0, kWhere, "cacheCapacity", p.cacheCapacity, "must be > 0");
-  ES_CHECK_ARG(p.rotaryDim > 0, kWhere, "rotaryDim", p.rotaryDim, "must be > 0");
-  if (p.numDeltaTokens == 0 || p.batchSize == 0) return false;
-  ES_CHECK_PTR(kWhere, source);
-  ES_CHECK_PTR(kWhere, output);
-  ES_CHECK_PTR(kWhere, deltaPositions);
-  ES_CHECK_PTR(kWhere, deltaTokenToSequence);
-  ES_CHECK_ARG(p.sourceRows == 1 || p.stateIndices != nullptr, kWhere, "stateIndices", "null",
-               "must not be null when sourceRows = ", p.sourceRows, " > 1");
-  return true;
-}
-
-bool validate(const SpecRaggedMetadataParams& p) {
-  constexpr const char* kWhere = "launchPrepareSpecRaggedMetadata";
-  ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");
-  ES_CHECK_ARG(p.queryWidth > 0, kWhere, "queryWidth", p.queryWidth, "must be > 0");
-  check_rows_fit(kWhere, "queryWidth", p.queryWidth, p.batchSize);
-  if (p.batchSize == 0) return false;
-  ES_CHECK_PTR(kWhere, attentionPositions);
-  ES_CHECK_PTR(kWhere, committedPastLengths);
-  ES_CHECK_PTR(kWhere, positions);
-  ES_CHECK_PTR(kWhere, queryStartOffsets);
-  ES_CHECK_PTR(kWhere, queryLengths);
-  ES_CHECK_PTR(kWhere, pastLengths);
-  ES_CHECK_PTR(kWhere, attentionSequenceLengths);
   return true;
 }
 

@@ -1,4 +1,4 @@
-// DFlash verify-input kernels (spec §2.7–§2.9): one CTA per sequence, thread i = verify row i.
+// DFlash verify-input kernels (spec §2.7, §2.9): one CTA per sequence, thread i = verify row i.
 #include <cstdint>
 
 #include "common/cuda_check.h"
@@ -7,9 +7,9 @@
 namespace es::kernel {
 namespace {
 
-int32_t row_threads(int32_t rows) { return (rows + 31) / 32 * 32; }
+int32_t rowThreads(int32_t rows) { return (rows + 31) / 32 * 32; }
 
-__global__ void base_verify_inputs_kernel(DFlashBaseVerifyInputsParams p) {
+__global__ void baseVerifyInputsKernel(DFlashBaseVerifyInputsParams p) {
   const int32_t b = blockIdx.x;
   const int32_t i = threadIdx.x;
   const int32_t s = p.verifySize;
@@ -29,15 +29,7 @@ __global__ void base_verify_inputs_kernel(DFlashBaseVerifyInputsParams p) {
   if (i == 0) p.contextLengths[b] = base + s;
 }
 
-__global__ void linear_tree_metadata_kernel(DFlashLinearTreeMetadataParams p) {
-  const int32_t node = threadIdx.x;
-  if (node >= p.verifySize) return;
-  const int64_t r = int64_t{blockIdx.x} * p.verifySize + node;
-  p.treeParentIds[r] = node - 1;
-  p.treeDepths[r] = node;
-}
-
-__global__ void linear_verify_inputs_kernel(DFlashLinearVerifyInputsParams p) {
+__global__ void linearVerifyInputsKernel(DFlashLinearVerifyInputsParams p) {
   const int32_t b = blockIdx.x;
   const int32_t r = threadIdx.x;
   const int32_t s = p.verifySize;
@@ -46,70 +38,22 @@ __global__ void linear_verify_inputs_kernel(DFlashLinearVerifyInputsParams p) {
   // Slot 0 is the anchor; slot r >= 1 takes draft row r (spec §2.9).
   p.verifyTokenIds[out + r] =
       r == 0 ? __ldg(p.lastAcceptedTokens + b) : __ldg(p.draftTokenIds + int64_t{b} * p.draftTokenStride + r);
-  int8_t* mask_row = p.verifyTreeMask + (out + r) * s;
-  for (int32_t c = 0; c < s; ++c) mask_row[c] = static_cast<int8_t>(c <= r ? 1 : 0);
+  int8_t* maskRow = p.verifyTreeMask + (out + r) * s;
+  for (int32_t c = 0; c < s; ++c) maskRow[c] = static_cast<int8_t>(c <= r ? 1 : 0);
 }
 
 }  // namespace
 
 void launchDFlashPrepareBaseVerifyInputs(const DFlashBaseVerifyInputsParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
-  base_verify_inputs_kernel<<<p.batchSize, row_threads(p.verifySize), 0, stream>>>(p);
-  ES_CUDA_CHECK_LAUNCH();
-}
-
-void launchDFlashBuildLinearTreeMetadata(const DFlashLinearTreeMetadataParams& p, cudaStream_t stream) {
-  if (!validate(p)) return;
-  linear_tree_metadata_kernel<<<p.batchSize, row_threads(p.verifySize), 0, stream>>>(p);
+  baseVerifyInputsKernel<<<p.batchSize, rowThreads(p.verifySize), 0, stream>>>(p);
   ES_CUDA_CHECK_LAUNCH();
 }
 
 void launchDFlashBuildLinearVerifyInputs(const DFlashLinearVerifyInputsParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
-  linear_verify_inputs_kernel<<<p.batchSize, row_threads(p.verifySize), 0, stream>>>(p);
+  linearVerifyInputsKernel<<<p.batchSize, rowThreads(p.verifySize), 0, stream>>>(p);
   ES_CUDA_CHECK_LAUNCH();
-}
-
-void launchDFlashPrepareBaseVerifyInputs(const int32_t* baseKVCacheLengths, int32_t verifySize,
-                                         int32_t* packedAttentionMask, int32_t* attentionPosId,
-                                         int64_t* selectTokenIndices, int32_t* contextLengths,
-                                         int32_t batchSize, cudaStream_t stream) {
-  DFlashBaseVerifyInputsParams p;
-  p.baseKVCacheLengths = baseKVCacheLengths;
-  p.verifySize = verifySize;
-  p.packedAttentionMask = packedAttentionMask;
-  p.attentionPosId = attentionPosId;
-  p.selectTokenIndices = selectTokenIndices;
-  p.contextLengths = contextLengths;
-  p.batchSize = batchSize;
-  launchDFlashPrepareBaseVerifyInputs(p, stream);
-}
-
-void launchDFlashBuildLinearTreeMetadata(int32_t* treeParentIds, int32_t* treeDepths,
-                                         int32_t batchSize, int32_t verifySize, cudaStream_t stream) {
-  DFlashLinearTreeMetadataParams p;
-  p.treeParentIds = treeParentIds;
-  p.treeDepths = treeDepths;
-  p.batchSize = batchSize;
-  p.verifySize = verifySize;
-  launchDFlashBuildLinearTreeMetadata(p, stream);
-}
-
-void launchDFlashBuildLinearVerifyInputs(const int32_t* lastAcceptedTokens,
-                                         const int32_t* draftTokenIds, int32_t* verifyTokenIds,
-                                         int8_t* verifyTreeMask, int32_t batchSize,
-                                         int32_t proposalLen, int32_t draftTokenStride,
-                                         int32_t verifySize, cudaStream_t stream) {
-  DFlashLinearVerifyInputsParams p;
-  p.lastAcceptedTokens = lastAcceptedTokens;
-  p.draftTokenIds = draftTokenIds;
-  p.verifyTokenIds = verifyTokenIds;
-  p.verifyTreeMask = verifyTreeMask;
-  p.batchSize = batchSize;
-  p.proposalLen = proposalLen;
-  p.draftTokenStride = draftTokenStride;
-  p.verifySize = verifySize;
-  launchDFlashBuildLinearVerifyInputs(p, stream);
 }
 
 }  // namespace es::kernel

@@ -1,7 +1,6 @@
 #pragma once
-// DFlash base (target) verification inputs (spec §2.7–§2.9, seed page 003):
+// DFlash base (target) verification inputs (spec §2.7, §2.9):
 //   launchDFlashPrepareBaseVerifyInputs  — positions, select indices, context lengths, causal mask
-//   launchDFlashBuildLinearTreeMetadata  — parent = node - 1, depth = node
 //   launchDFlashBuildLinearVerifyInputs  — verify tokens [anchor, draft rows 1..S-1] + int8 mask
 // One CTA per sequence, one thread per verify row (so S <= kDFlashMaxBlockSize).
 //
@@ -24,14 +23,6 @@ struct DFlashBaseVerifyInputsParams {
   int32_t batchSize = 0;                        // B >= 0; 0 = no-op
 };
 
-// §2.8
-struct DFlashLinearTreeMetadataParams {
-  int32_t* treeParentIds = nullptr;  // [B, S] i32 out: node - 1 (-1 for node 0)
-  int32_t* treeDepths = nullptr;     // [B, S] i32 out: node
-  int32_t batchSize = 0;             // B >= 0; 0 = no-op
-  int32_t verifySize = 0;            // S, 0 < S <= kDFlashMaxBlockSize
-};
-
 // §2.9. Draft row i predicts block slot i (row 0 re-predicts the anchor), so verify slot i >= 1
 // takes draft row i; row 0 is skipped, never compacted away.
 struct DFlashLinearVerifyInputsParams {
@@ -48,33 +39,17 @@ struct DFlashLinearVerifyInputsParams {
 // Host validation (every build): es::InvalidArgument naming launcher, argument, value, limit;
 // false = no-op.
 bool validate(const DFlashBaseVerifyInputsParams& p);
-bool validate(const DFlashLinearTreeMetadataParams& p);
 bool validate(const DFlashLinearVerifyInputsParams& p);
 
 // Launchers (CUDA builds): validate, one launch, check.
 void launchDFlashPrepareBaseVerifyInputs(const DFlashBaseVerifyInputsParams& p, cudaStream_t stream);
-void launchDFlashBuildLinearTreeMetadata(const DFlashLinearTreeMetadataParams& p, cudaStream_t stream);
 void launchDFlashBuildLinearVerifyInputs(const DFlashLinearVerifyInputsParams& p, cudaStream_t stream);
-
-// The seed's positional signatures.
-void launchDFlashPrepareBaseVerifyInputs(const int32_t* baseKVCacheLengths, int32_t verifySize,
-                                         int32_t* packedAttentionMask, int32_t* attentionPosId,
-                                         int64_t* selectTokenIndices, int32_t* contextLengths,
-                                         int32_t batchSize, cudaStream_t stream);
-void launchDFlashBuildLinearTreeMetadata(int32_t* treeParentIds, int32_t* treeDepths,
-                                         int32_t batchSize, int32_t verifySize, cudaStream_t stream);
-void launchDFlashBuildLinearVerifyInputs(const int32_t* lastAcceptedTokens,
-                                         const int32_t* draftTokenIds, int32_t* verifyTokenIds,
-                                         int8_t* verifyTreeMask, int32_t batchSize,
-                                         int32_t proposalLen, int32_t draftTokenStride,
-                                         int32_t verifySize, cudaStream_t stream);
 
 }  // namespace es::kernel
 
 namespace es::ref {
 
 void dflashPrepareBaseVerifyInputs(const kernel::DFlashBaseVerifyInputsParams& p);
-void dflashBuildLinearTreeMetadata(const kernel::DFlashLinearTreeMetadataParams& p);
 void dflashBuildLinearVerifyInputs(const kernel::DFlashLinearVerifyInputsParams& p);
 
 }  // namespace es::ref

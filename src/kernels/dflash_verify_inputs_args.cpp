@@ -11,7 +11,7 @@ namespace {
 #define ES_CHECK_PTR(where, field) \
   ES_CHECK_ARG(p.field != nullptr, where, #field, "null", "must not be null")
 
-void check_verify_size(const char* where, int32_t verifySize) {
+void checkVerifySize(const char* where, int32_t verifySize) {
   ES_CHECK_ARG(verifySize > 0, where, "verifySize", verifySize, "must be > 0");
   ES_CHECK_ARG(verifySize <= kDFlashMaxBlockSize, where, "verifySize", verifySize, "must be <= ",
                kDFlashMaxBlockSize, " (one CTA per sequence, one thread per row)");
@@ -22,7 +22,7 @@ void check_verify_size(const char* where, int32_t verifySize) {
 bool validate(const DFlashBaseVerifyInputsParams& p) {
   constexpr const char* kWhere = "launchDFlashPrepareBaseVerifyInputs";
   ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");
-  check_verify_size(kWhere, p.verifySize);
+  checkVerifySize(kWhere, p.verifySize);
   if (p.batchSize == 0) return false;
   ES_CHECK_PTR(kWhere, baseKVCacheLengths);
   ES_CHECK_PTR(kWhere, packedAttentionMask);
@@ -32,25 +32,15 @@ bool validate(const DFlashBaseVerifyInputsParams& p) {
   return true;
 }
 
-bool validate(const DFlashLinearTreeMetadataParams& p) {
-  constexpr const char* kWhere = "launchDFlashBuildLinearTreeMetadata";
-  ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");
-  check_verify_size(kWhere, p.verifySize);
-  if (p.batchSize == 0) return false;
-  ES_CHECK_PTR(kWhere, treeParentIds);
-  ES_CHECK_PTR(kWhere, treeDepths);
-  return true;
-}
-
 bool validate(const DFlashLinearVerifyInputsParams& p) {
   constexpr const char* kWhere = "launchDFlashBuildLinearVerifyInputs";
   ES_CHECK_ARG(p.batchSize >= 0, kWhere, "batchSize", p.batchSize, "must be >= 0");
   ES_CHECK_ARG(p.proposalLen >= 0, kWhere, "proposalLen", p.proposalLen, "must be >= 0");
-  check_verify_size(kWhere, p.verifySize);
+  checkVerifySize(kWhere, p.verifySize);
   ES_CHECK_ARG(int64_t{p.verifySize} == int64_t{p.proposalLen} + 1, kWhere, "verifySize",
                p.verifySize, "must equal proposalLen + 1 = ", int64_t{p.proposalLen} + 1);
-  // Slot S-1 reads draft row S-1, so each draft row block must hold S entries (the edge runtime
-  // only checks >= proposalLen, one short).
+  // Slot S-1 reads draft row S-1, so each draft row block must hold S entries (>= proposalLen
+  // would be one short).
   ES_CHECK_ARG(p.draftTokenStride >= p.verifySize, kWhere, "draftTokenStride", p.draftTokenStride,
                "must be >= verifySize = ", p.verifySize);
   if (p.batchSize == 0) return false;

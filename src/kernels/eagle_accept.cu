@@ -12,7 +12,7 @@ namespace {
 
 constexpr int kWarpsPerCta = 4;
 
-__global__ void __launch_bounds__(kWarpsPerCta * 32) eagle_accept_kernel(EagleAcceptParams p) {
+__global__ void __launch_bounds__(kWarpsPerCta * 32) eagleAcceptKernel(EagleAcceptParams p) {
   const int32_t lane = threadIdx.x & 31;
   const int64_t b = int64_t{blockIdx.x} * kWarpsPerCta + (threadIdx.x >> 5);
   if (b >= p.batchSize) return;  // whole warps exit together
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kWarpsPerCta * 32) eagle_accept_kernel(EagleAc
 void launchEagleAccept(const EagleAcceptParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
   const int64_t ctas = (int64_t{p.batchSize} + kWarpsPerCta - 1) / kWarpsPerCta;
-  eagle_accept_kernel<<<static_cast<uint32_t>(ctas), kWarpsPerCta * 32, 0, stream>>>(p);
+  eagleAcceptKernel<<<static_cast<uint32_t>(ctas), kWarpsPerCta * 32, 0, stream>>>(p);
   ES_CUDA_CHECK_LAUNCH();
 }
 

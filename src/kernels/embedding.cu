@@ -11,36 +11,36 @@ namespace es::kernel {
 namespace {
 
 template <typename V>
-__global__ void embedding_kernel(const int32_t* __restrict__ tokens, const V* __restrict__ table,
-                                 V* __restrict__ out, int32_t vocab, int64_t row_vecs) {
+__global__ void embeddingKernel(const int32_t* __restrict__ tokens, const V* __restrict__ table,
+                                 V* __restrict__ out, int32_t vocab, int64_t rowVecs) {
   pdl::enter();
   const int64_t t = blockIdx.x;
   const int32_t id = tokens[t];
   const bool valid = id >= 0 && id < vocab;
-  V* dst = out + t * row_vecs;
-  const V* src = table + int64_t{valid ? id : 0} * row_vecs;
-  for (int64_t i = threadIdx.x; i < row_vecs; i += blockDim.x) dst[i] = valid ? src[i] : V{};
+  V* dst = out + t * rowVecs;
+  const V* src = table + int64_t{valid ? id : 0} * rowVecs;
+  for (int64_t i = threadIdx.x; i < rowVecs; i += blockDim.x) dst[i] = valid ? src[i] : V{};
 }
 
 template <typename V>
-void launch(const EmbeddingParams& p, int64_t row_bytes, cudaStream_t stream) {
-  const int64_t row_vecs = row_bytes / int64_t{sizeof(V)};
-  const int threads = row_vecs >= 256 ? 256 : static_cast<int>((row_vecs + 31) / 32 * 32);
-  pdl::launch(embedding_kernel<V>, dim3(p.numTokens), dim3(threads), 0, stream,
-      p.tokens, static_cast<const V*>(p.table), static_cast<V*>(p.out), p.vocabSize, row_vecs);
+void launch(const EmbeddingParams& p, int64_t rowBytes, cudaStream_t stream) {
+  const int64_t rowVecs = rowBytes / int64_t{sizeof(V)};
+  const int threads = rowVecs >= 256 ? 256 : static_cast<int>((rowVecs + 31) / 32 * 32);
+  pdl::launch(embeddingKernel<V>, dim3(p.numTokens), dim3(threads), 0, stream,
+      p.tokens, static_cast<const V*>(p.table), static_cast<V*>(p.out), p.vocabSize, rowVecs);
 }
 
 }  // namespace
 
 void launchEmbedding(const EmbeddingParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
-  const int64_t row_bytes = int64_t{p.hiddenSize} * dtype_size(p.dtype);
+  const int64_t rowBytes = int64_t{p.hiddenSize} * dtype_size(p.dtype);
   const auto a = reinterpret_cast<uintptr_t>(p.table) | reinterpret_cast<uintptr_t>(p.out) |
-                 static_cast<uintptr_t>(row_bytes);
-  if (a % 16 == 0) launch<uint4>(p, row_bytes, stream);
-  else if (a % 8 == 0) launch<uint2>(p, row_bytes, stream);
-  else if (a % 4 == 0) launch<uint32_t>(p, row_bytes, stream);
-  else launch<uint16_t>(p, row_bytes, stream);
+                 static_cast<uintptr_t>(rowBytes);
+  if (a % 16 == 0) launch<uint4>(p, rowBytes, stream);
+  else if (a % 8 == 0) launch<uint2>(p, rowBytes, stream);
+  else if (a % 4 == 0) launch<uint32_t>(p, rowBytes, stream);
+  else launch<uint16_t>(p, rowBytes, stream);
   ES_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,8 +4,7 @@
 // where W and bias hold the gate and up rows in `layout`. Two ways to compute it, same bits:
 //   fused    the decode gemv applies SwiGLU in its epilogue (GemvEpilogue::kSwiglu, one kernel,
 //            linear.y untouched). Taken on the GPU when launchLinear would take the gemv for
-//            `linear` (linear.h: kAuto with m <= 16, or kGemv) and the layout is kInterleaved8,
-//            unless ES_GEMV_SWIGLU=0 (read once per process; for A/B runs).
+//            `linear` (linear.h: kAuto with m <= 16, or kGemv) and the layout is kInterleaved8.
 //   unfused  the linear layer into linear.y ([m, 2I] scratch), then SwiGLU from it (prefill rows,
 //            cuBLASLt, the kHalves layout, the CPU reference).
 // The fused epilogue rounds gate and up to the dtype before SwiGLU, as the unfused path stores

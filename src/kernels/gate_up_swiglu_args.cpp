@@ -20,14 +20,12 @@ bool validate(const GateUpSwigluParams& p) {
 }
 
 SwigluParams swigluStep(const GateUpSwigluParams& p) {
-  SwigluParams s;
-  s.gateUp = p.linear.y;
-  s.out = p.out;
-  s.rows = p.linear.m;
-  s.intermediateSize = p.linear.n / 2;
-  s.dtype = p.linear.dtype;
-  s.layout = p.layout;
-  return s;
+  return {.gateUp = p.linear.y,
+          .out = p.out,
+          .rows = p.linear.m,
+          .intermediateSize = p.linear.n / 2,
+          .dtype = p.linear.dtype,
+          .layout = p.layout};
 }
 
 }  // namespace es::kernel

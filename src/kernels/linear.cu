@@ -10,7 +10,7 @@ namespace es::kernel {
 namespace {
 
 template <typename T>
-__global__ void add_bias_f32_kernel(float* __restrict__ y, const T* __restrict__ bias, int64_t m,
+__global__ void addBiasF32Kernel(float* __restrict__ y, const T* __restrict__ bias, int64_t m,
                                     int64_t n) {
   const int64_t total = m * n;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
@@ -21,7 +21,7 @@ __global__ void add_bias_f32_kernel(float* __restrict__ y, const T* __restrict__
 
 // y[i, j] = Y(product[i, j] + bias[j]): the bias added in fp32, one rounding to y's type.
 template <typename Y, typename B>
-__global__ void add_bias_round_kernel(Y* __restrict__ y, const float* __restrict__ product,
+__global__ void addBiasRoundKernel(Y* __restrict__ y, const float* __restrict__ product,
                                       const B* __restrict__ bias, int64_t m, int64_t n) {
   const int64_t total = m * n;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
@@ -42,7 +42,7 @@ void launchAddBiasF32(float* y, const void* bias, DType biasDtype, int64_t m, in
   if (blocks > 4096) blocks = 4096;
   fwd::dispatch_dtype(biasDtype, [&](auto tag) {
     using T = decltype(tag);
-    add_bias_f32_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+    addBiasF32Kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
         y, static_cast<const T*>(bias), m, n);
   });
   ES_CUDA_CHECK_LAUNCH();
@@ -57,7 +57,7 @@ void launchAddBiasRound(void* y, DType yDtype, const float* product, const void*
     using Y = decltype(ytag);
     fwd::dispatch_dtype(biasDtype, [&](auto btag) {
       using B = decltype(btag);
-      add_bias_round_kernel<Y, B><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+      addBiasRoundKernel<Y, B><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
           static_cast<Y*>(y), product, static_cast<const B*>(bias), m, n);
     });
   });

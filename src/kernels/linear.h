@@ -7,9 +7,9 @@
 // linear_gemv.cu, tensor-core mma.sync streaming W once with 16-byte loads) or cuBLASLt
 // (LinearContext owns the handle and its workspace). Dispatch, by LinearParams::algo:
 //   kAuto     the gemv when m <= kGemvAutoMaxRows and gemvSupported(p) (f16/bf16, 1 <= m <= 16,
-//             k % 8 == 0, x and w 16-byte aligned, y and bias naturally aligned), else cuBLASLt. The environment
-//             variable ES_LINEAR_ALGO = auto | cublaslt | gemv (read once per process) overrides
-//             kAuto for every call: "cublaslt" forces cuBLASLt, "gemv" is kAuto's own rule.
+//             k % 8 == 0, x and w 16-byte aligned, y and bias naturally aligned), else cuBLASLt.
+//             The debug switch ES_LINEAR_ALGO=cublaslt (debug_switches.h) sends every kAuto call
+//             to cuBLASLt.
 //   kCublasLt always cuBLASLt.
 //   kGemv     always the gemv; InvalidArgument (naming the failed condition) where unsupported.
 // Both paths are CUDA-graph capturable once a shape has run eagerly (cuBLASLt plans are cached
@@ -25,12 +25,12 @@ namespace es::kernel {
 
 enum class LinearAlgo : uint8_t { kAuto, kCublasLt, kGemv };
 
-// kAuto takes the gemv up to this many rows. On the H200 it beat cuBLASLt on every Qwen3-8B and
-// 0.6B decode shape at m = 1 and 4 but lost on some at m = 16 (bench_linear_gpu, docs/perf.md).
-// It stays at 16 because a batch-1 verify (16 rows) must sum each row exactly as the 1-row decode
-// does: the gemv's K split does not depend on m (linear_gemv.h), cuBLASLt's choice of kernel
-// does. That row invariance is what makes greedy speculative decoding equal plain decoding bit
-// for bit on the GPU (docs/forward_ops.md).
+// kAuto takes the gemv up to this many rows. The gemv is faster than cuBLASLt on the Qwen3 decode
+// shapes at m = 1 and 4; at m = 16 cuBLASLt is faster on some, but the bound stays at 16 because
+// a batch-1 verify (16 rows) must sum each row exactly as the 1-row decode does: the gemv's K
+// split does not depend on m (linear_gemv.h), cuBLASLt's choice of kernel does. That row
+// invariance is what makes greedy speculative decoding equal plain decoding bit for bit on the
+// GPU (docs/forward_ops.md).
 inline constexpr int32_t kGemvAutoMaxRows = 16;
 
 struct LinearParams {
@@ -74,11 +74,10 @@ bool validate(const LinearParams& p);
 const char* gemvRejection(const LinearParams& p);
 inline bool gemvSupported(const LinearParams& p) { return gemvRejection(p) == nullptr; }
 
-// Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): the gemv takes
-// m rows (m <= kGemvAutoMaxRows, ES_LINEAR_ALGO not cublaslt) unless ES_GEMV_NORM=0 (read once
-// per process). Measured +9.7 % on Qwen3-0.6B decode at batch 1, +0.8 % on 8B (docs/perf.md,
-// sessions 14 and 15). The fused rows round differently from the unfused ones, so the models take
-// it only with a single-sequence cache (target_model.cpp).
+// Whether launchLinear fuses normWeight and accumulate at m rows (CUDA builds): wherever the gemv
+// takes m rows (1 <= m <= kGemvAutoMaxRows, unless ES_LINEAR_ALGO=cublaslt). Fusing removes a
+// decode layer's two RMSNorm kernels. The fused rows round differently from the unfused ones, so
+// the models take it only with a single-sequence cache (target_model.cpp).
 bool linearFusesRowNorm(int32_t m);
 
 // cuBLASLt handle + workspace, created once per stream owner (CUDA builds only).

@@ -2,7 +2,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "common/env_switch.h"
 #include "common/errors.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
@@ -43,7 +42,7 @@ bool validate(const LinearParams& p) {
 }
 
 namespace {
-bool aligned_to(const void* p, uintptr_t bytes) {
+bool alignedTo(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
 }
 }  // namespace
@@ -54,13 +53,13 @@ const char* gemvRejection(const LinearParams& p) {
   if (p.m < 1 || p.m > 16) return "m must be in [1, 16]";
   if (p.n < 1) return "n must be > 0";
   if (p.k < 1 || p.k % 8 != 0) return "k must be a positive multiple of 8";
-  if (!aligned_to(p.x, 16)) return "x must be 16-byte aligned";
-  if (!aligned_to(p.w, 16)) return "w must be 16-byte aligned";
-  if (!aligned_to(p.y, static_cast<uintptr_t>(dtype_size(p.outDtype)))) {
+  if (!alignedTo(p.x, 16)) return "x must be 16-byte aligned";
+  if (!alignedTo(p.w, 16)) return "w must be 16-byte aligned";
+  if (!alignedTo(p.y, static_cast<uintptr_t>(dtype_size(p.outDtype)))) {
     return "y must be aligned to its element size";
   }
-  if (!aligned_to(p.bias, 2)) return "bias must be 2-byte aligned";
-  if (!aligned_to(p.normWeight, 16)) return "normWeight must be 16-byte aligned";
+  if (!alignedTo(p.bias, 2)) return "bias must be 2-byte aligned";
+  if (!alignedTo(p.normWeight, 16)) return "normWeight must be 16-byte aligned";
   return nullptr;
 }
 
@@ -68,64 +67,59 @@ namespace detail {
 
 namespace {
 
-// chooseGemvConfig's rowTiles and kSplit.
-GemvConfig choose_shape(int32_t m, int32_t n, int32_t k, int64_t sms, GemvRule rule) {
+// chooseGemvConfig's rowTiles and kSplit (the rule: linear_gemv.h).
+GemvConfig chooseShape(int32_t n, int32_t k, int64_t sms) {
   const int64_t target = (3 * sms + 1) / 2;  // CTAs wanted: 1.5 per SM
   const int64_t blocks = (int64_t{k} + 31) / 32;  // 32-element K blocks
-  int32_t max_split = 1;
-  while (max_split < 8 && int64_t{kGemvWarps} * max_split * 2 <= blocks) max_split *= 2;
-  // The smallest split giving `target` CTAs of `tiles` each, or 0 if none up to max_split
-  // (reach_or_cap: max_split then).
-  auto split_for = [&](int64_t tiles, bool reach_or_cap) {
-    for (int32_t s = 1; s <= max_split; s *= 2) {
+  int32_t maxSplit = 1;
+  while (maxSplit < 8 && int64_t{kGemvWarps} * maxSplit * 2 <= blocks) maxSplit *= 2;
+  // The smallest split giving `target` CTAs of `tiles` each, or 0 if none up to maxSplit
+  // (reachOrCap: maxSplit then).
+  auto splitFor = [&](int64_t tiles, bool reachOrCap) {
+    for (int32_t s = 1; s <= maxSplit; s *= 2) {
       if (tiles * s >= target) return s;
     }
-    return reach_or_cap ? max_split : 0;
+    return reachOrCap ? maxSplit : 0;
   };
-  // kSplit from the grid whatever m is: it fixes which K blocks each warp and CTA sums and in
-  // what order, so a row of x gets bit-identical outputs at any m (a verify row equals the
-  // decode row). rowTiles may depend on m: it does not change any output's order.
+  // Nothing here depends on m: kSplit fixes which K blocks each warp and CTA sums and in what
+  // order, so a row of x gets bit-identical outputs at any m (a verify row equals the decode row).
   const int64_t tiles1 = (int64_t{n} + 15) / 16, tiles2 = (int64_t{n} + 31) / 32;
-  const int32_t split1 = split_for(tiles1, true);
-  if (rule != GemvRule::kOneTile) {
-    const int32_t split2 = split_for(tiles2, false);
-    // Two 16-row tiles per CTA where they reach the CTAs wanted at the one-tile split (8B
-    // gate_up, lm_head), or where the one-tile grid is thin (< 2.5 CTAs an SM) and a larger
-    // split still leaves each warp >= 8 K blocks (8B o and down): measured faster at m = 1, 4
-    // and 16 (docs/perf.md, gemv configurations, session 12).
-    if (split2 == split1) return {2, split2};
-    if (split2 > 0 && tiles1 * split1 * 2 < 5 * sms && int64_t{k} / split2 >= 8 * 32 * kGemvWarps) return {2, split2};
-    if (rule == GemvRule::kShortK && split1 == 1 && k <= 2048 && tiles2 * 32 >= 31 * sms) return {2, 1};
+  const int32_t split1 = splitFor(tiles1, true);
+  const int32_t split2 = splitFor(tiles2, false);
+  // Two tiles at the one-tile split where they still reach the CTAs wanted.
+  if (split2 == split1) return {2, split2};
+  // Two tiles at a larger split where the one-tile grid is thin (< 2.5 CTAs an SM) and each warp
+  // keeps >= 8 K blocks.
+  if (split2 > 0 && tiles1 * split1 * 2 < 5 * sms && int64_t{k} / split2 >= 8 * 32 * kGemvWarps) {
+    return {2, split2};
   }
-  // rowTiles = 2 only for m > 4 and where the split still gives the CTAs wanted.
-  if (m > 4 && tiles2 * split1 >= target) return {2, split1};
+  // Two tiles and no split for a short K where the two-tile grid reaches 31/32 of the SMs.
+  if (split1 == 1 && k <= 2048 && tiles2 * 32 >= 31 * sms) return {2, 1};
   return {1, split1};
 }
 
 }  // namespace
 
-GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms, GemvRule rule) {
+GemvConfig chooseGemvConfig(int32_t n, int32_t k, int32_t numSms) {
   const int64_t sms = numSms > 0 ? numSms : 1;
-  GemvConfig cfg = choose_shape(m, n, k, sms, rule);
-  const int64_t one_tile_ctas = (int64_t{n} + 15) / 16 * cfg.kSplit;
-  cfg.normCtasPerSm = k >= 2048 && one_tile_ctas > 2 * sms ? 3 : 2;
+  GemvConfig cfg = chooseShape(n, k, sms);
+  const int64_t oneTileCtas = (int64_t{n} + 15) / 16 * cfg.kSplit;
+  cfg.normCtasPerSm = k >= 2048 && oneTileCtas > 2 * sms ? 3 : 2;
   return cfg;
 }
 
 int32_t gemvCtasPerSm(const GemvConfig& cfg, bool norm) {
   if (cfg.rowTiles == 2) return 2;
   if (!norm) return 3;
-  static const int forced =
-      env_choice("ES_GEMV_NORM_CTAS_PER_SM", {2, 3}, 0, " (or unset: chosen by the grid)");
-  return forced != 0 ? forced : cfg.normCtasPerSm;
+  return cfg.normCtasPerSm;
 }
 
 bool gemvFillsSms(const GemvConfig& cfg, int32_t m, int32_t n, bool norm, int32_t numSms) {
   if (m <= 8) return false;
   const int64_t sms = numSms > 0 ? numSms : 1;
-  const int64_t per_sm = gemvCtasPerSm(cfg, norm);
+  const int64_t perSm = gemvCtasPerSm(cfg, norm);
   const int64_t ctas = (int64_t{n} + 16 * cfg.rowTiles - 1) / (16 * cfg.rowTiles) * cfg.kSplit;
-  return ctas > (per_sm - 1) * sms;
+  return ctas > (perSm - 1) * sms;
 }
 
 }  // namespace detail

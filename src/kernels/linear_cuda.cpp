@@ -7,22 +7,20 @@
 // Compute type CUBLAS_COMPUTE_32F (true fp32 accumulation, no TF32 for f32 inputs), scale f32.
 // Bias: cuBLASLt's BIAS epilogue (bias per row of the column-major D = per output feature) only
 // for f32 inputs and output. With a 16-bit output the epilogue rounds the product to 16 bits
-// before adding the bias (two roundings; measured on the H200, 2026-11-29: up to 2 bf16 ulps
-// off the once-rounded reference), so the product goes to an f32 scratch and a small kernel adds
-// the bias and rounds once; f32 y from 16-bit inputs gets the bias added in place.
+// before adding the bias (two roundings: up to 2 bf16 ulps off the once-rounded reference), so
+// the product goes to an f32 scratch and a small kernel adds the bias and rounds once; f32 y from
+// 16-bit inputs gets the bias added in place.
 //
 // The context caches one (descriptors, algorithm) bundle per shape / dtype / bias / alignment, so
 // repeated calls (every layer, every step, CUDA-graph capture) make no heuristic queries.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <map>
-#include <string>
 #include <tuple>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
+#include "kernels/debug_switches.h"
 #include "kernels/gate_up_swiglu.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
@@ -38,7 +36,7 @@ void launchAddBiasRound(void* y, DType yDtype, const float* product, const void*
 
 namespace {
 
-cudaDataType_t cuda_type(DType t) {
+cudaDataType_t cudaType(DType t) {
   switch (t) {
     case DType::kF32: return CUDA_R_32F;
     case DType::kF16: return CUDA_R_16F;
@@ -47,46 +45,11 @@ cudaDataType_t cuda_type(DType t) {
 }
 
 // Largest power of two (<= 256) dividing the address: the alignment cuBLASLt may assume.
-uint32_t alignment_of(const void* p) {
+uint32_t alignmentOf(const void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   uint32_t align = 256;
   while (align > 1 && (a % align) != 0) align >>= 1;
   return align;
-}
-
-// ES_LINEAR_ALGO (read once): what kAuto means for this process.
-LinearAlgo parse_algo_env() {
-  const char* v = std::getenv("ES_LINEAR_ALGO");
-  if (v == nullptr || *v == '\0') return LinearAlgo::kAuto;
-  const std::string s(v);
-  if (s == "auto" || s == "gemv") return LinearAlgo::kAuto;
-  if (s == "cublaslt") return LinearAlgo::kCublasLt;
-  ES_THROW(InvalidArgument, "environment variable ES_LINEAR_ALGO = '", s,
-           "' must be auto, cublaslt or gemv");
-}
-
-LinearAlgo auto_algo() {
-  static const LinearAlgo algo = parse_algo_env();
-  return algo;
-}
-
-// ES_GEMV_RULE (read once): the gemv grid rule, `shortk` (default), or for A/B runs `wide`
-// (session 12's) or `onetile` (the first rule); linear_gemv.h.
-detail::GemvRule gemv_rule() {
-  static const detail::GemvRule rule = [] {
-    const char* v = std::getenv("ES_GEMV_RULE");
-    if (v == nullptr || *v == '\0' || std::string(v) == "shortk") return detail::GemvRule::kShortK;
-    if (std::string(v) == "wide") return detail::GemvRule::kWideTiles;
-    if (std::string(v) == "onetile") return detail::GemvRule::kOneTile;
-    ES_THROW(InvalidArgument, "environment variable ES_GEMV_RULE = '", v,
-             "' must be shortk, wide or onetile");
-  }();
-  return rule;
-}
-
-// The launcher's gemv configuration for an m x n x k call (the process's rule).
-detail::GemvConfig gemv_config(int32_t m, int32_t n, int32_t k, int32_t numSms) {
-  return detail::chooseGemvConfig(m, n, k, numSms, gemv_rule());
 }
 
 }  // namespace
@@ -97,14 +60,14 @@ struct LinearContext::State {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
-    bool bias_epilogue = false;
+    bool biasEpilogue = false;
   };
   cublasLtHandle_t handle = nullptr;
-  int32_t num_sms = 1;  // the current device's at construction (the gemv's grid sizing)
+  int32_t numSms = 1;  // the current device's at construction (the gemv's grid sizing)
   void* workspace = nullptr;
-  size_t workspace_bytes = 0;
+  size_t workspaceBytes = 0;
   float* scratch = nullptr;  // f32 product for a bias with a 16-bit output, grown on demand
-  size_t scratch_bytes = 0;
+  size_t scratchBytes = 0;
   std::map<Key, Plan> plans;
 
   ~State() {
@@ -120,58 +83,58 @@ struct LinearContext::State {
   }
 
   // The GEMM's own output type: f32 whenever a bias must be added before a 16-bit rounding.
-  static DType gemm_out(const LinearParams& p) {
+  static DType gemmOut(const LinearParams& p) {
     return p.bias != nullptr && p.outDtype != DType::kF32 ? DType::kF32 : p.outDtype;
   }
 
-  Plan& plan_for(const LinearParams& p, const void* y) {
-    const DType out = gemm_out(p);
-    const bool bias_epilogue = p.bias != nullptr && out == DType::kF32 && p.dtype == DType::kF32;
-    const uint32_t align_a = alignment_of(p.w), align_b = alignment_of(p.x),
-                   align_c = alignment_of(y);
+  Plan& planFor(const LinearParams& p, const void* y) {
+    const DType out = gemmOut(p);
+    const bool biasEpilogue = p.bias != nullptr && out == DType::kF32 && p.dtype == DType::kF32;
+    const uint32_t alignA = alignmentOf(p.w), alignB = alignmentOf(p.x),
+                   alignC = alignmentOf(y);
     const Key key{p.m, p.n, p.k, static_cast<int>(p.dtype), static_cast<int>(out),
-                  bias_epilogue, align_a, align_b, align_c};
+                  biasEpilogue, alignA, alignB, alignC};
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
 
     Plan plan;
-    plan.bias_epilogue = bias_epilogue;
-    const cudaDataType_t in_t = cuda_type(p.dtype), out_t = cuda_type(out);
+    plan.biasEpilogue = biasEpilogue;
+    const cudaDataType_t inT = cudaType(p.dtype), outT = cudaType(out);
     try {
       ES_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-      const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+      const cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
       ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                     &trans_a, sizeof(trans_a)));
+                                                     &transA, sizeof(transA)));
       ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                     &trans_b, sizeof(trans_b)));
-      if (bias_epilogue) {
+                                                     &transB, sizeof(transB)));
+      if (biasEpilogue) {
         const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                        &epi, sizeof(epi)));
-        const int32_t bias_t = static_cast<int32_t>(in_t);
+        const int32_t biasT = static_cast<int32_t>(inT);
         ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof(bias_t)));
+            plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasT, sizeof(biasT)));
         // A placeholder for the heuristic query; the real pointer is set on every call.
         ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                        &p.bias, sizeof(p.bias)));
       }
-      ES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, in_t, p.k, p.n, p.k));
-      ES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, in_t, p.k, p.m, p.k));
-      ES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, out_t, p.n, p.m, p.n));
+      ES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, inT, p.k, p.n, p.k));
+      ES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, inT, p.k, p.m, p.k));
+      ES_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, outT, p.n, p.m, p.n));
 
       cublasLtMatmulPreference_t pref = nullptr;
       ES_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
       cublasLtMatmulHeuristicResult_t result{};
       int count = 0;
       cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
-          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-          sizeof(workspace_bytes));
-      const uint32_t aligns[4] = {align_a, align_b, align_c, align_c};
-      const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
+          sizeof(workspaceBytes));
+      const uint32_t aligns[4] = {alignA, alignB, alignC, alignC};
+      const cublasLtMatmulPreferenceAttributes_t alignAttrs[4] = {
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
       for (int i = 0; i < 4 && status == CUBLAS_STATUS_SUCCESS; ++i) {
-        status = cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i],
+        status = cublasLtMatmulPreferenceSetAttribute(pref, alignAttrs[i], &aligns[i],
                                                       sizeof(aligns[i]));
       }
       if (status == CUBLAS_STATUS_SUCCESS) {
@@ -203,11 +166,11 @@ LinearContext::LinearContext(int64_t workspaceBytes) : state_(std::make_unique<S
   int device = 0;
   ES_CUDA_CHECK(cudaGetDevice(&device));
   ES_CUDA_CHECK(
-      cudaDeviceGetAttribute(&state_->num_sms, cudaDevAttrMultiProcessorCount, device));
+      cudaDeviceGetAttribute(&state_->numSms, cudaDevAttrMultiProcessorCount, device));
   ES_CUBLAS_CHECK(cublasLtCreate(&state_->handle));
   if (workspaceBytes > 0) {
     ES_CUDA_CHECK(cudaMalloc(&state_->workspace, static_cast<size_t>(workspaceBytes)));
-    state_->workspace_bytes = static_cast<size_t>(workspaceBytes);
+    state_->workspaceBytes = static_cast<size_t>(workspaceBytes);
   }
 }
 
@@ -217,13 +180,13 @@ namespace {
 
 // launchLinear's dispatch: the gemv for kGemv (which throws where unsupported, naming the failed
 // condition) and for kAuto inside its domain, else cuBLASLt.
-bool takes_gemv(const LinearParams& p) {
-  const LinearAlgo algo = p.algo == LinearAlgo::kAuto ? auto_algo() : p.algo;
-  return algo == LinearAlgo::kGemv ||
-         (algo == LinearAlgo::kAuto && p.m <= kGemvAutoMaxRows && gemvSupported(p));
+bool takesGemv(const LinearParams& p) {
+  if (p.algo == LinearAlgo::kGemv) return true;
+  return p.algo == LinearAlgo::kAuto && !debug::linearAutoTakesCublasLt() &&
+         p.m <= kGemvAutoMaxRows && gemvSupported(p);
 }
 
-void check_weight_dtype(const LinearParams& p, const char* where) {
+void checkWeightDtype(const LinearParams& p, const char* where) {
   ES_CHECK_ARG(!p.weightDtype || *p.weightDtype == p.dtype, where, "weightDtype",
                dtype_name(*p.weightDtype), "must equal dtype (", dtype_name(p.dtype),
                ") on the GPU: mixed W and x dtypes are the CPU reference's");
@@ -232,23 +195,22 @@ void check_weight_dtype(const LinearParams& p, const char* where) {
 }  // namespace
 
 bool linearFusesRowNorm(int32_t m) {
-  static const bool on = env_switch_on("ES_GEMV_NORM");  // see linear.h
-  const LinearAlgo algo = auto_algo();
-  return on && m >= 1 && m <= kGemvAutoMaxRows && algo == LinearAlgo::kAuto;
+  return m >= 1 && m <= kGemvAutoMaxRows && !debug::linearAutoTakesCublasLt();
 }
 
 bool linearFillsSms(const LinearParams& p, LinearContext& context) {
-  if (!takes_gemv(p)) return false;
-  const int32_t sms = context.state().num_sms;
-  return detail::gemvFillsSms(gemv_config(p.m, p.n, p.k, sms), p.m, p.n, p.normWeight != nullptr, sms);
+  if (!takesGemv(p)) return false;
+  const int32_t sms = context.state().numSms;
+  return detail::gemvFillsSms(detail::chooseGemvConfig(p.n, p.k, sms), p.m, p.n,
+                              p.normWeight != nullptr, sms);
 }
 
 void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
   if (!validate(p)) return;
-  check_weight_dtype(p, "launchLinear");
+  checkWeightDtype(p, "launchLinear");
   LinearContext::State& s = context.state();
-  if (takes_gemv(p)) {
-    detail::launchLinearGemv(p, gemv_config(p.m, p.n, p.k, s.num_sms), stream);
+  if (takesGemv(p)) {
+    detail::launchLinearGemv(p, detail::chooseGemvConfig(p.n, p.k, s.numSms), stream);
     return;
   }
   if (p.normWeight != nullptr || p.accumulate) {  // why the gemv did not take it, for the message
@@ -257,44 +219,43 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
                  "is fused only by the gemv, which does not take this call (",
                  why != nullptr ? why : "m > 16 or ES_LINEAR_ALGO=cublaslt", "); run launchRmsNorm instead");
   }
-  const bool via_scratch = LinearContext::State::gemm_out(p) != p.outDtype;
+  const bool viaScratch = LinearContext::State::gemmOut(p) != p.outDtype;
   void* y = p.y;
-  if (via_scratch) {
+  if (viaScratch) {
     const size_t bytes = static_cast<size_t>(p.m) * static_cast<size_t>(p.n) * sizeof(float);
-    if (bytes > s.scratch_bytes) {
+    if (bytes > s.scratchBytes) {
       if (s.scratch) ES_CUDA_CHECK(cudaFreeAsync(s.scratch, stream));
       s.scratch = nullptr;
       ES_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&s.scratch), bytes, stream));
-      s.scratch_bytes = bytes;
+      s.scratchBytes = bytes;
     }
     y = s.scratch;
   }
-  LinearContext::State::Plan& plan = s.plan_for(p, y);
-  if (plan.bias_epilogue) {
+  LinearContext::State::Plan& plan = s.planFor(p, y);
+  if (plan.biasEpilogue) {
     ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &p.bias, sizeof(p.bias)));
   }
   const float alpha = 1.0f, beta = 0.0f;
   ES_CUBLAS_CHECK(cublasLtMatmul(s.handle, plan.op, &alpha, p.w, plan.a, p.x, plan.b, &beta, y,
-                                 plan.c, y, plan.c, &plan.algo, s.workspace, s.workspace_bytes,
+                                 plan.c, y, plan.c, &plan.algo, s.workspace, s.workspaceBytes,
                                  stream));
-  if (via_scratch) {
+  if (viaScratch) {
     detail::launchAddBiasRound(p.y, p.outDtype, s.scratch, p.bias, p.dtype, p.m, p.n, stream);
-  } else if (p.bias != nullptr && !plan.bias_epilogue) {
+  } else if (p.bias != nullptr && !plan.biasEpilogue) {
     detail::launchAddBiasF32(static_cast<float*>(p.y), p.bias, p.dtype, p.m, p.n, stream);
   }
 }
 
 void launchGateUpSwiglu(const GateUpSwigluParams& p, LinearContext& context, cudaStream_t stream) {
   if (!validate(p)) return;
-  static const bool fuse = env_switch_on("ES_GEMV_SWIGLU");
   const LinearParams& l = p.linear;
-  if (fuse && p.layout == GateUpLayout::kInterleaved8 && takes_gemv(l)) {
-    check_weight_dtype(l, "launchGateUpSwiglu");
+  if (p.layout == GateUpLayout::kInterleaved8 && takesGemv(l)) {
+    checkWeightDtype(l, "launchGateUpSwiglu");
     LinearParams fused = l;
     fused.y = p.out;  // [m, n / 2]: the epilogue's output
     // The configuration of the plain [m, n] gemv: every gate and up output is summed as there.
-    const detail::GemvConfig cfg = gemv_config(l.m, l.n, l.k, context.state().num_sms);
+    const detail::GemvConfig cfg = detail::chooseGemvConfig(l.n, l.k, context.state().numSms);
     detail::launchLinearGemv(fused, cfg, stream, detail::GemvEpilogue::kSwiglu);
     return;
   }

@@ -85,7 +85,7 @@ __device__ __forceinline__ uint4 pack8(const float (&a)[8]) {
 
 // 16 bytes of W: read once, so not kept in L1; the L2 fetches the surrounding 256 bytes, which
 // the neighbouring warps read next. Zeros and no access when !pred.
-__device__ __forceinline__ uint4 load_w(const void* ptr, bool pred) {
+__device__ __forceinline__ uint4 loadW(const void* ptr, bool pred) {
   uint4 v;
   asm volatile(
       "{\n"
@@ -103,7 +103,7 @@ __device__ __forceinline__ uint4 load_w(const void* ptr, bool pred) {
 }
 
 // 16 bytes of x: read by every CTA, so cached in L1. Zeros and no access when !pred.
-__device__ __forceinline__ uint4 load_x(const void* ptr, bool pred) {
+__device__ __forceinline__ uint4 loadX(const void* ptr, bool pred) {
   uint4 v;
   asm volatile(
       "{\n"
@@ -151,15 +151,15 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // followed by launchSwiglu bit for bit.
 // EPI kAccumulate (Y = T): y[col, j] = round(y[col, j] + round(sum)), launchRmsNorm's residual
 // add; y is read before the PDL wait (see the top).
-// NORM: the input norm with weight norm_w [k] and norm_eps (see the top).
-// CTAS_PER_SM: the occupancy ptxas is held to (launch_typed picks it): 3 for R = 1 (80 registers),
+// NORM: the input norm with weight normW [k] and normEps (see the top).
+// CTAS_PER_SM: the occupancy ptxas is held to (launchTyped picks it): 3 for R = 1 (80 registers),
 // 2 for R = 2, and either for R = 1 with NORM (GemvConfig::normCtasPerSm; at 3 those spill 16-52
 // bytes, at 2 not).
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM, int CTAS_PER_SM>
 __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
-    linear_gemv_kernel(const T* __restrict__ x, const T* __restrict__ w,
+    linearGemvKernel(const T* __restrict__ x, const T* __restrict__ w,
                        const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
-                       int32_t k, const T* __restrict__ norm_w, float norm_eps) {
+                       int32_t k, const T* __restrict__ normW, float normEps) {
   constexpr bool SWIGLU = EPI == kSwigluPairs;
   static_assert(EPI == kStore || std::is_same_v<T, Y>, "the SwiGLU and accumulate epilogues write the input dtype");
   constexpr int U = 4 / R;  // K blocks loaded per round: U * R * 2 16-byte W loads per thread
@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
   constexpr int kTile = kRows * kCols;
   // Per-warp partial tiles, column-major (y^T[row, col] at [col][row]) so the reduction reads
   // consecutive rows; then the CTA's sum, which the other CTAs of the cluster read.
-  __shared__ float warp_part[kWarps][kTile];
-  __shared__ float cta_part[kTile];
+  __shared__ float warpPart[kWarps][kTile];
+  __shared__ float ctaPart[kTile];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3;
@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
   // this thread's first round of W is loaded into the registers the first round's multiplies use
   // while that kernel finishes, then the kernel waits for it before x is read or y written, so
   // after the wait only x is left to read (a 0.6B layer's gemvs have one round per warp: all
-  // their W). Pulling the round into the L2 instead (prefetch.global.L2) was 7.5 % slower on
-  // Qwen3-0.6B decode and 3 % on Qwen3-8B (docs/perf.md, session 14).
+  // their W). Registers rather than an L2 prefetch (prefetch.global.L2): the round is then ready
+  // for its multiplies, not only closer to the SM.
   const int64_t blocks = (kk + 31) / 32;
   const int64_t stride = int64_t{split} * kWarps;
   const int64_t first = int64_t{rank} * kWarps + warp;  // this warp's first K block
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
     for (int r = 0; r < R; ++r) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        early[u][r][h] = load_w(wp[r][h] + (kin ? b * 32 : 0), kin && wok[r][h]);
+        early[u][r][h] = loadW(wp[r][h] + (kin ? b * 32 : 0), kin && wok[r][h]);
       }
     }
   }
@@ -226,14 +226,14 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
   // before it has completed.
   constexpr int kItems = SWIGLU ? kTile / 2 : kTile;
   constexpr int kMaxItems = (kItems + kThreads - 1) / kThreads;
-  const int item0 = rank * kThreads + static_cast<int>(threadIdx.x), item_stride = split * kThreads;
-  float y_before[EPI == kAccumulate ? kMaxItems : 1];
+  const int item0 = rank * kThreads + static_cast<int>(threadIdx.x), itemStride = split * kThreads;
+  float yBefore[EPI == kAccumulate ? kMaxItems : 1];
   if constexpr (EPI == kAccumulate) {
 #pragma unroll
     for (int i = 0; i < kMaxItems; ++i) {
-      const int h = item0 + i * item_stride, col = h / kRows;
+      const int h = item0 + i * itemStride, col = h / kRows;
       const int64_t j = row0 + (h - col * kRows);
-      y_before[i] = h < kItems && col < m && j < n ? fwd::to_f(y[int64_t{col} * n + j]) : 0.0f;
+      yBefore[i] = h < kItems && col < m && j < n ? fwd::to_f(y[int64_t{col} * n + j]) : 0.0f;
     }
   }
   pdl::enter();
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
     }
   };
   // One round from K block b0: its W (unless already loaded) and x, then the multiplies.
-  auto round = [&](int64_t b0, bool load_w_here, uint4 (&wv)[U][R][2]) {
+  auto round = [&](int64_t b0, bool loadWHere, uint4 (&wv)[U][R][2]) {
     uint4 xv[U][NT];
     uint4 nwv[NORM ? U : 1];  // NORM: w's chunk at this thread's k offset
 #pragma unroll
@@ -276,18 +276,18 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
       const int64_t b = b0 + u * stride;
       const int64_t c = b * 32 + 8 * t4;  // this thread's k offset; c + 8 <= k when c < k
       const bool kin = b < blocks && c < kk;
-      if (load_w_here) {
+      if (loadWHere) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            wv[u][r][h] = load_w(wp[r][h] + (kin ? b * 32 : 0), kin && wok[r][h]);
+            wv[u][r][h] = loadW(wp[r][h] + (kin ? b * 32 : 0), kin && wok[r][h]);
           }
         }
       }
 #pragma unroll
-      for (int t = 0; t < NT; ++t) xv[u][t] = load_x(xp[t] + (kin ? b * 32 : 0), kin && xok[t]);
-      if constexpr (NORM) nwv[u] = load_x(norm_w + (kin ? b * 32 : 0) + 8 * t4, kin);
+      for (int t = 0; t < NT; ++t) xv[u][t] = loadX(xp[t] + (kin ? b * 32 : 0), kin && xok[t]);
+      if constexpr (NORM) nwv[u] = loadX(normW + (kin ? b * 32 : 0) + 8 * t4, kin);
     }
     if constexpr (NORM) {  // sq += x^2; x <- round(x * w) (zeros where not loaded)
 #pragma unroll
@@ -318,81 +318,81 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
     round(b0, true, wv);
   }
 
-  // Accumulator (row g [+8] of tile r, columns 8t + 2*t4 + {0, 1}) -> warp_part[warp][col][row].
+  // Accumulator (row g [+8] of tile r, columns 8t + 2*t4 + {0, 1}) -> warpPart[warp][col][row].
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       const int col = 8 * t + 2 * t4, row = 16 * r + g;
-      warp_part[warp][col * kRows + row] = acc[r][t][0];
-      warp_part[warp][(col + 1) * kRows + row] = acc[r][t][1];
-      warp_part[warp][col * kRows + row + 8] = acc[r][t][2];
-      warp_part[warp][(col + 1) * kRows + row + 8] = acc[r][t][3];
+      warpPart[warp][col * kRows + row] = acc[r][t][0];
+      warpPart[warp][(col + 1) * kRows + row] = acc[r][t][1];
+      warpPart[warp][col * kRows + row + 8] = acc[r][t][2];
+      warpPart[warp][(col + 1) * kRows + row + 8] = acc[r][t][3];
     }
   }
   // NORM: row g + 8t's squares over the warp's 4 lanes of that row, then per warp in shared memory.
-  __shared__ float sq_warp[NORM ? kWarps : 1][kCols];
-  __shared__ float sq_cta[NORM ? kCols : 1];
+  __shared__ float sqWarp[NORM ? kWarps : 1][kCols];
+  __shared__ float sqCta[NORM ? kCols : 1];
   if constexpr (NORM) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       float v = sq[t];
       v += __shfl_xor_sync(0xffffffffu, v, 1);
       v += __shfl_xor_sync(0xffffffffu, v, 2);
-      if (t4 == 0) sq_warp[warp][g + 8 * t] = v;
+      if (t4 == 0) sqWarp[warp][g + 8 * t] = v;
     }
   }
   __syncthreads();
 
-  // The sum of tile element e (column-major, as warp_part) over the CTA's warps / the cluster's
+  // The sum of tile element e (column-major, as warpPart) over the CTA's warps / the cluster's
   // CTAs, always in the same fixed (rank, warp) order.
-  auto cta_sum = [&](int e) {
-    float s = warp_part[0][e];
+  auto ctaSum = [&](int e) {
+    float s = warpPart[0][e];
 #pragma unroll
-    for (int v = 1; v < kWarps; ++v) s += warp_part[v][e];
+    for (int v = 1; v < kWarps; ++v) s += warpPart[v][e];
     return s;
   };
   cg::cluster_group cluster = cg::this_cluster();
-  auto cluster_sum = [&](int e) {
+  auto clusterSum = [&](int e) {
     float s = 0.0f;
-    for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(cta_part, q)[e];
+    for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(ctaPart, q)[e];
     return s;
   };
   // NORM: row col's squares over the CTA's warps / the cluster's CTAs, in (rank, warp) order.
-  auto cta_sq_sum = [&](int col) {
-    float s = sq_warp[0][col];
+  auto ctaSqSum = [&](int col) {
+    float s = sqWarp[0][col];
 #pragma unroll
-    for (int v = 1; v < kWarps; ++v) s += sq_warp[v][col];
+    for (int v = 1; v < kWarps; ++v) s += sqWarp[v][col];
     return s;
   };
-  auto row_scale = [&](int col) {
+  auto rowScale = [&](int col) {
     if constexpr (!NORM) {
       return 1.0f;
     } else {
       float s = 0.0f;
       if (split == 1) {
-        s = cta_sq_sum(col);
+        s = ctaSqSum(col);
       } else {
-        for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(sq_cta, q)[col];
+        for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(sqCta, q)[col];
       }
-      return 1.0f / sqrtf(s / static_cast<float>(k) + norm_eps);
+      return 1.0f / sqrtf(s / static_cast<float>(k) + normEps);
     }
   };
   // Output item h (i: its index among this thread's items): without the SwiGLU epilogue, tile
   // element h: y[col, row0 + row] = round(sum + bias[row0 + row]) (sum scaled by the row's
   // RMSNorm scale with NORM). With it, the (gate, up) pair h of the tile's kRows / 2 pairs per
   // column.
-  auto finish = [&](int h, int i, auto&& sum_of) {
+  auto finish = [&](int h, int i, auto&& sumOf) {
     if constexpr (!SWIGLU) {
       const int col = h / kRows, row = h - col * kRows;
       const int64_t j = row0 + row;
       if (col < m && j < n) {
-        float sum = sum_of(h);
-        if constexpr (NORM) sum = __fmul_rn(sum, row_scale(col));
+        float sum = sumOf(h);
+        if constexpr (NORM) sum = __fmul_rn(sum, rowScale(col));
         if (bias != nullptr) sum = __fadd_rn(sum, fwd::to_f(bias[j]));
         Y* out = y + int64_t{col} * n + j;
         if constexpr (EPI == kAccumulate) {
-          *out = fwd::from_f<Y>(__fadd_rn(y_before[i], fwd::to_f(fwd::from_f<Y>(sum))));
+          *out = fwd::from_f<Y>(__fadd_rn(yBefore[i], fwd::to_f(fwd::from_f<Y>(sum))));
         } else {
           *out = fwd::from_f<Y>(sum);
         }
@@ -403,9 +403,9 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
       const int row = 16 * (pair / 8) + pair % 8;  // the gate row; its up row is row + 8
       const int64_t j = row0 + row;
       if (col < m && j < n) {  // n % 16 == 0: the up row j + 8 < n too
-        float g = sum_of(col * kRows + row), u = sum_of(col * kRows + row + 8);
+        float g = sumOf(col * kRows + row), u = sumOf(col * kRows + row + 8);
         if constexpr (NORM) {
-          const float scale = row_scale(col);
+          const float scale = rowScale(col);
           g = __fmul_rn(g, scale);
           u = __fmul_rn(u, scale);
         }
@@ -423,24 +423,24 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
   if (split == 1) {
 #pragma unroll
     for (int i = 0; i < kMaxItems; ++i) {
-      if (item0 + i * item_stride < kItems) finish(item0 + i * item_stride, i, cta_sum);
+      if (item0 + i * itemStride < kItems) finish(item0 + i * itemStride, i, ctaSum);
     }
     return;
   }
-  for (int e = threadIdx.x; e < kTile; e += kThreads) cta_part[e] = cta_sum(e);
+  for (int e = threadIdx.x; e < kTile; e += kThreads) ctaPart[e] = ctaSum(e);
   if constexpr (NORM) {
-    if (threadIdx.x < kCols) sq_cta[threadIdx.x] = cta_sq_sum(threadIdx.x);
+    if (threadIdx.x < kCols) sqCta[threadIdx.x] = ctaSqSum(threadIdx.x);
   }
-  cluster.sync();  // every CTA's cta_part (and sq_cta) is complete and visible to the cluster
+  cluster.sync();  // every CTA's ctaPart (and sqCta) is complete and visible to the cluster
 #pragma unroll
   for (int i = 0; i < kMaxItems; ++i) {
-    if (item0 + i * item_stride < kItems) finish(item0 + i * item_stride, i, cluster_sum);
+    if (item0 + i * itemStride < kItems) finish(item0 + i * itemStride, i, clusterSum);
   }
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM>
-void launch_typed(const LinearParams& p, const detail::GemvConfig& cfg, cudaStream_t stream) {
+void launchTyped(const LinearParams& p, const detail::GemvConfig& cfg, cudaStream_t stream) {
   const int32_t split = cfg.kSplit;
   constexpr int64_t kRows = 16 * R;
   const int64_t tiles = (int64_t{p.n} + kRows - 1) / kRows;
@@ -466,9 +466,9 @@ void launch_typed(const LinearParams& p, const detail::GemvConfig& cfg, cudaStre
   config.attrs = attr;
   config.numAttrs = used;
   // The instance compiled for detail::gemvCtasPerSm's occupancy (linear_gemv.h).
-  auto kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, R == 1 && !NORM ? 3 : 2>;
+  auto kernel = linearGemvKernel<T, Y, R, NT, EPI, NORM, R == 1 && !NORM ? 3 : 2>;
   if constexpr (R == 1 && NORM) {
-    if (detail::gemvCtasPerSm(cfg, true) == 3) kernel = linear_gemv_kernel<T, Y, R, NT, EPI, NORM, 3>;
+    if (detail::gemvCtasPerSm(cfg, true) == 3) kernel = linearGemvKernel<T, Y, R, NT, EPI, NORM, 3>;
   }
   ES_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(p.x),
                                    static_cast<const T*>(p.w), static_cast<const T*>(p.bias),
@@ -477,30 +477,30 @@ void launch_typed(const LinearParams& p, const detail::GemvConfig& cfg, cudaStre
 }
 
 template <typename T, typename Y, Epilogue EPI, bool NORM>
-void launch_shape(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
-  const bool two_tiles = p.m > 8;
+void launchShape(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
+  const bool twoTiles = p.m > 8;
   if (cfg.rowTiles == 1) {
-    if (two_tiles) launch_typed<T, Y, 1, 2, EPI, NORM>(p, cfg, stream);
-    else launch_typed<T, Y, 1, 1, EPI, NORM>(p, cfg, stream);
+    if (twoTiles) launchTyped<T, Y, 1, 2, EPI, NORM>(p, cfg, stream);
+    else launchTyped<T, Y, 1, 1, EPI, NORM>(p, cfg, stream);
   } else {
-    if (two_tiles) launch_typed<T, Y, 2, 2, EPI, NORM>(p, cfg, stream);
-    else launch_typed<T, Y, 2, 1, EPI, NORM>(p, cfg, stream);
+    if (twoTiles) launchTyped<T, Y, 2, 2, EPI, NORM>(p, cfg, stream);
+    else launchTyped<T, Y, 2, 1, EPI, NORM>(p, cfg, stream);
   }
 }
 
 template <typename T, typename Y, Epilogue EPI>
-void launch_norm(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
-  if (p.normWeight != nullptr) launch_shape<T, Y, EPI, true>(p, cfg, stream);
-  else launch_shape<T, Y, EPI, false>(p, cfg, stream);
+void launchNorm(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
+  if (p.normWeight != nullptr) launchShape<T, Y, EPI, true>(p, cfg, stream);
+  else launchShape<T, Y, EPI, false>(p, cfg, stream);
 }
 
 template <typename T>
-void launch_dtype(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream,
+void launchDtype(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream,
                   detail::GemvEpilogue epilogue) {
-  if (epilogue == detail::GemvEpilogue::kSwiglu) launch_norm<T, T, kSwigluPairs>(p, cfg, stream);
-  else if (p.accumulate) launch_norm<T, T, kAccumulate>(p, cfg, stream);
-  else if (p.outDtype == DType::kF32) launch_norm<T, float, kStore>(p, cfg, stream);
-  else launch_norm<T, T, kStore>(p, cfg, stream);
+  if (epilogue == detail::GemvEpilogue::kSwiglu) launchNorm<T, T, kSwigluPairs>(p, cfg, stream);
+  else if (p.accumulate) launchNorm<T, T, kAccumulate>(p, cfg, stream);
+  else if (p.outDtype == DType::kF32) launchNorm<T, float, kStore>(p, cfg, stream);
+  else launchNorm<T, T, kStore>(p, cfg, stream);
 }
 
 }  // namespace
@@ -529,8 +529,8 @@ void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream
     ES_CHECK_ARG(!p.accumulate, kWhere, "accumulate", "true",
                  "cannot be combined with the SwiGLU epilogue");
   }
-  if (p.dtype == DType::kBF16) launch_dtype<bf16>(p, cfg, stream, epilogue);
-  else launch_dtype<fp16>(p, cfg, stream, epilogue);
+  if (p.dtype == DType::kBF16) launchDtype<bf16>(p, cfg, stream, epilogue);
+  else launchDtype<fp16>(p, cfg, stream, epilogue);
 }
 
 }  // namespace detail

@@ -19,44 +19,37 @@ struct GemvConfig {
   int32_t kSplit = 1;    // CTAs per cluster splitting K: 1, 2, 4 or 8
   // CTAs an SM the one-tile instances with a fused input norm (LinearParams::normWeight) are
   // compiled for: 2 (no spills) or 3 (80 registers, 16-52 bytes of spills). Occupancy only: the
-  // outputs are the same either way. ES_GEMV_NORM_CTAS_PER_SM=2 or 3 (read once) overrides it.
+  // outputs are the same either way.
   int32_t normCtasPerSm = 2;
 };
 
 inline constexpr int32_t kGemvWarps = 8;  // warps per CTA (256 threads)
 
-// The launcher's choice for an m x n x k problem on a device with numSms multiprocessors
-// (linear_args.cpp, so the rule is tested in every build). CTAs wanted: 1.5 per SM.
-//   kOneTile (the first rule; ES_GEMV_RULE=onetile):
-//     kSplit   = the smallest of 1, 2, 4, 8 giving the CTAs wanted with one 16-row tile per CTA,
-//     capped so that every warp still has at least one 32-element K block;
-//     rowTiles = 2 when m > 4 (x, read from L2 once per CTA, then costs at most half of W's
-//     traffic) unless that leaves fewer CTAs than wanted, else 1.
-//   kWideTiles (session 12's rule; ES_GEMV_RULE=wide): rowTiles 2 at every m, with kSplit the
-//     smallest giving the CTAs wanted with two tiles, where that split equals kOneTile's, or where
-//     kOneTile's grid has fewer than 2.5 CTAs an SM and each warp keeps >= 8 K blocks; else
-//     kOneTile's choice.
-// Either way kSplit does not depend on m: each output is then summed in the same order at every
-// m (row-invariant: the rows of a 16-row verify equal 1-row decodes bit for bit).
-// normCtasPerSm = 3 where one tile per CTA needs more than one wave of 2 CTAs an SM and each CTA
-// streams a long W row block (k >= 2048: 64 KiB and more), else 2. Measured (docs/perf.md,
-// session 15) against the fusion off: 2 an SM everywhere gave Qwen3-0.6B +9.9 % and Qwen3-8B
-// -0.4 to -2.9 % (its 384-CTA qkv gemv, k 4096, in two waves); 3 everywhere +6.2 to +6.9 % and
-// +0.7 %; 3 for every grid over one wave (0.6B's 384-CTA gate/up, k 1024, too) +8.8 % and +0.9 %.
-//   kShortK (the default since session 18): kWideTiles, and also two tiles with no K split where
-//     kOneTile's split is 1, k <= 2048 (a one-tile CTA streams at most 64 KiB of W, so its fixed
-//     costs weigh) and the two-tile grid still reaches 31/32 of the SMs: Qwen3-0.6B's qkv (4.39
-//     against 5.07 us alone at m = 1, session 12's sweep) and gate_up (5.16 against 5.45); no
-//     Qwen3-8B shape (k >= 4096). In the engine: Qwen3-0.6B decode 1,310 / 1,318 -> 1,333 /
-//     1,348 tok/s, its 16-row verify forward 0.934 -> 0.899 ms (docs/perf.md, session 18).
-enum class GemvRule { kOneTile, kWideTiles, kShortK };
-GemvConfig chooseGemvConfig(int32_t m, int32_t n, int32_t k, int32_t numSms,
-                            GemvRule rule = GemvRule::kShortK);
+// The launcher's configuration for an n x k weight on a device with numSms multiprocessors, at
+// every m (linear_args.cpp, so the rule is tested in every build). The grid wants 1.5 CTAs per
+// SM; with tiles1 = ceil(n / 16) one-tile and tiles2 = ceil(n / 32) two-tile CTA columns:
+//   split1 = the smallest kSplit of 1, 2, 4, 8 giving the CTAs wanted with one tile per CTA,
+//            capped so that every warp still has at least one 32-element K block;
+//   split2 = the same with two tiles per CTA, if any split up to that cap reaches it.
+// The first that applies:
+//   1. split2 == split1: rowTiles 2, kSplit split1 (two tiles cost no split; Qwen3-8B gate_up
+//      and lm_head);
+//   2. the one-tile grid is thin (< 2.5 CTAs an SM) and split2 leaves each warp >= 8 K blocks:
+//      rowTiles 2, kSplit split2 (Qwen3-8B o and down);
+//   3. split1 == 1, k <= 2048 (a one-tile CTA streams at most 64 KiB of W, so its fixed costs
+//      weigh) and the two-tile grid reaches 31/32 of the SMs: rowTiles 2, kSplit 1 (Qwen3-0.6B
+//      qkv and gate_up);
+//   4. otherwise: rowTiles 1, kSplit split1 (Qwen3-0.6B o and down: kSplit 4).
+// The configuration does not depend on m, so each output is summed in the same order at every m
+// (row-invariant: the rows of a 16-row verify equal 1-row decodes bit for bit).
+// normCtasPerSm = 3 where one tile per CTA at kSplit needs more than one wave of 2 CTAs an SM and
+// each CTA streams a long W row block (k >= 2048: 64 KiB and more), else 2: the third CTA an SM
+// pays for its spills only where a second wave would otherwise wait.
+GemvConfig chooseGemvConfig(int32_t n, int32_t k, int32_t numSms);
 
 // The CTAs an SM the launched instance of cfg is compiled for (its __launch_bounds__, so its
 // register budget): 2 at rowTiles 2; at rowTiles 1, 3 without a fused input norm (norm false)
-// and cfg.normCtasPerSm with one, unless ES_GEMV_NORM_CTAS_PER_SM (read once) forces 2 or 3
-// there (InvalidArgument for other values). launchLinearGemv and gemvFillsSms both ask this.
+// and cfg.normCtasPerSm with one. launchLinearGemv and gemvFillsSms both ask this.
 int32_t gemvCtasPerSm(const GemvConfig& cfg, bool norm);
 
 // Whether the gemv of cfg for m x n (norm: with a fused input norm) needs every CTA slot of some
@@ -67,8 +60,7 @@ int32_t gemvCtasPerSm(const GemvConfig& cfg, bool norm);
 // 80 registers) keeps one out, and the grid needs them all where it has more CTAs than one fewer
 // an SM would hold. Then the kernel before it should let it in only when its own CTAs are done
 // (paged_attention.h, nextFillsSms). Qwen3-8B's 16-row o gemv (two tiles, kSplit 2: 256 CTAs at
-// 2 an SM) does; Qwen3-0.6B's (one tile, kSplit 4: 256 CTAs at 3 an SM) does not (docs/perf.md,
-// session 17).
+// 2 an SM) does; Qwen3-0.6B's (one tile, kSplit 4: 256 CTAs at 3 an SM) does not.
 bool gemvFillsSms(const GemvConfig& cfg, int32_t m, int32_t n, bool norm, int32_t numSms);
 
 // What the gemv does with each output before storing it.

@@ -9,14 +9,14 @@
 // that first thing, then pdl::trigger() lets the next kernel be scheduled in turn (only once this
 // one's CTAs have all passed their wait: the chain never runs more than one kernel ahead).
 // Both are no-ops in a kernel launched the ordinary way; a kernel that never triggers (cuBLASLt)
-// simply lets its dependent start when it completes. The environment variable ES_PDL=0 (read
-// once per process) makes pdl::launch an ordinary launch: the same binary measures both.
+// simply lets its dependent start when it completes. The debug switch ES_PDL=0
+// (debug_switches.h) makes pdl::launch an ordinary launch.
 #include <cuda_runtime.h>
 
 #include <utility>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
+#include "kernels/debug_switches.h"
 
 namespace es::kernel::pdl {
 
@@ -27,23 +27,19 @@ __device__ __forceinline__ void enter() {
   trigger();
 }
 
-// False when the environment sets ES_PDL=0.
-inline bool enabled() {
-  static const bool on = env_switch_on("ES_PDL");
-  return on;
-}
+// False when the debug switch ES_PDL=0 is set.
+inline bool enabled() { return debug::pdlEnabled(); }
 
-// Early reads (ES_PDL_EARLY_READS=0 turns them off; read once per process): a dependent kernel
-// may read, before its wait, memory that the kernel launched immediately before it does not
-// write. When a kernel starts, the one before its predecessor has completed and its writes are
-// visible (the predecessor's CTAs all passed their wait before this one could be scheduled), so
-// host copies and the outputs of any earlier kernel are safe; the predecessor's are not. The
-// kernels that read early say what (qkv_rope_kv_write.cu, paged_attention.cu's split kernel);
-// their callers must not let the kernel right before them write those inputs.
-inline bool early_reads() {
-  static const bool on = env_switch_on("ES_PDL_EARLY_READS");
-  return on && enabled();
-}
+// Early reads: a dependent kernel may read, before its wait, memory that the kernel launched
+// immediately before it does not write. When a kernel starts, the one before its predecessor has
+// completed and its writes are visible (the predecessor's CTAs all passed their wait before this
+// one could be scheduled), so host copies and the outputs of any earlier kernel are safe; the
+// predecessor's are not. The kernels that read early say what (qkv_rope_kv_write.cu,
+// linear_gemv.cu, paged_attention.cu's split kernel); their callers must not let the kernel right
+// before them write those inputs. In an ordinary launch the wait returns at once, so reading
+// early is safe there too; early_reads() tells the kernels that take the choice as an argument
+// whether launches are programmatic.
+inline bool early_reads() { return enabled(); }
 
 // kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the stream's
 // previous kernel (an ordinary launch with ES_PDL=0).

@@ -20,27 +20,25 @@ constexpr int32_t kPage = kv::kTokensPerPage;
 
 struct Args {
   const void* qkv;
-  const void* q_norm;
-  const void* k_norm;
+  const void* qNorm;
+  const void* kNorm;
   float eps;
-  const float* cos_sin;
-  int32_t max_positions;
+  const float* cosSin;
+  int32_t maxPositions;
   const int32_t* positions;
   const int32_t* owners;
   const int32_t* table;
   void* pool;
-  void* q_out;
-  int32_t batch, hq, hkv, dim, rotary, num_pages, max_pages;
-  int32_t early_reads;  // 1: read all but qkv before waiting for the previous kernel (ES_PDL_EARLY_READS)
+  void* qOut;
+  int32_t batch, hq, hkv, dim, rotary, numPages, maxPages;
 };
 
 template <typename T>
-__global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
-  // Launched as a programmatic dependent (pdl.cuh) of the kernel that wrote qkv. With early reads
-  // (the default) everything else this warp needs (position, owner, page, norm weights, cos/sin:
-  // none of it written by that kernel) is read before waiting for it, so only the qkv row's load
-  // is left after the wait; ES_PDL_EARLY_READS=0 waits first, as before.
-  if (!a.early_reads) pdl::enter();
+__global__ void __launch_bounds__(kWarps * 32) qkvRopeKernel(Args a) {
+  // Launched as a programmatic dependent (pdl.cuh) of the kernel that wrote qkv. Everything else
+  // this warp needs (position, owner, page, norm weights, cos/sin: none of it written by that
+  // kernel) is read before waiting for it, so only the qkv row's load is left after the wait. In
+  // an ordinary launch (ES_PDL=0) the wait returns at once and the early reads are just as safe.
   constexpr int kPer = kMaxDim / 32;  // elements per lane at most
   __shared__ float buf[kWarps][kMaxDim];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -51,34 +49,34 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
   const int32_t dim = a.dim;
   const int32_t pos = a.positions[t];
   const int32_t b = a.owners[t];
-  const bool live = pos >= 0 && pos < a.max_positions && b >= 0 && b < a.batch;
-  const bool is_q = head < a.hq, is_k = !is_q && head < a.hq + a.hkv;
-  T* q_out = static_cast<T*>(a.q_out);
+  const bool live = pos >= 0 && pos < a.maxPositions && b >= 0 && b < a.batch;
+  const bool isQ = head < a.hq, isK = !isQ && head < a.hq + a.hkv;
+  T* qOut = static_cast<T*>(a.qOut);
 
   T* dst = nullptr;
-  if (is_q) {
-    dst = q_out + (t * a.hq + head) * dim;
+  if (isQ) {
+    dst = qOut + (t * a.hq + head) * dim;
   } else {
     if (!live) return;
     const int32_t lp = pos / kPage;
-    if (lp >= a.max_pages) return;
+    if (lp >= a.maxPages) return;
     const int32_t slot = pos - lp * kPage;
-    const int32_t* row = a.table + int64_t{b} * 2 * a.max_pages;
-    const int32_t kv_head = is_k ? head - a.hq : head - a.hq - a.hkv;
+    const int32_t* row = a.table + int64_t{b} * 2 * a.maxPages;
+    const int32_t kvHead = isK ? head - a.hq : head - a.hq - a.hkv;
     int32_t page;
-    if (is_k) {
+    if (isK) {
       page = row[lp];
-      if (page < 0 || page >= a.num_pages) return;
+      if (page < 0 || page >= a.numPages) return;
     } else {
-      page = row[a.max_pages + lp];
-      if (page < a.num_pages || int64_t{page} >= 2 * int64_t{a.num_pages}) return;
+      page = row[a.maxPages + lp];
+      if (page < a.numPages || int64_t{page} >= 2 * int64_t{a.numPages}) return;
     }
-    dst = static_cast<T*>(a.pool) + ((int64_t{page} * kPage + slot) * a.hkv + kv_head) * dim;
+    dst = static_cast<T*>(a.pool) + ((int64_t{page} * kPage + slot) * a.hkv + kvHead) * dim;
   }
   // This lane's elements i = lane + 32 j: norm weight, and the rotary pair's (cos, sin) at
   // index i mod half (identity past the rotary dims).
-  const bool rotate = live && (is_q || is_k);
-  const T* weight = static_cast<const T*>(is_q ? a.q_norm : a.k_norm);
+  const bool rotate = live && (isQ || isK);
+  const T* weight = static_cast<const T*>(isQ ? a.qNorm : a.kNorm);
   const int32_t half = a.rotary / 2;
   float wv[kPer], cv[kPer], sv[kPer];
 #pragma unroll
@@ -88,38 +86,38 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
     if (rotate && i < dim) {
       if (weight != nullptr) wv[j] = fwd::to_f(weight[i]);
       if (i < a.rotary) {
-        const float* cs = a.cos_sin + int64_t{pos} * a.rotary;
+        const float* cs = a.cosSin + int64_t{pos} * a.rotary;
         const int32_t r = i < half ? i : i - half;
         cv[j] = cs[r];
         sv[j] = cs[half + r];
       }
     }
   }
-  if (a.early_reads) pdl::enter();
+  pdl::enter();
 
-  if (is_q && !live) {
+  if (isQ && !live) {
     for (int32_t i = lane; i < dim; i += 32) dst[i] = fwd::from_f<T>(0.0f);
     return;
   }
   const T* src = static_cast<const T*>(a.qkv) + t * int64_t{heads} * dim + int64_t{head} * dim;
-  if (!is_q && !is_k) {  // V: bit copy
+  if (!isQ && !isK) {  // V: bit copy
     for (int32_t i = lane; i < dim; i += 32) dst[i] = src[i];
     return;
   }
   float* x = buf[warp];
-  float sum_sq = 0.0f;
+  float sumSq = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int32_t i = lane + 32 * j;
     if (i < dim) {
       const float v = fwd::to_f(src[i]);
       x[i] = v;
-      sum_sq += v * v;
+      sumSq += v * v;
     }
   }
   if (weight != nullptr) {
-    sum_sq = fwd::warp_sum(sum_sq);
-    const float scale = 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + a.eps);
+    sumSq = fwd::warp_sum(sumSq);
+    const float scale = 1.0f / sqrtf(sumSq / static_cast<float>(dim) + a.eps);
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int32_t i = lane + 32 * j;
@@ -147,15 +145,29 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_rope_kernel(Args a) {
 
 void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
-  const Args a{p.qkv,       p.qNormWeight, p.kNormWeight, p.normEps,    p.cosSin,
-               p.maxPositions, p.positions, p.tokenToSequence, p.pageTable, p.kvPool,
-               p.qOut,      p.batchSize,   p.numQHeads,   p.numKVHeads, p.headDim,
-               p.rotaryDim, p.numPages,    p.maxPagesPerSeq, pdl::early_reads() ? 1 : 0};
+  const Args a{.qkv = p.qkv,
+               .qNorm = p.qNormWeight,
+               .kNorm = p.kNormWeight,
+               .eps = p.normEps,
+               .cosSin = p.cosSin,
+               .maxPositions = p.maxPositions,
+               .positions = p.positions,
+               .owners = p.tokenToSequence,
+               .table = p.pageTable,
+               .pool = p.kvPool,
+               .qOut = p.qOut,
+               .batch = p.batchSize,
+               .hq = p.numQHeads,
+               .hkv = p.numKVHeads,
+               .dim = p.headDim,
+               .rotary = p.rotaryDim,
+               .numPages = p.numPages,
+               .maxPages = p.maxPagesPerSeq};
   const int32_t heads = p.numQHeads + 2 * p.numKVHeads;
   const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    pdl::launch(qkv_rope_kernel<T>, grid, dim3(kWarps * 32), 0, stream, a);
+    pdl::launch(qkvRopeKernel<T>, grid, dim3(kWarps * 32), 0, stream, a);
   });
   ES_CUDA_CHECK_LAUNCH();
 }

@@ -11,7 +11,7 @@
 // Norms and rotation in fp32, one rounding to dtype at the end. Rows with position < 0 or
 // owner < 0 are padding: q rows are written as zeros, nothing goes to the cache. A position
 // whose page is unmapped (-1) or out of range is skipped for the cache (like spec §2.1).
-// Refinements (additive, ops engineer): a row whose position is >= maxPositions or whose owner is
+// Beyond spec §2.1: a row whose position is >= maxPositions or whose owner is
 // >= batchSize is padding too (the kernel cannot throw on device data); the K plane is written only
 // for a K id in [0, numPages), the V plane only for a V id in [numPages, 2*numPages), each plane on
 // its own, and nothing for pos/128 >= maxPagesPerSeq; q rows of live tokens are written even when

@@ -8,7 +8,7 @@
 namespace es::kernel {
 namespace {
 
-__global__ void replay_proposal_kernel(ReplayProposalParams p) {
+__global__ void replayProposalKernel(ReplayProposalParams p) {
   const int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (r >= int64_t{p.batchSize} * p.blockSize) return;
   const int64_t b = r / p.blockSize;
@@ -30,7 +30,8 @@ void launchReplayProposal(const ReplayProposalParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
   constexpr int kThreads = 128;
   const int64_t rows = int64_t{p.batchSize} * p.blockSize;
-  replay_proposal_kernel<<<static_cast<uint32_t>((rows + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
+  const auto blocks = static_cast<uint32_t>((rows + kThreads - 1) / kThreads);
+  replayProposalKernel<<<blocks, kThreads, 0, stream>>>(p);
   ES_CUDA_CHECK_LAUNCH();
 }
 

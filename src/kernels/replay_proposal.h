@@ -1,5 +1,5 @@
 #pragma once
-// The replay draft's proposal (tests and benchmarks only, issue 6): propose the tokens a
+// The replay draft's proposal (tests and benchmarks only): propose the tokens a
 // previously recorded greedy run produced, so the speculative loop can be driven at any
 // acceptance rate on a real target without a trained draft.
 //

@@ -13,13 +13,13 @@ namespace es::kernel {
 namespace {
 
 template <typename T, int VEC>
-__global__ void rmsnorm_kernel(const T* x, T* residual, const T* __restrict__ weight, T* out,
+__global__ void rmsnormKernel(const T* x, T* residual, const T* __restrict__ weight, T* out,
                                int32_t hidden, float eps) {
   pdl::enter();
   constexpr bool kAligned = VEC > 1;
   const int64_t base = int64_t{blockIdx.x} * hidden;
   const int32_t vecs = hidden / VEC;
-  float sum_sq = 0.0f;
+  float sumSq = 0.0f;
   for (int32_t v = threadIdx.x; v < vecs; v += blockDim.x) {
     float a[VEC];
     fwd::load_span<T, VEC, kAligned>(x + base + int64_t{v} * VEC, a);
@@ -31,10 +31,10 @@ __global__ void rmsnorm_kernel(const T* x, T* residual, const T* __restrict__ we
       fwd::store_span<T, VEC, kAligned>(residual + base + int64_t{v} * VEC, a);
     }
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) sum_sq += a[e] * a[e];
+    for (int e = 0; e < VEC; ++e) sumSq += a[e] * a[e];
   }
-  sum_sq = fwd::block_sum(sum_sq);
-  const float scale = 1.0f / sqrtf(sum_sq / static_cast<float>(hidden) + eps);
+  sumSq = fwd::block_sum(sumSq);
+  const float scale = 1.0f / sqrtf(sumSq / static_cast<float>(hidden) + eps);
   const T* src = residual != nullptr ? residual : x;
   for (int32_t v = threadIdx.x; v < vecs; v += blockDim.x) {
     float a[VEC], w[VEC];
@@ -51,7 +51,7 @@ void launch(const RmsNormParams& p, cudaStream_t stream) {
   const int32_t vecs = p.hiddenSize / VEC;
   int threads = 1024;
   while (threads > 32 && threads / 2 >= vecs) threads /= 2;
-  pdl::launch(rmsnorm_kernel<T, VEC>, dim3(p.rows), dim3(threads), 0, stream,
+  pdl::launch(rmsnormKernel<T, VEC>, dim3(p.rows), dim3(threads), 0, stream,
       static_cast<const T*>(p.x), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
       static_cast<T*>(p.out), p.hiddenSize, p.eps);
 }

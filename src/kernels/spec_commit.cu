@@ -8,7 +8,7 @@
 namespace es::kernel {
 namespace {
 
-__global__ void spec_commit_kernel(SpecCommitParams p) {
+__global__ void specCommitKernel(SpecCommitParams p) {
   const int32_t b = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
   if (b >= p.batchSize) return;
   int32_t count = p.counts ? p.counts[b] + p.countOffset : 1;
@@ -26,7 +26,7 @@ void launchSpecCommit(const SpecCommitParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
   constexpr int kThreads = 128;
   const int ctas = (p.batchSize + kThreads - 1) / kThreads;
-  spec_commit_kernel<<<ctas, kThreads, 0, stream>>>(p);
+  specCommitKernel<<<ctas, kThreads, 0, stream>>>(p);
   ES_CUDA_CHECK_LAUNCH();
 }
 

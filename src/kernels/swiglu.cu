@@ -14,17 +14,17 @@ namespace es::kernel {
 namespace {
 
 template <typename T, int VEC>
-__global__ void swiglu_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
+__global__ void swigluKernel(const T* __restrict__ gateUp, T* __restrict__ out, int64_t rows,
                               int64_t inter, GateUpLayout layout) {
   static_assert(kGateUpGroup % VEC == 0, "a vector must not straddle two groups");
   pdl::enter();
-  const int64_t vecs_per_row = inter / VEC;
-  const int64_t total = rows * vecs_per_row;
+  const int64_t vecsPerRow = inter / VEC;
+  const int64_t total = rows * vecsPerRow;
   for (int64_t v = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; v < total;
        v += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = v / vecs_per_row;
-    const int64_t i = (v - r * vecs_per_row) * VEC;
-    const T* row = gate_up + r * 2 * inter;
+    const int64_t r = v / vecsPerRow;
+    const int64_t i = (v - r * vecsPerRow) * VEC;
+    const T* row = gateUp + r * 2 * inter;
     float g[VEC], u[VEC], o[VEC];
     fwd::load_span<T, VEC, (VEC > 1)>(row + gateOffset(layout, i), g);
     fwd::load_span<T, VEC, (VEC > 1)>(row + upOffset(layout, i, inter), u);
@@ -39,7 +39,7 @@ void launch(const SwigluParams& p, cudaStream_t stream) {
   const int64_t total = int64_t{p.rows} * (p.intermediateSize / VEC);
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, int64_t{132} * 16);
-  pdl::launch(swiglu_kernel<T, VEC>, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream,
+  pdl::launch(swigluKernel<T, VEC>, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream,
       static_cast<const T*>(p.gateUp), static_cast<T*>(p.out), p.rows, p.intermediateSize,
       p.layout);
 }

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "common/dtype_convert.h"
-#include "common/env_switch.h"
 #include "common/errors.h"
 #include "common/logging.h"
 #include "model/rope_table.h"
@@ -100,9 +99,9 @@ void TargetModel::loadWeights(const std::filesystem::path& dir) {
     return present ? one(name) : Buffer();
   };
   matrixDtype_ = chooseMatrixDtype(store, c, dtype_);
-  // ES_GATE_UP_INTERLEAVE=0 keeps the halves (for A/B runs and the layout-equality tests; read
-  // at every load). Either layout gives the same logits bit for bit.
-  const bool interleave = c.intermediate_size % kernel::kGateUpGroup == 0 && env_switch_on("ES_GATE_UP_INTERLEAVE");
+  // The gate/up matrix interleaved where the intermediate size allows (swiglu.h), so decode rows
+  // get SwiGLU in the gemv's epilogue; either layout gives the same logits bit for bit.
+  const bool interleave = c.intermediate_size % kernel::kGateUpGroup == 0;
   gateUpLayout_ = interleave ? kernel::GateUpLayout::kInterleaved8 : kernel::GateUpLayout::kHalves;
   auto matrix = [&](const std::vector<std::string>& names) {
     return uploadConcatenated(backend_, store, names, matrixDtype_);
@@ -351,7 +350,7 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
 
   // A single-sequence cache's decode and verify rows (<= 16) may have each RMSNorm fused into
   // the linear layer after it and each residual add into the one before it (linear.h:
-  // normWeight, accumulate; ES_GEMV_NORM=0 turns it off): the o and down projections add into residual_ and
+  // normWeight, accumulate): the o and down projections add into residual_ and
   // the qkv and gate/up projections normalize it as they read it, six kernels a layer instead of
   // eight. The fused norm rounds x * w where the RMSNorm kernel rounds x * s * w, so only a cache
   // of one sequence takes it: its decode rows and verify rows then round alike and greedy

@@ -23,20 +23,20 @@ void update(const kernel::DFlashTargetKVCacheUpdateParams<T>& p) {
     const int32_t pos = p.deltaPositions[r];
     const int32_t b = p.deltaTokenToSequence[r];
     if (b < 0 || b >= p.batchSize || pos < 0) continue;
-    const int32_t logical_page = pos / kv::kTokensPerPage;
-    if (logical_page >= p.maxPagesPerSeq) continue;
+    const int32_t logicalPage = pos / kv::kTokensPerPage;
+    if (logicalPage >= p.maxPagesPerSeq) continue;
     const int32_t slot = pos % kv::kTokensPerPage;
     const int32_t* row = p.pageTable + int64_t{b} * 2 * p.maxPagesPerSeq;
-    const int32_t k_page = row[logical_page];
-    const int32_t v_page = row[p.maxPagesPerSeq + logical_page];
-    const bool write_k = k_page >= 0 && k_page < p.numPages;
-    const bool write_v = v_page >= p.numPages && int64_t{v_page} < 2 * int64_t{p.numPages};
+    const int32_t kPageId = row[logicalPage];
+    const int32_t vPageId = row[p.maxPagesPerSeq + logicalPage];
+    const bool writeK = kPageId >= 0 && kPageId < p.numPages;
+    const bool writeV = vPageId >= p.numPages && int64_t{vPageId} < 2 * int64_t{p.numPages};
     const float* cs = p.tokenAlignedCosSin + r * p.rotaryDim;
     for (int64_t h = 0; h < hkv; ++h) {
       const T* k = p.kDelta + (r * hkv + h) * dim;
       const T* v = p.vDelta + (r * hkv + h) * dim;
-      if (write_k) {
-        T* dst = p.kvCache + ((int64_t{k_page} * kv::kTokensPerPage + slot) * hkv + h) * dim;
+      if (writeK) {
+        T* dst = p.kvCache + ((int64_t{kPageId} * kv::kTokensPerPage + slot) * hkv + h) * dim;
         for (int32_t i = 0; i < p.headDim; ++i) {
           if (i >= p.rotaryDim) {
             dst[i] = k[i];
@@ -51,8 +51,8 @@ void update(const kernel::DFlashTargetKVCacheUpdateParams<T>& p) {
           }
         }
       }
-      if (write_v) {
-        T* dst = p.kvCache + ((int64_t{v_page} * kv::kTokensPerPage + slot) * hkv + h) * dim;
+      if (writeV) {
+        T* dst = p.kvCache + ((int64_t{vPageId} * kv::kTokensPerPage + slot) * hkv + h) * dim;
         for (int32_t i = 0; i < p.headDim; ++i) dst[i] = v[i];
       }
     }

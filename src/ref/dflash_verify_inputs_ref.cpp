@@ -1,4 +1,4 @@
-// CPU references of the DFlash verify-input kernels (spec §2.7–§2.9), plain loops.
+// CPU references of the DFlash verify-input kernels (spec §2.7, §2.9), plain loops.
 #include <cstdint>
 
 #include "kernels/dflash_verify_inputs.h"
@@ -24,17 +24,6 @@ void dflashPrepareBaseVerifyInputs(const kernel::DFlashBaseVerifyInputsParams& p
         }
         p.packedAttentionMask[row * words + w] = static_cast<int32_t>(bits);
       }
-    }
-  }
-}
-
-void dflashBuildLinearTreeMetadata(const kernel::DFlashLinearTreeMetadataParams& p) {
-  if (!kernel::validate(p)) return;
-  for (int32_t b = 0; b < p.batchSize; ++b) {
-    for (int32_t node = 0; node < p.verifySize; ++node) {
-      const int64_t r = int64_t{b} * p.verifySize + node;
-      p.treeParentIds[r] = node - 1;
-      p.treeDepths[r] = node;
     }
   }
 }

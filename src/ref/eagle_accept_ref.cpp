@@ -27,9 +27,9 @@ void eagleAccept(const kernel::EagleAcceptParams& p) {
       path.push_back(next);
       cur = next;
     }
-    const int32_t matched_plus_one = static_cast<int32_t>(path.size());
+    const int32_t matchedPlusOne = static_cast<int32_t>(path.size());
     const int32_t budget = p.remainingBudget ? std::max(p.remainingBudget[b], 0) : s;
-    const int32_t length = std::min(matched_plus_one, budget);
+    const int32_t length = std::min(matchedPlusOne, budget);
     p.acceptLengths[b] = length;
     for (int32_t k = 0; k < s; ++k) {
       p.acceptedNodeIds[base + k] = k < length ? path[k] : -1;

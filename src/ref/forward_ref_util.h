@@ -12,7 +12,7 @@
 namespace es::ref::detail {
 
 // v rounded to t and back (the value a store followed by a load gives).
-inline float round_to(DType t, float v) {
+inline float roundTo(DType t, float v) {
   switch (t) {
     case DType::kF16: return to_float(to_fp16(v));
     case DType::kBF16: return to_float(to_bf16(v));

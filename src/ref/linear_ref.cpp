@@ -153,10 +153,13 @@ void linear(const kernel::LinearParams& p) {
     plain.normWeight = nullptr;
     plain.accumulate = false;
     if (p.normWeight != nullptr) {
-      kernel::RmsNormParams norm;
-      norm.x = p.x; norm.weight = p.normWeight; norm.out = normed.data();
-      norm.rows = p.m; norm.hiddenSize = p.k; norm.eps = p.normEps; norm.dtype = p.dtype;
-      rmsNorm(norm);
+      rmsNorm({.x = p.x,
+               .weight = p.normWeight,
+               .out = normed.data(),
+               .rows = p.m,
+               .hiddenSize = p.k,
+               .eps = p.normEps,
+               .dtype = p.dtype});
       plain.x = normed.data();
     }
     if (p.accumulate) plain.y = product.data();

@@ -14,12 +14,12 @@ namespace es::ref {
 namespace {
 
 // Norm (if weight) and rotation of one head in place.
-void norm_rope(float* v, const float* weight, float eps, const float* cs, int32_t dim,
+void normRope(float* v, const float* weight, float eps, const float* cs, int32_t dim,
                int32_t rotary, std::vector<float>& tmp) {
   if (weight != nullptr) {
-    double sum_sq = 0.0;
-    for (int32_t i = 0; i < dim; ++i) sum_sq += double{v[i]} * v[i];
-    const float mean = static_cast<float>(sum_sq / dim);
+    double sumSq = 0.0;
+    for (int32_t i = 0; i < dim; ++i) sumSq += double{v[i]} * v[i];
+    const float mean = static_cast<float>(sumSq / dim);
     const float scale = 1.0f / std::sqrt(mean + eps);
     for (int32_t i = 0; i < dim; ++i) v[i] = (v[i] * scale) * weight[i];
   }
@@ -43,20 +43,20 @@ void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) {
   constexpr int32_t kPage = kv::kTokensPerPage;
   const int32_t dim = p.headDim;
   const int32_t hq = p.numQHeads, hkv = p.numKVHeads;
-  const int64_t row_elems = int64_t{hq + 2 * hkv} * dim;
-  std::vector<float> q_w, k_w;
+  const int64_t rowElems = int64_t{hq + 2 * hkv} * dim;
+  std::vector<float> qW, kW;
   if (p.qNormWeight != nullptr) {
-    q_w.resize(static_cast<size_t>(dim));
-    loadFloats(p.qNormWeight, p.dtype, 0, dim, q_w.data());
+    qW.resize(static_cast<size_t>(dim));
+    loadFloats(p.qNormWeight, p.dtype, 0, dim, qW.data());
   }
   if (p.kNormWeight != nullptr) {
-    k_w.resize(static_cast<size_t>(dim));
-    loadFloats(p.kNormWeight, p.dtype, 0, dim, k_w.data());
+    kW.resize(static_cast<size_t>(dim));
+    loadFloats(p.kNormWeight, p.dtype, 0, dim, kW.data());
   }
   const int64_t elem = dtype_size(p.dtype);
   auto* pool = static_cast<uint8_t*>(p.kvPool);
   const auto* qkv = static_cast<const uint8_t*>(p.qkv);
-  detail::parallel_for(p.numTokens, 16 * row_elems, [&](int64_t begin, int64_t end) {
+  detail::parallel_for(p.numTokens, 16 * rowElems, [&](int64_t begin, int64_t end) {
     std::vector<float> v(static_cast<size_t>(dim)), tmp;
     for (int64_t t = begin; t < end; ++t) {
       const int32_t pos = p.positions[t];
@@ -69,10 +69,10 @@ void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) {
         continue;
       }
       const float* cs = p.cosSin + int64_t{pos} * p.rotaryDim;
-      const int64_t row = t * row_elems;
+      const int64_t row = t * rowElems;
       for (int32_t h = 0; h < hq; ++h) {
         loadFloats(p.qkv, p.dtype, row + int64_t{h} * dim, dim, v.data());
-        norm_rope(v.data(), q_w.empty() ? nullptr : q_w.data(), p.normEps, cs, dim, p.rotaryDim,
+        normRope(v.data(), qW.empty() ? nullptr : qW.data(), p.normEps, cs, dim, p.rotaryDim,
                   tmp);
         for (int32_t i = 0; i < dim; ++i) {
           storeFromFloat(p.qOut, p.dtype, (t * hq + h) * dim + i, v[i]);
@@ -82,22 +82,22 @@ void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) {
       const int32_t lp = pos / kPage;
       if (lp >= p.maxPagesPerSeq) continue;
       const int32_t slot = pos % kPage;
-      const int32_t* table_row = p.pageTable + int64_t{b} * 2 * p.maxPagesPerSeq;
-      const int32_t k_page = table_row[lp];
-      const int32_t v_page = table_row[p.maxPagesPerSeq + lp];
-      const bool write_k = k_page >= 0 && k_page < p.numPages;
-      const bool write_v = v_page >= p.numPages && int64_t{v_page} < 2 * int64_t{p.numPages};
+      const int32_t* tableRow = p.pageTable + int64_t{b} * 2 * p.maxPagesPerSeq;
+      const int32_t kPageId = tableRow[lp];
+      const int32_t vPageId = tableRow[p.maxPagesPerSeq + lp];
+      const bool writeK = kPageId >= 0 && kPageId < p.numPages;
+      const bool writeV = vPageId >= p.numPages && int64_t{vPageId} < 2 * int64_t{p.numPages};
       for (int32_t h = 0; h < hkv; ++h) {
-        if (write_k) {
+        if (writeK) {
           loadFloats(p.qkv, p.dtype, row + int64_t{hq + h} * dim, dim, v.data());
-          norm_rope(v.data(), k_w.empty() ? nullptr : k_w.data(), p.normEps, cs, dim,
+          normRope(v.data(), kW.empty() ? nullptr : kW.data(), p.normEps, cs, dim,
                     p.rotaryDim, tmp);
-          const int64_t dst = ((int64_t{k_page} * kPage + slot) * hkv + h) * dim;
+          const int64_t dst = ((int64_t{kPageId} * kPage + slot) * hkv + h) * dim;
           for (int32_t i = 0; i < dim; ++i) storeFromFloat(p.kvPool, p.dtype, dst + i, v[i]);
         }
-        if (write_v) {
+        if (writeV) {
           const int64_t src = row + int64_t{hq + hkv + h} * dim;
-          const int64_t dst = ((int64_t{v_page} * kPage + slot) * hkv + h) * dim;
+          const int64_t dst = ((int64_t{vPageId} * kPage + slot) * hkv + h) * dim;
           std::memcpy(pool + dst * elem, qkv + src * elem, static_cast<size_t>(dim * elem));
         }
       }

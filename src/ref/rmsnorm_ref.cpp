@@ -23,12 +23,12 @@ void rmsNorm(const kernel::RmsNormParams& p) {
         for (int64_t i = 0; i < hidden; ++i) {
           const float sum = loadAsFloat(p.residual, p.dtype, base + i) + v[i];
           storeFromFloat(p.residual, p.dtype, base + i, sum);
-          v[i] = detail::round_to(p.dtype, sum);
+          v[i] = detail::roundTo(p.dtype, sum);
         }
       }
-      double sum_sq = 0.0;
-      for (int64_t i = 0; i < hidden; ++i) sum_sq += double{v[i]} * v[i];
-      const float mean = static_cast<float>(sum_sq / static_cast<double>(hidden));
+      double sumSq = 0.0;
+      for (int64_t i = 0; i < hidden; ++i) sumSq += double{v[i]} * v[i];
+      const float mean = static_cast<float>(sumSq / static_cast<double>(hidden));
       const float scale = 1.0f / std::sqrt(mean + p.eps);
       for (int64_t i = 0; i < hidden; ++i) {
         storeFromFloat(p.out, p.dtype, base + i, (v[i] * scale) * weight[i]);

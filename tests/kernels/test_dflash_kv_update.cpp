@@ -33,15 +33,15 @@ bf16 from_f<bf16>(float v) { return to_bf16(v); }
 // A pool [2, numPages, 128, hkv, dim] filled with a recognisable per-element bit pattern that no
 // test input uses (so any element written by mistake, or not written, is visible).
 template <typename T>
-std::vector<T> sentinel_pool(int32_t num_pages, int32_t hkv, int32_t dim) {
+std::vector<T> sentinelPool(int32_t num_pages, int32_t hkv, int32_t dim) {
   std::vector<T> pool(size_t{2} * num_pages * kPage * hkv * dim);
   for (size_t i = 0; i < pool.size(); ++i) pool[i].bits = static_cast<uint16_t>(0x7000u | (i & 0x3ffu));
   return pool;
 }
 
 template <typename T>
-int64_t pool_offset(int32_t flat_page, int32_t slot, int32_t h, int32_t d, int32_t hkv, int32_t dim) {
-  return ((int64_t{flat_page} * kPage + slot) * hkv + h) * dim + d;
+int64_t poolOffset(int32_t flatPage, int32_t slot, int32_t h, int32_t d, int32_t hkv, int32_t dim) {
+  return ((int64_t{flatPage} * kPage + slot) * hkv + h) * dim + d;
 }
 
 template <typename T>
@@ -56,16 +56,16 @@ TYPED_TEST(KvUpdateRef, HandComputedRotateHalf) {
   const int32_t num_pages = 1;
   std::vector<T> k = {from_f<T>(1), from_f<T>(2), from_f<T>(3), from_f<T>(4)};
   std::vector<T> v = {from_f<T>(5), from_f<T>(6), from_f<T>(7), from_f<T>(8)};
-  std::vector<float> cos_sin = {0.0f, 1.0f, 1.0f, 0.0f};  // cos[0], cos[1], sin[0], sin[1]
+  std::vector<float> cosSin = {0.0f, 1.0f, 1.0f, 0.0f};  // cos[0], cos[1], sin[0], sin[1]
   std::vector<int32_t> positions = {3}, owners = {0}, table = {0, 1};
-  std::vector<T> pool = sentinel_pool<T>(num_pages, 1, 4);
+  std::vector<T> pool = sentinelPool<T>(num_pages, 1, 4);
   const std::vector<T> before = pool;
 
   DFlashTargetKVCacheUpdateParams<T> p;
   p.kDelta = k.data();
   p.vDelta = v.data();
   p.kvCache = pool.data();
-  p.tokenAlignedCosSin = cos_sin.data();
+  p.tokenAlignedCosSin = cosSin.data();
   p.deltaPositions = positions.data();
   p.deltaTokenToSequence = owners.data();
   p.pageTable = table.data();
@@ -78,14 +78,14 @@ TYPED_TEST(KvUpdateRef, HandComputedRotateHalf) {
   p.maxPagesPerSeq = 1;
   ref::dflashTargetKVCacheUpdate(p);
 
-  const float want_k[4] = {-3, 2, 1, 4};
+  const float wantK[4] = {-3, 2, 1, 4};
   for (int d = 0; d < 4; ++d) {
-    EXPECT_EQ(to_f(pool[pool_offset<T>(0, 3, 0, d, 1, 4)]), want_k[d]) << "k dim " << d;
-    EXPECT_EQ(to_f(pool[pool_offset<T>(1, 3, 0, d, 1, 4)]), 5.0f + d) << "v dim " << d;
+    EXPECT_EQ(to_f(pool[poolOffset<T>(0, 3, 0, d, 1, 4)]), wantK[d]) << "k dim " << d;
+    EXPECT_EQ(to_f(pool[poolOffset<T>(1, 3, 0, d, 1, 4)]), 5.0f + d) << "v dim " << d;
   }
   for (size_t i = 0; i < pool.size(); ++i) {
-    const bool written = (i >= size_t(pool_offset<T>(0, 3, 0, 0, 1, 4)) && i < size_t(pool_offset<T>(0, 4, 0, 0, 1, 4))) ||
-                         (i >= size_t(pool_offset<T>(1, 3, 0, 0, 1, 4)) && i < size_t(pool_offset<T>(1, 4, 0, 0, 1, 4)));
+    const bool written = (i >= size_t(poolOffset<T>(0, 3, 0, 0, 1, 4)) && i < size_t(poolOffset<T>(0, 4, 0, 0, 1, 4))) ||
+                         (i >= size_t(poolOffset<T>(1, 3, 0, 0, 1, 4)) && i < size_t(poolOffset<T>(1, 4, 0, 0, 1, 4)));
     if (!written) {
       ASSERT_EQ(pool[i].bits, before[i].bits) << "untouched element " << i;
     }
@@ -97,34 +97,34 @@ TYPED_TEST(KvUpdateRef, MatchesDoublePrecisionNeoxFormula) {
   using T = TypeParam;
   // One rounding to the cache type: half an ulp, relative 2^-8 (bf16) or 2^-11 (fp16).
   const double rel = std::is_same_v<T, bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-  for (const int32_t rotary_dim : {32, 16, 6}) {
+  for (const int32_t rotaryDim : {32, 16, 6}) {
     const int32_t hkv = 3, dim = 32, tokens = 5, num_pages = 4;
-    const int32_t half = rotary_dim / 2;
+    const int32_t half = rotaryDim / 2;
     const std::vector<int32_t> positions = {0, 1, 127, 128, 300};
     const std::vector<int32_t> owners = {0, 0, 0, 0, 0};
     const std::vector<int32_t> table = {2, 0, 3, 1 + num_pages, 3 + num_pages, 0 + num_pages};
     std::vector<T> k(size_t(tokens) * hkv * dim), v(k.size());
-    uint32_t state = 12345u + rotary_dim;
+    uint32_t state = 12345u + rotaryDim;
     auto next = [&state] {
       state = state * 1664525u + 1013904223u;
       return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) * 4.0f - 2.0f;
     };
     for (auto& x : k) x = from_f<T>(next());
     for (auto& x : v) x = from_f<T>(next());
-    std::vector<float> cos_sin(size_t(tokens) * rotary_dim);
+    std::vector<float> cosSin(size_t(tokens) * rotaryDim);
     for (int32_t r = 0; r < tokens; ++r) {
       for (int32_t j = 0; j < half; ++j) {
-        const double angle = positions[r] * std::pow(10000.0, -2.0 * j / rotary_dim);
-        cos_sin[r * rotary_dim + j] = static_cast<float>(std::cos(angle));
-        cos_sin[r * rotary_dim + half + j] = static_cast<float>(std::sin(angle));
+        const double angle = positions[r] * std::pow(10000.0, -2.0 * j / rotaryDim);
+        cosSin[r * rotaryDim + j] = static_cast<float>(std::cos(angle));
+        cosSin[r * rotaryDim + half + j] = static_cast<float>(std::sin(angle));
       }
     }
-    std::vector<T> pool = sentinel_pool<T>(num_pages, hkv, dim);
+    std::vector<T> pool = sentinelPool<T>(num_pages, hkv, dim);
     DFlashTargetKVCacheUpdateParams<T> p;
     p.kDelta = k.data();
     p.vDelta = v.data();
     p.kvCache = pool.data();
-    p.tokenAlignedCosSin = cos_sin.data();
+    p.tokenAlignedCosSin = cosSin.data();
     p.deltaPositions = positions.data();
     p.deltaTokenToSequence = owners.data();
     p.pageTable = table.data();
@@ -132,30 +132,30 @@ TYPED_TEST(KvUpdateRef, MatchesDoublePrecisionNeoxFormula) {
     p.batchSize = 1;
     p.numKVHeads = hkv;
     p.headDim = dim;
-    p.rotaryDim = rotary_dim;
+    p.rotaryDim = rotaryDim;
     p.numPages = num_pages;
     p.maxPagesPerSeq = 3;
     ref::dflashTargetKVCacheUpdate(p);
 
     for (int32_t r = 0; r < tokens; ++r) {
       const int32_t lp = positions[r] / kPage, slot = positions[r] % kPage;
-      const int32_t k_page = table[lp], v_page = table[3 + lp];
+      const int32_t kPageId = table[lp], vPageId = table[3 + lp];
       for (int32_t h = 0; h < hkv; ++h) {
         const T* kin = &k[(size_t(r) * hkv + h) * dim];
         const T* vin = &v[(size_t(r) * hkv + h) * dim];
         for (int32_t i = 0; i < dim; ++i) {
-          const T got = pool[pool_offset<T>(k_page, slot, h, i, hkv, dim)];
-          if (i >= rotary_dim) {
+          const T got = pool[poolOffset<T>(kPageId, slot, h, i, hkv, dim)];
+          if (i >= rotaryDim) {
             EXPECT_EQ(got.bits, kin[i].bits) << "pass-through dim " << i;
           } else {
             const int32_t j = i < half ? i : i - half;
-            const double c = cos_sin[r * rotary_dim + j], s = cos_sin[r * rotary_dim + half + j];
+            const double c = cosSin[r * rotaryDim + j], s = cosSin[r * rotaryDim + half + j];
             const double want = i < half ? double(to_f(kin[i])) * c - double(to_f(kin[i + half])) * s
                                          : double(to_f(kin[i])) * c + double(to_f(kin[i - half])) * s;
             EXPECT_NEAR(to_f(got), want, rel * std::fabs(want) + 1e-5)
-                << "rotary " << rotary_dim << " token " << r << " head " << h << " dim " << i;
+                << "rotary " << rotaryDim << " token " << r << " head " << h << " dim " << i;
           }
-          EXPECT_EQ(pool[pool_offset<T>(v_page, slot, h, i, hkv, dim)].bits, vin[i].bits);
+          EXPECT_EQ(pool[poolOffset<T>(vPageId, slot, h, i, hkv, dim)].bits, vin[i].bits);
         }
       }
     }
@@ -166,7 +166,7 @@ TYPED_TEST(KvUpdateRef, MatchesDoublePrecisionNeoxFormula) {
 // a position past capacity, padding rows, and per-plane skipping of unmapped or out-of-plane ids.
 TYPED_TEST(KvUpdateRef, ScrambledTableAndPerPlaneSkipping) {
   using T = TypeParam;
-  const int32_t hkv = 2, dim = 16, rotary_dim = 8, num_pages = 6, max_pages = 3, batch = 2;
+  const int32_t hkv = 2, dim = 16, rotaryDim = 8, num_pages = 6, max_pages = 3, batch = 2;
   // [B, 2, maxPages]: K ids then V ids (V ids carry +numPages = +6).
   const std::vector<int32_t> table = {
       4, 1, 5, /* V */ 8, 6, 3,    // seq 0: V page 2 holds a K-plane id (3): V skipped there
@@ -198,17 +198,17 @@ TYPED_TEST(KvUpdateRef, ScrambledTableAndPerPlaneSkipping) {
     k[i] = from_f<T>(static_cast<float>(int(i % 97) + 1));
     v[i] = from_f<T>(-static_cast<float>(int(i % 89) + 1));
   }
-  std::vector<float> cos_sin(size_t(tokens) * rotary_dim, 0.0f);
+  std::vector<float> cosSin(size_t(tokens) * rotaryDim, 0.0f);
   for (int32_t r = 0; r < tokens; ++r) {
-    for (int32_t j = 0; j < rotary_dim / 2; ++j) cos_sin[r * rotary_dim + j] = 1.0f;
+    for (int32_t j = 0; j < rotaryDim / 2; ++j) cosSin[r * rotaryDim + j] = 1.0f;
   }
-  std::vector<T> pool = sentinel_pool<T>(num_pages, hkv, dim);
+  std::vector<T> pool = sentinelPool<T>(num_pages, hkv, dim);
   std::vector<T> want = pool;
   for (const Write& w : writes) {
     const std::vector<T>& src = w.plane == 0 ? k : v;
     for (int32_t h = 0; h < hkv; ++h) {
       for (int32_t d = 0; d < dim; ++d) {
-        want[pool_offset<T>(w.page, w.slot, h, d, hkv, dim)] = src[(size_t(w.row) * hkv + h) * dim + d];
+        want[poolOffset<T>(w.page, w.slot, h, d, hkv, dim)] = src[(size_t(w.row) * hkv + h) * dim + d];
       }
     }
   }
@@ -217,7 +217,7 @@ TYPED_TEST(KvUpdateRef, ScrambledTableAndPerPlaneSkipping) {
   p.kDelta = k.data();
   p.vDelta = v.data();
   p.kvCache = pool.data();
-  p.tokenAlignedCosSin = cos_sin.data();
+  p.tokenAlignedCosSin = cosSin.data();
   p.deltaPositions = positions.data();
   p.deltaTokenToSequence = owners.data();
   p.pageTable = table.data();
@@ -225,7 +225,7 @@ TYPED_TEST(KvUpdateRef, ScrambledTableAndPerPlaneSkipping) {
   p.batchSize = batch;
   p.numKVHeads = hkv;
   p.headDim = dim;
-  p.rotaryDim = rotary_dim;
+  p.rotaryDim = rotaryDim;
   p.numPages = num_pages;
   p.maxPagesPerSeq = max_pages;
   ref::dflashTargetKVCacheUpdate(p);

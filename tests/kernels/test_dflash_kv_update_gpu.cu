@@ -5,8 +5,8 @@
 // rotated K within one rounding (1 ulp) of the cache type.
 // Besides the public launcher, every case also runs the kernels of dflash_kv_update_kernel.cuh
 // directly on the same inputs: the pair kernel with 1 and 2 tokens per thread (the launcher uses
-// 2 only for large T, which these shapes do not reach), with and without streaming hints, and the
-// scalar fallback (forced even where the 16-byte path applies).
+// 1), with and without streaming hints, and the scalar fallback (forced even where the 16-byte
+// path applies).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,16 +42,15 @@ T cast(float v) {
 }
 
 // Distance in ulps between two finite values of a 16-bit float type (sign-magnitude bits).
-int ulp_distance(uint16_t a, uint16_t b) {
+int ulpDistance(uint16_t a, uint16_t b) {
   auto ordered = [](uint16_t x) { return (x & 0x8000u) ? -int(x & 0x7fffu) : int(x & 0x7fffu); };
   return std::abs(ordered(a) - ordered(b));
 }
 
 template <typename T>
-void run_case(const Shape& s, std::mt19937& rng, bool positional, bool misaligned) {
+void runCase(const Shape& s, std::mt19937& rng, bool misaligned) {
   SCOPED_TRACE(::testing::Message() << "B " << s.batch << " Hkv " << s.hkv << " D " << s.dim
                                     << " rot " << s.rotary << " W " << s.width
-                                    << (positional ? " positional" : "")
                                     << (misaligned ? " misaligned" : ""));
   const int32_t num_pages = s.batch * s.max_pages + 3;  // spare pages nobody maps
   const int32_t tokens = s.batch * s.width;
@@ -60,15 +59,15 @@ void run_case(const Shape& s, std::mt19937& rng, bool positional, bool misaligne
 
   // Scrambled K ids and an independent scrambled V permutation; some entries unmapped (-1) or
   // out of their plane. Distinct ids per entry, so no two tokens share a destination.
-  std::vector<int32_t> k_ids(num_pages), v_ids(num_pages);
-  for (int32_t i = 0; i < num_pages; ++i) k_ids[i] = v_ids[i] = i;
-  std::shuffle(k_ids.begin(), k_ids.end(), rng);
-  std::shuffle(v_ids.begin(), v_ids.end(), rng);
+  std::vector<int32_t> kIds(num_pages), vIds(num_pages);
+  for (int32_t i = 0; i < num_pages; ++i) kIds[i] = vIds[i] = i;
+  std::shuffle(kIds.begin(), kIds.end(), rng);
+  std::shuffle(vIds.begin(), vIds.end(), rng);
   std::vector<int32_t> table(size_t(s.batch) * 2 * s.max_pages);
   for (int32_t b = 0; b < s.batch; ++b) {
     for (int32_t lp = 0; lp < s.max_pages; ++lp) {
       const int32_t e = b * s.max_pages + lp;
-      int32_t k = k_ids[e], v = v_ids[e] + num_pages;
+      int32_t k = kIds[e], v = vIds[e] + num_pages;
       const int roll = b == 0 ? 99 : coin(rng);  // sequence 0 stays fully mapped
       if (roll < 5) k = -1;
       else if (roll < 8) k = num_pages + k;             // past the K plane
@@ -107,12 +106,12 @@ void run_case(const Shape& s, std::mt19937& rng, bool positional, bool misaligne
   std::vector<T> k(size_t(tokens) * row), v(k.size());
   for (auto& x : k) x = cast<T>(val(rng));
   for (auto& x : v) x = cast<T>(val(rng));
-  std::vector<float> cos_sin(size_t(tokens) * s.rotary);
+  std::vector<float> cosSin(size_t(tokens) * s.rotary);
   for (int32_t r = 0; r < tokens; ++r) {
     for (int32_t j = 0; j < s.rotary / 2; ++j) {
       const float angle = std::uniform_real_distribution<float>(0.0f, 6.3f)(rng);
-      cos_sin[size_t(r) * s.rotary + j] = std::cos(angle);
-      cos_sin[size_t(r) * s.rotary + s.rotary / 2 + j] = std::sin(angle);
+      cosSin[size_t(r) * s.rotary + j] = std::cos(angle);
+      cosSin[size_t(r) * s.rotary + s.rotary / 2 + j] = std::sin(angle);
     }
   }
   std::vector<T> pool(size_t(2) * num_pages * kPage * row);
@@ -130,7 +129,7 @@ void run_case(const Shape& s, std::mt19937& rng, bool positional, bool misaligne
   p.kDelta = k.data();
   p.vDelta = v.data();
   p.kvCache = want.data();
-  p.tokenAlignedCosSin = cos_sin.data();
+  p.tokenAlignedCosSin = cosSin.data();
   p.deltaPositions = positions.data();
   p.deltaTokenToSequence = owners.data();
   p.pageTable = table.data();
@@ -148,21 +147,21 @@ void run_case(const Shape& s, std::mt19937& rng, bool positional, bool misaligne
   EXPECT_GT(written, 0) << "the case wrote nothing: it would not test the kernel";
 
   // Device: a misaligned K base (one element in) forces the scalar path.
-  const size_t k_shift = misaligned ? 1 : 0;
-  std::vector<T> k_host(k.size() + k_shift);
-  std::copy(k.begin(), k.end(), k_host.begin() + k_shift);
-  test::DeviceArray<T> d_k(k_host), d_v(v);
-  test::DeviceArray<float> d_cs(cos_sin);
-  test::DeviceArray<int32_t> d_pos(positions), d_own(owners), d_table(table);
+  const size_t kShift = misaligned ? 1 : 0;
+  std::vector<T> kHost(k.size() + kShift);
+  std::copy(k.begin(), k.end(), kHost.begin() + kShift);
+  test::DeviceArray<T> dK(kHost), dV(v);
+  test::DeviceArray<float> dCs(cosSin);
+  test::DeviceArray<int32_t> dPos(positions), dOwn(owners), dTable(table);
   auto q = p;
-  q.kDelta = d_k.get() + k_shift;
-  q.vDelta = d_v.get();
-  q.tokenAlignedCosSin = d_cs.get();
-  q.deltaPositions = d_pos.get();
-  q.deltaTokenToSequence = d_own.get();
-  q.pageTable = d_table.get();
+  q.kDelta = dK.get() + kShift;
+  q.vDelta = dV.get();
+  q.tokenAlignedCosSin = dCs.get();
+  q.deltaPositions = dPos.get();
+  q.deltaTokenToSequence = dOwn.get();
+  q.pageTable = dTable.get();
   namespace ku = kernel::kvupdate;
-  const bool pair = ku::pair_path_applies(q);
+  const bool pair = ku::pairPathApplies(q);
   enum class Path { kLauncher, kPair1, kPair2, kPair2Plain, kPair1Plain, kScalar };
   const char* names[] = {"launcher", "pair tok1", "pair tok2", "pair tok2 plain", "pair tok1 plain",
                          "scalar"};
@@ -170,35 +169,26 @@ void run_case(const Shape& s, std::mt19937& rng, bool positional, bool misaligne
                           Path::kPair1Plain, Path::kScalar}) {
     if (path != Path::kLauncher && path != Path::kScalar && !pair) continue;
     SCOPED_TRACE(names[int(path)]);
-    test::DeviceArray<T> d_pool(pool);
-    q.kvCache = d_pool.get();
+    test::DeviceArray<T> dPool(pool);
+    q.kvCache = dPool.get();
     switch (path) {
-      case Path::kLauncher:
-        if (positional) {
-          kernel::launchDFlashTargetKVCacheUpdate(q.kDelta, q.vDelta, q.kvCache, q.tokenAlignedCosSin,
-                                                  q.deltaPositions, q.deltaTokenToSequence,
-                                                  q.pageTable, tokens, s.batch, s.hkv, s.dim,
-                                                  s.rotary, num_pages, s.max_pages, nullptr);
-        } else {
-          kernel::launchDFlashTargetKVCacheUpdate(q, nullptr);
-        }
-        break;
-      case Path::kPair1: ku::launch_pair<1, true>(q, nullptr); break;
-      case Path::kPair2: ku::launch_pair<2, true>(q, nullptr); break;
-      case Path::kPair2Plain: ku::launch_pair<2, false>(q, nullptr); break;
-      case Path::kPair1Plain: ku::launch_pair<1, false>(q, nullptr); break;
-      case Path::kScalar: ku::launch_scalar(q, nullptr); break;
+      case Path::kLauncher: kernel::launchDFlashTargetKVCacheUpdate(q, nullptr); break;
+      case Path::kPair1: ku::launchPair<1, true>(q, nullptr); break;
+      case Path::kPair2: ku::launchPair<2, true>(q, nullptr); break;
+      case Path::kPair2Plain: ku::launchPair<2, false>(q, nullptr); break;
+      case Path::kPair1Plain: ku::launchPair<1, false>(q, nullptr); break;
+      case Path::kScalar: ku::launchScalar(q, nullptr); break;
     }
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-    const std::vector<T> got = d_pool.download();
+    const std::vector<T> got = dPool.download();
 
     const size_t plane = size_t(num_pages) * kPage * row;
     int failures = 0;
     for (size_t i = 0; i < got.size() && failures < 10; ++i) {
       if (got[i].bits == want[i].bits) continue;
       const int32_t d = static_cast<int32_t>(i % s.dim);
-      const bool rotated_k = i < plane && d < s.rotary && want[i].bits != pool[i].bits;
-      if (rotated_k && ulp_distance(got[i].bits, want[i].bits) <= 1) continue;
+      const bool rotatedK = i < plane && d < s.rotary && want[i].bits != pool[i].bits;
+      if (rotatedK && ulpDistance(got[i].bits, want[i].bits) <= 1) continue;
       ++failures;
       ADD_FAILURE() << "pool element " << i << " (" << (i < plane ? "K" : "V") << " flat page "
                     << i / (size_t(kPage) * row) << ", dim " << d << "): got 0x" << std::hex
@@ -220,11 +210,11 @@ TYPED_TEST(KvUpdateGpu, MatchesReferenceOverRandomShapes) {
     for (const int32_t dim : {64, 128, 256}) {
       for (const int32_t rotary : {dim, dim / 2, 24}) {
         // Keep the pool modest for the widest rows; B = 64 appears in the dedicated case below.
-        const int32_t max_b = hkv * dim >= 1024 ? 16 : 64;
-        const Shape s{std::uniform_int_distribution<int32_t>(1, max_b)(rng), hkv, dim, rotary,
+        const int32_t maxB = hkv * dim >= 1024 ? 16 : 64;
+        const Shape s{std::uniform_int_distribution<int32_t>(1, maxB)(rng), hkv, dim, rotary,
                       std::uniform_int_distribution<int32_t>(2, 4)(rng),
                       std::uniform_int_distribution<int32_t>(1, 40)(rng)};
-        run_case<TypeParam>(s, rng, index % 5 == 1, index % 7 == 3);
+        runCase<TypeParam>(s, rng, index % 7 == 3);
         ++index;
       }
     }
@@ -234,8 +224,8 @@ TYPED_TEST(KvUpdateGpu, MatchesReferenceOverRandomShapes) {
 TYPED_TEST(KvUpdateGpu, DecodeShapeBatch64) {
   ES_SKIP_IF_NO_GPU();
   std::mt19937 rng(7u);
-  run_case<TypeParam>(Shape{64, 8, 128, 128, 3, 16}, rng, false, false);
-  run_case<TypeParam>(Shape{64, 2, 64, 32, 2, 16}, rng, true, false);
+  runCase<TypeParam>(Shape{64, 8, 128, 128, 3, 16}, rng, false);
+  runCase<TypeParam>(Shape{64, 2, 64, 32, 2, 16}, rng, false);
 }
 
 // Edge cases of the pair kernel: rotaryDim = 16 (one pair, many pass-through chunks), rotaryDim/2
@@ -245,13 +235,13 @@ TYPED_TEST(KvUpdateGpu, DecodeShapeBatch64) {
 TYPED_TEST(KvUpdateGpu, PairKernelEdgeCases) {
   ES_SKIP_IF_NO_GPU();
   std::mt19937 rng(99u + std::is_same_v<TypeParam, bf16>);
-  run_case<TypeParam>(Shape{3, 4, 128, 16, 2, 7}, rng, false, false);    // T = 21
-  run_case<TypeParam>(Shape{5, 2, 64, 48, 3, 9}, rng, true, false);      // T = 45
-  run_case<TypeParam>(Shape{2, 8, 256, 48, 2, 13}, rng, false, false);   // T = 26
-  run_case<TypeParam>(Shape{3, 2, 128, 40, 2, 5}, rng, false, false);    // scalar: half = 20
-  run_case<TypeParam>(Shape{3, 16, 256, 64, 2, 11}, rng, false, false);  // 448 units per token
-  run_case<TypeParam>(Shape{7, 5, 128, 128, 2, 3}, rng, false, false);   // T = 21, Hkv 5
-  run_case<TypeParam>(Shape{1, 8, 128, 128, 2, 1}, rng, false, false);   // T = 1
+  runCase<TypeParam>(Shape{3, 4, 128, 16, 2, 7}, rng, false);    // T = 21
+  runCase<TypeParam>(Shape{5, 2, 64, 48, 3, 9}, rng, false);      // T = 45
+  runCase<TypeParam>(Shape{2, 8, 256, 48, 2, 13}, rng, false);   // T = 26
+  runCase<TypeParam>(Shape{3, 2, 128, 40, 2, 5}, rng, false);    // scalar: half = 20
+  runCase<TypeParam>(Shape{3, 16, 256, 64, 2, 11}, rng, false);  // 448 units per token
+  runCase<TypeParam>(Shape{7, 5, 128, 128, 2, 3}, rng, false);   // T = 21, Hkv 5
+  runCase<TypeParam>(Shape{1, 8, 128, 128, 2, 1}, rng, false);   // T = 1
 }
 
 TEST(KvUpdateGpuValidation, RejectsBeforeLaunchAndZeroIsANoOp) {
@@ -259,17 +249,28 @@ TEST(KvUpdateGpuValidation, RejectsBeforeLaunchAndZeroIsANoOp) {
   test::DeviceArray<fp16> pool(size_t(2) * kPage * 64);
   test::DeviceArray<int32_t> ints(4);
   test::DeviceArray<float> cs(64);
-  EXPECT_THROW(kernel::launchDFlashTargetKVCacheUpdate(
-                   static_cast<const fp16*>(nullptr), pool.get(), pool.get(), cs.get(), ints.get(),
-                   ints.get(), ints.get(), 1, 1, 1, 64, 64, 1, 1, nullptr),
-               InvalidArgument);
-  EXPECT_THROW(kernel::launchDFlashTargetKVCacheUpdate(pool.get(), pool.get(), pool.get(), cs.get(),
-                                                       ints.get(), ints.get(), ints.get(), 1, 1, 1,
-                                                       64, 65, 1, 1, nullptr),
-               InvalidArgument);
+  auto params = [&](int32_t tokens, int32_t rotaryDim) {
+    return kernel::DFlashKvUpdateParamsF16{.kDelta = pool.get(),
+                                           .vDelta = pool.get(),
+                                           .kvCache = pool.get(),
+                                           .tokenAlignedCosSin = cs.get(),
+                                           .deltaPositions = ints.get(),
+                                           .deltaTokenToSequence = ints.get(),
+                                           .pageTable = ints.get(),
+                                           .numDeltaTokens = tokens,
+                                           .batchSize = 1,
+                                           .numKVHeads = 1,
+                                           .headDim = 64,
+                                           .rotaryDim = rotaryDim,
+                                           .numPages = 1,
+                                           .maxPagesPerSeq = 1};
+  };
+  kernel::DFlashKvUpdateParamsF16 noK = params(1, 64);
+  noK.kDelta = nullptr;
+  EXPECT_THROW(kernel::launchDFlashTargetKVCacheUpdate(noK, nullptr), InvalidArgument);
+  EXPECT_THROW(kernel::launchDFlashTargetKVCacheUpdate(params(1, 65), nullptr), InvalidArgument);
   const std::vector<fp16> before = pool.download();
-  kernel::launchDFlashTargetKVCacheUpdate(pool.get(), pool.get(), pool.get(), cs.get(), ints.get(),
-                                          ints.get(), ints.get(), 0, 1, 1, 64, 64, 1, 1, nullptr);
+  kernel::launchDFlashTargetKVCacheUpdate(params(0, 64), nullptr);
   const std::vector<fp16> after = pool.download();
   EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(fp16)), 0);
 }

@@ -1,5 +1,5 @@
-// CPU checks of the DFlash verify-input references (spec §2.7–§2.9): hand-computed base verify
-// inputs (verify sizes 1, 5, 16, 33), linear tree metadata, the §2.9 draft-row mapping example
+// CPU checks of the DFlash verify-input references (spec §2.7, §2.9): hand-computed base verify
+// inputs (verify sizes 1, 5, 16, 33), the §2.9 draft-row mapping example
 // ([10, 101, 102, 103]) and argument validation.
 #include <gtest/gtest.h>
 
@@ -21,19 +21,19 @@ using I8 = std::vector<int8_t>;
 using test::poisoned;
 
 struct BaseVerifyOut {
-  I32 mask, pos_id, context;
+  I32 mask, posId, context;
   I64 select;
-  kernel::DFlashBaseVerifyInputsParams params(const I32& base_lens, int32_t s) {
-    const size_t b = base_lens.size();
+  kernel::DFlashBaseVerifyInputsParams params(const I32& baseLens, int32_t s) {
+    const size_t b = baseLens.size();
     mask = poisoned(b * s * kernel::dflashMaskWords(s));
-    pos_id = poisoned(b * s);
+    posId = poisoned(b * s);
     context = poisoned(b);
     select.assign(b * s, -777);
     kernel::DFlashBaseVerifyInputsParams p;
-    p.baseKVCacheLengths = base_lens.data();
+    p.baseKVCacheLengths = baseLens.data();
     p.verifySize = s;
     p.packedAttentionMask = mask.data();
-    p.attentionPosId = pos_id.data();
+    p.attentionPosId = posId.data();
     p.selectTokenIndices = select.data();
     p.contextLengths = context.data();
     p.batchSize = static_cast<int32_t>(b);
@@ -46,7 +46,7 @@ TEST(DFlashBaseVerifyInputsRef, CausalBlockOfFive) {
   BaseVerifyOut out;
   ref::dflashPrepareBaseVerifyInputs(out.params(base, 5));
   EXPECT_EQ(out.mask, (I32{1, 3, 7, 15, 31, 1, 3, 7, 15, 31}));
-  EXPECT_EQ(out.pos_id, (I32{100, 101, 102, 103, 104, 0, 1, 2, 3, 4}));
+  EXPECT_EQ(out.posId, (I32{100, 101, 102, 103, 104, 0, 1, 2, 3, 4}));
   EXPECT_EQ(out.select, (I64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
   EXPECT_EQ(out.context, (I32{105, 5}));
 }
@@ -60,7 +60,7 @@ TEST(DFlashBaseVerifyInputsRef, VerifySizes1And16And33) {
   ref::dflashPrepareBaseVerifyInputs(sixteen.params(base, 16));
   EXPECT_EQ(sixteen.mask[0], 1);
   EXPECT_EQ(sixteen.mask[15], 0xffff);
-  EXPECT_EQ(sixteen.pos_id[15], 22);
+  EXPECT_EQ(sixteen.posId[15], 22);
   ref::dflashPrepareBaseVerifyInputs(wide.params(base, 33));
   ASSERT_EQ(wide.mask.size(), 66u);
   EXPECT_EQ(wide.mask[0], 1);
@@ -97,35 +97,12 @@ TEST(DFlashBaseVerifyInputsRef, Validation) {
   EXPECT_EQ(idle.context, poisoned(2));
 }
 
-TEST(DFlashLinearTreeMetadataRef, ParentIsPreviousNode) {
-  I32 parents = poisoned(8), depths = poisoned(8);
-  kernel::DFlashLinearTreeMetadataParams p;
-  p.treeParentIds = parents.data();
-  p.treeDepths = depths.data();
-  p.batchSize = 2;
-  p.verifySize = 4;
-  ref::dflashBuildLinearTreeMetadata(p);
-  EXPECT_EQ(parents, (I32{-1, 0, 1, 2, -1, 0, 1, 2}));
-  EXPECT_EQ(depths, (I32{0, 1, 2, 3, 0, 1, 2, 3}));
-
-  using P = kernel::DFlashLinearTreeMetadataParams;
-  auto expect = [&](auto mutate, const char* name) {
-    P q = p;
-    mutate(q);
-    test::expectInvalidArgument([&] { ref::dflashBuildLinearTreeMetadata(q); }, name);
-  };
-  expect([](P& q) { q.verifySize = 0; }, "verifySize");
-  expect([](P& q) { q.batchSize = -1; }, "batchSize");
-  expect([](P& q) { q.treeParentIds = nullptr; }, "treeParentIds");
-  expect([](P& q) { q.treeDepths = nullptr; }, "treeDepths");
-}
-
 struct LinearVerifyCase {
   I32 anchors, draft, tokens;
   I8 mask;
-  kernel::DFlashLinearVerifyInputsParams params(int32_t proposal_len, int32_t stride) {
+  kernel::DFlashLinearVerifyInputsParams params(int32_t proposalLen, int32_t stride) {
     const size_t b = anchors.size();
-    const int32_t s = proposal_len + 1;
+    const int32_t s = proposalLen + 1;
     tokens = poisoned(b * s);
     mask.assign(b * s * s, static_cast<int8_t>(test::kPoisonByte));
     kernel::DFlashLinearVerifyInputsParams p;
@@ -134,7 +111,7 @@ struct LinearVerifyCase {
     p.verifyTokenIds = tokens.data();
     p.verifyTreeMask = mask.data();
     p.batchSize = static_cast<int32_t>(b);
-    p.proposalLen = proposal_len;
+    p.proposalLen = proposalLen;
     p.draftTokenStride = stride;
     p.verifySize = s;
     return p;

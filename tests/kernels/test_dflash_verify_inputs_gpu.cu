@@ -1,10 +1,9 @@
-// GPU parity of the DFlash verify-input kernels (spec §2.7–§2.9) against their CPU references
+// GPU parity of the DFlash verify-input kernels (spec §2.7, §2.9) against their CPU references
 // over random shapes (B up to 64, verify sizes 1/5/16/33 and random, strides >= S), bit-exact,
 // with device and reference outputs starting from the same poison bytes.
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -18,8 +17,7 @@ using I32 = std::vector<int32_t>;
 
 using test::poisoned;
 
-
-int32_t verify_size(std::mt19937& rng, int trial) {
+int32_t verifySize(std::mt19937& rng, int trial) {
   const int32_t fixed[] = {1, 5, 16, 33};
   return trial % 5 < 4 ? fixed[trial % 5] : std::uniform_int_distribution<int32_t>(1, 70)(rng);
 }
@@ -29,52 +27,35 @@ TEST(DFlashVerifyInputsGpu, BaseVerifyInputsMatchReference) {
   std::mt19937 rng(21);
   for (int trial = 0; trial < 30; ++trial) {
     const int32_t batch = trial == 0 ? 64 : std::uniform_int_distribution<int32_t>(1, 64)(rng);
-    const int32_t s = verify_size(rng, trial);
+    const int32_t s = verifySize(rng, trial);
     SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s);
     const size_t rows = size_t(batch) * s;
     const I32 base = test::randomInts(rng, batch, 0, 50000);
-    I32 mask = poisoned<int32_t>(rows * kernel::dflashMaskWords(s)), pos_id = poisoned<int32_t>(rows),
+    I32 mask = poisoned<int32_t>(rows * kernel::dflashMaskWords(s)), posId = poisoned<int32_t>(rows),
         context = poisoned<int32_t>(batch);
     std::vector<int64_t> select = poisoned<int64_t>(rows);
-    kernel::DFlashBaseVerifyInputsParams p;
-    p.baseKVCacheLengths = base.data();
-    p.verifySize = s;
-    p.packedAttentionMask = mask.data();
-    p.attentionPosId = pos_id.data();
-    p.selectTokenIndices = select.data();
-    p.contextLengths = context.data();
-    p.batchSize = batch;
-    ref::dflashPrepareBaseVerifyInputs(p);
+    ref::dflashPrepareBaseVerifyInputs({.baseKVCacheLengths = base.data(),
+                                        .verifySize = s,
+                                        .packedAttentionMask = mask.data(),
+                                        .attentionPosId = posId.data(),
+                                        .selectTokenIndices = select.data(),
+                                        .contextLengths = context.data(),
+                                        .batchSize = batch});
 
-    test::DeviceArray<int32_t> d_base(base), d_mask(mask.size()), d_pos(rows), d_context(batch);
-    test::DeviceArray<int64_t> d_select(rows);
-    kernel::launchDFlashPrepareBaseVerifyInputs(d_base.get(), s, d_mask.get(), d_pos.get(),
-                                                d_select.get(), d_context.get(), batch, nullptr);
-    EXPECT_EQ(d_mask.download(), mask);
-    EXPECT_EQ(d_pos.download(), pos_id);
-    EXPECT_EQ(d_select.download(), select);
-    EXPECT_EQ(d_context.download(), context);
-  }
-}
-
-TEST(DFlashVerifyInputsGpu, LinearTreeMetadataMatchesReference) {
-  ES_SKIP_IF_NO_GPU();
-  std::mt19937 rng(22);
-  for (int trial = 0; trial < 20; ++trial) {
-    const int32_t batch = trial == 0 ? 64 : std::uniform_int_distribution<int32_t>(1, 64)(rng);
-    const int32_t s = verify_size(rng, trial);
-    SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s);
-    I32 parents = poisoned<int32_t>(size_t(batch) * s), depths = parents;
-    kernel::DFlashLinearTreeMetadataParams p;
-    p.treeParentIds = parents.data();
-    p.treeDepths = depths.data();
-    p.batchSize = batch;
-    p.verifySize = s;
-    ref::dflashBuildLinearTreeMetadata(p);
-    test::DeviceArray<int32_t> d_parents(parents.size()), d_depths(depths.size());
-    kernel::launchDFlashBuildLinearTreeMetadata(d_parents.get(), d_depths.get(), batch, s, nullptr);
-    EXPECT_EQ(d_parents.download(), parents);
-    EXPECT_EQ(d_depths.download(), depths);
+    test::DeviceArray<int32_t> dBase(base), dMask(mask.size()), dPos(rows), dContext(batch);
+    test::DeviceArray<int64_t> dSelect(rows);
+    kernel::launchDFlashPrepareBaseVerifyInputs({.baseKVCacheLengths = dBase.get(),
+                                                 .verifySize = s,
+                                                 .packedAttentionMask = dMask.get(),
+                                                 .attentionPosId = dPos.get(),
+                                                 .selectTokenIndices = dSelect.get(),
+                                                 .contextLengths = dContext.get(),
+                                                 .batchSize = batch},
+                                                nullptr);
+    EXPECT_EQ(dMask.download(), mask);
+    EXPECT_EQ(dPos.download(), posId);
+    EXPECT_EQ(dSelect.download(), select);
+    EXPECT_EQ(dContext.download(), context);
   }
 }
 
@@ -83,30 +64,35 @@ TEST(DFlashVerifyInputsGpu, LinearVerifyInputsMatchReference) {
   std::mt19937 rng(23);
   for (int trial = 0; trial < 30; ++trial) {
     const int32_t batch = trial == 0 ? 64 : std::uniform_int_distribution<int32_t>(1, 64)(rng);
-    const int32_t s = verify_size(rng, trial);
+    const int32_t s = verifySize(rng, trial);
     const int32_t stride = s + (trial % 3 == 0 ? 0 : std::uniform_int_distribution<int32_t>(1, 9)(rng));
     SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s << " stride " << stride);
     const I32 anchors = test::randomInts(rng, batch, 0, 150000);
     const I32 draft = test::randomInts(rng, size_t(batch) * stride, 0, 150000);
     I32 tokens = poisoned<int32_t>(size_t(batch) * s);
     std::vector<int8_t> mask = poisoned<int8_t>(size_t(batch) * s * s);
-    kernel::DFlashLinearVerifyInputsParams p;
-    p.lastAcceptedTokens = anchors.data();
-    p.draftTokenIds = draft.data();
-    p.verifyTokenIds = tokens.data();
-    p.verifyTreeMask = mask.data();
-    p.batchSize = batch;
-    p.proposalLen = s - 1;
-    p.draftTokenStride = stride;
-    p.verifySize = s;
-    ref::dflashBuildLinearVerifyInputs(p);
+    ref::dflashBuildLinearVerifyInputs({.lastAcceptedTokens = anchors.data(),
+                                        .draftTokenIds = draft.data(),
+                                        .verifyTokenIds = tokens.data(),
+                                        .verifyTreeMask = mask.data(),
+                                        .batchSize = batch,
+                                        .proposalLen = s - 1,
+                                        .draftTokenStride = stride,
+                                        .verifySize = s});
 
-    test::DeviceArray<int32_t> d_anchors(anchors), d_draft(draft), d_tokens(tokens.size());
-    test::DeviceArray<int8_t> d_mask(mask.size());
-    kernel::launchDFlashBuildLinearVerifyInputs(d_anchors.get(), d_draft.get(), d_tokens.get(),
-                                                d_mask.get(), batch, s - 1, stride, s, nullptr);
+    test::DeviceArray<int32_t> dAnchors(anchors), dDraft(draft), d_tokens(tokens.size());
+    test::DeviceArray<int8_t> dMask(mask.size());
+    kernel::launchDFlashBuildLinearVerifyInputs({.lastAcceptedTokens = dAnchors.get(),
+                                                 .draftTokenIds = dDraft.get(),
+                                                 .verifyTokenIds = d_tokens.get(),
+                                                 .verifyTreeMask = dMask.get(),
+                                                 .batchSize = batch,
+                                                 .proposalLen = s - 1,
+                                                 .draftTokenStride = stride,
+                                                 .verifySize = s},
+                                                nullptr);
     EXPECT_EQ(d_tokens.download(), tokens);
-    EXPECT_EQ(d_mask.download(), mask);
+    EXPECT_EQ(dMask.download(), mask);
   }
 }
 
@@ -114,20 +100,37 @@ TEST(DFlashVerifyInputsGpu, LaunchersValidateBeforeLaunching) {
   ES_SKIP_IF_NO_GPU();
   test::DeviceArray<int32_t> buf(64);
   test::DeviceArray<int8_t> mask(64);
-  // draftTokenStride = proposalLen (the edge runtime's bound) is one short.
-  EXPECT_THROW(kernel::launchDFlashBuildLinearVerifyInputs(buf.get(), buf.get(), buf.get(),
-                                                           mask.get(), 1, 3, 3, 4, nullptr),
+  auto verify = [&](int32_t batch, int32_t proposalLen, int32_t stride, int32_t verifySize) {
+    return kernel::DFlashLinearVerifyInputsParams{.lastAcceptedTokens = buf.get(),
+                                                  .draftTokenIds = buf.get(),
+                                                  .verifyTokenIds = buf.get(),
+                                                  .verifyTreeMask = mask.get(),
+                                                  .batchSize = batch,
+                                                  .proposalLen = proposalLen,
+                                                  .draftTokenStride = stride,
+                                                  .verifySize = verifySize};
+  };
+  // draftTokenStride = proposalLen is one short.
+  EXPECT_THROW(kernel::launchDFlashBuildLinearVerifyInputs(verify(1, 3, 3, 4), nullptr),
                InvalidArgument);
-  EXPECT_THROW(kernel::launchDFlashBuildLinearVerifyInputs(buf.get(), buf.get(), buf.get(),
-                                                           mask.get(), 1, 3, 4, 5, nullptr),
+  EXPECT_THROW(kernel::launchDFlashBuildLinearVerifyInputs(verify(1, 3, 4, 5), nullptr),
                InvalidArgument);
-  EXPECT_THROW(kernel::launchDFlashPrepareBaseVerifyInputs(buf.get(), 0, buf.get(), buf.get(),
-                                                           nullptr, buf.get(), 1, nullptr),
+  EXPECT_THROW(kernel::launchDFlashBuildLinearVerifyInputs(
+                   verify(1, kernel::kDFlashMaxBlockSize, kernel::kDFlashMaxBlockSize + 1,
+                          kernel::kDFlashMaxBlockSize + 1),
+                   nullptr),
                InvalidArgument);
-  EXPECT_THROW(kernel::launchDFlashBuildLinearTreeMetadata(buf.get(), buf.get(), 1,
-                                                           kernel::kDFlashMaxBlockSize + 1, nullptr),
+  EXPECT_THROW(kernel::launchDFlashPrepareBaseVerifyInputs({.baseKVCacheLengths = buf.get(),
+                                                            .verifySize = 0,
+                                                            .packedAttentionMask = buf.get(),
+                                                            .attentionPosId = buf.get(),
+                                                            .selectTokenIndices = nullptr,
+                                                            .contextLengths = buf.get(),
+                                                            .batchSize = 1},
+                                                           nullptr),
                InvalidArgument);
-  kernel::launchDFlashBuildLinearTreeMetadata(buf.get(), buf.get(), 0, 4, nullptr);
+  // A zero batch is a no-op: the buffer keeps its poison.
+  kernel::launchDFlashBuildLinearVerifyInputs(verify(0, 3, 4, 4), nullptr);
   EXPECT_EQ(buf.download(), poisoned<int32_t>(64));
 }
 

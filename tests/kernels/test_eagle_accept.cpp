@@ -20,9 +20,9 @@ using I32 = std::vector<int32_t>;
 // One accept problem: per-node target top-1 and verify tokens [B * S], optional parents [B * S]
 // and budgets [B]; run() poisons the outputs and calls the reference.
 struct AcceptCase {
-  AcceptCase(I32 top_ids, I32 verify_ids, I32 parent_ids, I32 budgets, int32_t batch_size = 1)
-      : top(std::move(top_ids)), verify(std::move(verify_ids)), parents(std::move(parent_ids)),
-        budget(std::move(budgets)), batch(batch_size) {}
+  AcceptCase(I32 topIds, I32 verifyIds, I32 parentIds, I32 budgets, int32_t batchSize = 1)
+      : top(std::move(topIds)), verify(std::move(verifyIds)), parents(std::move(parentIds)),
+        budget(std::move(budgets)), batch(batchSize) {}
   I32 top, verify, parents, budget;
   I32 tokens, nodes, lengths;
   int32_t batch;
@@ -70,9 +70,9 @@ TEST(EagleAcceptRef, LinearChainPartialFullAndNone) {
   EXPECT_EQ(none.nodes, (I32{0, -1, -1, -1}));
 
   // Explicit linear parents give the same answer as the implicit chain.
-  AcceptCase explicit_chain{{101, 102, 555, 777}, {10, 101, 102, 103}, {-1, 0, 1, 2}, {}};
-  explicit_chain.run();
-  EXPECT_EQ(explicit_chain.tokens, (I32{101, 102, 555, -1}));
+  AcceptCase explicitChain{{101, 102, 555, 777}, {10, 101, 102, 103}, {-1, 0, 1, 2}, {}};
+  explicitChain.run();
+  EXPECT_EQ(explicitChain.tokens, (I32{101, 102, 555, -1}));
 }
 
 TEST(EagleAcceptRef, BudgetClampsTheLength) {

@@ -21,15 +21,15 @@ using test::poisoned;
 TEST(EagleAcceptGpu, MatchesReferenceOnRandomTreesAndChains) {
   ES_SKIP_IF_NO_GPU();
   std::mt19937 rng(31);
-  int64_t total_accepted = 0, sequences = 0;
+  int64_t totalAccepted = 0, sequences = 0;
   for (int trial = 0; trial < 60; ++trial) {
     const int32_t batch = trial == 0 ? 64 : std::uniform_int_distribution<int32_t>(1, 64)(rng);
     const int32_t sizes[] = {1, 5, 16, 33, std::uniform_int_distribution<int32_t>(2, 70)(rng)};
     const int32_t s = sizes[trial % 5];
-    const bool tree = trial % 2 == 1, with_budget = trial % 3 != 0;
+    const bool tree = trial % 2 == 1, withBudget = trial % 3 != 0;
     const int32_t vocab = 1 + trial % 3;  // 1..3 token values: matches are common
     SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s << " tree " << tree
-                                      << " budget " << with_budget);
+                                      << " budget " << withBudget);
     const size_t n = size_t(batch) * s;
     std::uniform_int_distribution<int32_t> token(0, vocab - 1);
     I32 top(n), verify(n), parents(n), budget(batch);
@@ -46,7 +46,7 @@ TEST(EagleAcceptGpu, MatchesReferenceOnRandomTreesAndChains) {
     p.targetTopIds = top.data();
     p.verifyTokenIds = verify.data();
     p.treeParentIds = tree ? parents.data() : nullptr;
-    p.remainingBudget = with_budget ? budget.data() : nullptr;
+    p.remainingBudget = withBudget ? budget.data() : nullptr;
     p.acceptedTokens = tokens.data();
     p.acceptedNodeIds = nodes.data();
     p.acceptLengths = lengths.data();
@@ -54,25 +54,25 @@ TEST(EagleAcceptGpu, MatchesReferenceOnRandomTreesAndChains) {
     p.verifySize = s;
     ref::eagleAccept(p);
 
-    test::DeviceArray<int32_t> d_top(top), d_verify(verify), d_parents(parents), d_budget(budget),
-        d_tokens(n), d_nodes(n), d_lengths(batch);
+    test::DeviceArray<int32_t> dTop(top), dVerify(verify), dParents(parents), dBudget(budget),
+        d_tokens(n), dNodes(n), dLengths(batch);
     kernel::EagleAcceptParams q = p;
-    q.targetTopIds = d_top.get();
-    q.verifyTokenIds = d_verify.get();
-    q.treeParentIds = tree ? d_parents.get() : nullptr;
-    q.remainingBudget = with_budget ? d_budget.get() : nullptr;
+    q.targetTopIds = dTop.get();
+    q.verifyTokenIds = dVerify.get();
+    q.treeParentIds = tree ? dParents.get() : nullptr;
+    q.remainingBudget = withBudget ? dBudget.get() : nullptr;
     q.acceptedTokens = d_tokens.get();
-    q.acceptedNodeIds = d_nodes.get();
-    q.acceptLengths = d_lengths.get();
+    q.acceptedNodeIds = dNodes.get();
+    q.acceptLengths = dLengths.get();
     kernel::launchEagleAccept(q, nullptr);
-    EXPECT_EQ(d_lengths.download(), lengths);
+    EXPECT_EQ(dLengths.download(), lengths);
     EXPECT_EQ(d_tokens.download(), tokens);
-    EXPECT_EQ(d_nodes.download(), nodes);
-    for (int32_t l : lengths) total_accepted += l;
+    EXPECT_EQ(dNodes.download(), nodes);
+    for (int32_t l : lengths) totalAccepted += l;
     sequences += batch;
   }
   // The random cases must exercise multi-token paths, or they would not test the walk.
-  EXPECT_GT(double(total_accepted) / double(sequences), 1.5);
+  EXPECT_GT(double(totalAccepted) / double(sequences), 1.5);
 }
 
 TEST(EagleAcceptGpu, ValidatesBeforeLaunching) {

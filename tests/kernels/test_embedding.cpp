@@ -13,7 +13,7 @@ namespace es {
 namespace {
 
 template <typename T>
-void check_lookup(DType dtype) {
+void checkLookup(DType dtype) {
   const int32_t vocab = 4, hidden = 5;
   std::vector<T> table(size_t(vocab) * hidden);
   for (size_t i = 0; i < table.size(); ++i) {
@@ -37,17 +37,17 @@ void check_lookup(DType dtype) {
   for (size_t t = 0; t < tokens.size(); ++t) {
     for (int32_t i = 0; i < hidden; ++i) {
       const T got = out[t * hidden + i];
-      const bool zero_row = tokens[t] < 0 || tokens[t] >= vocab;
-      const T want = zero_row ? T{} : table[size_t(tokens[t]) * hidden + i];
+      const bool zeroRow = tokens[t] < 0 || tokens[t] >= vocab;
+      const T want = zeroRow ? T{} : table[size_t(tokens[t]) * hidden + i];
       EXPECT_EQ(std::memcmp(&got, &want, sizeof(T)), 0) << "token row " << t << " dim " << i;
     }
   }
 }
 
 TEST(EmbeddingRef, CopiesRowsAndZeroesInvalidIds) {
-  check_lookup<float>(DType::kF32);
-  check_lookup<bf16>(DType::kBF16);
-  check_lookup<fp16>(DType::kF16);
+  checkLookup<float>(DType::kF32);
+  checkLookup<bf16>(DType::kBF16);
+  checkLookup<fp16>(DType::kF16);
 }
 
 TEST(EmbeddingRef, Validation) {

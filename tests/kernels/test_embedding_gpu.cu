@@ -15,9 +15,9 @@ namespace {
 using namespace fwdtest;
 
 template <typename T>
-void run(int32_t vocab, int32_t hidden, int32_t tokens, bool offset_out, std::mt19937& rng) {
+void run(int32_t vocab, int32_t hidden, int32_t tokens, bool offsetOut, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << "vocab " << vocab << " hidden " << hidden << " tokens "
-                                    << tokens << " offset " << offset_out << " "
+                                    << tokens << " offset " << offsetOut << " "
                                     << dtype_name(dtype_of<T>));
   std::vector<T> table(size_t(vocab) * hidden);
   fill(table, rng, -3.0f, 3.0f);
@@ -25,7 +25,7 @@ void run(int32_t vocab, int32_t hidden, int32_t tokens, bool offset_out, std::mt
   std::uniform_int_distribution<int32_t> id(-2, vocab + 1);
   for (auto& x : ids) x = id(rng);
   ids[0] = vocab - 1;
-  const size_t off = offset_out ? 1 : 0;  // a misaligned output base
+  const size_t off = offsetOut ? 1 : 0;  // a misaligned output base
   std::vector<T> want(off + size_t(tokens) * hidden);
   std::memset(want.data(), test::kPoisonByte, want.size() * sizeof(T));
   kernel::EmbeddingParams p;
@@ -38,12 +38,12 @@ void run(int32_t vocab, int32_t hidden, int32_t tokens, bool offset_out, std::mt
   p.dtype = dtype_of<T>;
   ref::embedding(p);
 
-  test::DeviceArray<int32_t> d_ids(ids);
-  test::DeviceArray<T> d_table(table), d_out(want.size());
+  test::DeviceArray<int32_t> dIds(ids);
+  test::DeviceArray<T> dTable(table), d_out(want.size());
   // The offset element keeps its poison on both sides (host memset and DeviceArray use
   // the same byte).
-  p.tokens = d_ids.get();
-  p.table = d_table.get();
+  p.tokens = dIds.get();
+  p.table = dTable.get();
   p.out = d_out.get() + off;
   kernel::launchEmbedding(p, nullptr);
   expect_bits(d_out.download(), want, "out");

@@ -6,7 +6,7 @@
 //    (cuBLASLt, then the interleaved SwiGLU kernel): the interleaved layout gives the same bits
 //    as the halves layout, the result is the CPU SwiGLU of the GPU's own gate/up outputs bit for
 //    bit, and it is close to the all-CPU reference;
-//  * the fused path (unless ES_GEMV_SWIGLU=0 turns it off) leaves the scratch untouched, and it
+//  * the fused path leaves the scratch untouched, and it
 //    runs inside a CUDA graph.
 // Outputs are poisoned before every launch.
 #include <gtest/gtest.h>
@@ -16,7 +16,6 @@
 #include <random>
 #include <vector>
 
-#include "common/env_switch.h"
 #include "kernels/gate_up_swiglu.h"
 #include "kernels/linear_gemv.h"
 #include "forward_ops_gpu_test_util.h"
@@ -37,33 +36,33 @@ int64_t interleavedRow(int64_t i, int64_t features) {
 template <typename T>
 struct Problem {
   int32_t m, I, k;
-  std::vector<T> x, w_halves, w_inter, b_halves, b_inter;
-  test::DeviceArray<T> d_x, d_wh, d_wi, d_bh, d_bi;
+  std::vector<T> x, wHalves, wInter, bHalves, bInter;
+  test::DeviceArray<T> dX, dWh, dWi, dBh, dBi;
 
   Problem(int32_t m_, int32_t I_, int32_t k_, std::mt19937& rng)
-      : m(m_), I(I_), k(k_), x(size_t(m_) * k_), w_halves(size_t(2) * I_ * k_),
-        w_inter(w_halves.size()), b_halves(size_t(2) * I_), b_inter(b_halves.size()),
-        d_x(0), d_wh(0), d_wi(0), d_bh(0), d_bi(0) {
+      : m(m_), I(I_), k(k_), x(size_t(m_) * k_), wHalves(size_t(2) * I_ * k_),
+        wInter(wHalves.size()), bHalves(size_t(2) * I_), bInter(bHalves.size()),
+        dX(0), dWh(0), dWi(0), dBh(0), dBi(0) {
     fill(x, rng, -0.5f, 0.5f);
-    fill(w_halves, rng, -0.5f, 0.5f);
-    fill(b_halves, rng, -1.0f, 1.0f);
+    fill(wHalves, rng, -0.5f, 0.5f);
+    fill(bHalves, rng, -1.0f, 1.0f);
     for (int64_t i = 0; i < 2 * I; ++i) {
       const int64_t r = interleavedRow(i, I);
-      std::copy_n(w_halves.begin() + i * k, k, w_inter.begin() + r * k);
-      b_inter[size_t(r)] = b_halves[size_t(i)];
+      std::copy_n(wHalves.begin() + i * k, k, wInter.begin() + r * k);
+      bInter[size_t(r)] = bHalves[size_t(i)];
     }
-    d_x = test::DeviceArray<T>(x);
-    d_wh = test::DeviceArray<T>(w_halves);
-    d_wi = test::DeviceArray<T>(w_inter);
-    d_bh = test::DeviceArray<T>(b_halves);
-    d_bi = test::DeviceArray<T>(b_inter);
+    dX = test::DeviceArray<T>(x);
+    dWh = test::DeviceArray<T>(wHalves);
+    dWi = test::DeviceArray<T>(wInter);
+    dBh = test::DeviceArray<T>(bHalves);
+    dBi = test::DeviceArray<T>(bInter);
   }
   kernel::GateUpSwigluParams params(GateUpLayout layout, bool bias, void* scratch, void* out) const {
     const bool inter = layout == GateUpLayout::kInterleaved8;
     kernel::GateUpSwigluParams p;
-    p.linear.x = d_x.get();
-    p.linear.w = inter ? d_wi.get() : d_wh.get();
-    p.linear.bias = bias ? (inter ? d_bi.get() : d_bh.get()) : nullptr;
+    p.linear.x = dX.get();
+    p.linear.w = inter ? dWi.get() : dWh.get();
+    p.linear.bias = bias ? (inter ? dBi.get() : dBh.get()) : nullptr;
     p.linear.y = scratch;
     p.linear.m = m;
     p.linear.n = 2 * I;
@@ -77,7 +76,7 @@ struct Problem {
 };
 
 template <typename T>
-void every_configuration(int32_t m, bool bias, std::mt19937& rng) {
+void everyConfiguration(int32_t m, bool bias, std::mt19937& rng) {
   Problem<T> pr(m, 48, 1000, rng);  // 6 16-row tiles; k = 31 * 32 + 8
   test::DeviceArray<T> scratch(size_t(m) * 2 * pr.I), fused(size_t(m) * pr.I),
       twostep(size_t(m) * pr.I);
@@ -107,26 +106,26 @@ TEST(GateUpSwigluGpu, EpilogueEqualsGemvThenSwigluInEveryConfiguration) {
   std::mt19937 rng(77);
   for (int32_t m : {1, 7, 9, 16}) {
     for (bool bias : {false, true}) {
-      every_configuration<bf16>(m, bias, rng);
-      every_configuration<fp16>(m, bias, rng);
+      everyConfiguration<bf16>(m, bias, rng);
+      everyConfiguration<fp16>(m, bias, rng);
     }
   }
 }
 
 // silu(g) * u in fp32 on host values (the CPU reference's formula).
-double swiglu_of(double g, double u) { return g / (1.0 + std::exp(-g)) * u; }
+double swigluOf(double g, double u) { return g / (1.0 + std::exp(-g)) * u; }
 
 template <typename T>
-void through_launcher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t k, bool bias,
+void throughLauncher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t k, bool bias,
                       std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << "m " << m << " I " << I << " k " << k << " bias " << bias
                                     << " " << dtype_name(dtype_of<T>));
   Problem<T> pr(m, I, k, rng);
-  const size_t n_out = size_t(m) * I;
+  const size_t nOut = size_t(m) * I;
   std::vector<T> out[2], gate_up[2];
   for (GateUpLayout layout : {GateUpLayout::kHalves, GateUpLayout::kInterleaved8}) {
     const int v = layout == GateUpLayout::kInterleaved8;
-    test::DeviceArray<T> scratch(size_t(m) * 2 * I), d_out(n_out);
+    test::DeviceArray<T> scratch(size_t(m) * 2 * I), d_out(nOut);
     const kernel::GateUpSwigluParams p = pr.params(layout, bias, scratch.get(), d_out.get());
     for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the cached plans
       d_out.poison();
@@ -142,7 +141,7 @@ void through_launcher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t 
 
   // The halves run went through the linear layer and launchSwiglu: the CPU SwiGLU of its gate/up
   // outputs is its result, bit for bit.
-  std::vector<T> want(n_out);
+  std::vector<T> want(nOut);
   kernel::SwigluParams s;
   s.gateUp = gate_up[0].data(); s.out = want.data(); s.rows = m; s.intermediateSize = I;
   s.dtype = dtype_of<T>;
@@ -152,7 +151,7 @@ void through_launcher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t 
     s.gateUp = gate_up[1].data(); s.layout = GateUpLayout::kInterleaved8;
     ref::swiglu(s);
     expect_bits(out[1], want, "CPU SwiGLU of the interleaved gate/up");
-  } else if (env_switch_on("ES_GEMV_SWIGLU")) {  // the fused path never wrote the scratch
+  } else {  // the fused path never wrote the scratch
     size_t written = 0;
     std::vector<T> poison(1);
     test::DeviceArray<T> probe(1);
@@ -163,10 +162,10 @@ void through_launcher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t 
 
   // Against the all-CPU reference (f32 sums): gate and up each within a bf16/f16 rounding and the
   // summation-order slack, propagated through silu(g) * u.
-  std::vector<float> xf(pr.x.size()), wf(pr.w_halves.size()), bf(pr.b_halves.size());
+  std::vector<float> xf(pr.x.size()), wf(pr.wHalves.size()), bf(pr.bHalves.size());
   for (size_t i = 0; i < xf.size(); ++i) xf[i] = float(to_d(pr.x[i]));
-  for (size_t i = 0; i < wf.size(); ++i) wf[i] = float(to_d(pr.w_halves[i]));
-  for (size_t i = 0; i < bf.size(); ++i) bf[i] = float(to_d(pr.b_halves[i]));
+  for (size_t i = 0; i < wf.size(); ++i) wf[i] = float(to_d(pr.wHalves[i]));
+  for (size_t i = 0; i < bf.size(); ++i) bf[i] = float(to_d(pr.bHalves[i]));
   const double ulp = std::is_same_v<T, bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
   size_t bad = 0;
   for (int32_t r = 0; r < m; ++r) {
@@ -178,11 +177,11 @@ void through_launcher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t 
         for (int32_t kk = 0; kk < k; ++kk) acc += double(xf[size_t(r) * k + kk]) * wf[size_t(row) * k + kk];
         gu[h] = acc;
       }
-      const double g = gu[0], u = gu[1], want_o = swiglu_of(g, u);
-      const double allowed = 3 * ulp * (std::abs(u) * (1 + std::abs(g)) + std::abs(want_o)) + 1e-3;
+      const double g = gu[0], u = gu[1], wantO = swigluOf(g, u);
+      const double allowed = 3 * ulp * (std::abs(u) * (1 + std::abs(g)) + std::abs(wantO)) + 1e-3;
       const double got = to_d(out[1][size_t(r) * I + i]);
-      if (!(std::abs(got - want_o) <= allowed) && ++bad <= 5) {
-        ADD_FAILURE() << "out[" << r << "," << i << "] got " << got << " want " << want_o;
+      if (!(std::abs(got - wantO) <= allowed) && ++bad <= 5) {
+        ADD_FAILURE() << "out[" << r << "," << i << "] got " << got << " want " << wantO;
       }
     }
   }
@@ -194,9 +193,9 @@ TEST(GateUpSwigluGpu, LauncherAtModelShapes) {
   kernel::LinearContext ctx;
   std::mt19937 rng(3072);
   for (int32_t m : {1, 4, 16, 20}) {
-    through_launcher<bf16>(ctx, m, 3072, 1024, false, rng);  // Qwen3-0.6B
-    through_launcher<bf16>(ctx, m, 1536, 576, m == 4, rng);  // SmolLM2-135M
-    through_launcher<fp16>(ctx, m, 256, 72, true, rng);
+    throughLauncher<bf16>(ctx, m, 3072, 1024, false, rng);  // Qwen3-0.6B
+    throughLauncher<bf16>(ctx, m, 1536, 576, m == 4, rng);  // SmolLM2-135M
+    throughLauncher<fp16>(ctx, m, 256, 72, true, rng);
   }
 }
 

@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "common/env_switch.h"
 #include "common/errors.h"
 #include "forward_ops_gpu_test_util.h"
 #include "kernels/linear.h"
@@ -41,30 +40,30 @@ constexpr float kEps = 1e-6f;
 template <typename T>
 struct Problem {
   int32_t m, n, k;
-  std::vector<T> x, norm_w, w, bias, y0;
-  test::DeviceArray<T> d_x, d_norm_w, d_w, d_bias, d_y0;
+  std::vector<T> x, normW, w, bias, y0;
+  test::DeviceArray<T> dX, dNormW, dW, dBias, dY0;
 
   Problem(int32_t m_, int32_t n_, int32_t k_, std::mt19937& rng)
-      : m(m_), n(n_), k(k_), x(size_t(m_) * k_), norm_w(size_t(k_)), w(size_t(n_) * k_),
-        bias(size_t(n_)), y0(size_t(m_) * n_), d_x(0), d_norm_w(0), d_w(0), d_bias(0), d_y0(0) {
+      : m(m_), n(n_), k(k_), x(size_t(m_) * k_), normW(size_t(k_)), w(size_t(n_) * k_),
+        bias(size_t(n_)), y0(size_t(m_) * n_), dX(0), dNormW(0), dW(0), dBias(0), dY0(0) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (int32_t r = 0; r < m; ++r) {
       const float scale = std::ldexp(1.0f, 2 * (r % 5 - 2));
       for (int32_t c = 0; c < k; ++c) x[size_t(r) * k + c] = cast<T>(scale * u(rng));
     }
-    fill(norm_w, rng, 0.5f, 1.5f);
+    fill(normW, rng, 0.5f, 1.5f);
     fill(w, rng, -0.5f, 0.5f);
     fill(bias, rng, -1.0f, 1.0f);
     fill(y0, rng, -4.0f, 4.0f);
-    d_x = test::DeviceArray<T>(x);
-    d_norm_w = test::DeviceArray<T>(norm_w);
-    d_w = test::DeviceArray<T>(w);
-    d_bias = test::DeviceArray<T>(bias);
-    d_y0 = test::DeviceArray<T>(y0);
+    dX = test::DeviceArray<T>(x);
+    dNormW = test::DeviceArray<T>(normW);
+    dW = test::DeviceArray<T>(w);
+    dBias = test::DeviceArray<T>(bias);
+    dY0 = test::DeviceArray<T>(y0);
   }
-  kernel::LinearParams linear(const void* xp, void* y, bool with_bias) const {
+  kernel::LinearParams linear(const void* xp, void* y, bool withBias) const {
     kernel::LinearParams p;
-    p.x = xp; p.w = d_w.get(); p.bias = with_bias ? d_bias.get() : nullptr; p.y = y;
+    p.x = xp; p.w = dW.get(); p.bias = withBias ? dBias.get() : nullptr; p.y = y;
     p.m = m; p.n = n; p.k = k; p.dtype = dtype_of<T>; p.outDtype = dtype_of<T>;
     return p;
   }
@@ -78,21 +77,21 @@ struct Problem {
       for (int32_t c = 0; c < k; ++c) ss += to_d(x[size_t(r) * k + c]) * to_d(x[size_t(r) * k + c]);
       const double scale = 1.0 / std::sqrt(ss / k + double{kEps});
       for (int32_t j = 0; j < n; ++j) {
-        double sum = to_d(bias[size_t(j)]), abs_sum = std::abs(sum);
+        double sum = to_d(bias[size_t(j)]), absSum = std::abs(sum);
         for (int32_t c = 0; c < k; ++c) {
-          const double term = to_d(w[size_t(j) * k + c]) * to_d(x[size_t(r) * k + c]) * scale * to_d(norm_w[size_t(c)]);
+          const double term = to_d(w[size_t(j) * k + c]) * to_d(x[size_t(r) * k + c]) * scale * to_d(normW[size_t(c)]);
           sum += term;
-          abs_sum += std::abs(term);
+          absSum += std::abs(term);
         }
         want[size_t(r) * n + j] = sum;
-        mag[size_t(r) * n + j] = abs_sum;
+        mag[size_t(r) * n + j] = absSum;
       }
     }
   }
   // launchRmsNorm of x without a residual, into out [m, k].
-  void norm_into(void* out) const {
+  void normInto(void* out) const {
     kernel::RmsNormParams r;
-    r.x = d_x.get(); r.weight = d_norm_w.get(); r.out = out;
+    r.x = dX.get(); r.weight = dNormW.get(); r.out = out;
     r.rows = m; r.hiddenSize = k; r.eps = kEps; r.dtype = dtype_of<T>;
     kernel::launchRmsNorm(r, nullptr);
   }
@@ -100,7 +99,7 @@ struct Problem {
 
 // The residual launchRmsNorm leaves after adding `product` [m, n] to a copy of y0.
 template <typename T>
-std::vector<T> residual_after_norm(const Problem<T>& pr, const test::DeviceArray<T>& product) {
+std::vector<T> residualAfterNorm(const Problem<T>& pr, const test::DeviceArray<T>& product) {
   test::DeviceArray<T> residual(pr.y0), normed(pr.y0.size()), ones(std::vector<T>(size_t(pr.n), cast<T>(1.0f)));
   kernel::RmsNormParams r;
   r.x = product.get(); r.residual = residual.get(); r.weight = ones.get(); r.out = normed.get();
@@ -113,7 +112,7 @@ std::vector<T> residual_after_norm(const Problem<T>& pr, const test::DeviceArray
 // normalized x element (relative u, at most u * mag on the sum), one of the output, slack for
 // the fp32 sums.
 template <typename T>
-void expect_within_rounding(const std::vector<T>& got, const std::vector<double>& want,
+void expectWithinRounding(const std::vector<T>& got, const std::vector<double>& want,
                             const std::vector<double>& mag, const char* what) {
   const double u = std::is_same_v<T, bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
   size_t bad = 0;
@@ -128,20 +127,20 @@ void expect_within_rounding(const std::vector<T>& got, const std::vector<double>
 }
 
 template <typename T>
-kernel::LinearParams with_norm(kernel::LinearParams p, const Problem<T>& pr) {
-  p.normWeight = pr.d_norm_w.get();
+kernel::LinearParams withNorm(kernel::LinearParams p, const Problem<T>& pr) {
+  p.normWeight = pr.dNormW.get();
   p.normEps = kEps;
   return p;
 }
 
 template <typename T>
-void every_configuration(int32_t m, int32_t k, std::mt19937& rng) {
+void everyConfiguration(int32_t m, int32_t k, std::mt19937& rng) {
   constexpr int32_t kN = 96;  // 6 16-row tiles (interleaved gate/up: 48 features)
   Problem<T> pr(m, kN, k, rng);
   std::vector<double> want, mag;
   pr.exact(want, mag);
   test::DeviceArray<T> normed(size_t(m) * k), unfused(size_t(m) * kN), fused(size_t(m) * kN),
-      one_row(static_cast<size_t>(kN)), swiglu_fused(size_t(m) * kN / 2), swiglu_want(size_t(m) * kN / 2);
+      oneRow(static_cast<size_t>(kN)), swigluFused(size_t(m) * kN / 2), swigluWant(size_t(m) * kN / 2);
   for (int32_t tiles : {1, 2}) {
     for (int32_t split : {1, 2, 4, 8}) {
       SCOPED_TRACE(::testing::Message() << "m " << m << " k " << k << " "
@@ -149,50 +148,50 @@ void every_configuration(int32_t m, int32_t k, std::mt19937& rng) {
                                         << " kSplit " << split);
       const GemvConfig cfg{tiles, split};
       normed.poison();
-      pr.norm_into(normed.get());
+      pr.normInto(normed.get());
       unfused.poison();
       kernel::detail::launchLinearGemv(pr.linear(normed.get(), unfused.get(), true), cfg, nullptr);
-      expect_within_rounding(unfused.download(), want, mag, "rmsnorm + gemv vs exact");
+      expectWithinRounding(unfused.download(), want, mag, "rmsnorm + gemv vs exact");
       fused.poison();
-      kernel::detail::launchLinearGemv(with_norm(pr.linear(pr.d_x.get(), fused.get(), true), pr),
+      kernel::detail::launchLinearGemv(withNorm(pr.linear(pr.dX.get(), fused.get(), true), pr),
                                        cfg, nullptr);
       const std::vector<T> got = fused.download();
-      expect_within_rounding(got, want, mag, "fused norm vs exact");
+      expectWithinRounding(got, want, mag, "fused norm vs exact");
 
       // Row r alone gives row r of the m-row call, bit for bit.
       for (int32_t r = 0; r < m; ++r) {
-        kernel::LinearParams p = with_norm(pr.linear(pr.d_x.get() + size_t(r) * k, one_row.get(), true), pr);
+        kernel::LinearParams p = withNorm(pr.linear(pr.dX.get() + size_t(r) * k, oneRow.get(), true), pr);
         p.m = 1;
-        one_row.poison();
+        oneRow.poison();
         kernel::detail::launchLinearGemv(p, cfg, nullptr);
-        const std::vector<T> row = one_row.download();
+        const std::vector<T> row = oneRow.download();
         expect_bits(row, std::vector<T>(got.begin() + size_t(r) * kN, got.begin() + size_t(r + 1) * kN),
                     "a row alone vs in the m-row call");
       }
 
       // SwiGLU epilogue with the norm = the normed plain output, then launchSwiglu.
       kernel::SwigluParams sw;
-      sw.gateUp = fused.get(); sw.out = swiglu_want.get(); sw.rows = m; sw.intermediateSize = kN / 2;
+      sw.gateUp = fused.get(); sw.out = swigluWant.get(); sw.rows = m; sw.intermediateSize = kN / 2;
       sw.dtype = dtype_of<T>; sw.layout = kernel::GateUpLayout::kInterleaved8;
-      swiglu_want.poison();
+      swigluWant.poison();
       kernel::launchSwiglu(sw, nullptr);
-      swiglu_fused.poison();
-      kernel::detail::launchLinearGemv(with_norm(pr.linear(pr.d_x.get(), swiglu_fused.get(), true), pr),
+      swigluFused.poison();
+      kernel::detail::launchLinearGemv(withNorm(pr.linear(pr.dX.get(), swigluFused.get(), true), pr),
                                        cfg, nullptr, GemvEpilogue::kSwiglu);
-      expect_bits(swiglu_fused.download(), swiglu_want.download(), "fused norm + SwiGLU vs + launchSwiglu");
+      expect_bits(swigluFused.download(), swigluWant.download(), "fused norm + SwiGLU vs + launchSwiglu");
 
       // accumulate, without and with the norm = the same product, then launchRmsNorm's add.
       for (bool norm : {false, true}) {
         SCOPED_TRACE(norm ? "accumulate with the input norm" : "accumulate");
         test::DeviceArray<T> product(size_t(m) * kN), residual(pr.y0);
-        kernel::LinearParams p = pr.linear(pr.d_x.get(), product.get(), true);
-        if (norm) p = with_norm(p, pr);
+        kernel::LinearParams p = pr.linear(pr.dX.get(), product.get(), true);
+        if (norm) p = withNorm(p, pr);
         product.poison();
         kernel::detail::launchLinearGemv(p, cfg, nullptr);
         p.y = residual.get();
         p.accumulate = true;
         kernel::detail::launchLinearGemv(p, cfg, nullptr);
-        expect_bits(residual.download(), residual_after_norm(pr, product),
+        expect_bits(residual.download(), residualAfterNorm(pr, product),
                     "accumulate vs gemv + rmsnorm's residual add");
       }
     }
@@ -204,8 +203,8 @@ TEST(GemvNormGpu, EveryConfiguration) {
   std::mt19937 rng(91);
   for (int32_t m : {1, 7, 9, 16}) {
     for (int32_t k : {136, 1000, 1024, 4096}) {
-      every_configuration<bf16>(m, k, rng);
-      every_configuration<fp16>(m, k, rng);
+      everyConfiguration<bf16>(m, k, rng);
+      everyConfiguration<fp16>(m, k, rng);
     }
   }
 }
@@ -218,18 +217,18 @@ TEST(GemvNormGpu, LauncherFusesUpTo16RowsAndMatchesTheCpuReference) {
     SCOPED_TRACE(::testing::Message() << "m " << m);
     Problem<bf16> pr(m, 1024, 1024, rng);
     test::DeviceArray<bf16> y(pr.y0);
-    kernel::LinearParams p = pr.linear(pr.d_x.get(), y.get(), true);
-    p.normWeight = pr.d_norm_w.get();
+    kernel::LinearParams p = pr.linear(pr.dX.get(), y.get(), true);
+    p.normWeight = pr.dNormW.get();
     p.normEps = kEps;
     p.accumulate = true;
-    EXPECT_EQ(kernel::linearFusesRowNorm(m), env_switch_on("ES_GEMV_NORM"));
+    EXPECT_TRUE(kernel::linearFusesRowNorm(m));
     kernel::launchLinear(p, ctx, nullptr);
     // The CPU reference composes the unfused steps on host copies: the product within two
     // roundings of each other (the normalized x, the output) plus one of the sum with y0.
     std::vector<bf16> cpu = pr.y0;
     kernel::LinearParams h = p;
     h.x = pr.x.data(); h.w = pr.w.data(); h.bias = pr.bias.data(); h.y = cpu.data();
-    h.normWeight = pr.norm_w.data();
+    h.normWeight = pr.normW.data();
     ref::linear(h);
     std::vector<double> want, mag;
     pr.exact(want, mag);
@@ -237,7 +236,7 @@ TEST(GemvNormGpu, LauncherFusesUpTo16RowsAndMatchesTheCpuReference) {
       want[i] = to_d(cpu[i]);
       mag[i] = 2 * mag[i] + std::abs(to_d(pr.y0[i])) + std::abs(want[i]);
     }
-    expect_within_rounding(y.download(), want, mag, "launchLinear vs ref::linear");
+    expectWithinRounding(y.download(), want, mag, "launchLinear vs ref::linear");
   }
 }
 
@@ -249,8 +248,8 @@ TEST(GemvNormGpu, LauncherRejectsThemWhereTheGemvDoesNotRun) {
   EXPECT_FALSE(kernel::linearFusesRowNorm(0));
   Problem<bf16> pr(17, 64, 128, rng);
   test::DeviceArray<bf16> y(pr.y0);
-  kernel::LinearParams p = pr.linear(pr.d_x.get(), y.get(), false);
-  p.normWeight = pr.d_norm_w.get();
+  kernel::LinearParams p = pr.linear(pr.dX.get(), y.get(), false);
+  p.normWeight = pr.dNormW.get();
   try {
     kernel::launchLinear(p, ctx, nullptr);
     ADD_FAILURE() << "normWeight at m = 17 was accepted";

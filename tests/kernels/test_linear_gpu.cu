@@ -34,30 +34,30 @@ struct Problem {
   int32_t m, n, k;
   size_t off;
   std::vector<T> x, w, bias;
-  test::DeviceArray<T> d_x, d_w, d_b;
+  test::DeviceArray<T> dX, dW, dB;
 
   Problem(int32_t m_, int32_t n_, int32_t k_, size_t off_, std::mt19937& rng)
       : m(m_), n(n_), k(k_), off(off_), x(off_ + size_t(m_) * k_), w(size_t(n_) * k_),
-        bias(n_), d_x(0), d_w(0), d_b(0) {
+        bias(n_), dX(0), dW(0), dB(0) {
     fill(x, rng, -1.0f, 1.0f);
     fill(w, rng, -1.0f, 1.0f);
     fill(bias, rng, -1.0f, 1.0f);
-    d_x = test::DeviceArray<T>(x);
-    d_w = test::DeviceArray<T>(w);
-    d_b = test::DeviceArray<T>(bias);
+    dX = test::DeviceArray<T>(x);
+    dW = test::DeviceArray<T>(w);
+    dB = test::DeviceArray<T>(bias);
   }
   // Same W and bias, fresh x with m rows.
-  void reset_x(int32_t m_, std::mt19937& rng) {
+  void resetX(int32_t m_, std::mt19937& rng) {
     m = m_;
     x.assign(off + size_t(m) * k, T{});
     fill(x, rng, -1.0f, 1.0f);
-    d_x = test::DeviceArray<T>(x);
+    dX = test::DeviceArray<T>(x);
   }
-  kernel::LinearParams params(void* y, DType out, bool with_bias, LinearAlgo algo) const {
+  kernel::LinearParams params(void* y, DType out, bool withBias, LinearAlgo algo) const {
     kernel::LinearParams p;
-    p.x = d_x.get() + off;
-    p.w = d_w.get();
-    p.bias = with_bias ? d_b.get() : nullptr;
+    p.x = dX.get() + off;
+    p.w = dW.get();
+    p.bias = withBias ? dB.get() : nullptr;
     p.y = y;
     p.m = m;
     p.n = n;
@@ -88,23 +88,23 @@ std::vector<int32_t> columns(int32_t n, bool sampled, std::mt19937& rng) {
 // Launches through `launch(params)` twice (poisoned y each time) and compares the chosen
 // columns with the CPU reference run on those columns' rows of W.
 template <typename T, typename O, typename Launch>
-void check(const Problem<T>& pr, bool with_bias, const std::vector<int32_t>& cols,
+void check(const Problem<T>& pr, bool withBias, const std::vector<int32_t>& cols,
            Launch&& launch) {
   SCOPED_TRACE(::testing::Message() << "m " << pr.m << " n " << pr.n << " k " << pr.k << " bias "
-                                    << with_bias << " offset " << pr.off << " "
+                                    << withBias << " offset " << pr.off << " "
                                     << dtype_name(dtype_of<T>) << " -> "
                                     << dtype_name(dtype_of<O>) << " columns " << cols.size());
   const int32_t m = pr.m, k = pr.k, nc = int32_t(cols.size());
-  std::vector<T> w_sub(size_t(nc) * k), b_sub(nc);
+  std::vector<T> wSub(size_t(nc) * k), bSub(nc);
   for (int32_t j = 0; j < nc; ++j) {
-    std::copy_n(pr.w.begin() + size_t(cols[j]) * k, k, w_sub.begin() + size_t(j) * k);
-    b_sub[j] = pr.bias[cols[j]];
+    std::copy_n(pr.w.begin() + size_t(cols[j]) * k, k, wSub.begin() + size_t(j) * k);
+    bSub[j] = pr.bias[cols[j]];
   }
   std::vector<O> want(size_t(m) * nc);
   kernel::LinearParams r;
   r.x = pr.x.data() + pr.off;
-  r.w = w_sub.data();
-  r.bias = with_bias ? b_sub.data() : nullptr;
+  r.w = wSub.data();
+  r.bias = withBias ? bSub.data() : nullptr;
   r.y = want.data();
   r.m = m;
   r.n = nc;
@@ -113,14 +113,14 @@ void check(const Problem<T>& pr, bool with_bias, const std::vector<int32_t>& col
   r.outDtype = dtype_of<O>;
   ref::linear(r);
 
-  test::DeviceArray<O> d_y(size_t(m) * pr.n);
-  const kernel::LinearParams p = pr.params(d_y.get(), dtype_of<O>, with_bias, LinearAlgo::kAuto);
+  test::DeviceArray<O> dY(size_t(m) * pr.n);
+  const kernel::LinearParams p = pr.params(dY.get(), dtype_of<O>, withBias, LinearAlgo::kAuto);
   const Tol tol = tol_for<O>();
   std::vector<double> allowed(want.size());
   for (int32_t i = 0; i < m; ++i) {
     const T* xr = pr.x.data() + pr.off + size_t(i) * k;
     for (int32_t j = 0; j < nc; ++j) {
-      const T* wr = w_sub.data() + size_t(j) * k;
+      const T* wr = wSub.data() + size_t(j) * k;
       double mag = 0;
       for (int32_t kk = 0; kk < k; ++kk) mag += std::abs(to_d(xr[kk]) * to_d(wr[kk]));
       allowed[size_t(i) * nc + j] =
@@ -128,9 +128,9 @@ void check(const Problem<T>& pr, bool with_bias, const std::vector<int32_t>& col
     }
   }
   for (int rep = 0; rep < 2; ++rep) {
-    d_y.poison();
+    dY.poison();
     launch(p);
-    const std::vector<O> got = d_y.download();
+    const std::vector<O> got = dY.download();
     size_t bad = 0;
     for (int32_t i = 0; i < m; ++i) {
       for (int32_t j = 0; j < nc; ++j) {
@@ -146,7 +146,7 @@ void check(const Problem<T>& pr, bool with_bias, const std::vector<int32_t>& col
 }
 
 // launchLinear with p.algo = algo.
-auto via_launcher(kernel::LinearContext& ctx, LinearAlgo algo, cudaStream_t stream = nullptr) {
+auto viaLauncher(kernel::LinearContext& ctx, LinearAlgo algo, cudaStream_t stream = nullptr) {
   return [&ctx, algo, stream](kernel::LinearParams p) {
     p.algo = algo;
     kernel::launchLinear(p, ctx, stream);
@@ -155,10 +155,10 @@ auto via_launcher(kernel::LinearContext& ctx, LinearAlgo algo, cudaStream_t stre
 
 template <typename T, typename O>
 void run(kernel::LinearContext& ctx, LinearAlgo algo, int32_t m, int32_t n, int32_t k,
-         bool with_bias, bool offset_x, std::mt19937& rng) {
+         bool withBias, bool offsetX, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << "algo " << int(algo));
-  Problem<T> pr(m, n, k, offset_x ? 1 : 0, rng);
-  check<T, O>(pr, with_bias, columns(n, false, rng), via_launcher(ctx, algo));
+  Problem<T> pr(m, n, k, offsetX ? 1 : 0, rng);
+  check<T, O>(pr, withBias, columns(n, false, rng), viaLauncher(ctx, algo));
 }
 
 TEST(LinearGpu, MatchesReference) {
@@ -189,7 +189,7 @@ TEST(LinearGpu, GemvDecodeShapes) {
   ES_SKIP_IF_NO_GPU();
   kernel::LinearContext ctx;
   std::mt19937 rng(8);
-  const auto gemv = via_launcher(ctx, LinearAlgo::kGemv);
+  const auto gemv = viaLauncher(ctx, LinearAlgo::kGemv);
   for (int32_t m : {1, 2, 5, 16}) {
     Problem<bf16> o(m, 4096, 4096, 0, rng);  // Qwen3-8B o_proj
     check<bf16, bf16>(o, false, columns(o.n, false, rng), gemv);
@@ -217,11 +217,11 @@ TEST(LinearGpu, GemvLmHeadSampled) {
   std::mt19937 rng(151936);
   Problem<bf16> head(1, 151936, 1024, 0, rng);
   for (int32_t m : {1, 2, 5, 16}) {
-    head.reset_x(m, rng);
+    head.resetX(m, rng);
     check<bf16, float>(head, false, columns(head.n, true, rng),
-                       via_launcher(ctx, LinearAlgo::kGemv));
+                       viaLauncher(ctx, LinearAlgo::kGemv));
     check<bf16, bf16>(head, m == 5, columns(head.n, true, rng),
-                      via_launcher(ctx, LinearAlgo::kAuto));
+                      viaLauncher(ctx, LinearAlgo::kAuto));
   }
 }
 
@@ -271,7 +271,7 @@ TEST(LinearGpu, GemvRowsDoNotDependOnTheOtherRows) {
       size_t bad = 0;
       for (int32_t r = 0; r < 16; ++r) {
         kernel::LinearParams one = full.params(y1.get(), out, true, LinearAlgo::kAuto);
-        one.x = full.d_x.get() + size_t(r) * sh.k;
+        one.x = full.dX.get() + size_t(r) * sh.k;
         one.m = 1;
         y1.poison();
         kernel::launchLinear(one, ctx, nullptr);
@@ -279,7 +279,7 @@ TEST(LinearGpu, GemvRowsDoNotDependOnTheOtherRows) {
         bad += !std::equal(row.begin(), row.end(), all.begin() + size_t(r) * sh.n * esize);
       }
       kernel::LinearParams five = full.params(y5.get(), out, true, LinearAlgo::kAuto);
-      five.x = full.d_x.get() + size_t(11) * sh.k;  // rows 11 ... 15
+      five.x = full.dX.get() + size_t(11) * sh.k;  // rows 11 ... 15
       five.m = 5;
       kernel::launchLinear(five, ctx, nullptr);
       const std::vector<uint8_t> part = y5.download();

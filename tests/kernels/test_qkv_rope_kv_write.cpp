@@ -34,9 +34,9 @@ double back(T v) {
 }
 
 // cos/sin table [maxPositions, rotaryDim] for theta = 10000.
-std::vector<float> rope_table(int32_t max_positions, int32_t rotary) {
-  std::vector<float> t(size_t(max_positions) * rotary);
-  for (int32_t p = 0; p < max_positions; ++p) {
+std::vector<float> ropeTable(int32_t maxPositions, int32_t rotary) {
+  std::vector<float> t(size_t(maxPositions) * rotary);
+  for (int32_t p = 0; p < maxPositions; ++p) {
     for (int32_t i = 0; i < rotary / 2; ++i) {
       const double angle = p * std::pow(10000.0, -2.0 * i / rotary);
       t[size_t(p) * rotary + i] = float(std::cos(angle));
@@ -47,7 +47,7 @@ std::vector<float> rope_table(int32_t max_positions, int32_t rotary) {
 }
 
 // The contract in double: optional RMSNorm, then NeoX rotation of the first `rotary` dims.
-std::vector<double> expected_head(const std::vector<double>& x, const std::vector<double>* w,
+std::vector<double> expectedHead(const std::vector<double>& x, const std::vector<double>* w,
                                   double eps, const float* cs, int32_t rotary) {
   const size_t dim = x.size();
   std::vector<double> n = x;
@@ -67,7 +67,7 @@ std::vector<double> expected_head(const std::vector<double>& x, const std::vecto
 }
 
 template <typename T>
-std::vector<T> sentinel_pool(size_t n) {
+std::vector<T> sentinelPool(size_t n) {
   std::vector<T> pool(n);
   for (size_t i = 0; i < n; ++i) {
     if constexpr (std::is_same_v<T, float>) pool[i] = 1000.0f + float(i % 97);
@@ -90,12 +90,12 @@ TEST(QkvRopeKvWriteRef, HandRotationAtPosition1) {
     qkv[dim + i] = 0.01f * float(i);
     qkv[2 * dim + i] = -3.0f + 0.5f * float(i);
   }
-  const std::vector<float> cs = rope_table(2, dim);
+  const std::vector<float> cs = ropeTable(2, dim);
   const std::vector<int32_t> positions = {1}, owners = {0};
   const std::vector<int32_t> table = {1, 0 + num_pages};  // K page 1, V flat page 2 (K id 0)
-  std::vector<float> pool = sentinel_pool<float>(size_t(2) * num_pages * kPage * dim);
+  std::vector<float> pool = sentinelPool<float>(size_t(2) * num_pages * kPage * dim);
   const std::vector<float> before = pool;
-  std::vector<float> q_out(dim, -5.0f);
+  std::vector<float> qOut(dim, -5.0f);
   kernel::QkvRopeKvWriteParams p;
   p.qkv = qkv.data();
   p.cosSin = cs.data();
@@ -104,7 +104,7 @@ TEST(QkvRopeKvWriteRef, HandRotationAtPosition1) {
   p.tokenToSequence = owners.data();
   p.pageTable = table.data();
   p.kvPool = pool.data();
-  p.qOut = q_out.data();
+  p.qOut = qOut.data();
   p.numTokens = 1;
   p.batchSize = 1;
   p.numQHeads = 1;
@@ -115,13 +115,13 @@ TEST(QkvRopeKvWriteRef, HandRotationAtPosition1) {
   p.maxPagesPerSeq = 1;
   p.dtype = DType::kF32;
   ref::qkvRopeKvWrite(p);
-  EXPECT_NEAR(q_out[0], std::cos(1.0) - 2 * std::sin(1.0), 1e-6);
-  EXPECT_NEAR(q_out[32], 2 * std::cos(1.0) + std::sin(1.0), 1e-6);
-  EXPECT_NEAR(q_out[0], -1.1426396637, 1e-6);
+  EXPECT_NEAR(qOut[0], std::cos(1.0) - 2 * std::sin(1.0), 1e-6);
+  EXPECT_NEAR(qOut[32], 2 * std::cos(1.0) + std::sin(1.0), 1e-6);
+  EXPECT_NEAR(qOut[0], -1.1426396637, 1e-6);
   for (int32_t i = 0; i < 32; ++i) {
     const double a = std::pow(10000.0, -2.0 * i / dim);
-    EXPECT_NEAR(q_out[i], std::cos(a) - 2 * std::sin(a), 1e-6) << i;
-    EXPECT_NEAR(q_out[i + 32], 2 * std::cos(a) + std::sin(a), 1e-6) << i;
+    EXPECT_NEAR(qOut[i], std::cos(a) - 2 * std::sin(a), 1e-6) << i;
+    EXPECT_NEAR(qOut[i + 32], 2 * std::cos(a) + std::sin(a), 1e-6) << i;
     const double k0 = 0.01 * i, k1 = 0.01 * (i + 32);
     const size_t kbase = (size_t(1) * kPage + 1) * dim;  // K page 1, slot 1
     EXPECT_NEAR(pool[kbase + i], k0 * std::cos(a) - k1 * std::sin(a), 1e-6) << i;
@@ -130,9 +130,9 @@ TEST(QkvRopeKvWriteRef, HandRotationAtPosition1) {
   const size_t vbase = (size_t(2) * kPage + 1) * dim;  // flat V page 2, slot 1
   for (int32_t i = 0; i < dim; ++i) EXPECT_EQ(pool[vbase + i], qkv[2 * dim + i]) << i;
   for (size_t i = 0; i < pool.size(); ++i) {
-    const bool k_row = i >= (size_t(1) * kPage + 1) * dim && i < (size_t(1) * kPage + 2) * dim;
-    const bool v_row = i >= vbase && i < vbase + dim;
-    if (!k_row && !v_row) {
+    const bool kRow = i >= (size_t(1) * kPage + 1) * dim && i < (size_t(1) * kPage + 2) * dim;
+    const bool vRow = i >= vbase && i < vbase + dim;
+    if (!kRow && !vRow) {
       ASSERT_EQ(pool[i], before[i]) << "untouched element " << i;
     }
   }
@@ -148,18 +148,18 @@ struct Case {
 // (K still written). Every written element is checked against the double formula; every other
 // pool element must keep its sentinel bits; padding q rows must be zero.
 template <typename T>
-void gqa_case(DType dtype, const Case& c, double rel) {
+void gqaCase(DType dtype, const Case& c, double rel) {
   SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " Hq " << c.hq << " Hkv " << c.hkv
                                     << " D " << c.dim << " rot " << c.rotary << " qn " << c.q_norm
                                     << " kn " << c.k_norm);
-  const int32_t num_pages = 7, max_pages = 3, batch = 2, max_pos = 3 * kPage;
+  const int32_t num_pages = 7, max_pages = 3, batch = 2, maxPos = 3 * kPage;
   // Sequence 0: K pages {4, 0, 6}; sequence 1: K pages {-1 (unmapped), 2, 5} with V of logical
   // page 2 pointing into the K plane (id 1 < numPages): skipped for V only.
   const std::vector<int32_t> table = {4, 0, 6, 3 + num_pages, 1 + num_pages, 5 + num_pages,
                                       -1, 2, 5, 6 + num_pages, 2 + num_pages, 1};
   struct Tok { int32_t pos, owner; };
   const std::vector<Tok> toks = {{127, 0}, {128, 0}, {129, 0}, {-1, 0},   {5, -1},
-                                 {3, 1},   {130, 1}, {300, 1}, {max_pos, 0}, {7, batch},
+                                 {3, 1},   {130, 1}, {300, 1}, {maxPos, 0}, {7, batch},
                                  {383, 0}};
   const int32_t n = int32_t(toks.size());
   const int32_t row = (c.hq + 2 * c.hkv) * c.dim;
@@ -174,12 +174,12 @@ void gqa_case(DType dtype, const Case& c, double rel) {
     positions[t] = toks[t].pos;
     owners[t] = toks[t].owner;
   }
-  const std::vector<float> cs = rope_table(max_pos, c.rotary);
-  const size_t pool_elems = size_t(2) * num_pages * kPage * c.hkv * c.dim;
-  std::vector<T> pool = sentinel_pool<T>(pool_elems);
+  const std::vector<float> cs = ropeTable(maxPos, c.rotary);
+  const size_t poolElems = size_t(2) * num_pages * kPage * c.hkv * c.dim;
+  std::vector<T> pool = sentinelPool<T>(poolElems);
   const std::vector<T> before = pool;
-  std::vector<T> q_out(size_t(n) * c.hq * c.dim);
-  std::memset(q_out.data(), test::kPoisonByte, q_out.size() * sizeof(T));
+  std::vector<T> qOut(size_t(n) * c.hq * c.dim);
+  std::memset(qOut.data(), test::kPoisonByte, qOut.size() * sizeof(T));
 
   kernel::QkvRopeKvWriteParams p;
   p.qkv = qkv.data();
@@ -187,12 +187,12 @@ void gqa_case(DType dtype, const Case& c, double rel) {
   p.kNormWeight = c.k_norm ? kw.data() : nullptr;
   p.normEps = 1e-6f;
   p.cosSin = cs.data();
-  p.maxPositions = max_pos;
+  p.maxPositions = maxPos;
   p.positions = positions.data();
   p.tokenToSequence = owners.data();
   p.pageTable = table.data();
   p.kvPool = pool.data();
-  p.qOut = q_out.data();
+  p.qOut = qOut.data();
   p.numTokens = n;
   p.batchSize = batch;
   p.numQHeads = c.hq;
@@ -209,8 +209,8 @@ void gqa_case(DType dtype, const Case& c, double rel) {
     qwd[i] = back(qw[i]);
     kwd[i] = back(kw[i]);
   }
-  std::vector<char> written(pool_elems, 0);
-  auto head_of = [&](int32_t t, int32_t h) {
+  std::vector<char> written(poolElems, 0);
+  auto headOf = [&](int32_t t, int32_t h) {
     std::vector<double> x(c.dim);
     for (int32_t i = 0; i < c.dim; ++i) x[i] = back(qkv[size_t(t) * row + size_t(h) * c.dim + i]);
     return x;
@@ -220,16 +220,16 @@ void gqa_case(DType dtype, const Case& c, double rel) {
                                                          << " dim " << i;
   };
   for (int32_t t = 0; t < n; ++t) {
-    const bool live = toks[t].pos >= 0 && toks[t].pos < max_pos && toks[t].owner >= 0 &&
+    const bool live = toks[t].pos >= 0 && toks[t].pos < maxPos && toks[t].owner >= 0 &&
                       toks[t].owner < batch;
     for (int32_t h = 0; h < c.hq; ++h) {
       std::vector<double> want(c.dim, 0.0);
       if (live) {
-        want = expected_head(head_of(t, h), c.q_norm ? &qwd : nullptr, 1e-6,
+        want = expectedHead(headOf(t, h), c.q_norm ? &qwd : nullptr, 1e-6,
                              cs.data() + size_t(toks[t].pos) * c.rotary, c.rotary);
       }
       for (int32_t i = 0; i < c.dim; ++i) {
-        const T got = q_out[(size_t(t) * c.hq + h) * c.dim + i];
+        const T got = qOut[(size_t(t) * c.hq + h) * c.dim + i];
         if (!live) {
           ASSERT_EQ(back(got), 0.0) << "padding q row " << t;
         } else {
@@ -243,7 +243,7 @@ void gqa_case(DType dtype, const Case& c, double rel) {
     const int32_t vp = table[size_t(toks[t].owner) * 2 * max_pages + max_pages + lp];
     for (int32_t h = 0; h < c.hkv; ++h) {
       if (kp >= 0 && kp < num_pages) {
-        const auto want = expected_head(head_of(t, c.hq + h), c.k_norm ? &kwd : nullptr, 1e-6,
+        const auto want = expectedHead(headOf(t, c.hq + h), c.k_norm ? &kwd : nullptr, 1e-6,
                                         cs.data() + size_t(toks[t].pos) * c.rotary, c.rotary);
         const size_t base = ((size_t(kp) * kPage + slot) * c.hkv + h) * c.dim;
         for (int32_t i = 0; i < c.dim; ++i) {
@@ -263,7 +263,7 @@ void gqa_case(DType dtype, const Case& c, double rel) {
     }
   }
   size_t changed = 0;
-  for (size_t i = 0; i < pool_elems; ++i) {
+  for (size_t i = 0; i < poolElems; ++i) {
     if (!written[i] && !same_bits(pool[i], before[i])) ++changed;
   }
   EXPECT_EQ(changed, 0u) << "pool elements written outside the expected rows";
@@ -274,12 +274,12 @@ void gqa_case(DType dtype, const Case& c, double rel) {
 }
 
 TEST(QkvRopeKvWriteRef, GqaPagesPaddingAndNorms) {
-  gqa_case<float>(DType::kF32, {6, 2, 64, 64, true, true}, 1e-5);
-  gqa_case<float>(DType::kF32, {4, 4, 128, 32, false, false}, 1e-5);
-  gqa_case<bf16>(DType::kBF16, {9, 3, 64, 64, false, false}, std::ldexp(1.0, -8) * 1.1);
-  gqa_case<bf16>(DType::kBF16, {8, 1, 256, 128, true, true}, std::ldexp(1.0, -8) * 1.1);
-  gqa_case<fp16>(DType::kF16, {6, 3, 128, 128, true, false}, std::ldexp(1.0, -11) * 2);
-  gqa_case<fp16>(DType::kF16, {2, 1, 64, 16, false, true}, std::ldexp(1.0, -11) * 2);
+  gqaCase<float>(DType::kF32, {6, 2, 64, 64, true, true}, 1e-5);
+  gqaCase<float>(DType::kF32, {4, 4, 128, 32, false, false}, 1e-5);
+  gqaCase<bf16>(DType::kBF16, {9, 3, 64, 64, false, false}, std::ldexp(1.0, -8) * 1.1);
+  gqaCase<bf16>(DType::kBF16, {8, 1, 256, 128, true, true}, std::ldexp(1.0, -8) * 1.1);
+  gqaCase<fp16>(DType::kF16, {6, 3, 128, 128, true, false}, std::ldexp(1.0, -11) * 2);
+  gqaCase<fp16>(DType::kF16, {2, 1, 64, 16, false, true}, std::ldexp(1.0, -11) * 2);
 }
 
 TEST(QkvRopeKvWriteRef, Validation) {

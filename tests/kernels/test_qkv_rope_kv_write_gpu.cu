@@ -35,18 +35,18 @@ void run(const Shape& s, std::mt19937& rng) {
                                     << " qn " << s.q_norm << " kn " << s.k_norm << " "
                                     << dtype_name(dtype_of<T>));
   const int32_t num_pages = s.batch * s.max_pages + 2;
-  const int32_t max_pos = s.max_pages * kPage;
+  const int32_t maxPos = s.max_pages * kPage;
   std::uniform_int_distribution<int> coin(0, 99);
-  std::vector<int32_t> k_ids(num_pages), v_ids(num_pages);
-  std::iota(k_ids.begin(), k_ids.end(), 0);
-  std::iota(v_ids.begin(), v_ids.end(), 0);
-  std::shuffle(k_ids.begin(), k_ids.end(), rng);
-  std::shuffle(v_ids.begin(), v_ids.end(), rng);
+  std::vector<int32_t> kIds(num_pages), vIds(num_pages);
+  std::iota(kIds.begin(), kIds.end(), 0);
+  std::iota(vIds.begin(), vIds.end(), 0);
+  std::shuffle(kIds.begin(), kIds.end(), rng);
+  std::shuffle(vIds.begin(), vIds.end(), rng);
   std::vector<int32_t> table(size_t(s.batch) * 2 * s.max_pages);
   for (int32_t b = 0; b < s.batch; ++b) {
     for (int32_t lp = 0; lp < s.max_pages; ++lp) {
       const size_t e = size_t(b) * s.max_pages + lp;
-      int32_t k = k_ids[e], v = v_ids[e] + num_pages;
+      int32_t k = kIds[e], v = vIds[e] + num_pages;
       const int roll = b == 0 ? 99 : coin(rng);  // sequence 0 stays fully mapped
       if (roll < 5) k = -1;
       else if (roll < 8) k = num_pages + k;  // past the K plane
@@ -58,17 +58,17 @@ void run(const Shape& s, std::mt19937& rng) {
   }
   // Distinct (sequence, position) per live token so no two tokens share a destination.
   std::vector<int32_t> positions(s.tokens), owners(s.tokens);
-  const int32_t starts[] = {126, 127, 128, 0, max_pos - 3};
+  const int32_t starts[] = {126, 127, 128, 0, maxPos - 3};
   for (int32_t t = 0; t < s.tokens; ++t) {
     const int32_t b = t % s.batch;
     const int32_t i = t / s.batch;
-    positions[t] = std::min(starts[b % 5] + i, max_pos - 1 - (i % 2));
+    positions[t] = std::min(starts[b % 5] + i, maxPos - 1 - (i % 2));
     owners[t] = b;
     const int roll = t == 0 ? 99 : coin(rng);  // token 0 is live, so every case writes
     if (roll < 4) positions[t] = -1;
     else if (roll < 7) owners[t] = -1;
     else if (roll < 9) owners[t] = s.batch;
-    else if (roll < 11) positions[t] = max_pos;  // >= maxPositions: padding
+    else if (roll < 11) positions[t] = maxPos;  // >= maxPositions: padding
   }
   // Drop duplicates of (owner, position) that the min() above can create.
   for (int32_t t = 0; t < s.tokens; ++t) {
@@ -81,30 +81,30 @@ void run(const Shape& s, std::mt19937& rng) {
   fill(qkv, rng, -2.0f, 2.0f);
   fill(qw, rng, 0.5f, 1.5f);
   fill(kw, rng, 0.5f, 1.5f);
-  std::vector<float> cos_sin(size_t(max_pos) * s.rotary);
-  for (int32_t p = 0; p < max_pos; ++p) {
+  std::vector<float> cosSin(size_t(maxPos) * s.rotary);
+  for (int32_t p = 0; p < maxPos; ++p) {
     for (int32_t i = 0; i < s.rotary / 2; ++i) {
       const double a = p * std::pow(1e6, -2.0 * i / s.rotary);
-      cos_sin[size_t(p) * s.rotary + i] = float(std::cos(a));
-      cos_sin[size_t(p) * s.rotary + s.rotary / 2 + i] = float(std::sin(a));
+      cosSin[size_t(p) * s.rotary + i] = float(std::cos(a));
+      cosSin[size_t(p) * s.rotary + s.rotary / 2 + i] = float(std::sin(a));
     }
   }
   std::vector<T> pool(size_t(2) * num_pages * kPage * s.hkv * s.dim);
   fill(pool, rng, -5.0f, 5.0f);
-  std::vector<T> want_pool = pool, want_q(size_t(s.tokens) * s.hq * s.dim);
+  std::vector<T> wantPool = pool, wantQ(size_t(s.tokens) * s.hq * s.dim);
 
   kernel::QkvRopeKvWriteParams p;
   p.qkv = qkv.data();
   p.qNormWeight = s.q_norm ? qw.data() : nullptr;
   p.kNormWeight = s.k_norm ? kw.data() : nullptr;
   p.normEps = 1e-6f;
-  p.cosSin = cos_sin.data();
-  p.maxPositions = max_pos;
+  p.cosSin = cosSin.data();
+  p.maxPositions = maxPos;
   p.positions = positions.data();
   p.tokenToSequence = owners.data();
   p.pageTable = table.data();
-  p.kvPool = want_pool.data();
-  p.qOut = want_q.data();
+  p.kvPool = wantPool.data();
+  p.qOut = wantQ.data();
   p.numTokens = s.tokens;
   p.batchSize = s.batch;
   p.numQHeads = s.hq;
@@ -120,43 +120,43 @@ void run(const Shape& s, std::mt19937& rng) {
   std::vector<T> probe(pool.size()), probe0;
   std::memset(probe.data(), test::kPoisonByte, probe.size() * sizeof(T));
   probe0 = probe;
-  std::vector<T> probe_q(want_q.size());
+  std::vector<T> probeQ(wantQ.size());
   p.kvPool = probe.data();
-  p.qOut = probe_q.data();
+  p.qOut = probeQ.data();
   ref::qkvRopeKvWrite(p);
 
-  test::DeviceArray<T> d_qkv(qkv), d_qw(qw), d_kw(kw), d_pool(pool), d_q(want_q.size());
-  test::DeviceArray<float> d_cs(cos_sin);
-  test::DeviceArray<int32_t> d_pos(positions), d_own(owners), d_table(table);
-  p.qkv = d_qkv.get();
-  p.qNormWeight = s.q_norm ? d_qw.get() : nullptr;
-  p.kNormWeight = s.k_norm ? d_kw.get() : nullptr;
-  p.cosSin = d_cs.get();
-  p.positions = d_pos.get();
-  p.tokenToSequence = d_own.get();
-  p.pageTable = d_table.get();
-  p.kvPool = d_pool.get();
-  p.qOut = d_q.get();
+  test::DeviceArray<T> dQkv(qkv), dQw(qw), dKw(kw), dPool(pool), dQ(wantQ.size());
+  test::DeviceArray<float> dCs(cosSin);
+  test::DeviceArray<int32_t> dPos(positions), dOwn(owners), dTable(table);
+  p.qkv = dQkv.get();
+  p.qNormWeight = s.q_norm ? dQw.get() : nullptr;
+  p.kNormWeight = s.k_norm ? dKw.get() : nullptr;
+  p.cosSin = dCs.get();
+  p.positions = dPos.get();
+  p.tokenToSequence = dOwn.get();
+  p.pageTable = dTable.get();
+  p.kvPool = dPool.get();
+  p.qOut = dQ.get();
   kernel::launchQkvRopeKvWrite(p, nullptr);
-  const std::vector<T> got_pool = d_pool.download();
-  expect_close(d_q.download(), want_q, tol_for<T>(), "qOut");
+  const std::vector<T> gotPool = dPool.download();
+  expect_close(dQ.download(), wantQ, tol_for<T>(), "qOut");
 
   // Pool: unchanged-by-reference elements bit-identical, written ones within tolerance.
   const Tol tol = tol_for<T>();
   size_t bad = 0, written = 0;
   for (size_t i = 0; i < pool.size(); ++i) {
-    const bool ref_wrote = !same_bits(want_pool[i], pool[i]) || !same_bits(probe[i], probe0[i]);
-    written += ref_wrote;
+    const bool refWrote = !same_bits(wantPool[i], pool[i]) || !same_bits(probe[i], probe0[i]);
+    written += refWrote;
     bool ok;
-    if (!ref_wrote) {
-      ok = same_bits(got_pool[i], pool[i]);
+    if (!refWrote) {
+      ok = same_bits(gotPool[i], pool[i]);
     } else {
-      const double g = to_d(got_pool[i]), w = to_d(want_pool[i]);
+      const double g = to_d(gotPool[i]), w = to_d(wantPool[i]);
       ok = std::abs(g - w) <= tol.rel * std::abs(w) + tol.abs;
     }
     if (!ok && ++bad <= 5) {
-      ADD_FAILURE() << "pool[" << i << "] got " << to_d(got_pool[i]) << " want "
-                    << to_d(want_pool[i]) << " initial " << to_d(pool[i]);
+      ADD_FAILURE() << "pool[" << i << "] got " << to_d(gotPool[i]) << " want "
+                    << to_d(wantPool[i]) << " initial " << to_d(pool[i]);
     }
   }
   EXPECT_EQ(bad, 0u);

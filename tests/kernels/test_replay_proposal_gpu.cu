@@ -33,11 +33,11 @@ TEST(ReplayProposalGpu, MatchesReference) {
     p.batchSize = batch; p.blockSize = bs; p.vocab = vocab;
     p.corruptRate = trial % 3 == 0 ? 0.0f : 0.3f; p.seed = 100 + trial;
     ref::replayProposal(p);
-    test::DeviceArray<int32_t> d_rec(recorded), d_len(lengths), d_anchor(anchors), d_pos(positions),
+    test::DeviceArray<int32_t> dRec(recorded), dLen(lengths), dAnchor(anchors), dPos(positions),
         d_out(positions.size());
     kernel::ReplayProposalParams q = p;
-    q.recorded = d_rec.get(); q.recordedLengths = d_len.get(); q.anchors = d_anchor.get();
-    q.positions = d_pos.get(); q.out = d_out.get();
+    q.recorded = dRec.get(); q.recordedLengths = dLen.get(); q.anchors = dAnchor.get();
+    q.positions = dPos.get(); q.out = d_out.get();
     kernel::launchReplayProposal(q, nullptr);
     EXPECT_EQ(d_out.download(), out) << "trial " << trial;
   }

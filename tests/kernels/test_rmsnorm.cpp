@@ -28,9 +28,9 @@ TEST(RmsNormRef, HandComputed3x4) {
   p.eps = 1e-6f;
   p.dtype = DType::kF32;
   ref::rmsNorm(p);
-  const double mean_sq[3] = {7.5, 2.0, 0.25};
+  const double meanSq[3] = {7.5, 2.0, 0.25};
   for (int r = 0; r < 3; ++r) {
-    const double s = 1.0 / std::sqrt(mean_sq[r] + 1e-6);
+    const double s = 1.0 / std::sqrt(meanSq[r] + 1e-6);
     for (int i = 0; i < 4; ++i) {
       EXPECT_NEAR(out[r * 4 + i], x[r * 4 + i] * s * w[i], 1e-6) << r << "," << i;
     }
@@ -65,16 +65,16 @@ TEST(RmsNormRef, FusedResidualRoundsToDtypeFirst) {
   p.eps = 1e-5f;
   p.dtype = DType::kBF16;
   ref::rmsNorm(p);
-  const float want_res[4] = {1.0f, 3.0f, -2.0f, 3.0f};
-  for (int i = 0; i < hidden; ++i) EXPECT_EQ(to_float(residual[i]), want_res[i]) << i;
+  const float wantRes[4] = {1.0f, 3.0f, -2.0f, 3.0f};
+  for (int i = 0; i < hidden; ++i) EXPECT_EQ(to_float(residual[i]), wantRes[i]) << i;
   const double s = 1.0 / std::sqrt((1.0 + 9.0 + 4.0 + 9.0) / 4.0 + 1e-5);
   for (int i = 0; i < hidden; ++i) {
-    EXPECT_NEAR(to_float(out[i]), want_res[i] * s, std::abs(want_res[i] * s) * 0.004 + 1e-6) << i;
+    EXPECT_NEAR(to_float(out[i]), wantRes[i] * s, std::abs(wantRes[i] * s) * 0.004 + 1e-6) << i;
   }
 }
 
 template <typename T>
-void random_case(DType dtype, double rel, bool with_residual) {
+void randomCase(DType dtype, double rel, bool withResidual) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
   const int32_t rows = 6, hidden = 75;
@@ -94,7 +94,7 @@ void random_case(DType dtype, double rel, bool with_residual) {
   const std::vector<T> res0 = res;
   kernel::RmsNormParams p;
   p.x = x.data();
-  p.residual = with_residual ? res.data() : nullptr;
+  p.residual = withResidual ? res.data() : nullptr;
   p.weight = w.data();
   p.out = out.data();
   p.rows = rows;
@@ -107,8 +107,8 @@ void random_case(DType dtype, double rel, bool with_residual) {
     double ss = 0;
     for (int32_t i = 0; i < hidden; ++i) {
       const size_t e = size_t(r) * hidden + i;
-      v[i] = with_residual ? back(cast(float(back(res0[e]) + back(x[e])))) : back(x[e]);
-      if (with_residual) {
+      v[i] = withResidual ? back(cast(float(back(res0[e]) + back(x[e])))) : back(x[e]);
+      if (withResidual) {
         EXPECT_EQ(back(res[e]), v[i]) << "residual " << e;
       }
       ss += v[i] * v[i];
@@ -123,9 +123,9 @@ void random_case(DType dtype, double rel, bool with_residual) {
 
 TEST(RmsNormRef, MatchesDoubleFormula) {
   for (bool residual : {false, true}) {
-    random_case<float>(DType::kF32, 1e-5, residual);
-    random_case<bf16>(DType::kBF16, std::ldexp(1.0, -8) * 1.05, residual);
-    random_case<fp16>(DType::kF16, std::ldexp(1.0, -11) * 1.5, residual);
+    randomCase<float>(DType::kF32, 1e-5, residual);
+    randomCase<bf16>(DType::kBF16, std::ldexp(1.0, -8) * 1.05, residual);
+    randomCase<fp16>(DType::kF16, std::ldexp(1.0, -11) * 1.5, residual);
   }
 }
 

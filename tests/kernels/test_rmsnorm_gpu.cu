@@ -16,36 +16,36 @@ namespace {
 using namespace fwdtest;
 
 template <typename T>
-void run(int32_t rows, int32_t hidden, bool with_residual, bool in_place, std::mt19937& rng) {
+void run(int32_t rows, int32_t hidden, bool withResidual, bool in_place, std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << "rows " << rows << " hidden " << hidden << " residual "
-                                    << with_residual << " in-place " << in_place << " "
+                                    << withResidual << " in-place " << in_place << " "
                                     << dtype_name(dtype_of<T>));
   const size_t n = size_t(rows) * hidden;
   std::vector<T> x(n), res(n), w(hidden);
   fill(x, rng, -4.0f, 4.0f);
   fill(res, rng, -4.0f, 4.0f);
   fill(w, rng, -2.0f, 2.0f);
-  std::vector<T> want_x = x, want_res = res, want_out(n);
+  std::vector<T> wantX = x, wantRes = res, wantOut(n);
   kernel::RmsNormParams p;
-  p.x = want_x.data();
-  p.residual = with_residual ? want_res.data() : nullptr;
+  p.x = wantX.data();
+  p.residual = withResidual ? wantRes.data() : nullptr;
   p.weight = w.data();
-  p.out = in_place ? want_x.data() : want_out.data();
+  p.out = in_place ? wantX.data() : wantOut.data();
   p.rows = rows;
   p.hiddenSize = hidden;
   p.eps = 1e-6f;
   p.dtype = dtype_of<T>;
   ref::rmsNorm(p);
-  if (in_place) want_out = want_x;
+  if (in_place) wantOut = wantX;
 
-  test::DeviceArray<T> d_x(x), d_res(res), d_w(w), d_out(n);
-  p.x = d_x.get();
-  p.residual = with_residual ? d_res.get() : nullptr;
-  p.weight = d_w.get();
-  p.out = in_place ? d_x.get() : d_out.get();
+  test::DeviceArray<T> dX(x), dRes(res), dW(w), d_out(n);
+  p.x = dX.get();
+  p.residual = withResidual ? dRes.get() : nullptr;
+  p.weight = dW.get();
+  p.out = in_place ? dX.get() : d_out.get();
   kernel::launchRmsNorm(p, nullptr);
-  expect_close(in_place ? d_x.download() : d_out.download(), want_out, tol_for<T>(), "out");
-  if (with_residual) expect_bits(d_res.download(), want_res, "residual");
+  expect_close(in_place ? dX.download() : d_out.download(), wantOut, tol_for<T>(), "out");
+  if (withResidual) expect_bits(dRes.download(), wantRes, "residual");
 }
 
 TEST(RmsNormGpu, MatchesReference) {

@@ -44,22 +44,22 @@ TEST(SpecCommitGpu, MatchesReference) {
     p.width = width;
     ref::specCommit(p);
 
-    test::DeviceArray<int32_t> d_tokens(tokens), d_lengths(lengths), d_counts(counts), d_emit(batch),
-        d_next(batch), d_last(batch);
-    test::DeviceArray<int64_t> d_anchors(batch);
+    test::DeviceArray<int32_t> d_tokens(tokens), dLengths(lengths), dCounts(counts), dEmit(batch),
+        dNext(batch), dLast(batch);
+    test::DeviceArray<int64_t> dAnchors(batch);
     kernel::SpecCommitParams q = p;
-    q.counts = plain ? nullptr : d_counts.get();
+    q.counts = plain ? nullptr : dCounts.get();
     q.tokens = d_tokens.get();
-    q.lengths = d_lengths.get();
-    q.emitCounts = d_emit.get();
-    q.newLengths = d_next.get();
-    q.anchorPositions = d_anchors.get();
-    q.lastTokens = d_last.get();
+    q.lengths = dLengths.get();
+    q.emitCounts = dEmit.get();
+    q.newLengths = dNext.get();
+    q.anchorPositions = dAnchors.get();
+    q.lastTokens = dLast.get();
     kernel::launchSpecCommit(q, nullptr);
-    EXPECT_EQ(d_emit.download(), emit);
-    EXPECT_EQ(d_next.download(), next);
-    EXPECT_EQ(d_anchors.download(), anchors);
-    EXPECT_EQ(d_last.download(), last);
+    EXPECT_EQ(dEmit.download(), emit);
+    EXPECT_EQ(dNext.download(), next);
+    EXPECT_EQ(dAnchors.download(), anchors);
+    EXPECT_EQ(dLast.download(), last);
   }
 }
 

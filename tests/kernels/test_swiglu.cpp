@@ -13,7 +13,7 @@
 namespace es {
 namespace {
 
-double silu_mul(double g, double u) { return g / (1.0 + std::exp(-g)) * u; }
+double siluMul(double g, double u) { return g / (1.0 + std::exp(-g)) * u; }
 
 TEST(SwigluRef, HandValuesF32) {
   // One row, intermediate 3: gate {0, 1, -2}, up {5, 2, 3}.
@@ -32,19 +32,19 @@ TEST(SwigluRef, HandValuesF32) {
 }
 
 template <typename T>
-void random_rows(DType dtype, double rel) {
+void randomRows(DType dtype, double rel) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-6.0f, 6.0f);
   const int32_t rows = 5, inter = 37;
   std::vector<T> gate_up(size_t(rows) * 2 * inter), out(size_t(rows) * inter);
-  std::vector<float> gu_f(gate_up.size());
+  std::vector<float> guF(gate_up.size());
   for (size_t i = 0; i < gate_up.size(); ++i) {
     const float v = dist(rng);
     if constexpr (std::is_same_v<T, float>) gate_up[i] = v;
     else if constexpr (std::is_same_v<T, bf16>) gate_up[i] = to_bf16(v);
     else gate_up[i] = to_fp16(v);
-    if constexpr (std::is_same_v<T, float>) gu_f[i] = gate_up[i];
-    else gu_f[i] = to_float(gate_up[i]);
+    if constexpr (std::is_same_v<T, float>) guF[i] = gate_up[i];
+    else guF[i] = to_float(gate_up[i]);
   }
   kernel::SwigluParams p;
   p.gateUp = gate_up.data();
@@ -55,7 +55,7 @@ void random_rows(DType dtype, double rel) {
   ref::swiglu(p);
   for (int32_t r = 0; r < rows; ++r) {
     for (int32_t i = 0; i < inter; ++i) {
-      const double want = silu_mul(gu_f[size_t(r) * 2 * inter + i], gu_f[size_t(r) * 2 * inter + inter + i]);
+      const double want = siluMul(guF[size_t(r) * 2 * inter + i], guF[size_t(r) * 2 * inter + inter + i]);
       double got;
       if constexpr (std::is_same_v<T, float>) got = out[size_t(r) * inter + i];
       else got = to_float(out[size_t(r) * inter + i]);
@@ -65,9 +65,9 @@ void random_rows(DType dtype, double rel) {
 }
 
 TEST(SwigluRef, MatchesDoubleFormula) {
-  random_rows<float>(DType::kF32, 1e-6);
-  random_rows<bf16>(DType::kBF16, std::ldexp(1.0, -8) * 1.01);
-  random_rows<fp16>(DType::kF16, std::ldexp(1.0, -11) * 1.05);
+  randomRows<float>(DType::kF32, 1e-6);
+  randomRows<bf16>(DType::kBF16, std::ldexp(1.0, -8) * 1.01);
+  randomRows<fp16>(DType::kF16, std::ldexp(1.0, -11) * 1.05);
 }
 
 TEST(SwigluRef, Validation) {

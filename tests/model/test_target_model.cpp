@@ -237,37 +237,6 @@ TEST(TargetModel, MaxLogitRowsBoundsTheLogitsOnly) {
   test::expectInvalidArgument([&] { TargetModel(dir, *backend, 16, {}, -1); }, "maxLogitRows");
 }
 
-// The gate/up matrix in the interleaved layout (the default: the fixtures' intermediate sizes are
-// multiples of 8) and in the checkpoint's halves (ES_GATE_UP_INTERLEAVE=0) give the same logits
-// bit for bit: a prefill and a decode step of two sequences.
-TEST(TargetModel, GateUpLayoutDoesNotChangeTheLogits) {
-  auto backend = ops::makeCpuBackend();
-  const std::string dir = test::test_data_dir() + "/models/qwen3";
-  std::vector<float> got[2];
-  for (int interleave = 0; interleave < 2; ++interleave) {
-    if (interleave == 0) setenv("ES_GATE_UP_INTERLEAVE", "0", 1);
-    TargetModel model(dir, *backend, 32);
-    unsetenv("ES_GATE_UP_INTERLEAVE");
-    kv::KvCacheManager cache(cacheFor(model, 2, 128), MemorySpace::kHost);
-    const int32_t s0 = cache.admit(), s1 = cache.admit();
-    ForwardBatch b;
-    b.tokens = {5, 9, 13, 2, 7, 11, 3};
-    b.positions = {0, 1, 2, 3, 0, 1, 2};
-    b.tokenToSequence = {s0, s0, s0, s0, s1, s1, s1};
-    b.cuQSeqLens = {0, 4, 7};
-    b.kvLengths = {4, 3};
-    b.logitRows = {3, 6};
-    got[interleave] = model.forward(b, cache).logits;
-    cache.commitBase(s0, 4);
-    cache.commitBase(s1, 3);
-    const std::vector<float> step = model.forward(test::decodeBatch(cache, {s0, s1}, {8, 1}), cache).logits;
-    got[interleave].insert(got[interleave].end(), step.begin(), step.end());
-  }
-  ASSERT_EQ(got[0].size(), got[1].size());
-  ASSERT_GT(got[0].size(), 0u);
-  EXPECT_EQ(got[0], got[1]);
-}
-
 // On the CPU (f32 compute) a bf16 checkpoint's layer matrices stay bf16 (kernels/linear.h
 // weightDtype); everything else is widened to f32. The logits tests above then run that path.
 TEST(TargetModel, CpuKeepsBf16LayerMatricesInBf16) {
