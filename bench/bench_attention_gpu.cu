@@ -7,15 +7,14 @@
 //       head) kernel (maxKvLength = 0), "split" = the split-KV path with the planned split count,
 //       then a sweep of forced split counts (launchPagedAttentionSplitKv) to check the plan;
 //   (c) verify-shaped calls (16 causal rows per sequence, 4k context, batch 1 and 16), simple vs
-//       split; at batch 1 the plan takes one row tile per CTA (two, the verify variant of
-//       paged_attention_split.h, with ES_ATTN_VERIFY_ROWTILES=2), and both are forced with the planned split
-//       count ("split, rowTiles 1/2"), their outputs compared bit for bit (they must be equal:
-//       both give each row decode's bits);
+//       split; at batch 1 the plan takes two row tiles per CTA (the verify variant of
+//       paged_attention_split.h: one tile per CTA would need two waves), and rowTiles 1 and 2 are
+//       forced with the planned split count ("split, rowTiles 1/2"), their outputs compared bit
+//       for bit (they must be equal: both give each row decode's bits);
 //   (d) causal prefill (a 4k prompt; a 128-row suffix after a 4k prefix) with TFLOP/s: simple,
-//       the plan, and where the plan can take two row tiles per warp (paged_attention_split.h)
-//       both row-tile variants forced ("split, rowTiles 1/2"). The plan follows ES_ATTN_ROWTILES
-//       (=1: one row tile per warp), so `ES_ATTN_ROWTILES=1 bench_attention_gpu` against the
-//       default is an A/B of the launcher; the forced rows are one inside either run.
+//       the plan (the wgmma prefill kernel, paged_attention_prefill.h), and both forced with one
+//       split: "split, rowTiles 1" (the split-KV kernel) and "split, rowTiles 2" (the wgmma
+//       kernel, as planned).
 // Times: "graph us" = per call inside a captured CUDA graph of back-to-back calls (how the model
 // runs; no host launch gaps), "eager us" = median of single calls between two events. TB/s counts
 // the K and V bytes the call must read (batch * context * Hkv * D * 2 planes * 2 bytes) over the
@@ -267,10 +266,9 @@ void bench_shape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& s
   };
   const double worst = worst_relative_diff(pr.download_out(0));
   char note[320];
-  std::snprintf(note, sizeof(note), "%s %s: split (%d splits of %d tiles, %d row tiles/CTA, %d per warp; ES_ATTN_ROWTILES default %d) vs simple: max |diff| %.3g of the output's max",
+  std::snprintf(note, sizeof(note), "%s %s: split (%d splits of %d tiles, %d row tiles/CTA, %d per warp row) vs simple: max |diff| %.3g of the output's max",
                 worst > 3e-2 ? "MISMATCH" : "check", pr.name().c_str(), plan.numSplits,
-                plan.tilesPerSplit, plan.warpsM * plan.rowTiles, plan.rowTiles,
-                kernel::pagedAttentionRowTiles(), worst);
+                plan.tilesPerSplit, plan.warpsM * plan.rowTiles, plan.rowTiles, worst);
   g_notes.push_back(note);
   // Shapes that can take two row tiles (prefill per warp, batch-1 verify per CTA): check both
   // variants, with the planned split count (prefill: 1).

@@ -24,18 +24,6 @@
 // tile's keys are merged through shared memory; with one split the CTA writes the normalised
 // output, otherwise (max, sum, unnormalised O) partials for combine_kernel, which is launched with
 // programmatic dependent launch and merges the splits of each (row, head).
-// Prefill variant (template WM = 4, RT = 2; plan.rowTiles, paged_attention_split.h): each warp
-// owns 32 packed rows (two m16 tiles) and all 64 keys of every tile, 128 rows per CTA, so a K or V
-// fragment loaded with ldmatrix feeds 2 mma.sync and a K/V tile in shared memory serves 128 rows.
-// D 128 only: 2 stages (64 KiB) + Q (32 KiB) + row data = 100.1 KiB per CTA, 2 CTAs per SM; ptxas
-// (CUDA 13.0, sm_90a): 255 registers, 104 bytes of spill stores / 120 of loads (the cp.async
-// offsets and the running max/sum, about 17 local loads and 4 stores per 64-key tile next to 256
-// mma). It also skips per warp the tiles none of its rows sees, masks only tiles some rows see in
-// part, folds the scale into the exponent (one FFMA + ex2.approx.ftz per logit), runs the last row
-// blocks (the longest under a causal mask) first, and stages its normalised output in its own Q
-// rows for 16-byte stores (no cross-warp merge). Since session 19 its one-split calls run the
-// wgmma kernel of paged_attention_prefill.cu (370 against 280 TFLOP/s at a 4k causal prefill);
-// this variant keeps the forced split counts and ES_ATTN_PREFILL_WGMMA=0.
 // Verify variant (template WM = 1, RT = 2; batch-1 calls of <= 16 rows at D 128 whose packed rows
 // need >= 2 tiles): the CTA holds two 16-row tiles and each warp computes its 16-key slice of
 // every 64-key tile for both, with the RT-1 kernel's per-row arithmetic and 4-warp merge, so a
@@ -50,7 +38,6 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
-#include "common/env_switch.h"
 #include "kernels/attention_math.cuh"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention.h"
@@ -286,23 +273,16 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 using attn::exp2_ftz;
 using attn::pack2;
 
-// RT: 16-row tiles per warp (paged_attention_split.h, "rowTiles"). RT = 1 is the kernel of most
-// calls. RT = 2 with WM = 4 (so one warp sums all keys of a tile for its rows) is the prefill
-// variant: a warp owns packed rows [32 wm, 32 wm + 32), every K fragment (ldmatrix x4, 16 keys x
-// 16 dims) and V fragment it loads feeds one mma per row tile, and the CTA's K/V tiles serve 128
-// rows. Per 64-key tile and warp: RT 1 loads 64 fragments (32 K + 32 V) for 128 mma (0.5 per mma;
-// Q fragments stay in registers); RT 2 loads 16 Q (from shared memory: 64 more registers of Q would
-// not fit next to 64 S and 128 O accumulators) + 32 K + 32 V = 80 for 256 mma (0.31 per mma).
-// The prefill variant also skips the tiles none of a warp's rows sees, masks only tiles some of
-// them see in part, and takes a shorter softmax (kFastSoftmax).
+// RT: 16-row tiles per warp row (paged_attention_split.h, "rowTiles"). RT = 1 is the kernel of
+// most calls: per 64-key tile and warp it loads 64 fragments (32 K + 32 V) for 128 mma, Q
+// fragments staying in registers.
 // RT = 2 with WM = 1 is the verify variant (batch-1 calls of <= 16 rows with >= 2 row tiles):
 // the CTA's 32 packed rows are two row tiles that every warp computes over its 16-key slice of
 // each 64-key tile, exactly as the RT-1 WM-1 (decode) kernel computes its one tile: per row the
 // same mma sequence over the same keys, the same mask and softmax arithmetic, the same 4-warp
 // merge (both tiles' merge buffers laid out in the K/V ring at once). Q is re-read from shared
 // memory (16 Q + 8 K + 8 V fragments for 64 mma per warp and tile). A verify row therefore
-// equals the decode row bit for bit, as with RT 1. Every RT-1 instance is unchanged
-// (ES_ATTN_ROWTILES=1 runs exactly the kernel of before for prefill and verify).
+// equals the decode row bit for bit, as with RT 1.
 template <typename T, int D, int WM, int RT>
 __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(const SplitArgs a) {
   constexpr int WN = 4 / WM;         // warps sharing one warp row (they split the keys)
@@ -314,20 +294,10 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   constexpr int DC = D / 8;          // 16-byte chunks per K/V/Q row
   constexpr int DT = D / 8;          // O n-tiles
   constexpr int ST = sk::stages(D, WM, RT);
-  // The prefill variant (RT 2, WM 4); every other instance (RT 1, and the verify variant RT 2 at
-  // WM 1) runs the RT-1 arithmetic per row and merges the warps that share a row's keys.
-  constexpr bool kPrefill = RT > 1 && WN == 1;
   constexpr bool kQRegs = D <= 128 && RT == 1;  // Q fragments in registers (else re-read from smem)
-  // Prefill variant: each warp skips the tiles none of its rows sees (the causal diagonal of the
-  // row block, a window's edge) and masks only tiles that some of its rows see in part.
-  constexpr bool kWarpRange = kPrefill;
-  constexpr bool kFastSoftmax = kPrefill;  // see the softmax below
-  static_assert(!kWarpRange || kFastSoftmax, "the unmasked-tile branch leaves logits unscaled");
   constexpr int kMergeStride = D + 4;  // floats per row of the 4-warp epilogue merge buffer
-  // The prefill variant takes no kPackedTree (the launcher checks; the tree bits are not applied
-  // there); the verify variant applies them per row as RT 1 does.
-  static_assert(sk::rowTilesBuilt(D, WM, RT) && (RT == 1 || WN == 1 || WM == 1));
-  static_assert(kPrefill || RT * sk::mergeBytes(D) <= ST * sk::kvStageBytes(D),
+  static_assert(sk::rowTilesBuilt(D, WM, RT));
+  static_assert(RT * sk::mergeBytes(D) <= ST * sk::kvStageBytes(D),
                 "the merge buffers of all row tiles fit in the K/V ring");
   static_assert(NT % 2 == 0 && MB <= sk::maxRowsPerCta(RT) && MB <= sk::kThreads &&
                 (KT * DC) % sk::kThreads == 0);
@@ -338,7 +308,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   T* s_q = s_kv + ST * 2 * KT * D;                                          // [MB][D]
   RowInfo* s_row = reinterpret_cast<RowInfo*>(s_q + MB * D);                // [maxRowsPerCta]
   float2* s_ml = reinterpret_cast<float2*>(s_row + sk::maxRowsPerCta(RT));  // [RT][4 warps][16]
-  // Not the prefill variant: [RT][4 warps][16][D + 4], after the loop.
+  // [RT][4 warps][16][D + 4], after the loop.
   float* s_merge = reinterpret_cast<float*>(smem);
   // Shared tiles are [row][16-byte chunk] with the chunk index XORed with (row & 7), so the 8
   // rows of one ldmatrix hit 8 different bank groups.
@@ -351,9 +321,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   int32_t bid = blockIdx.x;
   const int32_t hk = bid % a.hkv;
   bid /= a.hkv;
-  // The prefill variant runs the last row blocks first: under a causal mask they see the most
-  // keys, so the long CTAs start in the first wave and the short ones fill the tail.
-  const int32_t rb = kPrefill ? a.row_blocks - 1 - bid % a.row_blocks : bid % a.row_blocks;
+  const int32_t rb = bid % a.row_blocks;
   bid /= a.row_blocks;
   const int32_t split = bid % a.splits;
   const int32_t b = bid / a.splits;
@@ -395,43 +363,17 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
     t1 = static_cast<int32_t>(split == a.splits - 1 ? te : min(te, first + per));
   }
 
-  // The ranges of this lane's rows: in registers (RT 1 and the verify variant); the prefill
-  // variant reads them from s_row in the (rare) masked tiles, its registers being taken by the
-  // accumulators.
+  // The ranges of this lane's rows, in registers.
   int32_t rlo[RT][2], rhi[RT][2];
   uint32_t rword[RT][2];
-  auto load_row_ranges = [&] {
 #pragma unroll
-    for (int mt = 0; mt < RT; ++mt) {
+  for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
-      for (int ri = 0; ri < 2; ++ri) {
-        const RowInfo& x = s_row[wm * MW + mt * 16 + g + 8 * ri];
-        rlo[mt][ri] = x.lo;
-        rhi[mt][ri] = x.hi;
-        rword[mt][ri] = x.word;
-      }
-    }
-  };
-  if constexpr (!kPrefill) load_row_ranges();
-  // kWarpRange: the union [w_lo, w_hi) of this warp's rows' ranges and their intersection
-  // [w_in_lo, w_in_hi) (empty as soon as one row sees nothing: its range is [0, 0)).
-  int32_t w_lo = INT32_MAX, w_hi = 0, w_in_lo = 0, w_in_hi = INT32_MAX;
-  if constexpr (kWarpRange) {
-    for (int m = lane; m < MW; m += 32) {
-      const RowInfo& x = s_row[wm * MW + m];
-      if (x.hi > x.lo) {
-        w_lo = min(w_lo, x.lo);
-        w_hi = max(w_hi, x.hi);
-      }
-      w_in_lo = max(w_in_lo, x.lo);
-      w_in_hi = min(w_in_hi, x.hi);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      w_lo = min(w_lo, __shfl_xor_sync(0xffffffffu, w_lo, o));
-      w_hi = max(w_hi, __shfl_xor_sync(0xffffffffu, w_hi, o));
-      w_in_lo = max(w_in_lo, __shfl_xor_sync(0xffffffffu, w_in_lo, o));
-      w_in_hi = min(w_in_hi, __shfl_xor_sync(0xffffffffu, w_in_hi, o));
+    for (int ri = 0; ri < 2; ++ri) {
+      const RowInfo& x = s_row[wm * MW + mt * 16 + g + 8 * ri];
+      rlo[mt][ri] = x.lo;
+      rhi[mt][ri] = x.hi;
+      rword[mt][ri] = x.word;
     }
   }
 
@@ -561,11 +503,6 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
     // committed its group.
     if (((vbits >> st) & 1u) == 0) continue;
     const int32_t key0 = t * KT;
-    if constexpr (kWarpRange) {
-      // None of this warp's rows sees a key of this tile: it would add exact zeros (running
-      // max, sum and output unchanged), so skipping it changes no bit.
-      if (key0 >= w_hi || key0 + KT <= w_lo) continue;
-    }
 
     const uint32_t sk_base = smem_u32(s_kv + st * 2 * KT * D);
     const uint32_t sv_base = sk_base + KT * D * static_cast<uint32_t>(sizeof(T));
@@ -605,48 +542,27 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
       }
     }
     // Mask, online softmax in the exp2 domain. Fragment element e of n-tile n of row tile mt:
-    // row g + 8 * (e >> 1) of the tile, key kbase + n * 8 + (e & 1). Masked logits are -inf.
-    // RT 1 and the verify variant: s * scale_log2 first, p = exp2f(s - m) (the kernel as it was).
-    // kFastSoftmax (the prefill variant): the scale folded into the exponent's FMA,
-    // p = 2^(s * scale_log2 - m) on the SFU alone, with m = max(s) * scale_log2 (rounding is
-    // monotonic: the max of the rounded products); per element one FMNMX, FFMA, MUFU and FADD
-    // instead of about eight instructions.
+    // row g + 8 * (e >> 1) of the tile, key kbase + n * 8 + (e & 1). Masked logits are -inf,
+    // visible ones s * scale_log2; then p = exp2f(s - m).
     const int32_t kbase = key0 + wn * KS + 2 * tq;
     float mx[RT][2];
 #pragma unroll
     for (int mt = 0; mt < RT; ++mt) mx[mt][0] = mx[mt][1] = -INFINITY;
-    if (kWarpRange && key0 >= w_in_lo && key0 + KT <= w_in_hi) {
-      // Every row of this warp sees every key of the tile (inside the causal diagonal).
 #pragma unroll
-      for (int mt = 0; mt < RT; ++mt) {
+    for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
+      for (int n = 0; n < NT; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) mx[mt][e >> 1] = fmaxf(mx[mt][e >> 1], s[mt][n][e]);
-        }
-      }
-    } else {
-      if constexpr (kPrefill) load_row_ranges();
-#pragma unroll
-      for (int mt = 0; mt < RT; ++mt) {
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int ri = e >> 1;
-            const int32_t j = kbase + n * 8 + (e & 1);
-            bool vis = j >= rlo[mt][ri] && j < rhi[mt][ri];
-            if (!kPrefill && j >= tpast) {  // kPackedTree, a current row: its mask bit
-              const int64_t c = int64_t{j} - tpast;
-              vis = vis && c < 32 && ((rword[mt][ri] >> c) & 1u) != 0;
-            }
-            if constexpr (kFastSoftmax) {
-              s[mt][n][e] = vis ? s[mt][n][e] : -INFINITY;
-            } else {
-              s[mt][n][e] = vis ? s[mt][n][e] * a.scale_log2 : -INFINITY;
-            }
-            mx[mt][ri] = fmaxf(mx[mt][ri], s[mt][n][e]);
+        for (int e = 0; e < 4; ++e) {
+          const int ri = e >> 1;
+          const int32_t j = kbase + n * 8 + (e & 1);
+          bool vis = j >= rlo[mt][ri] && j < rhi[mt][ri];
+          if (j >= tpast) {  // kPackedTree, a current row: its mask bit
+            const int64_t c = int64_t{j} - tpast;
+            vis = vis && c < 32 && ((rword[mt][ri] >> c) & 1u) != 0;
           }
+          s[mt][n][e] = vis ? s[mt][n][e] * a.scale_log2 : -INFINITY;
+          mx[mt][ri] = fmaxf(mx[mt][ri], s[mt][n][e]);
         }
       }
     }
@@ -657,11 +573,9 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
       for (int ri = 0; ri < 2; ++ri) {
         mx[mt][ri] = fmaxf(mx[mt][ri], __shfl_xor_sync(0xffffffffu, mx[mt][ri], 1));
         mx[mt][ri] = fmaxf(mx[mt][ri], __shfl_xor_sync(0xffffffffu, mx[mt][ri], 2));
-        const float m_new =
-            fmaxf(m_run[mt][ri], kFastSoftmax ? mx[mt][ri] * a.scale_log2 : mx[mt][ri]);
+        const float m_new = fmaxf(m_run[mt][ri], mx[mt][ri]);
         m_use[mt][ri] = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: keep exp2 finite
-        corr[mt][ri] = kFastSoftmax ? exp2_ftz(m_run[mt][ri] - m_use[mt][ri])
-                                    : exp2f(m_run[mt][ri] - m_use[mt][ri]);
+        corr[mt][ri] = exp2f(m_run[mt][ri] - m_use[mt][ri]);
         m_run[mt][ri] = m_new;
         l_run[mt][ri] *= corr[mt][ri];
       }
@@ -672,9 +586,7 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
       for (int n = 0; n < NT; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float p = kFastSoftmax
-                              ? exp2_ftz(__fmaf_rn(s[mt][n][e], a.scale_log2, -m_use[mt][e >> 1]))
-                              : exp2f(s[mt][n][e] - m_use[mt][e >> 1]);
+          const float p = exp2f(s[mt][n][e] - m_use[mt][e >> 1]);
           s[mt][n][e] = p;
           l_run[mt][e >> 1] += p;
         }
@@ -734,121 +646,66 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
   };
   const int64_t part_stride = int64_t{a.total_q} * a.hq;
   T* out = static_cast<T*>(a.out);
-  if constexpr (kPrefill) {
-    // One warp holds all keys of its 32 rows: no merge. With one split its normalised output is
-    // staged as T in its own 32 rows of s_q (no other warp reads them; ldmatrix is
-    // warp-synchronous, and the __syncwarp orders its last reads before the writes) and leaves
-    // as 16-byte row stores; with several, the fp32 partials go out from the fragments.
-    pdl::trigger();
-    reduce_row_sums();
+  // Merge the WN warps of each row tile, write the output or the partials. Slot (mt, warp) =
+  // mt * 4 + warp of the merge buffer and of s_ml holds this warp's part of row tile mt: with
+  // RT 1 the slot is the warp (its tile is its warp row wm); the verify variant (WM 1, RT 2)
+  // lays out both tiles' 4 warps, slots 0-3 (tile 0) and 4-7 (tile 1). Row lr of the CTA is in
+  // tile lr >> 4 either way, whose WN warps hold slots (lr >> 4) * WN ... + WN - 1.
+  __syncthreads();  // the K/V ring becomes the merge buffer
+  pdl::trigger();
+  reduce_row_sums();
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt) {
+    const int slot = mt * (sk::kThreads / 32) + warp;
+    float* mw = s_merge + slot * 16 * kMergeStride;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt) {
+      *reinterpret_cast<float2*>(mw + g * kMergeStride + dt * 8 + 2 * tq) =
+          make_float2(o[mt][dt][0], o[mt][dt][1]);
+      *reinterpret_cast<float2*>(mw + (g + 8) * kMergeStride + dt * 8 + 2 * tq) =
+          make_float2(o[mt][dt][2], o[mt][dt][3]);
+    }
+    if (tq == 0) {
+      s_ml[slot * 16 + g] = make_float2(m_run[mt][0], l_run[mt][0]);
+      s_ml[slot * 16 + g + 8] = make_float2(m_run[mt][1], l_run[mt][1]);
+    }
+  }
+  __syncthreads();
+  constexpr int D4 = D / 4;
+  for (int idx = tid; idx < MB * D4; idx += sk::kThreads) {
+    const int lr = idx / D4, d = (idx % D4) * 4;
+    const int64_t rh = s_row[lr].rh;
+    if (rh < 0) continue;
+    const int w0 = (lr >> 4) * WN, rr = lr & 15;  // first slot of the row's tile, row in tile
+    float mmax = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WN; ++w) mmax = fmaxf(mmax, s_ml[(w0 + w) * 16 + rr].x);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lsum = 0.0f;
+    if (mmax != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < WN; ++w) {
+        const float2 ml = s_ml[(w0 + w) * 16 + rr];
+        const float wt = exp2f(ml.x - mmax);  // a warp that saw nothing: exp2(-inf) = 0
+        lsum += wt * ml.y;
+        const float4 v =
+            *reinterpret_cast<const float4*>(s_merge + ((w0 + w) * 16 + rr) * kMergeStride + d);
+        acc[0] += wt * v.x;
+        acc[1] += wt * v.y;
+        acc[2] += wt * v.z;
+        acc[3] += wt * v.w;
+      }
+    }
     if (direct) {
-      __syncwarp();
-#pragma unroll
-      for (int mt = 0; mt < RT; ++mt) {
-#pragma unroll
-        for (int ri = 0; ri < 2; ++ri) {
-          const int row = wm * MW + mt * 16 + g + 8 * ri;
-          const float l = l_run[mt][ri];
-          const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: zeros
-#pragma unroll
-          for (int dt = 0; dt < DT; ++dt) {
-            const float v0 = l > 0.0f ? o[mt][dt][2 * ri] * inv : 0.0f;
-            const float v1 = l > 0.0f ? o[mt][dt][2 * ri + 1] * inv : 0.0f;
-            *reinterpret_cast<uint32_t*>(s_q + row * D + ((dt ^ (row & 7)) << 3) + 2 * tq) =
-                pack2<T>(v0, v1);
-          }
-        }
-      }
-      __syncwarp();
-      for (int idx = lane; idx < MW * DC; idx += 32) {
-        const int row = wm * MW + idx / DC, c = idx % DC;
-        const int64_t rh = s_row[row].rh;
-        if (rh < 0) continue;
-        *reinterpret_cast<uint4*>(out + rh * D + c * 8) =
-            *reinterpret_cast<const uint4*>(s_q + row * D + ((c ^ (row & 7)) << 3));
-      }
+      const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;  // no visible key: zeros
+      const float res[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
+      fwd::store_span<T, 4, true>(out + rh * D + d, res);
     } else {
-#pragma unroll
-      for (int mt = 0; mt < RT; ++mt) {
-#pragma unroll
-        for (int ri = 0; ri < 2; ++ri) {
-          const int64_t rh = s_row[wm * MW + mt * 16 + g + 8 * ri].rh;
-          if (rh < 0) continue;
-          const int64_t slot = split * part_stride + rh;
-          if (m_run[mt][ri] != -INFINITY) {
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt) {
-              *reinterpret_cast<float2*>(a.part_o + slot * D + dt * 8 + 2 * tq) =
-                  make_float2(o[mt][dt][2 * ri], o[mt][dt][2 * ri + 1]);
-            }
-          }
-          if (tq == 0)
-            a.part_ml[slot] = make_float2(m_run[mt][ri], l_run[mt][ri]);  // (-inf, 0): neutral
-        }
-      }
-    }
-  } else {
-    // Merge the WN warps of each row tile, write the output or the partials. Slot (mt, warp) =
-    // mt * 4 + warp of the merge buffer and of s_ml holds this warp's part of row tile mt: with
-    // RT 1 the slot is the warp (its tile is its warp row wm); the verify variant (WM 1, RT 2)
-    // lays out both tiles' 4 warps, slots 0-3 (tile 0) and 4-7 (tile 1). Row lr of the CTA is in
-    // tile lr >> 4 either way, whose WN warps hold slots (lr >> 4) * WN ... + WN - 1.
-    __syncthreads();  // the K/V ring becomes the merge buffer
-    pdl::trigger();
-    reduce_row_sums();
-#pragma unroll
-    for (int mt = 0; mt < RT; ++mt) {
-      const int slot = mt * (sk::kThreads / 32) + warp;
-      float* mw = s_merge + slot * 16 * kMergeStride;
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        *reinterpret_cast<float2*>(mw + g * kMergeStride + dt * 8 + 2 * tq) =
-            make_float2(o[mt][dt][0], o[mt][dt][1]);
-        *reinterpret_cast<float2*>(mw + (g + 8) * kMergeStride + dt * 8 + 2 * tq) =
-            make_float2(o[mt][dt][2], o[mt][dt][3]);
-      }
-      if (tq == 0) {
-        s_ml[slot * 16 + g] = make_float2(m_run[mt][0], l_run[mt][0]);
-        s_ml[slot * 16 + g + 8] = make_float2(m_run[mt][1], l_run[mt][1]);
-      }
-    }
-    __syncthreads();
-    constexpr int D4 = D / 4;
-    for (int idx = tid; idx < MB * D4; idx += sk::kThreads) {
-      const int lr = idx / D4, d = (idx % D4) * 4;
-      const int64_t rh = s_row[lr].rh;
-      if (rh < 0) continue;
-      const int w0 = (lr >> 4) * WN, rr = lr & 15;  // first slot of the row's tile, row in tile
-      float mmax = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < WN; ++w) mmax = fmaxf(mmax, s_ml[(w0 + w) * 16 + rr].x);
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lsum = 0.0f;
+      const int64_t slot = split * part_stride + rh;
       if (mmax != -INFINITY) {
-#pragma unroll
-        for (int w = 0; w < WN; ++w) {
-          const float2 ml = s_ml[(w0 + w) * 16 + rr];
-          const float wt = exp2f(ml.x - mmax);  // a warp that saw nothing: exp2(-inf) = 0
-          lsum += wt * ml.y;
-          const float4 v =
-              *reinterpret_cast<const float4*>(s_merge + ((w0 + w) * 16 + rr) * kMergeStride + d);
-          acc[0] += wt * v.x;
-          acc[1] += wt * v.y;
-          acc[2] += wt * v.z;
-          acc[3] += wt * v.w;
-        }
+        *reinterpret_cast<float4*>(a.part_o + slot * D + d) =
+            make_float4(acc[0], acc[1], acc[2], acc[3]);
       }
-      if (direct) {
-        const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;  // no visible key: zeros
-        const float res[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
-        fwd::store_span<T, 4, true>(out + rh * D + d, res);
-      } else {
-        const int64_t slot = split * part_stride + rh;
-        if (mmax != -INFINITY) {
-          *reinterpret_cast<float4*>(a.part_o + slot * D + d) =
-              make_float4(acc[0], acc[1], acc[2], acc[3]);
-        }
-        if (d == 0) a.part_ml[slot] = make_float2(mmax, lsum);  // (-inf, 0): neutral
-      }
+      if (d == 0) a.part_ml[slot] = make_float2(mmax, lsum);  // (-inf, 0): neutral
     }
   }
 }
@@ -957,21 +814,14 @@ void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) 
 template <typename T, int D>
 void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaStream_t stream) {
   const int64_t ctas = plan.splitCtas;
-  constexpr int RT2 = sk::kPrefillRowTiles;
-  static_assert(sk::kVerifyRowTiles == RT2);
+  constexpr int RT2 = sk::kVerifyRowTiles;
   if (plan.rowTiles == RT2) {
-    // The plan gives rowTiles 2 only where rowTilesBuilt: warpsM 4 (prefill) or 1 (verify).
-    if constexpr (sk::rowTilesBuilt(D, 4, RT2) && sk::rowTilesBuilt(D, 1, RT2)) {
-      ES_CHECK_ARG(plan.warpsM == 4 || plan.warpsM == 1, "launchPagedAttention", "plan.warpsM",
-                   plan.warpsM, "must be 4 or 1 with rowTiles 2");
-      if (plan.warpsM == 4) {
-        ES_CHECK_ARG(a.mask != static_cast<int32_t>(AttentionMask::kPackedTree),
-                     "launchPagedAttention", "mask", a.mask,
-                     "rowTiles 2 at warpsM 4 takes no packed tree");
-        launch_split_kernel<T, D, 4, RT2>(a, ctas, stream);
-      } else {
-        launch_split_kernel<T, D, 1, RT2>(a, ctas, stream);
-      }
+    // The plan gives the split-KV kernel rowTiles 2 only where rowTilesBuilt: warpsM 1 (verify).
+    // Its rowTiles-2 warpsM-4 plans (prefill) run the wgmma kernel (launch_split).
+    if constexpr (sk::rowTilesBuilt(D, 1, RT2)) {
+      ES_CHECK_ARG(plan.warpsM == 1, "launchPagedAttention", "plan.warpsM", plan.warpsM,
+                   "must be 1 with rowTiles 2 on the split-KV kernel");
+      launch_split_kernel<T, D, 1, RT2>(a, ctas, stream);
     } else {
       ES_THROW(InvalidArgument, "launchPagedAttention: rowTiles 2 is not built for head dim ", D);
     }
@@ -1043,15 +893,10 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
   a.row_blocks = plan.rowBlocks;
   a.early_reads = pdl::early_reads() ? 1 : 0;
   // When the combine lets the next kernel in (paged_attention.h).
-  static const bool combine_trigger_first = env_switch_on("ES_ATTN_COMBINE_TRIGGER_FIRST");
-  static const int combine_trigger_last =
-      env_choice("ES_ATTN_COMBINE_TRIGGER_LAST", {0, 1}, -1, " (or unset: nextFillsSms decides)");
-  const bool last =
-      combine_trigger_last == -1 ? p.nextFillsSms : combine_trigger_last == 1 && q.maxQSeqLen > 1;
   a.combine_trigger = kTriggerAfterWait;
-  if (last) {
+  if (p.nextFillsSms) {
     a.combine_trigger = kTriggerLast;
-  } else if (pdl::enabled() && q.maxQSeqLen == 1 && combine_trigger_first) {
+  } else if (pdl::enabled() && q.maxQSeqLen == 1) {
     a.combine_trigger = kTriggerFirst;
   }
   a.part_o = static_cast<float*>(p.workspace);

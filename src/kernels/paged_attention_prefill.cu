@@ -54,7 +54,7 @@ constexpr uint32_t kHalfBytes = kRows * 128;  // one 64-column half of a 128-row
 constexpr uint32_t kTileBytes = 2 * kHalfBytes;
 constexpr uint32_t kQOff = 0, kKOff = kTileBytes;
 static_assert(kKeys == 128 && kRows == 128, "tiles of 128 rows: 2 halves of 16 KiB");
-static_assert(splitkv::maxRowsPerCta(splitkv::kPrefillRowTiles) == kRows,
+static_assert(splitkv::kPrefillRowsPerCta == kRows,
               "the plan's row blocks are this kernel's CTAs");
 
 struct Row {

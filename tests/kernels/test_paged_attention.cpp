@@ -605,7 +605,7 @@ TEST(PagedAttentionPlan, SplitBoundariesDoNotDependOnTheQueryRows) {
 
 // Prefill (more than 16 rows per sequence, causal or bidirectional): the split path with one
 // split at any batch, no workspace needed; 4 row tiles per CTA with one tile per warp
-// (maxRowTiles 1), 8 with two per warp at D 128 (maxRowTiles 2, the default).
+// (maxRowTiles 1), the wgmma kernel's 8 (warpsM 4 x rowTiles 2) at D 128 otherwise.
 TEST(PagedAttentionPlan, PrefillTakesOneSplit) {
   for (const int32_t batch : {1, 3}) {
     for (const int32_t rt : {1, 2}) {
@@ -630,13 +630,11 @@ TEST(PagedAttentionPlan, PrefillTakesOneSplit) {
   EXPECT_EQ(plan.rowBlocks, 1);
 }
 
-// Which calls take two row tiles per warp (paged_attention.h, kSplitKvRowTilesMinCtas): prefill
-// (maxQSeqLen > 16) at head dim 128 with at least 128 packed rows per sequence and at least 132
-// CTAs of 128 rows (any count by default, prefillWgmmaFewCtas; the bound holds only under
-// ES_ATTN_PREFILL_WGMMA_FEW=0, the ctest twin test_paged_attention_prefillfewoff); everything
-// else keeps one tile per warp, decode and batch > 1 verify in particular (the batch-1 verify's
-// two tiles per CTA at warpsM 1: VerifyRowTiles below). The one-split prefill plans of two tiles
-// run the wgmma kernel.
+// Which prefill calls take the wgmma kernel's 128-row CTAs (paged_attention.h, "Row tiles";
+// reported as warpsM 4 x rowTiles 2): prefill (maxQSeqLen > 16) at head dim 128 with at least 128
+// packed rows per sequence, with one split, however few CTAs that makes; everything else keeps one
+// tile per warp row, decode and batch > 1 verify in particular (the batch-1 verify's two tiles per
+// CTA at warpsM 1: VerifyRowTiles below).
 TEST(PagedAttentionPlan, PrefillRowTiles) {
   struct Want {
     int32_t batch, qLen, hq, hkv, dim, rowTiles, warpsM, rowBlocks;
@@ -647,45 +645,39 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
            Want{2, 600, 16, 4, 128, 2, 4, 19},    // the GPU test's shapes: 2 x 4 x 19 = 152 CTAs
            Want{2, 600, 16, 2, 128, 2, 4, 38},    //   GQA 8: 2 x 2 x 38 = 152
            Want{2, 400, 32, 8, 128, 2, 4, 13},    //   400 x 4 = 1,600 rows, 13 blocks: 208 CTAs
-           Want{2, 300, 16, 4, 128, 1, 4, 19},    // 2 x 4 x 10 = 80 CTAs of 128 rows: too few
-           Want{1, 128, 32, 8, 128, 1, 4, 8},     // 128-row suffix: 32 CTAs of 128 rows
+           Want{2, 300, 16, 4, 128, 2, 4, 10},    // 2 x 4 x 10 = 80 CTAs of 128 rows
+           Want{1, 128, 32, 8, 128, 2, 4, 4},     // 128-row suffix: 32 CTAs of 128 rows
            Want{17, 32, 32, 8, 128, 2, 4, 1},     // exactly 128 packed rows, 136 CTAs
-           Want{16, 32, 32, 8, 128, 1, 4, 2},     // 128 CTAs: one tile per warp
+           Want{16, 32, 32, 8, 128, 2, 4, 1},     //   128 CTAs
            Want{64, 31, 32, 8, 128, 1, 4, 2},     // 124 packed rows: no full 128-row block
            Want{16, 17, 64, 8, 128, 2, 4, 2},     // 17 rows x GQA 8 = 136 packed rows, 256 CTAs
-           Want{1, 4096, 32, 8, 64, 1, 4, 256},   // D 64 and 256: not built
+           Want{1, 4096, 32, 8, 64, 1, 4, 256},   // D 64 and 256: the split-KV kernel
            Want{1, 4096, 16, 2, 256, 1, 4, 512},
            Want{16, 16, 64, 8, 128, 1, 4, 2},     // verify shapes at batch > 1: never
            Want{64, 1, 32, 8, 128, 1, 1, 1},      // decode
        }) {
     PlanShape s(w.batch, w.qLen, w.hq, w.hkv, w.dim, 8192);
-    const auto plan = kernel::planPagedAttention(s.p, 0, 2);
+    const auto plan = kernel::planPagedAttention(s.p);
     const std::string what = "B " + std::to_string(w.batch) + " qLen " + std::to_string(w.qLen) +
                              " " + std::to_string(w.hq) + "/" + std::to_string(w.hkv) + " D " +
                              std::to_string(w.dim);
     ASSERT_TRUE(plan.splitKv) << plan.reason << " " << what;
-    // prefillWgmmaFewCtas (the default): prefill at D 128 with >= 128 packed rows takes the
-    // prefill row tiles however few CTAs they make.
-    Want want = w;
-    const int64_t packed = int64_t{w.qLen} * (w.hq / w.hkv);
-    if (kernel::detail::prefillWgmmaFewCtas() && w.qLen > kernel::kSplitKvMaxQSeqLen &&
-        w.dim == 128 && packed >= 128) {
-      want.rowTiles = 2;
-      want.warpsM = 4;
-      want.rowBlocks = static_cast<int32_t>((packed + 127) / 128);
-    }
-    EXPECT_EQ(plan.rowTiles, want.rowTiles) << what;
-    EXPECT_EQ(plan.warpsM, want.warpsM) << what;
-    EXPECT_EQ(plan.rowBlocks, want.rowBlocks) << what;
+    EXPECT_EQ(plan.rowTiles, w.rowTiles) << what;
+    EXPECT_EQ(plan.warpsM, w.warpsM) << what;
+    EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << what;
+    // maxRowTiles 2 is the same plan here (it only changes the batch-1 verify's choice).
+    const auto two = kernel::planPagedAttention(s.p, 0, 2);
+    EXPECT_EQ(two.rowTiles, plan.rowTiles) << what;
+    EXPECT_EQ(two.rowBlocks, plan.rowBlocks) << what;
     // The wgmma prefill kernel takes exactly the one-split prefill plans of two row tiles at D 128.
     EXPECT_EQ(kernel::detail::prefillWgmmaApplies(s.p, plan),
-              kernel::detail::prefillWgmmaEnabled() && want.rowTiles == 2 && w.dim == 128 &&
-                  w.qLen > kernel::kSplitKvMaxQSeqLen)
+              w.rowTiles == 2 && w.dim == 128 && w.qLen > kernel::kSplitKvMaxQSeqLen)
         << what;
-    // maxRowTiles 1 (ES_ATTN_ROWTILES=1): the plan of before, one tile per warp.
+    // maxRowTiles 1: one tile per warp row, the split-KV kernel.
     const auto one = kernel::planPagedAttention(s.p, 0, 1);
     EXPECT_EQ(one.rowTiles, 1) << what;
-    if (want.rowTiles == 2) {
+    EXPECT_FALSE(kernel::detail::prefillWgmmaApplies(s.p, one)) << what;
+    if (w.rowTiles == 2) {
       EXPECT_EQ(one.warpsM, 4) << what;
       EXPECT_EQ(one.rowBlocks, (w.qLen * (w.hq / w.hkv) + 63) / 64) << what;
     } else {
@@ -695,30 +687,23 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
     EXPECT_EQ(one.numSplits, plan.numSplits) << what;
     EXPECT_EQ(one.tilesPerSplit, plan.tilesPerSplit) << what;
   }
-  {  // a sliding window and a bidirectional prefill take it too; forced splits keep it
+  {  // a sliding window and a bidirectional prefill take it too; a forced split count of 1 keeps
+     // it, more splits take the split-KV kernel's one tile per warp row
     PlanShape s(1, 4096, 32, 8, 128, 8192);
     s.p.slidingWindow = 1024;
-    EXPECT_EQ(kernel::planPagedAttention(s.p, 0, 2).rowTiles, 2);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles, 2);
     s.p.mask = kernel::AttentionMask::kBidirectional;
-    EXPECT_EQ(kernel::planPagedAttention(s.p, 0, 2).rowTiles, 2);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles, 2);
+    const auto single = kernel::planPagedAttention(s.p, 1);
+    EXPECT_EQ(single.rowTiles, 2);
+    EXPECT_TRUE(kernel::detail::prefillWgmmaApplies(s.p, single));
     const auto forced = kernel::planPagedAttention(s.p, 3, 2);
     EXPECT_TRUE(forced.splitKv) << forced.reason;
     EXPECT_EQ(forced.numSplits, 3);
-    EXPECT_EQ(forced.rowTiles, 2);
-  }
-  {  // the default is the process's (ES_ATTN_ROWTILES, unset in ctest's CPU run: 2)
-    PlanShape s(1, 4096, 32, 8, 128, 8192);
-    EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles,
-              kernel::planPagedAttention(s.p, 0, kernel::pagedAttentionRowTiles()).rowTiles);
-    const int32_t rt = kernel::pagedAttentionRowTiles();
-    EXPECT_TRUE(rt == 1 || rt == 2) << rt;
-    // Verify's default: 0 (the plan decides by the grid) unless the environment chooses, and
-    // never above the prefill's.
-    const int32_t vrt = kernel::pagedAttentionVerifyRowTiles();
-    EXPECT_TRUE(vrt == 1 || (rt == 2 && (vrt == 0 || vrt == 2))) << vrt << " " << rt;
-    if (std::getenv("ES_ATTN_VERIFY_ROWTILES") == nullptr) {
-      EXPECT_EQ(vrt, rt == 1 ? 1 : 0);
-    }
+    EXPECT_EQ(forced.rowTiles, 1);
+    EXPECT_EQ(forced.warpsM, 4);
+    EXPECT_EQ(forced.rowBlocks, 4096 * 4 / 64);
+    EXPECT_FALSE(kernel::detail::prefillWgmmaApplies(s.p, forced));
   }
   PlanShape s(1, 4096, 32, 8, 128, 8192);
   test::expectInvalidArgument([&] { kernel::planPagedAttention(s.p, 0, 3); }, "maxRowTiles");
@@ -798,18 +783,16 @@ TEST(PagedAttentionPlan, VerifyRowTiles) {
       EXPECT_EQ(plan.rowTiles, w.rowTiles) << what;
       EXPECT_EQ(plan.warpsM, w.warpsM) << what;
       EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << what;
-      // maxRowTiles 1 (ES_ATTN_ROWTILES=1): one tile per CTA at batch 1, as before.
+      // maxRowTiles 1: one tile per CTA at batch 1.
       const auto one = kernel::planPagedAttention(s.p, 0, 1);
       const int32_t tiles = (w.qLen * (w.hq / w.hkv) + 15) / 16;
       EXPECT_EQ(one.rowTiles, 1) << what;
       EXPECT_EQ(one.warpsM, w.warpsM) << what;
       EXPECT_EQ(one.rowBlocks, w.batch == 1 ? tiles : w.rowBlocks) << what;
-      // The default follows the process: ES_ATTN_VERIFY_ROWTILES=1 / 2 choose; unset, two tiles
-      // only where one tile per CTA needs more than one wave of 132 x 2 CTAs.
-      const int32_t vrt = kernel::pagedAttentionVerifyRowTiles();
+      // The plan's rule: two tiles only where one tile per CTA needs more than one wave of
+      // 132 x 2 CTAs.
       const bool two_waves = int64_t{w.batch} * w.hkv * one.rowBlocks * one.numSplits > 264;
-      EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles,
-                vrt == 1 ? 1 : vrt == 2 || two_waves ? w.rowTiles : 1) << what;
+      EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles, two_waves ? w.rowTiles : 1) << what;
       // Same split geometry as the one-tile plan and as the decode call of the same sequence.
       PlanShape d(w.batch, 1, w.hq, w.hkv, w.dim, maxKv);
       const auto decode = kernel::planPagedAttention(d.p, 0, 2);
@@ -844,11 +827,10 @@ TEST(PagedAttentionPlan, VerifyRowTiles) {
     const auto one = kernel::planPagedAttention(s.p, 0, 1);
     EXPECT_EQ(8 * one.rowBlocks * one.numSplits, 512);
   }
-  // The default rule by hand (paged_attention.h, "Verify row tiles"; skipped when the
-  // environment chooses): Qwen3-8B (32 / 8 heads: 4 tiles) at 4k has 8 x 4 x 16 = 512 one-tile
+  // The rule by hand (paged_attention.h, "Verify row tiles"): Qwen3-8B (32 / 8 heads: 4 tiles) at 4k has 8 x 4 x 16 = 512 one-tile
   // CTAs (two tiles), at 300 keys 8 x 4 x 5 = 160 (one); Qwen3-0.6B (16 / 8: 2 tiles) at 4k
   // 8 x 2 x 16 = 256 (one), at 32k 8 x 2 x 32 = 512 (two).
-  if (kernel::pagedAttentionVerifyRowTiles() == 0) {
+  {
     struct Want {
       int32_t hq, maxKv, splits, rowTiles;
     };

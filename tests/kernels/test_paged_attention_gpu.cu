@@ -7,14 +7,12 @@
 // forward_ops_gpu_test_util.h. Each random case runs on the simple kernel and again with
 // maxKvLength + workspace (the split-KV path where it applies).
 //
-// Prefill row tiles (PrefillRowTilesMatchReference): prefill shapes that take two 16-row tiles
-// per warp, each also run with one tile per warp in the same process (ctest runs the whole
-// binary once more with ES_ATTN_ROWTILES=1: test_paged_attention_gpu_rowtiles1). Their planned
-// (one-split, two-tile) calls run the wgmma prefill kernel (paged_attention_prefill.h; checked),
-// and the mma.sync prefill variant under ES_ATTN_PREFILL_WGMMA=0 (twin prefillmma). Verify row
-// tiles (VerifyRowTilesMatchReference, VerifyRowsEqualDecodeRowsBitForBit): batch-1 calls of
-// 2-16 rows at D 128 that take two 16-row tiles per CTA at warpsM 1, against the reference and
-// bit for bit against one-row decode calls, with rowTiles 1 and 2 forced in the same process.
+// Prefill row tiles (PrefillRowTilesMatchReference): prefill shapes that the plan gives the wgmma
+// prefill kernel (paged_attention_prefill.h; checked), each also run on the split-KV kernel with
+// one tile per warp (maxRowTiles 1) and with forced split counts. Verify row tiles
+// (VerifyRowTilesMatchReference, VerifyRowsEqualDecodeRowsBitForBit): batch-1 calls of 2-16 rows
+// at D 128 that take two 16-row tiles per CTA at warpsM 1, against the reference and bit for bit
+// against one-row decode calls, with rowTiles 1 and 2 forced in the same process.
 //
 // Split-KV (SplitKv* tests): the split path forced on (planned split count and forced counts 1,
 // 2, 3, 7, 64, so splits past a sequence's real length and the one-split direct write are both
@@ -83,12 +81,10 @@ test::DeviceArray<float> workspace_for(int64_t bytes) {
   return test::DeviceArray<float>(size_t(std::max<int64_t>(bytes, 16) + 3) / 4);
 }
 
-// The default plan's row tiles for a batch-1 verify call p whose two-tile variant has `variant`
-// tiles per CTA (paged_attention.h, "Verify row tiles"): ES_ATTN_VERIFY_ROWTILES=1 / 2 chooses;
-// unset, the variant only where one tile per CTA needs more than one wave of 132 x 2 CTAs.
+// The plan's row tiles for a batch-1 verify call p whose two-tile variant has `variant` tiles per
+// CTA (paged_attention.h, "Verify row tiles"): the variant only where one tile per CTA needs more
+// than one wave of 132 x 2 CTAs.
 int32_t default_verify_row_tiles(const kernel::PagedAttentionParams& p, int32_t variant) {
-  const int32_t vrt = kernel::pagedAttentionVerifyRowTiles();
-  if (vrt != 0) return vrt == 1 ? 1 : variant;
   const kernel::PagedAttentionPlan one = kernel::planPagedAttention(p, 0, 1);
   return int64_t{p.batchSize} * p.kv.numKVHeads * one.rowBlocks * one.numSplits > 264 ? variant : 1;
 }
@@ -254,8 +250,8 @@ struct SplitCase {
   bool pad_rows = false;         // last row of odd sequences (qLen > 1) is padding (-1)
   int32_t extra_rows = 0;        // rows after the last sequence (in no sequence: zeros)
   bool bad_pages = false;        // a K id >= numPages and a V id < numPages (masked pages)
-  int32_t row_tiles = 0;         // > 0: the plan must give this rowTiles by default (1 under
-                                 // ES_ATTN_ROWTILES=1), and both 1 and 2 are run explicitly
+  int32_t row_tiles = 0;         // > 0: the plan must give this rowTiles (verify: where it
+                                 // pays), and maxRowTiles 1 and 2 are run explicitly
   int32_t pad_row = -1;          // >= 0: this row of sequence 0 is padding too (batch 1)
 };
 
@@ -398,28 +394,27 @@ void run_split(const SplitCase& c, std::mt19937& rng) {
   const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(p);
   ASSERT_TRUE(plan.splitKv) << plan.reason;
   if (c.row_tiles > 0) {
-    // The prefill variant is the default where it applies (ES_ATTN_ROWTILES=1 turns it off); the
-    // verify variant where one tile per CTA would need two waves (or as ES_ATTN_VERIFY_ROWTILES
-    // says).
+    // Prefill: the wgmma kernel's row tiles; verify: the two-tile variant where one tile per
+    // CTA would need two waves.
     const int32_t default_rt = c.q_len > kernel::kSplitKvMaxQSeqLen
-                                   ? (kernel::pagedAttentionRowTiles() == 1 ? 1 : c.row_tiles)
+                                   ? c.row_tiles
                                    : default_verify_row_tiles(p, c.row_tiles);
     EXPECT_EQ(plan.rowTiles, default_rt);
     EXPECT_EQ(kernel::planPagedAttention(p, 0, 2).rowTiles, c.row_tiles);
     EXPECT_EQ(kernel::planPagedAttention(p, 0, 1).rowTiles, 1);
     // The planned prefill call (and the rowTiles-2 run below) is the wgmma kernel's
-    // (paged_attention_prefill.h) unless ES_ATTN_PREFILL_WGMMA=0 (the ctest twin prefillmma).
+    // (paged_attention_prefill.h).
     if (c.q_len > kernel::kSplitKvMaxQSeqLen && c.mask != kernel::AttentionMask::kPackedTree) {
       const kernel::PagedAttentionPlan two = kernel::planPagedAttention(p, 0, 2);
-      EXPECT_EQ(kernel::detail::prefillWgmmaApplies(p, two),
-                kernel::detail::prefillWgmmaEnabled() && c.dim == 128 && two.numSplits == 1);
+      EXPECT_EQ(kernel::detail::prefillWgmmaApplies(p, two), c.dim == 128 && two.numSplits == 1);
     }
   }
   // 12 and 24 splits take the combine's 16- and 32-split batches on decode rows, 64 its batches
   // one after another.
   for (int32_t forced : {0, 1, 2, 3, 7, 12, 24, 64}) {
-    // Forced counts run with the process default rowTiles; with c.row_tiles the planned count
-    // runs again with rowTiles 1 and 2 (maxRowTiles), whatever the environment.
+    // Forced counts run with the plan's rowTiles (a prefill call with more than one split takes
+    // the split-KV kernel); with c.row_tiles the planned count runs again with rowTiles 1 and 2
+    // (maxRowTiles).
     for (const int32_t rt : c.row_tiles > 0 && forced == 0 ? std::vector<int32_t>{0, 1, 2}
                                                            : std::vector<int32_t>{0}) {
       SCOPED_TRACE(::testing::Message() << "splits " << (forced ? forced : plan.numSplits)
@@ -540,14 +535,14 @@ TEST(PagedAttentionGpu, SplitKvMasksAndEdges) {
   }
 }
 
-// Prefill with two 16-row tiles per warp (paged_attention_split.h, rowTiles 2: D 128, at least
-// 128 packed rows per sequence and 132 CTAs of 128 rows): 300-600 rows per sequence, batch 2
-// with different lengths (one with a cached prefix before its rows, one without), GQA 4 and 8,
-// causal and sliding windows (pages before the window released), bf16 and f16, shuffled pages;
-// then padding rows, rows in no sequence and unmapped / out-of-range pages; a bidirectional
-// block. Each case checks that the plan takes rowTiles 2 (1 under ES_ATTN_ROWTILES=1) and runs
-// the planned split count with rowTiles 1 and 2 explicitly and split counts 1-64 (the fp32
-// partials of rowTiles 2), all against the CPU reference.
+// Prefill of the wgmma kernel (paged_attention_prefill.h; the plan's rowTiles 2 at warpsM 4: D 128,
+// at least 128 packed rows per sequence): 300-600 rows per sequence, batch 2 with different
+// lengths (one with a cached prefix before its rows, one without), GQA 4 and 8, causal and sliding
+// windows (pages before the window released), bf16 and f16, shuffled pages; then padding rows,
+// rows in no sequence and unmapped / out-of-range pages; a bidirectional block. Each case checks
+// that the plan takes rowTiles 2 and runs the planned call, the split-KV kernel with rowTiles 1,
+// and split counts 1-64 (more than one split: the split-KV kernel's fp32 partials), all against
+// the CPU reference.
 TEST(PagedAttentionGpu, PrefillRowTilesMatchReference) {
   ES_SKIP_IF_NO_GPU();
   std::mt19937 rng(43);
