@@ -7,31 +7,31 @@
 // Masks, windows, unmapped pages and padding rows as paged_attention.h; the mask decision depends
 // on the key only, so it is warp-uniform.
 //
-// Split-KV kernel (flash-decoding; shape constants in paged_attention_split.h): one CTA of 4 warps
-// per (sequence b, KV head, row block, split). Its rows are the packed (query row i, GQA head g)
-// pairs m = i * group + g, 16 per tensor-core tile (mma.sync m16n8k16, fp32 accumulate), so each
-// K/V row is read from memory once per KV head. Prologue: every row's visible key range [lo, hi)
-// (causal bound, window) -> the CTA's union range, cut into 64-key tiles; the split takes the
-// tiles of that range inside its fixed boundaries (paged_attention.h; a split outside the range
-// gets none and writes a neutral partial). A row outside a tile's keys adds exact zeros there
-// (its running max, sum and output do not change), so with warpsM = 1 (the 4 warps split every
-// tile's keys the same way, whatever the row tiles per CTA) the other rows of a call never change
-// a row's result.
+// Split-KV kernels (flash-decoding; shape constants in paged_attention_split.h): one CTA of 4
+// warps per (sequence b, KV head, row block, split). Its rows are the packed (query row i, GQA
+// head g) pairs m = i * group + g, 16 per tensor-core tile (mma.sync m16n8k16, fp32 accumulate),
+// so each K/V row is read from memory once per KV head. Three entry kernels share one body
+// (splitKvAttention) and its steps:
+//   decodeKernel    one row tile per CTA, the 4 warps split each tile's keys (decode rows and
+//                   batch-1 blocks of one tile per CTA);
+//   verifyKernel    two row tiles per CTA with decodeKernel's per-row arithmetic (batch-1 verify
+//                   at head dim 128 where one tile per CTA would need two waves);
+//   rowBlockKernel  2 or 4 row tiles per CTA, one per warp row (batch > 1 blocks, and prefill
+//                   that the wgmma kernel of paged_attention_prefill.cu does not take).
+// Prologue: every row's visible key range [lo, hi) (causal bound, window) -> the CTA's union
+// range, cut into 64-key tiles; the split takes the tiles of that range inside its fixed
+// boundaries (paged_attention.h; a split outside the range gets none and writes a neutral
+// partial). A row outside a tile's keys adds exact zeros there (its running max, sum and output
+// do not change), so with warpsM = 1 (the 4 warps split every tile's keys the same way, whatever
+// the row tiles per CTA) the other rows of a call never change a row's result.
 // Main loop: a ring of 2-3 shared-memory stages filled by 16-byte cp.async (zero-filled outside
 // the range; tiles on unmapped/out-of-range pages are not loaded and skipped), the page ids of the
-// next tile prefetched into registers; per tile S = Q K^T, the per-row mask, an online softmax in
-// the exp2 domain, O += P V with P rounded to the storage type. Epilogue: the warps that split a
-// tile's keys are merged through shared memory; with one split the CTA writes the normalised
-// output, otherwise (max, sum, unnormalised O) partials for combine_kernel, which is launched with
-// programmatic dependent launch and merges the splits of each (row, head).
-// Verify variant (template WM = 1, RT = 2; batch-1 calls of <= 16 rows at D 128 whose packed rows
-// need >= 2 tiles): the CTA holds two 16-row tiles and each warp computes its 16-key slice of
-// every 64-key tile for both, with the RT-1 kernel's per-row arithmetic and 4-warp merge, so a
-// verify row keeps the decode row's bits while the CTAs halve (the 16-row verify of Qwen3-8B at
-// 4k: 512 CTAs in two waves -> 256 in one). 3 stages + Q (8 KiB) + row data = 108.1 KiB per CTA,
-// 2 CTAs per SM; ptxas (CUDA 13.0, sm_90a): 252 registers, no spills (merged after its H200
-// measurement in session 10, docs/perf.md). Taken where one tile per CTA would need two waves
-// (paged_attention.h, "Verify row tiles"; opt-in in sessions 16-17).
+// next tile prefetched into registers; per tile (attendTile) S = Q K^T, the per-row mask, an
+// online softmax in the exp2 domain, O += P V with P rounded to the storage type. Epilogue
+// (mergeWarpsAndWrite): the warps that split a tile's keys are merged through shared memory; with
+// one split the CTA writes the normalised output, otherwise (max, sum, unnormalised O) partials
+// for combine_kernel, which is launched with programmatic dependent launch and merges the splits
+// of each (row, head).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -273,422 +273,329 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 using attn::exp2_ftz;
 using attn::pack2;
 
-// RT: 16-row tiles per warp row (paged_attention_split.h, "rowTiles"). RT = 1 is the kernel of
-// most calls: per 64-key tile and warp it loads 64 fragments (32 K + 32 V) for 128 mma, Q
-// fragments staying in registers.
-// RT = 2 with WM = 1 is the verify variant (batch-1 calls of <= 16 rows with >= 2 row tiles):
-// the CTA's 32 packed rows are two row tiles that every warp computes over its 16-key slice of
-// each 64-key tile, exactly as the RT-1 WM-1 (decode) kernel computes its one tile: per row the
-// same mma sequence over the same keys, the same mask and softmax arithmetic, the same 4-warp
-// merge (both tiles' merge buffers laid out in the K/V ring at once). Q is re-read from shared
-// memory (16 Q + 8 K + 8 V fragments for 64 mma per warp and tile). A verify row therefore
-// equals the decode row bit for bit, as with RT 1.
-template <typename T, int D, int WM, int RT>
-__global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(const SplitArgs a) {
-  constexpr int WN = 4 / WM;         // warps sharing one warp row (they split the keys)
-  constexpr int MW = 16 * RT;        // packed rows per warp row
-  constexpr int MB = MW * WM;        // packed rows per CTA
-  constexpr int KT = sk::kTileKeys;  // keys per tile
-  constexpr int KS = KT / WN;        // keys per warp and tile
-  constexpr int NT = KS / 8;         // S n-tiles per warp and row tile
-  constexpr int DC = D / 8;          // 16-byte chunks per K/V/Q row
-  constexpr int DT = D / 8;          // O n-tiles
-  constexpr int ST = sk::stages(D, WM, RT);
-  constexpr bool kQRegs = D <= 128 && RT == 1;  // Q fragments in registers (else re-read from smem)
-  constexpr int kMergeStride = D + 4;  // floats per row of the 4-warp epilogue merge buffer
+// Compile-time shape of a split-KV kernel instance (paged_attention_split.h): WM warp rows of RT
+// 16-row tiles each; the 4 / WM warps of a warp row split every 64-key tile's keys between them.
+template <int D, int WM, int RT>
+struct SplitShape {
+  static constexpr int kWarpCols = 4 / WM;                      // warps sharing one warp row
+  static constexpr int kWarpRowRows = 16 * RT;                  // packed rows per warp row
+  static constexpr int kCtaRows = kWarpRowRows * WM;            // packed rows per CTA
+  static constexpr int kTileKeys = sk::kTileKeys;               // keys per K/V tile
+  static constexpr int kWarpKeys = kTileKeys / kWarpCols;       // keys per warp and tile
+  static constexpr int kScoreTiles = kWarpKeys / 8;             // S n-tiles per warp, row tile
+  static constexpr int kRowChunks = D / 8;                      // 16-byte chunks per Q/K/V row
+  static constexpr int kOutTiles = D / 8;                       // O n-tiles
+  static constexpr int kStages = sk::stages(D, WM, RT);         // K/V ring depth
+  static constexpr bool kQInRegisters = D <= 128 && RT == 1;    // else re-read from smem
+  static constexpr int kMergeStride = D + 4;  // floats per row of the 4-warp merge buffer
   static_assert(sk::rowTilesBuilt(D, WM, RT));
-  static_assert(RT * sk::mergeBytes(D) <= ST * sk::kvStageBytes(D),
+  static_assert(RT * sk::mergeBytes(D) <= kStages * sk::kvStageBytes(D),
                 "the merge buffers of all row tiles fit in the K/V ring");
-  static_assert(NT % 2 == 0 && MB <= sk::maxRowsPerCta(RT) && MB <= sk::kThreads &&
-                (KT * DC) % sk::kThreads == 0);
-  static_assert(kPage % KT == 0);
+  static_assert(kScoreTiles % 2 == 0 && kCtaRows <= sk::maxRowsPerCta(RT) &&
+                kCtaRows <= sk::kThreads && (kTileKeys * kRowChunks) % sk::kThreads == 0);
+  static_assert(kPage % kTileKeys == 0);
+};
 
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* s_kv = reinterpret_cast<T*>(smem);                                     // [ST][K|V][KT][D]
-  T* s_q = s_kv + ST * 2 * KT * D;                                          // [MB][D]
-  RowInfo* s_row = reinterpret_cast<RowInfo*>(s_q + MB * D);                // [maxRowsPerCta]
-  float2* s_ml = reinterpret_cast<float2*>(s_row + sk::maxRowsPerCta(RT));  // [RT][4 warps][16]
-  // [RT][4 warps][16][D + 4], after the loop.
-  float* s_merge = reinterpret_cast<float*>(smem);
-  // Shared tiles are [row][16-byte chunk] with the chunk index XORed with (row & 7), so the 8
-  // rows of one ldmatrix hit 8 different bank groups.
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp / WN, wn = warp % WN;
-  const int g = lane >> 2, tq = lane & 3;  // mma fragment row / column-pair of this lane
-  // KV head fastest: the CTAs of one (sequence, split) read the same pages (each its 2*D bytes
-  // of every token row) at about the same time; then row blocks (same K/V, from L2), splits.
+// The (sequence, KV head, row block, split) of this CTA. KV head fastest: the CTAs of one
+// (sequence, split) read the same pages (each its 2*D bytes of every token row) at about the same
+// time; then row blocks (same K/V, from L2), then splits.
+struct SplitCta {
+  int32_t seq, kvHead, rowBlock, split;
+};
+__device__ __forceinline__ SplitCta splitCtaOf(const SplitArgs& a) {
   int32_t bid = blockIdx.x;
-  const int32_t hk = bid % a.hkv;
+  SplitCta c;
+  c.kvHead = bid % a.hkv;
   bid /= a.hkv;
-  const int32_t rb = bid % a.row_blocks;
+  c.rowBlock = bid % a.row_blocks;
   bid /= a.row_blocks;
-  const int32_t split = bid % a.splits;
-  const int32_t b = bid / a.splits;
-  const bool direct = a.splits == 1;
-  const bool tree = a.mask == static_cast<int32_t>(AttentionMask::kPackedTree);
-  // Launched as a programmatic dependent (pdl.cuh): the previous kernel wrote q and the new rows'
-  // K/V. With early reads (the default) the rows' metadata (cu_q, kv_lens, q_pos, the tree mask)
-  // and the page table, which it does not write, are read and the first tiles' pages looked up
-  // before waiting for it; ES_PDL_EARLY_READS=0 waits here. Its own dependents (the combine
-  // kernel, or the next layer's kernel) are let in at the epilogue.
-  if (!a.early_reads) pdl::wait();
+  c.split = bid % a.splits;
+  c.seq = bid / a.splits;
+  return c;
+}
 
-  // ---- rows and key ranges
-  const int32_t q0 = a.cu_q[b];
-  const int32_t q_len = a.cu_q[b + 1] - q0;
-  const int32_t kv_len = a.kv_lens[b];
-  const int32_t tpast = tree ? kv_len - q_len : INT32_MAX;  // tree bits apply to keys >= tpast
-  if (tid < MB) {
-    const attn::PackedRowKeys k = attn::packed_row_keys(
-        rb * MB + tid, q0, q_len, kv_len, hk, a.q_pos, a.total_q, a.max_q, a.hq, a.group,
-        a.max_pages, a.mask == static_cast<int32_t>(AttentionMask::kCausal), a.window);
-    RowInfo ri{k.rh, k.lo, k.hi, 0u, 0};
-    if (tree && k.hi > k.lo) ri.word = static_cast<uint32_t>(a.packed[int64_t{k.r} * a.words]);
-    s_row[tid] = ri;
-  }
-  __syncthreads();
-
-  // Union of the rows' ranges (every warp computes it), its 64-key tiles, this split's share:
-  // tiles [t0, t1) inside the fixed boundaries (s0 + split) * per ... (s0 + split + 1) * per
-  // (per = tilesPerSplit). With one split under a causal mask this is the row block's causal
-  // bound: tiles past its last row's position are never loaded.
-  const attn::KeyRange keys = attn::rows_key_union(s_row, MB, lane);
-  const int32_t lo_all = keys.lo, hi_all = keys.hi;
-  int32_t t0 = 0, t1 = 0;  // this CTA's tiles [t0, t1)
-  if (hi_all > 0) {
-    const int64_t tb = lo_all / KT, te = (hi_all - 1) / KT + 1, per = a.tiles_per_split;
+// This split's 64-key tiles [first, end) of the CTA's rows' union key range `keys`: the tiles
+// inside the fixed boundaries (s0 + split) * per ... (s0 + split + 1) * per (per =
+// tilesPerSplit, s0 the first range the keys touch); the last split also takes any tiles past
+// them. With one split under a causal mask this is the row block's causal bound: tiles past its
+// last row's position are never loaded.
+struct TileRange {
+  int32_t first, end;
+};
+__device__ __forceinline__ TileRange splitTiles(attn::KeyRange keys, int32_t tilesPerSplit,
+                                                int32_t split, int32_t splits) {
+  constexpr int kTileKeys = sk::kTileKeys;
+  TileRange r{0, 0};
+  if (keys.hi > 0) {
+    const int64_t tb = keys.lo / kTileKeys, te = (keys.hi - 1) / kTileKeys + 1, per = tilesPerSplit;
     const int64_t first = (tb / per + split) * per;
-    t0 = static_cast<int32_t>(max(tb, first));
-    t1 = static_cast<int32_t>(split == a.splits - 1 ? te : min(te, first + per));
+    r.first = static_cast<int32_t>(max(tb, first));
+    r.end = static_cast<int32_t>(split == splits - 1 ? te : min(te, first + per));
+  }
+  return r;
+}
+
+// Loads 64-key K/V tiles of one (sequence, KV head) into a shared-memory stage: tile u holds keys
+// [64 u, 64 u + 64), rows [key][16-byte chunk] with the chunk index XORed with (key & 7) so that
+// the 8 rows of one ldmatrix hit 8 different bank groups.
+// The pool geometry (max_pages, num_pages) is read from the kernel's arguments where it is used.
+template <typename T, int D>
+struct KvTileLoader {
+  const SplitArgs& a;
+  const int32_t* tableRow;  // the sequence's page-table row: K ids, then V ids
+  const T* pool;
+  int64_t rowStride;        // elements per token row of the pool (all KV heads)
+  int32_t kvHead;
+  int32_t tileEnd;          // tiles >= tileEnd are not this CTA's
+  int32_t keyLo, keyHi;     // keys outside [keyLo, keyHi) are zero-filled, never read
+
+  // Page ids of tile u; false when u is not one of this CTA's tiles or its page is unmapped or
+  // out of range (the tile is then neither loaded nor computed: its keys count as masked).
+  __device__ __forceinline__ bool lookup(int32_t u, int32_t& kp, int32_t& vp) const {
+    if (u >= tileEnd) return false;
+    const int32_t lp = u / (kPage / sk::kTileKeys);
+    if (lp >= a.max_pages) return false;
+    kp = __ldg(tableRow + lp);
+    vp = __ldg(tableRow + a.max_pages + lp);
+    return attn::page_pair_valid(kp, vp, a.num_pages);
   }
 
-  // The ranges of this lane's rows, in registers.
-  int32_t rlo[RT][2], rhi[RT][2];
-  uint32_t rword[RT][2];
+  // Issues tile u's cp.async copies (K then V, each kTileKeys x D) into the stage at shared
+  // address kStage, from pages kp and vp; every thread of the CTA takes its share.
+  __device__ __forceinline__ void issue(int32_t u, uint32_t kStage, int32_t kp, int32_t vp) const {
+    constexpr int kTileKeys = sk::kTileKeys, kRowChunks = D / 8;
+    const int32_t key0 = u * kTileKeys;
+    const int32_t slot0 = key0 % kPage;
+    const uint32_t vStage = kStage + kTileKeys * D * static_cast<uint32_t>(sizeof(T));
+    const T* kBase = pool + (int64_t{kp} * kPage + slot0) * rowStride + int64_t{kvHead} * D;
+    const T* vBase = pool + (int64_t{vp} * kPage + slot0) * rowStride + int64_t{kvHead} * D;
+#pragma unroll
+    for (int it = 0; it < kTileKeys * kRowChunks / sk::kThreads; ++it) {
+      const int idx = it * sk::kThreads + static_cast<int>(threadIdx.x);
+      const int k = idx / kRowChunks, c = idx % kRowChunks;
+      const int32_t j = key0 + k;
+      const bool in = j >= keyLo && j < keyHi;  // outside: zeros (never NaN garbage in P*V)
+      const uint32_t off = static_cast<uint32_t>((k * D + ((c ^ (k & 7)) << 3)) * sizeof(T));
+      cp_async16(kStage + off, kBase + k * rowStride + c * 8, in);
+      cp_async16(vStage + off, vBase + k * rowStride + c * 8, in);
+    }
+  }
+};
+
+// The visible key ranges [lo, hi) and tree words of this lane's rows (rows g and g + 8 of each
+// row tile), in registers.
+template <int RT>
+struct LaneRows {
+  int32_t lo[RT][2], hi[RT][2];
+  uint32_t word[RT][2];
+};
+
+// One warp's running attention state: O accumulators (fp32 mma fragments, row tiles x D / 8
+// n-tiles) and per row (g and g + 8 of each row tile) the running max in the exp2 domain and the
+// running sum of this lane's columns.
+template <int D, int RT>
+struct WarpState {
+  float o[RT][D / 8][4];
+  float mRun[RT][2], lRun[RT][2];
+};
+
+// One K/V tile of the main loop for this warp's rows and its kWarpKeys-key slice of the tile:
+// S = Q K^T on the tensor cores, the mask, the online softmax in the exp2 domain, O += P V.
+// qFrags: Q's A fragments when kQInRegisters, else Q is re-read from sQ at rows qLaneRow.
+template <typename T, int D, int WM, int RT>
+__device__ __forceinline__ void attendTile(WarpState<D, RT>& w, const LaneRows<RT>& rows,
+                                           const uint32_t (&qFrags)[D <= 128 && RT == 1 ? D / 16 : 1][4],
+                                           const uint32_t (&qLaneRow)[RT], const T* sQ,
+                                           uint32_t kStage, int32_t key0, int32_t treePast,
+                                           const SplitArgs& a, int lane, int warpCol) {
+  using S = SplitShape<D, WM, RT>;
+  constexpr int kScoreTiles = S::kScoreTiles, kOutTiles = S::kOutTiles;
+  const int tq = lane & 3;  // mma fragment column pair of this lane
+  const uint32_t vStage = kStage + S::kTileKeys * D * static_cast<uint32_t>(sizeof(T));
+  // S = Q K^T for this warp's RT x 16 rows x kWarpKeys keys.
+  float s[RT][kScoreTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+    for (int n = 0; n < kScoreTiles; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t af[RT][4];
+#pragma unroll
+    for (int mt = 0; mt < RT; ++mt) {
+      if constexpr (S::kQInRegisters) {
+        af[mt][0] = qFrags[kk][0], af[mt][1] = qFrags[kk][1], af[mt][2] = qFrags[kk][2],
+        af[mt][3] = qFrags[kk][3];
+      } else {
+        const uint32_t chunk = kk * 2 + (lane >> 4);
+        ldmatrix_x4(af[mt], smem_u32(sQ + qLaneRow[mt] * D + ((chunk ^ (qLaneRow[mt] & 7)) << 3)));
+      }
+    }
+#pragma unroll
+    for (int np = 0; np < kScoreTiles / 2; ++np) {
+      const int krow = warpCol * S::kWarpKeys + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+      const int chunk = kk * 2 + ((lane >> 3) & 1);
+      uint32_t bf[4];
+      ldmatrix_x4(bf, kStage + static_cast<uint32_t>((krow * D + ((chunk ^ (krow & 7)) << 3)) *
+                                                     sizeof(T)));
+#pragma unroll
+      for (int mt = 0; mt < RT; ++mt) {  // one K fragment, RT mma
+        mma16816<T>(s[mt][2 * np], af[mt], bf[0], bf[1]);
+        mma16816<T>(s[mt][2 * np + 1], af[mt], bf[2], bf[3]);
+      }
+    }
+  }
+  // Mask, online softmax in the exp2 domain. Fragment element e of n-tile n of row tile mt:
+  // row g + 8 * (e >> 1) of the tile, key keyBase + n * 8 + (e & 1). Masked logits are -inf,
+  // visible ones s * scale_log2; then p = exp2f(s - m).
+  const int32_t keyBase = key0 + warpCol * S::kWarpKeys + 2 * tq;
+  float mx[RT][2];
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt) mx[mt][0] = mx[mt][1] = -INFINITY;
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+    for (int n = 0; n < kScoreTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ri = e >> 1;
+        const int32_t j = keyBase + n * 8 + (e & 1);
+        bool vis = j >= rows.lo[mt][ri] && j < rows.hi[mt][ri];
+        if (j >= treePast) {  // kPackedTree, a current row: its mask bit
+          const int64_t c = int64_t{j} - treePast;
+          vis = vis && c < 32 && ((rows.word[mt][ri] >> c) & 1u) != 0;
+        }
+        s[mt][n][e] = vis ? s[mt][n][e] * a.scale_log2 : -INFINITY;
+        mx[mt][ri] = fmaxf(mx[mt][ri], s[mt][n][e]);
+      }
+    }
+  }
+  float corr[RT][2], mUse[RT][2];
 #pragma unroll
   for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
-      const RowInfo& x = s_row[wm * MW + mt * 16 + g + 8 * ri];
-      rlo[mt][ri] = x.lo;
-      rhi[mt][ri] = x.hi;
-      rword[mt][ri] = x.word;
+      mx[mt][ri] = fmaxf(mx[mt][ri], __shfl_xor_sync(0xffffffffu, mx[mt][ri], 1));
+      mx[mt][ri] = fmaxf(mx[mt][ri], __shfl_xor_sync(0xffffffffu, mx[mt][ri], 2));
+      const float mNew = fmaxf(w.mRun[mt][ri], mx[mt][ri]);
+      mUse[mt][ri] = mNew == -INFINITY ? 0.0f : mNew;  // all masked so far: keep exp2 finite
+      corr[mt][ri] = exp2f(w.mRun[mt][ri] - mUse[mt][ri]);
+      w.mRun[mt][ri] = mNew;
+      w.lRun[mt][ri] *= corr[mt][ri];
     }
   }
-
-  // ---- K/V tile loads
-  const int32_t* trow = a.table + int64_t{b} * 2 * a.max_pages;
-  const T* pool = static_cast<const T*>(a.pool);
-  const int64_t row_stride = int64_t{a.hkv} * D;
-  // Page ids of tile u; false when u is not one of this CTA's tiles or its page is unmapped or
-  // out of range (the tile is then neither loaded nor computed: its keys count as masked).
-  auto lookup = [&](int32_t u, int32_t& kp, int32_t& vp) -> bool {
-    if (u >= t1) return false;
-    const int32_t lp = u / (kPage / KT);
-    if (lp >= a.max_pages) return false;
-    kp = __ldg(trow + lp);
-    vp = __ldg(trow + a.max_pages + lp);
-    return attn::page_pair_valid(kp, vp, a.num_pages);
-  };
-  auto issue = [&](int32_t u, int st, int32_t kp, int32_t vp) {
-    const int32_t key0 = u * KT;
-    const int32_t slot0 = key0 % kPage;
-    const uint32_t sk_base = smem_u32(s_kv + st * 2 * KT * D);
-    const uint32_t sv_base = sk_base + KT * D * static_cast<uint32_t>(sizeof(T));
-    const T* kbase = pool + (int64_t{kp} * kPage + slot0) * row_stride + int64_t{hk} * D;
-    const T* vbase = pool + (int64_t{vp} * kPage + slot0) * row_stride + int64_t{hk} * D;
-#pragma unroll
-    for (int it = 0; it < KT * DC / sk::kThreads; ++it) {
-      const int idx = it * sk::kThreads + tid;
-      const int k = idx / DC, c = idx % DC;
-      const int32_t j = key0 + k;
-      const bool in = j >= lo_all && j < hi_all;  // outside: zeros (never NaN garbage in P*V)
-      const uint32_t off = static_cast<uint32_t>((k * D + ((c ^ (k & 7)) << 3)) * sizeof(T));
-      cp_async16(sk_base + off, kbase + k * row_stride + c * 8, in);
-      cp_async16(sv_base + off, vbase + k * row_stride + c * 8, in);
-    }
-  };
-
-  // Pages of the prologue's tiles and of the next one to issue (false past t1: none when
-  // t0 == t1). The page table is not the previous kernel's output: looked up before the wait.
-  int32_t pkp[ST - 1], pvp[ST - 1];
-  bool pok[ST - 1];
-#pragma unroll
-  for (int s = 0; s < ST - 1; ++s) {
-    pkp[s] = pvp[s] = 0;
-    pok[s] = lookup(t0 + s, pkp[s], pvp[s]);
-  }
-  int32_t nkp = 0, nvp = 0;
-  bool nok = lookup(t0 + ST - 1, nkp, nvp);  // the next tile to issue, prefetched
-
-  if (a.early_reads) pdl::wait();  // q and the new rows' K/V are read from here on
-  // Split-KV with one split: rows that lie in no sequence are written by CTA 0 (the other CTAs
-  // write only rows of their own sequence).
-  if (direct && blockIdx.x == 0) {
-    attn::zero_rows_outside_sequences(static_cast<T*>(a.out), a.cu_q, a.batch, a.total_q,
-                                      int64_t{a.hq} * D);
-  }
-
-  // cp.async groups: every thread commits the same sequence of groups, one per tile slot, empty
-  // when the tile is not loaded. The prologue commits ST - 1 groups (tiles t0 .. t0 + ST - 2,
-  // Q in the first); iteration t commits one more (tile t + ST - 1). At the top of iteration t
-  // the groups of tiles t .. t + ST - 2 may be pending, so wait_group(ST - 2) leaves exactly the
-  // ST - 2 newest pending and tile t (and Q) landed; the barrier after it publishes every
-  // thread's copies and ends all reads of tile t - 1's stage, which iteration t then refills.
-  uint32_t vbits = 0;  // bit st: the tile in stage st is loaded (computed)
-  if (t0 < t1) {
-    const T* qg = static_cast<const T*>(a.q);
-    for (int idx = tid; idx < MB * DC; idx += sk::kThreads) {
-      const int m = idx / DC, c = idx % DC;
-      const bool in = s_row[m].hi > s_row[m].lo;
-      const T* src = in ? qg + s_row[m].rh * D + c * 8 : qg;
-      cp_async16(smem_u32(s_q + m * D + ((c ^ (m & 7)) << 3)), src, in);
-    }
-#pragma unroll
-    for (int s = 0; s < ST - 1; ++s) {  // group s = tile t0 + s (group 0 also holds Q)
-      if (pok[s]) {
-        issue(t0 + s, s, pkp[s], pvp[s]);
-        vbits |= 1u << s;
-      }
-      cp_async_commit();
-    }
-  }
-
-  // ---- main loop
-  float o[RT][DT][4];
 #pragma unroll
   for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
-      o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
+    for (int n = 0; n < kScoreTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[mt][n][e] - mUse[mt][e >> 1]);
+        s[mt][n][e] = p;
+        w.lRun[mt][e >> 1] += p;
+      }
+    }
   }
-  // Running max (exp2 domain) and sum of rows g and g + 8 of each row tile; l: this lane's columns.
-  float m_run[RT][2], l_run[RT][2];
 #pragma unroll
   for (int mt = 0; mt < RT; ++mt) {
-    m_run[mt][0] = m_run[mt][1] = -INFINITY;
-    l_run[mt][0] = l_run[mt][1] = 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < kOutTiles; ++dt) {
+      w.o[mt][dt][0] *= corr[mt][0];
+      w.o[mt][dt][1] *= corr[mt][0];
+      w.o[mt][dt][2] *= corr[mt][1];
+      w.o[mt][dt][3] *= corr[mt][1];
+    }
   }
-  uint32_t qa[kQRegs ? D / 16 : 1][4];
-  uint32_t q_lane_row[RT];  // the Q row this lane addresses in ldmatrix, per row tile
+  // O += P V: P (fp32 accumulator layout) is the A fragment of 16-key steps.
 #pragma unroll
-  for (int mt = 0; mt < RT; ++mt) q_lane_row[mt] = wm * MW + mt * 16 + (lane & 15);
-
-  for (int32_t t = t0; t < t1; ++t) {
-    cp_async_wait<ST - 2>();  // tile t (and Q) landed for this thread ...
-    __syncthreads();          // ... for all; and every warp is done with tile t - 1's stage
-    const int st = (t - t0) % ST;
-    {
-      const int ns = (st + ST - 1) % ST;  // stage of tile t + ST - 1 (= tile t - 1's)
-      vbits &= ~(1u << ns);
-      if (nok) {
-        issue(t + ST - 1, ns, nkp, nvp);
-        vbits |= 1u << ns;
-      }
-      cp_async_commit();
-      nok = lookup(t + ST, nkp, nvp);
-    }
-    if constexpr (kQRegs) {
-      if (t == t0) {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          const uint32_t chunk = kk * 2 + (lane >> 4);
-          ldmatrix_x4(qa[kk],
-                      smem_u32(s_q + q_lane_row[0] * D + ((chunk ^ (q_lane_row[0] & 7)) << 3)));
-        }
-      }
-    }
-    // Warp-uniform skips only from here on: every thread has passed this iteration's barrier and
-    // committed its group.
-    if (((vbits >> st) & 1u) == 0) continue;
-    const int32_t key0 = t * KT;
-
-    const uint32_t sk_base = smem_u32(s_kv + st * 2 * KT * D);
-    const uint32_t sv_base = sk_base + KT * D * static_cast<uint32_t>(sizeof(T));
-    // S = Q K^T for this warp's RT x 16 rows x KS keys.
-    float s[RT][NT][4];
+  for (int ks = 0; ks < kScoreTiles / 2; ++ks) {
+    uint32_t pa[RT][4];
 #pragma unroll
     for (int mt = 0; mt < RT; ++mt) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+      pa[mt][0] = pack2<T>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+      pa[mt][1] = pack2<T>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+      pa[mt][2] = pack2<T>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+      pa[mt][3] = pack2<T>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
     }
+    const int vrow = warpCol * S::kWarpKeys + ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t af[RT][4];
+    for (int dp = 0; dp < kOutTiles / 2; ++dp) {
+      const int chunk = dp * 2 + (lane >> 4);
+      uint32_t vf[4];
+      ldmatrix_x4_trans(vf, vStage + static_cast<uint32_t>(
+                                         (vrow * D + ((chunk ^ (vrow & 7)) << 3)) * sizeof(T)));
 #pragma unroll
-      for (int mt = 0; mt < RT; ++mt) {
-        if constexpr (kQRegs) {
-          af[mt][0] = qa[kk][0], af[mt][1] = qa[kk][1], af[mt][2] = qa[kk][2],
-          af[mt][3] = qa[kk][3];
-        } else {
-          const uint32_t chunk = kk * 2 + (lane >> 4);
-          ldmatrix_x4(af[mt],
-                      smem_u32(s_q + q_lane_row[mt] * D + ((chunk ^ (q_lane_row[mt] & 7)) << 3)));
-        }
-      }
-#pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        const int krow = wn * KS + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-        const int chunk = kk * 2 + ((lane >> 3) & 1);
-        uint32_t bf[4];
-        ldmatrix_x4(bf, sk_base + static_cast<uint32_t>((krow * D + ((chunk ^ (krow & 7)) << 3)) *
-                                                        sizeof(T)));
-#pragma unroll
-        for (int mt = 0; mt < RT; ++mt) {  // one K fragment, RT mma
-          mma16816<T>(s[mt][2 * np], af[mt], bf[0], bf[1]);
-          mma16816<T>(s[mt][2 * np + 1], af[mt], bf[2], bf[3]);
-        }
-      }
-    }
-    // Mask, online softmax in the exp2 domain. Fragment element e of n-tile n of row tile mt:
-    // row g + 8 * (e >> 1) of the tile, key kbase + n * 8 + (e & 1). Masked logits are -inf,
-    // visible ones s * scale_log2; then p = exp2f(s - m).
-    const int32_t kbase = key0 + wn * KS + 2 * tq;
-    float mx[RT][2];
-#pragma unroll
-    for (int mt = 0; mt < RT; ++mt) mx[mt][0] = mx[mt][1] = -INFINITY;
-#pragma unroll
-    for (int mt = 0; mt < RT; ++mt) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int ri = e >> 1;
-          const int32_t j = kbase + n * 8 + (e & 1);
-          bool vis = j >= rlo[mt][ri] && j < rhi[mt][ri];
-          if (j >= tpast) {  // kPackedTree, a current row: its mask bit
-            const int64_t c = int64_t{j} - tpast;
-            vis = vis && c < 32 && ((rword[mt][ri] >> c) & 1u) != 0;
-          }
-          s[mt][n][e] = vis ? s[mt][n][e] * a.scale_log2 : -INFINITY;
-          mx[mt][ri] = fmaxf(mx[mt][ri], s[mt][n][e]);
-        }
-      }
-    }
-    float corr[RT][2], m_use[RT][2];
-#pragma unroll
-    for (int mt = 0; mt < RT; ++mt) {
-#pragma unroll
-      for (int ri = 0; ri < 2; ++ri) {
-        mx[mt][ri] = fmaxf(mx[mt][ri], __shfl_xor_sync(0xffffffffu, mx[mt][ri], 1));
-        mx[mt][ri] = fmaxf(mx[mt][ri], __shfl_xor_sync(0xffffffffu, mx[mt][ri], 2));
-        const float m_new = fmaxf(m_run[mt][ri], mx[mt][ri]);
-        m_use[mt][ri] = m_new == -INFINITY ? 0.0f : m_new;  // all masked so far: keep exp2 finite
-        corr[mt][ri] = exp2f(m_run[mt][ri] - m_use[mt][ri]);
-        m_run[mt][ri] = m_new;
-        l_run[mt][ri] *= corr[mt][ri];
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < RT; ++mt) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = exp2f(s[mt][n][e] - m_use[mt][e >> 1]);
-          s[mt][n][e] = p;
-          l_run[mt][e >> 1] += p;
-        }
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < RT; ++mt) {
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        o[mt][dt][0] *= corr[mt][0];
-        o[mt][dt][1] *= corr[mt][0];
-        o[mt][dt][2] *= corr[mt][1];
-        o[mt][dt][3] *= corr[mt][1];
-      }
-    }
-    // O += P V: P (fp32 accumulator layout) is the A fragment of 16-key steps.
-#pragma unroll
-    for (int ks = 0; ks < NT / 2; ++ks) {
-      uint32_t pa[RT][4];
-#pragma unroll
-      for (int mt = 0; mt < RT; ++mt) {
-        pa[mt][0] = pack2<T>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-        pa[mt][1] = pack2<T>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-        pa[mt][2] = pack2<T>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-        pa[mt][3] = pack2<T>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
-      }
-      const int vrow = wn * KS + ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-#pragma unroll
-      for (int dp = 0; dp < DT / 2; ++dp) {
-        const int chunk = dp * 2 + (lane >> 4);
-        uint32_t vf[4];
-        ldmatrix_x4_trans(vf, sv_base + static_cast<uint32_t>(
-                                            (vrow * D + ((chunk ^ (vrow & 7)) << 3)) * sizeof(T)));
-#pragma unroll
-        for (int mt = 0; mt < RT; ++mt) {  // one V fragment, RT mma
-          mma16816<T>(o[mt][2 * dp], pa[mt], vf[0], vf[1]);
-          mma16816<T>(o[mt][2 * dp + 1], pa[mt], vf[2], vf[3]);
-        }
+      for (int mt = 0; mt < RT; ++mt) {  // one V fragment, RT mma
+        mma16816<T>(w.o[mt][2 * dp], pa[mt], vf[0], vf[1]);
+        mma16816<T>(w.o[mt][2 * dp + 1], pa[mt], vf[2], vf[3]);
       }
     }
   }
+}
 
-  // ---- epilogue
-  // Every group committed so far is empty or landed (the last real tile was waited for in its
-  // iteration); waiting for all anyway keeps the buffers below free of in-flight copies.
-  cp_async_wait<0>();
+// Epilogue: merges the kWarpCols warps that share each row tile's keys through shared memory and
+// writes the normalised rows (one split) or the split's fp32 partials. Slot (mt, warp) =
+// mt * 4 + warp of the merge buffer and of sMl holds this warp's part of row tile mt: with RT 1
+// the slot is the warp (its tile is its warp row); the verify variant (WM 1, RT 2) lays out both
+// tiles' 4 warps, slots 0-3 (tile 0) and 4-7 (tile 1). Row lr of the CTA is in tile lr >> 4
+// either way, whose kWarpCols warps hold slots (lr >> 4) * kWarpCols ... + kWarpCols - 1.
+// The caller has passed a barrier after the last reads of the K/V ring (sMerge reuses it).
+template <typename T, int D, int WM, int RT>
+__device__ __forceinline__ void mergeWarpsAndWrite(const SplitArgs& a, WarpState<D, RT>& w,
+                                                   const RowInfo* sRow, float2* sMl,
+                                                   float* sMerge, int32_t split) {
+  using S = SplitShape<D, WM, RT>;
+  constexpr int kWarpCols = S::kWarpCols, kStride = S::kMergeStride;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tq = lane & 3;
   // The row sums over the 4 lanes (tq) that hold a row's columns.
-  auto reduce_row_sums = [&] {
 #pragma unroll
-    for (int mt = 0; mt < RT; ++mt) {
+  for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
-      for (int ri = 0; ri < 2; ++ri) {
-        l_run[mt][ri] += __shfl_xor_sync(0xffffffffu, l_run[mt][ri], 1);
-        l_run[mt][ri] += __shfl_xor_sync(0xffffffffu, l_run[mt][ri], 2);
-      }
+    for (int ri = 0; ri < 2; ++ri) {
+      w.lRun[mt][ri] += __shfl_xor_sync(0xffffffffu, w.lRun[mt][ri], 1);
+      w.lRun[mt][ri] += __shfl_xor_sync(0xffffffffu, w.lRun[mt][ri], 2);
     }
-  };
-  const int64_t part_stride = int64_t{a.total_q} * a.hq;
-  T* out = static_cast<T*>(a.out);
-  // Merge the WN warps of each row tile, write the output or the partials. Slot (mt, warp) =
-  // mt * 4 + warp of the merge buffer and of s_ml holds this warp's part of row tile mt: with
-  // RT 1 the slot is the warp (its tile is its warp row wm); the verify variant (WM 1, RT 2)
-  // lays out both tiles' 4 warps, slots 0-3 (tile 0) and 4-7 (tile 1). Row lr of the CTA is in
-  // tile lr >> 4 either way, whose WN warps hold slots (lr >> 4) * WN ... + WN - 1.
-  __syncthreads();  // the K/V ring becomes the merge buffer
-  pdl::trigger();
-  reduce_row_sums();
+  }
 #pragma unroll
   for (int mt = 0; mt < RT; ++mt) {
     const int slot = mt * (sk::kThreads / 32) + warp;
-    float* mw = s_merge + slot * 16 * kMergeStride;
+    float* mw = sMerge + slot * 16 * kStride;
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      *reinterpret_cast<float2*>(mw + g * kMergeStride + dt * 8 + 2 * tq) =
-          make_float2(o[mt][dt][0], o[mt][dt][1]);
-      *reinterpret_cast<float2*>(mw + (g + 8) * kMergeStride + dt * 8 + 2 * tq) =
-          make_float2(o[mt][dt][2], o[mt][dt][3]);
+    for (int dt = 0; dt < S::kOutTiles; ++dt) {
+      *reinterpret_cast<float2*>(mw + g * kStride + dt * 8 + 2 * tq) =
+          make_float2(w.o[mt][dt][0], w.o[mt][dt][1]);
+      *reinterpret_cast<float2*>(mw + (g + 8) * kStride + dt * 8 + 2 * tq) =
+          make_float2(w.o[mt][dt][2], w.o[mt][dt][3]);
     }
     if (tq == 0) {
-      s_ml[slot * 16 + g] = make_float2(m_run[mt][0], l_run[mt][0]);
-      s_ml[slot * 16 + g + 8] = make_float2(m_run[mt][1], l_run[mt][1]);
+      sMl[slot * 16 + g] = make_float2(w.mRun[mt][0], w.lRun[mt][0]);
+      sMl[slot * 16 + g + 8] = make_float2(w.mRun[mt][1], w.lRun[mt][1]);
     }
   }
   __syncthreads();
-  constexpr int D4 = D / 4;
-  for (int idx = tid; idx < MB * D4; idx += sk::kThreads) {
-    const int lr = idx / D4, d = (idx % D4) * 4;
-    const int64_t rh = s_row[lr].rh;
+  const bool direct = a.splits == 1;
+  const int64_t partStride = int64_t{a.total_q} * a.hq;
+  T* out = static_cast<T*>(a.out);
+  constexpr int kQuads = D / 4;
+  for (int idx = tid; idx < S::kCtaRows * kQuads; idx += sk::kThreads) {
+    const int lr = idx / kQuads, d = (idx % kQuads) * 4;
+    const int64_t rh = sRow[lr].rh;
     if (rh < 0) continue;
-    const int w0 = (lr >> 4) * WN, rr = lr & 15;  // first slot of the row's tile, row in tile
-    float mmax = -INFINITY;
+    const int w0 = (lr >> 4) * kWarpCols, rr = lr & 15;  // first slot of the row's tile, its row
+    float mMax = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < WN; ++w) mmax = fmaxf(mmax, s_ml[(w0 + w) * 16 + rr].x);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lsum = 0.0f;
-    if (mmax != -INFINITY) {
+    for (int k = 0; k < kWarpCols; ++k) mMax = fmaxf(mMax, sMl[(w0 + k) * 16 + rr].x);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lSum = 0.0f;
+    if (mMax != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < WN; ++w) {
-        const float2 ml = s_ml[(w0 + w) * 16 + rr];
-        const float wt = exp2f(ml.x - mmax);  // a warp that saw nothing: exp2(-inf) = 0
-        lsum += wt * ml.y;
+      for (int k = 0; k < kWarpCols; ++k) {
+        const float2 ml = sMl[(w0 + k) * 16 + rr];
+        const float wt = exp2f(ml.x - mMax);  // a warp that saw nothing: exp2(-inf) = 0
+        lSum += wt * ml.y;
         const float4 v =
-            *reinterpret_cast<const float4*>(s_merge + ((w0 + w) * 16 + rr) * kMergeStride + d);
+            *reinterpret_cast<const float4*>(sMerge + ((w0 + k) * 16 + rr) * kStride + d);
         acc[0] += wt * v.x;
         acc[1] += wt * v.y;
         acc[2] += wt * v.z;
@@ -696,18 +603,224 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) split_kernel(c
       }
     }
     if (direct) {
-      const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;  // no visible key: zeros
+      const float inv = lSum > 0.0f ? 1.0f / lSum : 0.0f;  // no visible key: zeros
       const float res[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
       fwd::store_span<T, 4, true>(out + rh * D + d, res);
     } else {
-      const int64_t slot = split * part_stride + rh;
-      if (mmax != -INFINITY) {
+      const int64_t slot = split * partStride + rh;
+      if (mMax != -INFINITY) {
         *reinterpret_cast<float4*>(a.part_o + slot * D + d) =
             make_float4(acc[0], acc[1], acc[2], acc[3]);
       }
-      if (d == 0) a.part_ml[slot] = make_float2(mmax, lsum);  // (-inf, 0): neutral
+      if (d == 0) a.part_ml[slot] = make_float2(mMax, lSum);  // (-inf, 0): neutral
     }
   }
+}
+
+// The split-KV attention of one CTA (paged_attention.h; the shape in paged_attention_split.h):
+// rows and key ranges, this split's tiles, the K/V pipeline with attendTile per tile, and
+// mergeWarpsAndWrite. The __global__ kernels below instantiate it.
+template <typename T, int D, int WM, int RT>
+__device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
+  using S = SplitShape<D, WM, RT>;
+  constexpr int kStages = S::kStages, kTileKeys = S::kTileKeys, kRowChunks = S::kRowChunks;
+  constexpr int kCtaRows = S::kCtaRows;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sKv = reinterpret_cast<T*>(smem);                                   // [stage][K|V][key][D]
+  T* sQ = sKv + kStages * 2 * kTileKeys * D;                             // [kCtaRows][D]
+  RowInfo* sRow = reinterpret_cast<RowInfo*>(sQ + kCtaRows * D);         // [maxRowsPerCta]
+  float2* sMl = reinterpret_cast<float2*>(sRow + sk::maxRowsPerCta(RT));  // [RT][4 warps][16]
+  float* sMerge = reinterpret_cast<float*>(smem);  // [RT][4 warps][16][D + 4], after the loop
+  // Q rows are [row][16-byte chunk] with the chunk index XORed with (row & 7), as the K/V tiles.
+  auto stageAddr = [&](int st) { return smem_u32(sKv + st * 2 * kTileKeys * D); };
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warpRow = warp / S::kWarpCols, warpCol = warp % S::kWarpCols;
+  const int g = lane >> 2;  // mma fragment row of this lane
+  const SplitCta cta = splitCtaOf(a);
+  const bool tree = a.mask == static_cast<int32_t>(AttentionMask::kPackedTree);
+  // Launched as a programmatic dependent (pdl.cuh): the previous kernel wrote q and the new rows'
+  // K/V. With early reads the rows' metadata (cu_q, kv_lens, q_pos, the tree mask) and the page
+  // table, which it does not write, are read and the first tiles' pages looked up before waiting
+  // for it. Its own dependents (the combine kernel, or the next layer's kernel) are let in at the
+  // epilogue.
+  if (!a.early_reads) pdl::wait();
+
+  // ---- rows and key ranges
+  const int32_t q0 = a.cu_q[cta.seq];
+  const int32_t qLen = a.cu_q[cta.seq + 1] - q0;
+  const int32_t kvLen = a.kv_lens[cta.seq];
+  const int32_t treePast = tree ? kvLen - qLen : INT32_MAX;  // tree bits apply to keys >= it
+  if (tid < kCtaRows) {
+    const attn::PackedRowKeys k = attn::packed_row_keys(
+        cta.rowBlock * kCtaRows + tid, q0, qLen, kvLen, cta.kvHead, a.q_pos, a.total_q, a.max_q,
+        a.hq, a.group, a.max_pages, a.mask == static_cast<int32_t>(AttentionMask::kCausal),
+        a.window);
+    RowInfo ri{k.rh, k.lo, k.hi, 0u, 0};
+    if (tree && k.hi > k.lo) ri.word = static_cast<uint32_t>(a.packed[int64_t{k.r} * a.words]);
+    sRow[tid] = ri;
+  }
+  __syncthreads();
+  // The union of the rows' ranges (every warp computes it) and this split's tiles of it.
+  const attn::KeyRange keys = attn::rows_key_union(sRow, kCtaRows, lane);
+  const TileRange tiles = splitTiles(keys, a.tiles_per_split, cta.split, a.splits);
+  const int32_t t0 = tiles.first, t1 = tiles.end;
+  LaneRows<RT> rows;
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      const RowInfo& x = sRow[warpRow * S::kWarpRowRows + mt * 16 + g + 8 * ri];
+      rows.lo[mt][ri] = x.lo;
+      rows.hi[mt][ri] = x.hi;
+      rows.word[mt][ri] = x.word;
+    }
+  }
+
+  // ---- K/V pipeline
+  const KvTileLoader<T, D> loader{a,
+                                  a.table + int64_t{cta.seq} * 2 * a.max_pages,
+                                  static_cast<const T*>(a.pool),
+                                  int64_t{a.hkv} * D,
+                                  cta.kvHead,
+                                  t1,
+                                  keys.lo,
+                                  keys.hi};
+  // Pages of the prologue's tiles and of the next one to issue (false past t1: none when
+  // t0 == t1). The page table is not the previous kernel's output: looked up before the wait.
+  int32_t pkp[kStages - 1], pvp[kStages - 1];
+  bool pok[kStages - 1];
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    pkp[s] = pvp[s] = 0;
+    pok[s] = loader.lookup(t0 + s, pkp[s], pvp[s]);
+  }
+  int32_t nkp = 0, nvp = 0;
+  bool nok = loader.lookup(t0 + kStages - 1, nkp, nvp);  // the next tile to issue, prefetched
+
+  if (a.early_reads) pdl::wait();  // q and the new rows' K/V are read from here on
+  // With one split, rows that lie in no sequence are written by CTA 0 (the other CTAs write only
+  // rows of their own sequence).
+  if (a.splits == 1 && blockIdx.x == 0) {
+    attn::zero_rows_outside_sequences(static_cast<T*>(a.out), a.cu_q, a.batch, a.total_q,
+                                      int64_t{a.hq} * D);
+  }
+
+  // cp.async groups: every thread commits the same sequence of groups, one per tile slot, empty
+  // when the tile is not loaded. The prologue commits kStages - 1 groups (tiles t0 .. t0 +
+  // kStages - 2, Q in the first); iteration t commits one more (tile t + kStages - 1). At the top
+  // of iteration t the groups of tiles t .. t + kStages - 2 may be pending, so
+  // wait_group(kStages - 2) leaves exactly the kStages - 2 newest pending and tile t (and Q)
+  // landed; the barrier after it publishes every thread's copies and ends all reads of tile
+  // t - 1's stage, which iteration t then refills.
+  uint32_t loadedStages = 0;  // bit st: the tile in stage st is loaded (computed)
+  if (t0 < t1) {
+    const T* qg = static_cast<const T*>(a.q);
+    for (int idx = tid; idx < kCtaRows * kRowChunks; idx += sk::kThreads) {
+      const int m = idx / kRowChunks, c = idx % kRowChunks;
+      const bool in = sRow[m].hi > sRow[m].lo;
+      const T* src = in ? qg + sRow[m].rh * D + c * 8 : qg;
+      cp_async16(smem_u32(sQ + m * D + ((c ^ (m & 7)) << 3)), src, in);
+    }
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {  // group s = tile t0 + s (group 0 also holds Q)
+      if (pok[s]) {
+        loader.issue(t0 + s, stageAddr(s), pkp[s], pvp[s]);
+        loadedStages |= 1u << s;
+      }
+      cp_async_commit();
+    }
+  }
+
+  // ---- main loop
+  WarpState<D, RT> state;
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < S::kOutTiles; ++dt)
+      state.o[mt][dt][0] = state.o[mt][dt][1] = state.o[mt][dt][2] = state.o[mt][dt][3] = 0.0f;
+  }
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt) {
+    state.mRun[mt][0] = state.mRun[mt][1] = -INFINITY;
+    state.lRun[mt][0] = state.lRun[mt][1] = 0.0f;
+  }
+  uint32_t qFrags[S::kQInRegisters ? D / 16 : 1][4];
+  uint32_t qLaneRow[RT];  // the Q row this lane addresses in ldmatrix, per row tile
+#pragma unroll
+  for (int mt = 0; mt < RT; ++mt) qLaneRow[mt] = warpRow * S::kWarpRowRows + mt * 16 + (lane & 15);
+
+  for (int32_t t = t0; t < t1; ++t) {
+    cp_async_wait<kStages - 2>();  // tile t (and Q) landed for this thread ...
+    __syncthreads();               // ... for all; and every warp is done with tile t - 1's stage
+    const int st = (t - t0) % kStages;
+    {
+      const int ns = (st + kStages - 1) % kStages;  // stage of tile t + kStages - 1 (t - 1's)
+      loadedStages &= ~(1u << ns);
+      if (nok) {
+        loader.issue(t + kStages - 1, stageAddr(ns), nkp, nvp);
+        loadedStages |= 1u << ns;
+      }
+      cp_async_commit();
+      nok = loader.lookup(t + kStages, nkp, nvp);
+    }
+    if constexpr (S::kQInRegisters) {
+      if (t == t0) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const uint32_t chunk = kk * 2 + (lane >> 4);
+          ldmatrix_x4(qFrags[kk],
+                      smem_u32(sQ + qLaneRow[0] * D + ((chunk ^ (qLaneRow[0] & 7)) << 3)));
+        }
+      }
+    }
+    // Warp-uniform skips only from here on: every thread has passed this iteration's barrier and
+    // committed its group.
+    if (((loadedStages >> st) & 1u) == 0) continue;
+    attendTile<T, D, WM, RT>(state, rows, qFrags, qLaneRow, sQ, stageAddr(st), t * kTileKeys,
+                             treePast, a, lane, warpCol);
+  }
+
+  // ---- epilogue
+  // Every group committed so far is empty or landed (the last real tile was waited for in its
+  // iteration); waiting for all anyway keeps the buffers below free of in-flight copies.
+  cp_async_wait<0>();
+  __syncthreads();  // the K/V ring becomes the merge buffer
+  pdl::trigger();
+  mergeWarpsAndWrite<T, D, WM, RT>(a, state, sRow, sMl, sMerge, cta.split);
+}
+
+// Decode rows, and batch-1 calls of <= 16 rows per sequence that take one row tile per CTA
+// (verify and DFlash blocks whose one-tile grid fits one wave): warpsM 1, the 4 warps split
+// every 64-key tile's keys, so a row's result does not depend on the other rows of its call.
+template <typename T, int D>
+__global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D))
+    decodeKernel(const SplitArgs a) {
+  splitKvAttention<T, D, 1, 1>(a);
+}
+
+// Batch-1 verify of two row tiles per CTA at head dim 128 (paged_attention.h, "Verify row
+// tiles"): each warp computes its 16-key slice of every 64-key tile for both tiles, with
+// decodeKernel's per-row arithmetic (the same mma sequence over the same keys, the same mask and
+// softmax, the same 4-warp merge, both tiles' merge buffers laid out in the K/V ring at once), so
+// a verify row equals the decode row bit for bit while the CTAs halve. Q is re-read from shared
+// memory (16 Q + 8 K + 8 V fragments for 64 mma per warp and tile).
+template <typename T>
+__global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(128))
+    verifyKernel(const SplitArgs a) {
+  splitKvAttention<T, 128, 1, sk::kVerifyRowTiles>(a);
+}
+
+// Row blocks of WM (2 or 4) row tiles per CTA, one per warp row: verify and DFlash blocks at
+// batch > 1, and prefill calls that the wgmma kernel does not take (head dim 64 / 256, fewer than
+// 128 packed rows a sequence, forced split counts). Per 64-key tile and warp it loads 32 K + 32 V
+// fragments for 128 mma (Q fragments stay in registers up to D 128); each K/V tile serves WM x 16
+// rows.
+template <typename T, int D, int WM>
+__global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D))
+    rowBlockKernel(const SplitArgs a) {
+  splitKvAttention<T, D, WM, 1>(a);
 }
 
 // Merges the splits of one (row, head) per warp: out = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M)
@@ -802,39 +915,40 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
   if (a.combine_trigger == kTriggerLast) pdl::trigger();
 }
 
-template <typename T, int D, int WM, int RT>
-void launch_split_kernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
-  constexpr int smem = static_cast<int>(sk::smemBytes(D, WM, RT));
-  attn::raise_dynamic_smem_once<split_kernel<T, D, WM, RT>>(smem);
-  pdl::launch(split_kernel<T, D, WM, RT>, dim3(static_cast<unsigned>(ctas)), dim3(sk::kThreads),
-              smem, stream, a);
+// Launches split-KV kernel instance Kernel of shape (D, WM, RT) with its dynamic shared memory.
+template <auto Kernel, int D, int WM, int RT>
+void launchSplitKernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
+  constexpr int kSmem = static_cast<int>(sk::smemBytes(D, WM, RT));
+  attn::raise_dynamic_smem_once<Kernel>(kSmem);
+  pdl::launch(Kernel, dim3(static_cast<unsigned>(ctas)), dim3(sk::kThreads), kSmem, stream, a);
   ES_CUDA_CHECK_LAUNCH();
 }
 
+// The split-KV kernel of the plan's shape, then the combine kernel when there are several splits.
 template <typename T, int D>
 void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaStream_t stream) {
   const int64_t ctas = plan.splitCtas;
-  constexpr int RT2 = sk::kVerifyRowTiles;
-  if (plan.rowTiles == RT2) {
+  constexpr int kRt2 = sk::kVerifyRowTiles;
+  if (plan.rowTiles == kRt2) {
     // The plan gives the split-KV kernel rowTiles 2 only where rowTilesBuilt: warpsM 1 (verify).
     // Its rowTiles-2 warpsM-4 plans (prefill) run the wgmma kernel (launch_split).
-    if constexpr (sk::rowTilesBuilt(D, 1, RT2)) {
+    if constexpr (sk::rowTilesBuilt(D, 1, kRt2)) {
       ES_CHECK_ARG(plan.warpsM == 1, "launchPagedAttention", "plan.warpsM", plan.warpsM,
                    "must be 1 with rowTiles 2 on the split-KV kernel");
-      launch_split_kernel<T, D, 1, RT2>(a, ctas, stream);
+      launchSplitKernel<verifyKernel<T>, D, 1, kRt2>(a, ctas, stream);
     } else {
       ES_THROW(InvalidArgument, "launchPagedAttention: rowTiles 2 is not built for head dim ", D);
     }
   } else {
     switch (plan.warpsM) {
       case 1:
-        launch_split_kernel<T, D, 1, 1>(a, ctas, stream);
+        launchSplitKernel<decodeKernel<T, D>, D, 1, 1>(a, ctas, stream);
         break;
       case 2:
-        launch_split_kernel<T, D, 2, 1>(a, ctas, stream);
+        launchSplitKernel<rowBlockKernel<T, D, 2>, D, 2, 1>(a, ctas, stream);
         break;
       default:
-        launch_split_kernel<T, D, 4, 1>(a, ctas, stream);
+        launchSplitKernel<rowBlockKernel<T, D, 4>, D, 4, 1>(a, ctas, stream);
         break;
     }
   }
@@ -861,47 +975,49 @@ void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaSt
 
 void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
                   cudaStream_t stream) {
-  if (detail::prefillWgmmaApplies(p,
-                                  plan)) {  // the wgmma prefill kernel (paged_attention_prefill.h)
+  if (detail::prefillWgmmaApplies(p, plan)) {  // the wgmma kernel (paged_attention_prefill.h)
     detail::launchPrefillWgmma(p, plan, stream);
     return;
   }
   const RaggedQueryArgs& q = p.query;
-  SplitArgs a{};
-  a.q = q.q;
-  a.out = q.out;
-  a.cu_q = q.cuQSeqLens;
-  a.q_pos = q.qPositions;
-  a.total_q = q.totalQ;
-  a.max_q = q.maxQSeqLen;
-  a.hq = q.numQHeads;
-  a.group = q.numQHeads / p.kv.numKVHeads;
-  a.words = (q.maxQSeqLen + 31) / 32;
-  a.pool = p.kv.pool;
-  a.table = p.kv.pageTable;
-  a.num_pages = p.kv.numPages;
-  a.max_pages = p.kv.maxPagesPerSeq;
-  a.hkv = p.kv.numKVHeads;
-  a.kv_lens = p.kvLengths;
-  a.packed = p.packedMask;
-  a.mask = static_cast<int32_t>(p.mask);
-  a.window = p.slidingWindow;
-  a.batch = p.batchSize;
-  a.scale_log2 = p.scale * 1.4426950408889634f;
-  a.splits = plan.numSplits;
-  a.tiles_per_split = plan.tilesPerSplit;
-  a.row_blocks = plan.rowBlocks;
-  a.early_reads = pdl::early_reads() ? 1 : 0;
   // When the combine lets the next kernel in (paged_attention.h).
-  a.combine_trigger = kTriggerAfterWait;
+  int32_t combineTrigger = kTriggerAfterWait;
   if (p.nextFillsSms) {
-    a.combine_trigger = kTriggerLast;
+    combineTrigger = kTriggerLast;
   } else if (pdl::enabled() && q.maxQSeqLen == 1) {
-    a.combine_trigger = kTriggerFirst;
+    combineTrigger = kTriggerFirst;
   }
-  a.part_o = static_cast<float*>(p.workspace);
-  a.part_ml = reinterpret_cast<float2*>(a.part_o + int64_t{plan.numSplits} * q.totalQ *
-                                                       q.numQHeads * p.headDim);
+  float* partO = static_cast<float*>(p.workspace);
+  const SplitArgs a{
+      .q = q.q,
+      .out = q.out,
+      .cu_q = q.cuQSeqLens,
+      .q_pos = q.qPositions,
+      .total_q = q.totalQ,
+      .max_q = q.maxQSeqLen,
+      .hq = q.numQHeads,
+      .group = q.numQHeads / p.kv.numKVHeads,
+      .words = (q.maxQSeqLen + 31) / 32,
+      .pool = p.kv.pool,
+      .table = p.kv.pageTable,
+      .num_pages = p.kv.numPages,
+      .max_pages = p.kv.maxPagesPerSeq,
+      .hkv = p.kv.numKVHeads,
+      .kv_lens = p.kvLengths,
+      .packed = p.packedMask,
+      .mask = static_cast<int32_t>(p.mask),
+      .window = p.slidingWindow,
+      .batch = p.batchSize,
+      .scale_log2 = p.scale * 1.4426950408889634f,
+      .splits = plan.numSplits,
+      .tiles_per_split = plan.tilesPerSplit,
+      .row_blocks = plan.rowBlocks,
+      .early_reads = pdl::early_reads() ? 1 : 0,
+      .combine_trigger = combineTrigger,
+      .part_o = partO,
+      .part_ml = reinterpret_cast<float2*>(partO + int64_t{plan.numSplits} * q.totalQ *
+                                                       q.numQHeads * p.headDim),
+  };
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
@@ -931,15 +1047,26 @@ void launchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   }
   ES_CHECK_ARG(p.query.numQHeads <= 65535, "launchPagedAttention", "query.numQHeads",
                p.query.numQHeads, "must be <= 65535 (grid y)");
-  const Args a{p.query.q,           p.query.out,
-               p.query.cuQSeqLens,  p.query.qPositions,
-               p.query.totalQ,      (p.query.maxQSeqLen + 31) / 32,
-               p.query.numQHeads,   p.kv.pool,
-               p.kv.pageTable,      p.kv.numPages,
-               p.kv.maxPagesPerSeq, p.kv.numKVHeads,
-               p.kvLengths,         static_cast<int32_t>(p.mask),
-               p.packedMask,        p.slidingWindow,
-               p.batchSize,         p.scale};
+  const Args a{
+      .q = p.query.q,
+      .out = p.query.out,
+      .cu_q = p.query.cuQSeqLens,
+      .q_pos = p.query.qPositions,
+      .total_q = p.query.totalQ,
+      .words = (p.query.maxQSeqLen + 31) / 32,
+      .hq = p.query.numQHeads,
+      .pool = p.kv.pool,
+      .table = p.kv.pageTable,
+      .num_pages = p.kv.numPages,
+      .max_pages = p.kv.maxPagesPerSeq,
+      .hkv = p.kv.numKVHeads,
+      .kv_lens = p.kvLengths,
+      .mask = static_cast<int32_t>(p.mask),
+      .packed = p.packedMask,
+      .window = p.slidingWindow,
+      .batch = p.batchSize,
+      .scale = p.scale,
+  };
   const bool aligned =
       fwd::aligned16(p.query.q) && fwd::aligned16(p.query.out) && fwd::aligned16(p.kv.pool);
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {

@@ -424,27 +424,28 @@ void launchPrefillWgmma(const PagedAttentionParams& p, const PagedAttentionPlan&
                         cudaStream_t stream) {
   ES_CHECK_ARG(prefillWgmmaApplies(p, plan), "launchPrefillWgmma", "plan", plan.rowTiles,
                "must be the one-split prefill plan at head dim 128, f16/bf16, no packed tree");
-  PrefillArgs a{};
-  a.q = p.query.q;
-  a.out = p.query.out;
-  a.cu_q = p.query.cuQSeqLens;
-  a.q_pos = p.query.qPositions;
-  a.total_q = p.query.totalQ;
-  a.max_q = p.query.maxQSeqLen;
-  a.hq = p.query.numQHeads;
-  a.group = p.query.numQHeads / p.kv.numKVHeads;
-  a.pool = p.kv.pool;
-  a.table = p.kv.pageTable;
-  a.num_pages = p.kv.numPages;
-  a.max_pages = p.kv.maxPagesPerSeq;
-  a.hkv = p.kv.numKVHeads;
-  a.kv_lens = p.kvLengths;
-  a.causal = p.mask == AttentionMask::kCausal ? 1 : 0;
-  a.window = p.slidingWindow;
-  a.batch = p.batchSize;
-  a.row_blocks = plan.rowBlocks;
-  a.scale_log2 = p.scale * 1.4426950408889634f;
-  a.early_reads = pdl::early_reads() ? 1 : 0;
+  const PrefillArgs a{
+      .q = p.query.q,
+      .out = p.query.out,
+      .cu_q = p.query.cuQSeqLens,
+      .q_pos = p.query.qPositions,
+      .total_q = p.query.totalQ,
+      .max_q = p.query.maxQSeqLen,
+      .hq = p.query.numQHeads,
+      .group = p.query.numQHeads / p.kv.numKVHeads,
+      .pool = p.kv.pool,
+      .table = p.kv.pageTable,
+      .num_pages = p.kv.numPages,
+      .max_pages = p.kv.maxPagesPerSeq,
+      .hkv = p.kv.numKVHeads,
+      .kv_lens = p.kvLengths,
+      .causal = p.mask == AttentionMask::kCausal ? 1 : 0,
+      .window = p.slidingWindow,
+      .batch = p.batchSize,
+      .row_blocks = plan.rowBlocks,
+      .scale_log2 = p.scale * 1.4426950408889634f,
+      .early_reads = pdl::early_reads() ? 1 : 0,
+  };
   const int64_t ctas = int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks;
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -711,8 +711,18 @@ void expect_verify_rows_equal_decode_rows(int32_t hq, int32_t hkv, int32_t dim, 
   auto params = [&](const void* qp, void* out, const int32_t* cu, const int32_t* pos,
                     const int32_t* kv, int32_t q_len) {
     kernel::PagedAttentionParams p;
-    p.query = {qp, out, cu, pos, batch * q_len, q_len, hq};
-    p.kv = {d_pool.get(), d_table.get(), num_pages, max_pages, hkv};
+    p.query = {.q = qp,
+               .out = out,
+               .cuQSeqLens = cu,
+               .qPositions = pos,
+               .totalQ = batch * q_len,
+               .maxQSeqLen = q_len,
+               .numQHeads = hq};
+    p.kv = {.pool = d_pool.get(),
+            .pageTable = d_table.get(),
+            .numPages = num_pages,
+            .maxPagesPerSeq = max_pages,
+            .numKVHeads = hkv};
     p.kvLengths = kv;
     p.slidingWindow = window;
     p.batchSize = batch;
