@@ -30,7 +30,7 @@
 // online softmax in the exp2 domain, O += P V with P rounded to the storage type. Epilogue
 // (mergeWarpsAndWrite): the warps that split a tile's keys are merged through shared memory; with
 // one split the CTA writes the normalised output, otherwise (max, sum, unnormalised O) partials
-// for combine_kernel, which is launched with programmatic dependent launch and merges the splits
+// for combineKernel, which is launched with programmatic dependent launch and merges the splits
 // of each (row, head).
 #include <cuda_runtime.h>
 
@@ -39,6 +39,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/attention_math.cuh"
+#include "kernels/cp_async.cuh"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_prefill.h"
@@ -56,15 +57,15 @@ constexpr int32_t kPage = kv::kTokensPerPage;
 struct Args {
   const void* q;
   void* out;
-  const int32_t* cu_q;
-  const int32_t* q_pos;
-  int32_t total_q;
+  const int32_t* cuQ;
+  const int32_t* qPos;
+  int32_t totalQ;
   int32_t words;
   int32_t hq;
   const void* pool;
   const int32_t* table;
-  int32_t num_pages, max_pages, hkv;
-  const int32_t* kv_lens;
+  int32_t numPages, maxPages, hkv;
+  const int32_t* kvLens;
   int32_t mask;
   const int32_t* packed;
   int32_t window;
@@ -74,7 +75,7 @@ struct Args {
 
 // The sequence that owns query row r: the largest b < batch with cuQ[b] <= r, -1 if none (the
 // row is still outside it when r >= cuQ[b + 1], i.e. past every sequence).
-__device__ __forceinline__ int32_t owning_sequence(const int32_t* cuQ, int32_t batch, int32_t r) {
+__device__ __forceinline__ int32_t owningSequence(const int32_t* cuQ, int32_t batch, int32_t r) {
   int32_t lo = 0, hi = batch - 1, b = -1;
   while (lo <= hi) {
     const int32_t mid = (lo + hi) >> 1;
@@ -89,35 +90,35 @@ __device__ __forceinline__ int32_t owning_sequence(const int32_t* cuQ, int32_t b
 }
 
 template <typename T, int D, bool ALIGNED>
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
+__global__ void __launch_bounds__(kWarps * 32) attentionKernel(Args a) {
   pdl::enter();
   constexpr int kEpt = D / 32;  // dims per lane
-  __shared__ float s_m[kWarps], s_l[kWarps];
-  __shared__ float s_acc[kWarps][D];
+  __shared__ float sM[kWarps], sL[kWarps];
+  __shared__ float sAcc[kWarps][D];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t r = blockIdx.x;
   const int32_t h = blockIdx.y;
   T* out = static_cast<T*>(a.out) + (int64_t{r} * a.hq + h) * D;
 
-  const int32_t b = owning_sequence(a.cu_q, a.batch, r);
-  const int32_t pos = a.q_pos[r];
-  if (b < 0 || r >= a.cu_q[b + 1] || pos < 0) {
+  const int32_t b = owningSequence(a.cuQ, a.batch, r);
+  const int32_t pos = a.qPos[r];
+  if (b < 0 || r >= a.cuQ[b + 1] || pos < 0) {
     for (int32_t d = threadIdx.x; d < D; d += blockDim.x) out[d] = fwd::from_f<T>(0.0f);
     return;
   }
-  const int32_t q_len = a.cu_q[b + 1] - a.cu_q[b];
-  const int32_t kv_len = a.kv_lens[b];
-  const int32_t past = kv_len - q_len;
+  const int32_t qLen = a.cuQ[b + 1] - a.cuQ[b];
+  const int32_t kvLen = a.kvLens[b];
+  const int32_t past = kvLen - qLen;
   const int32_t hk = h / (a.hq / a.hkv);
 
   float q[kEpt];
   fwd::load_span<T, kEpt, ALIGNED>(
       static_cast<const T*>(a.q) + (int64_t{r} * a.hq + h) * D + lane * kEpt, q);
-  int64_t lo = 0, hi = kv_len;
+  int64_t lo = 0, hi = kvLen;
   if (a.mask == static_cast<int32_t>(AttentionMask::kCausal)) hi = min(hi, int64_t{pos} + 1);
   if (a.window > 0) lo = max(lo, int64_t{pos} - a.window + 1);
   const bool tree = a.mask == static_cast<int32_t>(AttentionMask::kPackedTree);
-  const int32_t* trow = a.table + int64_t{b} * 2 * a.max_pages;
+  const int32_t* trow = a.table + int64_t{b} * 2 * a.maxPages;
   const int32_t* mrow = tree ? a.packed + int64_t{r} * a.words : nullptr;
   const T* pool = static_cast<const T*>(a.pool);
 
@@ -132,9 +133,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
       if (((static_cast<uint32_t>(mrow[c >> 5]) >> (c & 31)) & 1u) == 0) continue;
     }
     const int32_t lp = j / kPage;
-    if (lp >= a.max_pages) continue;
-    const int32_t kp = trow[lp], vp = trow[a.max_pages + lp];
-    if (!attn::page_pair_valid(kp, vp, a.num_pages)) continue;
+    if (lp >= a.maxPages) continue;
+    const int32_t kp = trow[lp], vp = trow[a.maxPages + lp];
+    if (!attn::pagePairValid(kp, vp, a.numPages)) continue;
     const int32_t slot = j - lp * kPage;
     float k[kEpt], v[kEpt];
     fwd::load_span<T, kEpt, ALIGNED>(
@@ -145,49 +146,49 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(Args a) {
 #pragma unroll
     for (int e = 0; e < kEpt; ++e) dot += q[e] * k[e];
     const float s = fwd::warp_sum(dot) * a.scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new);
-    const float p = expf(s - m_new);
+    const float mNew = fmaxf(m, s);
+    const float corr = expf(m - mNew);
+    const float p = expf(s - mNew);
     l = l * corr + p;
 #pragma unroll
     for (int e = 0; e < kEpt; ++e) acc[e] = acc[e] * corr + p * v[e];
-    m = m_new;
+    m = mNew;
   }
   if (lane == 0) {
-    s_m[warp] = m;
-    s_l[warp] = l;
+    sM[warp] = m;
+    sL[warp] = l;
   }
 #pragma unroll
-  for (int e = 0; e < kEpt; ++e) s_acc[warp][lane * kEpt + e] = acc[e];
+  for (int e = 0; e < kEpt; ++e) sAcc[warp][lane * kEpt + e] = acc[e];
   __syncthreads();
-  float m_all = -INFINITY;
+  float mAll = -INFINITY;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, s_m[w]);
-  if (m_all == -INFINITY) {  // no visible key
+  for (int w = 0; w < kWarps; ++w) mAll = fmaxf(mAll, sM[w]);
+  if (mAll == -INFINITY) {  // no visible key
     for (int32_t d = threadIdx.x; d < D; d += blockDim.x) out[d] = fwd::from_f<T>(0.0f);
     return;
   }
   float weight[kWarps], denom = 0.0f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) {
-    weight[w] = s_m[w] == -INFINITY ? 0.0f : expf(s_m[w] - m_all);
-    denom += s_l[w] * weight[w];
+    weight[w] = sM[w] == -INFINITY ? 0.0f : expf(sM[w] - mAll);
+    denom += sL[w] * weight[w];
   }
   for (int32_t d = threadIdx.x; d < D; d += blockDim.x) {
     float o = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) o += s_acc[w][d] * weight[w];
+    for (int w = 0; w < kWarps; ++w) o += sAcc[w][d] * weight[w];
     out[d] = fwd::from_f<T>(o / denom);
   }
 }
 
 template <typename T, int D>
 void launch(const Args& a, bool aligned, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(a.total_q), static_cast<unsigned>(a.hq));
+  const dim3 grid(static_cast<unsigned>(a.totalQ), static_cast<unsigned>(a.hq));
   if (aligned) {
-    pdl::launch(attention_kernel<T, D, true>, grid, dim3(kWarps * 32), 0, stream, a);
+    pdl::launch(attentionKernel<T, D, true>, grid, dim3(kWarps * 32), 0, stream, a);
   } else {
-    pdl::launch(attention_kernel<T, D, false>, grid, dim3(kWarps * 32), 0, stream, a);
+    pdl::launch(attentionKernel<T, D, false>, grid, dim3(kWarps * 32), 0, stream, a);
   }
 }
 
@@ -203,53 +204,40 @@ struct RowInfo {
 };
 static_assert(sizeof(RowInfo) == 24, "kMiscBytes in paged_attention_split.h counts 24 bytes");
 
-// SplitArgs::combine_trigger.
+// SplitArgs::combineTrigger.
 inline constexpr int32_t kTriggerAfterWait = 0, kTriggerFirst = 1, kTriggerLast = 2;
 
 struct SplitArgs {
   const void* q;
   void* out;
-  const int32_t* cu_q;
-  const int32_t* q_pos;
-  int32_t total_q, max_q, hq, group, words;
+  const int32_t* cuQ;
+  const int32_t* qPos;
+  int32_t totalQ, maxQ, hq, group, words;
   const void* pool;
   const int32_t* table;
-  int32_t num_pages, max_pages, hkv;
-  const int32_t* kv_lens;
+  int32_t numPages, maxPages, hkv;
+  const int32_t* kvLens;
   const int32_t* packed;
   int32_t mask, window, batch;
-  float scale_log2;  // scale * log2(e): the softmax runs in the exp2 domain
-  int32_t splits, tiles_per_split, row_blocks;
-  int32_t early_reads;  // 1: metadata and page table read before the PDL wait (pdl.cuh)
+  float scaleLog2;  // scale * log2(e): the softmax runs in the exp2 domain
+  int32_t splits, tilesPerSplit, rowBlocks;
+  int32_t earlyReads;  // 1: metadata and page table read before the PDL wait (pdl.cuh)
   // When the combine kernel lets its dependent in: kTriggerAfterWait (pdl::enter),
   // kTriggerFirst (before its wait) or kTriggerLast (after its stores).
-  int32_t combine_trigger;
-  float* part_o;    // [splits, totalQ, Hq, D] f32 unnormalised outputs (splits > 1)
-  float2* part_ml;  // [splits, totalQ, Hq] (running max in the exp2 domain, sum)
+  int32_t combineTrigger;
+  float* partO;    // [splits, totalQ, Hq, D] f32 unnormalised outputs (splits > 1)
+  float2* partMl;  // [splits, totalQ, Hq] (running max in the exp2 domain, sum)
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+__device__ __forceinline__ uint32_t smemU32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-// 16-byte global->shared copy; fill = false writes 16 zero bytes and reads nothing.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(fill ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+__device__ __forceinline__ void ldmatrixX4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+__device__ __forceinline__ void ldmatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
@@ -270,7 +258,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
-using attn::exp2_ftz;
+using attn::exp2Ftz;
 using attn::pack2;
 
 // Compile-time shape of a split-KV kernel instance (paged_attention_split.h): WM warp rows of RT
@@ -307,8 +295,8 @@ __device__ __forceinline__ SplitCta splitCtaOf(const SplitArgs& a) {
   SplitCta c;
   c.kvHead = bid % a.hkv;
   bid /= a.hkv;
-  c.rowBlock = bid % a.row_blocks;
-  bid /= a.row_blocks;
+  c.rowBlock = bid % a.rowBlocks;
+  bid /= a.rowBlocks;
   c.split = bid % a.splits;
   c.seq = bid / a.splits;
   return c;
@@ -338,7 +326,7 @@ __device__ __forceinline__ TileRange splitTiles(attn::KeyRange keys, int32_t til
 // Loads 64-key K/V tiles of one (sequence, KV head) into a shared-memory stage: tile u holds keys
 // [64 u, 64 u + 64), rows [key][16-byte chunk] with the chunk index XORed with (key & 7) so that
 // the 8 rows of one ldmatrix hit 8 different bank groups.
-// The pool geometry (max_pages, num_pages) is read from the kernel's arguments where it is used.
+// The pool geometry (maxPages, numPages) is read from the kernel's arguments where it is used.
 template <typename T, int D>
 struct KvTileLoader {
   const SplitArgs& a;
@@ -354,10 +342,10 @@ struct KvTileLoader {
   __device__ __forceinline__ bool lookup(int32_t u, int32_t& kp, int32_t& vp) const {
     if (u >= tileEnd) return false;
     const int32_t lp = u / (kPage / sk::kTileKeys);
-    if (lp >= a.max_pages) return false;
+    if (lp >= a.maxPages) return false;
     kp = __ldg(tableRow + lp);
-    vp = __ldg(tableRow + a.max_pages + lp);
-    return attn::page_pair_valid(kp, vp, a.num_pages);
+    vp = __ldg(tableRow + a.maxPages + lp);
+    return attn::pagePairValid(kp, vp, a.numPages);
   }
 
   // Issues tile u's cp.async copies (K then V, each kTileKeys x D) into the stage at shared
@@ -376,8 +364,8 @@ struct KvTileLoader {
       const int32_t j = key0 + k;
       const bool in = j >= keyLo && j < keyHi;  // outside: zeros (never NaN garbage in P*V)
       const uint32_t off = static_cast<uint32_t>((k * D + ((c ^ (k & 7)) << 3)) * sizeof(T));
-      cp_async16(kStage + off, kBase + k * rowStride + c * 8, in);
-      cp_async16(vStage + off, vBase + k * rowStride + c * 8, in);
+      cp_async16_shared(kStage + off, kBase + k * rowStride + c * 8, in ? 16 : 0);
+      cp_async16_shared(vStage + off, vBase + k * rowStride + c * 8, in ? 16 : 0);
     }
   }
 };
@@ -429,7 +417,7 @@ __device__ __forceinline__ void attendTile(WarpState<D, RT>& w, const LaneRows<R
         af[mt][3] = qFrags[kk][3];
       } else {
         const uint32_t chunk = kk * 2 + (lane >> 4);
-        ldmatrix_x4(af[mt], smem_u32(sQ + qLaneRow[mt] * D + ((chunk ^ (qLaneRow[mt] & 7)) << 3)));
+        ldmatrixX4(af[mt], smemU32(sQ + qLaneRow[mt] * D + ((chunk ^ (qLaneRow[mt] & 7)) << 3)));
       }
     }
 #pragma unroll
@@ -437,8 +425,8 @@ __device__ __forceinline__ void attendTile(WarpState<D, RT>& w, const LaneRows<R
       const int krow = warpCol * S::kWarpKeys + np * 16 + (lane & 7) + ((lane >> 4) << 3);
       const int chunk = kk * 2 + ((lane >> 3) & 1);
       uint32_t bf[4];
-      ldmatrix_x4(bf, kStage + static_cast<uint32_t>((krow * D + ((chunk ^ (krow & 7)) << 3)) *
-                                                     sizeof(T)));
+      ldmatrixX4(
+          bf, kStage + static_cast<uint32_t>((krow * D + ((chunk ^ (krow & 7)) << 3)) * sizeof(T)));
 #pragma unroll
       for (int mt = 0; mt < RT; ++mt) {  // one K fragment, RT mma
         mma16816<T>(s[mt][2 * np], af[mt], bf[0], bf[1]);
@@ -448,7 +436,7 @@ __device__ __forceinline__ void attendTile(WarpState<D, RT>& w, const LaneRows<R
   }
   // Mask, online softmax in the exp2 domain. Fragment element e of n-tile n of row tile mt:
   // row g + 8 * (e >> 1) of the tile, key keyBase + n * 8 + (e & 1). Masked logits are -inf,
-  // visible ones s * scale_log2; then p = exp2f(s - m).
+  // visible ones s * scaleLog2; then p = exp2f(s - m).
   const int32_t keyBase = key0 + warpCol * S::kWarpKeys + 2 * tq;
   float mx[RT][2];
 #pragma unroll
@@ -466,7 +454,7 @@ __device__ __forceinline__ void attendTile(WarpState<D, RT>& w, const LaneRows<R
           const int64_t c = int64_t{j} - treePast;
           vis = vis && c < 32 && ((rows.word[mt][ri] >> c) & 1u) != 0;
         }
-        s[mt][n][e] = vis ? s[mt][n][e] * a.scale_log2 : -INFINITY;
+        s[mt][n][e] = vis ? s[mt][n][e] * a.scaleLog2 : -INFINITY;
         mx[mt][ri] = fmaxf(mx[mt][ri], s[mt][n][e]);
       }
     }
@@ -523,8 +511,8 @@ __device__ __forceinline__ void attendTile(WarpState<D, RT>& w, const LaneRows<R
     for (int dp = 0; dp < kOutTiles / 2; ++dp) {
       const int chunk = dp * 2 + (lane >> 4);
       uint32_t vf[4];
-      ldmatrix_x4_trans(vf, vStage + static_cast<uint32_t>(
-                                         (vrow * D + ((chunk ^ (vrow & 7)) << 3)) * sizeof(T)));
+      ldmatrixX4Trans(
+          vf, vStage + static_cast<uint32_t>((vrow * D + ((chunk ^ (vrow & 7)) << 3)) * sizeof(T)));
 #pragma unroll
       for (int mt = 0; mt < RT; ++mt) {  // one V fragment, RT mma
         mma16816<T>(w.o[mt][2 * dp], pa[mt], vf[0], vf[1]);
@@ -576,7 +564,7 @@ __device__ __forceinline__ void mergeWarpsAndWrite(const SplitArgs& a, WarpState
   }
   __syncthreads();
   const bool direct = a.splits == 1;
-  const int64_t partStride = int64_t{a.total_q} * a.hq;
+  const int64_t partStride = int64_t{a.totalQ} * a.hq;
   T* out = static_cast<T*>(a.out);
   constexpr int kQuads = D / 4;
   for (int idx = tid; idx < S::kCtaRows * kQuads; idx += sk::kThreads) {
@@ -609,10 +597,10 @@ __device__ __forceinline__ void mergeWarpsAndWrite(const SplitArgs& a, WarpState
     } else {
       const int64_t slot = split * partStride + rh;
       if (mMax != -INFINITY) {
-        *reinterpret_cast<float4*>(a.part_o + slot * D + d) =
+        *reinterpret_cast<float4*>(a.partO + slot * D + d) =
             make_float4(acc[0], acc[1], acc[2], acc[3]);
       }
-      if (d == 0) a.part_ml[slot] = make_float2(mMax, lSum);  // (-inf, 0): neutral
+      if (d == 0) a.partMl[slot] = make_float2(mMax, lSum);  // (-inf, 0): neutral
     }
   }
 }
@@ -633,7 +621,7 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
   float2* sMl = reinterpret_cast<float2*>(sRow + sk::maxRowsPerCta(RT));  // [RT][4 warps][16]
   float* sMerge = reinterpret_cast<float*>(smem);  // [RT][4 warps][16][D + 4], after the loop
   // Q rows are [row][16-byte chunk] with the chunk index XORed with (row & 7), as the K/V tiles.
-  auto stageAddr = [&](int st) { return smem_u32(sKv + st * 2 * kTileKeys * D); };
+  auto stageAddr = [&](int st) { return smemU32(sKv + st * 2 * kTileKeys * D); };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warpRow = warp / S::kWarpCols, warpCol = warp % S::kWarpCols;
@@ -641,30 +629,29 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
   const SplitCta cta = splitCtaOf(a);
   const bool tree = a.mask == static_cast<int32_t>(AttentionMask::kPackedTree);
   // Launched as a programmatic dependent (pdl.cuh): the previous kernel wrote q and the new rows'
-  // K/V. With early reads the rows' metadata (cu_q, kv_lens, q_pos, the tree mask) and the page
+  // K/V. With early reads the rows' metadata (cuQ, kvLens, qPos, the tree mask) and the page
   // table, which it does not write, are read and the first tiles' pages looked up before waiting
   // for it. Its own dependents (the combine kernel, or the next layer's kernel) are let in at the
   // epilogue.
-  if (!a.early_reads) pdl::wait();
+  if (!a.earlyReads) pdl::wait();
 
   // ---- rows and key ranges
-  const int32_t q0 = a.cu_q[cta.seq];
-  const int32_t qLen = a.cu_q[cta.seq + 1] - q0;
-  const int32_t kvLen = a.kv_lens[cta.seq];
+  const int32_t q0 = a.cuQ[cta.seq];
+  const int32_t qLen = a.cuQ[cta.seq + 1] - q0;
+  const int32_t kvLen = a.kvLens[cta.seq];
   const int32_t treePast = tree ? kvLen - qLen : INT32_MAX;  // tree bits apply to keys >= it
   if (tid < kCtaRows) {
-    const attn::PackedRowKeys k = attn::packed_row_keys(
-        cta.rowBlock * kCtaRows + tid, q0, qLen, kvLen, cta.kvHead, a.q_pos, a.total_q, a.max_q,
-        a.hq, a.group, a.max_pages, a.mask == static_cast<int32_t>(AttentionMask::kCausal),
-        a.window);
+    const attn::PackedRowKeys k = attn::packedRowKeys(
+        cta.rowBlock * kCtaRows + tid, q0, qLen, kvLen, cta.kvHead, a.qPos, a.totalQ, a.maxQ, a.hq,
+        a.group, a.maxPages, a.mask == static_cast<int32_t>(AttentionMask::kCausal), a.window);
     RowInfo ri{k.rh, k.lo, k.hi, 0u, 0};
     if (tree && k.hi > k.lo) ri.word = static_cast<uint32_t>(a.packed[int64_t{k.r} * a.words]);
     sRow[tid] = ri;
   }
   __syncthreads();
   // The union of the rows' ranges (every warp computes it) and this split's tiles of it.
-  const attn::KeyRange keys = attn::rows_key_union(sRow, kCtaRows, lane);
-  const TileRange tiles = splitTiles(keys, a.tiles_per_split, cta.split, a.splits);
+  const attn::KeyRange keys = attn::rowsKeyUnion(sRow, kCtaRows, lane);
+  const TileRange tiles = splitTiles(keys, a.tilesPerSplit, cta.split, a.splits);
   const int32_t t0 = tiles.first, t1 = tiles.end;
   LaneRows<RT> rows;
 #pragma unroll
@@ -680,7 +667,7 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
 
   // ---- K/V pipeline
   const KvTileLoader<T, D> loader{a,
-                                  a.table + int64_t{cta.seq} * 2 * a.max_pages,
+                                  a.table + int64_t{cta.seq} * 2 * a.maxPages,
                                   static_cast<const T*>(a.pool),
                                   int64_t{a.hkv} * D,
                                   cta.kvHead,
@@ -699,12 +686,12 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
   int32_t nkp = 0, nvp = 0;
   bool nok = loader.lookup(t0 + kStages - 1, nkp, nvp);  // the next tile to issue, prefetched
 
-  if (a.early_reads) pdl::wait();  // q and the new rows' K/V are read from here on
+  if (a.earlyReads) pdl::wait();  // q and the new rows' K/V are read from here on
   // With one split, rows that lie in no sequence are written by CTA 0 (the other CTAs write only
   // rows of their own sequence).
   if (a.splits == 1 && blockIdx.x == 0) {
-    attn::zero_rows_outside_sequences(static_cast<T*>(a.out), a.cu_q, a.batch, a.total_q,
-                                      int64_t{a.hq} * D);
+    attn::zeroRowsOutsideSequences(static_cast<T*>(a.out), a.cuQ, a.batch, a.totalQ,
+                                   int64_t{a.hq} * D);
   }
 
   // cp.async groups: every thread commits the same sequence of groups, one per tile slot, empty
@@ -721,7 +708,7 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
       const int m = idx / kRowChunks, c = idx % kRowChunks;
       const bool in = sRow[m].hi > sRow[m].lo;
       const T* src = in ? qg + sRow[m].rh * D + c * 8 : qg;
-      cp_async16(smem_u32(sQ + m * D + ((c ^ (m & 7)) << 3)), src, in);
+      cp_async16_shared(smemU32(sQ + m * D + ((c ^ (m & 7)) << 3)), src, in ? 16 : 0);
     }
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {  // group s = tile t0 + s (group 0 also holds Q)
@@ -770,8 +757,8 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           const uint32_t chunk = kk * 2 + (lane >> 4);
-          ldmatrix_x4(qFrags[kk],
-                      smem_u32(sQ + qLaneRow[0] * D + ((chunk ^ (qLaneRow[0] & 7)) << 3)));
+          ldmatrixX4(qFrags[kk],
+                     smemU32(sQ + qLaneRow[0] * D + ((chunk ^ (qLaneRow[0] & 7)) << 3)));
         }
       }
     }
@@ -828,42 +815,42 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D))
 // programmatic dependent of split_kernel: griddepcontrol.wait orders it after its writes.
 // Latency, not bytes: a split's (m, l) and O used to be two dependent loads (O only where m was
 // finite), so a decode's 4-16 splits were 8-32 round trips to L2 in a row (5.0 us under ncu at 4
-// splits, session 16). Now the row's owner is found before the wait (cu_q and q_pos: not written
+// splits, session 16). Now the row's owner is found before the wait (cuQ and qPos: not written
 // by the split kernel, pdl.cuh "early reads"), and the partials are loaded B splits at a time,
 // (m, l) and O together. B is 8, or for decode rows 16 or 32, the smallest holding every split
-// (launch_split_dim; 8 at head dim 256), so a decode is one round trip after the wait (a
+// (launchSplitDim; 8 at head dim 256), so a decode is one round trip after the wait (a
 // 32k-token decode's 32 splits were four with B = 8) and the max comes from the batch's own
 // (m, l) when it holds every split, with no separate pass. With more splits than B, a max pass
 // reads every split's m beside the first batch and the batches follow one another. The sums are
 // the same operations in the same split order whatever B is (the output does not depend on it);
 // neutral partials (m = -inf) are loaded too (their O was never written) and skipped.
 template <typename T, int D, int B>
-__global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
+__global__ void __launch_bounds__(128) combineKernel(const SplitArgs a) {
   constexpr int E = D / 32;  // dims per lane
-  // Where the next kernel (the o projection) is let in (a.combine_trigger, paged_attention.h).
+  // Where the next kernel (the o projection) is let in (a.combineTrigger, paged_attention.h).
   // kTriggerFirst: before this kernel even waits, i.e. while the split kernel still runs, so its
   // early reads (W, the residual it adds to) overlap the attention. Safe only because that kernel
   // reads nothing the split kernel writes before its own wait, and its wait (this grid complete)
   // implies the split grid complete; pdl.cuh's one-kernel-ahead rule does not hold here.
   // kTriggerLast: after the stores, so no CTA of this kernel holds registers the next one's CTAs
   // need. kTriggerAfterWait: pdl::enter, as every other kernel.
-  if (a.combine_trigger == kTriggerFirst) pdl::trigger();
-  auto wait_for_split = [&] {
-    if (a.combine_trigger == kTriggerAfterWait) {
+  if (a.combineTrigger == kTriggerFirst) pdl::trigger();
+  auto waitForSplit = [&] {
+    if (a.combineTrigger == kTriggerAfterWait) {
       pdl::enter();
     } else {
       pdl::wait();
     }
   };
-  if (!a.early_reads) wait_for_split();
+  if (!a.earlyReads) waitForSplit();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t item = int64_t{blockIdx.x} * 4 + warp;  // r * Hq + h
-  const int64_t stride = int64_t{a.total_q} * a.hq;
+  const int64_t stride = int64_t{a.totalQ} * a.hq;
   if (item >= stride) return;
   const int32_t r = static_cast<int32_t>(item / a.hq);
-  const int32_t b = owning_sequence(a.cu_q, a.batch, r);
-  const bool valid = b >= 0 && r < a.cu_q[b + 1] && r - a.cu_q[b] < a.max_q && a.q_pos[r] >= 0;
-  if (a.early_reads) wait_for_split();  // the partials are read from here on
+  const int32_t b = owningSequence(a.cuQ, a.batch, r);
+  const bool valid = b >= 0 && r < a.cuQ[b + 1] && r - a.cuQ[b] < a.maxQ && a.qPos[r] >= 0;
+  if (a.earlyReads) waitForSplit();  // the partials are read from here on
   float acc[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] = 0.0f;
@@ -872,31 +859,30 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
     const int32_t splits = a.splits;
     float2 ml[B];
     float v[B][E];
-    auto load_batch = [&](int32_t s0) {
+    auto loadBatch = [&](int32_t s0) {
 #pragma unroll
       for (int j = 0; j < B; ++j) {
         const int64_t s = s0 + j;
         ml[j] = make_float2(-INFINITY, 0.0f);
         if (s < splits) {
-          ml[j] = a.part_ml[s * stride + item];
-          fwd::load_span<float, E, true>(a.part_o + (s * stride + item) * D + lane * E, v[j]);
+          ml[j] = a.partMl[s * stride + item];
+          fwd::load_span<float, E, true>(a.partO + (s * stride + item) * D + lane * E, v[j]);
         }
       }
     };
-    load_batch(0);
+    loadBatch(0);
     float mmax = -INFINITY;
     if (splits <= B) {
 #pragma unroll
       for (int j = 0; j < B; ++j) mmax = fmaxf(mmax, ml[j].x);
     } else {
-      for (int32_t s = lane; s < splits; s += 32)
-        mmax = fmaxf(mmax, a.part_ml[s * stride + item].x);
+      for (int32_t s = lane; s < splits; s += 32) mmax = fmaxf(mmax, a.partMl[s * stride + item].x);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
     }
     if (mmax != -INFINITY) {
       for (int32_t s0 = 0; s0 < splits; s0 += B) {
-        if (s0 > 0) load_batch(s0);
+        if (s0 > 0) loadBatch(s0);
 #pragma unroll
         for (int j = 0; j < B; ++j) {
           if (ml[j].x == -INFINITY) continue;  // neutral partial (or past the last split)
@@ -912,26 +898,26 @@ __global__ void __launch_bounds__(128) combine_kernel(const SplitArgs a) {
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] *= inv;
   fwd::store_span<T, E, true>(static_cast<T*>(a.out) + item * D + lane * E, acc);
-  if (a.combine_trigger == kTriggerLast) pdl::trigger();
+  if (a.combineTrigger == kTriggerLast) pdl::trigger();
 }
 
 // Launches split-KV kernel instance Kernel of shape (D, WM, RT) with its dynamic shared memory.
 template <auto Kernel, int D, int WM, int RT>
 void launchSplitKernel(const SplitArgs& a, int64_t ctas, cudaStream_t stream) {
   constexpr int kSmem = static_cast<int>(sk::smemBytes(D, WM, RT));
-  attn::raise_dynamic_smem_once<Kernel>(kSmem);
+  attn::raiseDynamicSmemOnce<Kernel>(kSmem);
   pdl::launch(Kernel, dim3(static_cast<unsigned>(ctas)), dim3(sk::kThreads), kSmem, stream, a);
   ES_CUDA_CHECK_LAUNCH();
 }
 
 // The split-KV kernel of the plan's shape, then the combine kernel when there are several splits.
 template <typename T, int D>
-void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaStream_t stream) {
+void launchSplitDim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaStream_t stream) {
   const int64_t ctas = plan.splitCtas;
   constexpr int kRt2 = sk::kVerifyRowTiles;
   if (plan.rowTiles == kRt2) {
     // The plan gives the split-KV kernel rowTiles 2 only where rowTilesBuilt: warpsM 1 (verify).
-    // Its rowTiles-2 warpsM-4 plans (prefill) run the wgmma kernel (launch_split).
+    // Its rowTiles-2 warpsM-4 plans (prefill) run the wgmma kernel (launchSplit).
     if constexpr (sk::rowTilesBuilt(D, 1, kRt2)) {
       ES_CHECK_ARG(plan.warpsM == 1, "launchPagedAttention", "plan.warpsM", plan.warpsM,
                    "must be 1 with rowTiles 2 on the split-KV kernel");
@@ -953,28 +939,28 @@ void launch_split_dim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaSt
     }
   }
   if (plan.numSplits > 1) {
-    const int64_t ctas = (int64_t{a.total_q} * a.hq + 3) / 4;
-    // The batch B (combine_kernel): 8, or for decode rows (maxQSeqLen 1) up to 32. At head dim
+    const int64_t ctas = (int64_t{a.totalQ} * a.hq + 3) / 4;
+    // The batch B (combineKernel): 8, or for decode rows (maxQSeqLen 1) up to 32. At head dim
     // 256 a split's O is 8 floats a lane, so 8 splits already hold 80 registers. Session 17 on the
     // H200: a 32k-token batch-1 decode's attention 39.4 -> 38.3 us (32 splits), at 4k 11.95 ->
     // 11.5 us (16); the 16-row verify ran 21.8 -> 21.5 us alone, yet Qwen3-8B's verify forward at
     // 4k took 6.02 ms with B 16 against 5.38 with B 8 (decode 4.63 either way), measured while the
     // o gemv still came in after the combine's wait, when each combine CTA (128 registers a
     // thread at B 16) kept an o CTA off its SM (docs/perf.md, session 17): verify rows keep B 8.
-    auto combine = combine_kernel<T, D, 8>;
+    auto combine = combineKernel<T, D, 8>;
     if constexpr (D <= 128) {
-      if (a.max_q == 1 && plan.numSplits > 16) {
-        combine = combine_kernel<T, D, 32>;
-      } else if (a.max_q == 1 && plan.numSplits > 8) {
-        combine = combine_kernel<T, D, 16>;
+      if (a.maxQ == 1 && plan.numSplits > 16) {
+        combine = combineKernel<T, D, 32>;
+      } else if (a.maxQ == 1 && plan.numSplits > 8) {
+        combine = combineKernel<T, D, 16>;
       }
     }
     pdl::launch(combine, dim3(static_cast<unsigned>(ctas)), dim3(128), 0, stream, a);
   }
 }
 
-void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
-                  cudaStream_t stream) {
+void launchSplit(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
+                 cudaStream_t stream) {
   if (detail::prefillWgmmaApplies(p, plan)) {  // the wgmma kernel (paged_attention_prefill.h)
     detail::launchPrefillWgmma(p, plan, stream);
     return;
@@ -991,45 +977,45 @@ void launch_split(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
   const SplitArgs a{
       .q = q.q,
       .out = q.out,
-      .cu_q = q.cuQSeqLens,
-      .q_pos = q.qPositions,
-      .total_q = q.totalQ,
-      .max_q = q.maxQSeqLen,
+      .cuQ = q.cuQSeqLens,
+      .qPos = q.qPositions,
+      .totalQ = q.totalQ,
+      .maxQ = q.maxQSeqLen,
       .hq = q.numQHeads,
       .group = q.numQHeads / p.kv.numKVHeads,
       .words = (q.maxQSeqLen + 31) / 32,
       .pool = p.kv.pool,
       .table = p.kv.pageTable,
-      .num_pages = p.kv.numPages,
-      .max_pages = p.kv.maxPagesPerSeq,
+      .numPages = p.kv.numPages,
+      .maxPages = p.kv.maxPagesPerSeq,
       .hkv = p.kv.numKVHeads,
-      .kv_lens = p.kvLengths,
+      .kvLens = p.kvLengths,
       .packed = p.packedMask,
       .mask = static_cast<int32_t>(p.mask),
       .window = p.slidingWindow,
       .batch = p.batchSize,
-      .scale_log2 = p.scale * 1.4426950408889634f,
+      .scaleLog2 = p.scale * 1.4426950408889634f,
       .splits = plan.numSplits,
-      .tiles_per_split = plan.tilesPerSplit,
-      .row_blocks = plan.rowBlocks,
-      .early_reads = pdl::early_reads() ? 1 : 0,
-      .combine_trigger = combineTrigger,
-      .part_o = partO,
-      .part_ml = reinterpret_cast<float2*>(partO + int64_t{plan.numSplits} * q.totalQ *
-                                                       q.numQHeads * p.headDim),
+      .tilesPerSplit = plan.tilesPerSplit,
+      .rowBlocks = plan.rowBlocks,
+      .earlyReads = pdl::early_reads() ? 1 : 0,
+      .combineTrigger = combineTrigger,
+      .partO = partO,
+      .partMl = reinterpret_cast<float2*>(partO + int64_t{plan.numSplits} * q.totalQ * q.numQHeads *
+                                                      p.headDim),
   };
   fwd::dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
       switch (p.headDim) {
         case 64:
-          launch_split_dim<T, 64>(a, plan, stream);
+          launchSplitDim<T, 64>(a, plan, stream);
           break;
         case 128:
-          launch_split_dim<T, 128>(a, plan, stream);
+          launchSplitDim<T, 128>(a, plan, stream);
           break;
         default:
-          launch_split_dim<T, 256>(a, plan, stream);
+          launchSplitDim<T, 256>(a, plan, stream);
           break;
       }
     }
@@ -1042,7 +1028,7 @@ void launchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
   const PagedAttentionPlan plan = planPagedAttention(p);
   if (plan.splitKv) {
-    launch_split(p, plan, stream);
+    launchSplit(p, plan, stream);
     return;
   }
   ES_CHECK_ARG(p.query.numQHeads <= 65535, "launchPagedAttention", "query.numQHeads",
@@ -1050,17 +1036,17 @@ void launchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   const Args a{
       .q = p.query.q,
       .out = p.query.out,
-      .cu_q = p.query.cuQSeqLens,
-      .q_pos = p.query.qPositions,
-      .total_q = p.query.totalQ,
+      .cuQ = p.query.cuQSeqLens,
+      .qPos = p.query.qPositions,
+      .totalQ = p.query.totalQ,
       .words = (p.query.maxQSeqLen + 31) / 32,
       .hq = p.query.numQHeads,
       .pool = p.kv.pool,
       .table = p.kv.pageTable,
-      .num_pages = p.kv.numPages,
-      .max_pages = p.kv.maxPagesPerSeq,
+      .numPages = p.kv.numPages,
+      .maxPages = p.kv.maxPagesPerSeq,
       .hkv = p.kv.numKVHeads,
-      .kv_lens = p.kvLengths,
+      .kvLens = p.kvLengths,
       .mask = static_cast<int32_t>(p.mask),
       .packed = p.packedMask,
       .window = p.slidingWindow,
@@ -1094,7 +1080,7 @@ void launchPagedAttentionSplitKv(const PagedAttentionParams& p, int32_t numSplit
   if (!validate(p)) return;
   const PagedAttentionPlan plan = planPagedAttention(p, numSplits, maxRowTiles);
   ES_CHECK_ARG(plan.splitKv, kWhere, "params", plan.reason, "the split-KV path must apply");
-  launch_split(p, plan, stream);
+  launchSplit(p, plan, stream);
 }
 
 }  // namespace es::kernel

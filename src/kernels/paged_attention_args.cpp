@@ -71,7 +71,7 @@ namespace {
 
 constexpr int32_t kTile = splitkv::kTileKeys;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct SplitShape {
   int32_t warpsM = 0, rowTiles = 1, rowBlocks = 0;
@@ -88,23 +88,23 @@ struct SplitShape {
 //     each tile's keys as decode does: row invariance), up to 4 tiles per CTA for the rest, which
 //     reads K/V from L2 up to 4x less often.
 // maxRowTiles 1 keeps one tile per warp row everywhere.
-SplitShape split_shape(int32_t batchSize, int32_t maxQSeqLen, int32_t group, int32_t headDim,
-                       int32_t maxRowTiles, bool oneSplit) {
+SplitShape splitShape(int32_t batchSize, int32_t maxQSeqLen, int32_t group, int32_t headDim,
+                      int32_t maxRowTiles, bool oneSplit) {
   const int64_t packed = int64_t{maxQSeqLen} * group;
-  const int64_t tiles = ceil_div(packed, 16);
+  const int64_t tiles = ceilDiv(packed, 16);
   const bool prefill = maxQSeqLen > kSplitKvMaxQSeqLen;
   const bool twoTiles = maxRowTiles != 1 && headDim == 128;
   if (prefill && twoTiles && oneSplit && packed >= splitkv::kPrefillRowsPerCta) {
     return {4, splitkv::kPrefillRowTiles,
-            static_cast<int32_t>(ceil_div(packed, splitkv::kPrefillRowsPerCta))};
+            static_cast<int32_t>(ceilDiv(packed, splitkv::kPrefillRowsPerCta))};
   }
   const bool invariant = batchSize == 1 && maxQSeqLen <= kSplitKvMaxQSeqLen;
   constexpr int32_t vrt = splitkv::kVerifyRowTiles;
   if (invariant && twoTiles && tiles >= vrt) {
-    return {1, vrt, static_cast<int32_t>(ceil_div(tiles, vrt))};
+    return {1, vrt, static_cast<int32_t>(ceilDiv(tiles, vrt))};
   }
   const int32_t wm = invariant ? 1 : tiles >= 3 ? 4 : static_cast<int32_t>(tiles);
-  return {wm, 1, static_cast<int32_t>(ceil_div(tiles, wm))};
+  return {wm, 1, static_cast<int32_t>(ceilDiv(tiles, wm))};
 }
 
 // The split geometry (paged_attention.h, "Split boundaries"). Depends on the batch, the heads and
@@ -116,7 +116,7 @@ struct SplitGeometry {
 
 // Splits wanted for `pairs` (sequence, KV head) pairs: one full wave of CTAs, one split kept for
 // a window's misalignment so that the count stays <= kSplitKvMaxSplits.
-int64_t split_fill(int64_t pairs, int32_t headDim) {
+int64_t splitFill(int64_t pairs, int32_t headDim) {
   const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
   return std::min<int64_t>(std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)), kSplitKvMaxSplits - 1);
 }
@@ -124,29 +124,29 @@ int64_t split_fill(int64_t pairs, int32_t headDim) {
 // tilesSpan: 64-key tiles one CTA's rows can see together (all of the key bound, or with a
 // window its span); windowed: the span starts anywhere, so one more split covers its
 // misalignment against the fixed boundaries.
-SplitGeometry split_geometry(int64_t pairs, int32_t headDim, int64_t tilesSpan, bool windowed) {
-  const int64_t fill = split_fill(pairs, headDim);
+SplitGeometry splitGeometry(int64_t pairs, int32_t headDim, int64_t tilesSpan, bool windowed) {
+  const int64_t fill = splitFill(pairs, headDim);
   SplitGeometry g;
-  const int64_t min_tiles = std::clamp<int64_t>(ceil_div(tilesSpan, kSplitKvMinSplitsBeforeMinTiles), 1,
-                                                kSplitKvMinTilesPerSplit);
-  g.tilesPerSplit = std::max(min_tiles, ceil_div(tilesSpan, fill));
-  g.numSplits = windowed ? ceil_div(tilesSpan + g.tilesPerSplit - 1, g.tilesPerSplit)
-                         : ceil_div(tilesSpan, g.tilesPerSplit);
+  const int64_t minTiles = std::clamp<int64_t>(ceilDiv(tilesSpan, kSplitKvMinSplitsBeforeMinTiles),
+                                               1, kSplitKvMinTilesPerSplit);
+  g.tilesPerSplit = std::max(minTiles, ceilDiv(tilesSpan, fill));
+  g.numSplits = windowed ? ceilDiv(tilesSpan + g.tilesPerSplit - 1, g.tilesPerSplit)
+                         : ceilDiv(tilesSpan, g.tilesPerSplit);
   return g;
 }
 
-int64_t tiles_of(int64_t keys) { return std::max<int64_t>(1, ceil_div(keys, kTile)); }
+int64_t tilesOf(int64_t keys) { return std::max<int64_t>(1, ceilDiv(keys, kTile)); }
 
 // The automatic verify rule (paged_attention.h, "Verify row tiles"): two row tiles per CTA only
 // where the one-tile grid, oneTileCtas, is more than one wave of resident CTAs. Halving a grid
 // that fits in one wave only halves the CTAs streaming K/V: the Qwen3-8B verify at 128 tokens
 // (a 416-token cache: 7-8 splits, 224-256 one-tile CTAs) took 4.70 ms a forward with two tiles
 // against 4.66 with one, at 4k (512 CTAs, two waves) 5.19 against 5.35 (docs/perf.md, session 18).
-bool verify_two_tiles_pay(int64_t oneTileCtas, int32_t headDim) {
+bool verifyTwoTilesPay(int64_t oneTileCtas, int32_t headDim) {
   return oneTileCtas > int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
 }
 
-int64_t partial_bytes(int64_t splits, int64_t totalQ, int32_t numQHeads, int32_t headDim) {
+int64_t partialBytes(int64_t splits, int64_t totalQ, int32_t numQHeads, int32_t headDim) {
   return splits < 2 ? 0 : splits * totalQ * numQHeads * (int64_t{headDim} + 2) * 4;
 }
 
@@ -191,27 +191,29 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
 
   const int32_t group = q.numQHeads / p.kv.numKVHeads;
   SplitShape shape =
-      split_shape(p.batchSize, q.maxQSeqLen, group, p.headDim, maxRowTiles, forceNumSplits <= 1);
+      splitShape(p.batchSize, q.maxQSeqLen, group, p.headDim, maxRowTiles, forceNumSplits <= 1);
   // Tiles one CTA's rows can see: all of the key bound, or with a window at most W + 15 keys
   // (16 query rows, whatever this call's maxQSeqLen) and one tile of misalignment.
   const int64_t tilesFull =
-      tiles_of(std::min<int64_t>(p.maxKvLength, int64_t{p.kv.maxPagesPerSeq} * kv::kTokensPerPage));
+      tilesOf(std::min<int64_t>(p.maxKvLength, int64_t{p.kv.maxPagesPerSeq} * kv::kTokensPerPage));
   int64_t tilesSpan = tilesFull;
   if (p.slidingWindow > 0) {
-    tilesSpan = std::min(tilesFull, tiles_of(int64_t{p.slidingWindow} + kSplitKvMaxQSeqLen - 1) + 1);
+    tilesSpan = std::min(tilesFull, tilesOf(int64_t{p.slidingWindow} + kSplitKvMaxQSeqLen - 1) + 1);
   }
   const bool windowed = tilesSpan < tilesFull;
-  SplitGeometry g = split_geometry(int64_t{p.batchSize} * p.kv.numKVHeads, p.headDim, tilesSpan, windowed);
+  SplitGeometry g =
+      splitGeometry(int64_t{p.batchSize} * p.kv.numKVHeads, p.headDim, tilesSpan, windowed);
   if (prefill) g = {tilesFull, 1};  // the row blocks alone fill the GPU: one split, no partials
   if (forceNumSplits > 0) {
     g.numSplits = std::min(forceNumSplits, kSplitKvMaxSplits);
     g.tilesPerSplit = std::max<int64_t>(1, tilesSpan / g.numSplits);
   }
   // The split geometry does not depend on the row tiles, so the verify variant can be dropped
-  // here, once the grid is known (maxRowTiles 2 keeps it wherever split_shape gave it).
+  // here, once the grid is known (maxRowTiles 2 keeps it wherever splitShape gave it).
   if (maxRowTiles == 0 && !prefill && shape.warpsM == 1 && shape.rowTiles == splitkv::kVerifyRowTiles) {
-    const int64_t tiles = ceil_div(int64_t{q.maxQSeqLen} * group, 16);
-    if (!verify_two_tiles_pay(int64_t{p.batchSize} * p.kv.numKVHeads * tiles * g.numSplits, p.headDim)) {
+    const int64_t tiles = ceilDiv(int64_t{q.maxQSeqLen} * group, 16);
+    if (!verifyTwoTilesPay(int64_t{p.batchSize} * p.kv.numKVHeads * tiles * g.numSplits,
+                           p.headDim)) {
       shape = {1, 1, static_cast<int32_t>(tiles)};
     }
   }
@@ -219,12 +221,12 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   plan.rowTiles = shape.rowTiles;
   plan.rowBlocks = shape.rowBlocks;
   const int64_t ctas = int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks * g.numSplits;
-  const int64_t combine_ctas = (int64_t{q.totalQ} * q.numQHeads + 3) / 4;
+  const int64_t combineCtas = (int64_t{q.totalQ} * q.numQHeads + 3) / 4;
   plan.numSplits = static_cast<int32_t>(g.numSplits);
   plan.tilesPerSplit = static_cast<int32_t>(std::min<int64_t>(g.tilesPerSplit, INT32_MAX));
-  plan.workspaceBytes = partial_bytes(g.numSplits, q.totalQ, q.numQHeads, p.headDim);
+  plan.workspaceBytes = partialBytes(g.numSplits, q.totalQ, q.numQHeads, p.headDim);
   plan.splitCtas = ctas;
-  if (ctas > INT32_MAX || combine_ctas > INT32_MAX) {
+  if (ctas > INT32_MAX || combineCtas > INT32_MAX) {
     plan.reason = "grid too large";
   } else if (plan.workspaceBytes > p.workspaceBytes) {
     plan.reason = "workspace too small";
@@ -249,16 +251,16 @@ int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, i
   ES_CHECK_ARG(maxKvLength >= 0, kWhere, "maxKvLength", maxKvLength, "must be >= 0");
   ES_CHECK_ARG(maxTotalQ >= 0, kWhere, "maxTotalQ", maxTotalQ, "must be >= 0 (0 = batch * qLen)");
   if (maxKvLength == 0) return 0;
-  // A call's split count is split_geometry's for its batch and tile span (prefill: 1). Any span
+  // A call's split count is splitGeometry's for its batch and tile span (prefill: 1). Any span
   // up to the bound's tiles, windowed or not, gives at most min(fill, tiles) + 1 splits, and
   // fill falls with the batch: maximise that bound times the rows over the batch.
-  const int64_t tiles = tiles_of(maxKvLength);
+  const int64_t tiles = tilesOf(maxKvLength);
   const int64_t ql = std::min(maxQSeqLen, kSplitKvMaxQSeqLen);
   int64_t best = 0;
   for (int32_t b = 1; b <= maxBatchSize; ++b) {
-    const int64_t splits = std::min(split_fill(int64_t{b} * numKVHeads, headDim), tiles) + 1;
+    const int64_t splits = std::min(splitFill(int64_t{b} * numKVHeads, headDim), tiles) + 1;
     const int64_t rows = maxTotalQ > 0 ? int64_t{maxTotalQ} : int64_t{b} * ql;
-    best = std::max(best, partial_bytes(splits, rows, numQHeads, headDim));
+    best = std::max(best, partialBytes(splits, rows, numQHeads, headDim));
   }
   return best;
 }

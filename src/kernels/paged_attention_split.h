@@ -77,9 +77,9 @@ constexpr int64_t smemBytes(int32_t headDim, int32_t warpsM, int32_t rowTiles = 
 constexpr int64_t mergeBytes(int32_t headDim) { return int64_t{4} * 16 * (headDim + 4) * 4; }
 
 constexpr int32_t ctasPerSm(int32_t headDim, int32_t warpsM, int32_t rowTiles = 1) {
-  const int64_t by_smem = kSmPerSm / (smemBytes(headDim, warpsM, rowTiles) + kSmReservedPerCta);
-  const int64_t by_regs = minBlocks(headDim);
-  return static_cast<int32_t>(by_smem < by_regs ? by_smem : by_regs);
+  const int64_t bySmem = kSmPerSm / (smemBytes(headDim, warpsM, rowTiles) + kSmReservedPerCta);
+  const int64_t byRegs = minBlocks(headDim);
+  return static_cast<int32_t>(bySmem < byRegs ? bySmem : byRegs);
 }
 
 static_assert(mergeBytes(64) <= stages(64, 1) * kvStageBytes(64) &&
