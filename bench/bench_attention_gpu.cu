@@ -24,7 +24,7 @@
 // largest difference relative to the output RMS (a MISMATCH line if it exceeds 5e-2).
 // Run: build-dir/bench/bench_attention_gpu (about 10-20 s on an H200), or with `--shape B,CTX,Q`
 // (e.g. 16,32768,1) for that shape's rows only, the read stream included (a profiler run of one
-// shape: `ncu --kernel-name regex:split_kernel ... bench_attention_gpu --shape 16,32768,1`).
+// shape: `ncu --kernel-name regex:decodeKernel ... bench_attention_gpu --shape 16,32768,1`).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -301,7 +301,7 @@ void benchShape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& sw
   timeVariant(stream, pr, name,
               [&](int set) { kernel::launchPagedAttention(pr.params(set, true), stream); });
   if (verify && twoTileShape) {
-    // Batch-1 verify: one (rowTiles 1, the kernel before) or two 16-row tiles per CTA.
+    // Batch-1 verify: one (rowTiles 1, decodeKernel) or two (verifyKernel) 16-row tiles per CTA.
     const double planUs = gRows.back().graphUs;
     double us[2] = {0, 0};
     for (const int32_t rt : {1, 2}) {

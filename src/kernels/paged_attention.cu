@@ -812,14 +812,13 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D))
 
 // Merges the splits of one (row, head) per warp: out = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M)
 // l_s. Rows in no sequence, padding rows and rows that saw no key get zeros. Launched as a
-// programmatic dependent of split_kernel: griddepcontrol.wait orders it after its writes.
-// Latency, not bytes: a split's (m, l) and O used to be two dependent loads (O only where m was
-// finite), so a decode's 4-16 splits were 8-32 round trips to L2 in a row (5.0 us under ncu at 4
-// splits, session 16). Now the row's owner is found before the wait (cuQ and qPos: not written
-// by the split kernel, pdl.cuh "early reads"), and the partials are loaded B splits at a time,
-// (m, l) and O together. B is 8, or for decode rows 16 or 32, the smallest holding every split
+// programmatic dependent of the split-KV kernel: griddepcontrol.wait orders it after its writes.
+// Latency, not bytes, bounds it: loading a split's (m, l) and then its O (only where m is finite)
+// would make a decode's 4-16 splits 8-32 dependent round trips to L2. So the row's owner is found
+// before the wait (cuQ and qPos: not written by the split kernel, pdl.cuh "early reads"), and the
+// partials are loaded B splits at a time, (m, l) and O together. B is 8, or for decode rows 16 or 32, the smallest holding every split
 // (launchSplitDim; 8 at head dim 256), so a decode is one round trip after the wait (a
-// 32k-token decode's 32 splits were four with B = 8) and the max comes from the batch's own
+// 32k-token decode's 32 splits would be four with B = 8) and the max comes from the batch's own
 // (m, l) when it holds every split, with no separate pass. With more splits than B, a max pass
 // reads every split's m beside the first batch and the batches follow one another. The sums are
 // the same operations in the same split order whatever B is (the output does not depend on it);
@@ -941,12 +940,10 @@ void launchSplitDim(const SplitArgs& a, const PagedAttentionPlan& plan, cudaStre
   if (plan.numSplits > 1) {
     const int64_t ctas = (int64_t{a.totalQ} * a.hq + 3) / 4;
     // The batch B (combineKernel): 8, or for decode rows (maxQSeqLen 1) up to 32. At head dim
-    // 256 a split's O is 8 floats a lane, so 8 splits already hold 80 registers. Session 17 on the
-    // H200: a 32k-token batch-1 decode's attention 39.4 -> 38.3 us (32 splits), at 4k 11.95 ->
-    // 11.5 us (16); the 16-row verify ran 21.8 -> 21.5 us alone, yet Qwen3-8B's verify forward at
-    // 4k took 6.02 ms with B 16 against 5.38 with B 8 (decode 4.63 either way), measured while the
-    // o gemv still came in after the combine's wait, when each combine CTA (128 registers a
-    // thread at B 16) kept an o CTA off its SM (docs/perf.md, session 17): verify rows keep B 8.
+    // 256 a split's O is 8 floats a lane, so 8 splits already hold 80 registers. Decode rows take
+    // the larger batches (a 32k-token batch-1 decode's attention is about 3 % faster with all 32
+    // splits in one batch); verify rows keep B 8: a combine CTA of B 16 holds 128 registers a
+    // thread, which can keep a CTA of the next kernel (the o projection) off its SM.
     auto combine = combineKernel<T, D, 8>;
     if constexpr (D <= 128) {
       if (a.maxQ == 1 && plan.numSplits > 16) {

@@ -15,12 +15,12 @@
 // lets the NEXT kernel in (pdl.cuh's trigger) at one of three points, chosen on the host:
 //   after its stores  when nextFillsSms: that kernel's CTAs need whole SMs, and a combine CTA
 //                     still resident would keep one of them out (Qwen3-8B's 16-row verify
-//                     forward 5.15 -> 4.66 ms);
+//                     forward is about 10 % faster so);
 //   before its wait   otherwise for decode rows (maxQSeqLen 1) when PDL is on: that kernel may
 //                     then run beside the split kernel until its own wait, so before that wait it
 //                     must neither read the split workspace nor write anything the attention
 //                     reads (in the models it is the o projection gemv, whose early reads are W
-//                     and the residual); Qwen3-0.6B decode +1.4 %;
+//                     and the residual); Qwen3-0.6B decodes about 1 % faster so;
 //   after its wait    otherwise (verify and proposal rows).
 //
 // Sequence b owns page-table row b and query rows [cuQSeqLens[b], cuQSeqLens[b+1]). Its keys
@@ -122,9 +122,9 @@ inline constexpr int32_t kSplitKvPlanSMs = 132;
 // (always at batch 1 with <= 16 rows: one row tile per CTA, or two with decode's per-row
 // arithmetic, "Verify row tiles" below) a verify row then equals the decode row at its position
 // bit for bit. Once the key bound gives at least kSplitKvMinSplitsBeforeMinTiles splits, each takes
-// at least kSplitKvMinTilesPerSplit tiles (a 4k-context batch-1 decode measured 15.0 us with 16
-// splits against 19.1 us with 32; below that, smaller splits keep short contexts spread: the
-// random Qwen3-0.6B at 384 keys decoded 918 tok/s with 4-tile splits against 973 with 1-tile).
+// at least kSplitKvMinTilesPerSplit tiles (a 4k-context batch-1 decode takes 15.0 us with 16
+// splits, 19.1 us with 32); below that, smaller splits keep short contexts spread (the random
+// Qwen3-0.6B at 384 keys decodes about 6 % faster with 1-tile splits than with 4-tile ones).
 inline constexpr int32_t kSplitKvMinTilesPerSplit = 4;
 inline constexpr int32_t kSplitKvMinSplitsBeforeMinTiles = 8;
 // Row tiles (plan.rowTiles, plan.warpsM; paged_attention_split.h), a function of the shape only:
@@ -143,8 +143,8 @@ inline constexpr int32_t kSplitKvMinSplitsBeforeMinTiles = 8;
 // kernel's bit for bit and the CTA count halves (the 16-row verify of Qwen3-8B at 4k: 512 CTAs,
 // two waves, -> 256, one). The plan takes it only where the one-tile grid (batch x KV heads x
 // tiles x splits) is more than one wave of kSplitKvPlanSMs x ctasPerSm CTAs (264 at D 128): fewer,
-// fuller CTAs pay only when they save a wave (Qwen3-8B verify forward at 4k: 5.35 -> 5.19 ms; at
-// 128 tokens with a 416-token cache, 224-256 one-tile CTAs in one wave, 4.66 -> 4.70).
+// fuller CTAs pay only when they save a wave (the Qwen3-8B verify forward at 4k is 3 % faster
+// with them; at 128 tokens with a 416-token cache, 224-256 one-tile CTAs in one wave, 1 % slower).
 // Which kernel a call takes and, for split-KV, its shape. Host only.
 struct PagedAttentionPlan {
   bool splitKv = false;        // the split-KV path runs

@@ -139,9 +139,9 @@ int64_t tilesOf(int64_t keys) { return std::max<int64_t>(1, ceilDiv(keys, kTile)
 
 // The automatic verify rule (paged_attention.h, "Verify row tiles"): two row tiles per CTA only
 // where the one-tile grid, oneTileCtas, is more than one wave of resident CTAs. Halving a grid
-// that fits in one wave only halves the CTAs streaming K/V: the Qwen3-8B verify at 128 tokens
-// (a 416-token cache: 7-8 splits, 224-256 one-tile CTAs) took 4.70 ms a forward with two tiles
-// against 4.66 with one, at 4k (512 CTAs, two waves) 5.19 against 5.35 (docs/perf.md, session 18).
+// that fits in one wave only halves the CTAs streaming K/V: the Qwen3-8B verify forward at 128
+// tokens (a 416-token cache: 7-8 splits, 224-256 one-tile CTAs) is about 1 % slower with two tiles,
+// at 4k (512 one-tile CTAs, two waves) 3 % faster.
 bool verifyTwoTilesPay(int64_t oneTileCtas, int32_t headDim) {
   return oneTileCtas > int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
 }

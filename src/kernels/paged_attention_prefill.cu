@@ -8,7 +8,7 @@
 //   rows       per packed row: q/out row-head index, visible keys [lo, hi)
 //   mbarriers  "full" and "free" per K and V stage
 // 195 KiB a CTA (with 1 KiB of alignment slack): one CTA (8 warps) per SM, up to 255 registers a
-// thread (S 64, O 64, P of two tiles 2 x 32; ptxas, CUDA 13.0: 196, no spills).
+// thread (S 64, O 64, P of two tiles 2 x 32; ptxas allocates 196, no spills).
 //
 // Software pipeline (each warpgroup its 64 rows): iteration t issues S = Q K_t^T and O += P V of
 // tile t - 1 as two wgmma groups, waits for S only, runs tile t's softmax while P V is on the

@@ -90,7 +90,7 @@ static_assert(smemBytes(256, 4) <= 232448, "fits the 227 KB per-block limit");
 static_assert(ctasPerSm(128, 1) == 2 && ctasPerSm(128, 4) == 2 && ctasPerSm(64, 1) == 4 &&
               ctasPerSm(256, 1) == 1);
 // Verify rowTiles 2 at warpsM 1, D 128: 3 stages x 32 KiB + 8 KiB of Q (32 rows) + 4.1 KiB =
-// 108.1 KiB: still 2 CTAs per SM, like the rowTiles-1 warpsM-1 kernel it replaces (102.1 KiB);
+// 108.1 KiB: still 2 CTAs per SM, like the rowTiles-1 warpsM-1 kernel (102.1 KiB);
 // both tiles' merge buffers (2 x 33 KiB) fit in the ring.
 static_assert(smemBytes(128, 1, kVerifyRowTiles) == 110656);
 static_assert(ctasPerSm(128, 1, kVerifyRowTiles) == 2);

@@ -30,8 +30,7 @@ namespace es::kernel::wgmma {
 // 14 bits), swizzle mode 1 = 128-byte swizzle in bits 62-63, base offset 0. A shared address is
 // below 2^18 (228 KiB), so the address field is a plain sum: with LBO / SBO compile-time constants
 // and a warp-uniform address the compiler can keep the descriptor in uniform registers and add
-// offsets there (the masked form was rebuilt in per-thread registers for every wgmma; docs/perf.md
-// session 20).
+// offsets there (a masked form would be rebuilt in per-thread registers for every wgmma).
 __device__ __forceinline__ uint64_t descSw128(uint32_t smemAddr, uint32_t lboBytes,
                                               uint32_t sboBytes) {
   return ((uint64_t{lboBytes >> 4} << 16) | (uint64_t{sboBytes >> 4} << 32) | (uint64_t{1} << 62)) +

@@ -743,7 +743,7 @@ TEST(PagedAttentionPlan, RowTiles) {
 
 // The batch-1 verify variant (paged_attention.h, "Verify row tiles"): batch-1 calls of <= 16 rows
 // per sequence at head dim 128 whose packed rows need >= 2 tiles take 2 tiles per CTA at warpsM
-// 1, any mask; 1 tile, D 64 / 256, batch > 1 and maxRowTiles 1 keep the plan of before. The split
+// 1, any mask; 1 tile, D 64 / 256, batch > 1 and maxRowTiles 1 keep one tile per CTA. The split
 // geometry is the decode call's either way.
 TEST(PagedAttentionPlan, VerifyRowTiles) {
   using M = kernel::AttentionMask;

@@ -752,7 +752,7 @@ void expectVerifyRowsEqualDecodeRows(int32_t hq, int32_t hkv, int32_t dim, int32
   const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(pv);
   ASSERT_TRUE(plan.splitKv) << plan.reason;
   // The plan: two row tiles per CTA at warpsM 1 where the variant is built (D 128) and the
-  // packed rows need two tiles; one tile per CTA with maxRowTiles 1 (the kernel of before).
+  // packed rows need two tiles; one tile per CTA with maxRowTiles 1 (decodeKernel).
   const int32_t tiles = (rows * (hq / hkv) + 15) / 16;
   const int32_t wantRt = batch == 1 && dim == 128 && tiles >= 2 ? 2 : 1;
   const kernel::PagedAttentionPlan plan2 = kernel::planPagedAttention(pv, 0, 2);
