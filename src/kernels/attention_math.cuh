@@ -15,7 +15,7 @@ namespace es::kernel::attn {
 // 2^x on the SFU alone (ex2.approx.ftz: results below 2^-126 flush to zero, far below what a
 // softmax weight rounded to bf16/f16 next to the row's maximum weight 1 can carry); exp2f adds a
 // range check and two predicated multiplies per call to keep denormal results.
-__device__ __forceinline__ float exp2_ftz(float x) {
+__device__ __forceinline__ float exp2Ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;

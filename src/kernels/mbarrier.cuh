@@ -29,7 +29,7 @@ __device__ __forceinline__ void arrive(uint32_t bar) {
 
 // One arrival made when every cp.async this thread issued before it has landed (the thread does
 // not wait). The barrier's count must include it (.noinc).
-__device__ __forceinline__ void arrive_on_copies(uint32_t bar) {
+__device__ __forceinline__ void arriveOnCopies(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
@@ -49,10 +49,10 @@ __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
 
 // Named barrier `id` (1..15; 0 is __syncthreads) for `threads` threads: arrive without waiting,
 // or arrive and wait until all have arrived.
-__device__ __forceinline__ void named_arrive(int id, int threads) {
+__device__ __forceinline__ void namedArrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-__device__ __forceinline__ void named_sync(int id, int threads) {
+__device__ __forceinline__ void namedSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 

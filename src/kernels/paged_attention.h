@@ -12,18 +12,16 @@
 // kvLengths, qPositions, packedMask and the page table are read before waiting for the previous
 // kernel of the stream, so that kernel must not write them (in the models it is
 // qkv_rope_kv_write, which writes q and the pool). When splits are combined, the combine kernel
-// lets the NEXT kernel in (pdl.cuh's trigger) at one of three points:
+// lets the NEXT kernel in (pdl.cuh's trigger) at one of three points, chosen on the host:
 //   after its stores  when nextFillsSms: that kernel's CTAs need whole SMs, and a combine CTA
 //                     still resident would keep one of them out (Qwen3-8B's 16-row verify
-//                     forward 5.15 -> 4.66 ms, docs/perf.md session 17);
-//   before its wait   otherwise for decode rows (maxQSeqLen 1): that kernel may then run beside
-//                     the split kernel until its own wait, so before that wait it must neither
-//                     read the split workspace nor write anything the attention reads (in the
-//                     models it is the o projection gemv, whose early reads are W and the
-//                     residual); Qwen3-0.6B decode +1.4 %;
+//                     forward is about 10 % faster so);
+//   before its wait   otherwise for decode rows (maxQSeqLen 1) when PDL is on: that kernel may
+//                     then run beside the split kernel until its own wait, so before that wait it
+//                     must neither read the split workspace nor write anything the attention
+//                     reads (in the models it is the o projection gemv, whose early reads are W
+//                     and the residual); Qwen3-0.6B decodes about 1 % faster so;
 //   after its wait    otherwise (verify and proposal rows).
-// ES_ATTN_COMBINE_TRIGGER_FIRST=0 turns the second off; ES_ATTN_COMBINE_TRIGGER_LAST=0 / 1
-// makes the first never / always (the latter for rows other than decode rows; A/B runs).
 //
 // Sequence b owns page-table row b and query rows [cuQSeqLens[b], cuQSeqLens[b+1]). Its keys
 // are positions [0, kvLengths[b]); the last qLen_b of them are the rows being processed, so
@@ -48,17 +46,13 @@
 //             partials (max, sum, unnormalised output) go to `workspace` and a small combine
 //             kernel merges them. Decode, verify and DFlash blocks (maxQSeqLen <= 16) split the
 //             keys; prefill (maxQSeqLen > 16, not kPackedTree) takes one split: its row blocks
-//             fill the GPU. Prefill at head dim 128 with enough rows (plan.rowTiles 2, see
-//             kSplitKvRowTilesMinCtas) gives each warp two 16-row tiles, 128 rows per CTA;
-//             a batch-1 verify at head dim 128 with 2+ row tiles (plan.rowTiles 2, warpsM 1)
-//             gives each CTA two 16-row tiles that its warps share as decode's one.
-//             Chosen on the host from host values only (batchSize, heads, maxQSeqLen,
-//             maxKvLength, workspaceBytes, and ES_ATTN_ROWTILES read once): no device read,
-//             CUDA-graph safe. Every mask, window, padding and page-id rule above holds on this
-//             path too.
-//             Prefill calls of that plan with one split at head dim 128 (f16/bf16, not
-//             kPackedTree) run the wgmma kernel of paged_attention_prefill.h instead of the
-//             mma.sync prefill variant (ES_ATTN_PREFILL_WGMMA=0 keeps the latter).
+//             fill the GPU. A batch-1 verify at head dim 128 with 2+ row tiles may take two
+//             16-row tiles per CTA ("Verify row tiles" below). Prefill at head dim 128 with at
+//             least 128 packed rows a sequence runs the wgmma kernel of
+//             paged_attention_prefill.h instead ("Row tiles" below). Chosen on the host from host
+//             values only (batchSize, heads, maxQSeqLen, maxKvLength, workspaceBytes): no device
+//             read, CUDA-graph safe. Every mask, window, padding and page-id rule above holds on
+//             this path too.
 //   simple    one CTA per (query row, query head); every other call (maxKvLength = 0, too small
 //             a workspace, f32, kPackedTree with maxQSeqLen > 16, unaligned pointers).
 // planPagedAttention says which one a call takes. On the split-KV path the tensor cores multiply
@@ -128,32 +122,29 @@ inline constexpr int32_t kSplitKvPlanSMs = 132;
 // (always at batch 1 with <= 16 rows: one row tile per CTA, or two with decode's per-row
 // arithmetic, "Verify row tiles" below) a verify row then equals the decode row at its position
 // bit for bit. Once the key bound gives at least kSplitKvMinSplitsBeforeMinTiles splits, each takes
-// at least kSplitKvMinTilesPerSplit tiles (a 4k-context batch-1 decode measured 15.0 us with 16
-// splits against 19.1 us with 32; below that, smaller splits keep short contexts spread: the
-// random Qwen3-0.6B at 384 keys decoded 918 tok/s with 4-tile splits against 973 with 1-tile).
+// at least kSplitKvMinTilesPerSplit tiles (a 4k-context batch-1 decode takes 15.0 us with 16
+// splits, 19.1 us with 32); below that, smaller splits keep short contexts spread (the random
+// Qwen3-0.6B at 384 keys decodes about 6 % faster with 1-tile splits than with 4-tile ones).
 inline constexpr int32_t kSplitKvMinTilesPerSplit = 4;
 inline constexpr int32_t kSplitKvMinSplitsBeforeMinTiles = 8;
-// Prefill row tiles (paged_attention_split.h): a prefill call (maxQSeqLen > 16) at head dim 128
-// takes 2 row tiles per warp (128 packed rows per CTA) when a sequence has at least 128 packed
-// rows (maxQSeqLen * group) and the call still gets at least kSplitKvRowTilesMinCtas CTAs with
-// them (one per SM: below that, twice as many 64-row CTAs of rowTiles 1 keep more SMs busy, e.g.
-// a 128-row suffix over a long prefix; by default the wgmma prefill kernel is exempt from that
-// bound, ES_ATTN_PREFILL_WGMMA_FEW=0 keeps it: paged_attention_prefill.h). A row's result does
-// not depend on rowTiles (one warp sums all its keys in both; paged_attention_split.h).
-inline constexpr int32_t kSplitKvRowTilesMinCtas = kSplitKvPlanSMs;
+// Row tiles (plan.rowTiles, plan.warpsM; paged_attention_split.h), a function of the shape only:
+//   prefill   a call of maxQSeqLen > 16 at head dim 128 whose sequences hold at least 128 packed
+//             rows (maxQSeqLen * group) takes the wgmma prefill kernel (paged_attention_prefill.h)
+//             with one split, reported as warpsM 4 x rowTiles 2 (128 packed rows per CTA), however
+//             few CTAs that makes; other prefill calls take warpsM 4 (or fewer tiles) x rowTiles 1
+//             of the split-KV kernel.
+//   verify    see below.
+//   other     one 16-row tile per warp row: warpsM 1 at batch 1 with <= 16 rows (row
+//             invariance), else up to 4 tiles per CTA.
 // Verify row tiles: a batch-1 call of <= 16 rows per sequence (any mask, kPackedTree included) at
-// head dim 128 whose packed rows (maxQSeqLen * group) need 2 or more 16-row tiles takes 2 tiles
+// head dim 128 whose packed rows (maxQSeqLen * group) need 2 or more 16-row tiles may take 2 tiles
 // per CTA with warpsM 1 (plan.rowTiles 2, rowBlocks ceil(tiles / 2)): each warp keeps decode's
 // 16-key slice of every 64-key tile for both tiles, so a row's result is the rowTiles-1 (decode)
 // kernel's bit for bit and the CTA count halves (the 16-row verify of Qwen3-8B at 4k: 512 CTAs,
-// two waves, -> 256, one). maxRowTiles 1 / ES_ATTN_ROWTILES=1 keeps one tile per CTA. The
-// default plan takes it only where the one-tile grid (batch x KV heads x tiles x splits) is more
-// than one wave of kSplitKvPlanSMs x ctasPerSm CTAs (264 at D 128): fewer, fuller CTAs pay only
-// when they save a wave (Qwen3-8B verify forward at 4k: 5.35 -> 5.19 ms; at 128 tokens with a
-// 416-token cache, 224-256 one-tile CTAs in one wave, 4.66 -> 4.70; docs/perf.md, session 18).
-// ES_ATTN_VERIFY_ROWTILES=1 / 2 and an explicit maxRowTiles 1 / 2 choose one or the other
-// wherever the variant is built.
-
+// two waves, -> 256, one). The plan takes it only where the one-tile grid (batch x KV heads x
+// tiles x splits) is more than one wave of kSplitKvPlanSMs x ctasPerSm CTAs (264 at D 128): fewer,
+// fuller CTAs pay only when they save a wave (the Qwen3-8B verify forward at 4k is 3 % faster
+// with them; at 128 tokens with a 416-token cache, 224-256 one-tile CTAs in one wave, 1 % slower).
 // Which kernel a call takes and, for split-KV, its shape. Host only.
 struct PagedAttentionPlan {
   bool splitKv = false;        // the split-KV path runs
@@ -171,26 +162,14 @@ struct PagedAttentionPlan {
 
 bool validate(const PagedAttentionParams& p);
 
-// The launcher's choice for p (validates p first). forceNumSplits > 0 replaces the planned split
-// count (clamped to kSplitKvMaxSplits; tests and benchmarks), with tilesPerSplit =
-// max(1, tiles / forceNumSplits). maxRowTiles: 1 = one row tile per warp row always (the kernel
-// before the prefill and verify variants), 2 = those variants where they apply (above), 0 = the
-// process defaults: pagedAttentionRowTiles() for prefill, pagedAttentionVerifyRowTiles() for
-// batch-1 verify.
+// The launcher's choice for p (validates p first). For tests and benchmarks: forceNumSplits > 0
+// replaces the planned split count (clamped to kSplitKvMaxSplits), with tilesPerSplit =
+// max(1, tiles / forceNumSplits), and a prefill call then takes the split-KV kernel (the wgmma
+// kernel takes one split only); maxRowTiles 1 keeps one row tile per warp row everywhere (the
+// split-KV kernel for prefill too), 2 takes the two-tile verify variant wherever it is built,
+// whatever the grid; 0 is the plan's rule ("Row tiles" above).
 PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits = 0,
                                       int32_t maxRowTiles = 0);
-
-// The process default of maxRowTiles: 2, or 1 when the environment sets ES_ATTN_ROWTILES=1 (read
-// once; an A/B switch for benchmarks and tests: launchPagedAttention then runs the prefill and
-// verify kernels of before). InvalidArgument for any other value than 1 or 2.
-int32_t pagedAttentionRowTiles();
-
-// The process default of maxRowTiles for batch-1 calls of <= 16 rows (verify): 0 (the plan
-// decides by the grid, "Verify row tiles" above), or ES_ATTN_VERIFY_ROWTILES = 1 / 2 (A/B), and
-// 1 whenever ES_ATTN_ROWTILES=1 (read once). InvalidArgument for other values. (Session 16
-// measured the variant everywhere: the 8B verify at 4k lost 0.77 ms with it, until session 17's
-// combine let the o projection in after its stores; docs/perf.md.)
-int32_t pagedAttentionVerifyRowTiles();
 
 // Workspace that covers every split-KV call with batchSize <= maxBatchSize, maxQSeqLen <=
 // maxQSeqLen, maxKvLength <= maxKvLength and totalQ <= batchSize * maxQSeqLen (or, with

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "common/env_switch.h"
 #include "common/errors.h"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_prefill.h"
@@ -72,44 +71,40 @@ namespace {
 
 constexpr int32_t kTile = splitkv::kTileKeys;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct SplitShape {
   int32_t warpsM = 0, rowTiles = 1, rowBlocks = 0;
 };
 
-// Packed rows (query row, GQA head) of one sequence and KV head -> 16-row tiles -> CTAs. Batch-1
-// decode and verify calls keep warpsM 1 whatever the rows (the 4 warps split each tile's keys as
-// in decode: row invariance, paged_attention.h); other calls take up to 4 tiles per CTA, which
-// reads K/V from L2 4x less often (a batch-16 16-row verify at 4k context: 105 us against 190 us
-// with one tile per CTA). Prefill at D 128 with enough rows takes 2 tiles per warp, 8 per CTA
-// (kSplitKvRowTilesMinCtas): the 4,096-row causal prefill ran at 164 TFLOP/s with one tile per
-// warp, bound by one ldmatrix per two mma.sync. Batch-1 verify at D 128 with >= 2 tiles takes
-// 2 tiles per CTA at warpsM 1 (the verify variant, decode's per-row arithmetic): the 16-row verify
-// at 4k context had 4 tiles x 8 KV heads x 16 splits = 512 CTAs of one tile, two waves of the 264
-// resident ones (30.6 us against decode's 15.1 us); with 2 tiles per CTA it is 256, one wave.
-// By default the plan keeps that variant only where one tile per CTA would need more than one
-// wave (verify_two_tiles_pay, below); maxVerifyRowTiles 2 here takes it wherever it is built.
-SplitShape split_shape(int32_t batchSize, int32_t maxQSeqLen, int32_t group, int32_t numKVHeads,
-                       int32_t headDim, int32_t maxRowTiles, int32_t maxVerifyRowTiles) {
+// Packed rows (query row, GQA head) of one sequence and KV head -> 16-row tiles -> CTAs
+// (paged_attention.h, "Row tiles"):
+//   prefill rows (maxQSeqLen > 16) at head dim 128 with at least 128 packed rows, one split: the
+//     wgmma prefill kernel's 128-row CTAs (reported as warpsM 4 x rowTiles 2);
+//   batch-1 calls of <= 16 rows at head dim 128 whose packed rows need >= 2 tiles: two tiles per
+//     CTA at warpsM 1 (the verify variant; planPagedAttention drops it again where the one-tile
+//     grid fits one wave);
+//   otherwise one tile per warp row: warpsM 1 for batch-1 calls of <= 16 rows (the 4 warps split
+//     each tile's keys as decode does: row invariance), up to 4 tiles per CTA for the rest, which
+//     reads K/V from L2 up to 4x less often.
+// maxRowTiles 1 keeps one tile per warp row everywhere.
+SplitShape splitShape(int32_t batchSize, int32_t maxQSeqLen, int32_t group, int32_t headDim,
+                      int32_t maxRowTiles, bool oneSplit) {
   const int64_t packed = int64_t{maxQSeqLen} * group;
-  const int64_t tiles = ceil_div(packed, 16);
+  const int64_t tiles = ceilDiv(packed, 16);
   const bool prefill = maxQSeqLen > kSplitKvMaxQSeqLen;
-  constexpr int32_t rt = splitkv::kPrefillRowTiles;
-  if (prefill && maxRowTiles >= rt && splitkv::rowTilesBuilt(headDim, 4, rt) &&
-      packed >= splitkv::maxRowsPerCta(rt)) {
-    const int64_t blocks = ceil_div(tiles, int64_t{4} * rt);
-    if (int64_t{batchSize} * numKVHeads * blocks >= kSplitKvRowTilesMinCtas) {
-      return {4, rt, static_cast<int32_t>(blocks)};
-    }
+  const bool twoTiles = maxRowTiles != 1 && headDim == 128;
+  if (prefill && twoTiles && oneSplit && packed >= splitkv::kPrefillRowsPerCta) {
+    return {4, splitkv::kPrefillRowTiles,
+            static_cast<int32_t>(ceilDiv(packed, splitkv::kPrefillRowsPerCta))};
   }
   const bool invariant = batchSize == 1 && maxQSeqLen <= kSplitKvMaxQSeqLen;
   constexpr int32_t vrt = splitkv::kVerifyRowTiles;
-  if (invariant && tiles >= vrt && maxVerifyRowTiles >= vrt && splitkv::rowTilesBuilt(headDim, 1, vrt)) {
-    return {1, vrt, static_cast<int32_t>(ceil_div(tiles, vrt))};
+  if (invariant && twoTiles && tiles >= vrt) {
+    return {1, vrt, static_cast<int32_t>(ceilDiv(tiles, vrt))};
   }
   const int32_t wm = invariant ? 1 : tiles >= 3 ? 4 : static_cast<int32_t>(tiles);
-  return {wm, 1, static_cast<int32_t>(ceil_div(tiles, wm))};
+  return {wm, 1, static_cast<int32_t>(ceilDiv(tiles, wm))};
 }
 
 // The split geometry (paged_attention.h, "Split boundaries"). Depends on the batch, the heads and
@@ -121,7 +116,7 @@ struct SplitGeometry {
 
 // Splits wanted for `pairs` (sequence, KV head) pairs: one full wave of CTAs, one split kept for
 // a window's misalignment so that the count stays <= kSplitKvMaxSplits.
-int64_t split_fill(int64_t pairs, int32_t headDim) {
+int64_t splitFill(int64_t pairs, int32_t headDim) {
   const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
   return std::min<int64_t>(std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)), kSplitKvMaxSplits - 1);
 }
@@ -129,29 +124,29 @@ int64_t split_fill(int64_t pairs, int32_t headDim) {
 // tilesSpan: 64-key tiles one CTA's rows can see together (all of the key bound, or with a
 // window its span); windowed: the span starts anywhere, so one more split covers its
 // misalignment against the fixed boundaries.
-SplitGeometry split_geometry(int64_t pairs, int32_t headDim, int64_t tilesSpan, bool windowed) {
-  const int64_t fill = split_fill(pairs, headDim);
+SplitGeometry splitGeometry(int64_t pairs, int32_t headDim, int64_t tilesSpan, bool windowed) {
+  const int64_t fill = splitFill(pairs, headDim);
   SplitGeometry g;
-  const int64_t min_tiles = std::clamp<int64_t>(ceil_div(tilesSpan, kSplitKvMinSplitsBeforeMinTiles), 1,
-                                                kSplitKvMinTilesPerSplit);
-  g.tilesPerSplit = std::max(min_tiles, ceil_div(tilesSpan, fill));
-  g.numSplits = windowed ? ceil_div(tilesSpan + g.tilesPerSplit - 1, g.tilesPerSplit)
-                         : ceil_div(tilesSpan, g.tilesPerSplit);
+  const int64_t minTiles = std::clamp<int64_t>(ceilDiv(tilesSpan, kSplitKvMinSplitsBeforeMinTiles),
+                                               1, kSplitKvMinTilesPerSplit);
+  g.tilesPerSplit = std::max(minTiles, ceilDiv(tilesSpan, fill));
+  g.numSplits = windowed ? ceilDiv(tilesSpan + g.tilesPerSplit - 1, g.tilesPerSplit)
+                         : ceilDiv(tilesSpan, g.tilesPerSplit);
   return g;
 }
 
-int64_t tiles_of(int64_t keys) { return std::max<int64_t>(1, ceil_div(keys, kTile)); }
+int64_t tilesOf(int64_t keys) { return std::max<int64_t>(1, ceilDiv(keys, kTile)); }
 
 // The automatic verify rule (paged_attention.h, "Verify row tiles"): two row tiles per CTA only
 // where the one-tile grid, oneTileCtas, is more than one wave of resident CTAs. Halving a grid
-// that fits in one wave only halves the CTAs streaming K/V: the Qwen3-8B verify at 128 tokens
-// (a 416-token cache: 7-8 splits, 224-256 one-tile CTAs) took 4.70 ms a forward with two tiles
-// against 4.66 with one, at 4k (512 CTAs, two waves) 5.19 against 5.35 (docs/perf.md, session 18).
-bool verify_two_tiles_pay(int64_t oneTileCtas, int32_t headDim) {
+// that fits in one wave only halves the CTAs streaming K/V: the Qwen3-8B verify forward at 128
+// tokens (a 416-token cache: 7-8 splits, 224-256 one-tile CTAs) is about 1 % slower with two tiles,
+// at 4k (512 one-tile CTAs, two waves) 3 % faster.
+bool verifyTwoTilesPay(int64_t oneTileCtas, int32_t headDim) {
   return oneTileCtas > int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
 }
 
-int64_t partial_bytes(int64_t splits, int64_t totalQ, int32_t numQHeads, int32_t headDim) {
+int64_t partialBytes(int64_t splits, int64_t totalQ, int32_t numQHeads, int32_t headDim) {
   return splits < 2 ? 0 : splits * totalQ * numQHeads * (int64_t{headDim} + 2) * 4;
 }
 
@@ -159,33 +154,10 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 }  // namespace
 
-int32_t pagedAttentionRowTiles() {
-  static const int32_t rt = env_choice("ES_ATTN_ROWTILES", {1, 2}, splitkv::kPrefillRowTiles);
-  return rt;
-}
-
-int32_t pagedAttentionVerifyRowTiles() {
-  static const int32_t rt = pagedAttentionRowTiles() == 1
-                                ? 1
-                                : env_choice("ES_ATTN_VERIFY_ROWTILES", {1, 2}, 0,
-                                             " (or unset: the plan decides by the grid)");
-  return rt;
-}
-
 namespace detail {
 
-bool prefillWgmmaEnabled() {
-  static const bool on = env_switch_on("ES_ATTN_PREFILL_WGMMA");
-  return on;
-}
-
-bool prefillWgmmaFewCtas() {
-  static const bool on = prefillWgmmaEnabled() && env_switch_on("ES_ATTN_PREFILL_WGMMA_FEW");
-  return on;
-}
-
 bool prefillWgmmaApplies(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
-  return prefillWgmmaEnabled() && plan.splitKv && plan.numSplits == 1 &&
+  return plan.splitKv && plan.numSplits == 1 &&
          plan.rowTiles == splitkv::kPrefillRowTiles && plan.warpsM == 4 && p.headDim == 128 &&
          (p.dtype == DType::kBF16 || p.dtype == DType::kF16) &&
          p.mask != AttentionMask::kPackedTree;
@@ -195,15 +167,8 @@ bool prefillWgmmaApplies(const PagedAttentionParams& p, const PagedAttentionPlan
 
 PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits,
                                       int32_t maxRowTiles) {
-  ES_CHECK_ARG(maxRowTiles >= 0 && maxRowTiles <= splitkv::kPrefillRowTiles, "planPagedAttention",
-               "maxRowTiles", maxRowTiles, "must be 0 (the default), 1 or 2");
-  // An explicit maxRowTiles bounds prefill and verify alike; the default takes each one's own
-  // (for verify 0: the variant only where it pays, verify_two_tiles_pay).
-  const int32_t verifyDefault = pagedAttentionVerifyRowTiles();
-  const bool verifyAuto = maxRowTiles == 0 && verifyDefault == 0;
-  const int32_t maxVerifyRowTiles =
-      maxRowTiles != 0 ? maxRowTiles : verifyAuto ? splitkv::kVerifyRowTiles : verifyDefault;
-  if (maxRowTiles == 0) maxRowTiles = pagedAttentionRowTiles();
+  ES_CHECK_ARG(maxRowTiles >= 0 && maxRowTiles <= 2, "planPagedAttention", "maxRowTiles",
+               maxRowTiles, "must be 0 (the plan's rule), 1 or 2");
   PagedAttentionPlan plan;
   if (!validate(p)) {
     plan.reason = "empty call";
@@ -226,38 +191,29 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
 
   const int32_t group = q.numQHeads / p.kv.numKVHeads;
   SplitShape shape =
-      split_shape(p.batchSize, q.maxQSeqLen, group, p.kv.numKVHeads, p.headDim, maxRowTiles,
-                  maxVerifyRowTiles);
+      splitShape(p.batchSize, q.maxQSeqLen, group, p.headDim, maxRowTiles, forceNumSplits <= 1);
   // Tiles one CTA's rows can see: all of the key bound, or with a window at most W + 15 keys
   // (16 query rows, whatever this call's maxQSeqLen) and one tile of misalignment.
   const int64_t tilesFull =
-      tiles_of(std::min<int64_t>(p.maxKvLength, int64_t{p.kv.maxPagesPerSeq} * kv::kTokensPerPage));
+      tilesOf(std::min<int64_t>(p.maxKvLength, int64_t{p.kv.maxPagesPerSeq} * kv::kTokensPerPage));
   int64_t tilesSpan = tilesFull;
   if (p.slidingWindow > 0) {
-    tilesSpan = std::min(tilesFull, tiles_of(int64_t{p.slidingWindow} + kSplitKvMaxQSeqLen - 1) + 1);
-  }
-  // paged_attention_prefill.h (default; ES_ATTN_PREFILL_WGMMA_FEW=0 turns it off): prefill rows
-  // that would take one row tile for want of 132 CTAs of 128 rows take the wgmma kernel's 128-row
-  // CTAs anyway (one split only).
-  if (prefill && shape.rowTiles == 1 && maxRowTiles >= splitkv::kPrefillRowTiles &&
-      forceNumSplits <= 1 && p.headDim == 128 && detail::prefillWgmmaFewCtas() &&
-      int64_t{q.maxQSeqLen} * group >= splitkv::maxRowsPerCta(splitkv::kPrefillRowTiles)) {
-    const int64_t tiles = ceil_div(int64_t{q.maxQSeqLen} * group, 16);
-    shape = {4, splitkv::kPrefillRowTiles,
-             static_cast<int32_t>(ceil_div(tiles, int64_t{4} * splitkv::kPrefillRowTiles))};
+    tilesSpan = std::min(tilesFull, tilesOf(int64_t{p.slidingWindow} + kSplitKvMaxQSeqLen - 1) + 1);
   }
   const bool windowed = tilesSpan < tilesFull;
-  SplitGeometry g = split_geometry(int64_t{p.batchSize} * p.kv.numKVHeads, p.headDim, tilesSpan, windowed);
+  SplitGeometry g =
+      splitGeometry(int64_t{p.batchSize} * p.kv.numKVHeads, p.headDim, tilesSpan, windowed);
   if (prefill) g = {tilesFull, 1};  // the row blocks alone fill the GPU: one split, no partials
   if (forceNumSplits > 0) {
     g.numSplits = std::min(forceNumSplits, kSplitKvMaxSplits);
     g.tilesPerSplit = std::max<int64_t>(1, tilesSpan / g.numSplits);
   }
   // The split geometry does not depend on the row tiles, so the verify variant can be dropped
-  // here, once the grid is known.
-  if (verifyAuto && !prefill && shape.warpsM == 1 && shape.rowTiles == splitkv::kVerifyRowTiles) {
-    const int64_t tiles = ceil_div(int64_t{q.maxQSeqLen} * group, 16);
-    if (!verify_two_tiles_pay(int64_t{p.batchSize} * p.kv.numKVHeads * tiles * g.numSplits, p.headDim)) {
+  // here, once the grid is known (maxRowTiles 2 keeps it wherever splitShape gave it).
+  if (maxRowTiles == 0 && !prefill && shape.warpsM == 1 && shape.rowTiles == splitkv::kVerifyRowTiles) {
+    const int64_t tiles = ceilDiv(int64_t{q.maxQSeqLen} * group, 16);
+    if (!verifyTwoTilesPay(int64_t{p.batchSize} * p.kv.numKVHeads * tiles * g.numSplits,
+                           p.headDim)) {
       shape = {1, 1, static_cast<int32_t>(tiles)};
     }
   }
@@ -265,12 +221,12 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   plan.rowTiles = shape.rowTiles;
   plan.rowBlocks = shape.rowBlocks;
   const int64_t ctas = int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks * g.numSplits;
-  const int64_t combine_ctas = (int64_t{q.totalQ} * q.numQHeads + 3) / 4;
+  const int64_t combineCtas = (int64_t{q.totalQ} * q.numQHeads + 3) / 4;
   plan.numSplits = static_cast<int32_t>(g.numSplits);
   plan.tilesPerSplit = static_cast<int32_t>(std::min<int64_t>(g.tilesPerSplit, INT32_MAX));
-  plan.workspaceBytes = partial_bytes(g.numSplits, q.totalQ, q.numQHeads, p.headDim);
+  plan.workspaceBytes = partialBytes(g.numSplits, q.totalQ, q.numQHeads, p.headDim);
   plan.splitCtas = ctas;
-  if (ctas > INT32_MAX || combine_ctas > INT32_MAX) {
+  if (ctas > INT32_MAX || combineCtas > INT32_MAX) {
     plan.reason = "grid too large";
   } else if (plan.workspaceBytes > p.workspaceBytes) {
     plan.reason = "workspace too small";
@@ -295,16 +251,16 @@ int64_t pagedAttentionWorkspaceBytes(int32_t maxBatchSize, int32_t maxQSeqLen, i
   ES_CHECK_ARG(maxKvLength >= 0, kWhere, "maxKvLength", maxKvLength, "must be >= 0");
   ES_CHECK_ARG(maxTotalQ >= 0, kWhere, "maxTotalQ", maxTotalQ, "must be >= 0 (0 = batch * qLen)");
   if (maxKvLength == 0) return 0;
-  // A call's split count is split_geometry's for its batch and tile span (prefill: 1). Any span
+  // A call's split count is splitGeometry's for its batch and tile span (prefill: 1). Any span
   // up to the bound's tiles, windowed or not, gives at most min(fill, tiles) + 1 splits, and
   // fill falls with the batch: maximise that bound times the rows over the batch.
-  const int64_t tiles = tiles_of(maxKvLength);
+  const int64_t tiles = tilesOf(maxKvLength);
   const int64_t ql = std::min(maxQSeqLen, kSplitKvMaxQSeqLen);
   int64_t best = 0;
   for (int32_t b = 1; b <= maxBatchSize; ++b) {
-    const int64_t splits = std::min(split_fill(int64_t{b} * numKVHeads, headDim), tiles) + 1;
+    const int64_t splits = std::min(splitFill(int64_t{b} * numKVHeads, headDim), tiles) + 1;
     const int64_t rows = maxTotalQ > 0 ? int64_t{maxTotalQ} : int64_t{b} * ql;
-    best = std::max(best, partial_bytes(splits, rows, numQHeads, headDim));
+    best = std::max(best, partialBytes(splits, rows, numQHeads, headDim));
   }
   return best;
 }

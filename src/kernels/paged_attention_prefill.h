@@ -1,9 +1,12 @@
 #pragma once
 // The warpgroup-MMA (wgmma, sm_90a) kernel for causal / bidirectional prefill over the paged KV
-// pool: the launcher's choice for the calls that the split-KV plan gives the prefill row tiles
-// (paged_attention.h: maxQSeqLen > 16, head dim 128, f16/bf16, no packed tree, rowTiles 2 at
-// warpsM 4) with one split. Internal to launchPagedAttention; every rule of paged_attention.h
-// (masks, windows, padding rows, rows in no sequence, unmapped pages) holds.
+// pool: the launcher's choice for every call that the split-KV plan gives the prefill row tiles
+// (paged_attention.h: maxQSeqLen > 16, head dim 128, f16/bf16, no packed tree, at least 128
+// packed rows a sequence, one split; reported as rowTiles 2 at warpsM 4), however few CTAs that
+// makes: a 128-row suffix after a long cached prefix (32 CTAs at Qwen3-8B's 8 KV heads) runs
+// faster in these 128-row CTAs than in twice as many 64-row mma.sync CTAs. Internal to
+// launchPagedAttention; every rule of paged_attention.h (masks, windows, padding rows, rows in no
+// sequence, unmapped pages) holds.
 //
 // One CTA of two warpgroups per (sequence, KV head, block of 128 packed rows), the last blocks
 // first; warpgroup w computes packed rows [64 w, 64 w + 64) (m = query row * group + GQA head, as
@@ -22,18 +25,6 @@
 #include "kernels/paged_attention.h"
 
 namespace es::kernel::detail {
-
-// ES_ATTN_PREFILL_WGMMA=0 keeps the mma.sync prefill variant (A/B; read once per process).
-bool prefillWgmmaEnabled();
-
-// On by default (ES_ATTN_PREFILL_WGMMA_FEW=0 turns it off, read once; never with
-// ES_ATTN_PREFILL_WGMMA=0): planPagedAttention gives prefill calls at head dim 128 with at least
-// 128 packed rows a sequence the prefill row tiles (this kernel) even where they make fewer than
-// kSplitKvRowTilesMinCtas CTAs, e.g. a 128-row suffix after a long cached prefix (32 CTAs at
-// Qwen3-8B's 8 KV heads), which otherwise runs twice as many 64-row mma.sync CTAs. Measured on the
-// H200 (docs/perf.md, session 20): that suffix 162.5 -> 85.3 us (71.7 with the ping-pong kernel),
-// Qwen3-8B's 4,096-token prefill in 256-row forwards 172.0 -> 141.3 ms (139.6).
-bool prefillWgmmaFewCtas();
 
 // Whether launchPrefillWgmma takes a call that the split-KV plan gave `plan` (host only).
 bool prefillWgmmaApplies(const PagedAttentionParams& p, const PagedAttentionPlan& plan);

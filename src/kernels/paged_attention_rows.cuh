@@ -23,27 +23,27 @@ struct PackedRowKeys {
 };
 
 // Packed row m (query i = m / group, head hk * group + m % group) of the sequence whose queries
-// are [q0, q0 + q_len) with kv_len keys. A row with a negative position sees no key; keys stop at
-// kv_len, at the page table's reach and at the cache capacity; causal rows see keys <= pos, a
+// are [q0, q0 + qLen) with kvLen keys. A row with a negative position sees no key; keys stop at
+// kvLen, at the page table's reach and at the cache capacity; causal rows see keys <= pos, a
 // sliding window keeps the last `window` of them.
-__device__ __forceinline__ PackedRowKeys packed_row_keys(int32_t m, int32_t q0, int32_t q_len,
-                                                         int32_t kv_len, int32_t hk,
-                                                         const int32_t* q_pos, int32_t total_q,
-                                                         int32_t max_q, int32_t hq, int32_t group,
-                                                         int32_t max_pages, bool causal,
-                                                         int32_t window) {
+__device__ __forceinline__ PackedRowKeys packedRowKeys(int32_t m, int32_t q0, int32_t qLen,
+                                                       int32_t kvLen, int32_t hk,
+                                                       const int32_t* qPos, int32_t totalQ,
+                                                       int32_t maxQ, int32_t hq, int32_t group,
+                                                       int32_t maxPages, bool causal,
+                                                       int32_t window) {
   PackedRowKeys k;
   const int32_t i = m / group;
-  if (i >= q_len || i >= max_q) return k;
+  if (i >= qLen || i >= maxQ) return k;
   const int32_t r = q0 + i;
-  if (r < 0 || r >= total_q) return k;
+  if (r < 0 || r >= totalQ) return k;
   k.r = r;
   k.rh = int64_t{r} * hq + int64_t{hk} * group + (m - i * group);
-  const int32_t pos = q_pos[r];
+  const int32_t pos = qPos[r];
   if (pos < 0) return k;
   int64_t lo = 0;
-  int64_t hi = min(int64_t{kv_len},
-                   min(int64_t{max_pages} * kv::kTokensPerPage, int64_t{kv::kMaxKvCacheCapacity}));
+  int64_t hi = min(int64_t{kvLen},
+                   min(int64_t{maxPages} * kv::kTokensPerPage, int64_t{kv::kMaxKvCacheCapacity}));
   if (causal) hi = min(hi, int64_t{pos} + 1);
   if (window > 0) lo = max(lo, int64_t{pos} - window + 1);
   if (hi > lo) {
@@ -60,7 +60,7 @@ struct KeyRange {
   int32_t lo, hi;
 };
 template <typename Row>
-__device__ __forceinline__ KeyRange rows_key_union(const Row* rows, int n, int lane) {
+__device__ __forceinline__ KeyRange rowsKeyUnion(const Row* rows, int n, int lane) {
   KeyRange u{INT32_MAX, 0};
   for (int m = lane; m < n; m += 32) {
     const Row x = rows[m];
@@ -79,21 +79,20 @@ __device__ __forceinline__ KeyRange rows_key_union(const Row* rows, int n, int l
 
 // A page-table entry pair may be read when the K page lies in [0, P) and the V page in [P, 2P)
 // of the pool's 2P pages; any other pair masks its keys.
-__device__ __forceinline__ bool page_pair_valid(int32_t kp, int32_t vp, int32_t num_pages) {
-  return kp >= 0 && kp < num_pages && vp >= num_pages && int64_t{vp} < 2 * int64_t{num_pages};
+__device__ __forceinline__ bool pagePairValid(int32_t kp, int32_t vp, int32_t numPages) {
+  return kp >= 0 && kp < numPages && vp >= numPages && int64_t{vp} < 2 * int64_t{numPages};
 }
 
-// Zeros of the output rows before cu_q[0] and from cu_q[batch] on ([total_q, row_elems] output),
+// Zeros of the output rows before cuQ[0] and from cuQ[batch] on ([totalQ, rowElems] output),
 // written by one CTA (each sequence's CTAs write only their own rows).
 template <typename T>
-__device__ void zero_rows_outside_sequences(T* out, const int32_t* cu_q, int32_t batch,
-                                            int32_t total_q, int64_t row_elems) {
-  const int64_t first = min(max(cu_q[0], 0), total_q);
-  const int64_t last = min(max(cu_q[batch], 0), total_q);
+__device__ void zeroRowsOutsideSequences(T* out, const int32_t* cuQ, int32_t batch, int32_t totalQ,
+                                         int64_t rowElems) {
+  const int64_t first = min(max(cuQ[0], 0), totalQ);
+  const int64_t last = min(max(cuQ[batch], 0), totalQ);
   const T zero = fwd::from_f<T>(0.0f);
-  for (int64_t e = threadIdx.x; e < first * row_elems; e += blockDim.x) out[e] = zero;
-  for (int64_t e = last * row_elems + threadIdx.x; e < int64_t{total_q} * row_elems;
-       e += blockDim.x) {
+  for (int64_t e = threadIdx.x; e < first * rowElems; e += blockDim.x) out[e] = zero;
+  for (int64_t e = last * rowElems + threadIdx.x; e < int64_t{totalQ} * rowElems; e += blockDim.x) {
     out[e] = zero;
   }
 }
@@ -101,7 +100,7 @@ __device__ void zero_rows_outside_sequences(T* out, const int32_t* cu_q, int32_t
 // Raises Kernel's dynamic shared-memory limit to `bytes` on the current device, once per device
 // (bit d: device d, the first 64; later devices every call).
 template <auto Kernel>
-void raise_dynamic_smem_once(int bytes) {
+void raiseDynamicSmemOnce(int bytes) {
   static std::atomic<uint64_t> raised{0};
   int device = 0;
   ES_CUDA_CHECK(cudaGetDevice(&device));

@@ -6,13 +6,8 @@
 // One CTA of 4 warps per (sequence, KV head, row block, KV split). Its rows are the "packed"
 // (query row i, GQA head g) pairs m = i * group + g of one sequence and one KV head, 16 per MMA
 // tile; the CTA holds warpsM * rowTiles tiles and the 4 warps are arranged warpsM x (4/warpsM):
-//   rowTiles 1 (every call but the two below; ES_ATTN_ROWTILES=1 forces it everywhere): each
-//     warp row holds ONE 16-row tile (warpsM 1, 2 or 4); warps of one row tile split each 64-key
-//     tile of K/V between them.
-//   rowTiles 2 at warpsM 4 (prefill, head dim 128): each warp owns TWO 16-row tiles (32 packed
-//     rows, 128 per CTA) and all keys of a K/V tile, so every K and V fragment it loads with
-//     ldmatrix feeds two mma.sync instead of one, and each K/V tile in shared memory serves 128
-//     rows instead of 64 (FlashAttention-2's arrangement).
+//   rowTiles 1 (every call but the batch-1 verify below): each warp row holds ONE 16-row tile
+//     (warpsM 1, 2 or 4); warps of one row tile split each 64-key tile of K/V between them.
 //   rowTiles 2 at warpsM 1 (batch-1 verify of >= 2 tiles, head dim 128, where one tile per CTA
 //     would need more than one wave; paged_attention.h, "Verify row tiles"): the CTA holds two
 //     16-row tiles (32 packed rows) and each of the 4 warps keeps decode's 16-key slice of every
@@ -23,6 +18,8 @@
 // in shared memory. A row's summation order depends on warpsM (4 / warpsM warps share its keys)
 // but not on rowTiles: batch-1 calls of up to 16 rows always take warpsM = 1, so a verify row
 // equals the decode row bit for bit there (with rowTiles 1 or 2).
+// The plan describes the wgmma prefill kernel's CTAs (paged_attention_prefill.h) in the same
+// terms: warpsM 4 x rowTiles 2 = 128 packed rows.
 #include <cstdint>
 
 namespace es::kernel::splitkv {
@@ -34,17 +31,17 @@ inline constexpr int32_t kElemBytes = 2;        // bf16 / f16 only
 inline constexpr int64_t kSmPerSm = 233472;     // 228 KB shared memory per SM (sm_90)
 inline constexpr int64_t kSmReservedPerCta = 1024;
 
-// The prefill variant's row tiles per warp, and the head dims it is built for: at D 128 its
-// accumulators (S 2 x 8 x 4 and O 2 x 16 x 4 floats per lane) fit the 255 registers that 2 CTAs
-// per SM allow with Q re-read from shared memory; D 64 (4 CTAs per SM, 128 registers) and D 256
-// (O alone would be 256 registers) keep rowTiles 1. The verify variant (warpsM 1) takes the same
-// two tiles at D 128 (O 2 x 16 x 4, S 2 x 2 x 4 floats per lane, Q re-read from shared memory).
-inline constexpr int32_t kPrefillRowTiles = 2;
-inline constexpr int32_t kVerifyRowTiles = kPrefillRowTiles;
+// The verify variant's row tiles per CTA and the head dim it is built for: at D 128 its
+// accumulators (O 2 x 16 x 4 and S 2 x 2 x 4 floats per lane, Q re-read from shared memory) fit
+// the 255 registers that 2 CTAs per SM allow; D 64 and D 256 keep rowTiles 1.
+inline constexpr int32_t kVerifyRowTiles = 2;
 constexpr bool rowTilesBuilt(int32_t headDim, int32_t warpsM, int32_t rowTiles) {
-  return rowTiles == 1 ||
-         (rowTiles == kPrefillRowTiles && headDim == 128 && (warpsM == 4 || warpsM == 1));
+  return rowTiles == 1 || (rowTiles == kVerifyRowTiles && headDim == 128 && warpsM == 1);
 }
+// The wgmma prefill kernel's CTA as the plan reports it: warpsM 4 x kPrefillRowTiles tiles of 16
+// packed rows.
+inline constexpr int32_t kPrefillRowTiles = 2;
+inline constexpr int32_t kPrefillRowsPerCta = 4 * kPrefillRowTiles * 16;
 
 constexpr int32_t maxRowsPerCta(int32_t rowTiles) { return kMaxRowsPerCta * rowTiles; }
 
@@ -56,10 +53,9 @@ constexpr int64_t miscBytes(int32_t rowTiles) {
 }
 inline constexpr int64_t kMiscBytes = miscBytes(1);
 
-// Two stages where one CTA needs the most shared memory (D 256), computes the most per tile
-// (4 row tiles, warpsM 4) or holds 128 rows (prefill rowTiles 2, warpsM 4: a third 32 KB stage
-// at D 128 would leave one CTA per SM), three otherwise (the verify rowTiles 2 at warpsM 1 too:
-// 32 rows of Q and row data next to 3 stages still give 2 CTAs per SM at D 128).
+// Two stages where one CTA needs the most shared memory (D 256) or computes the most per tile
+// (4 row tiles, warpsM 4), three otherwise (the verify rowTiles 2 at warpsM 1 too: 32 rows of Q
+// and row data next to 3 stages still give 2 CTAs per SM at D 128).
 constexpr int32_t stages(int32_t headDim, int32_t warpsM, int32_t /*rowTiles*/ = 1) {
   return headDim == 256 || warpsM == 4 ? 2 : 3;
 }
@@ -78,14 +74,12 @@ constexpr int64_t smemBytes(int32_t headDim, int32_t warpsM, int32_t rowTiles = 
 }
 // The merge buffer of the 4-warp epilogue ([4 warps][16 rows][headDim + 4] f32 per row tile:
 // rowTiles 1, and rowTiles 2 at warpsM 1 with both tiles laid out at once) reuses the K/V ring.
-// The prefill rowTiles 2 (warpsM 4) needs none: one warp owns all keys of its rows and stages its
-// output in its own rows of the Q buffer.
 constexpr int64_t mergeBytes(int32_t headDim) { return int64_t{4} * 16 * (headDim + 4) * 4; }
 
 constexpr int32_t ctasPerSm(int32_t headDim, int32_t warpsM, int32_t rowTiles = 1) {
-  const int64_t by_smem = kSmPerSm / (smemBytes(headDim, warpsM, rowTiles) + kSmReservedPerCta);
-  const int64_t by_regs = minBlocks(headDim);
-  return static_cast<int32_t>(by_smem < by_regs ? by_smem : by_regs);
+  const int64_t bySmem = kSmPerSm / (smemBytes(headDim, warpsM, rowTiles) + kSmReservedPerCta);
+  const int64_t byRegs = minBlocks(headDim);
+  return static_cast<int32_t>(bySmem < byRegs ? bySmem : byRegs);
 }
 
 static_assert(mergeBytes(64) <= stages(64, 1) * kvStageBytes(64) &&
@@ -95,14 +89,8 @@ static_assert(mergeBytes(256) <= stages(256, 1) * kvStageBytes(256));
 static_assert(smemBytes(256, 4) <= 232448, "fits the 227 KB per-block limit");
 static_assert(ctasPerSm(128, 1) == 2 && ctasPerSm(128, 4) == 2 && ctasPerSm(64, 1) == 4 &&
               ctasPerSm(256, 1) == 1);
-// Prefill rowTiles 2 at D 128: 2 stages x 32 KiB + 32 KiB of Q + 4.1 KiB = 100.1 KiB: 2 CTAs per
-// SM (the register cap decides, as for rowTiles 1); its 128 rows are one per thread in the
-// prologue.
-static_assert(smemBytes(128, 4, kPrefillRowTiles) == 102464);
-static_assert(ctasPerSm(128, 4, kPrefillRowTiles) == 2);
-static_assert(maxRowsPerCta(kPrefillRowTiles) == kThreads, "the prologue gives each thread one row");
 // Verify rowTiles 2 at warpsM 1, D 128: 3 stages x 32 KiB + 8 KiB of Q (32 rows) + 4.1 KiB =
-// 108.1 KiB: still 2 CTAs per SM, like the rowTiles-1 warpsM-1 kernel it replaces (102.1 KiB);
+// 108.1 KiB: still 2 CTAs per SM, like the rowTiles-1 warpsM-1 kernel (102.1 KiB);
 // both tiles' merge buffers (2 x 33 KiB) fit in the ring.
 static_assert(smemBytes(128, 1, kVerifyRowTiles) == 110656);
 static_assert(ctasPerSm(128, 1, kVerifyRowTiles) == 2);

@@ -30,13 +30,11 @@ namespace es::kernel::wgmma {
 // 14 bits), swizzle mode 1 = 128-byte swizzle in bits 62-63, base offset 0. A shared address is
 // below 2^18 (228 KiB), so the address field is a plain sum: with LBO / SBO compile-time constants
 // and a warp-uniform address the compiler can keep the descriptor in uniform registers and add
-// offsets there (the masked form was rebuilt in per-thread registers for every wgmma; docs/perf.md
-// session 20).
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes,
-                                               uint32_t sbo_bytes) {
-  return ((uint64_t{lbo_bytes >> 4} << 16) | (uint64_t{sbo_bytes >> 4} << 32) |
-          (uint64_t{1} << 62)) +
-         (smem_addr >> 4);
+// offsets there (a masked form would be rebuilt in per-thread registers for every wgmma).
+__device__ __forceinline__ uint64_t descSw128(uint32_t smemAddr, uint32_t lboBytes,
+                                              uint32_t sboBytes) {
+  return ((uint64_t{lboBytes >> 4} << 16) | (uint64_t{sboBytes >> 4} << 32) | (uint64_t{1} << 62)) +
+         (smemAddr >> 4);
 }
 
 // Orders this thread's register writes (accumulators, register A operands) before the next
@@ -54,7 +52,7 @@ __device__ __forceinline__ void wait() {
 }
 // Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async after its wait)
 // visible to the async proxy that wgmma reads shared memory through.
-__device__ __forceinline__ void fence_proxy_async_shared() {
+__device__ __forceinline__ void fenceProxyAsyncShared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
@@ -62,12 +60,12 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 // dependency it could move a read of d above wait() or a write of d below the issue. An empty asm
 // that "modifies" every element pins them in place; call it after wait() and before issuing.
 template <int N>
-__device__ __forceinline__ void fence_operand(float (&d)[N]) {
+__device__ __forceinline__ void fenceOperand(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 template <int N>
-__device__ __forceinline__ void fence_operand(uint32_t (&d)[N]) {
+__device__ __forceinline__ void fenceOperand(uint32_t (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
@@ -103,36 +101,36 @@ __device__ __forceinline__ void fence_operand(uint32_t (&d)[N]) {
 // d (+)= A (64 x 16, smem descriptor, K-major) * B (16 x 128, smem descriptor; K-major, or
 // MN-major with TRANS_B), fp32 accumulate. accumulate = false overwrites d.
 template <typename T, bool TRANS_B>
-__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a_desc,
-                                                    uint64_t b_desc, bool accumulate) {
+__device__ __forceinline__ void wgmmaM64n128k16Ss(float (&d)[64], uint64_t aDesc, uint64_t bDesc,
+                                                  bool accumulate) {
   static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, fp16>);
   constexpr int kTransB = TRANS_B ? 1 : 0;
   if constexpr (std::is_same_v<T, bf16>) {
     asm volatile(ES_WGMMA_SS_ASM("bf16")
                  : ES_WGMMA_D64(d)
-                 : "l"(a_desc), "l"(b_desc), "r"(accumulate ? 1 : 0), "n"(kTransB));
+                 : "l"(aDesc), "l"(bDesc), "r"(accumulate ? 1 : 0), "n"(kTransB));
   } else {
     asm volatile(ES_WGMMA_SS_ASM("f16")
                  : ES_WGMMA_D64(d)
-                 : "l"(a_desc), "l"(b_desc), "r"(accumulate ? 1 : 0), "n"(kTransB));
+                 : "l"(aDesc), "l"(bDesc), "r"(accumulate ? 1 : 0), "n"(kTransB));
   }
 }
 
 // d += A (64 x 16 from registers: the mma.sync m16n8k16 A fragment of each warp's 16 rows) *
 // B (16 x 128, smem descriptor; MN-major with TRANS_B), fp32 accumulate.
 template <typename T, bool TRANS_B>
-__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4],
-                                                    uint64_t b_desc) {
+__device__ __forceinline__ void wgmmaM64n128k16Rs(float (&d)[64], const uint32_t (&a)[4],
+                                                  uint64_t bDesc) {
   static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, fp16>);
   constexpr int kTransB = TRANS_B ? 1 : 0;
   if constexpr (std::is_same_v<T, bf16>) {
     asm volatile(ES_WGMMA_RS_ASM("bf16")
                  : ES_WGMMA_D64(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(kTransB));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bDesc), "r"(1), "n"(kTransB));
   } else {
     asm volatile(ES_WGMMA_RS_ASM("f16")
                  : ES_WGMMA_D64(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(kTransB));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bDesc), "r"(1), "n"(kTransB));
   }
 }
 }  // namespace es::kernel::wgmma

@@ -28,7 +28,7 @@ namespace {
 using kernel::AttentionMask;
 constexpr int32_t kPage = kv::kTokensPerPage;
 
-float round_to(DType t, float v) {
+float roundTo(DType t, float v) {
   if (t == DType::kBF16) return to_float(to_bf16(v));
   if (t == DType::kF16) return to_float(to_fp16(v));
   return v;
@@ -53,44 +53,45 @@ struct Attn {
   int32_t batch() const { return int32_t(qLens.size()); }
   int32_t totalQ() const { return std::accumulate(qLens.begin(), qLens.end(), 0); }
   int32_t words() const { return (maxQ + 31) / 32; }
-  size_t pool_index(int32_t flat_page, int32_t slot, int32_t h, int32_t d) const {
-    return ((size_t(flat_page) * kPage + slot) * hkv + h) * dim + d;
+  size_t poolIndex(int32_t flatPage, int32_t slot, int32_t h, int32_t d) const {
+    return ((size_t(flatPage) * kPage + slot) * hkv + h) * dim + d;
   }
-  float* k_at(int32_t b, int32_t j, int32_t h) {
-    return &pool[pool_index(table[size_t(b) * 2 * maxPages + j / kPage], j % kPage, h, 0)];
+  float* kAt(int32_t b, int32_t j, int32_t h) {
+    return &pool[poolIndex(table[size_t(b) * 2 * maxPages + j / kPage], j % kPage, h, 0)];
   }
-  float* v_at(int32_t b, int32_t j, int32_t h) {
-    return &pool[pool_index(table[size_t(b) * 2 * maxPages + maxPages + j / kPage], j % kPage, h, 0)];
+  float* vAt(int32_t b, int32_t j, int32_t h) {
+    return &pool[poolIndex(table[size_t(b) * 2 * maxPages + maxPages + j / kPage], j % kPage, h,
+                           0)];
   }
-  float* q_at(int32_t r, int32_t h) { return &q[(size_t(r) * hq + h) * dim]; }
+  float* qAt(int32_t r, int32_t h) { return &q[(size_t(r) * hq + h) * dim]; }
 };
 
 // Fills the pool and q with random values and the table with scrambled, independently permuted
 // K and V pages (every logical page mapped).
 void randomize(Attn& s, std::mt19937& rng) {
   s.numPages = s.batch() * s.maxPages + 2;
-  std::vector<int32_t> k_ids(s.numPages), v_ids(s.numPages);
-  std::iota(k_ids.begin(), k_ids.end(), 0);
-  std::iota(v_ids.begin(), v_ids.end(), 0);
-  std::shuffle(k_ids.begin(), k_ids.end(), rng);
-  std::shuffle(v_ids.begin(), v_ids.end(), rng);
+  std::vector<int32_t> kIds(s.numPages), vIds(s.numPages);
+  std::iota(kIds.begin(), kIds.end(), 0);
+  std::iota(vIds.begin(), vIds.end(), 0);
+  std::shuffle(kIds.begin(), kIds.end(), rng);
+  std::shuffle(vIds.begin(), vIds.end(), rng);
   s.table.assign(size_t(s.batch()) * 2 * s.maxPages, -1);
   for (int32_t b = 0; b < s.batch(); ++b) {
     for (int32_t lp = 0; lp < s.maxPages; ++lp) {
-      s.table[size_t(b) * 2 * s.maxPages + lp] = k_ids[size_t(b) * s.maxPages + lp];
+      s.table[size_t(b) * 2 * s.maxPages + lp] = kIds[size_t(b) * s.maxPages + lp];
       s.table[size_t(b) * 2 * s.maxPages + s.maxPages + lp] =
-          v_ids[size_t(b) * s.maxPages + lp] + s.numPages;
+          vIds[size_t(b) * s.maxPages + lp] + s.numPages;
     }
   }
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   s.pool.resize(size_t(2) * s.numPages * kPage * s.hkv * s.dim);
-  for (auto& v : s.pool) v = round_to(s.dtype, dist(rng));
+  for (auto& v : s.pool) v = roundTo(s.dtype, dist(rng));
   s.q.resize(size_t(s.totalQ()) * s.hq * s.dim);
-  for (auto& v : s.q) v = round_to(s.dtype, 2.0f * dist(rng));
+  for (auto& v : s.q) v = roundTo(s.dtype, 2.0f * dist(rng));
 }
 
 template <typename T>
-std::vector<T> to_storage(const std::vector<float>& v) {
+std::vector<T> toStorage(const std::vector<float>& v) {
   std::vector<T> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     if constexpr (std::is_same_v<T, float>) out[i] = v[i];
@@ -101,8 +102,8 @@ std::vector<T> to_storage(const std::vector<float>& v) {
 }
 
 template <typename T>
-std::vector<double> run_ref_typed(const Attn& s) {
-  const std::vector<T> q = to_storage<T>(s.q), pool = to_storage<T>(s.pool);
+std::vector<double> runRefTyped(const Attn& s) {
+  const std::vector<T> q = toStorage<T>(s.q), pool = toStorage<T>(s.pool);
   std::vector<T> out(q.size());
   std::memset(out.data(), test::kPoisonByte, out.size() * sizeof(T));
   std::vector<int32_t> cu(size_t(s.batch()) + 1, 0);
@@ -137,10 +138,10 @@ std::vector<double> run_ref_typed(const Attn& s) {
   return res;
 }
 
-std::vector<double> run_ref(const Attn& s) {
-  if (s.dtype == DType::kBF16) return run_ref_typed<bf16>(s);
-  if (s.dtype == DType::kF16) return run_ref_typed<fp16>(s);
-  return run_ref_typed<float>(s);
+std::vector<double> runRef(const Attn& s) {
+  if (s.dtype == DType::kBF16) return runRefTyped<bf16>(s);
+  if (s.dtype == DType::kF16) return runRefTyped<fp16>(s);
+  return runRefTyped<float>(s);
 }
 
 // Softmax attention of row r, head h over an explicit key list, in double.
@@ -151,7 +152,7 @@ std::vector<double> oracle(Attn& s, int32_t b, int32_t r, int32_t h, const std::
   std::vector<double> sc;
   for (int32_t j : keys) {
     double d = 0;
-    for (int32_t i = 0; i < s.dim; ++i) d += double(s.q_at(r, h)[i]) * s.k_at(b, j, hk)[i];
+    for (int32_t i = 0; i < s.dim; ++i) d += double(s.qAt(r, h)[i]) * s.kAt(b, j, hk)[i];
     sc.push_back(d * s.scale);
   }
   const double mx = *std::max_element(sc.begin(), sc.end());
@@ -159,14 +160,14 @@ std::vector<double> oracle(Attn& s, int32_t b, int32_t r, int32_t h, const std::
   for (size_t n = 0; n < keys.size(); ++n) {
     const double w = std::exp(sc[n] - mx);
     den += w;
-    for (int32_t i = 0; i < s.dim; ++i) out[i] += w * s.v_at(b, keys[n], hk)[i];
+    for (int32_t i = 0; i < s.dim; ++i) out[i] += w * s.vAt(b, keys[n], hk)[i];
   }
   for (auto& v : out) v /= den;
   return out;
 }
 
 // The contract's visibility rule, written out independently of the reference.
-std::vector<int32_t> visible_keys(const Attn& s, int32_t b, int32_t r) {
+std::vector<int32_t> visibleKeys(const Attn& s, int32_t b, int32_t r) {
   int32_t row0 = 0;
   for (int32_t i = 0; i < b; ++i) row0 += s.qLens[i];
   const int32_t pos = s.positions[r];
@@ -191,16 +192,16 @@ std::vector<int32_t> visible_keys(const Attn& s, int32_t b, int32_t r) {
   return keys;
 }
 
-void expect_matches_oracle(Attn& s, const std::vector<double>& got, double rel, double abs_tol) {
+void expectMatchesOracle(Attn& s, const std::vector<double>& got, double rel, double absTol) {
   int32_t row = 0;
   for (int32_t b = 0; b < s.batch(); ++b) {
     for (int32_t i = 0; i < s.qLens[b]; ++i, ++row) {
-      const auto keys = visible_keys(s, b, row);
+      const auto keys = visibleKeys(s, b, row);
       for (int32_t h = 0; h < s.hq; ++h) {
         const auto want = oracle(s, b, row, h, keys);
         for (int32_t d = 0; d < s.dim; ++d) {
           const double g = got[(size_t(row) * s.hq + h) * s.dim + d];
-          ASSERT_NEAR(g, want[d], rel * std::abs(want[d]) + abs_tol)
+          ASSERT_NEAR(g, want[d], rel * std::abs(want[d]) + absTol)
               << "seq " << b << " row " << row << " head " << h << " dim " << d << " keys "
               << keys.size();
         }
@@ -218,8 +219,8 @@ TEST(PagedAttentionRef, OneKeyGivesV) {
   s.positions = {0};
   s.maxQ = 1;
   randomize(s, rng);
-  const auto out = run_ref(s);
-  for (int32_t d = 0; d < s.dim; ++d) EXPECT_EQ(out[d], s.v_at(0, 0, 0)[d]) << d;
+  const auto out = runRef(s);
+  for (int32_t d = 0; d < s.dim; ++d) EXPECT_EQ(out[d], s.vAt(0, 0, 0)[d]) << d;
 }
 
 // Two keys with scores 0 and 1 (scale 1, q = e0, k0 = 0, k1 = e0): weights 1/(1+e), e/(1+e);
@@ -236,12 +237,12 @@ TEST(PagedAttentionRef, TwoKeysByHand) {
   std::fill(s.q.begin(), s.q.end(), 0.0f);
   s.q[0] = 1.0f;
   for (int32_t d = 0; d < s.dim; ++d) {
-    s.k_at(0, 0, 0)[d] = 0.0f;
-    s.k_at(0, 1, 0)[d] = d == 0 ? 1.0f : 0.0f;
-    s.v_at(0, 0, 0)[d] = 1.0f;
-    s.v_at(0, 1, 0)[d] = 5.0f;
+    s.kAt(0, 0, 0)[d] = 0.0f;
+    s.kAt(0, 1, 0)[d] = d == 0 ? 1.0f : 0.0f;
+    s.vAt(0, 0, 0)[d] = 1.0f;
+    s.vAt(0, 1, 0)[d] = 5.0f;
   }
-  const auto out = run_ref(s);
+  const auto out = runRef(s);
   const double e = std::exp(1.0);
   for (int32_t d = 0; d < s.dim; ++d) EXPECT_NEAR(out[d], 1.0 + 4.0 * e / (1.0 + e), 1e-6);
   EXPECT_NEAR(out[0], 3.9242343145200195, 1e-6);
@@ -259,11 +260,11 @@ TEST(PagedAttentionRef, ThreeKeysCausalPrefillAndDecode) {
   randomize(s, rng);
   // Same K/V and the same last query for the decode sequence.
   for (int32_t j = 0; j < 3; ++j) {
-    std::copy_n(s.k_at(0, j, 0), s.dim, s.k_at(1, j, 0));
-    std::copy_n(s.v_at(0, j, 0), s.dim, s.v_at(1, j, 0));
+    std::copy_n(s.kAt(0, j, 0), s.dim, s.kAt(1, j, 0));
+    std::copy_n(s.vAt(0, j, 0), s.dim, s.vAt(1, j, 0));
   }
-  std::copy_n(s.q_at(2, 0), s.dim, s.q_at(3, 0));
-  const auto out = run_ref(s);
+  std::copy_n(s.qAt(2, 0), s.dim, s.qAt(3, 0));
+  const auto out = runRef(s);
   const std::vector<std::vector<int32_t>> keys = {{0}, {0, 1}, {0, 1, 2}};
   for (int32_t r = 0; r < 3; ++r) {
     const auto want = oracle(s, 0, r, 0, keys[r]);
@@ -271,7 +272,7 @@ TEST(PagedAttentionRef, ThreeKeysCausalPrefillAndDecode) {
   }
   for (int32_t d = 0; d < s.dim; ++d) {
     EXPECT_EQ(out[size_t(3) * s.dim + d], out[size_t(2) * s.dim + d]) << "decode == prefill row 2";
-    EXPECT_EQ(out[d], s.v_at(0, 0, 0)[d]) << "row 0 sees only key 0";
+    EXPECT_EQ(out[d], s.vAt(0, 0, 0)[d]) << "row 0 sees only key 0";
   }
 }
 
@@ -301,7 +302,7 @@ TEST(PagedAttentionRef, PackedTreeTwoWords) {
   }
   s.packed[size_t(40) * 2] = 1;  // second sequence row 0 sees key 0; row 1 sees nothing
   keys[40] = {0};
-  const auto out = run_ref(s);
+  const auto out = runRef(s);
   for (int32_t r = 0; r < 42; ++r) {
     const auto want = oracle(s, r < 40 ? 0 : 1, r, 0, keys[r]);
     for (int32_t d = 0; d < s.dim; ++d) {
@@ -310,7 +311,7 @@ TEST(PagedAttentionRef, PackedTreeTwoWords) {
   }
   for (int32_t d = 0; d < s.dim; ++d) EXPECT_EQ(out[size_t(41) * s.dim + d], 0.0);
   EXPECT_EQ(keys[35].size(), 6u);
-  expect_matches_oracle(s, out, 1e-6, 1e-7);
+  expectMatchesOracle(s, out, 1e-6, 1e-7);
 }
 
 // DFlash proposal: 4 block rows after 130 cached tokens (crossing page 0/1) all attend to all 134
@@ -328,16 +329,16 @@ TEST(PagedAttentionRef, BidirectionalBlockAndWindow) {
   randomize(s, rng);
   std::vector<int32_t> all(134);
   std::iota(all.begin(), all.end(), 0);
-  auto out = run_ref(s);
+  auto out = runRef(s);
   for (int32_t r = 0; r < 4; ++r) {
     const auto want = oracle(s, 0, r, 0, all);
     for (int32_t d = 0; d < s.dim; ++d) ASSERT_NEAR(out[size_t(r) * s.dim + d], want[d], 1e-6);
   }
   s.window = 3;
-  out = run_ref(s);
+  out = runRef(s);
   const auto want = oracle(s, 0, 0, 0, {128, 129, 130, 131, 132, 133});
   for (int32_t d = 0; d < s.dim; ++d) ASSERT_NEAR(out[d], want[d], 1e-6);
-  expect_matches_oracle(s, out, 1e-6, 1e-7);
+  expectMatchesOracle(s, out, 1e-6, 1e-7);
 }
 
 // Causal decode with a sliding window of 4 at position 300: keys 297..300 only; logical pages 0
@@ -355,7 +356,7 @@ TEST(PagedAttentionRef, SlidingWindowSkipsReleasedPages) {
   const auto want = oracle(s, 0, 0, 0, {297, 298, 299, 300});
   s.table[0] = s.table[1] = -1;
   s.table[3] = s.table[4] = -1;
-  const auto out = run_ref(s);
+  const auto out = runRef(s);
   for (int32_t d = 0; d < s.dim; ++d) ASSERT_NEAR(out[d], want[d], 1e-6);
 }
 
@@ -380,16 +381,16 @@ TEST(PagedAttentionRef, RandomMatchesOracle) {
         s.dim = dims[n % 3];
         s.scale = 1.0f / std::sqrt(float(s.dim));
         s.maxPages = 3;
-        const int32_t kv_choices[] = {127, 128, 129, 1, 200, 384};
+        const int32_t kvChoices[] = {127, 128, 129, 1, 200, 384};
         const int32_t batch = 3;
         for (int32_t b = 0; b < batch; ++b) {
-          const int32_t kv_len = kv_choices[(n + b) % 6];
-          const int32_t q_len = std::min(kv_len, 1 + int32_t(rng() % 6));
-          s.qLens.push_back(q_len);
-          s.kvLens.push_back(kv_len);
-          for (int32_t i = 0; i < q_len; ++i) {
-            const bool pad = i > 0 && i == q_len - 1 && b == 1;
-            s.positions.push_back(pad ? -1 : kv_len - q_len + i);
+          const int32_t kvLen = kvChoices[(n + b) % 6];
+          const int32_t qLen = std::min(kvLen, 1 + int32_t(rng() % 6));
+          s.qLens.push_back(qLen);
+          s.kvLens.push_back(kvLen);
+          for (int32_t i = 0; i < qLen; ++i) {
+            const bool pad = i > 0 && i == qLen - 1 && b == 1;
+            s.positions.push_back(pad ? -1 : kvLen - qLen + i);
           }
         }
         s.maxQ = *std::max_element(s.qLens.begin(), s.qLens.end());
@@ -401,9 +402,11 @@ TEST(PagedAttentionRef, RandomMatchesOracle) {
         SCOPED_TRACE(::testing::Message() << "case " << n << " mask " << int(mask) << " window "
                                           << window << " group " << g << " D " << s.dim << " "
                                           << dtype_name(s.dtype));
-        const auto out = run_ref(s);
-        if (s.dtype == DType::kF32) expect_matches_oracle(s, out, 1e-5, 1e-6);
-        else expect_matches_oracle(s, out, 1e-2, 1e-2);
+        const auto out = runRef(s);
+        if (s.dtype == DType::kF32)
+          expectMatchesOracle(s, out, 1e-5, 1e-6);
+        else
+          expectMatchesOracle(s, out, 1e-2, 1e-2);
       }
     }
   }
@@ -510,7 +513,7 @@ struct PlanShape {
   }
 };
 
-int64_t partial_bytes(int64_t splits, int64_t rows, int64_t hq, int64_t dim) {
+int64_t partialBytes(int64_t splits, int64_t rows, int64_t hq, int64_t dim) {
   return splits < 2 ? 0 : splits * rows * hq * (dim + 2) * 4;
 }
 
@@ -524,7 +527,7 @@ TEST(PagedAttentionPlan, DecodeSplitCounts) {
     EXPECT_EQ(plan.tilesPerSplit, 16);
     EXPECT_EQ(plan.warpsM, 1);
     EXPECT_EQ(plan.rowBlocks, 1);
-    EXPECT_EQ(plan.workspaceBytes, partial_bytes(32, 1, 32, 128));
+    EXPECT_EQ(plan.workspaceBytes, partialBytes(32, 1, 32, 128));
   }
   {  // B 1, 4k: 64 tiles -> 2 per split would do, but at least 4 -> 16 splits
     PlanShape s(1, 1, 32, 8, 128, 4096);
@@ -537,7 +540,7 @@ TEST(PagedAttentionPlan, DecodeSplitCounts) {
     const auto plan = kernel::planPagedAttention(s.p);
     EXPECT_TRUE(plan.splitKv);
     EXPECT_EQ(plan.numSplits, 2);
-    EXPECT_EQ(plan.workspaceBytes, partial_bytes(2, 16, 32, 128));
+    EXPECT_EQ(plan.workspaceBytes, partialBytes(2, 16, 32, 128));
   }
   {  // B 64: 512 pairs fill the GPU alone: one split, the CTAs write the output, no workspace
     PlanShape s(64, 1, 32, 8, 128, 32768);
@@ -605,7 +608,7 @@ TEST(PagedAttentionPlan, SplitBoundariesDoNotDependOnTheQueryRows) {
 
 // Prefill (more than 16 rows per sequence, causal or bidirectional): the split path with one
 // split at any batch, no workspace needed; 4 row tiles per CTA with one tile per warp
-// (maxRowTiles 1), 8 with two per warp at D 128 (maxRowTiles 2, the default).
+// (maxRowTiles 1), the wgmma kernel's 8 (warpsM 4 x rowTiles 2) at D 128 otherwise.
 TEST(PagedAttentionPlan, PrefillTakesOneSplit) {
   for (const int32_t batch : {1, 3}) {
     for (const int32_t rt : {1, 2}) {
@@ -630,13 +633,11 @@ TEST(PagedAttentionPlan, PrefillTakesOneSplit) {
   EXPECT_EQ(plan.rowBlocks, 1);
 }
 
-// Which calls take two row tiles per warp (paged_attention.h, kSplitKvRowTilesMinCtas): prefill
-// (maxQSeqLen > 16) at head dim 128 with at least 128 packed rows per sequence and at least 132
-// CTAs of 128 rows (any count by default, prefillWgmmaFewCtas; the bound holds only under
-// ES_ATTN_PREFILL_WGMMA_FEW=0, the ctest twin test_paged_attention_prefillfewoff); everything
-// else keeps one tile per warp, decode and batch > 1 verify in particular (the batch-1 verify's
-// two tiles per CTA at warpsM 1: VerifyRowTiles below). The one-split prefill plans of two tiles
-// run the wgmma kernel.
+// Which prefill calls take the wgmma kernel's 128-row CTAs (paged_attention.h, "Row tiles";
+// reported as warpsM 4 x rowTiles 2): prefill (maxQSeqLen > 16) at head dim 128 with at least 128
+// packed rows per sequence, with one split, however few CTAs that makes; everything else keeps one
+// tile per warp row, decode and batch > 1 verify in particular (the batch-1 verify's two tiles per
+// CTA at warpsM 1: VerifyRowTiles below).
 TEST(PagedAttentionPlan, PrefillRowTiles) {
   struct Want {
     int32_t batch, qLen, hq, hkv, dim, rowTiles, warpsM, rowBlocks;
@@ -647,45 +648,39 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
            Want{2, 600, 16, 4, 128, 2, 4, 19},    // the GPU test's shapes: 2 x 4 x 19 = 152 CTAs
            Want{2, 600, 16, 2, 128, 2, 4, 38},    //   GQA 8: 2 x 2 x 38 = 152
            Want{2, 400, 32, 8, 128, 2, 4, 13},    //   400 x 4 = 1,600 rows, 13 blocks: 208 CTAs
-           Want{2, 300, 16, 4, 128, 1, 4, 19},    // 2 x 4 x 10 = 80 CTAs of 128 rows: too few
-           Want{1, 128, 32, 8, 128, 1, 4, 8},     // 128-row suffix: 32 CTAs of 128 rows
+           Want{2, 300, 16, 4, 128, 2, 4, 10},    // 2 x 4 x 10 = 80 CTAs of 128 rows
+           Want{1, 128, 32, 8, 128, 2, 4, 4},     // 128-row suffix: 32 CTAs of 128 rows
            Want{17, 32, 32, 8, 128, 2, 4, 1},     // exactly 128 packed rows, 136 CTAs
-           Want{16, 32, 32, 8, 128, 1, 4, 2},     // 128 CTAs: one tile per warp
+           Want{16, 32, 32, 8, 128, 2, 4, 1},     //   128 CTAs
            Want{64, 31, 32, 8, 128, 1, 4, 2},     // 124 packed rows: no full 128-row block
            Want{16, 17, 64, 8, 128, 2, 4, 2},     // 17 rows x GQA 8 = 136 packed rows, 256 CTAs
-           Want{1, 4096, 32, 8, 64, 1, 4, 256},   // D 64 and 256: not built
+           Want{1, 4096, 32, 8, 64, 1, 4, 256},   // D 64 and 256: the split-KV kernel
            Want{1, 4096, 16, 2, 256, 1, 4, 512},
            Want{16, 16, 64, 8, 128, 1, 4, 2},     // verify shapes at batch > 1: never
            Want{64, 1, 32, 8, 128, 1, 1, 1},      // decode
        }) {
     PlanShape s(w.batch, w.qLen, w.hq, w.hkv, w.dim, 8192);
-    const auto plan = kernel::planPagedAttention(s.p, 0, 2);
+    const auto plan = kernel::planPagedAttention(s.p);
     const std::string what = "B " + std::to_string(w.batch) + " qLen " + std::to_string(w.qLen) +
                              " " + std::to_string(w.hq) + "/" + std::to_string(w.hkv) + " D " +
                              std::to_string(w.dim);
     ASSERT_TRUE(plan.splitKv) << plan.reason << " " << what;
-    // prefillWgmmaFewCtas (the default): prefill at D 128 with >= 128 packed rows takes the
-    // prefill row tiles however few CTAs they make.
-    Want want = w;
-    const int64_t packed = int64_t{w.qLen} * (w.hq / w.hkv);
-    if (kernel::detail::prefillWgmmaFewCtas() && w.qLen > kernel::kSplitKvMaxQSeqLen &&
-        w.dim == 128 && packed >= 128) {
-      want.rowTiles = 2;
-      want.warpsM = 4;
-      want.rowBlocks = static_cast<int32_t>((packed + 127) / 128);
-    }
-    EXPECT_EQ(plan.rowTiles, want.rowTiles) << what;
-    EXPECT_EQ(plan.warpsM, want.warpsM) << what;
-    EXPECT_EQ(plan.rowBlocks, want.rowBlocks) << what;
+    EXPECT_EQ(plan.rowTiles, w.rowTiles) << what;
+    EXPECT_EQ(plan.warpsM, w.warpsM) << what;
+    EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << what;
+    // maxRowTiles 2 is the same plan here (it only changes the batch-1 verify's choice).
+    const auto two = kernel::planPagedAttention(s.p, 0, 2);
+    EXPECT_EQ(two.rowTiles, plan.rowTiles) << what;
+    EXPECT_EQ(two.rowBlocks, plan.rowBlocks) << what;
     // The wgmma prefill kernel takes exactly the one-split prefill plans of two row tiles at D 128.
     EXPECT_EQ(kernel::detail::prefillWgmmaApplies(s.p, plan),
-              kernel::detail::prefillWgmmaEnabled() && want.rowTiles == 2 && w.dim == 128 &&
-                  w.qLen > kernel::kSplitKvMaxQSeqLen)
+              w.rowTiles == 2 && w.dim == 128 && w.qLen > kernel::kSplitKvMaxQSeqLen)
         << what;
-    // maxRowTiles 1 (ES_ATTN_ROWTILES=1): the plan of before, one tile per warp.
+    // maxRowTiles 1: one tile per warp row, the split-KV kernel.
     const auto one = kernel::planPagedAttention(s.p, 0, 1);
     EXPECT_EQ(one.rowTiles, 1) << what;
-    if (want.rowTiles == 2) {
+    EXPECT_FALSE(kernel::detail::prefillWgmmaApplies(s.p, one)) << what;
+    if (w.rowTiles == 2) {
       EXPECT_EQ(one.warpsM, 4) << what;
       EXPECT_EQ(one.rowBlocks, (w.qLen * (w.hq / w.hkv) + 63) / 64) << what;
     } else {
@@ -695,30 +690,23 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
     EXPECT_EQ(one.numSplits, plan.numSplits) << what;
     EXPECT_EQ(one.tilesPerSplit, plan.tilesPerSplit) << what;
   }
-  {  // a sliding window and a bidirectional prefill take it too; forced splits keep it
+  {  // a sliding window and a bidirectional prefill take it too; a forced split count of 1 keeps
+     // it, more splits take the split-KV kernel's one tile per warp row
     PlanShape s(1, 4096, 32, 8, 128, 8192);
     s.p.slidingWindow = 1024;
-    EXPECT_EQ(kernel::planPagedAttention(s.p, 0, 2).rowTiles, 2);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles, 2);
     s.p.mask = kernel::AttentionMask::kBidirectional;
-    EXPECT_EQ(kernel::planPagedAttention(s.p, 0, 2).rowTiles, 2);
+    EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles, 2);
+    const auto single = kernel::planPagedAttention(s.p, 1);
+    EXPECT_EQ(single.rowTiles, 2);
+    EXPECT_TRUE(kernel::detail::prefillWgmmaApplies(s.p, single));
     const auto forced = kernel::planPagedAttention(s.p, 3, 2);
     EXPECT_TRUE(forced.splitKv) << forced.reason;
     EXPECT_EQ(forced.numSplits, 3);
-    EXPECT_EQ(forced.rowTiles, 2);
-  }
-  {  // the default is the process's (ES_ATTN_ROWTILES, unset in ctest's CPU run: 2)
-    PlanShape s(1, 4096, 32, 8, 128, 8192);
-    EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles,
-              kernel::planPagedAttention(s.p, 0, kernel::pagedAttentionRowTiles()).rowTiles);
-    const int32_t rt = kernel::pagedAttentionRowTiles();
-    EXPECT_TRUE(rt == 1 || rt == 2) << rt;
-    // Verify's default: 0 (the plan decides by the grid) unless the environment chooses, and
-    // never above the prefill's.
-    const int32_t vrt = kernel::pagedAttentionVerifyRowTiles();
-    EXPECT_TRUE(vrt == 1 || (rt == 2 && (vrt == 0 || vrt == 2))) << vrt << " " << rt;
-    if (std::getenv("ES_ATTN_VERIFY_ROWTILES") == nullptr) {
-      EXPECT_EQ(vrt, rt == 1 ? 1 : 0);
-    }
+    EXPECT_EQ(forced.rowTiles, 1);
+    EXPECT_EQ(forced.warpsM, 4);
+    EXPECT_EQ(forced.rowBlocks, 4096 * 4 / 64);
+    EXPECT_FALSE(kernel::detail::prefillWgmmaApplies(s.p, forced));
   }
   PlanShape s(1, 4096, 32, 8, 128, 8192);
   test::expectInvalidArgument([&] { kernel::planPagedAttention(s.p, 0, 3); }, "maxRowTiles");
@@ -755,7 +743,7 @@ TEST(PagedAttentionPlan, RowTiles) {
 
 // The batch-1 verify variant (paged_attention.h, "Verify row tiles"): batch-1 calls of <= 16 rows
 // per sequence at head dim 128 whose packed rows need >= 2 tiles take 2 tiles per CTA at warpsM
-// 1, any mask; 1 tile, D 64 / 256, batch > 1 and maxRowTiles 1 keep the plan of before. The split
+// 1, any mask; 1 tile, D 64 / 256, batch > 1 and maxRowTiles 1 keep one tile per CTA. The split
 // geometry is the decode call's either way.
 TEST(PagedAttentionPlan, VerifyRowTiles) {
   using M = kernel::AttentionMask;
@@ -798,18 +786,16 @@ TEST(PagedAttentionPlan, VerifyRowTiles) {
       EXPECT_EQ(plan.rowTiles, w.rowTiles) << what;
       EXPECT_EQ(plan.warpsM, w.warpsM) << what;
       EXPECT_EQ(plan.rowBlocks, w.rowBlocks) << what;
-      // maxRowTiles 1 (ES_ATTN_ROWTILES=1): one tile per CTA at batch 1, as before.
+      // maxRowTiles 1: one tile per CTA at batch 1.
       const auto one = kernel::planPagedAttention(s.p, 0, 1);
       const int32_t tiles = (w.qLen * (w.hq / w.hkv) + 15) / 16;
       EXPECT_EQ(one.rowTiles, 1) << what;
       EXPECT_EQ(one.warpsM, w.warpsM) << what;
       EXPECT_EQ(one.rowBlocks, w.batch == 1 ? tiles : w.rowBlocks) << what;
-      // The default follows the process: ES_ATTN_VERIFY_ROWTILES=1 / 2 choose; unset, two tiles
-      // only where one tile per CTA needs more than one wave of 132 x 2 CTAs.
-      const int32_t vrt = kernel::pagedAttentionVerifyRowTiles();
-      const bool two_waves = int64_t{w.batch} * w.hkv * one.rowBlocks * one.numSplits > 264;
-      EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles,
-                vrt == 1 ? 1 : vrt == 2 || two_waves ? w.rowTiles : 1) << what;
+      // The plan's rule: two tiles only where one tile per CTA needs more than one wave of
+      // 132 x 2 CTAs.
+      const bool twoWaves = int64_t{w.batch} * w.hkv * one.rowBlocks * one.numSplits > 264;
+      EXPECT_EQ(kernel::planPagedAttention(s.p).rowTiles, twoWaves ? w.rowTiles : 1) << what;
       // Same split geometry as the one-tile plan and as the decode call of the same sequence.
       PlanShape d(w.batch, 1, w.hq, w.hkv, w.dim, maxKv);
       const auto decode = kernel::planPagedAttention(d.p, 0, 2);
@@ -844,11 +830,10 @@ TEST(PagedAttentionPlan, VerifyRowTiles) {
     const auto one = kernel::planPagedAttention(s.p, 0, 1);
     EXPECT_EQ(8 * one.rowBlocks * one.numSplits, 512);
   }
-  // The default rule by hand (paged_attention.h, "Verify row tiles"; skipped when the
-  // environment chooses): Qwen3-8B (32 / 8 heads: 4 tiles) at 4k has 8 x 4 x 16 = 512 one-tile
+  // The rule by hand (paged_attention.h, "Verify row tiles"): Qwen3-8B (32 / 8 heads: 4 tiles) at 4k has 8 x 4 x 16 = 512 one-tile
   // CTAs (two tiles), at 300 keys 8 x 4 x 5 = 160 (one); Qwen3-0.6B (16 / 8: 2 tiles) at 4k
   // 8 x 2 x 16 = 256 (one), at 32k 8 x 2 x 32 = 512 (two).
-  if (kernel::pagedAttentionVerifyRowTiles() == 0) {
+  {
     struct Want {
       int32_t hq, maxKv, splits, rowTiles;
     };
@@ -892,10 +877,10 @@ TEST(PagedAttentionPlan, FallbacksToTheSimpleKernel) {
   EXPECT_NE(reason([](P& p) { p.kv.pool = static_cast<const char*>(p.kv.pool) + 8; }).find("aligned"),
             std::string::npos);
   // Too small by one byte for the planned 32 splits: simple kernel (never a smaller plan).
-  EXPECT_NE(reason([](P& p) { p.workspaceBytes = partial_bytes(32, 1, 32, 128) - 1; }).find("small"),
+  EXPECT_NE(reason([](P& p) { p.workspaceBytes = partialBytes(32, 1, 32, 128) - 1; }).find("small"),
             std::string::npos);
   PlanShape s(1, 1, 32, 8, 128, 32768);
-  s.p.workspaceBytes = partial_bytes(32, 1, 32, 128);
+  s.p.workspaceBytes = partialBytes(32, 1, 32, 128);
   EXPECT_TRUE(kernel::planPagedAttention(s.p).splitKv);
   // f16 takes the split path like bf16.
   s.p.dtype = DType::kF16;
@@ -912,11 +897,11 @@ TEST(PagedAttentionPlan, ForcedSplits) {
   EXPECT_TRUE(plan.splitKv);
   EXPECT_EQ(plan.numSplits, 7);
   EXPECT_EQ(plan.tilesPerSplit, 2);  // 16 tiles / 7 (the last split takes the rest)
-  EXPECT_EQ(plan.workspaceBytes, partial_bytes(7, 64, 32, 64));
+  EXPECT_EQ(plan.workspaceBytes, partialBytes(7, 64, 32, 64));
   plan = kernel::planPagedAttention(s.p, 100000);
   EXPECT_EQ(plan.numSplits, kernel::kSplitKvMaxSplits);
   EXPECT_EQ(plan.tilesPerSplit, 1);
-  s.p.workspaceBytes = partial_bytes(7, 64, 32, 64) - 1;
+  s.p.workspaceBytes = partialBytes(7, 64, 32, 64) - 1;
   EXPECT_FALSE(kernel::planPagedAttention(s.p, 7).splitKv);
   EXPECT_TRUE(kernel::planPagedAttention(s.p, 1).splitKv);  // one split needs no workspace
 }
@@ -924,7 +909,7 @@ TEST(PagedAttentionPlan, ForcedSplits) {
 // pagedAttentionWorkspaceBytes covers every call within its bounds.
 TEST(PagedAttentionPlan, WorkspaceBoundCoversEveryCall) {
   EXPECT_EQ(kernel::pagedAttentionWorkspaceBytes(1, 1, 32, 8, 128, 32768),
-            partial_bytes(34, 1, 32, 128));  // 33 splits wanted, + 1 for a window's offset
+            partialBytes(34, 1, 32, 128));  // 33 splits wanted, + 1 for a window's offset
   EXPECT_EQ(kernel::pagedAttentionWorkspaceBytes(8, 16, 32, 8, 128, 0), 0);
   for (const int32_t dim : {64, 128, 256}) {
     for (const auto& [hq, hkv] : {std::pair{32, 8}, std::pair{9, 3}, std::pair{16, 1}}) {
@@ -952,7 +937,7 @@ TEST(PagedAttentionPlan, WorkspaceBoundCoversEveryCall) {
   // Padded totalQ: with maxTotalQ the bound holds for any totalQ <= maxTotalQ at any batch.
   {
     const int64_t bound = kernel::pagedAttentionWorkspaceBytes(8, 16, 32, 8, 128, 32768, 256);
-    EXPECT_EQ(bound, partial_bytes(34, 256, 32, 128));  // batch 1 (33 + 1 splits) with 256 rows
+    EXPECT_EQ(bound, partialBytes(34, 256, 32, 128));  // batch 1 (33 + 1 splits) with 256 rows
     for (int32_t b = 1; b <= 8; ++b) {
       PlanShape s(b, 1, 32, 8, 128, 32768);
       s.p.query.totalQ = 256;
