@@ -26,7 +26,6 @@
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
-#include "common/env_switch.h"
 #include "common/errors.h"
 #include "common/rng.h"
 #include "kernels/cluster_launch.cuh"
@@ -1136,7 +1135,7 @@ int full_row_cluster_ranks() {
 
 template <typename T>
 void launch_full_row(const RowsArgs& a, cudaStream_t stream) {
-  if (!(a.plan.fullrow_split && fullrow_split_enabled())) {
+  if (!a.plan.fullrow_split) {
     full_row_kernel<T, false><<<a.rows, kThreads, 0, stream>>>(a);
     ES_CUDA_CHECK_LAUNCH();
     return;
@@ -1191,25 +1190,12 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
   }
 }
 
-// False when the environment sets ES_CHUNK_ASYNC=0 (read once): the chunk stage then loads every
-// row into registers (the kernel before the cp.async ring), so one binary measures both.
-bool chunk_async_enabled() {
-  static const bool on = env_switch_on("ES_CHUNK_ASYNC");
-  return on;
-}
-
-// ES_CHUNK_FINALIZE=0 (read once): the chunk stage never finalizes rows itself (the A/B switch
-// and test twin of RowsArgs::chunk_finalizes_rows).
-bool chunk_finalize_enabled() {
-  static const bool on = env_switch_on("ES_CHUNK_FINALIZE");
-  return on;
-}
-
-// Whether every chunk of every row starts 16-byte aligned, so chunk_fast_kernel may copy f32 rows
-// with cp.async (16-byte pieces): the logits, the row stride and the chunk length.
+// Whether chunk_fast_kernel streams the rows through its cp.async ring (kAsync): f32 rows whose
+// every chunk starts 16-byte aligned (the logits, the row stride and the chunk length), as
+// cp.async copies 16-byte pieces. Other rows (f16, misaligned f32) load into registers.
 bool chunk_async_ok(const RowsArgs& a) {
   return a.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0 && a.vocab % 4 == 0 &&
-         a.plan.chunk_len % 4 == 0 && chunk_async_enabled();
+         a.plan.chunk_len % 4 == 0;
 }
 
 // chunk_fast_kernel's grid: the (row, chunk) items in contiguous runs of equal length, at most
@@ -1234,7 +1220,7 @@ void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
   const int64_t per_cta = (items + resident - 1) / resident;
   a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
-  a.chunk_finalizes_rows = chunk_can_finalize(R) && per_cta % a.plan.chunks == 0 && chunk_finalize_enabled();
+  a.chunk_finalizes_rows = chunk_can_finalize(R) && per_cta % a.plan.chunks == 0;
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
   kernel::pdl::launch(kernel, dim3(grid), dim3(kThreads), ring_bytes, stream, a);
 }
@@ -1313,11 +1299,6 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool fullrow_split_enabled() {
-  static const bool on = env_switch_on("ES_FULLROW_SPLIT");
-  return on;
-}
-
 void launch_rows(const RowsArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
   RowsArgs a = args;
@@ -1360,7 +1341,6 @@ void sample_rows(const SamplingParams& p, cudaStream_t stream) {
                   (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
   if (!a.small_vocab) {
     a.plan = sampling::plan_general(p);
-    a.plan.cdf_split = a.plan.cdf_split && sampling::cdf_split_enabled();  // A/B: ES_CDF_SPLIT=0
     ES_CHECK_ARG(p.workspace_bytes >= a.plan.workspace_bytes, "kernel::sample_rows",
                  "workspace_bytes", p.workspace_bytes, "must be >= ", a.plan.workspace_bytes,
                  " (sampling_workspace_bytes)");
