@@ -1,4 +1,4 @@
-// Sampling / argmax / verification benchmarks (issue 4 targets). Two timings per case, inputs
+// Sampling / argmax / verification benchmarks against their targets. Two timings per case, inputs
 // rotating over enough copies to exceed the L2 (so every launch reads its logits from HBM, as in
 // decoding):
 //   median_us / p90_us: CUDA events around each single launch (300 after warm-up). Includes

@@ -141,9 +141,8 @@ __device__ void emit_uniform(const RowsArgs& a, int row) {
 }
 
 // A verification's list row (one warp): its inputs from its landed ChainStage, then its
-// VerifyRow from the kept list idx/val[0, cut). Not inlined: in chunk_fast_kernel, inlined, the
-// test cost the item loop's register allocation 1.6 us on the H200 (session 23) even where it
-// never runs (sample_rows).
+// VerifyRow from the kept list idx/val[0, cut). Not inlined: inlined into chunk_fast_kernel, it
+// would crowd the item loop's register allocation even where it never runs (sample_rows).
 __device__ __noinline__ spec_verify::dev::ListRowInputs list_row_inputs_not_inlined(
     spec_verify::ChainInputs chain, int row, const spec_verify::dev::ChainStage& stage) {
   return spec_verify::dev::staged_list_row_inputs(chain, row, stage);
@@ -308,8 +307,8 @@ __device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
 // walks whole rows (RowsArgs::chunk_finalizes_rows), the CTA finalizes each row itself from
 // `best` instead (chunk_finalize_row) and there is no record and no final kernel. How:
 //  * each CTA issues the next item's loads as soon as the current item's survivors are stored,
-//    so its next chunk's bytes are in flight while it merges (one CTA per chunk that loads, then
-//    computes with nothing in flight reached only 25 % of DRAM peak on the H200 for 256 rows);
+//    so its next chunk's bytes are in flight while it merges (a CTA that loads, then computes
+//    with nothing in flight, leaves DRAM idle for most of its time);
 //  * the entries stay in registers (raw[]; the scaled values are recomputed where needed, which
 //    keeps the f32 instances free of spills at 64 registers): the thread maximum, the threshold
 //    and the survivors come from registers, in the float domain (one compare per entry; the
@@ -320,15 +319,14 @@ __device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
 //    largest key of `best`, known before its loads land: an entry below it cannot enter the
 //    segment's top-k. Survivors of item j of a segment: ~k / j (i.i.d. entries), so after the
 //    first item a chunk costs its compares and a short merge, not a threshold search and a sort
-//    (the profile of 2026-11-30: 99.6 us for 256 rows, DRAM 33 %, issue-bound with 39 % of the
-//    stalls at barriers, when every item searched its own threshold and sorted ~55 survivors);
+//    (a search and a sort per item make the stage issue-bound, mostly waiting at barriers);
 //  * the survivors are merged into `best` by rank (each one's rank = the entries of `best` above
 //    it, a binary search, + the survivors above it) in merge groups: after a segment's items 2,
 //    4, 8, 16, then every 16, and its last (prefilter::merge_after), 2 block barriers each. The
 //    items of a group run with no barrier between them, filtered by the threshold of the last
 //    merge (the first item's until the first merge): ~k survivors per group for i.i.d. entries.
-//    With a merge after every item (the stage before groups; docs/perf.md) the 2 barriers per
-//    item were 39 % of the stage's stall samples (ncu, 2026-11-30: 3,345 of 8,502);
+//    Merging after every item would put 2 block barriers on every item, and barriers dominate
+//    the stage's stalls;
 //  * the rare group with > 512 survivors (ties; every entry -inf) merges each of its chunks'
 //    top-kc instead, from select_top_candidates (radix select) over the chunk's keys staged in
 //    shared memory.
@@ -380,9 +378,9 @@ struct ChunkItem {
 template <int R>
 __device__ __forceinline__ void copy_chunk_async(const float* x, int len, float* stage) {
   const int t = threadIdx.x;
-  if (len >= 4 * R * kThreads) {  // a whole chunk: constant offsets from one address (the clamps
-                                  // and 64-bit sums of the general case were ~90 instructions an
-                                  // item, 23 % of the stage's, ncu source counters 2026-11-30)
+  if (len >= 4 * R * kThreads) {  // a whole chunk: constant offsets from one address (the
+                                  // general case's clamps and 64-bit sums cost ~90 instructions
+                                  // an item)
     const float* src = x + 4 * t;
     float* dst = stage + 4 * t;
 #pragma unroll
@@ -789,8 +787,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
         // Survivors appended to ss.tmp. kAsync: each thread with any takes its slots with one
         // shared atomic and re-reads its survivors' logits from the stage, so the work is per
         // survivor (a loop over the set bits of its mask); in registers, a slot must be a
-        // constant after unrolling, and a warp with one survivor pays for all 16 slots (ncu,
-        // 2026-11-30, the 256 verify rows: 32.8 -> 28.7 M warp instructions, 60.9 -> 56.6 us).
+        // constant after unrolling, and a warp with one survivor pays for all 16 slots.
         // Else one shared atomic per warp.
         if constexpr (kAsync) {
           if (mask != 0) {
@@ -905,8 +902,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
 // kernel is not launched: RowsArgs::chunk_finalizes_rows). Otherwise the candidates stay in
 // registers (slot r of thread t = candidate t + r kThreads) and are filtered by the union
 // threshold of kernels/sampling_chunk_prefilter.h rather than select_top_candidates'
-// min-over-warps one: merging 19 records of 50, the
-// min-over-warps threshold kept ~375 of 950 (up to ~710, simulated), the union ~60 (at most ~80).
+// min-over-warps one: merging 19 records of 50, the min-over-warps threshold keeps ~375 of 950
+// (up to ~710, simulated), the union ~60 (at most ~80).
 // Uniform rows are found from the same warp maxima (no separate block reduction). > 512
 // survivors: the radix select (select_top_candidates) over the staged records.
 struct FinalFastShared {
