@@ -1,4 +1,4 @@
-// The floor of the sampling chunk stage's memory structure (issue 4): how fast can 256 CTAs of
+// The floor of the sampling chunk stage's memory structure: how fast can 256 CTAs of
 // 512 threads, one 151,936-entry f32 row each (the verify case's [16, 16, 151936] logits,
 // 155.6 MB), stream their row through a ring of shared-memory stages when each chunk costs a
 // given time after it lands? chunk_fast_kernel (kernels/sampling.cu) is this loop plus its

@@ -1,4 +1,4 @@
-// Sampling / argmax / verification benchmarks (issue 4 targets). Two timings per case, inputs
+// Sampling / argmax / verification benchmarks against their targets. Two timings per case, inputs
 // rotating over enough copies to exceed the L2 (so every launch reads its logits from HBM, as in
 // decoding):
 //   median_us / p90_us: CUDA events around each single launch (300 after warm-up). Includes
@@ -23,8 +23,6 @@
 #include "common/rng.h"
 #include "kernels/argmax.h"
 #include "kernels/sampling.h"
-#include "kernels/sampling_cdf_split.h"
-#include "kernels/sampling_layout.h"
 #include "kernels/spec_verify.h"
 
 namespace {
@@ -213,8 +211,6 @@ int main(int argc, char** argv) {
   ES_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20);
-  std::printf("ES_CDF_SPLIT %s, ES_FULLROW_SPLIT %s\n", sampling::cdf_split_enabled() ? "on" : "off",
-              sampling::fullrow_split_enabled() ? "on" : "off");
   std::vector<Row> rows;
   auto sample = [&](const std::string& name, int32_t batch, int32_t vocab, int32_t k, float p, double target_us) {
     if (want(name)) rows.push_back(bench_sample(name, batch, vocab, k, p, target_us));
@@ -232,14 +228,14 @@ int main(int argc, char** argv) {
   // token drawn per row instead of the list written, no accept walk): what the walk kernel adds.
   sample("sample V=151936 f32 B=256 k50 p0.9 (verify rows)", 256, 151936, 50, 0.9f, 0);
   // Not targets; shown so the slower modes are visible.
-  // B <= 64 and V >= 32768 take the split CDF (sampling_cdf_split.cu) unless ES_CDF_SPLIT=0;
-  // B = 65 always takes the one-CTA-per-row full_row_kernel draw.
+  // B <= 64 and V >= 32768 take the split CDF (sampling_cdf_split.cu); B = 65 takes the
+  // one-CTA-per-row full_row_kernel draw.
   sample("sample V=151936 f32 B=1 k-off p1 (split CDF)", 1, 151936, 0, 1.0f, 0);
   sample("sample V=151936 f32 B=1 k-off p0.9 (split CDF+split)", 1, 151936, 0, 0.9f, 0);
   sample("sample V=49152 f32 B=1 k-off p1 (split CDF)", 1, 49152, 0, 1.0f, 0);
   sample("sample V=151936 f32 B=8 k-off p1 (split CDF)", 8, 151936, 0, 1.0f, 0);
   // Top-p without top-k (Llama-style requests): B <= 64 and V >= 32768 decide each row's cut on a
-  // cluster of CTAs unless ES_FULLROW_SPLIT=0 (then one CTA per row); run the binary both ways.
+  // cluster of CTAs (GeneralPlan::fullrow_split); B = 65 on one CTA per row.
   sample("sample V=151936 f32 B=8 k-off p0.9 (split)", 8, 151936, 0, 0.9f, 0);
   sample("sample V=49152 f32 B=1 k-off p0.9 (split)", 1, 49152, 0, 0.9f, 0);
   sample("sample V=49152 f32 B=8 k-off p0.9 (split)", 8, 49152, 0, 0.9f, 0);

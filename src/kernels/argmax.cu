@@ -1,8 +1,8 @@
 // Row argmax (ties to the lower index, NaN largest). Each CTA reduces a slice of a row with
 // 16-byte loads to a composite rank (order key << 32 | ~index), so "max" means larger value
-// then lower index. For small batches a row is split over a thread-block cluster of 8 CTAs whose
-// partial maxima meet in rank 0's shared memory (distributed shared memory): no workspace, no
-// second launch.
+// then lower index. For small batches a row is split over a thread-block cluster of 16 CTAs
+// (8 where the device cannot co-schedule 16) whose partial maxima meet in rank 0's shared memory
+// (distributed shared memory): no workspace, no second launch.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 

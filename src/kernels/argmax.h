@@ -21,7 +21,7 @@ struct ArgmaxParams {
 void validate_argmax_params(const ArgmaxParams& p, const char* where);
 
 namespace kernel {
-// Batch 1..few: a thread-block cluster of up to 8 CTAs splits each row (distributed shared
+// Batch 1..few: a thread-block cluster of up to 16 CTAs splits each row (distributed shared
 // memory merges the partial maxima); larger batches: one CTA per row. No workspace.
 void argmax_rows(const ArgmaxParams& p, cudaStream_t stream);
 }  // namespace kernel

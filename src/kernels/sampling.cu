@@ -26,7 +26,6 @@
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
-#include "common/env_switch.h"
 #include "common/errors.h"
 #include "common/rng.h"
 #include "kernels/cluster_launch.cuh"
@@ -142,9 +141,8 @@ __device__ void emit_uniform(const RowsArgs& a, int row) {
 }
 
 // A verification's list row (one warp): its inputs from its landed ChainStage, then its
-// VerifyRow from the kept list idx/val[0, cut). Not inlined: in chunk_fast_kernel, inlined, the
-// test cost the item loop's register allocation 1.6 us on the H200 (session 23) even where it
-// never runs (sample_rows).
+// VerifyRow from the kept list idx/val[0, cut). Not inlined: inlined into chunk_fast_kernel, it
+// would crowd the item loop's register allocation even where it never runs (sample_rows).
 __device__ __noinline__ spec_verify::dev::ListRowInputs list_row_inputs_not_inlined(
     spec_verify::ChainInputs chain, int row, const spec_verify::dev::ChainStage& stage) {
   return spec_verify::dev::staged_list_row_inputs(chain, row, stage);
@@ -309,8 +307,8 @@ __device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
 // walks whole rows (RowsArgs::chunk_finalizes_rows), the CTA finalizes each row itself from
 // `best` instead (chunk_finalize_row) and there is no record and no final kernel. How:
 //  * each CTA issues the next item's loads as soon as the current item's survivors are stored,
-//    so its next chunk's bytes are in flight while it merges (one CTA per chunk that loads, then
-//    computes with nothing in flight reached only 25 % of DRAM peak on the H200 for 256 rows);
+//    so its next chunk's bytes are in flight while it merges (a CTA that loads, then computes
+//    with nothing in flight, leaves DRAM idle for most of its time);
 //  * the entries stay in registers (raw[]; the scaled values are recomputed where needed, which
 //    keeps the f32 instances free of spills at 64 registers): the thread maximum, the threshold
 //    and the survivors come from registers, in the float domain (one compare per entry; the
@@ -321,15 +319,14 @@ __device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
 //    largest key of `best`, known before its loads land: an entry below it cannot enter the
 //    segment's top-k. Survivors of item j of a segment: ~k / j (i.i.d. entries), so after the
 //    first item a chunk costs its compares and a short merge, not a threshold search and a sort
-//    (the profile of 2026-11-30: 99.6 us for 256 rows, DRAM 33 %, issue-bound with 39 % of the
-//    stalls at barriers, when every item searched its own threshold and sorted ~55 survivors);
+//    (a search and a sort per item make the stage issue-bound, mostly waiting at barriers);
 //  * the survivors are merged into `best` by rank (each one's rank = the entries of `best` above
 //    it, a binary search, + the survivors above it) in merge groups: after a segment's items 2,
 //    4, 8, 16, then every 16, and its last (prefilter::merge_after), 2 block barriers each. The
 //    items of a group run with no barrier between them, filtered by the threshold of the last
 //    merge (the first item's until the first merge): ~k survivors per group for i.i.d. entries.
-//    With a merge after every item (the stage before groups; docs/perf.md) the 2 barriers per
-//    item were 39 % of the stage's stall samples (ncu, 2026-11-30: 3,345 of 8,502);
+//    Merging after every item would put 2 block barriers on every item, and barriers dominate
+//    the stage's stalls;
 //  * the rare group with > 512 survivors (ties; every entry -inf) merges each of its chunks'
 //    top-kc instead, from select_top_candidates (radix select) over the chunk's keys staged in
 //    shared memory.
@@ -381,9 +378,9 @@ struct ChunkItem {
 template <int R>
 __device__ __forceinline__ void copy_chunk_async(const float* x, int len, float* stage) {
   const int t = threadIdx.x;
-  if (len >= 4 * R * kThreads) {  // a whole chunk: constant offsets from one address (the clamps
-                                  // and 64-bit sums of the general case were ~90 instructions an
-                                  // item, 23 % of the stage's, ncu source counters 2026-11-30)
+  if (len >= 4 * R * kThreads) {  // a whole chunk: constant offsets from one address (the
+                                  // general case's clamps and 64-bit sums cost ~90 instructions
+                                  // an item)
     const float* src = x + 4 * t;
     float* dst = stage + 4 * t;
 #pragma unroll
@@ -790,8 +787,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
         // Survivors appended to ss.tmp. kAsync: each thread with any takes its slots with one
         // shared atomic and re-reads its survivors' logits from the stage, so the work is per
         // survivor (a loop over the set bits of its mask); in registers, a slot must be a
-        // constant after unrolling, and a warp with one survivor pays for all 16 slots (ncu,
-        // 2026-11-30, the 256 verify rows: 32.8 -> 28.7 M warp instructions, 60.9 -> 56.6 us).
+        // constant after unrolling, and a warp with one survivor pays for all 16 slots.
         // Else one shared atomic per warp.
         if constexpr (kAsync) {
           if (mask != 0) {
@@ -906,8 +902,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
 // kernel is not launched: RowsArgs::chunk_finalizes_rows). Otherwise the candidates stay in
 // registers (slot r of thread t = candidate t + r kThreads) and are filtered by the union
 // threshold of kernels/sampling_chunk_prefilter.h rather than select_top_candidates'
-// min-over-warps one: merging 19 records of 50, the
-// min-over-warps threshold kept ~375 of 950 (up to ~710, simulated), the union ~60 (at most ~80).
+// min-over-warps one: merging 19 records of 50, the min-over-warps threshold keeps ~375 of 950
+// (up to ~710, simulated), the union ~60 (at most ~80).
 // Uniform rows are found from the same warp maxima (no separate block reduction). > 512
 // survivors: the radix select (select_top_candidates) over the staged records.
 struct FinalFastShared {
@@ -1136,7 +1132,7 @@ int full_row_cluster_ranks() {
 
 template <typename T>
 void launch_full_row(const RowsArgs& a, cudaStream_t stream) {
-  if (!(a.plan.fullrow_split && fullrow_split_enabled())) {
+  if (!a.plan.fullrow_split) {
     full_row_kernel<T, false><<<a.rows, kThreads, 0, stream>>>(a);
     ES_CUDA_CHECK_LAUNCH();
     return;
@@ -1191,25 +1187,12 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
   }
 }
 
-// False when the environment sets ES_CHUNK_ASYNC=0 (read once): the chunk stage then loads every
-// row into registers (the kernel before the cp.async ring), so one binary measures both.
-bool chunk_async_enabled() {
-  static const bool on = env_switch_on("ES_CHUNK_ASYNC");
-  return on;
-}
-
-// ES_CHUNK_FINALIZE=0 (read once): the chunk stage never finalizes rows itself (the A/B switch
-// and test twin of RowsArgs::chunk_finalizes_rows).
-bool chunk_finalize_enabled() {
-  static const bool on = env_switch_on("ES_CHUNK_FINALIZE");
-  return on;
-}
-
-// Whether every chunk of every row starts 16-byte aligned, so chunk_fast_kernel may copy f32 rows
-// with cp.async (16-byte pieces): the logits, the row stride and the chunk length.
+// Whether chunk_fast_kernel streams the rows through its cp.async ring (kAsync): f32 rows whose
+// every chunk starts 16-byte aligned (the logits, the row stride and the chunk length), as
+// cp.async copies 16-byte pieces. Other rows (f16, misaligned f32) load into registers.
 bool chunk_async_ok(const RowsArgs& a) {
   return a.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0 && a.vocab % 4 == 0 &&
-         a.plan.chunk_len % 4 == 0 && chunk_async_enabled();
+         a.plan.chunk_len % 4 == 0;
 }
 
 // chunk_fast_kernel's grid: the (row, chunk) items in contiguous runs of equal length, at most
@@ -1234,7 +1217,7 @@ void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
   ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
   const int64_t per_cta = (items + resident - 1) / resident;
   a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
-  a.chunk_finalizes_rows = chunk_can_finalize(R) && per_cta % a.plan.chunks == 0 && chunk_finalize_enabled();
+  a.chunk_finalizes_rows = chunk_can_finalize(R) && per_cta % a.plan.chunks == 0;
   const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
   kernel::pdl::launch(kernel, dim3(grid), dim3(kThreads), ring_bytes, stream, a);
 }
@@ -1313,11 +1296,6 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool fullrow_split_enabled() {
-  static const bool on = env_switch_on("ES_FULLROW_SPLIT");
-  return on;
-}
-
 void launch_rows(const RowsArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
   RowsArgs a = args;
@@ -1360,7 +1338,6 @@ void sample_rows(const SamplingParams& p, cudaStream_t stream) {
                   (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
   if (!a.small_vocab) {
     a.plan = sampling::plan_general(p);
-    a.plan.cdf_split = a.plan.cdf_split && sampling::cdf_split_enabled();  // A/B: ES_CDF_SPLIT=0
     ES_CHECK_ARG(p.workspace_bytes >= a.plan.workspace_bytes, "kernel::sample_rows",
                  "workspace_bytes", p.workspace_bytes, "must be >= ", a.plan.workspace_bytes,
                  " (sampling_workspace_bytes)");

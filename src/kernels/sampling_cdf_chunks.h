@@ -1,6 +1,6 @@
 #pragma once
 // Chunk arithmetic of the split full-row inverse CDF (spec §3.5), shared by host tests and the
-// split kernels (kernels/sampling_cdf_split.cuh). Plain C++ plus ES_HOST_DEVICE.
+// split kernels (kernels/sampling_cdf_split.cu). Plain C++ plus ES_HOST_DEVICE.
 //
 // The definition is sequential: r <- fl(r + p_i) over the positive p_i in index order; the token
 // is the first index whose r exceeds fl(u * total). To split a row into chunks we need each
@@ -178,9 +178,9 @@ ES_HOST_DEVICE inline int first_chunk_above(const float* ends, int chunks, float
 // barrier, never from registers that only thread 0 advanced. replay and search are collectives
 // (sequential_cdf on the GPU): a thread that passes them another start or threshold than its
 // neighbours returns at another point, which picks a wrong token or leaves the others at a
-// barrier forever. The first GPU run did both: the total was each thread's own running sum, which
-// only thread 0 carried through the chunks whose summaries applied (every other thread held the
-// end of the last replayed chunk, so its threshold was too small).
+// barrier forever. For example, a total taken from each thread's own running sum does both: only
+// thread 0 carries that sum through the chunks whose summaries apply (every other thread holds
+// the end of the last replayed chunk, so its threshold is too small); the CPU test models it.
 struct ChainShared {
   int next_chunk;
   int found;

@@ -7,7 +7,6 @@
 
 #include "common/cuda_check.h"
 #include "common/dtype.h"
-#include "common/env_switch.h"
 #include "common/errors.h"
 #include "kernels/sampling_cdf_chunks.h"
 #include "kernels/sampling_cdf_split.h"
@@ -183,11 +182,6 @@ void launch_typed(const RowsArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
-
-bool cdf_split_enabled() {
-  static const bool on = env_switch_on("ES_CDF_SPLIT");
-  return on;
-}
 
 void launch_cdf_split(const RowsArgs& a, cudaStream_t stream) {
   ES_CHECK_ARG(a.plan.cdf_split && a.tokens != nullptr && a.workspace != nullptr, "sample_rows",

@@ -57,10 +57,6 @@ ES_HOST_DEVICE inline CdfLayout cdf_layout(int64_t rows, int64_t chunks) {
   return l;
 }
 
-// False when the environment sets ES_CDF_SPLIT=0 (read once): full_row_kernel then draws every
-// token itself, so one binary measures both (the workspace is still sized for the split).
-bool cdf_split_enabled();
-
 // Launches A1, A2 and BC after full_row_kernel (CUDA builds; a.plan.cdf_split and a.tokens).
 void launch_cdf_split(const RowsArgs& a, cudaStream_t stream);
 

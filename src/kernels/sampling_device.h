@@ -1,6 +1,6 @@
 #pragma once
 // Device building blocks of the sampling kernels (CUDA only: include from .cu files).
-// Every function here is called by all kSamplingThreads threads of a CTA (block-uniform control
+// Every function here is called by all kThreads threads of a CTA (block-uniform control
 // flow) unless it says "warp 0"; those that use shared scratch end with a __syncthreads so the
 // caller can reuse it.
 #include <cuda_runtime.h>
@@ -432,8 +432,8 @@ __device__ inline int sample_sorted_list_warp(const int32_t* idx, const float* v
 // Exact parallel evaluation of the spec's sequential fp32 running sum (spec §3.5).
 //
 // The reference sums r <- fl(r + x_i) over the positive entries in index order. A parallel scan
-// in another association would round differently (the old block-scan CDF drifted ~2e-5 relative
-// from the reference on 128k-entry rows and picked other tokens), so instead we reproduce the
+// in another association would round differently (a block-wide float scan drifts ~2e-5 relative
+// from the reference on 128k-entry rows and picks other tokens), so instead we reproduce the
 // sequential rounding exactly:
 //  * while r stays in one binade [2^e, 2^(e+1)) (or the subnormal range), r is an integer n of
 //    ulps u, and fl(r + x) = (n + c) u with c = round-half-even(x / u) where the tie goes to the
@@ -522,8 +522,8 @@ __device__ __forceinline__ void block_min2(int* a, int* b, BlockScratch& sh) {
 //
 // A collective: n and search must be block-uniform; r0 and threshold are taken from thread 0
 // (broadcast below), because the loop's exits compare the shared running sum against them: a
-// thread with another threshold would return while the others wait at the next barrier forever
-// (the split CDF's first GPU run hung this way). The loop is bounded: each round returns, ends
+// thread with another threshold would return while the others wait at the next barrier forever.
+// The loop is bounded: each round returns, ends
 // the tile, or moves `from` past a crossing (at most kTile rounds per tile, in practice one per
 // binade passed).
 template <typename ValAt>

@@ -1,7 +1,8 @@
 #pragma once
 // The full-row cut (spec §3.2-3.4; docs/sampling.md "Semantics" 2-7) of one row whose entries are
 // spread over a *group* of workers, written once for every group:
-//   * one CTA per row (full_row_kernel, the ES_FULLROW_SPLIT=0 and batch > 8 path),
+//   * one CTA per row (full_row_kernel without GeneralPlan::fullrow_split: batch > 64 or
+//     V < 32768),
 //   * the CTAs of a thread-block cluster, each owning a contiguous slice (the split decision for
 //     few long rows, kernels/sampling_fullrow_groups.cuh),
 //   * a host model of either (tests/kernels/test_sampling_fullrow_cut.cpp: host threads with a

@@ -26,12 +26,17 @@ struct GeneralPlan {
   int32_t kcap = 0;            // largest effective top-k a candidate row may have
   size_t workspace_bytes = 0;  // the chunk records (below), then the split CDF's region when
                                // cdf_split
-  // Split full-row inverse CDF (kernels/sampling_cdf_split.h): few rows, large vocab.
+  // Split full-row inverse CDF (kernels/sampling_cdf_split.h): the full-row rows' tokens are
+  // drawn by the split CDF kernels iff any_full, batch <= kCdfSplitMaxRows, vocab >=
+  // kCdfSplitMinVocab and the row has at most kCdfMaxChunks chunks; otherwise full_row_kernel's
+  // lead CTA draws each token over the whole row itself.
   bool cdf_split = false;
   int32_t cdf_chunks = 0;      // chunks of kCdfChunk entries per row
   size_t cdf_offset = 0;       // byte offset of its region in the workspace (16-aligned)
-  // Split full-row decision (kernels/sampling_fullrow_groups.cuh): few rows, large vocab, so
-  // full_row_kernel spreads each row over a cluster of CTAs. Needs no workspace.
+  // Split full-row decision (kernels/sampling_fullrow_groups.cuh): iff any_full, batch <=
+  // kFullRowSplitMaxRows and vocab >= kFullRowSplitMinVocab, full_row_kernel spreads each row
+  // over a cluster of fullrow_split_ranks() CTAs; otherwise it takes one CTA per row (many rows
+  // fill the GPU by themselves, and a short row is not worth a cluster). Needs no workspace.
   bool fullrow_split = false;
 };
 
@@ -55,10 +60,6 @@ constexpr int32_t fullrow_split_ranks(int32_t rows, int32_t widest, int32_t sms)
   while (ranks > 2 && static_cast<int64_t>(rows) * ranks > 2 * static_cast<int64_t>(sms)) ranks /= 2;
   return ranks;
 }
-
-// False when the environment sets ES_FULLROW_SPLIT=0 (read once): every full-row row then takes
-// one CTA (the kernel before the split), so one binary measures both. CUDA builds.
-bool fullrow_split_enabled();
 
 // The chunk stage's records in the workspace (candidate mode). The chunk stage walks the
 // (row, chunk) items row-major, each CTA a contiguous run of them; the items of one row that one

@@ -52,8 +52,10 @@ struct RowsArgs {
   // which final_fast_kernel derives where each record lies (sampling_layout.h).
   int32_t chunk_items_per_cta = 0;
   // Set by the launcher: every CTA of the chunk stage walks whole rows (chunk_items_per_cta a
-  // multiple of plan.chunks), so each finalizes its rows itself (the top-p cut and the outputs)
-  // and final_fast_kernel is not launched. ES_CHUNK_FINALIZE=0 keeps the two kernels.
+  // multiple of plan.chunks) and its consumed chunk buffer holds a CandShared
+  // (chunk_can_finalize), so each finalizes its rows itself (the top-p cut and the outputs) and
+  // final_fast_kernel is not launched. Otherwise the chunk stage writes records that
+  // final_fast_kernel merges.
   bool chunk_finalizes_rows = false;
 };
 

@@ -55,8 +55,8 @@ __device__ __forceinline__ bool accept_test(float px, float qx, float u) {
 
 // What list row `row` = (sequence b, position s) needs from memory besides its list, copied to
 // shared memory (cp.async) by the sampling kernel as soon as it knows the row: the copies land
-// while the row's top-k is selected, and the list's index sort no longer waits for a DRAM round
-// trip of warp 0 (session 24).
+// while the row's top-k is selected, so the list's index sort does not wait for a DRAM round
+// trip of warp 0.
 struct alignas(16) ChainStage {
   int32_t x;       // draft s (s < L)
   float u[2];      // with ChainInputs::uniforms: accept s, and residual s (s < L) or bonus (s = L)

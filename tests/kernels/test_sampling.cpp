@@ -323,8 +323,8 @@ TEST(SamplingRef, MatchesBruteForceOnRandomRows) {
   EXPECT_LT(ambiguous, 20);
 }
 
-// The spec's definition run literally (ref::row_probs before it learned to sort only the prefix
-// it reads): all V ranks sorted, masses and prefixes over the whole top-k set.
+// The spec's definition run literally: all V ranks sorted, masses and prefixes over the whole
+// top-k set (ref::row_probs sorts only the prefix of the order it reads).
 std::vector<float> full_sort_probs(const std::vector<float>& logits, float temperature, int32_t top_k,
                                    float top_p, TopPMode mode) {
   const int32_t vocab = static_cast<int32_t>(logits.size());

@@ -448,11 +448,11 @@ int model_bc(const std::vector<float>& v, const SplitRow& r, int chunk_len, floa
   }, agree);
 }
 
-// BC as the first GPU run had it (commit 37e03bb), statement for statement: thread 0 carries the
-// running sum s through the chunks whose summaries apply; the others only update theirs on a
-// replay; afterwards every thread takes its own s as the total.
-int model_bc_first_gpu_run(const std::vector<float>& v, const SplitRow& r, int chunk_len, float u, ModelCta& cta,
-                           bool* agree) {
+// A wrong BC (the mutant of PerThreadTotalChainFailsOnAModelCta): thread 0 carries the running
+// sum s through the chunks whose summaries apply; the others only update theirs on a replay;
+// afterwards every thread takes its own s as the total.
+int model_bc_per_thread_total(const std::vector<float>& v, const SplitRow& r, int chunk_len,
+                              float u, ModelCta& cta, bool* agree) {
   const int chunks = static_cast<int>(r.end.size());
   const ChunkSummary* summ = r.summ.data();
   return run_model_cta(cta, v, chunk_len, [&](const ModelBlock& blk, const ModelCollectives& col) {
@@ -578,14 +578,15 @@ TEST(SamplingCdfChunks, ChainAndSearchOnAModelCtaEqualsReference) {
   std::printf("  %d model CTAs, %d of %d chunks replayed\n", rows, replays, chunks_seen);
 }
 
-// The first GPU run's failure, reproduced on the CPU: with the total taken from each thread's own
-// running sum, every thread but 0 searches for a too small threshold (u times the end of the last
-// replayed chunk). The H200 showed exactly this: tokens too early but in the right chunk (thread
-// 0 picks the chunk), mostly a few entries past the chunk start (threads 1, 2, ... own those),
-// and hangs (on the GPU a thread whose threshold is already passed at a binade crossing returns
-// from sequential_cdf while the others wait at its next barrier). Rows whose last chunks are all
-// replayed (their sum crosses a power of two there) come out right, so not every row fails.
-TEST(SamplingCdfChunks, FirstGpuRunChainFailsOnAModelCta) {
+// The block-uniformity rule of chain_and_search must be able to fail: with the total taken from
+// each thread's own running sum, every thread but 0 searches for a too small threshold (u times
+// the end of the last replayed chunk). On a GPU that gives tokens too early but in the right
+// chunk (thread 0 picks the chunk), mostly a few entries past the chunk start (threads 1, 2, ...
+// own those), and hangs (a thread whose threshold is already passed at a binade crossing returns
+// from sequential_cdf while the others wait at its next barrier); the model CTA shows the same
+// tokens. Rows whose last chunks are all replayed (their sum crosses a power of two there) come
+// out right, so not every row fails.
+TEST(SamplingCdfChunks, PerThreadTotalChainFailsOnAModelCta) {
   std::mt19937 rng(7);
   int wrong = 0, near_start = 0, nonuniform = 0, runs = 0;
   uint32_t seed = 100;
@@ -597,7 +598,7 @@ TEST(SamplingCdfChunks, FirstGpuRunChainFailsOnAModelCta) {
       for (float u : model_uniforms(rng, 4)) {
         ModelCta cta(static_cast<int>(r.end.size()));
         bool agree = false;
-        const int got = model_bc_first_gpu_run(v, r, kCdfChunk, u, cta, &agree);
+        const int got = model_bc_per_thread_total(v, r, kCdfChunk, u, cta, &agree);
         const int want = ref::sample_from_probs(v.data(), n, u);
         ++runs;
         nonuniform += cta.nonuniform.load() > 0 ? 1 : 0;
@@ -609,7 +610,7 @@ TEST(SamplingCdfChunks, FirstGpuRunChainFailsOnAModelCta) {
       }
     }
   }
-  std::printf("  first-GPU-run chain: %d of %d tokens wrong (%d near the chunk start), %d with "
+  std::printf("  per-thread-total chain: %d of %d tokens wrong (%d near the chunk start), %d with "
               "thread-dependent collective inputs\n",
               wrong, runs, near_start, nonuniform);
   EXPECT_GT(wrong, runs / 3);

@@ -1,8 +1,8 @@
 // CPU model of the chunk stage's segments (chunk_fast_kernel in kernels/sampling.cu): a CTA walks
 // consecutive chunks of one row and keeps the segment's top-k so far (`best`, descending). Its
 // items come in merge groups (prefilter::merge_after: after items 2, 4, 8, 16, then every 16, and
-// the segment's last; the model also runs a merge after every item, the stage before groups: any
-// schedule must be exact): the items of a group filter by the threshold of the
+// the segment's last; the model also runs a merge after every item: any schedule must be
+// exact): the items of a group filter by the threshold of the
 // last merge, the k-th largest key of `best` (scaled logit >= key_value(theta), the kernel's float
 // compare; the first group: the first chunk's threshold), and the group's survivors are merged
 // into `best` by rank (entries of `best` above, found by binary search, + survivors above); more

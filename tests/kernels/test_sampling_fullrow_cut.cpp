@@ -298,7 +298,7 @@ TEST(SamplingFullRowCut, SlicesCoverTheRowInOrder) {
 }
 
 // The split decision's cluster size per batch: the widest cluster while the grid stays within
-// two CTAs per SM, never below 2; rows <= 8 keep 16 as before the split covered 64 rows.
+// two CTAs per SM, never below 2.
 TEST(SamplingFullRowCut, SplitRanksFollowTheBatch) {
   using sampling::fullrow_split_ranks;
   for (int32_t rows = 1; rows <= 16; ++rows) EXPECT_EQ(fullrow_split_ranks(rows, 16, 132), 16) << rows;

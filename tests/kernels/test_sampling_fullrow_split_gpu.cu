@@ -1,11 +1,9 @@
 // The split full-row decision (full_row_kernel on a cluster of CTAs per row: batch <= 64,
 // V >= 32768, top-k off or above the candidate cap) against the CPU reference: probabilities bit
-// for bit and tokens exactly. ctest runs this binary twice: as is (the cluster path) and with
-// ES_FULLROW_SPLIT=0 (the one-CTA kernel), so both sides of the A/B switch are checked.
+// for bit and tokens exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -63,7 +61,7 @@ std::vector<float> make_logits(const FrCase& c, uint32_t seed) {
   return x;
 }
 
-// with_probs false: tokens only (then the split CDF draws them, unless ES_CDF_SPLIT=0).
+// with_probs false: tokens only (then the split CDF draws them).
 test::SampleOutputs run_gpu(const SamplingParams& p, const std::vector<float>& x,
                             const std::vector<float>& u, bool with_probs) {
   return test::run_sample_rows_gpu(p, x, u, {.probs = with_probs, .download_workspace = false});
@@ -84,15 +82,8 @@ void check(const FrCase& c, uint32_t seed) {
                             describe(c, seed) + " (tokens only)");
 }
 
-TEST(SamplingFullRowSplitGpu, SwitchFollowsTheEnvironment) {
-  const char* v = std::getenv("ES_FULLROW_SPLIT");
-  EXPECT_EQ(sampling::fullrow_split_enabled(), v == nullptr || std::strcmp(v, "0") != 0);
-  std::printf("  ES_FULLROW_SPLIT=%s: %s\n", v ? v : "(unset)",
-              sampling::fullrow_split_enabled() ? "cluster per row" : "one CTA per row");
-}
-
 // Batches 9-64: clusters of 16, 8 and 4 CTAs per row (fullrow_split_ranks), tokens drawn by the
-// split CDF (also batch <= 64) unless ES_CDF_SPLIT=0; the default model's 16-row verify shape.
+// split CDF (also batch <= 64); the default model's 16-row verify shape.
 TEST(SamplingFullRowSplitGpu, LargerBatchesEqualReference) {
   ES_SKIP_IF_NO_GPU();
   for (int32_t batch : {9, 16, 17, 33, 64}) {

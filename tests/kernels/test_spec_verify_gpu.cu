@@ -249,9 +249,8 @@ TEST(SpecVerifyGpu, MatchesReference) {
   check({16, 15, 2048, DType::kF32, 1.0f, 1, 1.0f, kN, false, false, SamplingPath::kAuto});
   check({16, 15, 6000, DType::kF16, 1.0f, 1, 1.0f, kN, true, true, SamplingPath::kAuto});
   // The benchmark's shape (256 rows of 19 chunks): each chunk CTA walks one whole row and
-  // finalizes it itself (RowsArgs::chunk_finalizes_rows; the _twokernels ctest twin runs
-  // final_fast_kernel instead). Then f16 rows (the register path) with draft probabilities and
-  // device uniforms.
+  // finalizes it itself (RowsArgs::chunk_finalizes_rows). Then f16 rows (the register path)
+  // with draft probabilities and device uniforms.
   check({16, 15, 151936, DType::kF32, 0.25f, 50, 0.9f, kN, false, false, SamplingPath::kAuto});
   check({16, 15, 128256, DType::kF16, 0.5f, 50, 0.95f, kT, true, true, SamplingPath::kAuto});
 }
