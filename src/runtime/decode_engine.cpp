@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "runtime/kv_capacity.h"
 #include "runtime/prefill.h"
 
 namespace es::runtime {
@@ -146,24 +147,22 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
                  "must be >= 0");
     ES_CHECK_ARG(q.sampling.topP > 0.0f && q.sampling.topP <= 1.0f, kWhere, name + ".sampling.topP",
                  q.sampling.topP, "must be in (0, 1]");
-    // Positions a request may touch: a live sequence has committed at most prompt + max − 2
-    // tokens and its step writes W rows from there; with a draft, the step that finishes a
-    // request may commit up to W tokens past its budget and still proposes a block of BS rows
-    // beyond them before the host retires it. Hence the margin (W − 1) + (BS − 1) with a draft
-    // (2·(BS − 1) at full width), 0 without.
+    // The positions the request may write (runtime/kv_capacity.h) must exist in the cache and in
+    // the RoPE tables.
     const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens;
-    const int64_t margin = positionMargin();
+    const int64_t needed = positionsNeeded(q);
     const int64_t positions =
         std::min<int64_t>(target_.maxPositions(), proposer_ ? proposer_->maxPositions() : INT32_MAX);
-    const int64_t limit = std::min<int64_t>(cache_.capacity(), positions) - margin;
+    const int64_t limit = std::min<int64_t>(cache_.capacity(), positions) - (needed - total);
     ES_CHECK_ARG(total <= limit, kWhere, name + " prompt + maxNewTokens", total, "must be <= ", limit,
                  ": the KV capacity (", cache_.capacity(), ") and RoPE tables (", positions,
-                 " positions) less ", margin, " rows a speculative step may write past the budget");
+                 " positions) less ", needed - total, " rows a speculative step may write past the budget");
   }
 }
 
-// Rows a request may touch past prompt + maxNewTokens (docs/runtime.md, capacity).
-int64_t DecodeEngine::positionMargin() const { return proposer_ ? (width_ - 1) + (blockSize_ - 1) : 0; }
+int64_t DecodeEngine::positionsNeeded(const GenerationRequest& q) const {
+  return kvCapacityTokens(static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens, width_, blockSize_);
+}
 
 void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
                                const std::vector<const GenerationRequest*>& requestOfSlot) {
@@ -407,10 +406,10 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
     const GenerationRequest& q = requests[static_cast<size_t>(r)];
     int32_t slot = 0, reused = 0;
     if (cache_.prefixReuse()) {
-      // The pages it may touch: checkRequests keeps prompt + maxNewTokens + margin in capacity.
-      const int64_t positions = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens + positionMargin();
+      // The pages it may touch: checkRequests keeps positionsNeeded within the capacity.
       const kv::KvCacheManager::Admission a = cache_.admit(
-          q.prompt, static_cast<int32_t>(std::min<int64_t>(positions, cache_.capacity())), withDraft);
+          q.prompt, static_cast<int32_t>(std::min<int64_t>(positionsNeeded(q), cache_.capacity())),
+          withDraft);
       slot = a.slot;
       reused = a.reusedTokens;
     } else {

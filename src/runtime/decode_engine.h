@@ -85,7 +85,8 @@ class DecodeEngine {
 
  private:
   void checkRequests(const std::vector<GenerationRequest>& requests) const;
-  int64_t positionMargin() const;
+  // KV positions a request may write (kvCapacityTokens of its prompt + maxNewTokens).
+  int64_t positionsNeeded(const GenerationRequest& q) const;
   std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests, const TokenCallback& onToken);
   void allocate();
   void uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
