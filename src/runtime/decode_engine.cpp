@@ -188,6 +188,32 @@ void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens
   backend_.copyFromHost(topPs_, topPs.data(), int64_t{B} * 4);
 }
 
+// The prefill's last chunk left the prompt's last row in the target's logits [1, V]. The token
+// after it is chosen as a step chooses its tokens, on the backend: argmax for a greedy request,
+// else a filtered sample with request_uniform(seed, lastPosition, kTarget, 0) (spec §3.6). The
+// per-slot arrays and out_ are free until uploadState fills them for the loop.
+int32_t DecodeEngine::sampleFirstToken(const SamplingConfig& sampling, int64_t lastPosition) {
+  if (isGreedy(sampling)) {
+    backend_.argmax(ArgmaxParams{.logits = target_.logitsDevice(), .dtype = DType::kF32, .rows = 1,
+                                 .vocab = vocab_, .out = out_});
+  } else {
+    backend_.copyFromHost(temperatures_, &sampling.temperature, 4);
+    backend_.copyFromHost(topKs_, &sampling.topK, 4);
+    backend_.copyFromHost(topPs_, &sampling.topP, 4);
+    backend_.copyFromHost(seeds_, &sampling.seed, 8);
+    backend_.copyFromHost(anchors_, &lastPosition, 8);
+    SamplingParams sp;
+    sp.logits = target_.logitsDevice(); sp.batch = 1; sp.vocab = vocab_;
+    sp.temperatures = temperatures_; sp.top_ks = topKs_; sp.top_ps = topPs_;
+    sp.seeds = seeds_; sp.positions = anchors_; sp.tokens = out_;
+    sp.workspace = sampleWorkspace_; sp.workspace_bytes = sampleWorkspaceBytes_;
+    backend_.sampleRows(sp);
+  }
+  int32_t token = -1;
+  backend_.copyToHost(&token, out_, 4);
+  return token;
+}
+
 // The next step's inputs from lengths_ (committed) and lastTokens_ (anchors): the draft's
 // proposal of BS rows (the first W scored), then the verify rows [anchor, d_1 … d_{W−1}] at
 // positions length + i.
@@ -419,7 +445,7 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
     if (proposer_) proposer_->onAdmit(slot, r);
     // A reused prefix already holds the target's K/V and, for a draft request, the draft's
     // context K/V of those positions: only the rest of the prompt runs (and becomes context).
-    const std::vector<float> logits = prefillSequence(
+    prefillSequence(
         target_, cache_, slot, q.prompt,
         [&](const model::ForwardBatch& chunk) {
           if (!proposer_) return;
@@ -432,7 +458,7 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
     // Published now, so requests admitted after it in this call share its prompt already.
     if (cache_.prefixReuse()) cache_.publish(slot, q.prompt);
     pending[static_cast<size_t>(r)] =
-        chooseToken(logits.data(), vocab_, q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
+        sampleFirstToken(q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
     keep.push_back(emit(r, pending[static_cast<size_t>(r)]) ? 0 : 1);
   }
   stats_.prefillSeconds = secondsSince(prefillStart);

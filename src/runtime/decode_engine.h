@@ -87,6 +87,8 @@ class DecodeEngine {
   void checkRequests(const std::vector<GenerationRequest>& requests) const;
   // KV positions a request may write (kvCapacityTokens of its prompt + maxNewTokens).
   int64_t positionsNeeded(const GenerationRequest& q) const;
+  // The first token from the logits of the prompt's last row, sampled by the backend.
+  int32_t sampleFirstToken(const SamplingConfig& sampling, int64_t lastPosition);
   std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests, const TokenCallback& onToken);
   void allocate();
   void uploadState(int32_t B, const std::vector<int32_t>& lastTokens,

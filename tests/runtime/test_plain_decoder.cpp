@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/sampling.h"
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
 #include "runtime/plain_decoder.h"
+#include "runtime/prefill.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -80,6 +82,20 @@ TEST(PlainDecoder, SampledDecodingIsRequestStableAndSeeded) {
   const std::vector<int32_t> greedy = meta["greedy"]["a"];
   EXPECT_NE(std::vector<int32_t>(alone[0].tokens.begin(), alone[0].tokens.begin() + 8),
             std::vector<int32_t>(greedy.begin(), greedy.begin() + 8));
+  // The first token is drawn from the prompt's last row with request_uniform(seed, last
+  // position, kTarget, 0), as the sampling reference draws it (spec §3.6).
+  {
+    kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
+    const std::vector<float> logits = prefillSequence(target, cache, cache.admit(), a.prompt);
+    const int64_t lastPosition = static_cast<int64_t>(a.prompt.size()) - 1;
+    int32_t expected = -1;
+    SamplingParams p;
+    p.logits = logits.data(); p.batch = 1; p.vocab = static_cast<int32_t>(logits.size());
+    p.temperature = a.sampling.temperature; p.top_k = a.sampling.topK; p.top_p = a.sampling.topP;
+    p.seeds = &a.sampling.seed; p.positions = &lastPosition; p.tokens = &expected;
+    ref::sample_rows(p);
+    EXPECT_EQ(alone[0].tokens[0], expected);
+  }
   // Another seed gives another continuation.
   GenerationRequest c = a;
   c.sampling.seed = 4321;
