@@ -1,5 +1,5 @@
 #pragma once
-// Generation far past the window with the sliding layers in the bounded window pool (issue 10),
+// Generation far past the window with the sliding layers in the bounded window pool,
 // through the DecodeEngine, shared by test_sliding_window_generation (CPU backend, f32 KV) and
 // test_sliding_window_generation_gpu (CUDA backend, bf16 KV): the window pool's use stays flat
 // while the dense pool's grows, and the tokens equal those of the same model with every layer

@@ -1,4 +1,4 @@
-// Generation far past the window with the sliding layers in the bounded window pool (issue 10),
+// Generation far past the window with the sliding layers in the bounded window pool,
 // through the DecodeEngine on the CPU backend: the window pool's use stays flat while the dense
 // pool's grows, and the tokens equal those of the same model with every layer stored at full
 // capacity, for plain decoding and for speculative verify steps (the scenario, shared with
