@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <iterator>
 #include <cmath>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,15 +17,10 @@
 
 #include "common/errors.h"
 #include "common/logging.h"
-#include "kv/kv_cache_manager.h"
 #include "model/gguf.h"
 #include "model/gguf_tokenizer.h"
 #include "model/gguf_weights.h"
-#include "model/target_model.h"
-#include "ops/backend.h"
-#include "model/dflash_draft.h"
-#include "runtime/dflash_proposer.h"
-#include "runtime/decode_engine.h"
+#include "runtime/engine_builder.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer_json.h"
@@ -34,13 +29,14 @@ namespace es::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
 
 struct GenerateOptions {
   std::string model;  // empty: the default model in the cache
   std::string draft;  // a DFlash draft folder: speculative decoding
   bool noDraft = false;  // never the default model's shipped draft
-  std::string verifyWidth = "auto";  // rows per speculative step (resolveVerifyWidth)
-  std::string prefillChunk = "auto";  // rows per prefill forward (resolvePrefillChunk)
+  std::string verifyWidth = "auto";  // rows per speculative step (runtime::resolveVerifyWidth)
+  std::string prefillChunk = "auto";  // rows per prefill forward (runtime::resolvePrefillChunk)
   std::string prompt = "Write one sentence about the sea.";
   std::string system;
   int32_t maxNewTokens = 128;
@@ -67,8 +63,8 @@ struct PromptSpec {
   runtime::SamplingConfig sampling;
 };
 
-constexpr int32_t kMaxRequests = 64;              // one batch
-constexpr int32_t kMaxSequentialRequests = 100000;  // --one-at-a-time (one request in memory at once)
+constexpr int32_t kMaxRequests = 64;                // one batch
+constexpr int32_t kMaxSequentialRequests = 100000;  // --one-at-a-time (one request in memory)
 
 // Well-formed UTF-8 (shortest forms, no surrogates, <= U+10FFFF).
 bool isValidUtf8(const std::string& s) {
@@ -90,14 +86,92 @@ bool isValidUtf8(const std::string& s) {
   return true;
 }
 
-// --input-file: a JSON array whose entries are a prompt string or an object
-// {"prompt", "system"?, "max_new_tokens"?, "temperature"?, "top_k"?, "top_p"?, "seed"?}; fields
-// left out take the command line's values.
+// Integer field `key` of an --input-file entry, checked before narrowing (no silent wrap or
+// truncation); `fallback` when the entry leaves it out.
+int64_t integerField(const nlohmann::json& e, const std::string& where, const char* key, int64_t lo,
+                     int64_t hi, int64_t fallback) {
+  if (!e.contains(key)) return fallback;
+  const nlohmann::json& v = e.at(key);
+  // JSON's non-negative integers read as unsigned: compared as such, so none wraps.
+  const bool inRange =
+      v.is_number_unsigned()
+          ? v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                (lo <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(lo))
+          : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  if (!inRange) {
+    ES_THROW(FormatError, where, ": field '", key, "' = ", v.dump(), " must be an integer in [", lo,
+             ", ", hi, "]");
+  }
+  return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
+}
+
+// Finite number field `key` in [lo, hi]; `fallback` when left out.
+double realField(const nlohmann::json& e, const std::string& where, const char* key, double lo,
+                 double hi, double fallback) {
+  if (!e.contains(key)) return fallback;
+  const nlohmann::json& v = e.at(key);
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo || v.get<double>() > hi) {
+    ES_THROW(FormatError, where, ": field '", key, "' = ", v.dump(), " must be a number in [", lo,
+             ", ", hi, "]");
+  }
+  return v.get<double>();
+}
+
+// One --input-file entry: a prompt string, or an object whose fields override `defaults`.
+PromptSpec parseRequestEntry(const nlohmann::json& e, const std::string& where, PromptSpec r) {
+  if (e.is_string()) {
+    r.prompt = e.get<std::string>();
+    return r;
+  }
+  if (!e.is_object() || !e.contains("prompt") || !e.at("prompt").is_string()) {
+    ES_THROW(FormatError, where, " must be a string or an object with a string \"prompt\"");
+  }
+  static const char* const kKeys[] = {"prompt", "system", "max_new_tokens", "temperature",
+                                      "top_k", "top_p", "seed"};
+  for (const auto& [key, value] : e.items()) {
+    const auto known = [&](const char* k) { return key == k; };
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), known) == std::end(kKeys)) {
+      ES_THROW(FormatError, where, ": unknown field '", key,
+               "' (known: prompt, system, max_new_tokens, temperature, top_k, top_p, seed)");
+    }
+  }
+  r.prompt = e.at("prompt").get<std::string>();
+  if (e.contains("system")) {
+    if (!e.at("system").is_string()) ES_THROW(FormatError, where, ": field 'system' must be a string");
+    r.system = e.at("system").get<std::string>();
+  }
+  r.maxNewTokens =
+      static_cast<int32_t>(integerField(e, where, "max_new_tokens", 1, 1 << 20, r.maxNewTokens));
+  r.sampling.temperature =
+      static_cast<float>(realField(e, where, "temperature", 0.0, 100.0, r.sampling.temperature));
+  r.sampling.topK = static_cast<int32_t>(integerField(e, where, "top_k", 0, INT32_MAX, r.sampling.topK));
+  r.sampling.topP = static_cast<float>(realField(e, where, "top_p", 1e-6, 1.0, r.sampling.topP));
+  if (e.contains("seed")) {
+    const nlohmann::json& v = e.at("seed");
+    if (!v.is_number_unsigned()) {
+      ES_THROW(FormatError, where, ": field 'seed' = ", v.dump(), " must be an integer in [0, 2^64)");
+    }
+    r.sampling.seed = v.get<uint64_t>();
+  }
+  return r;
+}
+
+// The requests: the command line's one, or --input-file's JSON array whose entries are a prompt
+// string or an object {"prompt", "system"?, "max_new_tokens"?, "temperature"?, "top_k"?,
+// "top_p"?, "seed"?}; fields left out take the command line's values.
 std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
-  const PromptSpec defaults{o.prompt, o.system, o.maxNewTokens, {o.temperature, o.topK, o.topP, o.seed}};
+  const PromptSpec defaults{.prompt = o.prompt,
+                            .system = o.system,
+                            .maxNewTokens = o.maxNewTokens,
+                            .sampling = {.temperature = o.temperature,
+                                         .topK = o.topK,
+                                         .topP = o.topP,
+                                         .seed = o.seed}};
   if (o.inputFile.empty()) return {defaults};
   std::ifstream in(o.inputFile);
-  if (!in) ES_THROW(InvalidArgument, "generate: argument '--input-file' = ", o.inputFile, " cannot be read");
+  if (!in) {
+    ES_THROW(InvalidArgument, "generate: argument '--input-file' = ", o.inputFile, " cannot be read");
+  }
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(in);
@@ -108,61 +182,12 @@ std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
   if (!doc.is_array() || doc.empty() || doc.size() > maxRequests) {
     ES_THROW(FormatError, o.inputFile, ": must be a JSON array of 1 to ", maxRequests, " requests",
              o.oneAtATime ? "" : " (--one-at-a-time takes more)", " (it is ",
-             doc.is_array() ? std::to_string(doc.size()) + " entries" : std::string("not an array"), ")");
+             doc.is_array() ? std::to_string(doc.size()) + " entries" : std::string("not an array"),
+             ")");
   }
   std::vector<PromptSpec> out;
   for (size_t i = 0; i < doc.size(); ++i) {
-    const nlohmann::json& e = doc[i];
-    const std::string where = o.inputFile + ": entry " + std::to_string(i);
-    PromptSpec r = defaults;
-    if (e.is_string()) {
-      r.prompt = e.get<std::string>();
-    } else if (e.is_object() && e.contains("prompt") && e.at("prompt").is_string()) {
-      static const char* const kKeys[] = {"prompt", "system", "max_new_tokens", "temperature", "top_k", "top_p", "seed"};
-      for (const auto& [key, value] : e.items()) {
-        if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) == std::end(kKeys)) {
-          ES_THROW(FormatError, where, ": unknown field '", key,
-                   "' (known: prompt, system, max_new_tokens, temperature, top_k, top_p, seed)");
-        }
-      }
-      // Numbers are checked before narrowing: no silent wrap, truncation or infinity.
-      auto integer = [&](const char* key, int64_t lo, int64_t hi, int64_t fallback) {
-        if (!e.contains(key)) return fallback;
-        const nlohmann::json& v = e.at(key);
-        if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi)
-                                                               : v.get<int64_t>() < lo || v.get<int64_t>() > hi)) {
-          ES_THROW(FormatError, where, ": field '", key, "' = ", v.dump(), " must be an integer in [", lo, ", ", hi, "]");
-        }
-        return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
-      };
-      auto real = [&](const char* key, double lo, double hi, double fallback) {
-        if (!e.contains(key)) return fallback;
-        const nlohmann::json& v = e.at(key);
-        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo || v.get<double>() > hi) {
-          ES_THROW(FormatError, where, ": field '", key, "' = ", v.dump(), " must be a number in [", lo, ", ", hi, "]");
-        }
-        return v.get<double>();
-      };
-      r.prompt = e.at("prompt").get<std::string>();
-      if (e.contains("system")) {
-        if (!e.at("system").is_string()) ES_THROW(FormatError, where, ": field 'system' must be a string");
-        r.system = e.at("system").get<std::string>();
-      }
-      r.maxNewTokens = static_cast<int32_t>(integer("max_new_tokens", 1, 1 << 20, r.maxNewTokens));
-      r.sampling.temperature = static_cast<float>(real("temperature", 0.0, 100.0, r.sampling.temperature));
-      r.sampling.topK = static_cast<int32_t>(integer("top_k", 0, INT32_MAX, r.sampling.topK));
-      r.sampling.topP = static_cast<float>(real("top_p", 1e-6, 1.0, r.sampling.topP));
-      if (e.contains("seed")) {
-        const nlohmann::json& v = e.at("seed");
-        if (!v.is_number_unsigned()) {
-          ES_THROW(FormatError, where, ": field 'seed' = ", v.dump(), " must be an integer in [0, 2^64)");
-        }
-        r.sampling.seed = v.get<uint64_t>();
-      }
-    } else {
-      ES_THROW(FormatError, where, " must be a string or an object with a string \"prompt\"");
-    }
-    out.push_back(std::move(r));
+    out.push_back(parseRequestEntry(doc[i], o.inputFile + ": entry " + std::to_string(i), defaults));
   }
   return out;
 }
@@ -229,23 +254,6 @@ fs::path defaultModelDir() {
 // in the repository under models/, docs/training.md).
 fs::path defaultDraftDir() { return defaultModelDir().parent_path() / "smollm2-135m-instruct-dflash"; }
 
-// The draft to run: --draft, else the default model's own draft where defaultDraftPays.
-std::string chooseDraft(const GenerateOptions& o, const ops::Backend& backend,
-                        const std::vector<PromptSpec>& specs) {
-  if (!o.draft.empty() || o.noDraft || !o.model.empty()) return o.draft;
-  const fs::path dir = defaultDraftDir();
-  if (!fs::exists(dir / "config.json")) return "";
-  std::vector<float> temperatures;
-  for (const PromptSpec& spec : specs) temperatures.push_back(spec.sampling.temperature);
-  if (!defaultDraftPays(backend.name(), temperatures)) {
-    std::fprintf(stderr, "[edgespec] plain decoding: the default draft is used on a GPU at temperature 0 only, "
-                         "where it is faster; on the CPU it about breaks even at best (0.92-1.06x plain at a "
-                         "verify width of %d rows) (--draft %s forces it)\n", kCpuVerifyWidth, dir.c_str());
-    return "";
-  }
-  return dir.string();
-}
-
 // The model to load: an HF folder with a tokenizer.json, or a GGUF file (config, weights and
 // tokenizer all from the one file).
 fs::path resolveModel(const GenerateOptions& o) {
@@ -257,7 +265,8 @@ fs::path resolveModel(const GenerateOptions& o) {
   if (model::isGgufPath(path)) return path;  // opening it names any problem with the file
   if (!fs::is_directory(path)) {
     ES_THROW(InvalidArgument, "generate: argument '--model' = ", path.string(),
-             " is neither a model folder (config.json, model.safetensors, tokenizer.json) nor a GGUF file");
+             " is neither a model folder (config.json, model.safetensors, tokenizer.json) nor a "
+             "GGUF file");
   }
   if (!fs::exists(path / "tokenizer.json")) {
     ES_THROW(InvalidArgument, "generate: argument '--model' = ", path.string(),
@@ -287,13 +296,13 @@ std::vector<int32_t> stopTokens(const tokenizer::BpeTokenizer& tok, const model:
   return stops;
 }
 
-void runGenerate(const GenerateOptions& o) {
+// Checks of the flags that concern the command line only (the engine's own values are checked
+// by runtime::validateEngineConfig).
+void validateOptions(const GenerateOptions& o) {
   ES_CHECK_ARG(o.maxNewTokens >= 1 && o.maxNewTokens <= (1 << 20), "generate", "--max-new-tokens",
                o.maxNewTokens, "must be in [1, 1048576]");
   ES_CHECK_ARG(!(o.noDraft && !o.draft.empty()), "generate", "--no-draft", "set",
                "cannot be combined with --draft ", o.draft);
-  ES_CHECK_ARG(o.prefixCachePages >= 0, "generate", "--prefix-cache-pages", o.prefixCachePages,
-               "must be >= 0 (0 = prefix reuse off)");
   for (const std::string& stop : o.stops) {
     ES_CHECK_ARG(!stop.empty() && stop.size() <= 256, "generate", "--stop", "\"" + stop + "\"",
                  "must be 1 to 256 bytes");
@@ -302,19 +311,16 @@ void runGenerate(const GenerateOptions& o) {
   }
   ES_CHECK_ARG(!o.oneAtATime || !o.inputFile.empty(), "generate", "--one-at-a-time", "set",
                "needs --input-file (it decodes the file's requests one after another)");
-  const std::vector<PromptSpec> specs = readRequests(o);
-  const int32_t n = static_cast<int32_t>(specs.size());
-  // Requests decoded together: all of them (one batch), or one (--one-at-a-time).
-  const int32_t batchRows = o.oneAtATime ? 1 : n;
-  const fs::path dir = resolveModel(o);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto backend = ops::makeBackend(o.backend);
-  tokenizer::BpeTokenizer tok(loadTokenizer(dir));
-  const std::string draftDir = chooseDraft(o, *backend, specs);
+}
 
+// Each request's prompt as token ids: the chat template (unless --raw) around its messages.
+std::vector<std::vector<int32_t>> encodePrompts(const GenerateOptions& o,
+                                                const tokenizer::BpeTokenizer& tok,
+                                                const std::vector<PromptSpec>& specs) {
+  const size_t n = specs.size();
   std::vector<std::vector<int32_t>> prompts;
-  for (int32_t r = 0; r < n; ++r) {
-    const PromptSpec& spec = specs[static_cast<size_t>(r)];
+  for (size_t r = 0; r < n; ++r) {
+    const PromptSpec& spec = specs[r];
     std::string text = spec.prompt;
     bool templated = false;
     if (!o.raw) {
@@ -334,201 +340,214 @@ void runGenerate(const GenerateOptions& o) {
     // no second bos then. Raw prompts get the tokenizer's own bos rule.
     prompts.push_back(templated ? tok.encode(text, /*parseSpecial=*/true)
                                 : tok.encodePrompt(text, /*parseSpecial=*/false));
-    ES_CHECK_ARG(!prompts.back().empty(), "generate", n == 1 ? "--prompt" : "--input-file prompt " + std::to_string(r),
-                 "\"\"", "encodes to no tokens");
+    ES_CHECK_ARG(!prompts.back().empty(), "generate",
+                 n == 1 ? "--prompt" : "--input-file prompt " + std::to_string(r), "\"\"",
+                 "encodes to no tokens");
   }
+  return prompts;
+}
 
-  std::fprintf(stderr, "[edgespec] loading %s on the %s backend\n", dir.string().c_str(),
-               backend->name().c_str());
-  // Rows of one forward: prefill chunks (resolvePrefillChunk), and one verify block per request
-  // (the draft's block size, read from its config before anything loads).
-  const std::vector<int32_t> taps =
-      draftDir.empty() ? std::vector<int32_t>{} : model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(dir));
-  const int32_t blockSize = draftDir.empty() ? 1 : model::DFlashDraft::blockSizeOf(draftDir);
-  // W: the rows a speculative step verifies per request (1 plain), which a forward must hold.
-  const int32_t verifyWidth = draftDir.empty() ? 1 : resolveVerifyWidth(o.verifyWidth, backend->name(), blockSize);
-  if (draftDir.empty() && o.verifyWidth != "auto") {
-    std::fprintf(stderr, "[edgespec] --verify-width %s has no effect: plain decoding (no draft)\n",
-                 o.verifyWidth.c_str());
-  }
-  int64_t longestPrompt = 0;
-  for (const auto& p : prompts) longestPrompt = std::max<int64_t>(longestPrompt, static_cast<int64_t>(p.size()));
-  const int32_t prefillChunk = resolvePrefillChunk(o.prefillChunk, backend->name(), longestPrompt);
-  const int32_t maxTokens = static_cast<int32_t>(std::max<int64_t>(prefillChunk, int64_t{batchRows} * verifyWidth));
-  // Logits only for a step's rows (a prefill chunk needs its last row's): a 4,096-row prefill
-  // chunk then costs no 4,096-row f32 logits buffer.
-  model::TargetModel target(dir, *backend, maxTokens, taps, batchRows * verifyWidth);
-  std::unique_ptr<model::DFlashDraft> draft;
-  if (!draftDir.empty()) {
-    std::fprintf(stderr, "[edgespec] loading the DFlash draft %s%s\n", draftDir.c_str(),
-                 o.draft.empty() ? " (the default model's; --no-draft to decode without it)" : "");
-    draft = std::make_unique<model::DFlashDraft>(draftDir, *backend, target, maxTokens, batchRows);
-  }
-  kv::KvCacheConfig kvc;
-  kvc.maxBatchSize = batchRows;
-  int64_t longest = 0;
-  for (int32_t r = 0; r < n; ++r) {
-    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[static_cast<size_t>(r)].size()) +
-                                             specs[static_cast<size_t>(r)].maxNewTokens);
-  }
-  // A speculative step may write 2·(BS − 1) rows past the budget (docs/runtime.md, capacity).
-  kvc.maxSequenceLength = static_cast<int32_t>(longest + (draft ? 2 * draft->blockSize() : 0));
-  kvc.dtype = backend->computeDtype();
-  kvc.baseLayers = target.kvLayerShapes();
-  if (draft) kvc.draftLayers = draft->kvLayerShapes();
-  if (o.prefixCachePages > 0) {
-    // Named here so the error speaks of the flag; planKvCache checks the same bound.
-    const int64_t limit = kv::kMaxKvPoolPages - kv::computeMinimumKvPoolPages(kvc.maxBatchSize, kvc.maxSequenceLength);
-    ES_CHECK_ARG(o.prefixCachePages <= limit, "generate", "--prefix-cache-pages", o.prefixCachePages,
-                 "must be <= ", limit, " (kMaxKvPoolPages less the minimum pool for this batch)");
-    kvc.prefixCachePages = o.prefixCachePages;
-    // Shared pages hold whole prompt blocks, which a bounded window pool drops as it slides:
-    // with reuse, sliding layers keep full-capacity storage (the window stays a mask).
-    kvc.slidingWindowStorage = kv::SlidingWindowStorage::kFullCapacity;
-  }
-  kv::KvCacheManager cache(kvc, backend->space());
-  const auto t1 = std::chrono::steady_clock::now();
+// The draft the flags ask for: --draft, plain with --no-draft or --model, else the default
+// model's own draft where it is installed (the engine runs it where defaultDraftPays).
+runtime::DraftConfig draftConfig(const GenerateOptions& o, const std::vector<PromptSpec>& specs) {
+  if (!o.draft.empty()) return {.kind = runtime::DraftKind::kDFlash, .dir = o.draft};
+  if (o.noDraft || !o.model.empty() || !fs::exists(defaultDraftDir() / "config.json")) return {};
+  std::vector<float> temperatures;
+  for (const PromptSpec& spec : specs) temperatures.push_back(spec.sampling.temperature);
+  return {.kind = runtime::DraftKind::kDefaultDFlash,
+          .dir = defaultDraftDir(),
+          .temperatures = std::move(temperatures)};
+}
 
-  std::unique_ptr<runtime::DFlashProposer> proposer;
-  if (draft) proposer = std::make_unique<runtime::DFlashProposer>(*draft);
-  runtime::EngineOptions engineOptions;
-  if (draft) engineOptions.verifyWidth = verifyWidth;
-  runtime::DecodeEngine decoder(target, cache, proposer.get(), engineOptions);
-  const std::vector<int32_t> stops = stopTokens(tok, target.config());
-  const double loadS = std::chrono::duration<double>(t1 - t0).count();
-  // Decodes requests [first, first + count) as one batch and prints their answers (with --json
-  // one line each, the timings and draft statistics of this batch).
-  auto decodeAndReport = [&](int32_t first, int32_t count) {
-    std::vector<AnswerText> answers;
-    std::vector<runtime::GenerationRequest> requests;
-    answers.reserve(static_cast<size_t>(count));
-    for (int32_t i = 0; i < count; ++i) answers.emplace_back(tok, o.stops);
-    for (int32_t i = 0; i < count; ++i) {
-      const size_t r = static_cast<size_t>(first + i);
-      runtime::GenerationRequest q{prompts[r], specs[r].maxNewTokens, stops, specs[r].sampling};
-      q.stopWhen = [&answers, i] { return answers[static_cast<size_t>(i)].stopped(); };
-      requests.push_back(std::move(q));
+runtime::EngineConfig engineConfig(const GenerateOptions& o, const fs::path& model,
+                                   const std::vector<PromptSpec>& specs,
+                                   const std::vector<std::vector<int32_t>>& prompts) {
+  int64_t longestPrompt = 0, longestRequest = 0;
+  for (size_t r = 0; r < specs.size(); ++r) {
+    const int64_t length = static_cast<int64_t>(prompts[r].size());
+    longestPrompt = std::max(longestPrompt, length);
+    longestRequest = std::max(longestRequest, length + specs[r].maxNewTokens);
+  }
+  return {.model = model,
+          .backend = o.backend,
+          .draft = draftConfig(o, specs),
+          .verifyWidth = parseAutoOrInteger(o.verifyWidth, "--verify-width"),
+          .prefillChunk = parseAutoOrInteger(o.prefillChunk, "--prefill-chunk"),
+          // All requests form one batch, or one at a time.
+          .maxBatch = o.oneAtATime ? 1 : static_cast<int32_t>(specs.size()),
+          .longestPrompt = longestPrompt,
+          .longestRequest = longestRequest,
+          .prefixCachePages = o.prefixCachePages,
+          .onStatus = [](const std::string& line) {
+            std::fprintf(stderr, "[edgespec] %s\n", line.c_str());
+          }};
+}
+
+// What generate() gave for one batch and how long it took.
+struct BatchRun {
+  std::vector<runtime::GenerationResult> results;
+  std::vector<AnswerText> answers;
+  std::vector<std::string> tails;  // each answer's text not yet printed when it finished
+  int64_t generated = 0;           // tokens, the prefills' first ones included
+  double ttftS = 0.0;              // from generate() to the first token
+  double tokS = 0.0;               // tokens after each request's first, per second of the loop
+};
+
+// Everything a batch shares: the engine, the tokenizer, the encoded requests.
+struct GenerateContext {
+  const GenerateOptions& options;
+  runtime::Engine& engine;
+  const tokenizer::BpeTokenizer& tok;
+  const std::vector<PromptSpec>& specs;
+  const std::vector<std::vector<int32_t>>& prompts;
+  const std::vector<int32_t>& stopIds;
+  double loadS = 0.0;
+};
+
+// The first step of each (batch size, greedy/sampled) runs eagerly and is captured as a CUDA
+// graph inside the loop; an untimed run of the same requests, a few steps long, pays that (for
+// this batch size) so the timings are steady-state. Its tokens are discarded. With
+// --prefix-cache-pages it also publishes the prompts: the timed run then reuses them.
+void warmUp(runtime::DecodeEngine& decoder, std::vector<runtime::GenerationRequest> requests) {
+  for (runtime::GenerationRequest& q : requests) {
+    q.maxNewTokens = std::min<int32_t>(q.maxNewTokens, 4);
+    q.stopWhen = nullptr;  // the answers belong to the timed run
+  }
+  decoder.generate(requests, [](int32_t, int32_t) {});
+}
+
+// Decodes requests [first, first + count) as one batch; a lone request without --json streams
+// its answer to stdout as it comes.
+BatchRun decodeBatch(const GenerateContext& c, int32_t first, int32_t count) {
+  BatchRun run;
+  run.answers.reserve(static_cast<size_t>(count));
+  for (int32_t i = 0; i < count; ++i) run.answers.emplace_back(c.tok, c.options.stops);
+  std::vector<runtime::GenerationRequest> requests;
+  for (int32_t i = 0; i < count; ++i) {
+    const size_t r = static_cast<size_t>(first + i);
+    std::vector<AnswerText>& answers = run.answers;
+    requests.push_back({.prompt = c.prompts[r],
+                        .maxNewTokens = c.specs[r].maxNewTokens,
+                        .stopTokens = c.stopIds,
+                        .sampling = c.specs[r].sampling,
+                        .stopWhen = [&answers, i] { return answers[static_cast<size_t>(i)].stopped(); }});
+  }
+  runtime::DecodeEngine& decoder = c.engine.decoder();
+  if (c.options.warmup) warmUp(decoder, requests);
+  const bool streaming = !c.options.json && c.specs.size() == 1;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point firstToken;
+  run.results = decoder.generate(requests, [&](int32_t i, int32_t id) {
+    if (run.generated++ == 0) firstToken = Clock::now();
+    const std::string piece = run.answers[static_cast<size_t>(i)].push(id);
+    if (streaming) {
+      std::fputs(piece.c_str(), stdout);
+      std::fflush(stdout);
     }
-    if (o.warmup) {
-      // The first step of each (batch size, greedy/sampled) runs eagerly and is captured as a CUDA
-      // graph inside the loop; an untimed run of the same requests, a few steps long, pays that
-      // (for this batch size) so the timings below are steady-state. Its tokens are discarded.
-      // With --prefix-cache-pages it also publishes the prompts: the timed run then reuses them.
-      std::vector<runtime::GenerationRequest> warm = requests;
-      for (runtime::GenerationRequest& q : warm) {
-        q.maxNewTokens = std::min<int32_t>(q.maxNewTokens, 4);
-        q.stopWhen = nullptr;  // the answers belong to the timed run
-      }
-      decoder.generate(warm, [](int32_t, int32_t) {});
+  });
+  for (AnswerText& a : run.answers) run.tails.push_back(a.finish());
+  const Clock::time_point end = Clock::now();
+  run.ttftS = std::chrono::duration<double>(firstToken - start).count();
+  const double decodeS = std::chrono::duration<double>(end - firstToken).count();
+  run.tokS = run.generated > count ? static_cast<double>(run.generated - count) / decodeS : 0.0;
+  return run;
+}
+
+// One JSON line for request r (index `i` of its batch). prompt_ids and stop_ids let another
+// implementation replay exactly this request (tools/hf_greedy_check.py).
+nlohmann::json answerJson(const GenerateContext& c, const BatchRun& run, int32_t r, int32_t i) {
+  const runtime::GenerationResult& result = run.results[static_cast<size_t>(i)];
+  const AnswerText& answer = run.answers[static_cast<size_t>(i)];
+  const runtime::EnginePlan& plan = c.engine.plan();
+  const runtime::DecodeEngine& decoder = c.engine.decoder();
+  nlohmann::json out = {{"text", answer.text()},
+                        {"tokens", result.tokens},
+                        {"prompt_tokens", c.prompts[static_cast<size_t>(r)].size()},
+                        {"prompt_ids", c.prompts[static_cast<size_t>(r)]},
+                        {"stop_ids", c.stopIds},
+                        {"finish_reason", result.finish == runtime::FinishReason::kStop ? "stop" : "length"},
+                        {"backend", c.engine.backend().name()},
+                        {"load_s", c.loadS},
+                        {"time_to_first_token_s", run.ttftS},
+                        {"decode_tok_s", run.tokS},
+                        {"prefill_chunk", plan.maxTokens}};
+  if (c.specs.size() > 1) out["request"] = r;
+  if (answer.stopped()) out["stop_string_hit"] = true;
+  if (c.engine.cache().prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
+  if (c.engine.draft()) {
+    out["draft"] = plan.draftDir.string();
+    out["verify_width"] = plan.verifyWidth;
+    out["tau"] = decoder.stats().meanAcceptLength();
+    out["accept_histogram"] = decoder.stats().acceptHistogram;
+  }
+  return out;
+}
+
+// Prints the batch's answers (the rest of a streamed one, or each whole, or one JSON line
+// each), then, without --json, its statistics on stderr.
+void printBatch(const GenerateContext& c, const BatchRun& run, int32_t first, int32_t count) {
+  const bool streaming = !c.options.json && c.specs.size() == 1;
+  for (int32_t i = 0; i < count; ++i) {
+    const int32_t r = first + i;
+    if (c.options.json) {
+      std::printf("%s\n", answerJson(c, run, r, i).dump().c_str());
+    } else if (streaming) {
+      std::printf("%s\n", run.tails[static_cast<size_t>(i)].c_str());
+    } else {
+      const bool stop = run.results[static_cast<size_t>(i)].finish == runtime::FinishReason::kStop;
+      std::printf("=== request %d (%s) ===\n%s\n", r, stop ? "stop" : "length",
+                  run.answers[static_cast<size_t>(i)].text().c_str());
     }
-    const auto tStart = std::chrono::steady_clock::now();  // TTFT counts from here
-    const bool streaming = !o.json && n == 1;
-    std::chrono::steady_clock::time_point firstToken;
-    int64_t generated = 0;
-    const std::vector<runtime::GenerationResult> results = decoder.generate(requests, [&](int32_t i, int32_t id) {
-      if (generated++ == 0) firstToken = std::chrono::steady_clock::now();
-      const std::string piece = answers[static_cast<size_t>(i)].push(id);
-      if (streaming) {
-        std::fputs(piece.c_str(), stdout);
-        std::fflush(stdout);
-      }
-    });
-    std::vector<std::string> tails;
-    for (AnswerText& a : answers) tails.push_back(a.finish());
-    const auto t2 = std::chrono::steady_clock::now();
-    const double ttftS = std::chrono::duration<double>(firstToken - tStart).count();
-    const double decodeS = std::chrono::duration<double>(t2 - firstToken).count();
-    // Tokens after each request's first (which comes from its prefill), per second of the loop.
-    const double tokS = generated > count ? static_cast<double>(generated - count) / decodeS : 0.0;
-    for (int32_t i = 0; i < count; ++i) {
-      const int32_t r = first + i;
-      const runtime::GenerationResult& result = results[static_cast<size_t>(i)];
-      const AnswerText& answer = answers[static_cast<size_t>(i)];
-      const char* finish = result.finish == runtime::FinishReason::kStop ? "stop" : "length";
-      if (o.json) {
-        // prompt_ids and stop_ids let another implementation replay exactly this request
-        // (tools/hf_greedy_check.py).
-        nlohmann::json out = {{"text", answer.text()}, {"tokens", result.tokens},
-                              {"prompt_tokens", prompts[static_cast<size_t>(r)].size()},
-                              {"prompt_ids", prompts[static_cast<size_t>(r)]}, {"stop_ids", stops},
-                              {"finish_reason", finish}, {"backend", backend->name()}, {"load_s", loadS},
-                              {"time_to_first_token_s", ttftS}, {"decode_tok_s", tokS},
-                              {"prefill_chunk", maxTokens}};
-        if (n > 1) out["request"] = r;
-        if (answer.stopped()) out["stop_string_hit"] = true;
-        if (cache.prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
-        if (draft) {
-          out["draft"] = draftDir;
-          out["verify_width"] = verifyWidth;
-          out["tau"] = decoder.stats().meanAcceptLength();
-          out["accept_histogram"] = decoder.stats().acceptHistogram;
-        }
-        std::printf("%s\n", out.dump().c_str());
-      } else if (streaming) {
-        std::printf("%s\n", tails[static_cast<size_t>(i)].c_str());
-      } else {
-        std::printf("=== request %d (%s) ===\n%s\n", r, finish, answer.text().c_str());
-      }
-    }
-    std::fflush(stdout);  // the answers before the statistics line on stderr
-    if (!o.json) {
-      std::fprintf(stderr,
-                   "[edgespec] %s backend: %d request(s), prompt %zu tokens, generated %lld; load %.2f s, "
-                   "first token %.2f s, decode %.1f tok/s\n",
-                   backend->name().c_str(), count, prompts[static_cast<size_t>(first)].size(),
-                   static_cast<long long>(generated), loadS, ttftS, tokS);
-      if (draft) {
-        std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of verify width %d (block %d)\n",
-                     decoder.stats().meanAcceptLength(), verifyWidth, draft->blockSize());
-      }
-    }
-  };
-  if (o.oneAtATime) {
-    for (int32_t r = 0; r < n; ++r) decodeAndReport(r, 1);
-  } else {
-    decodeAndReport(0, n);
+  }
+  std::fflush(stdout);  // the answers before the statistics line on stderr
+  if (c.options.json) return;
+  std::fprintf(stderr,
+               "[edgespec] %s backend: %d request(s), prompt %zu tokens, generated %lld; load %.2f "
+               "s, first token %.2f s, decode %.1f tok/s\n",
+               c.engine.backend().name().c_str(), count, c.prompts[static_cast<size_t>(first)].size(),
+               static_cast<long long>(run.generated), c.loadS, run.ttftS, run.tokS);
+  if (c.engine.draft()) {
+    std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of verify width %d (block %d)\n",
+                 c.engine.decoder().stats().meanAcceptLength(), c.engine.plan().verifyWidth,
+                 c.engine.plan().blockSize);
+  }
+}
+
+void runGenerate(const GenerateOptions& o) {
+  validateOptions(o);
+  const std::vector<PromptSpec> specs = readRequests(o);
+  const fs::path model = resolveModel(o);
+  const Clock::time_point loadStart = Clock::now();
+  tokenizer::BpeTokenizer tok(loadTokenizer(model));
+  const std::vector<std::vector<int32_t>> prompts = encodePrompts(o, tok, specs);
+  const std::unique_ptr<runtime::Engine> engine = runtime::buildEngine(engineConfig(o, model, specs, prompts));
+  const std::vector<int32_t> stopIds = stopTokens(tok, engine->target().config());
+  const GenerateContext context{.options = o,
+                                .engine = *engine,
+                                .tok = tok,
+                                .specs = specs,
+                                .prompts = prompts,
+                                .stopIds = stopIds,
+                                .loadS = std::chrono::duration<double>(Clock::now() - loadStart).count()};
+  const int32_t n = static_cast<int32_t>(specs.size());
+  const int32_t batch = engine->plan().maxBatch;
+  for (int32_t first = 0; first < n; first += batch) {
+    const int32_t count = std::min(batch, n - first);
+    printBatch(context, decodeBatch(context, first, count), first, count);
   }
 }
 
 }  // namespace
 
-// Measured (docs/perf.md): run 5's draft on the H200 1.84x plain decoding at temperature 0 but
-// 0.96x at temperature 1 (a sampled step runs the full-row sampler for the proposals and again
-// for the verify). On the 2-core CPU, at its best verify width (kCpuVerifyWidth = 4 rows,
-// 2026-11-30) 0.92-0.97x at temperature 0 for 128-token answers, 1.06x for 256, and 0.65x at 1
-// (0.41x with the whole 16-row block): the 4-row verify costs ~1.3 decode steps and the draft's
-// 16-row block ~0.7 more, against τ 2.1-2.5. Not a clear gain: plain decoding there.
-// Temperatures in between were not measured: plain decoding.
-bool defaultDraftPays(std::string_view backendName, const std::vector<float>& temperatures) {
-  if (backendName != "cuda") return false;
-  for (float t : temperatures) {
-    if (t != 0.0f) return false;
-  }
-  return true;
+std::optional<int32_t> parseAutoOrInteger(std::string_view value, std::string_view option) {
+  if (value == "auto") return std::nullopt;
+  int32_t n = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  ES_CHECK_ARG(ec == std::errc() && end == value.data() + value.size(), "generate", option,
+               std::string(value), "must be auto or an integer");
+  return n;
 }
 
-int32_t resolveVerifyWidth(std::string_view flag, std::string_view backendName, int32_t blockSize) {
-  if (flag == "auto") return backendName == "cuda" ? blockSize : std::min(kCpuVerifyWidth, blockSize);
-  int32_t w = 0;
-  const auto [end, ec] = std::from_chars(flag.data(), flag.data() + flag.size(), w);
-  ES_CHECK_ARG(ec == std::errc() && end == flag.data() + flag.size() && w >= 2 && w <= blockSize, "generate",
-               "--verify-width", std::string(flag), "must be auto or an integer in [2, draft block size = ",
-               blockSize, "]");
-  return w;
-}
-
-int32_t resolvePrefillChunk(std::string_view flag, std::string_view backendName, int64_t longestPrompt) {
-  if (flag == "auto") {
-    if (backendName != "cuda") return 256;
-    const int64_t rounded = (std::max<int64_t>(longestPrompt, 1) + 255) / 256 * 256;
-    return static_cast<int32_t>(std::clamp<int64_t>(rounded, 256, kMaxAutoPrefillChunk));
-  }
-  int32_t rows = 0;
-  const auto [end, ec] = std::from_chars(flag.data(), flag.data() + flag.size(), rows);
-  ES_CHECK_ARG(ec == std::errc() && end == flag.data() + flag.size() && rows >= 16 && rows <= 65536, "generate",
-               "--prefill-chunk", std::string(flag), "must be auto or an integer in [16, 65536]");
-  return rows;
-}
 
 void addGenerateCommand(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
@@ -542,7 +561,7 @@ void addGenerateCommand(CLI::App& app) {
   cmd->add_option("--verify-width", options->verifyWidth,
                   "Rows a speculative step verifies per request, 2 to the draft's block size: the anchor and "
                   "the first drafts of the block (auto: the block size on cuda, " +
-                      std::to_string(kCpuVerifyWidth) + " on cpu)")
+                      std::to_string(runtime::kCpuVerifyWidth) + " on cpu)")
       ->capture_default_str();
   cmd->add_option("--prefill-chunk", options->prefillChunk,
                   "Rows of one prefill forward (each reads every weight): auto (cuda: the longest prompt, "

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "runtime/kv_capacity.h"
 #include "runtime/prefill.h"
 
 namespace es::runtime {
@@ -62,17 +63,19 @@ void DecodeEngine::allocate() {
   const bool sampledProposals = proposer_ && proposer_->proposalLogits() != nullptr;
   sampleWorkspaceBytes_ = 0;
   for (int32_t b = 1; b <= maxBatch_; ++b) {
-    SamplingParams sp;
-    sp.batch = b; sp.vocab = vocab_; sp.top_ks = &anyRow;
-    sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(sp));
+    const SamplingParams rows{.batch = b, .vocab = vocab_, .top_ks = &anyRow};
+    sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(rows));
     if (sampledProposals) {  // the draft's b * W scored rows (prepareNext)
-      sp.batch = static_cast<int32_t>(b * W); sp.rows_per_request = static_cast<int32_t>(W);
-      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(sp));
+      const SamplingParams proposals{.batch = static_cast<int32_t>(b * W),
+                                     .vocab = vocab_,
+                                     .top_ks = &anyRow,
+                                     .rows_per_request = static_cast<int32_t>(W)};
+      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(proposals));
     }
     if (W > 1) {
-      SpecVerifyParams vp;
-      vp.batch = b; vp.num_draft = static_cast<int32_t>(W - 1); vp.vocab = vocab_; vp.top_ks = &anyRow;
-      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, spec_verify_workspace_bytes(vp));
+      const SpecVerifyParams verify{
+          .batch = b, .num_draft = static_cast<int32_t>(W - 1), .vocab = vocab_, .top_ks = &anyRow};
+      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, spec_verify_workspace_bytes(verify));
     }
   }
 
@@ -146,24 +149,22 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
                  "must be >= 0");
     ES_CHECK_ARG(q.sampling.topP > 0.0f && q.sampling.topP <= 1.0f, kWhere, name + ".sampling.topP",
                  q.sampling.topP, "must be in (0, 1]");
-    // Positions a request may touch: a live sequence has committed at most prompt + max − 2
-    // tokens and its step writes W rows from there; with a draft, the step that finishes a
-    // request may commit up to W tokens past its budget and still proposes a block of BS rows
-    // beyond them before the host retires it. Hence the margin (W − 1) + (BS − 1) with a draft
-    // (2·(BS − 1) at full width), 0 without.
+    // The positions the request may write (runtime/kv_capacity.h) must exist in the cache and in
+    // the RoPE tables.
     const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens;
-    const int64_t margin = positionMargin();
+    const int64_t needed = positionsNeeded(q);
     const int64_t positions =
         std::min<int64_t>(target_.maxPositions(), proposer_ ? proposer_->maxPositions() : INT32_MAX);
-    const int64_t limit = std::min<int64_t>(cache_.capacity(), positions) - margin;
+    const int64_t limit = std::min<int64_t>(cache_.capacity(), positions) - (needed - total);
     ES_CHECK_ARG(total <= limit, kWhere, name + " prompt + maxNewTokens", total, "must be <= ", limit,
                  ": the KV capacity (", cache_.capacity(), ") and RoPE tables (", positions,
-                 " positions) less ", margin, " rows a speculative step may write past the budget");
+                 " positions) less ", needed - total, " rows a speculative step may write past the budget");
   }
 }
 
-// Rows a request may touch past prompt + maxNewTokens (docs/runtime.md, capacity).
-int64_t DecodeEngine::positionMargin() const { return proposer_ ? (width_ - 1) + (blockSize_ - 1) : 0; }
+int64_t DecodeEngine::positionsNeeded(const GenerationRequest& q) const {
+  return kvCapacityTokens(static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens, width_, blockSize_);
+}
 
 void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
                                const std::vector<const GenerationRequest*>& requestOfSlot) {
@@ -189,113 +190,195 @@ void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens
   backend_.copyFromHost(topPs_, topPs.data(), int64_t{B} * 4);
 }
 
+// The prefill's last chunk left the prompt's last row in the target's logits [1, V]. The token
+// after it is chosen as a step chooses its tokens, on the backend: argmax for a greedy request,
+// else a filtered sample with request_uniform(seed, lastPosition, kTarget, 0) (spec §3.6). The
+// per-slot arrays and out_ are free until uploadState fills them for the loop.
+int32_t DecodeEngine::sampleFirstToken(const SamplingConfig& sampling, int64_t lastPosition) {
+  if (isGreedy(sampling)) {
+    backend_.argmax(ArgmaxParams{.logits = target_.logitsDevice(), .dtype = DType::kF32, .rows = 1,
+                                 .vocab = vocab_, .out = out_});
+  } else {
+    backend_.copyFromHost(temperatures_, &sampling.temperature, 4);
+    backend_.copyFromHost(topKs_, &sampling.topK, 4);
+    backend_.copyFromHost(topPs_, &sampling.topP, 4);
+    backend_.copyFromHost(seeds_, &sampling.seed, 8);
+    backend_.copyFromHost(anchors_, &lastPosition, 8);
+    backend_.sampleRows({.logits = target_.logitsDevice(),
+                         .batch = 1,
+                         .vocab = vocab_,
+                         .temperatures = temperatures_,
+                         .top_ks = topKs_,
+                         .top_ps = topPs_,
+                         .seeds = seeds_,
+                         .positions = anchors_,
+                         .tokens = out_,
+                         .workspace = sampleWorkspace_,
+                         .workspace_bytes = sampleWorkspaceBytes_});
+  }
+  int32_t token = -1;
+  backend_.copyToHost(&token, out_, 4);
+  return token;
+}
+
 // The next step's inputs from lengths_ (committed) and lastTokens_ (anchors): the draft's
 // proposal of BS rows (the first W scored), then the verify rows [anchor, d_1 … d_{W−1}] at
 // positions length + i.
 void DecodeEngine::prepareNext(int32_t B) {
   const int32_t W = width_, BS = blockSize_;
   if (proposer_) {
-    kernel::DFlashProposalInputsParams pi;
-    pi.oldDraftCacheLengths = lengths_; pi.deltaLengths = zeros_;  // the delta is already committed
-    pi.blockSize = BS; pi.packedAttentionMask = propMask_; pi.attentionPosId = propAttPos_;
-    pi.contextLengths = propContextLengths_; pi.positions = propPositions_; pi.queryStartOffsets = propQStart_;
-    pi.queryLengths = propQLengths_; pi.pastLengths = propPast_; pi.attentionSequenceLengths = propSeqLengths_;
-    pi.batchSize = B;
-    backend_.dflashProposalInputs(pi);
-    model::DraftProposalInputs in;
-    in.anchors = lastTokens_; in.positions = propPositions_; in.kvLengths = propContextLengths_;
-    in.batchSize = B; in.rowsPerBlock = W; in.argmaxOut = draftOut_;  // [B, W]
-    proposer_->propose(in, cache_);
+    backend_.dflashProposalInputs({.oldDraftCacheLengths = lengths_,
+                                   .deltaLengths = zeros_,  // the delta is already committed
+                                   .blockSize = BS,
+                                   .packedAttentionMask = propMask_,
+                                   .attentionPosId = propAttPos_,
+                                   .contextLengths = propContextLengths_,
+                                   .positions = propPositions_,
+                                   .queryStartOffsets = propQStart_,
+                                   .queryLengths = propQLengths_,
+                                   .pastLengths = propPast_,
+                                   .attentionSequenceLengths = propSeqLengths_,
+                                   .batchSize = B});
+    proposer_->propose({.anchors = lastTokens_,
+                        .positions = propPositions_,
+                        .kvLengths = propContextLengths_,
+                        .batchSize = B,
+                        .rowsPerBlock = W,
+                        .argmaxOut = draftOut_},  // [B, W]
+                       cache_);
     if (sampled_ && proposalProbs_ != nullptr) {
       // Sampled requests draw their drafts from the draft's distribution, filtered like their
       // target rows, with the proposal uniforms of spec §3.6 (row j of a block: lane j at its
       // anchor), and keep it as q for the verify: accepted with sum min(p, q) instead of
       // p(argmax q). Greedy requests of the batch get the argmax again (one-hot q).
-      SamplingParams sp;
-      sp.logits = proposer_->proposalLogits(); sp.batch = B * W; sp.vocab = vocab_;  // [B, W, V]
-      sp.rows_per_request = W;
-      sp.temperatures = temperatures_; sp.top_ks = topKs_; sp.top_ps = topPs_;
-      sp.seeds = seeds_; sp.positions = anchors_; sp.purpose = RngPurpose::kProposal;
-      sp.tokens = draftOut_; sp.probs = proposalProbs_;
-      sp.workspace = sampleWorkspace_; sp.workspace_bytes = sampleWorkspaceBytes_;
-      backend_.sampleRows(sp);
+      backend_.sampleRows({.logits = proposer_->proposalLogits(),  // [B, W, V]
+                           .batch = B * W,
+                           .vocab = vocab_,
+                           .temperatures = temperatures_,
+                           .top_ks = topKs_,
+                           .top_ps = topPs_,
+                           .rows_per_request = W,
+                           .seeds = seeds_,
+                           .positions = anchors_,
+                           .purpose = RngPurpose::kProposal,
+                           .tokens = draftOut_,
+                           .probs = proposalProbs_,
+                           .workspace = sampleWorkspace_,
+                           .workspace_bytes = sampleWorkspaceBytes_});
     }
-    kernel::DFlashLinearVerifyInputsParams vi;
-    vi.lastAcceptedTokens = lastTokens_; vi.draftTokenIds = draftOut_; vi.verifyTokenIds = verifyTokens_;
-    vi.verifyTreeMask = treeMask_; vi.batchSize = B; vi.proposalLen = W - 1; vi.draftTokenStride = W;
-    vi.verifySize = W;
-    backend_.dflashLinearVerifyInputs(vi);
+    backend_.dflashLinearVerifyInputs({.lastAcceptedTokens = lastTokens_,
+                                       .draftTokenIds = draftOut_,
+                                       .verifyTokenIds = verifyTokens_,
+                                       .verifyTreeMask = treeMask_,
+                                       .batchSize = B,
+                                       .proposalLen = W - 1,
+                                       .draftTokenStride = W,
+                                       .verifySize = W});
   } else {
     backend_.copy(verifyTokens_, lastTokens_, int64_t{B} * 4);
   }
-  kernel::DFlashBaseVerifyInputsParams bv;
-  bv.baseKVCacheLengths = lengths_; bv.verifySize = W; bv.packedAttentionMask = verifyMask_;
-  bv.attentionPosId = verifyPositions_; bv.selectTokenIndices = selectIndices_;
-  bv.contextLengths = verifyKvLengths_; bv.batchSize = B;
-  backend_.dflashBaseVerifyInputs(bv);
+  backend_.dflashBaseVerifyInputs({.baseKVCacheLengths = lengths_,
+                                   .verifySize = W,
+                                   .packedAttentionMask = verifyMask_,
+                                   .attentionPosId = verifyPositions_,
+                                   .selectTokenIndices = selectIndices_,
+                                   .contextLengths = verifyKvLengths_,
+                                   .batchSize = B});
 }
 
 // One iteration, device work only: forward, accept, commit, draft context, next inputs.
 void DecodeEngine::step(int32_t B) {
   const int32_t W = width_;
-  model::DeviceForwardBatch f;
-  f.tokens = verifyTokens_; f.positions = verifyPositions_; f.tokenToSequence = owners_;
-  f.cuQSeqLens = cuQ_; f.kvLengths = verifyKvLengths_; f.logitRows = rows_;
-  f.numTokens = B * W; f.batchSize = B; f.maxQSeqLen = W; f.numLogitRows = B * W;
-  target_.forwardDevice(f, cache_);
+  target_.forwardDevice({.tokens = verifyTokens_,
+                         .positions = verifyPositions_,
+                         .tokenToSequence = owners_,
+                         .cuQSeqLens = cuQ_,
+                         .kvLengths = verifyKvLengths_,
+                         .logitRows = rows_,
+                         .numTokens = B * W,
+                         .batchSize = B,
+                         .maxQSeqLen = W,
+                         .numLogitRows = B * W},
+                        cache_);
   const float* logits = target_.logitsDevice();
 
   // Accept into out_ = [counts B | tokens B·W] (the step's device-to-host payload).
   int32_t* counts = out_;
   int32_t* tokens = out_ + B;
-  kernel::SpecCommitParams commit;
-  commit.tokens = tokens; commit.lengths = lengths_; commit.emitCounts = counts;
-  commit.newLengths = newLengths_; commit.anchorPositions = anchors_; commit.lastTokens = lastTokens_;
-  commit.batchSize = B; commit.width = W;
+  // The accept below sets how many of each sequence's W tokens count (null: one each).
+  kernel::SpecCommitParams commit{.tokens = tokens,
+                                  .lengths = lengths_,
+                                  .emitCounts = counts,
+                                  .newLengths = newLengths_,
+                                  .anchorPositions = anchors_,
+                                  .lastTokens = lastTokens_,
+                                  .batchSize = B,
+                                  .width = W};
   if (!sampled_) {
-    ArgmaxParams am;
-    am.logits = logits; am.dtype = DType::kF32; am.rows = B * W; am.vocab = vocab_;
-    am.out = W == 1 ? tokens : argmax_;
-    backend_.argmax(am);
+    backend_.argmax({.logits = logits,
+                     .dtype = DType::kF32,
+                     .rows = B * W,
+                     .vocab = vocab_,
+                     .out = W == 1 ? tokens : argmax_});
     if (W > 1) {
-      kernel::EagleAcceptParams ea;
-      ea.targetTopIds = argmax_; ea.verifyTokenIds = verifyTokens_; ea.acceptedTokens = tokens;
-      ea.acceptedNodeIds = acceptNodes_; ea.acceptLengths = acceptCounts_; ea.batchSize = B; ea.verifySize = W;
-      backend_.eagleAccept(ea);
+      backend_.eagleAccept({.targetTopIds = argmax_,
+                            .verifyTokenIds = verifyTokens_,
+                            .acceptedTokens = tokens,
+                            .acceptedNodeIds = acceptNodes_,
+                            .acceptLengths = acceptCounts_,
+                            .batchSize = B,
+                            .verifySize = W});
       commit.counts = acceptCounts_;
     }
   } else if (W == 1) {
-    SamplingParams sp;
-    sp.logits = logits; sp.batch = B; sp.vocab = vocab_;
-    sp.temperatures = temperatures_; sp.top_ks = topKs_; sp.top_ps = topPs_;
-    sp.seeds = seeds_; sp.positions = anchors_; sp.tokens = tokens;
-    sp.workspace = sampleWorkspace_; sp.workspace_bytes = sampleWorkspaceBytes_;
-    backend_.sampleRows(sp);
+    backend_.sampleRows({.logits = logits,
+                         .batch = B,
+                         .vocab = vocab_,
+                         .temperatures = temperatures_,
+                         .top_ks = topKs_,
+                         .top_ps = topPs_,
+                         .seeds = seeds_,
+                         .positions = anchors_,
+                         .tokens = tokens,
+                         .workspace = sampleWorkspace_,
+                         .workspace_bytes = sampleWorkspaceBytes_});
   } else {
-    SpecVerifyParams vp;
-    vp.target_logits = logits; vp.draft_tokens = verifyTokens_ + 1; vp.draft_tokens_stride = W;
-    vp.batch = B; vp.num_draft = W - 1; vp.vocab = vocab_;
-    vp.temperatures = temperatures_; vp.top_ks = topKs_; vp.top_ps = topPs_;
-    vp.seeds = seeds_; vp.anchors = anchors_; vp.out_tokens = tokens; vp.num_accepted = acceptCounts_;
-    if (proposalProbs_ != nullptr) {  // rows 1 … W−1 of each [W, V] block: the drafts' distributions
-      vp.draft_probs = proposalProbs_ + vocab_; vp.draft_probs_stride = W;
-    }
-    vp.workspace = sampleWorkspace_; vp.workspace_bytes = sampleWorkspaceBytes_;
-    backend_.specVerify(vp);
+    // With proposal distributions, rows 1 … W−1 of each [W, V] block are the drafts' q.
+    const bool withQ = proposalProbs_ != nullptr;
+    backend_.specVerify({.target_logits = logits,
+                         .draft_tokens = verifyTokens_ + 1,
+                         .draft_tokens_stride = W,
+                         .draft_probs = withQ ? proposalProbs_ + vocab_ : nullptr,
+                         .draft_probs_stride = withQ ? W : 0,
+                         .batch = B,
+                         .num_draft = W - 1,
+                         .vocab = vocab_,
+                         .temperatures = temperatures_,
+                         .top_ks = topKs_,
+                         .top_ps = topPs_,
+                         .seeds = seeds_,
+                         .anchors = anchors_,
+                         .out_tokens = tokens,
+                         .num_accepted = acceptCounts_,
+                         .workspace = sampleWorkspace_,
+                         .workspace_bytes = sampleWorkspaceBytes_});
     commit.counts = acceptCounts_;
     commit.countOffset = 1;
   }
   backend_.specCommit(commit);
 
   if (proposer_) {  // rows 0 … count−1 of each sequence became committed context
-    kernel::DFlashDeltaMetadataParams dm;
-    dm.oldDraftCacheLengths = lengths_; dm.deltaLengths = counts; dm.deltaWidth = W;
-    dm.deltaPositions = deltaPositions_; dm.deltaTokenToSequence = deltaOwners_; dm.batchSize = B;
-    backend_.dflashDeltaMetadata(dm);
-    model::DraftContextDelta delta;
-    delta.taps = target_.tapsDevice(); delta.positions = deltaPositions_;
-    delta.tokenToSequence = deltaOwners_; delta.numTokens = B * W;
-    proposer_->appendContext(delta, cache_);
+    backend_.dflashDeltaMetadata({.oldDraftCacheLengths = lengths_,
+                                  .deltaLengths = counts,
+                                  .deltaWidth = W,
+                                  .deltaPositions = deltaPositions_,
+                                  .deltaTokenToSequence = deltaOwners_,
+                                  .batchSize = B});
+    proposer_->appendContext(model::DraftContextDelta{.taps = target_.tapsDevice(),
+                                                      .positions = deltaPositions_,
+                                                      .tokenToSequence = deltaOwners_,
+                                                      .numTokens = B * W},
+                             cache_);
   }
   backend_.copy(lengths_, newLengths_, int64_t{B} * 4);
   prepareNext(B);
@@ -407,10 +490,10 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
     const GenerationRequest& q = requests[static_cast<size_t>(r)];
     int32_t slot = 0, reused = 0;
     if (cache_.prefixReuse()) {
-      // The pages it may touch: checkRequests keeps prompt + maxNewTokens + margin in capacity.
-      const int64_t positions = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens + positionMargin();
+      // The pages it may touch: checkRequests keeps positionsNeeded within the capacity.
       const kv::KvCacheManager::Admission a = cache_.admit(
-          q.prompt, static_cast<int32_t>(std::min<int64_t>(positions, cache_.capacity())), withDraft);
+          q.prompt, static_cast<int32_t>(std::min<int64_t>(positionsNeeded(q), cache_.capacity())),
+          withDraft);
       slot = a.slot;
       reused = a.reusedTokens;
     } else {
@@ -420,7 +503,7 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
     if (proposer_) proposer_->onAdmit(slot, r);
     // A reused prefix already holds the target's K/V and, for a draft request, the draft's
     // context K/V of those positions: only the rest of the prompt runs (and becomes context).
-    const std::vector<float> logits = prefillSequence(
+    prefillSequence(
         target_, cache_, slot, q.prompt,
         [&](const model::ForwardBatch& chunk) {
           if (!proposer_) return;
@@ -433,7 +516,7 @@ std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequ
     // Published now, so requests admitted after it in this call share its prompt already.
     if (cache_.prefixReuse()) cache_.publish(slot, q.prompt);
     pending[static_cast<size_t>(r)] =
-        chooseToken(logits.data(), vocab_, q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
+        sampleFirstToken(q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
     keep.push_back(emit(r, pending[static_cast<size_t>(r)]) ? 0 : 1);
   }
   stats_.prefillSeconds = secondsSince(prefillStart);

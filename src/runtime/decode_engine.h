@@ -1,9 +1,11 @@
 #pragma once
 // The decode engine: plain and speculative (DFlash) decoding for a batch of requests through one
-// device-resident loop (spec §6).
+// device-resident loop (spec §6). runtime::buildEngine (runtime/engine_builder.h) sizes and
+// builds one with its target, draft and cache; tests also construct it directly.
 //
 // Prefill runs per request on the host path (chunked; with a draft each chunk becomes draft
-// context at once, round 0). Then every iteration is one device step of verify width W (W = 1
+// context at once, round 0); the first token comes from the prompt's last row, chosen on the
+// backend like a step's tokens. Then every iteration is one device step of verify width W (W = 1
 // plain; speculative: 2 <= W <= BS, EngineOptions::verifyWidth) with no host work inside:
 //   forward of the W rows [anchor, d_1 … d_{W−1}] per sequence (causal)
 //   → accept: greedy (argmax; greedy EAGLE accept for W > 1) or sampled (spec §3: sample_rows
@@ -14,7 +16,7 @@
 // The draft always proposes a whole block of BS rows (block diffusion needs every position of
 // the block), but only its first W rows are scored and verified: a step of W < BS rows emits at
 // most W tokens and costs about W target rows, which pays where a forward is compute-bound (the
-// CPU), since most steps accept few tokens anyway (docs/perf.md).
+// CPU), since most steps accept few tokens anyway.
 // The step for a batch size is captured once as a CUDA graph and replayed; its only
 // device-to-host copy brings back the emitted counts and tokens [B + B·W] i32. The host then
 // streams tokens, applies stop tokens and budgets, mirrors the commits in the KV cache manager,
@@ -85,7 +87,10 @@ class DecodeEngine {
 
  private:
   void checkRequests(const std::vector<GenerationRequest>& requests) const;
-  int64_t positionMargin() const;
+  // KV positions a request may write (kvCapacityTokens of its prompt + maxNewTokens).
+  int64_t positionsNeeded(const GenerationRequest& q) const;
+  // The first token from the logits of the prompt's last row, sampled by the backend.
+  int32_t sampleFirstToken(const SamplingConfig& sampling, int64_t lastPosition);
   std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests, const TokenCallback& onToken);
   void allocate();
   void uploadState(int32_t B, const std::vector<int32_t>& lastTokens,

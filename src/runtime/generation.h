@@ -19,10 +19,10 @@ struct SamplingConfig {
 };
 
 struct GenerationRequest {
-  std::vector<int32_t> prompt;       // non-empty
-  int32_t maxNewTokens = 0;          // >= 1
-  std::vector<int32_t> stopTokens;   // generation ends after emitting one of these
-  SamplingConfig sampling;           // default: greedy
+  std::vector<int32_t> prompt = {};       // non-empty
+  int32_t maxNewTokens = 0;               // >= 1
+  std::vector<int32_t> stopTokens = {};   // generation ends after emitting one of these
+  SamplingConfig sampling = {};           // default: greedy
   // Asked after each generated token (after the token callback saw it): true ends the request
   // there (FinishReason::kStop), e.g. when the decoded text now holds a stop string.
   std::function<bool()> stopWhen = {};
@@ -31,7 +31,7 @@ struct GenerationRequest {
 enum class FinishReason { kLength, kStop };
 
 struct GenerationResult {
-  std::vector<int32_t> tokens;  // generated tokens (a stop token, if hit, is the last)
+  std::vector<int32_t> tokens = {};  // generated tokens (a stop token, if hit, is the last)
   FinishReason finish = FinishReason::kLength;
 };
 

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "common/errors.h"
-#include "kernels/sampling.h"
 
 namespace es::runtime {
 
@@ -53,28 +52,6 @@ std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManage
     first += count;
   }
   return last;
-}
-
-int32_t argmaxRow(const float* row, int64_t vocab) {
-  return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-}
-
-int32_t chooseToken(const float* row, int64_t vocab, const SamplingConfig& s, int64_t lastPosition) {
-  if (s.temperature < 1e-3f) return argmaxRow(row, vocab);
-  SamplingParams p;
-  p.logits = row;
-  p.logits_dtype = DType::kF32;
-  p.batch = 1;
-  p.vocab = static_cast<int32_t>(vocab);
-  p.temperature = s.temperature;
-  p.top_k = s.topK;
-  p.top_p = s.topP;
-  p.seeds = &s.seed;
-  p.positions = &lastPosition;
-  int32_t token = -1;
-  p.tokens = &token;
-  ref::sample_rows(p);
-  return token;
 }
 
 }  // namespace es::runtime

@@ -68,21 +68,19 @@ void ReplayProposer::propose(const model::DraftProposalInputs& in, kv::KvCacheMa
   // The kernel writes whole blocks [B, BS]; a caller of W < BS rows gets their first W rows
   // (the same tokens a full-width proposal has there).
   int32_t* blocks = W == blockSize_ ? in.argmaxOut : block_.as<int32_t>();  // [B, BS] i32
-  kernel::ReplayProposalParams p;
-  p.recorded = table_.as<int32_t>();
-  p.recordedLengths = table_.as<int32_t>() + static_cast<int64_t>(maxBatch_) * stride_;
-  p.stride = stride_;
-  p.anchors = in.anchors;
-  p.positions = in.positions;
-  p.out = blocks;
-  p.batchSize = in.batchSize;
-  p.blockSize = blockSize_;
-  p.vocab = vocab_;
-  p.corruptRate = corruptRate_;
-  p.seed = seed_;
   ES_CHECK_ARG(in.batchSize <= maxBatch_, "ReplayProposer::propose", "batchSize", in.batchSize,
                "must be <= maxBatch = ", maxBatch_);
-  backend_.replayProposal(p);
+  backend_.replayProposal({.recorded = table_.as<int32_t>(),
+                           .recordedLengths = table_.as<int32_t>() + int64_t{maxBatch_} * stride_,
+                           .stride = stride_,
+                           .anchors = in.anchors,
+                           .positions = in.positions,
+                           .out = blocks,
+                           .batchSize = in.batchSize,
+                           .blockSize = blockSize_,
+                           .vocab = vocab_,
+                           .corruptRate = corruptRate_,
+                           .seed = seed_});
   if (blocks != in.argmaxOut) {
     backend_.copy2D(in.argmaxOut, int64_t{W} * 4, blocks, int64_t{blockSize_} * 4, int64_t{W} * 4, in.batchSize);
   }

@@ -1,5 +1,5 @@
 #pragma once
-// The replay draft (tests and benchmarks only, issue 6): proposes the tokens of a previously
+// The replay draft (tests and benchmarks only): proposes the tokens of a previously
 // recorded run of each request — τ = BS while they match the target — with a deterministic,
 // request-stable corruption rate to exercise partial acceptance (kernels/replay_proposal.h).
 // Needs no draft model and no context.

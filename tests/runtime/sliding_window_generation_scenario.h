@@ -1,5 +1,5 @@
 #pragma once
-// Generation far past the window with the sliding layers in the bounded window pool (issue 10),
+// Generation far past the window with the sliding layers in the bounded window pool,
 // through the DecodeEngine, shared by test_sliding_window_generation (CPU backend, f32 KV) and
 // test_sliding_window_generation_gpu (CUDA backend, bf16 KV): the window pool's use stays flat
 // while the dense pool's grows, and the tokens equal those of the same model with every layer
@@ -20,9 +20,8 @@
 #include "model/sliding_window_scenario.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
-#include "runtime/plain_decoder.h"
+#include "runtime/decode_engine.h"
 #include "runtime/replay_proposer.h"
-#include "runtime/speculative_decoder.h"
 
 namespace es::runtime::swa {
 
@@ -72,12 +71,12 @@ inline void plainDecodingPastTheWindow(ops::Backend& backend, KvStorage kv) {
 
   kv::KvCacheManager full(cacheFor(target, kv::SlidingWindowStorage::kFullCapacity, kv.dtype), kv.space);
   ASSERT_EQ(full.swaPages(), nullptr);
-  const std::vector<GenerationResult> want = PlainDecoder(target, full).generate(reqs);
+  const std::vector<GenerationResult> want = DecodeEngine(target, full).generate(reqs);
 
   kv::KvCacheManager bounded(cacheFor(target, kv::SlidingWindowStorage::kBounded, kv.dtype), kv.space);
   ASSERT_NE(bounded.swaPages(), nullptr);
   Usage u;
-  PlainDecoder decoder(target, bounded);
+  DecodeEngine decoder(target, bounded);
   const std::vector<GenerationResult> got = decoder.generate(reqs, watch(bounded, u));
   ASSERT_EQ(got.size(), 2u);
   for (size_t r = 0; r < 2; ++r) {
@@ -119,7 +118,7 @@ inline void speculativeVerifyStepsPastTheWindow(ops::Backend& backend, KvStorage
   std::vector<std::vector<int32_t>> recordings;
   {
     kv::KvCacheManager full(cacheFor(target, kv::SlidingWindowStorage::kFullCapacity, kv.dtype), kv.space);
-    const std::vector<GenerationResult> plain = PlainDecoder(target, full).generate(reqs);
+    const std::vector<GenerationResult> plain = DecodeEngine(target, full).generate(reqs);
     for (size_t r = 0; r < reqs.size(); ++r) {
       recordings.push_back(reqs[r].prompt);
       recordings.back().insert(recordings.back().end(), plain[r].tokens.begin(), plain[r].tokens.end());
@@ -128,7 +127,7 @@ inline void speculativeVerifyStepsPastTheWindow(ops::Backend& backend, KvStorage
   auto speculate = [&](kv::SlidingWindowStorage storage, Usage& u, SpeculationStats& stats) {
     kv::KvCacheManager cache(cacheFor(target, storage, kv.dtype), kv.space);
     ReplayProposer proposer(backend, 8, 2, recordings, V, 0.3f);
-    SpeculativeDecoder decoder(target, proposer, cache);
+    DecodeEngine decoder(target, cache, &proposer);
     std::vector<GenerationResult> out = decoder.generate(reqs, watch(cache, u));
     stats = decoder.stats();
     return out;

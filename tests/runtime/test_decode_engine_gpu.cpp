@@ -22,9 +22,8 @@
 #include "model/target_model.h"
 #include "ops/backend.h"
 #include "runtime/dflash_proposer.h"
-#include "runtime/plain_decoder.h"
+#include "runtime/decode_engine.h"
 #include "runtime/replay_proposer.h"
-#include "runtime/speculative_decoder.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -142,7 +141,7 @@ TEST(DecodeEngineGpu, ReplaySpeculationEqualsPlainGreedyUpToNearTies) {
   std::vector<GenerationResult> plain;
   {
     kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16), MemorySpace::kDevice);
-    plain = PlainDecoder(target, cache).generate(requests);
+    plain = DecodeEngine(target, cache).generate(requests);
   }
   const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, plain);
   NearTieJudge judge;
@@ -152,7 +151,7 @@ TEST(DecodeEngineGpu, ReplaySpeculationEqualsPlainGreedyUpToNearTies) {
       SCOPED_TRACE(::testing::Message() << "BS " << BS << " corrupt " << corrupt);
       kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16), MemorySpace::kDevice);
       ReplayProposer proposer(*gpu, BS, 3, recordings, V, corrupt);
-      SpeculativeDecoder decoder(target, proposer, cache);
+      DecodeEngine decoder(target, cache, &proposer);
       const std::vector<GenerationResult> spec = decoder.generate(requests);
       divergences += expectEqualUpToNearTies(judge, requests, plain, spec);
       if (corrupt == 0.0f) {
@@ -194,11 +193,11 @@ TEST(DecodeEngineGpu, DFlashDraftEqualsPlainGreedyUpToNearTies) {
   std::vector<GenerationResult> plain;
   {
     kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
-    plain = PlainDecoder(target, cache).generate(requests);
+    plain = DecodeEngine(target, cache).generate(requests);
   }
   kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
   DFlashProposer proposer(draft);
-  SpeculativeDecoder decoder(target, proposer, cache);
+  DecodeEngine decoder(target, cache, &proposer);
   const std::vector<GenerationResult> out = decoder.generate(requests);
   NearTieJudge judge;
   EXPECT_LE(expectEqualUpToNearTies(judge, requests, plain, out), 1);
@@ -224,20 +223,20 @@ TEST(DecodeEngineGpu, BatchOneSpeculationEqualsPlainGreedyExactly) {
     std::vector<int32_t> plain;
     {
       kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
-      plain = PlainDecoder(target, cache).generate(one)[0].tokens;
+      plain = DecodeEngine(target, cache).generate(one)[0].tokens;
     }
     std::vector<int32_t> recording = request.prompt;
     recording.insert(recording.end(), plain.begin(), plain.end());
     for (const auto& [BS, corrupt] : {std::pair{4, 0.0f}, std::pair{16, 0.3f}}) {
       kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
       ReplayProposer proposer(*gpu, BS, 1, {recording}, V, corrupt);
-      SpeculativeDecoder decoder(target, proposer, cache);
+      DecodeEngine decoder(target, cache, &proposer);
       EXPECT_EQ(decoder.generate(one)[0].tokens, plain) << "replay BS " << BS << " corrupt " << corrupt;
       multiTokenAccepts += decoder.stats().meanAcceptLength() > 1.5;
     }
     kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
     DFlashProposer proposer(draft);
-    SpeculativeDecoder decoder(target, proposer, cache);
+    DecodeEngine decoder(target, cache, &proposer);
     EXPECT_EQ(decoder.generate(one)[0].tokens, plain) << "DFlash draft";
   }
   EXPECT_EQ(multiTokenAccepts, 6) << "the replay drafts must be accepted over several tokens";
@@ -258,7 +257,7 @@ TEST(DecodeEngineGpu, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
   std::vector<GenerationResult> plain;
   {
     kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
-    plain = PlainDecoder(target, cache).generate(requests);
+    plain = DecodeEngine(target, cache).generate(requests);
   }
   const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, plain);
   int64_t fullWidthAccepts = 0;
@@ -268,19 +267,19 @@ TEST(DecodeEngineGpu, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
     std::vector<int32_t> plainOne;
     {
       kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
-      plainOne = PlainDecoder(target, cache).generate(one)[0].tokens;
+      plainOne = DecodeEngine(target, cache).generate(one)[0].tokens;
     }
     for (const auto& [W, corrupt] : {std::pair{2, 0.0f}, std::pair{5, 0.3f}}) {
       kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
       ReplayProposer proposer(*gpu, 16, 1, {recordings[r]}, V, corrupt);
-      SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = W});
+      DecodeEngine decoder(target, cache, &proposer, EngineOptions{.verifyWidth = W});
       EXPECT_EQ(decoder.generate(one)[0].tokens, plainOne) << "replay BS 16 W " << W << " corrupt " << corrupt;
       ASSERT_EQ(decoder.stats().acceptHistogram.size(), static_cast<size_t>(W) + 1);
       if (corrupt == 0.0f) fullWidthAccepts += decoder.stats().acceptHistogram[static_cast<size_t>(W)] > 0;
     }
     kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
     DFlashProposer proposer(draft);
-    SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = 3});
+    DecodeEngine decoder(target, cache, &proposer, EngineOptions{.verifyWidth = 3});
     EXPECT_EQ(decoder.generate(one)[0].tokens, plainOne) << "DFlash draft W 3";
   }
   EXPECT_EQ(fullWidthAccepts, 3) << "uncorrupted replay drafts must fill whole verify widths";
@@ -288,13 +287,13 @@ TEST(DecodeEngineGpu, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
   NearTieJudge judge;
   kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
   ReplayProposer proposer(*gpu, 16, 3, recordings, V, 0.0f);
-  SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = 4});
+  DecodeEngine decoder(target, cache, &proposer, EngineOptions{.verifyWidth = 4});
   const std::vector<GenerationResult> batch = decoder.generate(requests);
   EXPECT_LE(expectEqualUpToNearTies(judge, requests, plain, batch), 1);
   EXPECT_GT(decoder.stats().meanAcceptLength(), 0.6 * 4);
   DFlashProposer dflash(draft);
   kv::KvCacheManager cache2(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
-  SpeculativeDecoder withDraft(target, dflash, cache2, EngineOptions{.verifyWidth = 3});
+  DecodeEngine withDraft(target, cache2, &dflash, EngineOptions{.verifyWidth = 3});
   EXPECT_LE(expectEqualUpToNearTies(judge, requests, plain, withDraft.generate(requests)), 1);
 }
 

@@ -14,8 +14,7 @@
 #include "model/target_model.h"
 #include "ops/backend.h"
 #include "runtime/dflash_proposer.h"
-#include "runtime/plain_decoder.h"
-#include "runtime/speculative_decoder.h"
+#include "runtime/decode_engine.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -52,11 +51,11 @@ TEST(DFlashSpeculative, BatchEqualsPlainGreedy) {
   std::vector<GenerationResult> plain;
   {
     kv::KvCacheManager cache(c, MemorySpace::kHost);
-    plain = PlainDecoder(target, cache).generate(requests);
+    plain = DecodeEngine(target, cache).generate(requests);
   }
   kv::KvCacheManager cache(c, MemorySpace::kHost);
   DFlashProposer proposer(draft);
-  SpeculativeDecoder decoder(target, proposer, cache);
+  DecodeEngine decoder(target, cache, &proposer);
   const std::vector<GenerationResult> spec_out = decoder.generate(requests);
   ASSERT_EQ(spec_out.size(), plain.size());
   for (size_t r = 0; r < plain.size(); ++r) {
@@ -102,13 +101,13 @@ TEST(DFlashSpeculative, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
     std::vector<GenerationResult> plain;
     {
       kv::KvCacheManager cache(c, MemorySpace::kHost);
-      plain = PlainDecoder(target, cache).generate(*requests);
+      plain = DecodeEngine(target, cache).generate(*requests);
     }
     for (const int32_t W : {2, 3, 5, 8}) {
       SCOPED_TRACE(::testing::Message() << "batch " << requests->size() << " W " << W);
       kv::KvCacheManager cache(c, MemorySpace::kHost);
       DFlashProposer proposer(draft);
-      SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = W});
+      DecodeEngine decoder(target, cache, &proposer, EngineOptions{.verifyWidth = W});
       const std::vector<GenerationResult> out = decoder.generate(*requests);
       ASSERT_EQ(out.size(), plain.size());
       for (size_t r = 0; r < plain.size(); ++r) {

@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/sampling.h"
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
-#include "runtime/plain_decoder.h"
+#include "runtime/decode_engine.h"
+#include "runtime/prefill.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -30,15 +32,15 @@ kv::KvCacheConfig cacheFor(const model::TargetModel& m, int32_t batch) {
   return c;
 }
 
-class PlainDecoderCpu : public ::testing::TestWithParam<std::string> {};
+class PlainDecodingCpu : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(PlainDecoderCpu, GreedyMatchesTransformersWithStopAndCompaction) {
+TEST_P(PlainDecodingCpu, GreedyMatchesTransformersWithStopAndCompaction) {
   const nlohmann::json meta = fixtureMeta(GetParam());
   auto backend = ops::makeCpuBackend();
   // maxTokens 8 < the 20-token prompt: the prefill runs in three chunks.
   model::TargetModel target(test::test_data_dir() + "/models/" + GetParam(), *backend, 8);
   kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
-  PlainDecoder decoder(target, cache);
+  DecodeEngine decoder(target, cache);
 
   const std::vector<int32_t> greedyA = meta["greedy"]["a"], greedyB = meta["greedy"]["b"];
   GenerationRequest a{meta["prompts"]["a"], static_cast<int32_t>(greedyA.size()), {}, {}};
@@ -62,7 +64,7 @@ TEST_P(PlainDecoderCpu, GreedyMatchesTransformersWithStopAndCompaction) {
   EXPECT_EQ(cache.activeCount(), 0);
 }
 
-TEST(PlainDecoder, SampledDecodingIsRequestStableAndSeeded) {
+TEST(PlainDecoding, SampledDecodingIsRequestStableAndSeeded) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   const nlohmann::json meta = fixtureMeta("qwen3");
@@ -70,7 +72,7 @@ TEST(PlainDecoder, SampledDecodingIsRequestStableAndSeeded) {
   GenerationRequest b{meta["prompts"]["b"], 24, {}, {0.9f, 50, 0.9f, 99}};
   auto run = [&](const std::vector<GenerationRequest>& rs) {
     kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
-    return PlainDecoder(target, cache).generate(rs);
+    return DecodeEngine(target, cache).generate(rs);
   };
   const std::vector<GenerationResult> alone = run({a});
   const std::vector<GenerationResult> together = run({b, a});
@@ -80,6 +82,20 @@ TEST(PlainDecoder, SampledDecodingIsRequestStableAndSeeded) {
   const std::vector<int32_t> greedy = meta["greedy"]["a"];
   EXPECT_NE(std::vector<int32_t>(alone[0].tokens.begin(), alone[0].tokens.begin() + 8),
             std::vector<int32_t>(greedy.begin(), greedy.begin() + 8));
+  // The first token is drawn from the prompt's last row with request_uniform(seed, last
+  // position, kTarget, 0), as the sampling reference draws it (spec §3.6).
+  {
+    kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
+    const std::vector<float> logits = prefillSequence(target, cache, cache.admit(), a.prompt);
+    const int64_t lastPosition = static_cast<int64_t>(a.prompt.size()) - 1;
+    int32_t expected = -1;
+    SamplingParams p;
+    p.logits = logits.data(); p.batch = 1; p.vocab = static_cast<int32_t>(logits.size());
+    p.temperature = a.sampling.temperature; p.top_k = a.sampling.topK; p.top_p = a.sampling.topP;
+    p.seeds = &a.sampling.seed; p.positions = &lastPosition; p.tokens = &expected;
+    ref::sample_rows(p);
+    EXPECT_EQ(alone[0].tokens[0], expected);
+  }
   // Another seed gives another continuation.
   GenerationRequest c = a;
   c.sampling.seed = 4321;
@@ -91,11 +107,11 @@ TEST(PlainDecoder, SampledDecodingIsRequestStableAndSeeded) {
   EXPECT_EQ(run({g})[0].tokens, std::vector<int32_t>(greedy.begin(), greedy.begin() + 8));
 }
 
-TEST(PlainDecoder, BadRequestsAreClearErrors) {
+TEST(PlainDecoding, BadRequestsAreClearErrors) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 8);
   kv::KvCacheManager cache(cacheFor(target, 2), MemorySpace::kHost);
-  PlainDecoder decoder(target, cache);
+  DecodeEngine decoder(target, cache);
   test::expectInvalidArgument([&] { decoder.generate({}); }, "requests.size()");
   test::expectInvalidArgument([&] { decoder.generate({{{}, 4, {}, {}}}); }, "requests[0].prompt.size()");
   test::expectInvalidArgument([&] { decoder.generate({{{1, 2}, 0, {}, {}}}); }, "requests[0].maxNewTokens");
@@ -110,7 +126,7 @@ TEST(PlainDecoder, BadRequestsAreClearErrors) {
   EXPECT_EQ(cache.activeCount(), 0);  // nothing was admitted by the rejected calls
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, PlainDecoderCpu, ::testing::Values("qwen3", "llama", "qwen2"));
+INSTANTIATE_TEST_SUITE_P(Families, PlainDecodingCpu, ::testing::Values("qwen3", "llama", "qwen2"));
 
 }  // namespace
 }  // namespace es::runtime

@@ -1,4 +1,4 @@
-// Generation far past the window with the sliding layers in the bounded window pool (issue 10),
+// Generation far past the window with the sliding layers in the bounded window pool,
 // through the DecodeEngine on the CPU backend: the window pool's use stays flat while the dense
 // pool's grows, and the tokens equal those of the same model with every layer stored at full
 // capacity, for plain decoding and for speculative verify steps (the scenario, shared with
@@ -13,7 +13,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
-#include "runtime/plain_decoder.h"
+#include "runtime/decode_engine.h"
 #include "runtime/sliding_window_generation_scenario.h"
 #include "support/test_util.h"
 
@@ -34,7 +34,7 @@ TEST(SlidingWindowGeneration, AFailedCallLeavesTheWindowPoolWhole) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(swa::fixtureDir(), *backend, 256);
   kv::KvCacheManager bounded(swa::cacheFor(target, kv::SlidingWindowStorage::kBounded, DType::kF32), MemorySpace::kHost);
-  PlainDecoder decoder(target, bounded);
+  DecodeEngine decoder(target, bounded);
   std::vector<GenerationRequest> reqs = swa::requests();
   int32_t seen = 0;
   EXPECT_THROW(decoder.generate(reqs, [&](int32_t, int32_t) {

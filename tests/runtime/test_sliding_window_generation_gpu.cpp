@@ -1,4 +1,4 @@
-// Generation far past the window with the sliding layers in the bounded window pool (issue 10),
+// Generation far past the window with the sliding layers in the bounded window pool,
 // through the DecodeEngine on the CUDA backend (bf16 KV in device memory, steps captured as CUDA
 // graphs): the scenario of test_sliding_window_generation (runtime/
 // sliding_window_generation_scenario.h). The window pool stays flat (every slot owns its 7

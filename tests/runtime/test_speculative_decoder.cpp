@@ -14,9 +14,8 @@
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
-#include "runtime/plain_decoder.h"
+#include "runtime/decode_engine.h"
 #include "runtime/replay_proposer.h"
-#include "runtime/speculative_decoder.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -31,9 +30,9 @@ kv::KvCacheConfig cacheFor(const model::TargetModel& m, int32_t batch) {
   return c;
 }
 
-class SpeculativeDecoderCpu : public ::testing::TestWithParam<std::tuple<std::string, double>> {};
+class SpeculativeDecodingCpu : public ::testing::TestWithParam<std::tuple<std::string, double>> {};
 
-TEST_P(SpeculativeDecoderCpu, EqualsPlainGreedyForAnyDraftQuality) {
+TEST_P(SpeculativeDecodingCpu, EqualsPlainGreedyForAnyDraftQuality) {
   const auto [family, errorRate] = GetParam();
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/" + family, *backend, 32);
@@ -46,7 +45,7 @@ TEST_P(SpeculativeDecoderCpu, EqualsPlainGreedyForAnyDraftQuality) {
   std::vector<int32_t> truth;  // the greedy continuation
   {
     kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
-    truth = PlainDecoder(target, cache).generate({request})[0].tokens;
+    truth = DecodeEngine(target, cache).generate({request})[0].tokens;
   }
   ASSERT_EQ(truth.size(), 40u);
   for (int32_t BS : {2, 4, 8}) {
@@ -54,7 +53,7 @@ TEST_P(SpeculativeDecoderCpu, EqualsPlainGreedyForAnyDraftQuality) {
     std::vector<int32_t> recording = prompt;
     recording.insert(recording.end(), truth.begin(), truth.end());
     ReplayProposer proposer(*backend, BS, 1, {recording}, V, static_cast<float>(errorRate));
-    SpeculativeDecoder decoder(target, proposer, cache);
+    DecodeEngine decoder(target, cache, &proposer);
     std::vector<int32_t> streamed;
     const GenerationResult out =
         decoder.generate({request}, [&](int32_t, int32_t t) { streamed.push_back(t); })[0];
@@ -72,7 +71,7 @@ TEST_P(SpeculativeDecoderCpu, EqualsPlainGreedyForAnyDraftQuality) {
   }
 }
 
-TEST(SpeculativeDecoder, StopTokenInsideAnAcceptedBlock) {
+TEST(SpeculativeDecoding, StopTokenInsideAnAcceptedBlock) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
@@ -80,17 +79,17 @@ TEST(SpeculativeDecoder, StopTokenInsideAnAcceptedBlock) {
   std::vector<int32_t> truth;
   {
     kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
-    truth = PlainDecoder(target, cache).generate({{prompt, 30, {}, {}}})[0].tokens;
+    truth = DecodeEngine(target, cache).generate({{prompt, 30, {}, {}}})[0].tokens;
   }
   const int32_t stop = truth[9];
   const size_t stopAt = static_cast<size_t>(std::find(truth.begin(), truth.end(), stop) - truth.begin());
   kv::KvCacheManager plainCache(cacheFor(target, 1), MemorySpace::kHost);
-  const GenerationResult plain = PlainDecoder(target, plainCache).generate({{prompt, 30, {stop}, {}}})[0];
+  const GenerationResult plain = DecodeEngine(target, plainCache).generate({{prompt, 30, {stop}, {}}})[0];
   kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
   std::vector<int32_t> recording = prompt;
   recording.insert(recording.end(), truth.begin(), truth.end());
   ReplayProposer proposer(*backend, 8, 1, {recording}, V, 0.0f);
-  const GenerationResult spec = SpeculativeDecoder(target, proposer, cache).generate({{prompt, 30, {stop}, {}}})[0];
+  const GenerationResult spec = DecodeEngine(target, cache, &proposer).generate({{prompt, 30, {stop}, {}}})[0];
   EXPECT_EQ(spec.tokens, plain.tokens);
   EXPECT_EQ(spec.tokens.size(), stopAt + 1);
   EXPECT_EQ(spec.finish, FinishReason::kStop);
@@ -100,7 +99,7 @@ TEST(SpeculativeDecoder, StopTokenInsideAnAcceptedBlock) {
 // A batch of prompts of different lengths (crossing the 128-token page), different budgets and
 // draft qualities per request: the replay draft is corrupted at 30 %, so each sequence accepts a
 // different amount per step, requests finish at different steps and the batch compacts.
-TEST(SpeculativeDecoder, RaggedBatchEqualsPlainGreedy) {
+TEST(SpeculativeDecoding, RaggedBatchEqualsPlainGreedy) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 64);
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
@@ -114,12 +113,12 @@ TEST(SpeculativeDecoder, RaggedBatchEqualsPlainGreedy) {
   std::vector<GenerationResult> plain;
   {
     kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
-    plain = PlainDecoder(target, cache).generate(requests);
+    plain = DecodeEngine(target, cache).generate(requests);
   }
   const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, plain);
   kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
   ReplayProposer proposer(*backend, 4, 3, recordings, V, 0.3f, 5);
-  SpeculativeDecoder decoder(target, proposer, cache);
+  DecodeEngine decoder(target, cache, &proposer);
   const std::vector<GenerationResult> spec = decoder.generate(requests);
   for (size_t r = 0; r < requests.size(); ++r) EXPECT_EQ(spec[r].tokens, plain[r].tokens) << "request " << r;
   const SpeculationStats& s = decoder.stats();
@@ -131,7 +130,7 @@ TEST(SpeculativeDecoder, RaggedBatchEqualsPlainGreedy) {
 }
 
 // stopWhen (e.g. a stop string seen by the caller) ends a request inside an accepted block.
-TEST(SpeculativeDecoder, StopWhenEndsTheRequestAtThatToken) {
+TEST(SpeculativeDecoding, StopWhenEndsTheRequestAtThatToken) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
@@ -139,7 +138,7 @@ TEST(SpeculativeDecoder, StopWhenEndsTheRequestAtThatToken) {
   std::vector<int32_t> truth;
   {
     kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
-    truth = PlainDecoder(target, cache).generate({{prompt, 30, {}, {}}})[0].tokens;
+    truth = DecodeEngine(target, cache).generate({{prompt, 30, {}, {}}})[0].tokens;
   }
   std::vector<int32_t> recording = prompt;
   recording.insert(recording.end(), truth.begin(), truth.end());
@@ -150,8 +149,8 @@ TEST(SpeculativeDecoder, StopWhenEndsTheRequestAtThatToken) {
     GenerationRequest q{prompt, 30, {}, {}};
     q.stopWhen = [&seen] { return seen == 11; };
     const TokenCallback count = [&seen](int32_t, int32_t) { ++seen; };
-    const GenerationResult out = speculative ? SpeculativeDecoder(target, proposer, cache).generate({q}, count)[0]
-                                             : PlainDecoder(target, cache).generate({q}, count)[0];
+    const GenerationResult out = speculative ? DecodeEngine(target, cache, &proposer).generate({q}, count)[0]
+                                             : DecodeEngine(target, cache).generate({q}, count)[0];
     EXPECT_EQ(out.tokens, std::vector<int32_t>(truth.begin(), truth.begin() + 11)) << "speculative " << speculative;
     EXPECT_EQ(out.finish, FinishReason::kStop);
     EXPECT_EQ(seen, 11);
@@ -161,13 +160,13 @@ TEST(SpeculativeDecoder, StopWhenEndsTheRequestAtThatToken) {
 
 // A failure in the middle of generate (here a throwing stopWhen) leaves the cache empty and the
 // engine usable.
-TEST(SpeculativeDecoder, AFailedCallLeavesTheEngineUsable) {
+TEST(SpeculativeDecoding, AFailedCallLeavesTheEngineUsable) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   kv::KvCacheManager cache(cacheFor(target, 2), MemorySpace::kHost);
   const std::vector<int32_t> prompt = {5, 17, 99};
   ReplayProposer proposer(*backend, 4, 2, {{5, 17, 99}, {5, 17, 99}}, 384, 0.0f);
-  SpeculativeDecoder decoder(target, proposer, cache);
+  DecodeEngine decoder(target, cache, &proposer);
   GenerationRequest failing{prompt, 10, {}, {}};
   int calls = 0;
   failing.stopWhen = [&calls]() -> bool {
@@ -180,12 +179,12 @@ TEST(SpeculativeDecoder, AFailedCallLeavesTheEngineUsable) {
   EXPECT_EQ(again[0].tokens.size(), 10u);
 }
 
-TEST(SpeculativeDecoder, BadRequestsAreClearErrors) {
+TEST(SpeculativeDecoding, BadRequestsAreClearErrors) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 8);
   kv::KvCacheManager cache(cacheFor(target, 2), MemorySpace::kHost);
   ReplayProposer proposer(*backend, 8, 2, {{1, 2}, {2, 3}}, 384, 0.0f);
-  SpeculativeDecoder decoder(target, proposer, cache);
+  DecodeEngine decoder(target, cache, &proposer);
   // Two sequences of 8-row blocks need 16 rows in one verify forward; maxTokens is 8.
   test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {}}, {{2}, 4, {}, {}}}); },
                               "requests.size()");
@@ -211,7 +210,7 @@ TEST(SpeculativeDecoder, BadRequestsAreClearErrors) {
     void propose(const model::DraftProposalInputs& in, kv::KvCacheManager& c) override { inner.propose(in, c); }
   } narrow(small);
   kv::KvCacheManager cache2(cacheFor(target, 2), MemorySpace::kHost);
-  test::expectInvalidArgument([&] { SpeculativeDecoder(target, narrow, cache2); }, "target maxTokens");
+  test::expectInvalidArgument([&] { DecodeEngine(target, cache2, &narrow); }, "target maxTokens");
 }
 
 // Verify width W < BS (EngineOptions::verifyWidth): the draft proposes blocks of BS = 8 rows,
@@ -220,7 +219,7 @@ TEST(SpeculativeDecoder, BadRequestsAreClearErrors) {
 // (the histogram has W + 1 entries) and perfect drafts need ceil((maxNewTokens − 1) / W) steps
 // per request, which a step that verified the whole block (or fewer rows than W), or read
 // another request's drafts, would not.
-TEST(SpeculativeDecoder, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
+TEST(SpeculativeDecoding, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 64);
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
@@ -240,7 +239,7 @@ TEST(SpeculativeDecoder, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
     std::vector<GenerationResult> plain;
     {
       kv::KvCacheManager cache(cacheFor(target, n), MemorySpace::kHost);
-      plain = PlainDecoder(target, cache).generate(*requests);
+      plain = DecodeEngine(target, cache).generate(*requests);
     }
     const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(*requests, plain);
     for (const int32_t W : {2, 3, 5, BS}) {
@@ -248,9 +247,9 @@ TEST(SpeculativeDecoder, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
         SCOPED_TRACE(::testing::Message() << "batch " << n << " W " << W << " corrupt " << corrupt);
         kv::KvCacheManager cache(cacheFor(target, n), MemorySpace::kHost);
         ReplayProposer proposer(*backend, BS, n, recordings, V, corrupt, 3);
-        SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = W});
-        EXPECT_EQ(decoder.engine().stepWidth(), W);
-        EXPECT_EQ(decoder.engine().blockSize(), BS);
+        DecodeEngine decoder(target, cache, &proposer, EngineOptions{.verifyWidth = W});
+        EXPECT_EQ(decoder.stepWidth(), W);
+        EXPECT_EQ(decoder.blockSize(), BS);
         const std::vector<GenerationResult> spec = decoder.generate(*requests);
         for (int32_t r = 0; r < n; ++r) {
           EXPECT_EQ(spec[static_cast<size_t>(r)].tokens, plain[static_cast<size_t>(r)].tokens) << "request " << r;
@@ -277,15 +276,15 @@ TEST(SpeculativeDecoder, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
 
 // A narrower verify needs fewer target rows per sequence: with maxTokens = 8 and BS = 8, one
 // sequence fits a full-width step and two fit steps of W = 4.
-TEST(SpeculativeDecoder, VerifyWidthSetsTheMaxBatch) {
+TEST(SpeculativeDecoding, VerifyWidthSetsTheMaxBatch) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 8);
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
   kv::KvCacheManager cache(cacheFor(target, 2), MemorySpace::kHost);
   ReplayProposer proposer(*backend, 8, 2, {{1, 2, 3}, {4, 5, 6}}, V, 0.0f);
-  EXPECT_EQ(SpeculativeDecoder(target, proposer, cache).engine().maxBatch(), 1);
-  SpeculativeDecoder narrow(target, proposer, cache, EngineOptions{.verifyWidth = 4});
-  EXPECT_EQ(narrow.engine().maxBatch(), 2);
+  EXPECT_EQ(DecodeEngine(target, cache, &proposer).maxBatch(), 1);
+  DecodeEngine narrow(target, cache, &proposer, EngineOptions{.verifyWidth = 4});
+  EXPECT_EQ(narrow.maxBatch(), 2);
   const std::vector<GenerationResult> out = narrow.generate({{{1}, 6, {}, {}}, {{4}, 6, {}, {}}});
   EXPECT_EQ(out[0].tokens.size(), 6u);
   EXPECT_EQ(out[1].tokens.size(), 6u);
@@ -293,7 +292,7 @@ TEST(SpeculativeDecoder, VerifyWidthSetsTheMaxBatch) {
 
 // W outside [2, BS] (0 = BS aside) is refused at construction, naming the option and the limit;
 // plain decoding (no proposer) takes no width.
-TEST(SpeculativeDecoder, VerifyWidthOutsideTwoToTheBlockSizeIsAClearError) {
+TEST(SpeculativeDecoding, VerifyWidthOutsideTwoToTheBlockSizeIsAClearError) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
@@ -301,21 +300,21 @@ TEST(SpeculativeDecoder, VerifyWidthOutsideTwoToTheBlockSizeIsAClearError) {
   ReplayProposer proposer(*backend, 8, 1, {{1, 2, 3}}, V, 0.0f);
   for (const int32_t W : {1, 9, -1}) {
     SCOPED_TRACE(::testing::Message() << "W " << W);
-    test::expectInvalidArgument([&] { SpeculativeDecoder(target, proposer, cache, EngineOptions{.verifyWidth = W}); },
+    test::expectInvalidArgument([&] { DecodeEngine(target, cache, &proposer, EngineOptions{.verifyWidth = W}); },
                                 "EngineOptions::verifyWidth");
     try {
-      SpeculativeDecoder(target, proposer, cache, EngineOptions{.verifyWidth = W});
+      DecodeEngine(target, cache, &proposer, EngineOptions{.verifyWidth = W});
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("[2, block size = 8]"), std::string::npos) << e.what();
     }
   }
   test::expectInvalidArgument([&] { DecodeEngine(target, cache, nullptr, EngineOptions{.verifyWidth = 4}); },
                               "EngineOptions::verifyWidth");
-  EXPECT_EQ(SpeculativeDecoder(target, proposer, cache, EngineOptions{.verifyWidth = 0}).engine().stepWidth(), 8);
+  EXPECT_EQ(DecodeEngine(target, cache, &proposer, EngineOptions{.verifyWidth = 0}).stepWidth(), 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    DraftQuality, SpeculativeDecoderCpu,
+    DraftQuality, SpeculativeDecodingCpu,
     ::testing::Combine(::testing::Values("qwen3", "llama"), ::testing::Values(0.0, 0.3, 1.0)),
     [](const auto& info) {
       return std::get<0>(info.param) + "_err" + std::to_string(static_cast<int>(std::get<1>(info.param) * 10));

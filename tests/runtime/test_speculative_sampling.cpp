@@ -17,9 +17,8 @@
 #include "model/target_model.h"
 #include "common/buffer.h"
 #include "ops/backend.h"
-#include "runtime/plain_decoder.h"
+#include "runtime/decode_engine.h"
 #include "runtime/replay_proposer.h"
-#include "runtime/speculative_decoder.h"
 #include "support/forwarding_proposer.h"
 #include "support/test_util.h"
 
@@ -109,7 +108,7 @@ TEST(SpeculativeSampling, SecondTokenFollowsTheTargetDistribution) {
   std::vector<int32_t> recording = prompt;
   {
     kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
-    const std::vector<int32_t> greedy = PlainDecoder(target, cache).generate({{prompt, 8, {}, {}}})[0].tokens;
+    const std::vector<int32_t> greedy = DecodeEngine(target, cache).generate({{prompt, 8, {}, {}}})[0].tokens;
     recording.insert(recording.end(), greedy.begin(), greedy.end());
   }
 
@@ -129,7 +128,7 @@ TEST(SpeculativeSampling, SecondTokenFollowsTheTargetDistribution) {
       }
       kv::KvCacheManager cache(cacheFor(target, kBatch), MemorySpace::kHost);
       ReplayProposer proposer(*backend, 4, kBatch, std::vector<std::vector<int32_t>>(kBatch, recording), V, corrupt);
-      SpeculativeDecoder decoder(target, proposer, cache);
+      DecodeEngine decoder(target, cache, &proposer);
       for (const GenerationResult& r : decoder.generate(requests)) ++counts[r.tokens[0]][r.tokens[1]];
       accepted += decoder.stats().acceptHistogram[2];
       rejected += decoder.stats().acceptHistogram[1];
@@ -195,7 +194,7 @@ void expectSampledProposalsKeepTheTargetDistribution(int32_t blockSize, int32_t 
     kv::KvCacheManager cache(cacheFor(target, kBatch), MemorySpace::kHost);
     UniformProposer proposer(*backend, blockSize, kBatch, std::vector<std::vector<int32_t>>(kBatch, recording), V,
                              rowDependent);
-    SpeculativeDecoder decoder(target, proposer, cache, EngineOptions{.verifyWidth = verifyWidth});
+    DecodeEngine decoder(target, cache, &proposer, EngineOptions{.verifyWidth = verifyWidth});
     for (const GenerationResult& r : decoder.generate(requests)) ++counts[r.tokens[0]][r.tokens[1]];
     const std::vector<int64_t>& h = decoder.stats().acceptHistogram;
     ASSERT_EQ(h.size(), static_cast<size_t>(verifyWidth) + 1);

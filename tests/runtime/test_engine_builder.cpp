@@ -1,0 +1,238 @@
+// The engine builder (runtime/engine_builder.h) on the CPU backend: the KV capacity rule at its
+// edges (a request of exactly the planned length runs to the end with every step accepting its
+// whole width, one token more is refused), bad configuration values refused with the option
+// named, and the tiny test models built plain and with their DFlash draft.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "kv/page_geometry.h"
+#include "runtime/engine_builder.h"
+#include "runtime/kv_capacity.h"
+#include "runtime/replay_proposer.h"
+#include "support/test_util.h"
+
+namespace es::runtime {
+namespace {
+
+std::string modelDir(const std::string& name) { return test::test_data_dir() + "/models/" + name; }
+
+std::vector<int32_t> randomPrompt(int32_t length, uint32_t seed, int32_t vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < length; ++i) prompt.push_back(static_cast<int32_t>(rng() % vocab));
+  return prompt;
+}
+
+EngineConfig cpuConfig(const std::string& model) {
+  return {.model = modelDir(model), .backend = "cpu", .longestPrompt = 8, .longestRequest = 16};
+}
+
+TEST(EngineBuilder, KvCapacityRule) {
+  // Plain: prompt + maxNewTokens (one spare row: the last token is never written).
+  EXPECT_EQ(kvCapacityTokens(100, 1, 1), 100);
+  // Speculative: (W − 1) verify rows past the budget and (BS − 1) proposal rows past those.
+  EXPECT_EQ(kvCapacityTokens(100, 16, 16), 130);
+  EXPECT_EQ(kvCapacityTokens(100, 4, 16), 118);
+  EXPECT_EQ(kvCapacityTokens(100, 2, 2), 102);
+}
+
+// The plan sizes the cache by the rule; the engine's request check uses the same rule, so a
+// request of exactly longestRequest fits and one more token does not. The capacity is made a
+// whole number of pages (no padding slack), and the replay draft accepts every row, so each step
+// writes its whole width: the most a request can write.
+TEST(EngineBuilder, CapacityEdgeWithFullAcceptance) {
+  constexpr int32_t kBlock = 4, kWidth = 4;
+  const int64_t margin = kvCapacityTokens(0, kWidth, kBlock);
+  EngineConfig config = cpuConfig("qwen3");
+  config.draft = {.kind = DraftKind::kReplay, .replayBlockSize = kBlock};
+  config.longestPrompt = 40;
+  config.longestRequest = 2 * kv::kTokensPerPage - margin;
+  const std::unique_ptr<Engine> engine = buildEngine(config);
+  EXPECT_EQ(engine->plan().verifyWidth, kWidth);  // auto on cpu: min(kCpuVerifyWidth, BS)
+  EXPECT_EQ(engine->plan().kvCapacity, 2 * kv::kTokensPerPage);
+  EXPECT_EQ(engine->cache().capacity(), 2 * kv::kTokensPerPage);
+  EXPECT_THROW(engine->decoder(), InvalidArgument);  // a replay draft's caller builds it
+
+  const int32_t vocab = static_cast<int32_t>(engine->target().config().vocab_size);
+  const GenerationRequest request{
+      .prompt = randomPrompt(40, 1, vocab),
+      .maxNewTokens = static_cast<int32_t>(config.longestRequest - 40)};
+  DecodeEngine plainDecoder(engine->target(), engine->cache());
+  const std::vector<GenerationResult> plain = plainDecoder.generate({request});
+  ASSERT_EQ(static_cast<int64_t>(plain[0].tokens.size()), request.maxNewTokens);
+
+  ReplayProposer replay(engine->backend(), kBlock, 1, ReplayProposer::recordingsOf({request}, plain),
+                        vocab, 0.0f);
+  DecodeEngine decoder(engine->target(), engine->cache(), &replay, {.verifyWidth = kWidth});
+  const std::vector<GenerationResult> spec = decoder.generate({request});
+  EXPECT_EQ(spec[0].tokens, plain[0].tokens);
+  EXPECT_GT(decoder.stats().meanAcceptLength(), kWidth - 0.5);
+
+  GenerationRequest tooLong = request;
+  ++tooLong.maxNewTokens;
+  test::expectInvalidArgument([&] { decoder.generate({tooLong}); },
+                              "requests[0] prompt + maxNewTokens");
+  DecodeEngine plainAgain(engine->target(), engine->cache());
+  // Plain decoding needs no margin: the same cache takes margin more tokens.
+  tooLong.maxNewTokens += static_cast<int32_t>(margin) - 1;
+  EXPECT_EQ(static_cast<int64_t>(plainAgain.generate({tooLong})[0].tokens.size()),
+            tooLong.maxNewTokens);
+  ++tooLong.maxNewTokens;
+  test::expectInvalidArgument([&] { plainAgain.generate({tooLong}); },
+                              "requests[0] prompt + maxNewTokens");
+}
+
+struct BadValue {
+  const char* what;
+  EngineConfig config;
+  const char* option;
+};
+
+TEST(EngineBuilder, BadValuesNameTheOption) {
+  const std::string draft = modelDir("dflash_tiny/draft");
+  auto with = [](auto change) {
+    EngineConfig c = cpuConfig("qwen3");
+    change(c);
+    return c;
+  };
+  const std::vector<BadValue> cases = {
+      {"no model", with([](EngineConfig& c) { c.model.clear(); }), "--model"},
+      {"unknown backend", with([](EngineConfig& c) { c.backend = "gpu"; }), "--backend"},
+      {"DFlash without a folder", with([](EngineConfig& c) { c.draft.kind = DraftKind::kDFlash; }),
+       "--draft"},
+      {"replay block 1",
+       with([](EngineConfig& c) { c.draft = {.kind = DraftKind::kReplay, .replayBlockSize = 1}; }),
+       "--block-size"},
+      {"replay block 33",
+       with([](EngineConfig& c) { c.draft = {.kind = DraftKind::kReplay, .replayBlockSize = 33}; }),
+       "--block-size"},
+      {"width without a draft", with([](EngineConfig& c) { c.verifyWidth = 4; }), "--verify-width"},
+      {"width 1", with([](EngineConfig& c) {
+         c.draft = {.kind = DraftKind::kReplay, .replayBlockSize = 4};
+         c.verifyWidth = 1;
+       }),
+       "--verify-width"},
+      {"width above the block", with([&](EngineConfig& c) {
+         c.draft = {.kind = DraftKind::kDFlash, .dir = draft};
+         c.model = modelDir("dflash_tiny/target");
+         c.verifyWidth = 9;  // the draft's block is 8
+       }),
+       "--verify-width"},
+      {"prefill chunk 8", with([](EngineConfig& c) { c.prefillChunk = 8; }), "--prefill-chunk"},
+      {"prefill chunk 65537", with([](EngineConfig& c) { c.prefillChunk = 65537; }),
+       "--prefill-chunk"},
+      {"batch 0", with([](EngineConfig& c) { c.maxBatch = 0; }), "--batch"},
+      {"batch 257", with([](EngineConfig& c) { c.maxBatch = kMaxEngineBatch + 1; }), "--batch"},
+      {"no prompt", with([](EngineConfig& c) { c.longestPrompt = 0; }), "prompt length"},
+      {"nothing to generate", with([](EngineConfig& c) { c.longestRequest = c.longestPrompt; }),
+       "prompt + max new tokens"},
+      {"too long for any cache",
+       with([](EngineConfig& c) {
+         c.draft = {.kind = DraftKind::kReplay, .replayBlockSize = 4};
+         c.longestRequest = kv::kMaxKvCacheCapacity;
+       }),
+       "prompt + max new tokens"},
+      {"negative prefix pages", with([](EngineConfig& c) { c.prefixCachePages = -1; }),
+       "--prefix-cache-pages"},
+      {"too many prefix pages", with([](EngineConfig& c) { c.prefixCachePages = kv::kMaxKvPoolPages; }),
+       "--prefix-cache-pages"},
+  };
+  for (const BadValue& bad : cases) {
+    SCOPED_TRACE(bad.what);
+    test::expectInvalidArgument([&] { buildEngine(bad.config); }, bad.option);
+  }
+}
+
+TEST(EngineBuilder, RulesForWidthChunkAndDefaultDraft) {
+  EXPECT_EQ(resolveVerifyWidth(std::nullopt, "cuda", 16), 16);
+  EXPECT_EQ(resolveVerifyWidth(std::nullopt, "cpu", 16), kCpuVerifyWidth);
+  EXPECT_EQ(resolveVerifyWidth(std::nullopt, "cpu", 3), 3);
+  EXPECT_EQ(resolvePrefillChunk(std::nullopt, "cpu", 5000), 256);
+  EXPECT_EQ(resolvePrefillChunk(std::nullopt, "cuda", 257), 512);
+  EXPECT_EQ(resolvePrefillChunk(std::nullopt, "cuda", 100000), kMaxAutoPrefillChunk);
+  EXPECT_TRUE(defaultDraftPays("cuda", {0.0f, 0.0f}));
+  EXPECT_FALSE(defaultDraftPays("cuda", {0.0f, 0.5f}));
+  EXPECT_FALSE(defaultDraftPays("cpu", {0.0f}));
+}
+
+// Every tiny model builds plainly and decodes; the plan is the documented one.
+TEST(EngineBuilder, BuildsTheTinyModelsPlain) {
+  for (const char* name : {"qwen3", "qwen2", "llama", "qwen3_swa"}) {
+    SCOPED_TRACE(name);
+    EngineConfig config = cpuConfig(name);
+    config.maxBatch = 2;
+    config.longestPrompt = 12;
+    config.longestRequest = 20;
+    const std::unique_ptr<Engine> engine = buildEngine(config);
+    const EnginePlan& plan = engine->plan();
+    EXPECT_FALSE(plan.speculative);
+    EXPECT_EQ(plan.verifyWidth, 1);
+    EXPECT_EQ(plan.prefillChunk, 256);  // auto on cpu
+    EXPECT_EQ(plan.maxTokens, 256);
+    EXPECT_EQ(plan.maxLogitRows, 2);
+    EXPECT_EQ(plan.kvCapacity, 20);
+    EXPECT_EQ(engine->draft(), nullptr);
+    const int32_t vocab = static_cast<int32_t>(engine->target().config().vocab_size);
+    const std::vector<GenerationResult> out = engine->decoder().generate(
+        {{.prompt = randomPrompt(12, 2, vocab), .maxNewTokens = 8},
+         {.prompt = randomPrompt(5, 3, vocab), .maxNewTokens = 8}});
+    EXPECT_EQ(out[0].tokens.size(), 8u);
+    EXPECT_EQ(out[1].tokens.size(), 8u);
+  }
+}
+
+// The DFlash pair builds with its draft (the target gets the draft's taps), verifies at the cpu
+// width and gives plain greedy decoding's tokens; the explicit prefill chunk and width are kept.
+TEST(EngineBuilder, BuildsTheTinyDFlashPair) {
+  EngineConfig config = cpuConfig("dflash_tiny/target");
+  config.draft = {.kind = DraftKind::kDFlash, .dir = modelDir("dflash_tiny/draft")};
+  config.prefillChunk = 16;
+  config.longestPrompt = 30;
+  config.longestRequest = 46;
+  for (const std::optional<int32_t> width : {std::optional<int32_t>(), std::optional<int32_t>(8)}) {
+    config.verifyWidth = width;
+    const std::unique_ptr<Engine> engine = buildEngine(config);
+    const EnginePlan& plan = engine->plan();
+    ASSERT_NE(engine->draft(), nullptr);
+    EXPECT_TRUE(plan.speculative);
+    EXPECT_EQ(plan.blockSize, 8);
+    EXPECT_EQ(plan.verifyWidth, width.value_or(kCpuVerifyWidth));
+    EXPECT_EQ(plan.prefillChunk, 16);
+    EXPECT_EQ(plan.maxTokens, 16);
+    EXPECT_EQ(plan.kvCapacity, kvCapacityTokens(46, plan.verifyWidth, 8));
+    EXPECT_EQ(engine->target().tapLayers(), engine->draft()->requiredTargetTaps());
+    const int32_t vocab = static_cast<int32_t>(engine->target().config().vocab_size);
+    const GenerationRequest request{.prompt = randomPrompt(30, 4, vocab), .maxNewTokens = 16};
+    const std::vector<GenerationResult> spec = engine->decoder().generate({request});
+    EXPECT_EQ(engine->decoder().stepWidth(), plan.verifyWidth);
+    DecodeEngine plain(engine->target(), engine->cache());
+    EXPECT_EQ(spec[0].tokens, plain.generate({request})[0].tokens);
+  }
+}
+
+// The default draft resolves to plain decoding where it does not pay (the cpu backend), and says
+// so; the explicit width then has no effect.
+TEST(EngineBuilder, DefaultDraftSkippedOnTheCpu) {
+  EngineConfig config = cpuConfig("dflash_tiny/target");
+  config.draft = {.kind = DraftKind::kDefaultDFlash,
+                  .dir = modelDir("dflash_tiny/draft"),
+                  .temperatures = {0.0f}};
+  config.verifyWidth = 4;
+  std::vector<std::string> lines;
+  config.onStatus = [&](const std::string& line) { lines.push_back(line); };
+  const std::unique_ptr<Engine> engine = buildEngine(config);
+  EXPECT_TRUE(engine->plan().defaultDraftSkipped);
+  EXPECT_FALSE(engine->plan().speculative);
+  EXPECT_EQ(engine->draft(), nullptr);
+  EXPECT_EQ(engine->plan().verifyWidth, 1);
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("plain decoding"), std::string::npos);
+  EXPECT_NE(lines[1].find("--verify-width 4 has no effect"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace es::runtime
