@@ -266,7 +266,9 @@ void benchShape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& sw
   };
   const double worst = worstRelativeDiff(pr.downloadOut(0));
   char note[320];
-  std::snprintf(note, sizeof(note), "%s %s: split (%d splits of %d tiles, %d row tiles/CTA, %d per warp row) vs simple: max |diff| %.3g of the output's max",
+  std::snprintf(note, sizeof(note),
+                "%s %s: split (%d splits of %d tiles, %d row tiles/CTA, %d per warp row) vs "
+                "simple: max |diff| %.3g of the output's max",
                 worst > 3e-2 ? "MISMATCH" : "check", pr.name().c_str(), plan.numSplits,
                 plan.tilesPerSplit, plan.warpsM * plan.rowTiles, plan.rowTiles, worst);
   gNotes.push_back(note);

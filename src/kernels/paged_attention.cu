@@ -265,16 +265,16 @@ using attn::pack2;
 // 16-row tiles each; the 4 / WM warps of a warp row split every 64-key tile's keys between them.
 template <int D, int WM, int RT>
 struct SplitShape {
-  static constexpr int kWarpCols = 4 / WM;                      // warps sharing one warp row
-  static constexpr int kWarpRowRows = 16 * RT;                  // packed rows per warp row
-  static constexpr int kCtaRows = kWarpRowRows * WM;            // packed rows per CTA
-  static constexpr int kTileKeys = sk::kTileKeys;               // keys per K/V tile
-  static constexpr int kWarpKeys = kTileKeys / kWarpCols;       // keys per warp and tile
-  static constexpr int kScoreTiles = kWarpKeys / 8;             // S n-tiles per warp, row tile
-  static constexpr int kRowChunks = D / 8;                      // 16-byte chunks per Q/K/V row
-  static constexpr int kOutTiles = D / 8;                       // O n-tiles
-  static constexpr int kStages = sk::stages(D, WM, RT);         // K/V ring depth
-  static constexpr bool kQInRegisters = D <= 128 && RT == 1;    // else re-read from smem
+  static constexpr int kWarpCols = 4 / WM;                    // warps sharing one warp row
+  static constexpr int kWarpRowRows = 16 * RT;                // packed rows per warp row
+  static constexpr int kCtaRows = kWarpRowRows * WM;          // packed rows per CTA
+  static constexpr int kTileKeys = sk::kTileKeys;             // keys per K/V tile
+  static constexpr int kWarpKeys = kTileKeys / kWarpCols;     // keys per warp and tile
+  static constexpr int kScoreTiles = kWarpKeys / 8;           // S n-tiles per warp, row tile
+  static constexpr int kRowChunks = D / 8;                    // 16-byte chunks per Q/K/V row
+  static constexpr int kOutTiles = D / 8;                     // O n-tiles
+  static constexpr int kStages = sk::stages(D, WM, RT);       // K/V ring depth
+  static constexpr bool kQInRegisters = D <= 128 && RT == 1;  // else re-read from smem
   static constexpr int kMergeStride = D + 4;  // floats per row of the 4-warp merge buffer
   static_assert(sk::rowTilesBuilt(D, WM, RT));
   static_assert(RT * sk::mergeBytes(D) <= kStages * sk::kvStageBytes(D),
@@ -332,10 +332,10 @@ struct KvTileLoader {
   const SplitArgs& a;
   const int32_t* tableRow;  // the sequence's page-table row: K ids, then V ids
   const T* pool;
-  int64_t rowStride;        // elements per token row of the pool (all KV heads)
+  int64_t rowStride;  // elements per token row of the pool (all KV heads)
   int32_t kvHead;
-  int32_t tileEnd;          // tiles >= tileEnd are not this CTA's
-  int32_t keyLo, keyHi;     // keys outside [keyLo, keyHi) are zero-filled, never read
+  int32_t tileEnd;       // tiles >= tileEnd are not this CTA's
+  int32_t keyLo, keyHi;  // keys outside [keyLo, keyHi) are zero-filled, never read
 
   // Page ids of tile u; false when u is not one of this CTA's tiles or its page is unmapped or
   // out of range (the tile is then neither loaded nor computed: its keys count as masked).
@@ -391,11 +391,11 @@ struct WarpState {
 // S = Q K^T on the tensor cores, the mask, the online softmax in the exp2 domain, O += P V.
 // qFrags: Q's A fragments when kQInRegisters, else Q is re-read from sQ at rows qLaneRow.
 template <typename T, int D, int WM, int RT>
-__device__ __forceinline__ void attendTile(WarpState<D, RT>& w, const LaneRows<RT>& rows,
-                                           const uint32_t (&qFrags)[D <= 128 && RT == 1 ? D / 16 : 1][4],
-                                           const uint32_t (&qLaneRow)[RT], const T* sQ,
-                                           uint32_t kStage, int32_t key0, int32_t treePast,
-                                           const SplitArgs& a, int lane, int warpCol) {
+__device__ __forceinline__ void attendTile(
+    WarpState<D, RT>& w, const LaneRows<RT>& rows,
+    const uint32_t (&qFrags)[D <= 128 && RT == 1 ? D / 16 : 1][4], const uint32_t (&qLaneRow)[RT],
+    const T* sQ, uint32_t kStage, int32_t key0, int32_t treePast, const SplitArgs& a, int lane,
+    int warpCol) {
   using S = SplitShape<D, WM, RT>;
   constexpr int kScoreTiles = S::kScoreTiles, kOutTiles = S::kOutTiles;
   const int tq = lane & 3;  // mma fragment column pair of this lane
@@ -405,7 +405,8 @@ __device__ __forceinline__ void attendTile(WarpState<D, RT>& w, const LaneRows<R
 #pragma unroll
   for (int mt = 0; mt < RT; ++mt) {
 #pragma unroll
-    for (int n = 0; n < kScoreTiles; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+    for (int n = 0; n < kScoreTiles; ++n)
+      s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
   }
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
@@ -531,8 +532,8 @@ __device__ __forceinline__ void attendTile(WarpState<D, RT>& w, const LaneRows<R
 // The caller has passed a barrier after the last reads of the K/V ring (sMerge reuses it).
 template <typename T, int D, int WM, int RT>
 __device__ __forceinline__ void mergeWarpsAndWrite(const SplitArgs& a, WarpState<D, RT>& w,
-                                                   const RowInfo* sRow, float2* sMl,
-                                                   float* sMerge, int32_t split) {
+                                                   const RowInfo* sRow, float2* sMl, float* sMerge,
+                                                   int32_t split) {
   using S = SplitShape<D, WM, RT>;
   constexpr int kWarpCols = S::kWarpCols, kStride = S::kMergeStride;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -615,9 +616,9 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
   constexpr int kCtaRows = S::kCtaRows;
 
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sKv = reinterpret_cast<T*>(smem);                                   // [stage][K|V][key][D]
-  T* sQ = sKv + kStages * 2 * kTileKeys * D;                             // [kCtaRows][D]
-  RowInfo* sRow = reinterpret_cast<RowInfo*>(sQ + kCtaRows * D);         // [maxRowsPerCta]
+  T* sKv = reinterpret_cast<T*>(smem);                                    // [stage][K|V][key][D]
+  T* sQ = sKv + kStages * 2 * kTileKeys * D;                              // [kCtaRows][D]
+  RowInfo* sRow = reinterpret_cast<RowInfo*>(sQ + kCtaRows * D);          // [maxRowsPerCta]
   float2* sMl = reinterpret_cast<float2*>(sRow + sk::maxRowsPerCta(RT));  // [RT][4 warps][16]
   float* sMerge = reinterpret_cast<float*>(smem);  // [RT][4 warps][16][D + 4], after the loop
   // Q rows are [row][16-byte chunk] with the chunk index XORed with (row & 7), as the K/V tiles.
@@ -782,8 +783,7 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
 // (verify and DFlash blocks whose one-tile grid fits one wave): warpsM 1, the 4 warps split
 // every 64-key tile's keys, so a row's result does not depend on the other rows of its call.
 template <typename T, int D>
-__global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D))
-    decodeKernel(const SplitArgs a) {
+__global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D)) decodeKernel(const SplitArgs a) {
   splitKvAttention<T, D, 1, 1>(a);
 }
 
@@ -816,13 +816,14 @@ __global__ void __launch_bounds__(sk::kThreads, sk::minBlocks(D))
 // Latency, not bytes, bounds it: loading a split's (m, l) and then its O (only where m is finite)
 // would make a decode's 4-16 splits 8-32 dependent round trips to L2. So the row's owner is found
 // before the wait (cuQ and qPos: not written by the split kernel, pdl.cuh "early reads"), and the
-// partials are loaded B splits at a time, (m, l) and O together. B is 8, or for decode rows 16 or 32, the smallest holding every split
-// (launchSplitDim; 8 at head dim 256), so a decode is one round trip after the wait (a
-// 32k-token decode's 32 splits would be four with B = 8) and the max comes from the batch's own
-// (m, l) when it holds every split, with no separate pass. With more splits than B, a max pass
-// reads every split's m beside the first batch and the batches follow one another. The sums are
-// the same operations in the same split order whatever B is (the output does not depend on it);
-// neutral partials (m = -inf) are loaded too (their O was never written) and skipped.
+// partials are loaded B splits at a time, (m, l) and O together. B is 8, or for decode rows 16 or
+// 32, the smallest holding every split (launchSplitDim; 8 at head dim 256), so a decode is one
+// round trip after the wait (a 32k-token decode's 32 splits would be four with B = 8) and the max
+// comes from the batch's own (m, l) when it holds every split, with no separate pass. With more
+// splits than B, a max pass reads every split's m beside the first batch and the batches follow one
+// another. The sums are the same operations in the same split order whatever B is (the output does
+// not depend on it); neutral partials (m = -inf) are loaded too (their O was never written) and
+// skipped.
 template <typename T, int D, int B>
 __global__ void __launch_bounds__(128) combineKernel(const SplitArgs a) {
   constexpr int E = D / 32;  // dims per lane

@@ -145,6 +145,7 @@ inline constexpr int32_t kSplitKvMinSplitsBeforeMinTiles = 8;
 // tiles x splits) is more than one wave of kSplitKvPlanSMs x ctasPerSm CTAs (264 at D 128): fewer,
 // fuller CTAs pay only when they save a wave (the Qwen3-8B verify forward at 4k is 3 % faster
 // with them; at 128 tokens with a 416-token cache, 224-256 one-tile CTAs in one wave, 1 % slower).
+
 // Which kernel a call takes and, for split-KV, its shape. Host only.
 struct PagedAttentionPlan {
   bool splitKv = false;        // the split-KV path runs
@@ -164,8 +165,8 @@ bool validate(const PagedAttentionParams& p);
 
 // The launcher's choice for p (validates p first). For tests and benchmarks: forceNumSplits > 0
 // replaces the planned split count (clamped to kSplitKvMaxSplits), with tilesPerSplit =
-// max(1, tiles / forceNumSplits), and a prefill call then takes the split-KV kernel (the wgmma
-// kernel takes one split only); maxRowTiles 1 keeps one row tile per warp row everywhere (the
+// max(1, tiles / forceNumSplits); a prefill call with forceNumSplits > 1 takes the split-KV kernel
+// (the wgmma kernel takes one split only); maxRowTiles 1 keeps one row tile per warp row everywhere (the
 // split-KV kernel for prefill too), 2 takes the two-tile verify variant wherever it is built,
 // whatever the grid; 0 is the plan's rule ("Row tiles" above).
 PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits = 0,

@@ -157,8 +157,8 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 namespace detail {
 
 bool prefillWgmmaApplies(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
-  return plan.splitKv && plan.numSplits == 1 &&
-         plan.rowTiles == splitkv::kPrefillRowTiles && plan.warpsM == 4 && p.headDim == 128 &&
+  return plan.splitKv && plan.numSplits == 1 && plan.rowTiles == splitkv::kPrefillRowTiles &&
+         plan.warpsM == 4 && p.headDim == 128 &&
          (p.dtype == DType::kBF16 || p.dtype == DType::kF16) &&
          p.mask != AttentionMask::kPackedTree;
 }
@@ -210,7 +210,8 @@ PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t for
   }
   // The split geometry does not depend on the row tiles, so the verify variant can be dropped
   // here, once the grid is known (maxRowTiles 2 keeps it wherever splitShape gave it).
-  if (maxRowTiles == 0 && !prefill && shape.warpsM == 1 && shape.rowTiles == splitkv::kVerifyRowTiles) {
+  if (maxRowTiles == 0 && !prefill && shape.warpsM == 1 &&
+      shape.rowTiles == splitkv::kVerifyRowTiles) {
     const int64_t tiles = ceilDiv(int64_t{q.maxQSeqLen} * group, 16);
     if (!verifyTwoTilesPay(int64_t{p.batchSize} * p.kv.numKVHeads * tiles * g.numSplits,
                            p.headDim)) {

@@ -54,8 +54,7 @@ constexpr uint32_t kHalfBytes = kRows * 128;  // one 64-column half of a 128-row
 constexpr uint32_t kTileBytes = 2 * kHalfBytes;
 constexpr uint32_t kQOff = 0, kKOff = kTileBytes;
 static_assert(kKeys == 128 && kRows == 128, "tiles of 128 rows: 2 halves of 16 KiB");
-static_assert(splitkv::kPrefillRowsPerCta == kRows,
-              "the plan's row blocks are this kernel's CTAs");
+static_assert(splitkv::kPrefillRowsPerCta == kRows, "the plan's row blocks are this kernel's CTAs");
 
 struct Row {
   int64_t rh;      // r * Hq + h (q/out row-head index); -1: not a row of this CTA

@@ -15,8 +15,8 @@
 //   softmax       per row in registers, fp32, exp2 domain with the scale folded into the FMA
 //   O += P V      8 x wgmma m64n128k16, P from registers (rounded to the storage type), V from
 //                 shared memory (MN-major)
-// Each warpgroup issues S of tile t with P V of tile t - 1 and runs tile t's softmax while P V is on
-// the tensor cores; the two warpgroups take turns to issue (ping-pong) and load their halves of
+// Each warpgroup issues S of tile t with P V of tile t - 1 and runs tile t's softmax while P V is
+// on the tensor cores; the two warpgroups take turns to issue (ping-pong) and load their halves of
 // each K/V tile with 16-byte cp.async into an mbarrier-guarded ring, one tile ahead
 // (paged_attention_prefill.cu's header has the details).
 #include <cstdint>

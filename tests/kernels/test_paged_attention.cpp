@@ -656,8 +656,8 @@ TEST(PagedAttentionPlan, PrefillRowTiles) {
            Want{16, 17, 64, 8, 128, 2, 4, 2},     // 17 rows x GQA 8 = 136 packed rows, 256 CTAs
            Want{1, 4096, 32, 8, 64, 1, 4, 256},   // D 64 and 256: the split-KV kernel
            Want{1, 4096, 16, 2, 256, 1, 4, 512},
-           Want{16, 16, 64, 8, 128, 1, 4, 2},     // verify shapes at batch > 1: never
-           Want{64, 1, 32, 8, 128, 1, 1, 1},      // decode
+           Want{16, 16, 64, 8, 128, 1, 4, 2},  // verify shapes at batch > 1: never
+           Want{64, 1, 32, 8, 128, 1, 1, 1},   // decode
        }) {
     PlanShape s(w.batch, w.qLen, w.hq, w.hkv, w.dim, 8192);
     const auto plan = kernel::planPagedAttention(s.p);
@@ -830,9 +830,9 @@ TEST(PagedAttentionPlan, VerifyRowTiles) {
     const auto one = kernel::planPagedAttention(s.p, 0, 1);
     EXPECT_EQ(8 * one.rowBlocks * one.numSplits, 512);
   }
-  // The rule by hand (paged_attention.h, "Verify row tiles"): Qwen3-8B (32 / 8 heads: 4 tiles) at 4k has 8 x 4 x 16 = 512 one-tile
-  // CTAs (two tiles), at 300 keys 8 x 4 x 5 = 160 (one); Qwen3-0.6B (16 / 8: 2 tiles) at 4k
-  // 8 x 2 x 16 = 256 (one), at 32k 8 x 2 x 32 = 512 (two).
+  // The rule by hand (paged_attention.h, "Verify row tiles"): Qwen3-8B (32 / 8 heads: 4 tiles) at
+  // 4k has 8 x 4 x 16 = 512 one-tile CTAs (two tiles), at 300 keys 8 x 4 x 5 = 160 (one);
+  // Qwen3-0.6B (16 / 8: 2 tiles) at 4k 8 x 2 x 16 = 256 (one), at 32k 8 x 2 x 32 = 512 (two).
   {
     struct Want {
       int32_t hq, maxKv, splits, rowTiles;
