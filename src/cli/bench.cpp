@@ -29,18 +29,18 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
   std::string model;
-  std::string draft;         // a DFlash draft folder, or empty
-  bool replay = false;       // the replay draft instead (τ = verify width while it matches)
-  int32_t blockSize = 16;    // replay draft's block size
-  float corrupt = 0.0f;      // replay draft's corruption rate
-  int32_t verifyWidth = 0;   // W, rows a speculative step verifies (0 = the runtime's rule)
+  std::string draft;        // a DFlash draft folder, or empty
+  bool replay = false;      // the replay draft instead (τ = verify width while it matches)
+  int32_t blockSize = 16;   // replay draft's block size
+  float corrupt = 0.0f;     // replay draft's corruption rate
+  int32_t verifyWidth = 0;  // W, rows a speculative step verifies (0 = the runtime's rule)
   int32_t batch = 1;
   int32_t promptLength = 128;
   int32_t genLength = 256;
-  int32_t repeats = 20;      // launches per isolated step timing
+  int32_t repeats = 20;  // launches per isolated step timing
   std::string backend = "auto";
   bool json = false;
-  bool prefixReuse = false;   // time to first token with and without prefix reuse instead
+  bool prefixReuse = false;     // time to first token with and without prefix reuse instead
   int32_t sharedLength = 4096;  // prefix reuse: prompt tokens shared with an earlier request
   int32_t ttftRuns = 5;         // prefix reuse: timed requests per mode (median reported)
   // Rows of one prefill forward: a prompt is prefilled in chunks of this many rows, each reading
@@ -143,8 +143,10 @@ void validateOptions(const BenchOptions& o) {
                o.promptLength, "must be in [1, 65536]");
   ES_CHECK_ARG(o.genLength >= 2 && o.genLength <= 65536, kWhere, "--gen-len", o.genLength,
                "must be in [2, 65536]");
-  ES_CHECK_ARG(o.draft.empty() || !o.replay, kWhere, "--replay", "set", "cannot be combined with --draft");
-  ES_CHECK_ARG(o.corrupt >= 0.0f && o.corrupt <= 1.0f, kWhere, "--corrupt", o.corrupt, "must be in [0, 1]");
+  ES_CHECK_ARG(o.draft.empty() || !o.replay, kWhere, "--replay", "set",
+               "cannot be combined with --draft");
+  ES_CHECK_ARG(o.corrupt >= 0.0f && o.corrupt <= 1.0f, kWhere, "--corrupt", o.corrupt,
+               "must be in [0, 1]");
   ES_CHECK_ARG(o.repeats >= 1, kWhere, "--repeats", o.repeats, "must be >= 1");
   if (!o.prefixReuse) return;
   ES_CHECK_ARG(!o.replay, kWhere, "--replay", "set",
@@ -192,7 +194,8 @@ struct TtftMode {
   int64_t prefillRows = 0, reusedTokens = 0;
 };
 
-TtftMode measureTtft(runtime::Engine& engine, const std::vector<runtime::GenerationRequest>& requests,
+TtftMode measureTtft(runtime::Engine& engine,
+                     const std::vector<runtime::GenerationRequest>& requests,
                      int64_t prefixCachePages) {
   kv::KvCacheConfig config = engine.cacheConfig();
   config.prefixCachePages = prefixCachePages;
@@ -202,9 +205,8 @@ TtftMode measureTtft(runtime::Engine& engine, const std::vector<runtime::Generat
   kv::KvCacheManager cache(config, engine.backend().space());
   std::unique_ptr<runtime::DFlashProposer> proposer;
   if (engine.draft()) proposer = std::make_unique<runtime::DFlashProposer>(*engine.draft());
-  runtime::DecodeEngine decoder(
-      engine.target(), cache, proposer.get(),
-      {.verifyWidth = proposer ? engine.plan().verifyWidth : 0});
+  runtime::DecodeEngine decoder(engine.target(), cache, proposer.get(),
+                                {.verifyWidth = proposer ? engine.plan().verifyWidth : 0});
   decoder.generate({requests[0]});
   TtftMode m;
   for (size_t r = 1; r < requests.size(); ++r) {
@@ -241,19 +243,27 @@ void runPrefixReuseBench(const BenchOptions& o, runtime::Engine& engine, double 
   }
   // Room to retain the shared prefix and a suffix or two (older suffixes are evicted, LRU).
   const int64_t promptPages = (o.promptLength + kv::kTokensPerPage - 1) / kv::kTokensPerPage;
-  const TtftMode off = measureTtft(engine, requests, 0), on = measureTtft(engine, requests, 2 * promptPages);
+  const TtftMode off = measureTtft(engine, requests, 0),
+                 on = measureTtft(engine, requests, 2 * promptPages);
   int32_t same = 0;
-  for (size_t r = 0; r < off.firstTokens.size(); ++r) same += off.firstTokens[r] == on.firstTokens[r];
+  for (size_t r = 0; r < off.firstTokens.size(); ++r)
+    same += off.firstTokens[r] == on.firstTokens[r];
   const std::string backendName = engine.backend().name();
   const bool draft = engine.draft() != nullptr;
-  const nlohmann::json out = {
-      {"model", o.model}, {"backend", backendName}, {"draft", draft ? o.draft : ""}, {"load_s", loadS},
-      {"prompt_len", o.promptLength}, {"shared_len", o.sharedLength}, {"runs", o.ttftRuns},
-      {"ttft_ms_reuse_off", medianMs(off.ttft)}, {"ttft_ms_reuse_on", medianMs(on.ttft)},
-      {"speedup", medianMs(off.ttft) / medianMs(on.ttft)},
-      {"prefill_rows_reuse_off", off.prefillRows / o.ttftRuns},
-      {"prefill_rows_reuse_on", on.prefillRows / o.ttftRuns},
-      {"reused_tokens", on.reusedTokens / o.ttftRuns}, {"first_token_identical", same}};
+  const nlohmann::json out = {{"model", o.model},
+                              {"backend", backendName},
+                              {"draft", draft ? o.draft : ""},
+                              {"load_s", loadS},
+                              {"prompt_len", o.promptLength},
+                              {"shared_len", o.sharedLength},
+                              {"runs", o.ttftRuns},
+                              {"ttft_ms_reuse_off", medianMs(off.ttft)},
+                              {"ttft_ms_reuse_on", medianMs(on.ttft)},
+                              {"speedup", medianMs(off.ttft) / medianMs(on.ttft)},
+                              {"prefill_rows_reuse_off", off.prefillRows / o.ttftRuns},
+                              {"prefill_rows_reuse_on", on.prefillRows / o.ttftRuns},
+                              {"reused_tokens", on.reusedTokens / o.ttftRuns},
+                              {"first_token_identical", same}};
   if (o.json) {
     std::printf("%s\n", out.dump().c_str());
     return;
@@ -264,8 +274,9 @@ void runPrefixReuseBench(const BenchOptions& o, runtime::Engine& engine, double 
               "workload", o.promptLength, o.sharedLength, o.ttftRuns);
   std::printf("%-28s %10.2f ms  (%lld prompt rows prefilled)\n", "TTFT, prefix reuse off",
               medianMs(off.ttft), static_cast<long long>(off.prefillRows / o.ttftRuns));
-  std::printf("%-28s %10.2f ms  (%lld prompt rows prefilled, %lld reused)\n", "TTFT, prefix reuse on",
-              medianMs(on.ttft), static_cast<long long>(on.prefillRows / o.ttftRuns),
+  std::printf("%-28s %10.2f ms  (%lld prompt rows prefilled, %lld reused)\n",
+              "TTFT, prefix reuse on", medianMs(on.ttft),
+              static_cast<long long>(on.prefillRows / o.ttftRuns),
               static_cast<long long>(on.reusedTokens / o.ttftRuns));
   std::printf("%-28s %10.2fx\n", "speedup", out["speedup"].get<double>());
   std::printf("%-28s %d of %d\n", "first token identical", same, o.ttftRuns);
@@ -276,7 +287,8 @@ std::vector<runtime::GenerationRequest> randomWorkload(const BenchOptions& o, in
   std::mt19937 rng(0);
   std::vector<runtime::GenerationRequest> requests;
   for (int32_t b = 0; b < o.batch; ++b) {
-    requests.push_back({.prompt = randomTokens(rng, o.promptLength, vocab), .maxNewTokens = o.genLength});
+    requests.push_back(
+        {.prompt = randomTokens(rng, o.promptLength, vocab), .maxNewTokens = o.genLength});
   }
   return requests;
 }
@@ -288,7 +300,8 @@ struct TimedRun {
   runtime::SpeculationStats stats = {};
 };
 
-TimedRun runTwice(runtime::DecodeEngine& decoder, const std::vector<runtime::GenerationRequest>& requests) {
+TimedRun runTwice(runtime::DecodeEngine& decoder,
+                  const std::vector<runtime::GenerationRequest>& requests) {
   decoder.generate(requests);
   TimedRun run{.results = decoder.generate(requests)};
   run.stats = decoder.stats();
@@ -301,16 +314,18 @@ TimedRun runTwice(runtime::DecodeEngine& decoder, const std::vector<runtime::Gen
 // near-ties, plain's tokens can stop matching the verify's argmax after the first tie; the
 // speculative run's own tokens do not (same rows, same kernels, same context). At batch 1 both
 // are the same.
-std::unique_ptr<runtime::ReplayProposer> replayProposer(const BenchOptions& o, runtime::Engine& engine,
-                                                        const std::vector<runtime::GenerationRequest>& requests,
-                                                        const std::vector<runtime::GenerationResult>& plain) {
+std::unique_ptr<runtime::ReplayProposer> replayProposer(
+    const BenchOptions& o, runtime::Engine& engine,
+    const std::vector<runtime::GenerationRequest>& requests,
+    const std::vector<runtime::GenerationResult>& plain) {
   using runtime::ReplayProposer;
   const runtime::EnginePlan& plan = engine.plan();
   const int32_t vocab = static_cast<int32_t>(engine.target().config().vocab_size);
   ReplayProposer first(engine.backend(), plan.blockSize, plan.maxBatch,
                        ReplayProposer::recordingsOf(requests, plain), vocab, 0.0f);
   const std::vector<runtime::GenerationResult> recorded =
-      runtime::DecodeEngine(engine.target(), engine.cache(), &first, {.verifyWidth = plan.verifyWidth})
+      runtime::DecodeEngine(engine.target(), engine.cache(), &first,
+                            {.verifyWidth = plan.verifyWidth})
           .generate(requests);
   return std::make_unique<ReplayProposer>(engine.backend(), plan.blockSize, plan.maxBatch,
                                           ReplayProposer::recordingsOf(requests, recorded), vocab,
@@ -342,21 +357,24 @@ void timeIsolatedSteps(const BenchOptions& o, runtime::Engine& engine, nlohmann:
     // The prompt's rows as cache steps (nothing is computed: only the timing's context length
     // matters), in pieces the slot's window reservation allows.
     for (int32_t length = 0; length < o.promptLength;) {
-      const kv::SwaStepWrite w{b, static_cast<int32_t>(std::min<int64_t>(
-                                      timing.maxStepTokens(b), o.promptLength - length))};
+      const kv::SwaStepWrite w{b, static_cast<int32_t>(std::min<int64_t>(timing.maxStepTokens(b),
+                                                                         o.promptLength - length))};
       timing.completeStep(timing.beginStep({&w, 1}));
       timing.commitBase(b, w.count);
       length += w.count;
     }
     if (engine.draft()) timing.commitDraft(b, o.promptLength);
   }
-  const double decodeS = targetStepSeconds(engine.target(), timing, o.batch, 1, o.promptLength, o.repeats);
-  const double verifyS = targetStepSeconds(engine.target(), timing, o.batch, W, o.promptLength, o.repeats);
+  const double decodeS =
+      targetStepSeconds(engine.target(), timing, o.batch, 1, o.promptLength, o.repeats);
+  const double verifyS =
+      targetStepSeconds(engine.target(), timing, o.batch, W, o.promptLength, o.repeats);
   out["decode_forward_ms"] = 1e3 * decodeS;
   out["verify_forward_ms"] = 1e3 * verifyS;
   out["verify_over_decode"] = verifyS / decodeS;
   if (engine.draft()) {
-    const double proposeS = proposalSeconds(*engine.draft(), timing, o.batch, o.promptLength, W, o.repeats);
+    const double proposeS =
+        proposalSeconds(*engine.draft(), timing, o.batch, o.promptLength, W, o.repeats);
     out["proposal_ms"] = 1e3 * proposeS;
     out["proposal_over_decode"] = proposeS / decodeS;
   }
@@ -392,25 +410,27 @@ void runSpeculative(const BenchOptions& o, runtime::Engine& engine,
 void printTable(const BenchOptions& o, const runtime::Engine& engine, const nlohmann::json& out) {
   const bool speculative = engine.plan().speculative;
   std::printf("%-28s %s (%s backend)\n", "model", o.model.c_str(), engine.backend().name().c_str());
-  std::printf("%-28s batch %d, prompt %d, generate %d, greedy\n", "workload", o.batch, o.promptLength,
-              o.genLength);
+  std::printf("%-28s batch %d, prompt %d, generate %d, greedy\n", "workload", o.batch,
+              o.promptLength, o.genLength);
   std::printf("%-28s %10.2f ms\n", "prefill (per prompt)", out["prefill_ms"].get<double>());
-  std::printf("%-28s %10.1f tok/s  (%.3f ms/step)\n", "plain decode", out["plain_tok_s"].get<double>(),
-              out["plain_step_ms"].get<double>());
+  std::printf("%-28s %10.1f tok/s  (%.3f ms/step)\n", "plain decode",
+              out["plain_tok_s"].get<double>(), out["plain_step_ms"].get<double>());
   if (!speculative) return;
   std::printf("%-28s %10.1f tok/s  (%.3f ms/step, %.2fx)\n",
-              engine.draft() ? "DFlash decode" : "replay-draft decode", out["spec_tok_s"].get<double>(),
-              out["spec_step_ms"].get<double>(), out["speedup"].get<double>());
+              engine.draft() ? "DFlash decode" : "replay-draft decode",
+              out["spec_tok_s"].get<double>(), out["spec_step_ms"].get<double>(),
+              out["speedup"].get<double>());
   std::printf("%-28s %10.2f  (verify width %d, block %d)\n", "tau (mean accept length)",
               out["tau"].get<double>(), engine.plan().verifyWidth, engine.plan().blockSize);
   std::printf("%-28s %10.3f ms\n", "decode forward", out["decode_forward_ms"].get<double>());
-  std::printf("%-28s %10.3f ms  (%.2fx decode)\n", "verify forward", out["verify_forward_ms"].get<double>(),
-              out["verify_over_decode"].get<double>());
+  std::printf("%-28s %10.3f ms  (%.2fx decode)\n", "verify forward",
+              out["verify_forward_ms"].get<double>(), out["verify_over_decode"].get<double>());
   if (engine.draft()) {
-    std::printf("%-28s %10.3f ms  (%.2fx decode)\n", "draft proposal", out["proposal_ms"].get<double>(),
-                out["proposal_over_decode"].get<double>());
+    std::printf("%-28s %10.3f ms  (%.2fx decode)\n", "draft proposal",
+                out["proposal_ms"].get<double>(), out["proposal_over_decode"].get<double>());
   }
-  std::printf("%-28s %10.4f\n", "output identical to plain", out["identical_prefix_fraction"].get<double>());
+  std::printf("%-28s %10.4f\n", "output identical to plain",
+              out["identical_prefix_fraction"].get<double>());
 }
 
 void runBench(const BenchOptions& o) {
@@ -424,18 +444,24 @@ void runBench(const BenchOptions& o) {
   }
   const std::vector<runtime::GenerationRequest> requests =
       randomWorkload(o, engine->target().config().vocab_size);
-  const double tokens = static_cast<double>(o.batch) * (o.genLength - 1);  // the first comes from prefill
+  const double tokens =
+      static_cast<double>(o.batch) * (o.genLength - 1);  // the first comes from prefill
 
   // Plain decoding on the engine's cache (empty between runs), then speculative on the same one.
   runtime::DecodeEngine plainDecoder(engine->target(), engine->cache());
   const TimedRun plain = runTwice(plainDecoder, requests);
   const double plainTokS = tokens / plain.stats.decodeSeconds;
-  nlohmann::json out = {
-      {"model", o.model}, {"backend", engine->backend().name()}, {"batch", o.batch},
-      {"prompt_len", o.promptLength}, {"gen_len", o.genLength}, {"load_s", loadS},
-      {"prefill_chunk", engine->plan().maxTokens},
-      {"prefill_ms", 1e3 * plain.stats.prefillSeconds / o.batch}, {"plain_tok_s", plainTokS},
-      {"plain_step_ms", 1e3 * plain.stats.decodeSeconds / static_cast<double>(plain.stats.iterations)}};
+  nlohmann::json out = {{"model", o.model},
+                        {"backend", engine->backend().name()},
+                        {"batch", o.batch},
+                        {"prompt_len", o.promptLength},
+                        {"gen_len", o.genLength},
+                        {"load_s", loadS},
+                        {"prefill_chunk", engine->plan().maxTokens},
+                        {"prefill_ms", 1e3 * plain.stats.prefillSeconds / o.batch},
+                        {"plain_tok_s", plainTokS},
+                        {"plain_step_ms", 1e3 * plain.stats.decodeSeconds /
+                                              static_cast<double>(plain.stats.iterations)}};
   if (engine->plan().speculative) runSpeculative(o, *engine, requests, plain, tokens, out);
   if (o.json) {
     std::printf("%s\n", out.dump().c_str());
@@ -448,35 +474,48 @@ void runBench(const BenchOptions& o) {
 
 void addBenchCommand(CLI::App& app) {
   auto options = std::make_shared<BenchOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "bench", "Fixed workload: prefill, plain decode, speculative decode (a DFlash draft or the replay draft)");
+  CLI::App* cmd = app.add_subcommand("bench",
+                                     "Fixed workload: prefill, plain decode, speculative decode (a "
+                                     "DFlash draft or the replay draft)");
   cmd->add_option("--model", options->model, "Target model folder")->required();
   cmd->add_option("--draft", options->draft, "DFlash draft folder (z-lab format)");
-  cmd->add_flag("--replay", options->replay,
-                "Use the replay draft: it proposes the plain run's own tokens (tau = verify width)");
-  cmd->add_option("--block-size", options->blockSize, "Replay draft block size")->capture_default_str();
+  cmd->add_flag(
+      "--replay", options->replay,
+      "Use the replay draft: it proposes the plain run's own tokens (tau = verify width)");
+  cmd->add_option("--block-size", options->blockSize, "Replay draft block size")
+      ->capture_default_str();
   cmd->add_option("--verify-width", options->verifyWidth,
-                  "Rows a speculative step verifies per sequence, 2 to the block size (0 = auto: the block size "
-                  "on cuda, " + std::to_string(runtime::kCpuVerifyWidth) + " on cpu)")
+                  "Rows a speculative step verifies per sequence, 2 to the block size (0 = auto: "
+                  "the block size "
+                  "on cuda, " +
+                      std::to_string(runtime::kCpuVerifyWidth) + " on cpu)")
       ->capture_default_str();
   cmd->add_option("--corrupt", options->corrupt, "Replay draft: fraction of proposals corrupted")
       ->capture_default_str();
-  cmd->add_option("-b,--batch", options->batch, "Sequences decoded together")->capture_default_str();
-  cmd->add_option("--prompt-len", options->promptLength, "Prompt tokens (random ids)")->capture_default_str();
-  cmd->add_option("--gen-len", options->genLength, "Tokens generated per sequence")->capture_default_str();
-  cmd->add_option("--prefill-chunk", options->prefillChunk,
-                  "Rows of one target forward: prompts prefill in chunks this long (each chunk reads every weight)")
+  cmd->add_option("-b,--batch", options->batch, "Sequences decoded together")
       ->capture_default_str();
-  cmd->add_option("--repeats", options->repeats, "Launches per isolated step timing")->capture_default_str();
+  cmd->add_option("--prompt-len", options->promptLength, "Prompt tokens (random ids)")
+      ->capture_default_str();
+  cmd->add_option("--gen-len", options->genLength, "Tokens generated per sequence")
+      ->capture_default_str();
+  cmd->add_option("--prefill-chunk", options->prefillChunk,
+                  "Rows of one target forward: prompts prefill in chunks this long (each chunk "
+                  "reads every weight)")
+      ->capture_default_str();
+  cmd->add_option("--repeats", options->repeats, "Launches per isolated step timing")
+      ->capture_default_str();
   cmd->add_option("--backend", options->backend, "auto (GPU if present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_flag("--prefix-reuse", options->prefixReuse,
-                "Instead: time to first token of a --prompt-len prompt whose first --shared-len tokens an "
-                "earlier request ran, prefix reuse off vs on (batch 1; --draft adds the draft's context)");
-  cmd->add_option("--shared-len", options->sharedLength, "--prefix-reuse: tokens shared with the earlier request")
+  cmd->add_flag(
+      "--prefix-reuse", options->prefixReuse,
+      "Instead: time to first token of a --prompt-len prompt whose first --shared-len tokens an "
+      "earlier request ran, prefix reuse off vs on (batch 1; --draft adds the draft's context)");
+  cmd->add_option("--shared-len", options->sharedLength,
+                  "--prefix-reuse: tokens shared with the earlier request")
       ->capture_default_str();
-  cmd->add_option("--ttft-runs", options->ttftRuns, "--prefix-reuse: timed requests per mode (median)")
+  cmd->add_option("--ttft-runs", options->ttftRuns,
+                  "--prefix-reuse: timed requests per mode (median)")
       ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object instead of the table");
   cmd->callback([options] { runBench(*options); });

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -32,10 +32,10 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 struct GenerateOptions {
-  std::string model;  // empty: the default model in the cache
-  std::string draft;  // a DFlash draft folder: speculative decoding
-  bool noDraft = false;  // never the default model's shipped draft
-  std::string verifyWidth = "auto";  // rows per speculative step (runtime::resolveVerifyWidth)
+  std::string model;                  // empty: the default model in the cache
+  std::string draft;                  // a DFlash draft folder: speculative decoding
+  bool noDraft = false;               // never the default model's shipped draft
+  std::string verifyWidth = "auto";   // rows per speculative step (runtime::resolveVerifyWidth)
   std::string prefillChunk = "auto";  // rows per prefill forward (runtime::resolvePrefillChunk)
   std::string prompt = "Write one sentence about the sea.";
   std::string system;
@@ -45,8 +45,8 @@ struct GenerateOptions {
   int32_t topK = 0;
   float topP = 1.0f;
   uint64_t seed = 0;
-  bool raw = false;        // no chat template
-  bool noThink = false;    // Qwen3: enable_thinking = false
+  bool raw = false;      // no chat template
+  bool noThink = false;  // Qwen3: enable_thinking = false
   bool json = false;
   std::vector<std::string> stops;  // stop strings
   std::string inputFile;           // a JSON batch of requests
@@ -71,7 +71,11 @@ bool isValidUtf8(const std::string& s) {
   size_t i = 0;
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    const int n = c < 0x80           ? 1
+                  : (c >> 5) == 0x6  ? 2
+                  : (c >> 4) == 0xE  ? 3
+                  : (c >> 3) == 0x1E ? 4
+                                     : 0;
     if (n == 0 || i + n > s.size()) return false;
     uint32_t cp = n == 1 ? c : c & (0x7F >> n);
     for (int k = 1; k < n; ++k) {
@@ -110,7 +114,8 @@ double realField(const nlohmann::json& e, const std::string& where, const char* 
                  double hi, double fallback) {
   if (!e.contains(key)) return fallback;
   const nlohmann::json& v = e.at(key);
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo || v.get<double>() > hi) {
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
+      v.get<double>() > hi) {
     ES_THROW(FormatError, where, ": field '", key, "' = ", v.dump(), " must be a number in [", lo,
              ", ", hi, "]");
   }
@@ -126,8 +131,8 @@ PromptSpec parseRequestEntry(const nlohmann::json& e, const std::string& where, 
   if (!e.is_object() || !e.contains("prompt") || !e.at("prompt").is_string()) {
     ES_THROW(FormatError, where, " must be a string or an object with a string \"prompt\"");
   }
-  static const char* const kKeys[] = {"prompt", "system", "max_new_tokens", "temperature",
-                                      "top_k", "top_p", "seed"};
+  static const char* const kKeys[] = {"prompt", "system", "max_new_tokens", "temperature", "top_k",
+                                      "top_p",  "seed"};
   for (const auto& [key, value] : e.items()) {
     const auto known = [&](const char* k) { return key == k; };
     if (std::find_if(std::begin(kKeys), std::end(kKeys), known) == std::end(kKeys)) {
@@ -137,19 +142,22 @@ PromptSpec parseRequestEntry(const nlohmann::json& e, const std::string& where, 
   }
   r.prompt = e.at("prompt").get<std::string>();
   if (e.contains("system")) {
-    if (!e.at("system").is_string()) ES_THROW(FormatError, where, ": field 'system' must be a string");
+    if (!e.at("system").is_string())
+      ES_THROW(FormatError, where, ": field 'system' must be a string");
     r.system = e.at("system").get<std::string>();
   }
   r.maxNewTokens =
       static_cast<int32_t>(integerField(e, where, "max_new_tokens", 1, 1 << 20, r.maxNewTokens));
   r.sampling.temperature =
       static_cast<float>(realField(e, where, "temperature", 0.0, 100.0, r.sampling.temperature));
-  r.sampling.topK = static_cast<int32_t>(integerField(e, where, "top_k", 0, INT32_MAX, r.sampling.topK));
+  r.sampling.topK =
+      static_cast<int32_t>(integerField(e, where, "top_k", 0, INT32_MAX, r.sampling.topK));
   r.sampling.topP = static_cast<float>(realField(e, where, "top_p", 1e-6, 1.0, r.sampling.topP));
   if (e.contains("seed")) {
     const nlohmann::json& v = e.at("seed");
     if (!v.is_number_unsigned()) {
-      ES_THROW(FormatError, where, ": field 'seed' = ", v.dump(), " must be an integer in [0, 2^64)");
+      ES_THROW(FormatError, where, ": field 'seed' = ", v.dump(),
+               " must be an integer in [0, 2^64)");
     }
     r.sampling.seed = v.get<uint64_t>();
   }
@@ -160,17 +168,16 @@ PromptSpec parseRequestEntry(const nlohmann::json& e, const std::string& where, 
 // string or an object {"prompt", "system"?, "max_new_tokens"?, "temperature"?, "top_k"?,
 // "top_p"?, "seed"?}; fields left out take the command line's values.
 std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
-  const PromptSpec defaults{.prompt = o.prompt,
-                            .system = o.system,
-                            .maxNewTokens = o.maxNewTokens,
-                            .sampling = {.temperature = o.temperature,
-                                         .topK = o.topK,
-                                         .topP = o.topP,
-                                         .seed = o.seed}};
+  const PromptSpec defaults{
+      .prompt = o.prompt,
+      .system = o.system,
+      .maxNewTokens = o.maxNewTokens,
+      .sampling = {.temperature = o.temperature, .topK = o.topK, .topP = o.topP, .seed = o.seed}};
   if (o.inputFile.empty()) return {defaults};
   std::ifstream in(o.inputFile);
   if (!in) {
-    ES_THROW(InvalidArgument, "generate: argument '--input-file' = ", o.inputFile, " cannot be read");
+    ES_THROW(InvalidArgument, "generate: argument '--input-file' = ", o.inputFile,
+             " cannot be read");
   }
   nlohmann::json doc;
   try {
@@ -187,7 +194,8 @@ std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
   }
   std::vector<PromptSpec> out;
   for (size_t i = 0; i < doc.size(); ++i) {
-    out.push_back(parseRequestEntry(doc[i], o.inputFile + ": entry " + std::to_string(i), defaults));
+    out.push_back(
+        parseRequestEntry(doc[i], o.inputFile + ": entry " + std::to_string(i), defaults));
   }
   return out;
 }
@@ -218,7 +226,8 @@ class AnswerText {
 
  private:
   void append(const std::string& piece) {
-    const size_t from = text_.size() > holdBack_ ? text_.size() - holdBack_ : 0;  // new matches only
+    const size_t from =
+        text_.size() > holdBack_ ? text_.size() - holdBack_ : 0;  // new matches only
     text_ += piece;
     size_t cut = std::string::npos;
     for (const std::string& s : stops_) cut = std::min(cut, text_.find(s, from));
@@ -228,7 +237,9 @@ class AnswerText {
     }
   }
   std::string printable() {
-    const size_t end = stopped_ || !held_ ? text_.size() : (text_.size() > holdBack_ ? text_.size() - holdBack_ : 0);
+    const size_t end = stopped_ || !held_
+                           ? text_.size()
+                           : (text_.size() > holdBack_ ? text_.size() - holdBack_ : 0);
     if (end <= printed_) return {};
     std::string out = text_.substr(printed_, end - printed_);
     printed_ = end;
@@ -246,13 +257,16 @@ class AnswerText {
 fs::path defaultModelDir() {
   const char* cache = std::getenv("ES_CACHE_DIR");
   const char* home = std::getenv("HOME");
-  const fs::path base = cache ? fs::path(cache) : fs::path(home ? home : ".") / ".cache" / "edgespec";
+  const fs::path base =
+      cache ? fs::path(cache) : fs::path(home ? home : ".") / ".cache" / "edgespec";
   return base / "smollm2-135m-instruct";
 }
 
 // Where tools/fetch_default_model.sh installs the default model's trained DFlash draft (shipped
 // in the repository under models/, docs/training.md).
-fs::path defaultDraftDir() { return defaultModelDir().parent_path() / "smollm2-135m-instruct-dflash"; }
+fs::path defaultDraftDir() {
+  return defaultModelDir().parent_path() / "smollm2-135m-instruct-dflash";
+}
 
 // The model to load: an HF folder with a tokenizer.json, or a GGUF file (config, weights and
 // tokenizer all from the one file).
@@ -426,11 +440,12 @@ BatchRun decodeBatch(const GenerateContext& c, int32_t first, int32_t count) {
   for (int32_t i = 0; i < count; ++i) {
     const size_t r = static_cast<size_t>(first + i);
     std::vector<AnswerText>& answers = run.answers;
-    requests.push_back({.prompt = c.prompts[r],
-                        .maxNewTokens = c.specs[r].maxNewTokens,
-                        .stopTokens = c.stopIds,
-                        .sampling = c.specs[r].sampling,
-                        .stopWhen = [&answers, i] { return answers[static_cast<size_t>(i)].stopped(); }});
+    requests.push_back(
+        {.prompt = c.prompts[r],
+         .maxNewTokens = c.specs[r].maxNewTokens,
+         .stopTokens = c.stopIds,
+         .sampling = c.specs[r].sampling,
+         .stopWhen = [&answers, i] { return answers[static_cast<size_t>(i)].stopped(); }});
   }
   runtime::DecodeEngine& decoder = c.engine.decoder();
   if (c.options.warmup) warmUp(decoder, requests);
@@ -460,17 +475,18 @@ nlohmann::json answerJson(const GenerateContext& c, const BatchRun& run, int32_t
   const AnswerText& answer = run.answers[static_cast<size_t>(i)];
   const runtime::EnginePlan& plan = c.engine.plan();
   const runtime::DecodeEngine& decoder = c.engine.decoder();
-  nlohmann::json out = {{"text", answer.text()},
-                        {"tokens", result.tokens},
-                        {"prompt_tokens", c.prompts[static_cast<size_t>(r)].size()},
-                        {"prompt_ids", c.prompts[static_cast<size_t>(r)]},
-                        {"stop_ids", c.stopIds},
-                        {"finish_reason", result.finish == runtime::FinishReason::kStop ? "stop" : "length"},
-                        {"backend", c.engine.backend().name()},
-                        {"load_s", c.loadS},
-                        {"time_to_first_token_s", run.ttftS},
-                        {"decode_tok_s", run.tokS},
-                        {"prefill_chunk", plan.maxTokens}};
+  nlohmann::json out = {
+      {"text", answer.text()},
+      {"tokens", result.tokens},
+      {"prompt_tokens", c.prompts[static_cast<size_t>(r)].size()},
+      {"prompt_ids", c.prompts[static_cast<size_t>(r)]},
+      {"stop_ids", c.stopIds},
+      {"finish_reason", result.finish == runtime::FinishReason::kStop ? "stop" : "length"},
+      {"backend", c.engine.backend().name()},
+      {"load_s", c.loadS},
+      {"time_to_first_token_s", run.ttftS},
+      {"decode_tok_s", run.tokS},
+      {"prefill_chunk", plan.maxTokens}};
   if (c.specs.size() > 1) out["request"] = r;
   if (answer.stopped()) out["stop_string_hit"] = true;
   if (c.engine.cache().prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
@@ -504,10 +520,12 @@ void printBatch(const GenerateContext& c, const BatchRun& run, int32_t first, in
   std::fprintf(stderr,
                "[edgespec] %s backend: %d request(s), prompt %zu tokens, generated %lld; load %.2f "
                "s, first token %.2f s, decode %.1f tok/s\n",
-               c.engine.backend().name().c_str(), count, c.prompts[static_cast<size_t>(first)].size(),
-               static_cast<long long>(run.generated), c.loadS, run.ttftS, run.tokS);
+               c.engine.backend().name().c_str(), count,
+               c.prompts[static_cast<size_t>(first)].size(), static_cast<long long>(run.generated),
+               c.loadS, run.ttftS, run.tokS);
   if (c.engine.draft()) {
-    std::fprintf(stderr, "[edgespec] DFlash draft: mean accept length %.2f of verify width %d (block %d)\n",
+    std::fprintf(stderr,
+                 "[edgespec] DFlash draft: mean accept length %.2f of verify width %d (block %d)\n",
                  c.engine.decoder().stats().meanAcceptLength(), c.engine.plan().verifyWidth,
                  c.engine.plan().blockSize);
   }
@@ -520,15 +538,17 @@ void runGenerate(const GenerateOptions& o) {
   const Clock::time_point loadStart = Clock::now();
   tokenizer::BpeTokenizer tok(loadTokenizer(model));
   const std::vector<std::vector<int32_t>> prompts = encodePrompts(o, tok, specs);
-  const std::unique_ptr<runtime::Engine> engine = runtime::buildEngine(engineConfig(o, model, specs, prompts));
+  const std::unique_ptr<runtime::Engine> engine =
+      runtime::buildEngine(engineConfig(o, model, specs, prompts));
   const std::vector<int32_t> stopIds = stopTokens(tok, engine->target().config());
-  const GenerateContext context{.options = o,
-                                .engine = *engine,
-                                .tok = tok,
-                                .specs = specs,
-                                .prompts = prompts,
-                                .stopIds = stopIds,
-                                .loadS = std::chrono::duration<double>(Clock::now() - loadStart).count()};
+  const GenerateContext context{
+      .options = o,
+      .engine = *engine,
+      .tok = tok,
+      .specs = specs,
+      .prompts = prompts,
+      .stopIds = stopIds,
+      .loadS = std::chrono::duration<double>(Clock::now() - loadStart).count()};
   const int32_t n = static_cast<int32_t>(specs.size());
   const int32_t batch = engine->plan().maxBatch;
   for (int32_t first = 0; first < n; first += batch) {
@@ -548,30 +568,36 @@ std::optional<int32_t> parseAutoOrInteger(std::string_view value, std::string_vi
   return n;
 }
 
-
 void addGenerateCommand(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (greedy or sampled; speculative with --draft)");
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Generate text from a prompt (greedy or sampled; speculative with --draft)");
   cmd->add_option("--model", options->model,
-                  "HF model folder with tokenizer.json, or a GGUF file (default: the embedded SmolLM2-135M-Instruct)");
-  cmd->add_option("--draft", options->draft,
-                  "DFlash draft folder (z-lab format): speculative decoding (default: the default model's "
-                  "trained draft, on a GPU at temperature 0)");
-  cmd->add_flag("--no-draft", options->noDraft, "Plain decoding even where the default draft would run");
+                  "HF model folder with tokenizer.json, or a GGUF file (default: the embedded "
+                  "SmolLM2-135M-Instruct)");
+  cmd->add_option(
+      "--draft", options->draft,
+      "DFlash draft folder (z-lab format): speculative decoding (default: the default model's "
+      "trained draft, on a GPU at temperature 0)");
+  cmd->add_flag("--no-draft", options->noDraft,
+                "Plain decoding even where the default draft would run");
   cmd->add_option("--verify-width", options->verifyWidth,
-                  "Rows a speculative step verifies per request, 2 to the draft's block size: the anchor and "
+                  "Rows a speculative step verifies per request, 2 to the draft's block size: the "
+                  "anchor and "
                   "the first drafts of the block (auto: the block size on cuda, " +
                       std::to_string(runtime::kCpuVerifyWidth) + " on cpu)")
       ->capture_default_str();
-  cmd->add_option("--prefill-chunk", options->prefillChunk,
-                  "Rows of one prefill forward (each reads every weight): auto (cuda: the longest prompt, "
-                  "256 to 4096; cpu: 256) or an integer in [16, 65536]")
+  cmd->add_option(
+         "--prefill-chunk", options->prefillChunk,
+         "Rows of one prefill forward (each reads every weight): auto (cuda: the longest prompt, "
+         "256 to 4096; cpu: 256) or an integer in [16, 65536]")
       ->capture_default_str();
   cmd->add_option("-p,--prompt", options->prompt, "The user message")->capture_default_str();
   cmd->add_option("--system", options->system, "A system message");
-  cmd->add_option("--input-file", options->inputFile,
-                  "JSON array of requests decoded as one batch: prompt strings or objects {prompt, system, "
-                  "max_new_tokens, temperature, top_k, top_p, seed} (missing fields: the command line's)");
+  cmd->add_option(
+      "--input-file", options->inputFile,
+      "JSON array of requests decoded as one batch: prompt strings or objects {prompt, system, "
+      "max_new_tokens, temperature, top_k, top_p, seed} (missing fields: the command line's)");
   cmd->add_option("--stop", options->stops, "Stop string (repeatable): the answer ends before it");
   cmd->add_option("-n,--max-new-tokens", options->maxNewTokens, "Tokens to generate at most")
       ->capture_default_str();
@@ -584,7 +610,8 @@ void addGenerateCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--top-p", options->topP, "Nucleus: keep the smallest set of mass p (1 = off)")
       ->capture_default_str();
-  cmd->add_option("--seed", options->seed, "Seed of the request-stable sampler")->capture_default_str();
+  cmd->add_option("--seed", options->seed, "Seed of the request-stable sampler")
+      ->capture_default_str();
   cmd->add_flag("--raw", options->raw, "Use the prompt as raw text (no chat template)");
   cmd->add_flag("--no-think", options->noThink, "Qwen3: disable thinking (enable_thinking=false)");
   cmd->add_option("--prefix-cache-pages", options->prefixCachePages,
@@ -593,10 +620,13 @@ void addGenerateCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object (text, tokens, timings) on stdout");
   cmd->add_flag("--one-at-a-time", options->oneAtATime,
-                "With --input-file: decode each request alone (batch 1), one after another, in this one process "
-                "(the model loads once; up to " + std::to_string(kMaxSequentialRequests) + " requests)");
+                "With --input-file: decode each request alone (batch 1), one after another, in "
+                "this one process "
+                "(the model loads once; up to " +
+                    std::to_string(kMaxSequentialRequests) + " requests)");
   cmd->add_flag("--warmup", options->warmup,
-                "Run the requests for a few tokens first, untimed (graph capture), so timings are steady-state");
+                "Run the requests for a few tokens first, untimed (graph capture), so timings are "
+                "steady-state");
   cmd->callback([options] { runGenerate(*options); });
 }
 

@@ -440,169 +440,193 @@ std::vector<GenerationResult> DecodeEngine::generate(const std::vector<Generatio
   }
 }
 
+// One generate() call's requests and their progress.
+struct DecodeEngine::Call {
+  const std::vector<GenerationRequest>& requests;
+  const TokenCallback& onToken;
+  std::vector<GenerationResult> results;
+  std::vector<int32_t> pending;  // per request: the last emitted token (the next anchor)
+  std::vector<int32_t> slotOf;   // per request: its slot, -1 once finished
+  std::vector<uint8_t> keep;     // per slot: 0 retires it at the next compaction
+  std::vector<int32_t> requestOfSlot;  // per slot: its request (a step's buffer, reused)
+  bool withDraft = false;        // the proposer keeps context in the cache's draft pools
+};
+
+// Emits `token` for request r; returns true when the request is finished.
+bool DecodeEngine::emit(Call& call, int32_t r, int32_t token) {
+  const GenerationRequest& q = call.requests[static_cast<size_t>(r)];
+  GenerationResult& res = call.results[static_cast<size_t>(r)];
+  res.tokens.push_back(token);
+  if (call.onToken) call.onToken(r, token);
+  if (std::find(q.stopTokens.begin(), q.stopTokens.end(), token) != q.stopTokens.end() ||
+      (q.stopWhen && q.stopWhen())) {
+    res.finish = FinishReason::kStop;
+    return true;
+  }
+  if (static_cast<int32_t>(res.tokens.size()) >= q.maxNewTokens) {
+    res.finish = FinishReason::kLength;
+    return true;
+  }
+  return false;
+}
+
+// Admits request r, prefills its prompt (chunked; with a draft each chunk becomes draft context:
+// round 0) and emits its first token.
+void DecodeEngine::prefillRequest(Call& call, int32_t r) {
+  const GenerationRequest& q = call.requests[static_cast<size_t>(r)];
+  int32_t slot = 0, reused = 0;
+  if (cache_.prefixReuse()) {
+    // The pages it may touch: checkRequests keeps positionsNeeded within the capacity.
+    const kv::KvCacheManager::Admission a = cache_.admit(
+        q.prompt, static_cast<int32_t>(std::min<int64_t>(positionsNeeded(q), cache_.capacity())),
+        call.withDraft);
+    slot = a.slot;
+    reused = a.reusedTokens;
+  } else {
+    slot = cache_.admit();
+  }
+  call.slotOf[static_cast<size_t>(r)] = slot;
+  if (proposer_) proposer_->onAdmit(slot, r);
+  // A reused prefix already holds the target's K/V and, for a draft request, the draft's
+  // context K/V of those positions: only the rest of the prompt runs (and becomes context).
+  prefillSequence(
+      target_, cache_, slot, q.prompt,
+      [&](const model::ForwardBatch& chunk) {
+        if (!proposer_) return;
+        proposer_->appendContext(target_, chunk.positions, chunk.tokenToSequence, cache_);
+        cache_.commitDraft(slot, static_cast<int32_t>(chunk.tokens.size()));
+      },
+      reused);
+  stats_.prefillRows += static_cast<int64_t>(q.prompt.size()) - reused;
+  stats_.reusedTokens += reused;
+  // Published now, so requests admitted after it in this call share its prompt already.
+  if (cache_.prefixReuse()) cache_.publish(slot, q.prompt);
+  const int32_t first = sampleFirstToken(q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
+  call.pending[static_cast<size_t>(r)] = first;
+  call.keep.push_back(emit(call, r, first) ? 0 : 1);
+}
+
+// Retires finished requests (publishing their complete blocks first, with prefix reuse), then
+// (re)loads the per-slot state of the survivors and prepares their first step. Returns the new
+// batch size.
+int32_t DecodeEngine::compactAndPrepare(Call& call) {
+  const std::vector<int32_t> oldToNew = cache_.retireAndCompact(call.keep);
+  for (int32_t& s : call.slotOf) {
+    if (s >= 0) s = oldToNew[static_cast<size_t>(s)];
+  }
+  if (proposer_) proposer_->onCompact(oldToNew);
+  const int32_t B = cache_.activeCount();
+  call.keep.assign(static_cast<size_t>(B), 1);
+  if (B == 0) return B;
+  std::vector<int32_t> lastTokens(static_cast<size_t>(B));
+  std::vector<const GenerationRequest*> requestOfSlot(static_cast<size_t>(B));
+  for (size_t r = 0; r < call.requests.size(); ++r) {
+    const int32_t s = call.slotOf[r];
+    if (s < 0) continue;
+    lastTokens[static_cast<size_t>(s)] = call.pending[r];
+    requestOfSlot[static_cast<size_t>(s)] = &call.requests[r];
+  }
+  uploadState(B, lastTokens, requestOfSlot);
+  target_.syncPageTable(cache_);
+  if (proposer_) proposer_->prepareLaunch(cache_);
+  prepareNext(B);
+  return B;
+}
+
+// One device step of the B active slots, then the host's side of it: stream the emitted
+// tokens, mirror the commits in the cache, mark finished requests. Returns whether one finished.
+bool DecodeEngine::decodeStep(Call& call, int32_t B) {
+  const int32_t W = width_, BS = blockSize_;
+  // The step writes W rows from each committed length (and the draft its block of BS rows
+  // there): never into pages shared with other requests.
+  stepWrites_.clear();
+  for (int32_t s = 0; s < B; ++s) {
+    cache_.checkWritable(s, cache_.baseLength(s), W);
+    if (call.withDraft) cache_.checkWritable(s, cache_.draftLength(s), BS);
+    stepWrites_.push_back({s, W});
+  }
+  // Binds the window pages of the W rows (sliding-window layers) before launchStep uploads
+  // the tables; the device commits at most W of them.
+  const int64_t stepId = cache_.beginStep(stepWrites_);
+  launchStep(B);
+  ++stats_.iterations;
+  int32_t* host = outHost_.as<int32_t>();
+  backend_.copyToHost(host, out_, (int64_t{B} + int64_t{B} * W) * 4);  // the one D2H copy
+  // The copy waited for the whole step (same stream, after its last kernel): its window pages
+  // are no longer read, so the pages the commits below push out of the window can be rebound.
+  cache_.completeStep(stepId);
+
+  std::vector<int32_t>& requestOfSlot = call.requestOfSlot;
+  requestOfSlot.assign(static_cast<size_t>(B), -1);
+  for (size_t r = 0; r < call.requests.size(); ++r) {
+    const int32_t s = call.slotOf[r];
+    if (s >= 0) requestOfSlot[static_cast<size_t>(s)] = static_cast<int32_t>(r);
+  }
+  bool anyFinished = false;
+  for (int32_t s = 0; s < B; ++s) {
+    const int32_t r = requestOfSlot[static_cast<size_t>(s)];
+    const int32_t count = host[s];
+    if (count < 1 || count > W) {
+      ES_THROW(Error, "DecodeEngine::generate: the step emitted ", count, " tokens for slot ", s,
+               ", outside [1, ", W, "]: the device state is corrupt");
+    }
+    const int32_t* tokens = host + B + static_cast<int64_t>(s) * W;
+    int32_t emitted = 0;
+    bool finished = false;
+    while (emitted < count && !finished) finished = emit(call, r, tokens[emitted++]);
+    ++stats_.verifySteps;
+    stats_.acceptedTokens += emitted;
+    ++stats_.acceptHistogram[static_cast<size_t>(emitted)];
+    // Mirror the device's commit (the whole count, even past a stop: such a slot retires).
+    cache_.commitBase(s, count);
+    if (proposer_) cache_.commitDraft(s, count);
+    call.pending[static_cast<size_t>(r)] = tokens[count - 1];
+    if (finished) {
+      publishFinished(call, r, s);
+      call.keep[static_cast<size_t>(s)] = 0;
+      anyFinished = true;
+    }
+  }
+  return anyFinished;
+}
+
+// Publishes a finishing request's complete blocks (prompt and generated tokens whose K/V is
+// committed) before its slot retires.
+void DecodeEngine::publishFinished(const Call& call, int32_t r, int32_t slot) {
+  if (!cache_.prefixReuse()) return;
+  std::vector<int32_t> tokens = call.requests[static_cast<size_t>(r)].prompt;
+  const std::vector<int32_t>& out = call.results[static_cast<size_t>(r)].tokens;
+  tokens.insert(tokens.end(), out.begin(), out.end());
+  cache_.publish(slot, tokens);
+}
+
 std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequest>& requests,
                                                 const TokenCallback& onToken) {
-  const int32_t n = static_cast<int32_t>(requests.size());
-  const int32_t W = width_, BS = blockSize_;
-  sampled_ = std::any_of(requests.begin(), requests.end(), [](const GenerationRequest& q) { return !isGreedy(q.sampling); });
+  const size_t n = requests.size();
+  sampled_ = std::any_of(requests.begin(), requests.end(),
+                         [](const GenerationRequest& q) { return !isGreedy(q.sampling); });
   stats_ = SpeculationStats{};
-  stats_.acceptHistogram.assign(static_cast<size_t>(W) + 1, 0);
-  std::vector<GenerationResult> results(static_cast<size_t>(n));
-  std::vector<int32_t> pending(static_cast<size_t>(n));  // last emitted token (the next anchor)
-  std::vector<int32_t> slotOf(static_cast<size_t>(n));  // request -> slot, -1 once finished
+  stats_.acceptHistogram.assign(static_cast<size_t>(width_) + 1, 0);
+  Call call{.requests = requests,
+            .onToken = onToken,
+            .results = std::vector<GenerationResult>(n),
+            .pending = std::vector<int32_t>(n),
+            .slotOf = std::vector<int32_t>(n),
+            .keep = {},
+            .requestOfSlot = {},
+            .withDraft = proposer_ && proposer_->usesDraftCache()};
 
-  // Emits `token` for request r; returns true when the request is finished.
-  auto emit = [&](int32_t r, int32_t token) {
-    const GenerationRequest& q = requests[static_cast<size_t>(r)];
-    GenerationResult& res = results[static_cast<size_t>(r)];
-    res.tokens.push_back(token);
-    if (onToken) onToken(r, token);
-    if (std::find(q.stopTokens.begin(), q.stopTokens.end(), token) != q.stopTokens.end()) {
-      res.finish = FinishReason::kStop;
-      return true;
-    }
-    if (q.stopWhen && q.stopWhen()) {
-      res.finish = FinishReason::kStop;
-      return true;
-    }
-    if (static_cast<int32_t>(res.tokens.size()) >= q.maxNewTokens) {
-      res.finish = FinishReason::kLength;
-      return true;
-    }
-    return false;
-  };
-
-  // Publishes a finishing request's complete blocks (prompt and generated tokens whose K/V is
-  // committed) before its slot retires.
-  auto publishFinished = [&](int32_t r, int32_t slot) {
-    if (!cache_.prefixReuse()) return;
-    std::vector<int32_t> tokens = requests[static_cast<size_t>(r)].prompt;
-    const std::vector<int32_t>& out = results[static_cast<size_t>(r)].tokens;
-    tokens.insert(tokens.end(), out.begin(), out.end());
-    cache_.publish(slot, tokens);
-  };
-  const bool withDraft = proposer_ && proposer_->usesDraftCache();
-
-  // Prefill (chunked), round 0 of the draft, and the first token from the prompt's last row.
   const Clock::time_point prefillStart = Clock::now();
-  std::vector<uint8_t> keep;
-  for (int32_t r = 0; r < n; ++r) {
-    const GenerationRequest& q = requests[static_cast<size_t>(r)];
-    int32_t slot = 0, reused = 0;
-    if (cache_.prefixReuse()) {
-      // The pages it may touch: checkRequests keeps positionsNeeded within the capacity.
-      const kv::KvCacheManager::Admission a = cache_.admit(
-          q.prompt, static_cast<int32_t>(std::min<int64_t>(positionsNeeded(q), cache_.capacity())),
-          withDraft);
-      slot = a.slot;
-      reused = a.reusedTokens;
-    } else {
-      slot = cache_.admit();
-    }
-    slotOf[static_cast<size_t>(r)] = slot;
-    if (proposer_) proposer_->onAdmit(slot, r);
-    // A reused prefix already holds the target's K/V and, for a draft request, the draft's
-    // context K/V of those positions: only the rest of the prompt runs (and becomes context).
-    prefillSequence(
-        target_, cache_, slot, q.prompt,
-        [&](const model::ForwardBatch& chunk) {
-          if (!proposer_) return;
-          proposer_->appendContext(target_, chunk.positions, chunk.tokenToSequence, cache_);
-          cache_.commitDraft(slot, static_cast<int32_t>(chunk.tokens.size()));
-        },
-        reused);
-    stats_.prefillRows += static_cast<int64_t>(q.prompt.size()) - reused;
-    stats_.reusedTokens += reused;
-    // Published now, so requests admitted after it in this call share its prompt already.
-    if (cache_.prefixReuse()) cache_.publish(slot, q.prompt);
-    pending[static_cast<size_t>(r)] =
-        sampleFirstToken(q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
-    keep.push_back(emit(r, pending[static_cast<size_t>(r)]) ? 0 : 1);
-  }
+  for (int32_t r = 0; r < static_cast<int32_t>(n); ++r) prefillRequest(call, r);
   stats_.prefillSeconds = secondsSince(prefillStart);
 
   const Clock::time_point decodeStart = Clock::now();
-  // Retires finished requests, then (re)loads the per-slot state of the survivors and prepares
-  // their first step. Returns the new batch size.
-  auto compactAndPrepare = [&]() {
-    const std::vector<int32_t> oldToNew = cache_.retireAndCompact(keep);
-    for (int32_t& s : slotOf) {
-      if (s >= 0) s = oldToNew[static_cast<size_t>(s)];
-    }
-    if (proposer_) proposer_->onCompact(oldToNew);
-    const int32_t B = cache_.activeCount();
-    keep.assign(static_cast<size_t>(B), 1);
-    if (B == 0) return B;
-    std::vector<int32_t> lastTokens(static_cast<size_t>(B));
-    std::vector<const GenerationRequest*> requestOfSlot(static_cast<size_t>(B));
-    for (int32_t r = 0; r < n; ++r) {
-      const int32_t s = slotOf[static_cast<size_t>(r)];
-      if (s < 0) continue;
-      lastTokens[static_cast<size_t>(s)] = pending[static_cast<size_t>(r)];
-      requestOfSlot[static_cast<size_t>(s)] = &requests[static_cast<size_t>(r)];
-    }
-    uploadState(B, lastTokens, requestOfSlot);
-    target_.syncPageTable(cache_);
-    if (proposer_) proposer_->prepareLaunch(cache_);
-    prepareNext(B);
-    return B;
-  };
-
-  int32_t B = compactAndPrepare();
-  std::vector<int32_t> requestOfSlot;
+  int32_t B = compactAndPrepare(call);
   while (B > 0) {
-    // The step writes W rows from each committed length (and the draft its block of BS rows
-    // there): never into pages shared with other requests.
-    stepWrites_.clear();
-    for (int32_t s = 0; s < B; ++s) {
-      cache_.checkWritable(s, cache_.baseLength(s), W);
-      if (withDraft) cache_.checkWritable(s, cache_.draftLength(s), BS);
-      stepWrites_.push_back({s, W});
-    }
-    // Binds the window pages of the W rows (sliding-window layers) before launchStep uploads
-    // the tables; the device commits at most W of them.
-    const int64_t stepId = cache_.beginStep(stepWrites_);
-    launchStep(B);
-    ++stats_.iterations;
-    int32_t* host = outHost_.as<int32_t>();
-    backend_.copyToHost(host, out_, (int64_t{B} + int64_t{B} * W) * 4);  // the one D2H copy
-    // The copy waited for the whole step (same stream, after its last kernel): its window pages
-    // are no longer read, so the pages the commits below push out of the window can be rebound.
-    cache_.completeStep(stepId);
-
-    requestOfSlot.assign(static_cast<size_t>(B), -1);
-    for (int32_t r = 0; r < n; ++r) {
-      if (slotOf[static_cast<size_t>(r)] >= 0) requestOfSlot[static_cast<size_t>(slotOf[static_cast<size_t>(r)])] = r;
-    }
-    bool anyFinished = false;
-    for (int32_t s = 0; s < B; ++s) {
-      const int32_t r = requestOfSlot[static_cast<size_t>(s)];
-      const int32_t count = host[s];
-      if (count < 1 || count > W) {
-        ES_THROW(Error, "DecodeEngine::generate: the step emitted ", count, " tokens for slot ", s,
-                 ", outside [1, ", W, "]: the device state is corrupt");
-      }
-      const int32_t* tokens = host + B + static_cast<int64_t>(s) * W;
-      int32_t emitted = 0;
-      bool finished = false;
-      while (emitted < count && !finished) finished = emit(r, tokens[emitted++]);
-      ++stats_.verifySteps;
-      stats_.acceptedTokens += emitted;
-      ++stats_.acceptHistogram[static_cast<size_t>(emitted)];
-      // Mirror the device's commit (the whole count, even past a stop: such a slot retires).
-      cache_.commitBase(s, count);
-      if (proposer_) cache_.commitDraft(s, count);
-      pending[static_cast<size_t>(r)] = tokens[count - 1];
-      if (finished) {  // retired by compactAndPrepare
-        publishFinished(r, s);
-        keep[static_cast<size_t>(s)] = 0;
-        anyFinished = true;
-      }
-    }
-    if (anyFinished) B = compactAndPrepare();
+    if (decodeStep(call, B)) B = compactAndPrepare(call);
   }
   stats_.decodeSeconds = secondsSince(decodeStart);
-  return results;
+  return std::move(call.results);
 }
 
 }  // namespace es::runtime

@@ -91,7 +91,14 @@ class DecodeEngine {
   int64_t positionsNeeded(const GenerationRequest& q) const;
   // The first token from the logits of the prompt's last row, sampled by the backend.
   int32_t sampleFirstToken(const SamplingConfig& sampling, int64_t lastPosition);
-  std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests, const TokenCallback& onToken);
+  struct Call;
+  std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests,
+                                    const TokenCallback& onToken);
+  bool emit(Call& call, int32_t r, int32_t token);
+  void prefillRequest(Call& call, int32_t r);
+  int32_t compactAndPrepare(Call& call);
+  bool decodeStep(Call& call, int32_t B);
+  void publishFinished(const Call& call, int32_t r, int32_t slot);
   void allocate();
   void uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
                    const std::vector<const GenerationRequest*>& requestOfSlot);

@@ -47,8 +47,8 @@ EnginePlan planEngine(const EngineConfig& config, const std::string& backendName
   plan.maxTokens = std::max(plan.prefillChunk, plan.maxLogitRows);
   plan.kvCapacity = kvCapacityTokens(config.longestRequest, plan.verifyWidth, plan.blockSize);
   ES_CHECK_ARG(plan.kvCapacity <= kv::kMaxKvCacheCapacity, kWhere, "prompt + max new tokens",
-               config.longestRequest, "must be <= ",
-               kv::kMaxKvCacheCapacity - (plan.kvCapacity - config.longestRequest),
+               config.longestRequest,
+               "must be <= ", kv::kMaxKvCacheCapacity - (plan.kvCapacity - config.longestRequest),
                " (the largest KV capacity less the rows a speculative step writes past it)");
   return plan;
 }
@@ -56,15 +56,16 @@ EnginePlan planEngine(const EngineConfig& config, const std::string& backendName
 kv::KvCacheConfig planCache(const EngineConfig& config, const EnginePlan& plan,
                             const ops::Backend& backend, const model::TargetModel& target,
                             const model::DFlashDraft* draft) {
-  kv::KvCacheConfig kvc{.maxBatchSize = plan.maxBatch,
-                        .maxSequenceLength = static_cast<int32_t>(plan.kvCapacity),
-                        .dtype = backend.computeDtype(),
-                        .baseLayers = target.kvLayerShapes(),
-                        .draftLayers = draft ? draft->kvLayerShapes() : std::vector<kv::KvLayerShape>{}};
+  kv::KvCacheConfig kvc{
+      .maxBatchSize = plan.maxBatch,
+      .maxSequenceLength = static_cast<int32_t>(plan.kvCapacity),
+      .dtype = backend.computeDtype(),
+      .baseLayers = target.kvLayerShapes(),
+      .draftLayers = draft ? draft->kvLayerShapes() : std::vector<kv::KvLayerShape>{}};
   if (config.prefixCachePages > 0) {
     // Checked here so the error names the option; the cache's plan checks the same bound.
-    const int64_t limit =
-        kv::kMaxKvPoolPages - kv::computeMinimumKvPoolPages(kvc.maxBatchSize, kvc.maxSequenceLength);
+    const int64_t limit = kv::kMaxKvPoolPages -
+                          kv::computeMinimumKvPoolPages(kvc.maxBatchSize, kvc.maxSequenceLength);
     ES_CHECK_ARG(config.prefixCachePages <= limit, kWhere, "--prefix-cache-pages",
                  config.prefixCachePages, "must be <= ", limit,
                  " (kMaxKvPoolPages less the minimum pool for this batch)");
@@ -109,9 +110,10 @@ bool defaultDraftPays(std::string_view backendName, const std::vector<float>& te
 }
 
 void validateEngineConfig(const EngineConfig& c) {
-  ES_CHECK_ARG(!c.model.empty(), kWhere, "--model", "\"\"", "is required (a model folder or GGUF file)");
-  ES_CHECK_ARG(c.backend == "auto" || c.backend == "cpu" || c.backend == "cuda", kWhere, "--backend",
-               c.backend, "must be auto, cpu or cuda");
+  ES_CHECK_ARG(!c.model.empty(), kWhere, "--model", "\"\"",
+               "is required (a model folder or GGUF file)");
+  ES_CHECK_ARG(c.backend == "auto" || c.backend == "cpu" || c.backend == "cuda", kWhere,
+               "--backend", c.backend, "must be auto, cpu or cuda");
   const DraftConfig& d = c.draft;
   ES_CHECK_ARG(d.kind == DraftKind::kNone || d.kind == DraftKind::kReplay || !d.dir.empty(), kWhere,
                "--draft", "\"\"", "must name a DFlash draft folder");
@@ -152,9 +154,10 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
   bool defaultSkipped = false;
   const std::filesystem::path draftDir = chooseDraftDir(config, *e->backend_, &defaultSkipped);
   if (defaultSkipped) {
-    status(config, "plain decoding: the default draft runs on the cuda backend with greedy requests "
-                   "only, where it is faster than plain decoding (--draft " +
-                       config.draft.dir.string() + " forces it)");
+    status(config,
+           "plain decoding: the default draft runs on the cuda backend with greedy requests "
+           "only, where it is faster than plain decoding (--draft " +
+               config.draft.dir.string() + " forces it)");
     if (config.verifyWidth) {
       status(config, "--verify-width " + std::to_string(*config.verifyWidth) +
                          " has no effect: plain decoding (no draft)");
@@ -165,10 +168,11 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
 
   status(config, "loading " + config.model.string() + " on the " + backendName + " backend");
   const std::vector<int32_t> taps =
-      draftDir.empty() ? std::vector<int32_t>{}
-                       : model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(config.model));
-  e->target_ = std::make_unique<model::TargetModel>(config.model, *e->backend_, plan.maxTokens, taps,
-                                                    plan.maxLogitRows);
+      draftDir.empty()
+          ? std::vector<int32_t>{}
+          : model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(config.model));
+  e->target_ = std::make_unique<model::TargetModel>(config.model, *e->backend_, plan.maxTokens,
+                                                    taps, plan.maxLogitRows);
   if (!draftDir.empty()) {
     status(config, "loading the DFlash draft " + draftDir.string() +
                        (config.draft.kind == DraftKind::kDefaultDFlash

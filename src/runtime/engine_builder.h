@@ -29,11 +29,11 @@
 namespace es::runtime {
 
 enum class DraftKind {
-  kNone,          // plain decoding
-  kDFlash,        // the DFlash draft in DraftConfig::dir
-  kDefaultDFlash, // the DFlash draft in DraftConfig::dir where defaultDraftPays, else plain
-  kReplay,        // a replay draft of DraftConfig::replayBlockSize (tests and benchmarks: the
-                  // caller makes the ReplayProposer, which needs a recorded run)
+  kNone,           // plain decoding
+  kDFlash,         // the DFlash draft in DraftConfig::dir
+  kDefaultDFlash,  // the DFlash draft in DraftConfig::dir where defaultDraftPays, else plain
+  kReplay,         // a replay draft of DraftConfig::replayBlockSize (tests and benchmarks: the
+                   // caller makes the ReplayProposer, which needs a recorded run)
 };
 
 struct DraftConfig {
@@ -46,7 +46,7 @@ struct DraftConfig {
 
 struct EngineConfig {
   std::filesystem::path model = {};  // an HF model folder or a GGUF file
-  std::string backend = "auto";  // auto (cuda when a device is usable), cpu or cuda
+  std::string backend = "auto";      // auto (cuda when a device is usable), cpu or cuda
   DraftConfig draft = {};
   // W, the rows one speculative step verifies per sequence; nullopt: resolveVerifyWidth's rule.
   // An explicit width needs a draft and lies in [2, BS].
@@ -54,11 +54,11 @@ struct EngineConfig {
   // Rows of one prefill forward; nullopt: resolvePrefillChunk's rule. Else in
   // [kMinPrefillChunk, kMaxPrefillChunk].
   std::optional<int32_t> prefillChunk = std::nullopt;
-  int32_t maxBatch = 1;            // sequences decoded together, [1, kMaxEngineBatch]
-  int64_t longestPrompt = 1;       // tokens of the longest prompt (sizes the auto prefill chunk)
+  int32_t maxBatch = 1;       // sequences decoded together, [1, kMaxEngineBatch]
+  int64_t longestPrompt = 1;  // tokens of the longest prompt (sizes the auto prefill chunk)
   // The longest request, prompt + maxNewTokens: kvCapacityTokens sizes the cache from it.
   int64_t longestRequest = 1;
-  int64_t prefixCachePages = 0;    // KV pages retained for prefix reuse (0: off)
+  int64_t prefixCachePages = 0;  // KV pages retained for prefix reuse (0: off)
   // Told what is being loaded, and why a default draft is not used (one line each, no newline).
   std::function<void(const std::string&)> onStatus = {};
 };
@@ -104,15 +104,15 @@ void validateEngineConfig(const EngineConfig& config);
 // What buildEngine resolved.
 struct EnginePlan {
   std::filesystem::path draftDir = {};  // the DFlash draft loaded, empty when none
-  bool speculative = false;        // a DFlash or replay draft
-  bool defaultDraftSkipped = false;  // kDefaultDFlash resolved to plain decoding
-  int32_t blockSize = 1;           // BS (1 plain)
-  int32_t verifyWidth = 1;         // W (1 plain)
-  int32_t prefillChunk = 0;        // rows of one prefill forward
-  int32_t maxTokens = 0;           // rows of one target forward: max(prefill chunk, batch · W)
-  int32_t maxLogitRows = 0;        // rows of one forward with logits: batch · W
+  bool speculative = false;             // a DFlash or replay draft
+  bool defaultDraftSkipped = false;     // kDefaultDFlash resolved to plain decoding
+  int32_t blockSize = 1;                // BS (1 plain)
+  int32_t verifyWidth = 1;              // W (1 plain)
+  int32_t prefillChunk = 0;             // rows of one prefill forward
+  int32_t maxTokens = 0;     // rows of one target forward: max(prefill chunk, batch · W)
+  int32_t maxLogitRows = 0;  // rows of one forward with logits: batch · W
   int32_t maxBatch = 1;
-  int64_t kvCapacity = 0;          // kvCapacityTokens(longestRequest, W, BS)
+  int64_t kvCapacity = 0;  // kvCapacityTokens(longestRequest, W, BS)
 };
 
 class Engine {

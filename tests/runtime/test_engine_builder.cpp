@@ -58,15 +58,14 @@ TEST(EngineBuilder, CapacityEdgeWithFullAcceptance) {
   EXPECT_THROW(engine->decoder(), InvalidArgument);  // a replay draft's caller builds it
 
   const int32_t vocab = static_cast<int32_t>(engine->target().config().vocab_size);
-  const GenerationRequest request{
-      .prompt = randomPrompt(40, 1, vocab),
-      .maxNewTokens = static_cast<int32_t>(config.longestRequest - 40)};
+  const GenerationRequest request{.prompt = randomPrompt(40, 1, vocab),
+                                  .maxNewTokens = static_cast<int32_t>(config.longestRequest - 40)};
   DecodeEngine plainDecoder(engine->target(), engine->cache());
   const std::vector<GenerationResult> plain = plainDecoder.generate({request});
   ASSERT_EQ(static_cast<int64_t>(plain[0].tokens.size()), request.maxNewTokens);
 
-  ReplayProposer replay(engine->backend(), kBlock, 1, ReplayProposer::recordingsOf({request}, plain),
-                        vocab, 0.0f);
+  ReplayProposer replay(engine->backend(), kBlock, 1,
+                        ReplayProposer::recordingsOf({request}, plain), vocab, 0.0f);
   DecodeEngine decoder(engine->target(), engine->cache(), &replay, {.verifyWidth = kWidth});
   const std::vector<GenerationResult> spec = decoder.generate({request});
   EXPECT_EQ(spec[0].tokens, plain[0].tokens);
@@ -130,15 +129,15 @@ TEST(EngineBuilder, BadValuesNameTheOption) {
       {"no prompt", with([](EngineConfig& c) { c.longestPrompt = 0; }), "prompt length"},
       {"nothing to generate", with([](EngineConfig& c) { c.longestRequest = c.longestPrompt; }),
        "prompt + max new tokens"},
-      {"too long for any cache",
-       with([](EngineConfig& c) {
+      {"too long for any cache", with([](EngineConfig& c) {
          c.draft = {.kind = DraftKind::kReplay, .replayBlockSize = 4};
          c.longestRequest = kv::kMaxKvCacheCapacity;
        }),
        "prompt + max new tokens"},
       {"negative prefix pages", with([](EngineConfig& c) { c.prefixCachePages = -1; }),
        "--prefix-cache-pages"},
-      {"too many prefix pages", with([](EngineConfig& c) { c.prefixCachePages = kv::kMaxKvPoolPages; }),
+      {"too many prefix pages",
+       with([](EngineConfig& c) { c.prefixCachePages = kv::kMaxKvPoolPages; }),
        "--prefix-cache-pages"},
   };
   for (const BadValue& bad : cases) {
@@ -177,9 +176,9 @@ TEST(EngineBuilder, BuildsTheTinyModelsPlain) {
     EXPECT_EQ(plan.kvCapacity, 20);
     EXPECT_EQ(engine->draft(), nullptr);
     const int32_t vocab = static_cast<int32_t>(engine->target().config().vocab_size);
-    const std::vector<GenerationResult> out = engine->decoder().generate(
-        {{.prompt = randomPrompt(12, 2, vocab), .maxNewTokens = 8},
-         {.prompt = randomPrompt(5, 3, vocab), .maxNewTokens = 8}});
+    const std::vector<GenerationResult> out =
+        engine->decoder().generate({{.prompt = randomPrompt(12, 2, vocab), .maxNewTokens = 8},
+                                    {.prompt = randomPrompt(5, 3, vocab), .maxNewTokens = 8}});
     EXPECT_EQ(out[0].tokens.size(), 8u);
     EXPECT_EQ(out[1].tokens.size(), 8u);
   }
