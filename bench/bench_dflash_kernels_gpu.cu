@@ -403,14 +403,13 @@ void benchMetadataGraph(cudaStream_t stream, int32_t batch) {
   for (size_t i = 0; i < top.size(); ++i) top[i] = verify[i] = int32_t(i % 7);
   Buffer dTop = upload(top), dVerify = upload(verify), accTok = device(i4 * batch * bs),
          accNode = device(i4 * batch * bs), accLen = device(i4 * batch);
-  kernel::EagleAcceptParams ap;
-  ap.targetTopIds = dTop.as<int32_t>();
-  ap.verifyTokenIds = dVerify.as<int32_t>();
-  ap.acceptedTokens = accTok.as<int32_t>();
-  ap.acceptedNodeIds = accNode.as<int32_t>();
-  ap.acceptLengths = accLen.as<int32_t>();
-  ap.batchSize = batch;
-  ap.verifySize = bs;
+  kernel::EagleAcceptParams ap{.targetTopIds = dTop.as<int32_t>(),
+                               .verifyTokenIds = dVerify.as<int32_t>(),
+                               .acceptedTokens = accTok.as<int32_t>(),
+                               .acceptedNodeIds = accNode.as<int32_t>(),
+                               .acceptLengths = accLen.as<int32_t>(),
+                               .batchSize = batch,
+                               .verifySize = bs};
   const double accept = median_us(stream, 20, 500, [&](int) { kernel::launchEagleAccept(ap, stream); });
   gRows.push_back({"eagle accept (eager)", "B=64 S=16 linear", accept, -1, -1});
 }

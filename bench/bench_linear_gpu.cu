@@ -270,16 +270,15 @@ void benchGemmPeak(cudaStream_t stream, kernel::LinearContext& ctx) {
     Buffer y = Buffer::allocate(MemorySpace::kDevice, int64_t{g.m} * g.n * 2);
     fill(x, 11, -1.0f, 1.0f);
     fill(w, 12, -1.0f, 1.0f);
-    kernel::LinearParams p;
-    p.x = x.data();
-    p.w = w.data();
-    p.y = y.data();
-    p.m = g.m;
-    p.n = g.n;
-    p.k = g.k;
-    p.dtype = DType::kBF16;
-    p.outDtype = DType::kBF16;
-    p.algo = kernel::LinearAlgo::kCublasLt;
+    kernel::LinearParams p{.x = x.data(),
+                           .w = w.data(),
+                           .y = y.data(),
+                           .m = g.m,
+                           .n = g.n,
+                           .k = g.k,
+                           .dtype = DType::kBF16,
+                           .outDtype = DType::kBF16,
+                           .algo = kernel::LinearAlgo::kCublasLt};
     const double us = median_us(stream, 3, 20, [&](int) { kernel::launchLinear(p, ctx, stream); });
     std::printf("  %-22s %5d x %5d x %5d  %9.1f us  %7.1f TFLOP/s\n", g.name, g.m, g.n, g.k, us,
                 2.0 * g.m * g.n * g.k / (us * 1e6));

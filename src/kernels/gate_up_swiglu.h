@@ -17,7 +17,7 @@ namespace es::kernel {
 struct GateUpSwigluParams {
   // x [m, k], W [2I, k] and bias [2I] in `layout`; y: [m, 2I] scratch of dtype (outDtype must be
   // dtype), written only by the unfused path but always required.
-  LinearParams linear;
+  LinearParams linear = {};
   void* out = nullptr;  // [m, I] dtype; must not alias x or linear.y
   GateUpLayout layout = GateUpLayout::kHalves;
 };

@@ -47,7 +47,7 @@ struct LinearParams {
   // W's dtype where it differs from dtype: bf16 or f16 W with f32 x, on the CPU reference only
   // (the CPU backend keeps bf16 checkpoints' matrices in bf16, half the bytes a decode step
   // streams; widening bf16 to f32 is exact, so the results are those of f32 W). Empty: dtype.
-  std::optional<DType> weightDtype;
+  std::optional<DType> weightDtype = std::nullopt;
 
   // A decode layer's RMSNorm and residual add, fused into the gemv (linear_gemv.cu) where
   // linearFusesRowNorm(m) says so; elsewhere the CUDA path rejects them (InvalidArgument) and the

@@ -32,21 +32,20 @@ struct ProposalOut {
     past = poisoned(b);
     seqlen = poisoned(b);
     state = I32(b, 42);
-    kernel::DFlashProposalInputsParams p;
-    p.oldDraftCacheLengths = oldLens.data();
-    p.deltaLengths = deltaLens.data();
-    p.blockSize = bs;
-    p.packedAttentionMask = mask.data();
-    p.attentionPosId = posId.data();
-    p.contextLengths = context.data();
-    p.positions = positions.data();
-    p.queryStartOffsets = qstart.data();
-    p.queryLengths = qlen.data();
-    p.pastLengths = past.data();
-    p.attentionSequenceLengths = seqlen.data();
-    p.stateIndices = state.data();
-    p.causalProposalMask = causal;
-    p.batchSize = static_cast<int32_t>(b);
+    kernel::DFlashProposalInputsParams p{.oldDraftCacheLengths = oldLens.data(),
+                                         .deltaLengths = deltaLens.data(),
+                                         .blockSize = bs,
+                                         .packedAttentionMask = mask.data(),
+                                         .attentionPosId = posId.data(),
+                                         .contextLengths = context.data(),
+                                         .positions = positions.data(),
+                                         .queryStartOffsets = qstart.data(),
+                                         .queryLengths = qlen.data(),
+                                         .pastLengths = past.data(),
+                                         .attentionSequenceLengths = seqlen.data(),
+                                         .stateIndices = state.data(),
+                                         .causalProposalMask = causal,
+                                         .batchSize = static_cast<int32_t>(b)};
     return p;
   }
 };
@@ -152,13 +151,12 @@ TEST(DFlashProposalInputsRef, Validation) {
 TEST(DFlashDeltaMetadataRef, PaddedTokenMajorRows) {
   const I32 oldLens = {5, 12, 0}, deltaLens = {2, 0, 3};
   I32 positions = poisoned(9), owners = poisoned(9);
-  kernel::DFlashDeltaMetadataParams p;
-  p.oldDraftCacheLengths = oldLens.data();
-  p.deltaLengths = deltaLens.data();
-  p.deltaWidth = 3;
-  p.deltaPositions = positions.data();
-  p.deltaTokenToSequence = owners.data();
-  p.batchSize = 3;
+  kernel::DFlashDeltaMetadataParams p{.oldDraftCacheLengths = oldLens.data(),
+                                      .deltaLengths = deltaLens.data(),
+                                      .deltaWidth = 3,
+                                      .deltaPositions = positions.data(),
+                                      .deltaTokenToSequence = owners.data(),
+                                      .batchSize = 3};
   ref::dflashPrepareDeltaMetadata(p);
   EXPECT_EQ(positions, (I32{5, 6, -1, -1, -1, -1, 0, 1, 2}));
   EXPECT_EQ(owners, (I32{0, 0, -1, -1, -1, -1, 2, 2, 2}));

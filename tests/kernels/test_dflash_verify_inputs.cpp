@@ -29,14 +29,13 @@ struct BaseVerifyOut {
     posId = poisoned(b * s);
     context = poisoned(b);
     select.assign(b * s, -777);
-    kernel::DFlashBaseVerifyInputsParams p;
-    p.baseKVCacheLengths = baseLens.data();
-    p.verifySize = s;
-    p.packedAttentionMask = mask.data();
-    p.attentionPosId = posId.data();
-    p.selectTokenIndices = select.data();
-    p.contextLengths = context.data();
-    p.batchSize = static_cast<int32_t>(b);
+    kernel::DFlashBaseVerifyInputsParams p{.baseKVCacheLengths = baseLens.data(),
+                                           .verifySize = s,
+                                           .packedAttentionMask = mask.data(),
+                                           .attentionPosId = posId.data(),
+                                           .selectTokenIndices = select.data(),
+                                           .contextLengths = context.data(),
+                                           .batchSize = static_cast<int32_t>(b)};
     return p;
   }
 };
@@ -105,15 +104,14 @@ struct LinearVerifyCase {
     const int32_t s = proposalLen + 1;
     tokens = poisoned(b * s);
     mask.assign(b * s * s, static_cast<int8_t>(test::kPoisonByte));
-    kernel::DFlashLinearVerifyInputsParams p;
-    p.lastAcceptedTokens = anchors.data();
-    p.draftTokenIds = draft.data();
-    p.verifyTokenIds = tokens.data();
-    p.verifyTreeMask = mask.data();
-    p.batchSize = static_cast<int32_t>(b);
-    p.proposalLen = proposalLen;
-    p.draftTokenStride = stride;
-    p.verifySize = s;
+    kernel::DFlashLinearVerifyInputsParams p{.lastAcceptedTokens = anchors.data(),
+                                             .draftTokenIds = draft.data(),
+                                             .verifyTokenIds = tokens.data(),
+                                             .verifyTreeMask = mask.data(),
+                                             .batchSize = static_cast<int32_t>(b),
+                                             .proposalLen = proposalLen,
+                                             .draftTokenStride = stride,
+                                             .verifySize = s};
     return p;
   }
 };

@@ -42,16 +42,15 @@ TEST(EagleAcceptGpu, MatchesReferenceOnRandomTreesAndChains) {
     for (auto& b : budget) b = std::uniform_int_distribution<int32_t>(-1, s + 1)(rng);
 
     I32 tokens = poisoned(n), nodes = poisoned(n), lengths = poisoned(batch);
-    kernel::EagleAcceptParams p;
-    p.targetTopIds = top.data();
-    p.verifyTokenIds = verify.data();
-    p.treeParentIds = tree ? parents.data() : nullptr;
-    p.remainingBudget = withBudget ? budget.data() : nullptr;
-    p.acceptedTokens = tokens.data();
-    p.acceptedNodeIds = nodes.data();
-    p.acceptLengths = lengths.data();
-    p.batchSize = batch;
-    p.verifySize = s;
+    kernel::EagleAcceptParams p{.targetTopIds = top.data(),
+                                .verifyTokenIds = verify.data(),
+                                .treeParentIds = tree ? parents.data() : nullptr,
+                                .remainingBudget = withBudget ? budget.data() : nullptr,
+                                .acceptedTokens = tokens.data(),
+                                .acceptedNodeIds = nodes.data(),
+                                .acceptLengths = lengths.data(),
+                                .batchSize = batch,
+                                .verifySize = s};
     ref::eagleAccept(p);
 
     test::DeviceArray<int32_t> dTop(top), dVerify(verify), dParents(parents), dBudget(budget),
@@ -78,14 +77,13 @@ TEST(EagleAcceptGpu, MatchesReferenceOnRandomTreesAndChains) {
 TEST(EagleAcceptGpu, ValidatesBeforeLaunching) {
   ES_SKIP_IF_NO_GPU();
   test::DeviceArray<int32_t> buf(16);
-  kernel::EagleAcceptParams p;
-  p.targetTopIds = buf.get();
-  p.verifyTokenIds = buf.get();
-  p.acceptedTokens = buf.get();
-  p.acceptedNodeIds = buf.get();
-  p.acceptLengths = nullptr;
-  p.batchSize = 1;
-  p.verifySize = 4;
+  kernel::EagleAcceptParams p{.targetTopIds = buf.get(),
+                              .verifyTokenIds = buf.get(),
+                              .acceptedTokens = buf.get(),
+                              .acceptedNodeIds = buf.get(),
+                              .acceptLengths = nullptr,
+                              .batchSize = 1,
+                              .verifySize = 4};
   EXPECT_THROW(kernel::launchEagleAccept(p, nullptr), InvalidArgument);
   p.batchSize = 0;
   kernel::launchEagleAccept(p, nullptr);

@@ -54,14 +54,13 @@ TEST(EmbeddingRef, Validation) {
   std::vector<int32_t> tokens = {0};
   std::vector<float> table(8), out(8);
   auto make = [&] {
-    kernel::EmbeddingParams p;
-    p.tokens = tokens.data();
-    p.table = table.data();
-    p.out = out.data();
-    p.numTokens = 1;
-    p.vocabSize = 2;
-    p.hiddenSize = 4;
-    p.dtype = DType::kF32;
+    kernel::EmbeddingParams p{.tokens = tokens.data(),
+                              .table = table.data(),
+                              .out = out.data(),
+                              .numTokens = 1,
+                              .vocabSize = 2,
+                              .hiddenSize = 4,
+                              .dtype = DType::kF32};
     return p;
   };
   EXPECT_TRUE(kernel::validate(make()));

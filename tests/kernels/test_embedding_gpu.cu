@@ -28,14 +28,13 @@ void run(int32_t vocab, int32_t hidden, int32_t tokens, bool offsetOut, std::mt1
   const size_t off = offsetOut ? 1 : 0;  // a misaligned output base
   std::vector<T> want(off + size_t(tokens) * hidden);
   std::memset(want.data(), test::kPoisonByte, want.size() * sizeof(T));
-  kernel::EmbeddingParams p;
-  p.tokens = ids.data();
-  p.table = table.data();
-  p.out = want.data() + off;
-  p.numTokens = tokens;
-  p.vocabSize = vocab;
-  p.hiddenSize = hidden;
-  p.dtype = dtype_of<T>;
+  kernel::EmbeddingParams p{.tokens = ids.data(),
+                            .table = table.data(),
+                            .out = want.data() + off,
+                            .numTokens = tokens,
+                            .vocabSize = vocab,
+                            .hiddenSize = hidden,
+                            .dtype = dtype_of<T>};
   ref::embedding(p);
 
   test::DeviceArray<int32_t> dIds(ids);

@@ -56,9 +56,11 @@ TEST(GateUpLayout, SwigluInterleavedEqualsHalves) {
     }
   }
   std::vector<float> a(size_t{rows} * I, -1.0f), b(a.size(), -2.0f);
-  kernel::SwigluParams p;
-  p.gateUp = halves.data(); p.out = a.data(); p.rows = rows; p.intermediateSize = I;
-  p.dtype = DType::kF32;
+  kernel::SwigluParams p{.gateUp = halves.data(),
+                         .out = a.data(),
+                         .rows = rows,
+                         .intermediateSize = I,
+                         .dtype = DType::kF32};
   ref::swiglu(p);
   p.gateUp = inter.data(); p.out = b.data(); p.layout = GateUpLayout::kInterleaved8;
   ref::swiglu(p);

@@ -142,9 +142,11 @@ void throughLauncher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t k
   // The halves run went through the linear layer and launchSwiglu: the CPU SwiGLU of its gate/up
   // outputs is its result, bit for bit.
   std::vector<T> want(nOut);
-  kernel::SwigluParams s;
-  s.gateUp = gate_up[0].data(); s.out = want.data(); s.rows = m; s.intermediateSize = I;
-  s.dtype = dtype_of<T>;
+  kernel::SwigluParams s{.gateUp = gate_up[0].data(),
+                         .out = want.data(),
+                         .rows = m,
+                         .intermediateSize = I,
+                         .dtype = dtype_of<T>};
   ref::swiglu(s);
   expect_bits(out[0], want, "CPU SwiGLU of the GPU's gate/up");
   if (m > kernel::kGemvAutoMaxRows) {  // cuBLASLt then the interleaved SwiGLU kernel: same check

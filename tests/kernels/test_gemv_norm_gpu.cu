@@ -62,9 +62,15 @@ struct Problem {
     dY0 = test::DeviceArray<T>(y0);
   }
   kernel::LinearParams linear(const void* xp, void* y, bool withBias) const {
-    kernel::LinearParams p;
-    p.x = xp; p.w = dW.get(); p.bias = withBias ? dBias.get() : nullptr; p.y = y;
-    p.m = m; p.n = n; p.k = k; p.dtype = dtype_of<T>; p.outDtype = dtype_of<T>;
+    kernel::LinearParams p{.x = xp,
+                           .w = dW.get(),
+                           .bias = withBias ? dBias.get() : nullptr,
+                           .y = y,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .dtype = dtype_of<T>,
+                           .outDtype = dtype_of<T>};
     return p;
   }
   // The exact product of the normalized rows (double) and, per output, the sum of |W * xn| +
@@ -90,9 +96,13 @@ struct Problem {
   }
   // launchRmsNorm of x without a residual, into out [m, k].
   void normInto(void* out) const {
-    kernel::RmsNormParams r;
-    r.x = dX.get(); r.weight = dNormW.get(); r.out = out;
-    r.rows = m; r.hiddenSize = k; r.eps = kEps; r.dtype = dtype_of<T>;
+    kernel::RmsNormParams r{.x = dX.get(),
+                            .weight = dNormW.get(),
+                            .out = out,
+                            .rows = m,
+                            .hiddenSize = k,
+                            .eps = kEps,
+                            .dtype = dtype_of<T>};
     kernel::launchRmsNorm(r, nullptr);
   }
 };
@@ -101,9 +111,14 @@ struct Problem {
 template <typename T>
 std::vector<T> residualAfterNorm(const Problem<T>& pr, const test::DeviceArray<T>& product) {
   test::DeviceArray<T> residual(pr.y0), normed(pr.y0.size()), ones(std::vector<T>(size_t(pr.n), cast<T>(1.0f)));
-  kernel::RmsNormParams r;
-  r.x = product.get(); r.residual = residual.get(); r.weight = ones.get(); r.out = normed.get();
-  r.rows = pr.m; r.hiddenSize = pr.n; r.eps = kEps; r.dtype = dtype_of<T>;
+  kernel::RmsNormParams r{.x = product.get(),
+                          .residual = residual.get(),
+                          .weight = ones.get(),
+                          .out = normed.get(),
+                          .rows = pr.m,
+                          .hiddenSize = pr.n,
+                          .eps = kEps,
+                          .dtype = dtype_of<T>};
   kernel::launchRmsNorm(r, nullptr);
   return residual.download();
 }
@@ -170,9 +185,12 @@ void everyConfiguration(int32_t m, int32_t k, std::mt19937& rng) {
       }
 
       // SwiGLU epilogue with the norm = the normed plain output, then launchSwiglu.
-      kernel::SwigluParams sw;
-      sw.gateUp = fused.get(); sw.out = swigluWant.get(); sw.rows = m; sw.intermediateSize = kN / 2;
-      sw.dtype = dtype_of<T>; sw.layout = kernel::GateUpLayout::kInterleaved8;
+      kernel::SwigluParams sw{.gateUp = fused.get(),
+                              .out = swigluWant.get(),
+                              .rows = m,
+                              .intermediateSize = kN / 2,
+                              .dtype = dtype_of<T>,
+                              .layout = kernel::GateUpLayout::kInterleaved8};
       swigluWant.poison();
       kernel::launchSwiglu(sw, nullptr);
       swigluFused.poison();

@@ -27,13 +27,12 @@ TEST(LinearRef, HandComputed) {
   const std::vector<float> w = {1, 0, -1, 0.5f, 0.5f, 0.5f};
   const std::vector<float> bias = {10, -10};
   std::vector<float> y(4, -1.0f);
-  kernel::LinearParams p;
-  p.x = x.data();
-  p.w = w.data();
-  p.y = y.data();
-  p.m = 2;
-  p.n = 2;
-  p.k = 3;
+  kernel::LinearParams p{.x = x.data(),
+                         .w = w.data(),
+                         .y = y.data(),
+                         .m = 2,
+                         .n = 2,
+                         .k = 3};
   p.dtype = p.outDtype = DType::kF32;
   ref::linear(p);
   EXPECT_EQ(y, (std::vector<float>{-2.0f, 3.0f, -5.0f, 1.5f}));
@@ -63,16 +62,15 @@ void naiveCase(DType dtype, DType outDtype, int32_t m, int32_t n, int32_t k, boo
   for (auto& v : w) v = cast(dist(rng));
   for (auto& v : bias) v = cast(dist(rng));
   std::vector<uint8_t> y(size_t(m) * n * dtype_size(outDtype));
-  kernel::LinearParams p;
-  p.x = x.data();
-  p.w = w.data();
-  p.bias = withBias ? bias.data() : nullptr;
-  p.y = y.data();
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.dtype = dtype;
-  p.outDtype = outDtype;
+  kernel::LinearParams p{.x = x.data(),
+                         .w = w.data(),
+                         .bias = withBias ? bias.data() : nullptr,
+                         .y = y.data(),
+                         .m = m,
+                         .n = n,
+                         .k = k,
+                         .dtype = dtype,
+                         .outDtype = outDtype};
   ref::linear(p);
   for (int32_t i = 0; i < m; ++i) {
     for (int32_t j = 0; j < n; ++j) {
@@ -143,9 +141,15 @@ TEST(LinearRef, EveryOutputSumsInTheDefinedOrderBitForBit) {
       for (float& v : bf) v = roundedTo(dtype, dist(rng));
       std::vector<uint8_t> x = bytesOf(xf, dtype), w = bytesOf(wf, dtype), b = bytesOf(bf, dtype);
       std::vector<float> y(static_cast<size_t>(m) * n, std::nanf("")), row(static_cast<size_t>(n), std::nanf(""));
-      kernel::LinearParams p;
-      p.x = x.data(); p.w = w.data(); p.bias = b.data(); p.y = y.data();
-      p.m = m; p.n = n; p.k = k; p.dtype = dtype; p.outDtype = DType::kF32;
+      kernel::LinearParams p{.x = x.data(),
+                             .w = w.data(),
+                             .bias = b.data(),
+                             .y = y.data(),
+                             .m = m,
+                             .n = n,
+                             .k = k,
+                             .dtype = dtype,
+                             .outDtype = DType::kF32};
       ref::linear(p);
       for (int32_t i = 0; i < m; ++i) {
         kernel::LinearParams one = p;
@@ -178,8 +182,10 @@ TEST(LinearRef, Bf16WeightsUnderF32ActivationsEqualWidenedWeights) {
     for (float& v : bias) v = dist(rng);
     const std::vector<uint8_t> w16 = bytesOf(wf, DType::kBF16);
     std::vector<float> want(static_cast<size_t>(m) * n, std::nanf("")), got(want.size(), std::nanf(""));
-    kernel::LinearParams p;
-    p.x = x.data(); p.w = wf.data(); p.bias = bias.data(); p.y = want.data();
+    kernel::LinearParams p{.x = x.data(),
+                           .w = wf.data(),
+                           .bias = bias.data(),
+                           .y = want.data()};
     p.m = m; p.n = n; p.k = k; p.dtype = p.outDtype = DType::kF32;
     ref::linear(p);
     p.w = w16.data(); p.y = got.data(); p.weightDtype = DType::kBF16;
@@ -188,8 +194,12 @@ TEST(LinearRef, Bf16WeightsUnderF32ActivationsEqualWidenedWeights) {
   }
   std::vector<float> x(8, 1.0f), y(1);
   std::vector<uint8_t> w(16);
-  kernel::LinearParams p;
-  p.x = x.data(); p.w = w.data(); p.y = y.data(); p.m = 1; p.n = 1; p.k = 8;
+  kernel::LinearParams p{.x = x.data(),
+                         .w = w.data(),
+                         .y = y.data(),
+                         .m = 1,
+                         .n = 1,
+                         .k = 8};
   p.dtype = DType::kBF16; p.outDtype = DType::kF32; p.weightDtype = DType::kF32;  // f32 W under bf16 x
   test::expectInvalidArgument([&] { ref::linear(p); }, "weightDtype");
   p.dtype = DType::kF32; p.weightDtype = DType::kI8;
@@ -201,13 +211,12 @@ TEST(LinearRef, Bf16WeightsUnderF32ActivationsEqualWidenedWeights) {
 TEST(LinearRef, Validation) {
   std::vector<float> x(6), w(6), y(4);
   auto make = [&] {
-    kernel::LinearParams p;
-    p.x = x.data();
-    p.w = w.data();
-    p.y = y.data();
-    p.m = 2;
-    p.n = 2;
-    p.k = 3;
+    kernel::LinearParams p{.x = x.data(),
+                           .w = w.data(),
+                           .y = y.data(),
+                           .m = 2,
+                           .n = 2,
+                           .k = 3};
     p.dtype = p.outDtype = DType::kF32;
     return p;
   };
@@ -253,8 +262,10 @@ TEST(LinearRef, FusedNormAndResidualAddHandComputed) {
   w[0] = 1.0f;
   w[8 + 7] = 1.0f;
   for (int c = 0; c < 8; ++c) w[16 + c] = 1.0f;
-  kernel::LinearParams p;
-  p.x = x.data(); p.w = w.data(); p.bias = bias.data(); p.y = y.data();
+  kernel::LinearParams p{.x = x.data(),
+                         .w = w.data(),
+                         .bias = bias.data(),
+                         .y = y.data()};
   p.m = 1; p.n = 3; p.k = 8; p.dtype = p.outDtype = DType::kF32;
   p.normWeight = weight.data(); p.normEps = 1e-6f; p.accumulate = true;
   ref::linear(p);
@@ -274,13 +285,12 @@ TEST(LinearRef, FusedNormAndResidualAddHandComputed) {
 TEST(LinearGemvRules, Eligibility) {
   alignas(16) static uint8_t x[1024], w[1024], y[1024], b[64];
   auto make = [&] {
-    kernel::LinearParams p;
-    p.x = x;
-    p.w = w;
-    p.y = y;
-    p.m = 1;
-    p.n = 8;
-    p.k = 32;
+    kernel::LinearParams p{.x = x,
+                           .w = w,
+                           .y = y,
+                           .m = 1,
+                           .n = 8,
+                           .k = 32};
     p.dtype = p.outDtype = DType::kBF16;
     return p;
   };

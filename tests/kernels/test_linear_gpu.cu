@@ -54,17 +54,16 @@ struct Problem {
     dX = test::DeviceArray<T>(x);
   }
   kernel::LinearParams params(void* y, DType out, bool withBias, LinearAlgo algo) const {
-    kernel::LinearParams p;
-    p.x = dX.get() + off;
-    p.w = dW.get();
-    p.bias = withBias ? dB.get() : nullptr;
-    p.y = y;
-    p.m = m;
-    p.n = n;
-    p.k = k;
-    p.dtype = dtype_of<T>;
-    p.outDtype = out;
-    p.algo = algo;
+    kernel::LinearParams p{.x = dX.get() + off,
+                           .w = dW.get(),
+                           .bias = withBias ? dB.get() : nullptr,
+                           .y = y,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .dtype = dtype_of<T>,
+                           .outDtype = out,
+                           .algo = algo};
     return p;
   }
 };
@@ -101,16 +100,15 @@ void check(const Problem<T>& pr, bool withBias, const std::vector<int32_t>& cols
     bSub[j] = pr.bias[cols[j]];
   }
   std::vector<O> want(size_t(m) * nc);
-  kernel::LinearParams r;
-  r.x = pr.x.data() + pr.off;
-  r.w = wSub.data();
-  r.bias = withBias ? bSub.data() : nullptr;
-  r.y = want.data();
-  r.m = m;
-  r.n = nc;
-  r.k = k;
-  r.dtype = dtype_of<T>;
-  r.outDtype = dtype_of<O>;
+  kernel::LinearParams r{.x = pr.x.data() + pr.off,
+                         .w = wSub.data(),
+                         .bias = withBias ? bSub.data() : nullptr,
+                         .y = want.data(),
+                         .m = m,
+                         .n = nc,
+                         .k = k,
+                         .dtype = dtype_of<T>,
+                         .outDtype = dtype_of<O>};
   ref::linear(r);
 
   test::DeviceArray<O> dY(size_t(m) * pr.n);
@@ -334,13 +332,12 @@ TEST(LinearGpu, GemvRejectsUnsupportedParams) {
   test::DeviceArray<bf16> x(17 * 64 + 8), w(64 * 64 + 8), y(17 * 64);
   test::DeviceArray<float> xf(64), wf(64 * 64), yf(64);
   auto make = [&] {
-    kernel::LinearParams p;
-    p.x = x.get();
-    p.w = w.get();
-    p.y = y.get();
-    p.m = 1;
-    p.n = 64;
-    p.k = 64;
+    kernel::LinearParams p{.x = x.get(),
+                           .w = w.get(),
+                           .y = y.get(),
+                           .m = 1,
+                           .n = 64,
+                           .k = 64};
     p.dtype = p.outDtype = DType::kBF16;
     p.algo = LinearAlgo::kGemv;
     return p;

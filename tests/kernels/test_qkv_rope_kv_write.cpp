@@ -96,24 +96,23 @@ TEST(QkvRopeKvWriteRef, HandRotationAtPosition1) {
   std::vector<float> pool = sentinelPool<float>(size_t(2) * num_pages * kPage * dim);
   const std::vector<float> before = pool;
   std::vector<float> qOut(dim, -5.0f);
-  kernel::QkvRopeKvWriteParams p;
-  p.qkv = qkv.data();
-  p.cosSin = cs.data();
-  p.maxPositions = 2;
-  p.positions = positions.data();
-  p.tokenToSequence = owners.data();
-  p.pageTable = table.data();
-  p.kvPool = pool.data();
-  p.qOut = qOut.data();
-  p.numTokens = 1;
-  p.batchSize = 1;
-  p.numQHeads = 1;
-  p.numKVHeads = 1;
-  p.headDim = dim;
-  p.rotaryDim = dim;
-  p.numPages = num_pages;
-  p.maxPagesPerSeq = 1;
-  p.dtype = DType::kF32;
+  kernel::QkvRopeKvWriteParams p{.qkv = qkv.data(),
+                                 .cosSin = cs.data(),
+                                 .maxPositions = 2,
+                                 .positions = positions.data(),
+                                 .tokenToSequence = owners.data(),
+                                 .pageTable = table.data(),
+                                 .kvPool = pool.data(),
+                                 .qOut = qOut.data(),
+                                 .numTokens = 1,
+                                 .batchSize = 1,
+                                 .numQHeads = 1,
+                                 .numKVHeads = 1,
+                                 .headDim = dim,
+                                 .rotaryDim = dim,
+                                 .numPages = num_pages,
+                                 .maxPagesPerSeq = 1,
+                                 .dtype = DType::kF32};
   ref::qkvRopeKvWrite(p);
   EXPECT_NEAR(qOut[0], std::cos(1.0) - 2 * std::sin(1.0), 1e-6);
   EXPECT_NEAR(qOut[32], 2 * std::cos(1.0) + std::sin(1.0), 1e-6);
@@ -181,27 +180,26 @@ void gqaCase(DType dtype, const Case& c, double rel) {
   std::vector<T> qOut(size_t(n) * c.hq * c.dim);
   std::memset(qOut.data(), test::kPoisonByte, qOut.size() * sizeof(T));
 
-  kernel::QkvRopeKvWriteParams p;
-  p.qkv = qkv.data();
-  p.qNormWeight = c.q_norm ? qw.data() : nullptr;
-  p.kNormWeight = c.k_norm ? kw.data() : nullptr;
-  p.normEps = 1e-6f;
-  p.cosSin = cs.data();
-  p.maxPositions = maxPos;
-  p.positions = positions.data();
-  p.tokenToSequence = owners.data();
-  p.pageTable = table.data();
-  p.kvPool = pool.data();
-  p.qOut = qOut.data();
-  p.numTokens = n;
-  p.batchSize = batch;
-  p.numQHeads = c.hq;
-  p.numKVHeads = c.hkv;
-  p.headDim = c.dim;
-  p.rotaryDim = c.rotary;
-  p.numPages = num_pages;
-  p.maxPagesPerSeq = max_pages;
-  p.dtype = dtype;
+  kernel::QkvRopeKvWriteParams p{.qkv = qkv.data(),
+                                 .qNormWeight = c.q_norm ? qw.data() : nullptr,
+                                 .kNormWeight = c.k_norm ? kw.data() : nullptr,
+                                 .normEps = 1e-6f,
+                                 .cosSin = cs.data(),
+                                 .maxPositions = maxPos,
+                                 .positions = positions.data(),
+                                 .tokenToSequence = owners.data(),
+                                 .pageTable = table.data(),
+                                 .kvPool = pool.data(),
+                                 .qOut = qOut.data(),
+                                 .numTokens = n,
+                                 .batchSize = batch,
+                                 .numQHeads = c.hq,
+                                 .numKVHeads = c.hkv,
+                                 .headDim = c.dim,
+                                 .rotaryDim = c.rotary,
+                                 .numPages = num_pages,
+                                 .maxPagesPerSeq = max_pages,
+                                 .dtype = dtype};
   ref::qkvRopeKvWrite(p);
 
   std::vector<double> qwd(c.dim), kwd(c.dim);
@@ -286,24 +284,23 @@ TEST(QkvRopeKvWriteRef, Validation) {
   std::vector<float> qkv(3 * 64), cs(64), pool(2 * 128 * 64), q(64);
   std::vector<int32_t> pos = {0}, own = {0}, table = {0, 1};
   auto make = [&] {
-    kernel::QkvRopeKvWriteParams p;
-    p.qkv = qkv.data();
-    p.cosSin = cs.data();
-    p.maxPositions = 1;
-    p.positions = pos.data();
-    p.tokenToSequence = own.data();
-    p.pageTable = table.data();
-    p.kvPool = pool.data();
-    p.qOut = q.data();
-    p.numTokens = 1;
-    p.batchSize = 1;
-    p.numQHeads = 1;
-    p.numKVHeads = 1;
-    p.headDim = 64;
-    p.rotaryDim = 64;
-    p.numPages = 1;
-    p.maxPagesPerSeq = 1;
-    p.dtype = DType::kF32;
+    kernel::QkvRopeKvWriteParams p{.qkv = qkv.data(),
+                                   .cosSin = cs.data(),
+                                   .maxPositions = 1,
+                                   .positions = pos.data(),
+                                   .tokenToSequence = own.data(),
+                                   .pageTable = table.data(),
+                                   .kvPool = pool.data(),
+                                   .qOut = q.data(),
+                                   .numTokens = 1,
+                                   .batchSize = 1,
+                                   .numQHeads = 1,
+                                   .numKVHeads = 1,
+                                   .headDim = 64,
+                                   .rotaryDim = 64,
+                                   .numPages = 1,
+                                   .maxPagesPerSeq = 1,
+                                   .dtype = DType::kF32};
     return p;
   };
   EXPECT_TRUE(kernel::validate(make()));

@@ -93,27 +93,26 @@ void run(const Shape& s, std::mt19937& rng) {
   fill(pool, rng, -5.0f, 5.0f);
   std::vector<T> wantPool = pool, wantQ(size_t(s.tokens) * s.hq * s.dim);
 
-  kernel::QkvRopeKvWriteParams p;
-  p.qkv = qkv.data();
-  p.qNormWeight = s.q_norm ? qw.data() : nullptr;
-  p.kNormWeight = s.k_norm ? kw.data() : nullptr;
-  p.normEps = 1e-6f;
-  p.cosSin = cosSin.data();
-  p.maxPositions = maxPos;
-  p.positions = positions.data();
-  p.tokenToSequence = owners.data();
-  p.pageTable = table.data();
-  p.kvPool = wantPool.data();
-  p.qOut = wantQ.data();
-  p.numTokens = s.tokens;
-  p.batchSize = s.batch;
-  p.numQHeads = s.hq;
-  p.numKVHeads = s.hkv;
-  p.headDim = s.dim;
-  p.rotaryDim = s.rotary;
-  p.numPages = num_pages;
-  p.maxPagesPerSeq = s.max_pages;
-  p.dtype = dtype_of<T>;
+  kernel::QkvRopeKvWriteParams p{.qkv = qkv.data(),
+                                 .qNormWeight = s.q_norm ? qw.data() : nullptr,
+                                 .kNormWeight = s.k_norm ? kw.data() : nullptr,
+                                 .normEps = 1e-6f,
+                                 .cosSin = cosSin.data(),
+                                 .maxPositions = maxPos,
+                                 .positions = positions.data(),
+                                 .tokenToSequence = owners.data(),
+                                 .pageTable = table.data(),
+                                 .kvPool = wantPool.data(),
+                                 .qOut = wantQ.data(),
+                                 .numTokens = s.tokens,
+                                 .batchSize = s.batch,
+                                 .numQHeads = s.hq,
+                                 .numKVHeads = s.hkv,
+                                 .headDim = s.dim,
+                                 .rotaryDim = s.rotary,
+                                 .numPages = num_pages,
+                                 .maxPagesPerSeq = s.max_pages,
+                                 .dtype = dtype_of<T>};
   ref::qkvRopeKvWrite(p);
   // Which pool elements the reference writes: changed from the random pool, or from a poisoned
   // one (a written value that happens to equal the initial one still counts as written).

@@ -20,10 +20,15 @@ TEST(ReplayProposal, CopiesTheRecordAtTheBlockPositions) {
   const I32 anchors = {9, 8};
   const I32 positions = {3, 4, 5, 6,   1, 2, 3, 4};  // T_0 = 3, T_1 = 1
   I32 out = test::poisoned<int32_t>(8);
-  kernel::ReplayProposalParams p;
-  p.recorded = recorded.data(); p.recordedLengths = lengths.data(); p.stride = 6;
-  p.anchors = anchors.data(); p.positions = positions.data(); p.out = out.data();
-  p.batchSize = 2; p.blockSize = 4; p.vocab = 1000;
+  kernel::ReplayProposalParams p{.recorded = recorded.data(),
+                                 .recordedLengths = lengths.data(),
+                                 .stride = 6,
+                                 .anchors = anchors.data(),
+                                 .positions = positions.data(),
+                                 .out = out.data(),
+                                 .batchSize = 2,
+                                 .blockSize = 4,
+                                 .vocab = 1000};
   ref::replayProposal(p);
   // Row 0 is the anchor; position 6 of row 0 and 4 of row 1 are past the record.
   EXPECT_EQ(out, (I32{9, 104, 105, 0,   8, 202, 203, 0}));
@@ -35,10 +40,16 @@ TEST(ReplayProposal, CorruptionRateIsHonouredAndDeterministic) {
   for (int32_t i = 0; i < n; ++i) recorded[i] = i % 50;
   for (int32_t i = 0; i < n; ++i) positions[i] = i;
   const I32 lengths = {n};
-  kernel::ReplayProposalParams p;
-  p.recorded = recorded.data(); p.recordedLengths = lengths.data(); p.stride = n;
-  p.anchors = anchors.data(); p.positions = positions.data();
-  p.batchSize = 1; p.blockSize = n; p.vocab = 50; p.corruptRate = 0.25f; p.seed = 3;
+  kernel::ReplayProposalParams p{.recorded = recorded.data(),
+                                 .recordedLengths = lengths.data(),
+                                 .stride = n,
+                                 .anchors = anchors.data(),
+                                 .positions = positions.data(),
+                                 .batchSize = 1,
+                                 .blockSize = n,
+                                 .vocab = 50,
+                                 .corruptRate = 0.25f,
+                                 .seed = 3};
   I32 a(n), b(n);
   p.out = a.data();
   ref::replayProposal(p);
@@ -60,8 +71,10 @@ TEST(ReplayProposal, CorruptionRateIsHonouredAndDeterministic) {
 }
 
 TEST(ReplayProposal, BadArgumentsAreClearErrors) {
-  kernel::ReplayProposalParams p;
-  p.batchSize = 1; p.blockSize = 4; p.stride = 4; p.vocab = 10;
+  kernel::ReplayProposalParams p{.stride = 4,
+                                 .batchSize = 1,
+                                 .blockSize = 4,
+                                 .vocab = 10};
   EXPECT_THROW(ref::replayProposal(p), InvalidArgument);  // null pointers
   p.corruptRate = 1.5f;
   EXPECT_THROW(ref::replayProposal(p), InvalidArgument);

@@ -27,11 +27,17 @@ TEST(ReplayProposalGpu, MatchesReference) {
       for (int32_t i = 0; i < bs; ++i) positions[size_t(b) * bs + i] = start + i;
     }
     I32 out = test::poisoned<int32_t>(positions.size());
-    kernel::ReplayProposalParams p;
-    p.recorded = recorded.data(); p.recordedLengths = lengths.data(); p.stride = stride;
-    p.anchors = anchors.data(); p.positions = positions.data(); p.out = out.data();
-    p.batchSize = batch; p.blockSize = bs; p.vocab = vocab;
-    p.corruptRate = trial % 3 == 0 ? 0.0f : 0.3f; p.seed = 100 + trial;
+    kernel::ReplayProposalParams p{.recorded = recorded.data(),
+                                   .recordedLengths = lengths.data(),
+                                   .stride = stride,
+                                   .anchors = anchors.data(),
+                                   .positions = positions.data(),
+                                   .out = out.data(),
+                                   .batchSize = batch,
+                                   .blockSize = bs,
+                                   .vocab = vocab,
+                                   .corruptRate = trial % 3 == 0 ? 0.0f : 0.3f,
+                                   .seed = static_cast<uint64_t>(100 + trial)};
     ref::replayProposal(p);
     test::DeviceArray<int32_t> dRec(recorded), dLen(lengths), dAnchor(anchors), dPos(positions),
         d_out(positions.size());

@@ -19,14 +19,13 @@ TEST(RmsNormRef, HandComputed3x4) {
   const std::vector<float> x = {1, 2, 3, 4, -2, 0, 0, 2, 0.5f, 0.5f, 0.5f, 0.5f};
   const std::vector<float> w = {1.0f, 0.5f, 2.0f, -1.0f};
   std::vector<float> out(12, -7.0f);
-  kernel::RmsNormParams p;
-  p.x = x.data();
-  p.weight = w.data();
-  p.out = out.data();
-  p.rows = 3;
-  p.hiddenSize = 4;
-  p.eps = 1e-6f;
-  p.dtype = DType::kF32;
+  kernel::RmsNormParams p{.x = x.data(),
+                          .weight = w.data(),
+                          .out = out.data(),
+                          .rows = 3,
+                          .hiddenSize = 4,
+                          .eps = 1e-6f,
+                          .dtype = DType::kF32};
   ref::rmsNorm(p);
   const double meanSq[3] = {7.5, 2.0, 0.25};
   for (int r = 0; r < 3; ++r) {
@@ -55,15 +54,14 @@ TEST(RmsNormRef, FusedResidualRoundsToDtypeFirst) {
   std::vector<bf16> x = {to_bf16(0.001953125f), to_bf16(1.0f), to_bf16(-1.0f), to_bf16(3.0f)};
   std::vector<bf16> w(hidden, to_bf16(1.0f));
   std::vector<bf16> out(hidden);
-  kernel::RmsNormParams p;
-  p.x = x.data();
-  p.residual = residual.data();
-  p.weight = w.data();
-  p.out = out.data();
-  p.rows = 1;
-  p.hiddenSize = hidden;
-  p.eps = 1e-5f;
-  p.dtype = DType::kBF16;
+  kernel::RmsNormParams p{.x = x.data(),
+                          .residual = residual.data(),
+                          .weight = w.data(),
+                          .out = out.data(),
+                          .rows = 1,
+                          .hiddenSize = hidden,
+                          .eps = 1e-5f,
+                          .dtype = DType::kBF16};
   ref::rmsNorm(p);
   const float wantRes[4] = {1.0f, 3.0f, -2.0f, 3.0f};
   for (int i = 0; i < hidden; ++i) EXPECT_EQ(to_float(residual[i]), wantRes[i]) << i;
@@ -92,15 +90,14 @@ void randomCase(DType dtype, double rel, bool withResidual) {
   for (auto& v : res) v = cast(dist(rng));
   for (auto& v : w) v = cast(dist(rng));
   const std::vector<T> res0 = res;
-  kernel::RmsNormParams p;
-  p.x = x.data();
-  p.residual = withResidual ? res.data() : nullptr;
-  p.weight = w.data();
-  p.out = out.data();
-  p.rows = rows;
-  p.hiddenSize = hidden;
-  p.eps = 1e-6f;
-  p.dtype = dtype;
+  kernel::RmsNormParams p{.x = x.data(),
+                          .residual = withResidual ? res.data() : nullptr,
+                          .weight = w.data(),
+                          .out = out.data(),
+                          .rows = rows,
+                          .hiddenSize = hidden,
+                          .eps = 1e-6f,
+                          .dtype = dtype};
   ref::rmsNorm(p);
   for (int32_t r = 0; r < rows; ++r) {
     std::vector<double> v(hidden);
@@ -132,13 +129,12 @@ TEST(RmsNormRef, MatchesDoubleFormula) {
 TEST(RmsNormRef, Validation) {
   std::vector<float> x(8), res(8), w(4), out(8);
   auto make = [&] {
-    kernel::RmsNormParams p;
-    p.x = x.data();
-    p.weight = w.data();
-    p.out = out.data();
-    p.rows = 2;
-    p.hiddenSize = 4;
-    p.dtype = DType::kF32;
+    kernel::RmsNormParams p{.x = x.data(),
+                            .weight = w.data(),
+                            .out = out.data(),
+                            .rows = 2,
+                            .hiddenSize = 4,
+                            .dtype = DType::kF32};
     return p;
   };
   EXPECT_TRUE(kernel::validate(make()));

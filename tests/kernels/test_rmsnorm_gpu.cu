@@ -26,15 +26,14 @@ void run(int32_t rows, int32_t hidden, bool withResidual, bool in_place, std::mt
   fill(res, rng, -4.0f, 4.0f);
   fill(w, rng, -2.0f, 2.0f);
   std::vector<T> wantX = x, wantRes = res, wantOut(n);
-  kernel::RmsNormParams p;
-  p.x = wantX.data();
-  p.residual = withResidual ? wantRes.data() : nullptr;
-  p.weight = w.data();
-  p.out = in_place ? wantX.data() : wantOut.data();
-  p.rows = rows;
-  p.hiddenSize = hidden;
-  p.eps = 1e-6f;
-  p.dtype = dtype_of<T>;
+  kernel::RmsNormParams p{.x = wantX.data(),
+                          .residual = withResidual ? wantRes.data() : nullptr,
+                          .weight = w.data(),
+                          .out = in_place ? wantX.data() : wantOut.data(),
+                          .rows = rows,
+                          .hiddenSize = hidden,
+                          .eps = 1e-6f,
+                          .dtype = dtype_of<T>};
   ref::rmsNorm(p);
   if (in_place) wantOut = wantX;
 

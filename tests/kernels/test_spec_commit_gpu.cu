@@ -31,17 +31,16 @@ TEST(SpecCommitGpu, MatchesReference) {
     I32 emit = test::poisoned<int32_t>(batch), next = test::poisoned<int32_t>(batch),
         last = test::poisoned<int32_t>(batch);
     std::vector<int64_t> anchors = test::poisoned<int64_t>(batch);
-    kernel::SpecCommitParams p;
-    p.counts = plain ? nullptr : counts.data();
-    p.countOffset = offset;
-    p.tokens = tokens.data();
-    p.lengths = lengths.data();
-    p.emitCounts = emit.data();
-    p.newLengths = next.data();
-    p.anchorPositions = anchors.data();
-    p.lastTokens = last.data();
-    p.batchSize = batch;
-    p.width = width;
+    kernel::SpecCommitParams p{.counts = plain ? nullptr : counts.data(),
+                               .countOffset = offset,
+                               .tokens = tokens.data(),
+                               .lengths = lengths.data(),
+                               .emitCounts = emit.data(),
+                               .newLengths = next.data(),
+                               .anchorPositions = anchors.data(),
+                               .lastTokens = last.data(),
+                               .batchSize = batch,
+                               .width = width};
     ref::specCommit(p);
 
     test::DeviceArray<int32_t> d_tokens(tokens), dLengths(lengths), dCounts(counts), dEmit(batch),

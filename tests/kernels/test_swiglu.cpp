@@ -19,12 +19,11 @@ TEST(SwigluRef, HandValuesF32) {
   // One row, intermediate 3: gate {0, 1, -2}, up {5, 2, 3}.
   const std::vector<float> gate_up = {0.0f, 1.0f, -2.0f, 5.0f, 2.0f, 3.0f};
   std::vector<float> out(3, -99.0f);
-  kernel::SwigluParams p;
-  p.gateUp = gate_up.data();
-  p.out = out.data();
-  p.rows = 1;
-  p.intermediateSize = 3;
-  p.dtype = DType::kF32;
+  kernel::SwigluParams p{.gateUp = gate_up.data(),
+                         .out = out.data(),
+                         .rows = 1,
+                         .intermediateSize = 3,
+                         .dtype = DType::kF32};
   ref::swiglu(p);
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_NEAR(out[1], 1.4621171572600098, 1e-6);   // 2 / (1 + e^-1)
@@ -46,12 +45,11 @@ void randomRows(DType dtype, double rel) {
     if constexpr (std::is_same_v<T, float>) guF[i] = gate_up[i];
     else guF[i] = to_float(gate_up[i]);
   }
-  kernel::SwigluParams p;
-  p.gateUp = gate_up.data();
-  p.out = out.data();
-  p.rows = rows;
-  p.intermediateSize = inter;
-  p.dtype = dtype;
+  kernel::SwigluParams p{.gateUp = gate_up.data(),
+                         .out = out.data(),
+                         .rows = rows,
+                         .intermediateSize = inter,
+                         .dtype = dtype};
   ref::swiglu(p);
   for (int32_t r = 0; r < rows; ++r) {
     for (int32_t i = 0; i < inter; ++i) {
@@ -73,12 +71,11 @@ TEST(SwigluRef, MatchesDoubleFormula) {
 TEST(SwigluRef, Validation) {
   std::vector<float> gu(4), out(2);
   auto make = [&] {
-    kernel::SwigluParams p;
-    p.gateUp = gu.data();
-    p.out = out.data();
-    p.rows = 1;
-    p.intermediateSize = 2;
-    p.dtype = DType::kF32;
+    kernel::SwigluParams p{.gateUp = gu.data(),
+                           .out = out.data(),
+                           .rows = 1,
+                           .intermediateSize = 2,
+                           .dtype = DType::kF32};
     return p;
   };
   EXPECT_TRUE(kernel::validate(make()));

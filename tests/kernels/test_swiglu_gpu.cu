@@ -25,13 +25,12 @@ void run(int32_t rows, int32_t inter, bool offset, std::mt19937& rng,
   std::vector<T> gate_up(off + size_t(rows) * 2 * inter);
   fill(gate_up, rng, -8.0f, 8.0f);
   std::vector<T> want(off + size_t(rows) * inter);
-  kernel::SwigluParams p;
-  p.gateUp = gate_up.data() + off;
-  p.out = want.data() + off;
-  p.rows = rows;
-  p.intermediateSize = inter;
-  p.dtype = dtype_of<T>;
-  p.layout = layout;
+  kernel::SwigluParams p{.gateUp = gate_up.data() + off,
+                         .out = want.data() + off,
+                         .rows = rows,
+                         .intermediateSize = inter,
+                         .dtype = dtype_of<T>,
+                         .layout = layout};
   ref::swiglu(p);
   test::DeviceArray<T> d_in(gate_up), d_out(want.size());
   p.gateUp = d_in.get() + off;
