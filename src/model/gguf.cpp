@@ -294,13 +294,6 @@ bool GgufValue::intElement(uint64_t i, int64_t* out) const {
   return bitsToInt(loadLe(raw.data() + i * n, n, isSignedType(element_type)), element_type, out);
 }
 
-double GgufValue::floatElement(uint64_t i) const {
-  if (type != GgufValueType::kArray || i >= count) return 0.0;
-  const uint64_t n = scalarBytes(element_type);
-  if (n == 0) return 0.0;
-  return bitsToDouble(loadLe(raw.data() + i * n, n, isSignedType(element_type)), element_type);
-}
-
 std::string GgufValue::describeType() const {
   if (type != GgufValueType::kArray) return std::string(ggufValueTypeName(type));
   return "array[" + std::string(ggufValueTypeName(element_type)) + "]";
