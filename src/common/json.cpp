@@ -1,23 +1,12 @@
 #include "common/json.h"
 
 #include <set>
+#include <string>
 #include <vector>
 
 #include "common/errors.h"
 
 namespace es {
-
-std::string quoteShort(std::string_view text) {
-  constexpr size_t kMax = 120;
-  std::string quoted = "'";
-  if (text.size() > kMax) {
-    quoted.append(text.substr(0, kMax));
-    quoted += "...";
-  } else {
-    quoted.append(text);
-  }
-  return quoted + "'";
-}
 
 nlohmann::json parseJsonStrict(std::string_view text, std::string_view source) {
   using nlohmann::json;

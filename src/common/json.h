@@ -2,7 +2,6 @@
 // Strict JSON parsing for every file the runtime reads (model configs, safetensors headers and
 // indexes, tokenizer.json). nlohmann's parser keeps the last of duplicate object keys silently;
 // a file with two entries under one name is ambiguous, so parseJsonStrict rejects it.
-#include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -16,9 +15,5 @@ inline constexpr int kMaxJsonDepth = 32;
 // Parses `text`, rejecting duplicate keys (at any depth), nesting deeper than kMaxJsonDepth and
 // invalid JSON with a FormatError naming `source`.
 nlohmann::json parseJsonStrict(std::string_view text, std::string_view source);
-
-// `text` in single quotes for an error message, cut to 120 characters and "..." (a hostile file
-// may hold megabytes in one name).
-std::string quoteShort(std::string_view text);
 
 }  // namespace es

@@ -1,8 +1,8 @@
 #pragma once
-// The ops backend the model and the runtime are written against (design.md §1). Each op takes
-// the params struct of its kernel contract (src/kernels/<op>.h): the CPU backend runs the
-// reference (src/ref), the CUDA backend launches the kernel on its stream. Pointers in the
-// params live in the backend's memory space (host for CPU, device for CUDA).
+// The ops backend the model and the runtime are written against (docs/architecture.md, Layers).
+// Each op takes the params struct of its kernel contract (src/kernels/<op>.h): the CPU backend
+// runs the reference (src/ref), the CUDA backend launches the kernel on its stream. Pointers in
+// the params live in the backend's memory space (host for CPU, device for CUDA).
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -37,10 +37,5 @@ TEST(JsonStrict, RejectsDeepNestingAndInvalidJson) {
   EXPECT_NE(formatErrorOf(R"({"a": )").find("f.json: invalid JSON: "), std::string::npos);
 }
 
-TEST(JsonStrict, QuoteShortCutsLongNames) {
-  EXPECT_EQ(quoteShort("w"), "'w'");
-  EXPECT_EQ(quoteShort(std::string(200, 'x')), "'" + std::string(120, 'x') + "...'");
-}
-
 }  // namespace
 }  // namespace es
