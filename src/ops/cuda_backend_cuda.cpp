@@ -46,7 +46,8 @@ class CudaBackend final : public Backend {
   void copyFromHostAsync(void* dst, const void* src, int64_t bytes) override {
     // A pageable source is staged before cudaMemcpyAsync returns; the device write is queued.
     if (bytes > 0) {
-      ES_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+      ES_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
     }
   }
   void copyToHost(void* dst, const void* src, int64_t bytes) override {
