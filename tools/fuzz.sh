@@ -16,7 +16,7 @@ seconds="${2:-${FUZZ_SECONDS:-60}}"
 # Per target: the parser's sources, the seed corpus and the dictionary.
 case "$target" in
   safetensors)
-    sources=("$root/src/model/safetensors.cpp")
+    sources=("$root/src/model/safetensors.cpp" "$root/src/common/json.cpp")
     corpus="$root/tests/fuzz/corpus"
     dict="$root/tests/fuzz/safetensors.dict" ;;
   gguf)
