@@ -73,7 +73,7 @@ for target in "${targets[@]}"; do
   # Per target: the parser's sources, the seed corpus and the dictionary.
   case "$target" in
     safetensors)
-      sources=("$root/src/model/safetensors.cpp")
+      sources=("$root/src/model/safetensors.cpp" "$root/src/common/json.cpp")
       corpus="$root/tests/fuzz/corpus"
       dict="$root/tests/fuzz/safetensors.dict" ;;
     gguf)

@@ -43,6 +43,16 @@ std::string concat(const Parts&... parts) {
 }
 }  // namespace detail
 
+// `text` in single quotes for an error message, cut to 120 characters and "..." (a hostile file
+// may hold megabytes in one name).
+inline std::string quoteShort(std::string_view text) {
+  constexpr size_t kMax = 120;
+  std::string quoted = "'";
+  quoted.append(text.substr(0, kMax));
+  if (text.size() > kMax) quoted += "...";
+  return quoted + "'";
+}
+
 // "<where>: argument '<name>' = <value> <requirement>", e.g.
 // "computeMinimumKvPoolPages: argument 'maxBatchSize' = -1 must be > 0".
 template <typename Value>

@@ -37,8 +37,6 @@ const char* level_name(LogLevel level) {
 
 LogLevel log_level() { return static_cast<LogLevel>(level_storage().load()); }
 
-void set_log_level(LogLevel level) { level_storage().store(static_cast<int>(level)); }
-
 void log_message(LogLevel level, std::string_view message) {
   static std::mutex mutex;  // one line at a time from concurrent threads
   std::lock_guard<std::mutex> lock(mutex);

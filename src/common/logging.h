@@ -10,7 +10,6 @@ namespace es {
 enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
 LogLevel log_level();
-void set_log_level(LogLevel level);
 void log_message(LogLevel level, std::string_view message);
 
 template <typename... Parts>

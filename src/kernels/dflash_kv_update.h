@@ -11,7 +11,7 @@
 
 #include "common/dtype.h"
 #include "common/stream.h"
-#include "kv/page_geometry.h"
+#include "common/kv_page.h"
 
 namespace es::kernel {
 

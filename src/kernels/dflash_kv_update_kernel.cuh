@@ -24,7 +24,7 @@
 #include <cstdint>
 
 #include "kernels/dflash_kv_update.h"
-#include "kv/page_geometry.h"
+#include "common/kv_page.h"
 
 namespace es::kernel::kvupdate {
 

@@ -46,7 +46,7 @@
 #include "kernels/paged_attention_rows.cuh"
 #include "kernels/paged_attention_split.h"
 #include "kernels/pdl.cuh"
-#include "kv/page_geometry.h"
+#include "common/kv_page.h"
 
 namespace es::kernel {
 namespace {

@@ -8,7 +8,7 @@
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_prefill.h"
 #include "kernels/paged_attention_split.h"
-#include "kv/page_geometry.h"
+#include "common/kv_page.h"
 
 namespace es::kernel {
 

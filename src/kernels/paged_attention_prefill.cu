@@ -41,7 +41,7 @@
 #include "kernels/paged_attention_split.h"
 #include "kernels/pdl.cuh"
 #include "kernels/wgmma.cuh"
-#include "kv/page_geometry.h"
+#include "common/kv_page.h"
 
 namespace es::kernel::detail {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "common/cuda_check.h"
 #include "kernels/forward_ops_device.cuh"
-#include "kv/page_geometry.h"
+#include "common/kv_page.h"
 
 namespace es::kernel::attn {
 

@@ -9,7 +9,7 @@
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/qkv_rope_kv_write.h"
-#include "kv/page_geometry.h"
+#include "common/kv_page.h"
 
 namespace es::kernel {
 namespace {

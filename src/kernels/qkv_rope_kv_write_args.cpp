@@ -3,7 +3,7 @@
 
 #include "common/errors.h"
 #include "kernels/qkv_rope_kv_write.h"
-#include "kv/page_geometry.h"
+#include "common/kv_page.h"
 
 namespace es::kernel {
 

@@ -1,36 +1,21 @@
 #pragma once
-// Paged-KV geometry: the constants and sizing functions of spec §1.1 (seed 000, namespace rt).
+// Paged-KV geometry: the sizing functions of spec §1.1 over the page constants of
+// common/kv_page.h, and the sliding-window page budget.
 //
 // Every function validates its own inputs and throws es::InvalidArgument naming the argument,
 // its value and the limit; nothing wraps, truncates or returns a sentinel. Results that can
 // exceed int32 are int64; narrowing to int32 happens only through checkedPoolPages().
-// The seed's spellings (kTOKENS_PER_PAGE, ...) are kept as aliases so they stay findable.
 #include <cstdint>
 #include <limits>
 
+#include "common/kv_page.h"
+
 namespace es::kv {
 
-using PageId = int32_t;  // one K/V page *pair* in one pool; the V id is derived, never stored
-
-constexpr int32_t kTokensPerPage = 128;  // one attention K/V tile = one page
-constexpr int32_t kUnusedPageEntry = -1;
-// Largest K-page count for which V ids (k + numPages) and 2 * numPages stay positive int32.
-constexpr int64_t kMaxKvPoolPages = std::numeric_limits<int32_t>::max() / 2;
-// Largest token capacity whose page-aligned value fits int32.
-constexpr int32_t kMaxKvCacheCapacity =
-    (std::numeric_limits<int32_t>::max() / kTokensPerPage) * kTokensPerPage;
 // The retained sliding-window image may straddle a page boundary.
 constexpr int32_t kSwaBoundaryHeadroomPages = 1;
 // Keeps single-token decode writable when it enters a new page.
 constexpr int32_t kSwaReplacementPages = 1;
-
-// Seed spellings (trt_edgellm::rt).
-constexpr int32_t kTOKENS_PER_PAGE = kTokensPerPage;
-constexpr int32_t kUNUSED_PAGE_ENTRY = kUnusedPageEntry;
-constexpr int64_t kMAX_KV_POOL_PAGES = kMaxKvPoolPages;
-constexpr int32_t kMAX_KV_CACHE_CAPACITY = kMaxKvCacheCapacity;
-constexpr int32_t kSWA_BOUNDARY_HEADROOM_PAGES = kSwaBoundaryHeadroomPages;
-constexpr int32_t kSWA_REPLACEMENT_PAGES = kSwaReplacementPages;
 
 // capPadded / 128; capPadded must be a positive multiple of 128, at most kMaxKvCacheCapacity.
 int32_t pagesPerSlot(int32_t maxCapPadded);

@@ -205,10 +205,14 @@ std::vector<PageTableRange> PageTable::syncDirtyToHost(std::span<int32_t> mirror
   ES_CHECK_ARG(static_cast<int64_t>(mirror.size()) == deviceLayoutElements(),
                "PageTable::syncDirtyToHost", "mirror.size()", mirror.size(), "must equal ",
                deviceLayoutElements());
+  return copyDirty([&](const PageTableRange& r, const int32_t* src) {
+    std::copy_n(src, r.count, mirror.begin() + r.offset);
+  });
+}
+
+std::vector<PageTableRange> PageTable::copyDirty(const RangeCopy& copy) {
   std::vector<PageTableRange> ranges = takeDirtyRanges();
-  for (const PageTableRange& r : ranges) {
-    std::copy_n(image_.begin() + r.offset, r.count, mirror.begin() + r.offset);
-  }
+  for (const PageTableRange& r : ranges) copy(r, image_.data() + r.offset);
   return ranges;
 }
 

@@ -5,13 +5,13 @@
 // int32 [maxBatch, 2, maxPagesPerSeq]: row [b,0,:] the K ids, row [b,1,:] the V ids, derived as
 // v = k + numPages (a -1 K entry gives a -1 V entry). Every mutation is validated before it
 // changes anything, marks the touched device rows dirty, and an upload copies only the dirty
-// rows, coalesced into contiguous ranges, on the caller's stream.
+// rows, coalesced into contiguous ranges (model/backend_page_table.h keeps a backend's copy).
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
 
-#include "common/stream.h"
 #include "kv/page_geometry.h"
 
 namespace es::kv {
@@ -78,14 +78,13 @@ class PageTable {
   // Marks everything dirty (e.g. after the device copy was reallocated).
   void markAllDirty();
 
-  // Host mirror of the device copy (the CPU backend's page table): write the dirty ranges into
-  // `mirror` ([maxBatch, 2, maxPagesPerSeq] int32), then clear the dirty set. Returns the ranges.
+  // Brings a copy of the device layout up to date: calls copy(r, src) for each dirty range r,
+  // src being the current layout's r.count elements from r.offset (valid during the call only;
+  // the copy must have read them when it returns), then clears the dirty set. Returns the ranges.
+  using RangeCopy = std::function<void(const PageTableRange& range, const int32_t* src)>;
+  std::vector<PageTableRange> copyDirty(const RangeCopy& copy);
+  // copyDirty into a host mirror ([maxBatch, 2, maxPagesPerSeq] int32).
   std::vector<PageTableRange> syncDirtyToHost(std::span<int32_t> mirror);
-
-  // CUDA builds: copy the dirty ranges into `device` ([maxBatch, 2, maxPagesPerSeq] int32) on
-  // `stream`, then clear the dirty set. Returns the ranges copied. The source is pageable host
-  // memory, so the copy has read it by the time this returns and later mutations are safe.
-  std::vector<PageTableRange> uploadDirty(int32_t* device, cudaStream_t stream);
 
  private:
   void checkSlot(int32_t slot, const char* where) const;

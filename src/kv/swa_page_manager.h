@@ -27,7 +27,7 @@
 // means every step <= k has finished.
 //
 // Table. Every change is one setEntry/clearEntry on the sparse-window PageTable, which records the
-// slot's rows as dirty; the caller uploads (PageTable::uploadDirty) after beginStep() and before
+// slot's rows as dirty; the caller uploads (PageTable::copyDirty) after beginStep() and before
 // the step's kernels run.
 #include <cstdint>
 #include <span>

@@ -39,22 +39,21 @@ void kvUpdate(ops::Backend& backend, const void* k, const void* v, void* pool, c
               const int32_t* positions, const int32_t* owners, const int32_t* pageTable,
               int32_t numTokens, int32_t batch, int32_t hkv, int32_t d, int32_t numPages,
               int32_t maxPagesPerSeq) {
-  kernel::DFlashTargetKVCacheUpdateParams<T> p;
-  p.kDelta = static_cast<const T*>(k);
-  p.vDelta = static_cast<const T*>(v);
-  p.kvCache = static_cast<T*>(pool);
-  p.tokenAlignedCosSin = cosSin;
-  p.deltaPositions = positions;
-  p.deltaTokenToSequence = owners;
-  p.pageTable = pageTable;
-  p.numDeltaTokens = numTokens;
-  p.batchSize = batch;
-  p.numKVHeads = hkv;
-  p.headDim = d;
-  p.rotaryDim = d;
-  p.numPages = numPages;
-  p.maxPagesPerSeq = maxPagesPerSeq;
-  backend.dflashKvUpdate(p);
+  backend.dflashKvUpdate(kernel::DFlashTargetKVCacheUpdateParams<T>{
+      .kDelta = static_cast<const T*>(k),
+      .vDelta = static_cast<const T*>(v),
+      .kvCache = static_cast<T*>(pool),
+      .tokenAlignedCosSin = cosSin,
+      .deltaPositions = positions,
+      .deltaTokenToSequence = owners,
+      .pageTable = pageTable,
+      .numDeltaTokens = numTokens,
+      .batchSize = batch,
+      .numKVHeads = hkv,
+      .headDim = d,
+      .rotaryDim = d,
+      .numPages = numPages,
+      .maxPagesPerSeq = maxPagesPerSeq});
 }
 
 }  // namespace
@@ -320,36 +319,36 @@ void DFlashDraft::appendContext(const DraftContextDelta& delta, kv::KvCacheManag
                     static_cast<const uint8_t*>(delta.taps) + int64_t{i} * T * H * es, int64_t{H} * es,
                     int64_t{H} * es, T);
   }
-  kernel::LinearParams fc;
-  fc.x = concat_.data(); fc.w = fc_.data(); fc.y = ctx_.data();
-  fc.m = T; fc.n = H; fc.k = n * H; fc.dtype = dtype_; fc.outDtype = dtype_;
-  backend_.linear(fc);
-  kernel::RmsNormParams hn;
-  hn.x = ctx_.data(); hn.weight = hiddenNorm_.data(); hn.out = ctx_.data();
-  hn.rows = T; hn.hiddenSize = H; hn.eps = eps; hn.dtype = dtype_;
-  backend_.rmsNorm(hn);
+  backend_.linear({.x = concat_.data(), .w = fc_.data(), .y = ctx_.data(), .m = T, .n = H,
+                   .k = n * H, .dtype = dtype_, .outDtype = dtype_, .weightDtype = std::nullopt});
+  backend_.rmsNorm({.x = ctx_.data(), .weight = hiddenNorm_.data(), .out = ctx_.data(), .rows = T,
+                    .hiddenSize = H, .eps = eps, .dtype = dtype_});
   // Token-aligned cos/sin [T, D]: rows of the RoPE table by position (padding -> zeros).
-  kernel::EmbeddingParams rope;
-  rope.tokens = delta.positions; rope.table = ropeTable_.data(); rope.out = cosSin_.data();
-  rope.numTokens = T; rope.vocabSize = maxPositions_; rope.hiddenSize = D; rope.dtype = DType::kF32;
-  backend_.embedding(rope);
+  backend_.embedding({.tokens = delta.positions, .table = ropeTable_.data(), .out = cosSin_.data(),
+                      .numTokens = T, .vocabSize = maxPositions_, .hiddenSize = D,
+                      .dtype = DType::kF32});
 
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
     const DraftLayerWeights& w = layers_[static_cast<size_t>(l)];
     // k_proj / v_proj are row ranges of the fused qkv weight [(Hq + 2 Hkv) D, H].
     auto proj = [&](int32_t firstRow, void* y) {
-      kernel::LinearParams p;
-      p.x = ctx_.data(); p.w = w.qkv.as<uint8_t>() + int64_t{firstRow} * H * es;
-      p.bias = w.qkvBias.bytes() ? w.qkvBias.as<uint8_t>() + int64_t{firstRow} * es : nullptr;
-      p.y = y; p.m = T; p.n = Hkv * D; p.k = H; p.dtype = dtype_; p.outDtype = dtype_;
-      backend_.linear(p);
+      backend_.linear(
+          {.x = ctx_.data(),
+           .w = w.qkv.as<uint8_t>() + int64_t{firstRow} * H * es,
+           .bias = w.qkvBias.bytes() ? w.qkvBias.as<uint8_t>() + int64_t{firstRow} * es : nullptr,
+           .y = y,
+           .m = T,
+           .n = Hkv * D,
+           .k = H,
+           .dtype = dtype_,
+           .outDtype = dtype_,
+           .weightDtype = std::nullopt});
     };
     proj(Hq * D, kDelta_.data());
     proj((Hq + Hkv) * D, vDelta_.data());
-    kernel::RmsNormParams kn;  // per-head k_norm: [T·Hkv, D] rows
-    kn.x = kDelta_.data(); kn.weight = w.kNorm.data(); kn.out = kDelta_.data();
-    kn.rows = T * Hkv; kn.hiddenSize = D; kn.eps = eps; kn.dtype = dtype_;
-    backend_.rmsNorm(kn);
+    // Per-head k_norm: [T·Hkv, D] rows.
+    backend_.rmsNorm({.x = kDelta_.data(), .weight = w.kNorm.data(), .out = kDelta_.data(),
+                      .rows = T * Hkv, .hiddenSize = D, .eps = eps, .dtype = dtype_});
     const TensorView pool = cache.draftPool(l);
     const int32_t numPages = static_cast<int32_t>(pool.shape[1]);
     const int32_t mpps = cache.draftPageTable().maxPagesPerSeq();
@@ -398,31 +397,32 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
 
   auto linearParams = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n, int32_t k,
                           DType out) {
-    kernel::LinearParams p;
-    p.x = x; p.w = w.data(); p.bias = bias.bytes() ? bias.data() : nullptr; p.y = y;
-    p.m = R; p.n = n; p.k = k; p.dtype = dtype_; p.outDtype = out;
-    return p;
+    return kernel::LinearParams{.x = x,
+                                .w = w.data(),
+                                .bias = bias.bytes() ? bias.data() : nullptr,
+                                .y = y,
+                                .m = R,
+                                .n = n,
+                                .k = k,
+                                .dtype = dtype_,
+                                .outDtype = out,
+                                .weightDtype = std::nullopt};
   };
   auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n, int32_t k, DType out) {
     backend_.linear(linearParams(x, w, bias, y, n, k, out));
   };
   auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
-    kernel::RmsNormParams p;
-    p.x = x; p.residual = residual; p.weight = w.data(); p.out = out;
-    p.rows = R; p.hiddenSize = H; p.eps = eps; p.dtype = dtype_;
-    backend_.rmsNorm(p);
+    backend_.rmsNorm({.x = x, .residual = residual, .weight = w.data(), .out = out, .rows = R,
+                      .hiddenSize = H, .eps = eps, .dtype = dtype_});
   };
 
   // h0 = [emb(anchor), mask, …] per sequence: anchors into blockRows_[0, B), then one gather
   // of blockRows_ by the constant index (b for row b·BS, the mask row otherwise).
-  kernel::EmbeddingParams emb;
-  emb.tokens = in.anchors; emb.table = targetEmbed_; emb.out = blockRows_.data();
-  emb.numTokens = B; emb.vocabSize = vocab_; emb.hiddenSize = H; emb.dtype = dtype_;
-  backend_.embedding(emb);
-  kernel::EmbeddingParams blk;
-  blk.tokens = blockGather; blk.table = blockRows_.data(); blk.out = residual_.data();
-  blk.numTokens = R; blk.vocabSize = maxBatch_ + 1; blk.hiddenSize = H; blk.dtype = dtype_;
-  backend_.embedding(blk);
+  backend_.embedding({.tokens = in.anchors, .table = targetEmbed_, .out = blockRows_.data(),
+                      .numTokens = B, .vocabSize = vocab_, .hiddenSize = H, .dtype = dtype_});
+  backend_.embedding({.tokens = blockGather, .table = blockRows_.data(), .out = residual_.data(),
+                      .numTokens = R, .vocabSize = maxBatch_ + 1, .hiddenSize = H,
+                      .dtype = dtype_});
 
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
     const DraftLayerWeights& w = layers_[static_cast<size_t>(l)];
@@ -432,36 +432,59 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
     // The block's own K/V go to T_b … T_b + BS − 1 of the draft cache (scratch beyond the
     // committed length, overwritten by the next context delta).
     const TensorView pool = cache.draftPool(l);
-    kernel::QkvRopeKvWriteParams rope;
-    rope.qkv = qkv_.data(); rope.qNormWeight = w.qNorm.data(); rope.kNormWeight = w.kNorm.data();
-    rope.normEps = eps; rope.cosSin = ropeTable_.as<float>(); rope.maxPositions = maxPositions_;
-    rope.positions = in.positions; rope.tokenToSequence = owners; rope.pageTable = pageTable;
-    rope.kvPool = pool.data; rope.qOut = q_.data(); rope.numTokens = R; rope.batchSize = cache.maxBatchSize();
-    rope.numQHeads = Hq; rope.numKVHeads = Hkv; rope.headDim = D; rope.rotaryDim = D;
-    rope.numPages = static_cast<int32_t>(pool.shape[1]);
-    rope.maxPagesPerSeq = cache.draftPageTable().maxPagesPerSeq(); rope.dtype = dtype_;
+    const kernel::QkvRopeKvWriteParams rope{
+        .qkv = qkv_.data(),
+        .qNormWeight = w.qNorm.data(),
+        .kNormWeight = w.kNorm.data(),
+        .normEps = eps,
+        .cosSin = ropeTable_.as<float>(),
+        .maxPositions = maxPositions_,
+        .positions = in.positions,
+        .tokenToSequence = owners,
+        .pageTable = pageTable,
+        .kvPool = pool.data,
+        .qOut = q_.data(),
+        .numTokens = R,
+        .batchSize = cache.maxBatchSize(),
+        .numQHeads = Hq,
+        .numKVHeads = Hkv,
+        .headDim = D,
+        .rotaryDim = D,
+        .numPages = static_cast<int32_t>(pool.shape[1]),
+        .maxPagesPerSeq = cache.draftPageTable().maxPagesPerSeq(),
+        .dtype = dtype_};
     backend_.qkvRopeKvWrite(rope);
 
-    kernel::PagedAttentionParams att;
-    att.query.q = q_.data(); att.query.out = attn_.data(); att.query.cuQSeqLens = cuQ;
-    att.query.qPositions = in.positions; att.query.totalQ = R; att.query.maxQSeqLen = BS;
-    att.query.numQHeads = Hq;
-    att.kv.pool = pool.data; att.kv.pageTable = pageTable; att.kv.numPages = rope.numPages;
-    att.kv.maxPagesPerSeq = rope.maxPagesPerSeq; att.kv.numKVHeads = Hkv;
-    att.kvLengths = in.kvLengths; att.mask = kernel::AttentionMask::kBidirectional;
-    att.batchSize = B; att.headDim = D; att.scale = 1.0f / std::sqrt(static_cast<float>(D)); att.dtype = dtype_;
-    att.maxKvLength = std::min(cache.capacity(), maxPositions_);
-    att.workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr;
-    att.workspaceBytes = attnSplit_.bytes();
+    kernel::PagedAttentionParams att{
+        .query = {.q = q_.data(),
+                  .out = attn_.data(),
+                  .cuQSeqLens = cuQ,
+                  .qPositions = in.positions,
+                  .totalQ = R,
+                  .maxQSeqLen = BS,
+                  .numQHeads = Hq},
+        .kv = {.pool = pool.data,
+               .pageTable = pageTable,
+               .numPages = rope.numPages,
+               .maxPagesPerSeq = rope.maxPagesPerSeq,
+               .numKVHeads = Hkv},
+        .kvLengths = in.kvLengths,
+        .mask = kernel::AttentionMask::kBidirectional,
+        .batchSize = B,
+        .headDim = D,
+        .scale = 1.0f / std::sqrt(static_cast<float>(D)),
+        .dtype = dtype_,
+        .maxKvLength = std::min(cache.capacity(), maxPositions_),
+        .workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr,
+        .workspaceBytes = attnSplit_.bytes()};
     const kernel::LinearParams o = linearParams(attn_.data(), w.o, w.oBias, tmp_.data(), H, Hq * D, dtype_);
     att.nextFillsSms = backend_.linearFillsSms(o);  // the o projection comes right after
     backend_.pagedAttention(att);
     backend_.linear(o);
     norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
     linear(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), 2 * I, H, dtype_);
-    kernel::SwigluParams act;
-    act.gateUp = gateUp_.data(); act.out = act_.data(); act.rows = R; act.intermediateSize = I; act.dtype = dtype_;
-    backend_.swiglu(act);
+    backend_.swiglu({.gateUp = gateUp_.data(), .out = act_.data(), .rows = R, .intermediateSize = I,
+                     .dtype = dtype_});
     linear(act_.data(), w.down, w.downBias, tmp_.data(), H, I, dtype_);
   }
   // The final norm runs over all R rows (R × H, nothing beside the lm_head's R × V × H); the
@@ -475,13 +498,11 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
     headIn = tmp_.data();
   }
   const int32_t scored = B * W;
-  kernel::LinearParams head;  // the target's lm_head, f32 logits [B·W, V]
-  head.x = headIn; head.w = targetLmHead_; head.y = logits_.data();
-  head.m = scored; head.n = vocab_; head.k = H; head.dtype = dtype_; head.outDtype = DType::kF32;
-  backend_.linear(head);
-  ArgmaxParams am;  // [B, W] i32
-  am.logits = logits_.data(); am.dtype = DType::kF32; am.rows = scored; am.vocab = vocab_; am.out = in.argmaxOut;
-  backend_.argmax(am);
+  // The target's lm_head, f32 logits [B·W, V]; their argmax [B, W] i32.
+  backend_.linear({.x = headIn, .w = targetLmHead_, .y = logits_.data(), .m = scored, .n = vocab_,
+                   .k = H, .dtype = dtype_, .outDtype = DType::kF32, .weightDtype = std::nullopt});
+  backend_.argmax({.logits = logits_.data(), .dtype = DType::kF32, .rows = scored, .vocab = vocab_,
+                   .out = in.argmaxOut});
 }
 
 int32_t* DFlashDraft::uploadMeta(const std::vector<int32_t>& host) {

@@ -23,10 +23,10 @@
 
 #include "common/buffer.h"
 #include "kv/kv_cache_manager.h"
+#include "model/backend_page_table.h"
 #include "model/model_config.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
-#include "ops/backend_page_table.h"
 
 namespace es::model {
 
@@ -176,7 +176,7 @@ class DFlashDraft {
   Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, logits_;
   Buffer attnSplit_;  // split-KV attention partials (CUDA backend; empty when none are needed)
   Buffer meta_;       // i32 host-convenience metadata
-  ops::BackendPageTable pageTable_;  // backend copy of the draft page table
+  BackendPageTable pageTable_;  // backend copy of the draft page table
 };
 
 }  // namespace es::model

@@ -13,15 +13,6 @@ namespace {
 
 constexpr uint8_t kMagic[4] = {'G', 'G', 'U', 'F'};
 
-// A name or key, quoted and shortened for an error message (a hostile file may hold megabytes).
-std::string quoteName(std::string_view name) {
-  constexpr size_t kMax = 120;
-  std::string q = "'";
-  q.append(name.substr(0, std::min(name.size(), kMax)));
-  if (name.size() > kMax) q += "...";
-  return q + "'";
-}
-
 // Size in bytes of one scalar of `t`; 0 for string/array (variable) and unknown types.
 uint64_t scalarBytes(GgufValueType t) {
   switch (t) {
@@ -192,7 +183,7 @@ GgufTensorInfo readTensorInfo(Reader& r, uint64_t index) {
   const std::string at = "tensor info #" + std::to_string(index);
   t.name = r.string(at + " name", kGgufMaxTensorNameBytes);
   if (t.name.empty()) ES_THROW(FormatError, r.source(), ": ", at, " has an empty name");
-  const std::string where = "tensor " + quoteName(t.name);
+  const std::string where = "tensor " + quoteShort(t.name);
   const uint32_t n_dims = r.u32(where + " n_dims");
   if (n_dims < 1 || n_dims > static_cast<uint32_t>(kGgufMaxDims)) {
     ES_THROW(FormatError, r.source(), ": ", where, ": n_dims = ", n_dims, " must be in [1, ", kGgufMaxDims, "]");
@@ -294,13 +285,6 @@ bool GgufValue::intElement(uint64_t i, int64_t* out) const {
   return bitsToInt(loadLe(raw.data() + i * n, n, isSignedType(element_type)), element_type, out);
 }
 
-double GgufValue::floatElement(uint64_t i) const {
-  if (type != GgufValueType::kArray || i >= count) return 0.0;
-  const uint64_t n = scalarBytes(element_type);
-  if (n == 0) return 0.0;
-  return bitsToDouble(loadLe(raw.data() + i * n, n, isSignedType(element_type)), element_type);
-}
-
 std::string GgufValue::describeType() const {
   if (type != GgufValueType::kArray) return std::string(ggufValueTypeName(type));
   return "array[" + std::string(ggufValueTypeName(element_type)) + "]";
@@ -332,13 +316,13 @@ const GgufValue* GgufHeader::find(std::string_view key) const {
 
 const GgufValue& GgufHeader::require(std::string_view key) const {
   const GgufValue* v = find(key);
-  if (v == nullptr) ES_THROW(FormatError, source, ": metadata key ", quoteName(key), " is missing");
+  if (v == nullptr) ES_THROW(FormatError, source, ": metadata key ", quoteShort(key), " is missing");
   return *v;
 }
 
 namespace {
 [[noreturn]] void wrongType(const GgufHeader& h, std::string_view key, const GgufValue& v, std::string_view expected) {
-  ES_THROW(FormatError, h.source, ": metadata key ", quoteName(key), " has type ", v.describeType(), ", expected ", expected);
+  ES_THROW(FormatError, h.source, ": metadata key ", quoteShort(key), " has type ", v.describeType(), ", expected ", expected);
 }
 }  // namespace
 
@@ -358,7 +342,7 @@ int64_t GgufHeader::getInt(std::string_view key, int64_t lo, int64_t hi) const {
   int64_t x = 0;
   if (!v.isInteger()) wrongType(*this, key, v, "an integer");
   if (!v.asInt(&x) || x < lo || x > hi) {
-    ES_THROW(FormatError, source, ": metadata key ", quoteName(key), " = ", v.scalar, " must be in [", lo, ", ", hi, "]");
+    ES_THROW(FormatError, source, ": metadata key ", quoteShort(key), " = ", v.scalar, " must be in [", lo, ", ", hi, "]");
   }
   return x;
 }
@@ -400,7 +384,7 @@ std::vector<int64_t> GgufHeader::getIntArray(std::string_view key) const {
   std::vector<int64_t> out(static_cast<size_t>(v.count));
   for (uint64_t i = 0; i < v.count; ++i) {
     if (!v.intElement(i, &out[static_cast<size_t>(i)])) {
-      ES_THROW(FormatError, source, ": metadata key ", quoteName(key), " element ", i, " does not fit in int64");
+      ES_THROW(FormatError, source, ": metadata key ", quoteShort(key), " element ", i, " does not fit in int64");
     }
   }
   return out;
@@ -446,11 +430,11 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
   for (uint64_t i = 0; i < kv_count; ++i) {
     std::string key = r.string("metadata key #" + std::to_string(i), kGgufMaxKeyBytes);
     if (key.empty()) ES_THROW(FormatError, source, ": metadata key #", i, " is empty");
-    const std::string what = "metadata " + quoteName(key);
+    const std::string what = "metadata " + quoteShort(key);
     const uint32_t type = r.u32(what + " type");
     if (!knownValueType(type)) ES_THROW(FormatError, source, ": ", what, " has unknown value type ", type);
     GgufValue value = readValue(r, static_cast<GgufValueType>(type), 0, what);
-    if (h.metadata.count(key) != 0) ES_THROW(FormatError, source, ": duplicate metadata key ", quoteName(key));
+    if (h.metadata.count(key) != 0) ES_THROW(FormatError, source, ": duplicate metadata key ", quoteShort(key));
     h.metadata.emplace(std::move(key), std::move(value));
   }
 
@@ -468,7 +452,7 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
   h.tensors.reserve(static_cast<size_t>(tensor_count));
   for (uint64_t i = 0; i < tensor_count; ++i) {
     GgufTensorInfo t = readTensorInfo(r, i);
-    if (h.tensor_index_.count(t.name) != 0) ES_THROW(FormatError, source, ": duplicate tensor ", quoteName(t.name));
+    if (h.tensor_index_.count(t.name) != 0) ES_THROW(FormatError, source, ": duplicate tensor ", quoteShort(t.name));
     h.tensor_index_.emplace(t.name, h.tensors.size());
     h.tensors.push_back(std::move(t));
   }
@@ -489,7 +473,7 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
   h.data_bytes = file.size() - h.data_offset;
 
   for (const GgufTensorInfo& t : h.tensors) {
-    const std::string where = "tensor " + quoteName(t.name);
+    const std::string where = "tensor " + quoteShort(t.name);
     if (t.offset % h.alignment != 0) {
       ES_THROW(FormatError, source, ": ", where, ": offset ", t.offset, " is not a multiple of the alignment ",
                h.alignment);
@@ -510,8 +494,8 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
     const GgufTensorInfo& prev = *by_offset[i - 1];
     const GgufTensorInfo& cur = *by_offset[i];
     if (cur.offset < prev.offset + prev.bytes) {  // in bounds: checked above
-      ES_THROW(FormatError, source, ": tensors ", quoteName(prev.name), " [", prev.offset, ", ",
-               prev.offset + prev.bytes, ") and ", quoteName(cur.name), " [", cur.offset, ", ",
+      ES_THROW(FormatError, source, ": tensors ", quoteShort(prev.name), " [", prev.offset, ", ",
+               prev.offset + prev.bytes, ") and ", quoteShort(cur.name), " [", cur.offset, ", ",
                cur.offset + cur.bytes, ") overlap in the data section");
     }
   }

@@ -78,9 +78,9 @@ struct GgufValue {
   // The integer value; false if not an integer scalar or a u64 above INT64_MAX.
   bool asInt(int64_t* out) const;
   double asDouble() const;  // f32/f64 (and integers) as double
-  // Element i of a numeric/bool array as int64 / double; i < count, integer/float element type.
+  // Element i of an integer array as int64; false when i >= count, the elements are not
+  // integers or the value does not fit.
   bool intElement(uint64_t i, int64_t* out) const;
-  double floatElement(uint64_t i) const;
   std::string describeType() const;  // "u32", "array[string]", ...
 };
 
@@ -131,7 +131,6 @@ struct GgufHeader {
 
  private:
   const GgufValue& require(std::string_view key) const;
-  size_t tensorIndexOf(std::string_view name) const;
   friend GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view source);
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/json.h"
 #include "model/gguf_convert.h"
 #include "model/gguf_weights.h"
 #include "model/safetensors.h"

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <set>
 #include <sstream>
 #include <utility>
 
 #include "common/errors.h"
+#include "common/json.h"
 #include "common/logging.h"
 
 namespace es::model {
@@ -29,18 +29,6 @@ std::string shortJson(const json& value) {
   return text;
 }
 
-std::string shortName(std::string_view name) {
-  constexpr size_t kMax = 120;
-  std::string quoted = "'";
-  if (name.size() > kMax) {
-    quoted.append(name.substr(0, kMax));
-    quoted += "...";
-  } else {
-    quoted.append(name);
-  }
-  return quoted + "'";
-}
-
 // A non-negative JSON integer as u64; false for floats, negatives, booleans and the rest.
 bool readUnsigned(const json& value, uint64_t* out) {
   if (value.is_number_unsigned()) {
@@ -58,7 +46,7 @@ bool readUnsigned(const json& value, uint64_t* out) {
 
 TensorInfo parseTensorEntry(const std::string& name, const json& entry, std::string_view source,
                             uint64_t data_bytes) {
-  const std::string where = std::string(source) + ": tensor " + shortName(name);
+  const std::string where = std::string(source) + ": tensor " + quoteShort(name);
   if (name.empty()) ES_THROW(FormatError, source, ": a tensor has an empty name");
   if (!entry.is_object()) {
     ES_THROW(FormatError, where, ": entry must be an object, got ", shortJson(entry));
@@ -77,7 +65,7 @@ TensorInfo parseTensorEntry(const std::string& name, const json& entry, std::str
     const bool known = std::find(std::begin(kKnownUnsupportedDTypes), std::end(kKnownUnsupportedDTypes),
                                  dtype_text) != std::end(kKnownUnsupportedDTypes);
     ES_THROW(FormatError, where, ": ", known ? "unsupported" : "unknown", " dtype ",
-             shortName(dtype_text), " (supported: BF16, F16, F32)");
+             quoteShort(dtype_text), " (supported: BF16, F16, F32)");
   }
 
   const json& shape = entry.at("shape");
@@ -165,40 +153,6 @@ bool safetensorsDTypeFromName(std::string_view name, DType* out) {
   return true;
 }
 
-json parseJsonStrict(std::string_view text, std::string_view source) {
-  // One entry per open container: the keys seen so far (empty for arrays).
-  std::vector<std::set<std::string>> open;
-  auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (open.size() >= static_cast<size_t>(kMaxJsonDepth)) {
-          ES_THROW(FormatError, source, ": JSON nesting deeper than the limit ", kMaxJsonDepth);
-        }
-        open.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        if (!open.empty()) open.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!open.empty() && parsed.is_string() &&
-            !open.back().insert(parsed.get<std::string>()).second) {
-          ES_THROW(FormatError, source, ": duplicate JSON key ", shortName(parsed.get<std::string>()));
-        }
-        break;
-      case json::parse_event_t::value:
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text.begin(), text.end(), callback);
-  } catch (const json::exception& e) {
-    ES_THROW(FormatError, source, ": invalid JSON: ", e.what());
-  }
-}
-
 SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file, std::string_view source) {
   if (file.size() < 8) {
     ES_THROW(FormatError, source, ": file is ", file.size(),
@@ -250,7 +204,7 @@ SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file, std::str
             [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
   for (size_t i = 1; i < header.tensors.size(); ++i) {
     if (header.tensors[i].name == header.tensors[i - 1].name) {
-      ES_THROW(FormatError, source, ": duplicate tensor ", shortName(header.tensors[i].name));
+      ES_THROW(FormatError, source, ": duplicate tensor ", quoteShort(header.tensors[i].name));
     }
   }
 
@@ -267,8 +221,8 @@ SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file, std::str
     const TensorInfo& prev = *by_offset[i - 1];
     const TensorInfo& cur = *by_offset[i];
     if (cur.begin < prev.end) {
-      ES_THROW(FormatError, source, ": tensors ", shortName(prev.name), " [", prev.begin, ", ",
-               prev.end, ") and ", shortName(cur.name), " [", cur.begin, ", ", cur.end,
+      ES_THROW(FormatError, source, ": tensors ", quoteShort(prev.name), " [", prev.begin, ", ",
+               prev.end, ") and ", quoteShort(cur.name), " [", cur.begin, ", ", cur.end,
                ") overlap in the data section");
     }
   }

@@ -17,8 +17,6 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/dtype.h"
 #include "common/mapped_file.h"
 #include "common/tensor_view.h"
@@ -27,10 +25,6 @@ namespace es::model {
 
 // Largest JSON header accepted; the reference implementation uses the same bound.
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
-// Deepest JSON nesting accepted in any file this module parses (a safetensors header needs 3,
-// config.json about 4); bounds the parser's work on hostile input.
-inline constexpr int kMaxJsonDepth = 32;
-
 struct TensorInfo {
   std::string name;
   DType dtype = DType::kF32;
@@ -59,12 +53,6 @@ struct SafetensorsHeader {
 // Throws FormatError on any malformed input.
 SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file,
                                          std::string_view source = "<memory>");
-
-// nlohmann's parser keeps the last of duplicate object keys silently; a model file with two
-// entries under one name is ambiguous, so every JSON document here goes through this, which
-// rejects duplicate keys (at any depth), nesting deeper than kMaxJsonDepth and invalid JSON
-// with a FormatError naming `source`.
-nlohmann::json parseJsonStrict(std::string_view text, std::string_view source);
 
 // Maps safetensors dtype names ("BF16", "F16", "F32") to DType; false for anything else.
 bool safetensorsDTypeFromName(std::string_view name, DType* out);

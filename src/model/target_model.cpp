@@ -318,21 +318,25 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
   // A layer matrix (stored in matrixDtype_) or the lm_head / tied embedding table (dtype_).
   auto linearParams = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t m,
                           int32_t n, int32_t k, DType outDtype, DType wDtype) {
-    kernel::LinearParams p;
-    p.x = x; p.w = w.data(); p.bias = bias.bytes() ? bias.data() : nullptr; p.y = y;
-    p.m = m; p.n = n; p.k = k; p.dtype = dtype_; p.outDtype = outDtype;
-    if (wDtype != dtype_) p.weightDtype = wDtype;
-    return p;
+    return kernel::LinearParams{
+        .x = x,
+        .w = w.data(),
+        .bias = bias.bytes() ? bias.data() : nullptr,
+        .y = y,
+        .m = m,
+        .n = n,
+        .k = k,
+        .dtype = dtype_,
+        .outDtype = outDtype,
+        .weightDtype = wDtype != dtype_ ? std::optional<DType>(wDtype) : std::nullopt};
   };
   auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t m,
                     int32_t n, int32_t k, DType outDtype, DType wDtype) {
     backend_.linear(linearParams(x, w, bias, y, m, n, k, outDtype, wDtype));
   };
   auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
-    kernel::RmsNormParams p;
-    p.x = x; p.residual = residual; p.weight = w.data(); p.out = out;
-    p.rows = T; p.hiddenSize = H; p.eps = eps; p.dtype = dtype_;
-    backend_.rmsNorm(p);
+    backend_.rmsNorm({.x = x, .residual = residual, .weight = w.data(), .out = out, .rows = T,
+                      .hiddenSize = H, .eps = eps, .dtype = dtype_});
   };
   auto saveTap = [&](int32_t layer) {
     for (size_t i = 0; i < tapLayers_.size(); ++i) {
@@ -343,10 +347,9 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     }
   };
 
-  kernel::EmbeddingParams emb;
-  emb.tokens = b.tokens; emb.table = embed_.data(); emb.out = residual_.data();
-  emb.numTokens = T; emb.vocabSize = static_cast<int32_t>(c.vocab_size); emb.hiddenSize = H; emb.dtype = dtype_;
-  backend_.embedding(emb);
+  backend_.embedding({.tokens = b.tokens, .table = embed_.data(), .out = residual_.data(),
+                      .numTokens = T, .vocabSize = static_cast<int32_t>(c.vocab_size),
+                      .hiddenSize = H, .dtype = dtype_});
 
   // A single-sequence cache's decode and verify rows (<= 16) may have each RMSNorm fused into
   // the linear layer after it and each residual add into the one before it (linear.h:
@@ -384,33 +387,55 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     // below each slot's window are -1: K/V writes skip them and the attention loops start at the
     // window's first key (pos - W + 1), so they are never read (paged_attention.h).
     const int32_t* layerTable = plan.base[static_cast<size_t>(l)].reduced ? windowTable : pageTable;
-    kernel::QkvRopeKvWriteParams rope;
-    rope.qkv = qkv_.data(); rope.qNormWeight = w.qNorm.bytes() ? w.qNorm.data() : nullptr;
-    rope.kNormWeight = w.kNorm.bytes() ? w.kNorm.data() : nullptr; rope.normEps = eps;
-    rope.cosSin = ropeTable_.as<float>(); rope.maxPositions = maxPositions_;
-    rope.positions = b.positions; rope.tokenToSequence = b.tokenToSequence;
-    rope.pageTable = layerTable; rope.kvPool = pool.data; rope.qOut = q_.data();
-    rope.numTokens = T; rope.batchSize = cache.maxBatchSize(); rope.numQHeads = Hq; rope.numKVHeads = Hkv;
-    rope.headDim = D; rope.rotaryDim = D; rope.numPages = static_cast<int32_t>(pool.shape[1]);
-    rope.maxPagesPerSeq = table.maxPagesPerSeq(); rope.dtype = dtype_;
+    const kernel::QkvRopeKvWriteParams rope{
+        .qkv = qkv_.data(),
+        .qNormWeight = w.qNorm.bytes() ? w.qNorm.data() : nullptr,
+        .kNormWeight = w.kNorm.bytes() ? w.kNorm.data() : nullptr,
+        .normEps = eps,
+        .cosSin = ropeTable_.as<float>(),
+        .maxPositions = maxPositions_,
+        .positions = b.positions,
+        .tokenToSequence = b.tokenToSequence,
+        .pageTable = layerTable,
+        .kvPool = pool.data,
+        .qOut = q_.data(),
+        .numTokens = T,
+        .batchSize = cache.maxBatchSize(),
+        .numQHeads = Hq,
+        .numKVHeads = Hkv,
+        .headDim = D,
+        .rotaryDim = D,
+        .numPages = static_cast<int32_t>(pool.shape[1]),
+        .maxPagesPerSeq = table.maxPagesPerSeq(),
+        .dtype = dtype_};
     backend_.qkvRopeKvWrite(rope);
 
-    kernel::PagedAttentionParams att;
-    att.query.q = q_.data(); att.query.out = attn_.data(); att.query.cuQSeqLens = b.cuQSeqLens;
-    att.query.qPositions = b.positions; att.query.totalQ = T; att.query.maxQSeqLen = maxQ;
-    att.query.numQHeads = Hq;
-    att.kv.pool = pool.data; att.kv.pageTable = layerTable;
-    att.kv.numPages = rope.numPages; att.kv.maxPagesPerSeq = rope.maxPagesPerSeq; att.kv.numKVHeads = Hkv;
-    att.kvLengths = b.kvLengths; att.mask = b.mask;
-    att.packedMask = b.mask == kernel::AttentionMask::kPackedTree ? b.packedMask : nullptr;
     const bool sliding = !c.layer_types.empty() &&
                          c.layer_types[static_cast<size_t>(l)] == LayerType::kSlidingAttention;
-    att.slidingWindow = sliding ? static_cast<int32_t>(c.sliding_window.value_or(0)) : 0;
-    att.batchSize = B; att.headDim = D; att.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    att.dtype = dtype_;
-    att.maxKvLength = std::min(cache.capacity(), maxPositions_);
-    att.workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr;
-    att.workspaceBytes = attnSplit_.bytes();
+    kernel::PagedAttentionParams att{
+        .query = {.q = q_.data(),
+                  .out = attn_.data(),
+                  .cuQSeqLens = b.cuQSeqLens,
+                  .qPositions = b.positions,
+                  .totalQ = T,
+                  .maxQSeqLen = maxQ,
+                  .numQHeads = Hq},
+        .kv = {.pool = pool.data,
+               .pageTable = layerTable,
+               .numPages = rope.numPages,
+               .maxPagesPerSeq = rope.maxPagesPerSeq,
+               .numKVHeads = Hkv},
+        .kvLengths = b.kvLengths,
+        .mask = b.mask,
+        .packedMask = b.mask == kernel::AttentionMask::kPackedTree ? b.packedMask : nullptr,
+        .slidingWindow = sliding ? static_cast<int32_t>(c.sliding_window.value_or(0)) : 0,
+        .batchSize = B,
+        .headDim = D,
+        .scale = 1.0f / std::sqrt(static_cast<float>(D)),
+        .dtype = dtype_,
+        .maxKvLength = std::min(cache.capacity(), maxPositions_),
+        .workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr,
+        .workspaceBytes = attnSplit_.bytes()};
     kernel::LinearParams o = linearParams(attn_.data(), w.o, w.oBias, blockOut, T, H, Hq * D, dtype_,
                                           matrixDtype_);
     o.accumulate = fusedNorms;
@@ -418,11 +443,13 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     backend_.pagedAttention(att);
     backend_.linear(o);
     if (!fusedNorms) norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
-    kernel::GateUpSwigluParams mlp;  // one kernel at decode rows (gate_up_swiglu.h)
-    mlp.linear = linearParams(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), T, 2 * I, H, dtype_,
-                              matrixDtype_);
+    // One kernel at decode rows (gate_up_swiglu.h).
+    kernel::GateUpSwigluParams mlp{
+        .linear = linearParams(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), T, 2 * I, H,
+                               dtype_, matrixDtype_),
+        .out = act_.data(),
+        .layout = gateUpLayout_};
     normedInput(mlp.linear, w.postNorm);
-    mlp.out = act_.data(); mlp.layout = gateUpLayout_;
     backend_.gateUpSwiglu(mlp);
     kernel::LinearParams down = linearParams(act_.data(), w.down, w.downBias, blockOut, T, H, I, dtype_,
                                              matrixDtype_);
@@ -434,10 +461,9 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
   saveTap(static_cast<int32_t>(c.num_hidden_layers) - 1);
 
   if (R > 0) {
-    kernel::EmbeddingParams gather;  // row gather: the rows are the "vocabulary"
-    gather.tokens = b.logitRows; gather.table = normed_.data(); gather.out = rows_.data();
-    gather.numTokens = R; gather.vocabSize = T; gather.hiddenSize = H; gather.dtype = dtype_;
-    backend_.embedding(gather);
+    // Row gather: the rows are the "vocabulary".
+    backend_.embedding({.tokens = b.logitRows, .table = normed_.data(), .out = rows_.data(),
+                        .numTokens = R, .vocabSize = T, .hiddenSize = H, .dtype = dtype_});
     linear(rows_.data(), lmHead_.bytes() ? lmHead_ : embed_, Buffer(), logits_.data(), R,
            static_cast<int32_t>(c.vocab_size), H, DType::kF32, dtype_);
   }

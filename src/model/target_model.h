@@ -14,9 +14,9 @@
 #include "common/buffer.h"
 #include "kernels/paged_attention.h"
 #include "kv/kv_cache_manager.h"
+#include "model/backend_page_table.h"
 #include "model/model_config.h"
 #include "ops/backend.h"
-#include "ops/backend_page_table.h"
 
 namespace es::model {
 
@@ -148,8 +148,8 @@ class TargetModel {
   Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, rows_, logits_, taps_;
   Buffer attnSplit_;     // split-KV attention partials (CUDA backend; empty when none are needed)
   Buffer meta_;          // i32 metadata, see forward()
-  ops::BackendPageTable pageTable_;  // backend copy of the base page table
-  ops::BackendPageTable swaPageTable_;  // backend copy of the window table (reduced layers)
+  BackendPageTable pageTable_;  // backend copy of the base page table
+  BackendPageTable swaPageTable_;  // backend copy of the window table (reduced layers)
 };
 
 }  // namespace es::model

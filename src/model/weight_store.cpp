@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/json.h"
 #include "common/logging.h"
 #include "model/gguf_weights.h"
 

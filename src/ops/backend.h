@@ -1,8 +1,8 @@
 #pragma once
-// The ops backend the model and the runtime are written against (design.md §1). Each op takes
-// the params struct of its kernel contract (src/kernels/<op>.h): the CPU backend runs the
-// reference (src/ref), the CUDA backend launches the kernel on its stream. Pointers in the
-// params live in the backend's memory space (host for CPU, device for CUDA).
+// The ops backend the model and the runtime are written against (docs/architecture.md, Layers).
+// Each op takes the params struct of its kernel contract (src/kernels/<op>.h): the CPU backend
+// runs the reference (src/ref), the CUDA backend launches the kernel on its stream. Pointers in
+// the params live in the backend's memory space (host for CPU, device for CUDA).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,7 +25,6 @@
 #include "kernels/spec_commit.h"
 #include "kernels/spec_verify.h"
 #include "kernels/swiglu.h"
-#include "kv/page_table.h"
 
 namespace es::ops {
 
@@ -48,6 +47,9 @@ class Backend {
   Buffer allocate(int64_t bytes) const { return Buffer::allocate(space(), bytes); }
   // Host -> backend, backend -> host (waits for queued work first), backend -> backend.
   virtual void copyFromHost(void* dst, const void* src, int64_t bytes) = 0;
+  // Host -> backend queued behind earlier work, without waiting for it: `src` may be reused as
+  // soon as this returns (a pageable source is staged by then), `dst` is written in stream order.
+  virtual void copyFromHostAsync(void* dst, const void* src, int64_t bytes) = 0;
   virtual void copyToHost(void* dst, const void* src, int64_t bytes) = 0;
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
   // Backend -> backend, `rows` rows of `rowBytes` each, rows `dstPitch` / `srcPitch` bytes apart.
@@ -55,8 +57,6 @@ class Backend {
                       int64_t rows) = 0;
   // Waits for all queued work.
   virtual void synchronize() = 0;
-  // Brings the backend copy of a page table ([maxBatch, 2, maxPagesPerSeq] i32) up to date.
-  virtual void syncPageTable(kv::PageTable& table, int32_t* backendCopy) = 0;
 
   virtual void embedding(const kernel::EmbeddingParams& p) = 0;
   virtual void rmsNorm(const kernel::RmsNormParams& p) = 0;

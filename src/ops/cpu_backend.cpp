@@ -1,6 +1,5 @@
 // The CPU backend: every op is the CPU reference on host memory, in fp32.
 #include <cstring>
-#include <span>
 
 #include "common/errors.h"
 #include "ops/backend.h"
@@ -15,6 +14,9 @@ class CpuBackend final : public Backend {
   DType computeDtype() const override { return DType::kF32; }
 
   void copyFromHost(void* dst, const void* src, int64_t bytes) override { copy(dst, src, bytes); }
+  void copyFromHostAsync(void* dst, const void* src, int64_t bytes) override {
+    copy(dst, src, bytes);
+  }
   void copyToHost(void* dst, const void* src, int64_t bytes) override { copy(dst, src, bytes); }
   void copy(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
@@ -26,10 +28,6 @@ class CpuBackend final : public Backend {
     }
   }
   void synchronize() override {}
-  void syncPageTable(kv::PageTable& table, int32_t* backendCopy) override {
-    table.syncDirtyToHost(
-        std::span<int32_t>(backendCopy, static_cast<size_t>(table.deviceLayoutElements())));
-  }
 
   void embedding(const kernel::EmbeddingParams& p) override { ref::embedding(p); }
   void rmsNorm(const kernel::RmsNormParams& p) override { ref::rmsNorm(p); }

@@ -43,6 +43,13 @@ class CudaBackend final : public Backend {
       ES_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
   }
+  void copyFromHostAsync(void* dst, const void* src, int64_t bytes) override {
+    // A pageable source is staged before cudaMemcpyAsync returns; the device write is queued.
+    if (bytes > 0) {
+      ES_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+    }
+  }
   void copyToHost(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) {
       ES_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
@@ -63,9 +70,6 @@ class CudaBackend final : public Backend {
     }
   }
   void synchronize() override { ES_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-  void syncPageTable(kv::PageTable& table, int32_t* backendCopy) override {
-    table.uploadDirty(backendCopy, stream_);
-  }
 
   void embedding(const kernel::EmbeddingParams& p) override { kernel::launchEmbedding(p, stream_); }
   void rmsNorm(const kernel::RmsNormParams& p) override { kernel::launchRmsNorm(p, stream_); }

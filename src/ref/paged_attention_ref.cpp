@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kernels/paged_attention.h"
-#include "kv/page_geometry.h"
+#include "common/kv_page.h"
 #include "ref/forward_ref_util.h"
 
 namespace es::ref {

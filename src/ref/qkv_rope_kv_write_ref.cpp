@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernels/qkv_rope_kv_write.h"
-#include "kv/page_geometry.h"
+#include "common/kv_page.h"
 #include "ref/forward_ref_util.h"
 
 namespace es::ref {

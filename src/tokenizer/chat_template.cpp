@@ -66,15 +66,6 @@ ChatTemplate ChatTemplate::fromTemplateText(std::string_view jinja) {
   return t;
 }
 
-std::string_view ChatTemplate::familyName() const {
-  switch (family_) {
-    case ChatFamily::kChatML: return "chatml";
-    case ChatFamily::kQwen3: return "qwen3";
-    case ChatFamily::kLlama3: return "llama3";
-  }
-  return "?";
-}
-
 std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool addGenerationPrompt,
                                  bool enableThinking) const {
   ES_CHECK_ARG(!messages.empty(), "ChatTemplate::render", "messages.size()", 0, "must be > 0");

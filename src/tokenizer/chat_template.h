@@ -29,7 +29,6 @@ class ChatTemplate {
   static ChatTemplate fromTemplateText(std::string_view jinja);
 
   ChatFamily family() const { return family_; }
-  std::string_view familyName() const;
   const std::string& defaultSystem() const { return defaultSystem_; }
 
   // The prompt text; addGenerationPrompt opens the assistant turn. enableThinking only matters

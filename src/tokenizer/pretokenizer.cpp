@@ -161,16 +161,6 @@ std::string_view preTokenizerRegex(PreTokenizer kind) {
   return {};
 }
 
-const char* preTokenizerName(PreTokenizer kind) {
-  switch (kind) {
-    case PreTokenizer::kGpt2: return "gpt2";
-    case PreTokenizer::kLlama3: return "llama3";
-    case PreTokenizer::kQwen2: return "qwen2";
-    case PreTokenizer::kSmolLm: return "smollm";
-  }
-  return "?";
-}
-
 void preTokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view>& out) {
   if (text.empty()) return;
   // One scratch per thread: encode() is called once per segment and must not allocate per call.

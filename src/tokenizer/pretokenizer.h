@@ -13,7 +13,6 @@ namespace es::tokenizer {
 // The regex of each family, as it appears in tokenizer.json (JSON-unescaped). kSmolLm is
 // tokenizers' Digits(individual_digits) followed by the GPT-2 regex.
 std::string_view preTokenizerRegex(PreTokenizer kind);
-const char* preTokenizerName(PreTokenizer kind);
 
 // Splits `text` into pre-tokens (appended to `out` as views into `text`; their concatenation is
 // `text`). Ill-formed UTF-8 is split like U+FFFD (a symbol) but the original bytes are kept.

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
-#include "model/safetensors.h"  // parseJsonStrict
+#include "common/json.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/pretokenizer.h"
 
@@ -241,7 +241,7 @@ std::string readFile(const std::filesystem::path& path) {
 }  // namespace
 
 TokenizerSpec parseTokenizerJson(std::string_view text, std::string_view source) {
-  const json root = model::parseJsonStrict(text, source);
+  const json root = parseJsonStrict(text, source);
   const Reader r(source);
   if (!root.is_object()) ES_THROW(FormatError, source, ": a tokenizer.json must be a JSON object");
   TokenizerSpec spec;
@@ -258,7 +258,7 @@ TokenizerSpec parseTokenizerJson(std::string_view text, std::string_view source)
 }
 
 void applyTokenizerConfig(TokenizerSpec& spec, std::string_view text, std::string_view source) {
-  const json root = model::parseJsonStrict(text, source);
+  const json root = parseJsonStrict(text, source);
   const Reader r(source);
   if (!root.is_object()) ES_THROW(FormatError, source, ": tokenizer_config.json must be a JSON object");
   const auto tokenId = [&](const char* key) -> std::optional<int32_t> {

@@ -20,6 +20,12 @@ TEST(Errors, InvalidArgumentNamesArgumentValueAndLimit) {
   EXPECT_NO_THROW(ES_CHECK_ARG(2 > 1, "f", "x", 1, "bad"));
 }
 
+TEST(Errors, QuoteShortCutsLongNames) {
+  EXPECT_EQ(quoteShort("w"), "'w'");
+  EXPECT_EQ(quoteShort(std::string(120, 'x')), "'" + std::string(120, 'x') + "'");
+  EXPECT_EQ(quoteShort(std::string(200, 'x')), "'" + std::string(120, 'x') + "...'");
+}
+
 TEST(TensorView, ShapeAndChecks) {
   float storage[24];
   TensorView v = TensorView::make(storage, DType::kF32, {2, 3, 4});

@@ -23,8 +23,6 @@ TEST(PageGeometry, Constants) {
   EXPECT_LE(2 * kMaxKvPoolPages, int64_t{kInt32Max});
   EXPECT_GT(2 * (kMaxKvPoolPages + 1), int64_t{kInt32Max});
   EXPECT_GT(int64_t{kMaxKvCacheCapacity} + kTokensPerPage, int64_t{kInt32Max});
-  EXPECT_EQ(kTOKENS_PER_PAGE, kTokensPerPage);  // seed spellings stay findable
-  EXPECT_EQ(kMAX_KV_POOL_PAGES, kMaxKvPoolPages);
 }
 
 TEST(PageGeometry, PagesPerSlot) {

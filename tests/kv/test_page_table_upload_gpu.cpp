@@ -1,14 +1,17 @@
-// The device copy of the page table matches the host truth after random mutation sequences,
-// and an upload writes only the dirty rows.
+// The device copy of the page table, uploaded through the CUDA backend's queued copies as the
+// models do (model/backend_page_table.h), matches the host truth after random mutation
+// sequences, and an upload writes only the dirty rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <tuple>
 #include <vector>
 
 #include "kv/page_table.h"
+#include "ops/backend.h"
 #include "support/gpu_test_util.h"
 
 namespace es::kv {
@@ -72,9 +75,14 @@ TEST(PageTableUploadGpu, DeviceCopyMatchesHostAfterRandomMutations) {
     PageTable t(B, P, N);
     if (int64_t{B} * P <= N) t.setIdentity();
     test::DeviceArray<int32_t> device(static_cast<size_t>(t.deviceLayoutElements()));
-    cudaStream_t stream;
-    ES_CUDA_CHECK(cudaStreamCreate(&stream));
-    t.uploadDirty(device.get(), stream);
+    std::unique_ptr<ops::Backend> backend = ops::makeCudaBackend();
+    auto upload = [&] {
+      return t.copyDirty([&](const PageTableRange& r, const int32_t* src) {
+        backend->copyFromHostAsync(device.get() + r.offset, src, r.count * 4);
+      });
+    };
+    upload();
+    backend->synchronize();
     ASSERT_EQ(device.download(), hostImage(t));
     std::mt19937 rng(1234 + B);
     for (int step = 0; step < 300; ++step) {
@@ -90,8 +98,8 @@ TEST(PageTableUploadGpu, DeviceCopyMatchesHostAfterRandomMutations) {
       for (size_t i = 0; i < poisoned.size(); ++i)
         if (!isDirty[i]) poisoned[i] = test::poison_i32();
       device.upload(poisoned);
-      const std::vector<PageTableRange> copied = t.uploadDirty(device.get(), stream);
-      ES_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const std::vector<PageTableRange> copied = upload();
+      backend->synchronize();
       ASSERT_EQ(copied, expectedRanges);
       const std::vector<int32_t> got = device.download();
       const std::vector<int32_t> want = hostImage(t);
@@ -105,7 +113,6 @@ TEST(PageTableUploadGpu, DeviceCopyMatchesHostAfterRandomMutations) {
       device.upload(poisoned);
       ASSERT_EQ(device.download(), want);
     }
-    ES_CUDA_CHECK(cudaStreamDestroy(stream));
   }
 }
 

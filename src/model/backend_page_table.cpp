@@ -1,8 +1,8 @@
-#include "ops/backend_page_table.h"
+#include "model/backend_page_table.h"
 
-namespace es::ops {
+namespace es::model {
 
-const int32_t* BackendPageTable::sync(Backend& backend, kv::PageTable& table) {
+const int32_t* BackendPageTable::sync(ops::Backend& backend, kv::PageTable& table) {
   if (elements_ != table.deviceLayoutElements()) {
     elements_ = table.deviceLayoutElements();
     copy_ = backend.allocate(elements_ * static_cast<int64_t>(sizeof(int32_t)));
@@ -14,8 +14,11 @@ const int32_t* BackendPageTable::sync(Backend& backend, kv::PageTable& table) {
     table.markAllDirty();
     mirrored_ = &table;
   }
-  backend.syncPageTable(table, copy_.as<int32_t>());
-  return copy_.as<int32_t>();
+  int32_t* dst = copy_.as<int32_t>();
+  table.copyDirty([&](const kv::PageTableRange& r, const int32_t* src) {
+    backend.copyFromHostAsync(dst + r.offset, src, r.count * static_cast<int64_t>(sizeof(int32_t)));
+  });
+  return dst;
 }
 
-}  // namespace es::ops
+}  // namespace es::model

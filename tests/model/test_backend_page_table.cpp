@@ -2,10 +2,10 @@
 
 #include <vector>
 
+#include "model/backend_page_table.h"
 #include "ops/backend.h"
-#include "ops/backend_page_table.h"
 
-namespace es::ops {
+namespace es::model {
 namespace {
 
 std::vector<int32_t> layout(const kv::PageTable& t) {
@@ -15,7 +15,7 @@ std::vector<int32_t> layout(const kv::PageTable& t) {
 }
 
 TEST(BackendPageTable, FollowsWhicheverTableItIsGiven) {
-  auto backend = makeCpuBackend();
+  auto backend = ops::makeCpuBackend();
   kv::PageTable a(3, 2, 6), b(3, 2, 6);
   a.setIdentity();
   b.setIdentity();
@@ -35,4 +35,4 @@ TEST(BackendPageTable, FollowsWhicheverTableItIsGiven) {
 }
 
 }  // namespace
-}  // namespace es::ops
+}  // namespace es::model
