@@ -1,7 +1,7 @@
 // The floor of the sampling chunk stage's memory structure: how fast can 256 CTAs of
 // 512 threads, one 151,936-entry f32 row each (the verify case's [16, 16, 151936] logits,
 // 155.6 MB), stream their row through a ring of shared-memory stages when each chunk costs a
-// given time after it lands? chunk_fast_kernel (kernels/sampling.cu) is this loop plus its
+// given time after it lands? chunkFastKernel (kernels/sampling.cu) is this loop plus its
 // filter and merges; this benchmark leaves the filter out and puts a spin of a chosen number of
 // SM cycles in its place, so the table says which ring (copy engine, stage size, depth) keeps
 // DRAM busy for how much work per chunk.
@@ -56,9 +56,9 @@ __device__ __forceinline__ void spin_cycles(int cycles) {
 }
 
 // ---- cp.async ring ---------------------------------------------------------------------------------
-using es::kernel::cp_async16;
-using es::kernel::cp_async_commit;
-using es::kernel::cp_async_wait;
+using es::kernel::cpAsync16;
+using es::kernel::cpAsyncCommit;
+using es::kernel::cpAsyncWait;
 
 // Rows blockIdx.x * P .. + P - 1 in chunks of C entries (one sequence of P * chunks items, as the
 // chunk stage walks its run) through S stages (dynamic shared memory, S * C floats).
@@ -80,16 +80,16 @@ __global__ void __launch_bounds__(kThreads, 2) ring_cp_async(const float* logits
       for (int p = 0; p < kPieces; ++p) {
         const int e = 4 * (t + p * kThreads);
         const int bytes = 4 * max(0, min(4, len - e));
-        cp_async16(stage + t + p * kThreads, bytes > 0 ? row + c * C + e : row, bytes);
+        cpAsync16(stage + t + p * kThreads, bytes > 0 ? row + c * C + e : row, bytes);
       }
     }
-    cp_async_commit();  // one group per item, empty past the end, so wait_group counts items
+    cpAsyncCommit();  // one group per item, empty past the end, so wait_group counts items
   };
   for (int i = 0; i < S - 1; ++i) issue(i);
   float acc = -INFINITY;
   for (int i = 0; i < items; ++i) {
     issue(i + S - 1);  // into the stage this thread read last iteration (its own pieces only)
-    cp_async_wait<S - 1>();
+    cpAsyncWait<S - 1>();
     const float4* stage = ring + (i % S) * (C / 4);
 #pragma unroll
     for (int p = 0; p < kPieces; ++p) {
@@ -201,14 +201,14 @@ double time_ring(cudaStream_t stream, Kernel kernel, size_t smem, int grid, cons
 }
 
 // Checks the ring's output against the row maxima (a wrong ring must not report a time).
-bool check_sink(const Buffer& sink, const std::vector<float>& row_max, const char* name) {
+bool check_sink(const Buffer& sink, const std::vector<float>& rowMax, const char* name) {
   std::vector<float> h(static_cast<size_t>(kRows) * kThreads);
   ES_CUDA_CHECK(cudaMemcpy(h.data(), sink.data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
   for (int r = 0; r < kRows; ++r) {
     float m = -INFINITY;
     for (int t = 0; t < kThreads; ++t) m = std::max(m, h[static_cast<size_t>(r) * kThreads + t]);
-    if (m != row_max[r]) {
-      std::fprintf(stderr, "%s: row %d maximum %g, expected %g\n", name, r, m, row_max[r]);
+    if (m != rowMax[r]) {
+      std::fprintf(stderr, "%s: row %d maximum %g, expected %g\n", name, r, m, rowMax[r]);
       return false;
     }
   }
@@ -223,12 +223,12 @@ int main() {
   if (stream == nullptr) return 0;
   const size_t n = static_cast<size_t>(kRows) * kRowLen;
   std::vector<float> host(n);
-  std::vector<float> row_max(kRows, -INFINITY);
+  std::vector<float> rowMax(kRows, -INFINITY);
   uint32_t x = 12345u;
   for (size_t i = 0; i < n; ++i) {
     x = x * 1664525u + 1013904223u;
     host[i] = static_cast<float>(x >> 8) * (1.0f / 16777216.0f) * 20.0f - 10.0f;
-    row_max[i / kRowLen] = std::max(row_max[i / kRowLen], host[i]);
+    rowMax[i / kRowLen] = std::max(rowMax[i / kRowLen], host[i]);
   }
   Buffer logits = es::bench::upload(host);
   Buffer sink = Buffer::allocate(MemorySpace::kDevice, static_cast<int64_t>(kRows) * kThreads * sizeof(float));
@@ -247,7 +247,7 @@ int main() {
     for (int spin : spins) {
       ES_CUDA_CHECK(cudaMemset(sink.data(), 0, sink.bytes()));
       const double us = time_ring(stream, kernel, smem, kRows / rows_per_cta, logits, sink, spin);
-      ok &= check_sink(sink, row_max, name);
+      ok &= check_sink(sink, rowMax, name);
       rows.push_back({name, spin, us});
     }
   };

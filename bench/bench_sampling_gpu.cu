@@ -108,18 +108,18 @@ Row bench_sample(const std::string& name, int32_t batch, int32_t vocab, int32_t 
   sp.batch = batch;
   sp.vocab = vocab;
   sp.temperature = 0.8f;
-  sp.top_k = k;
-  sp.top_p = p;
+  sp.topK = k;
+  sp.topP = p;
   sp.uniforms = d_u;
   sp.tokens = d_tokens;
   sp.logits = logits[0];
-  const size_t ws = sampling_workspace_bytes(sp);
+  const size_t ws = samplingWorkspaceBytes(sp);
   void* d_ws = device_alloc<uint8_t>(ws);
   sp.workspace = d_ws;
-  sp.workspace_bytes = ws;
+  sp.workspaceBytes = ws;
   Row r = time_it(name, target_us, [&](int i) {
     sp.logits = logits[i % logits.size()];
-    kernel::sample_rows(sp, nullptr);
+    kernel::sampleRows(sp, nullptr);
   });
   for (float* l : logits) ES_CUDA_CHECK(cudaFree(l));
   ES_CUDA_CHECK(cudaFree(d_u));
@@ -137,7 +137,7 @@ Row bench_argmax(int32_t rows, int32_t vocab, double target_us) {
   ap.out = d_out;
   Row r = time_it("argmax V=151936 f32 B=" + std::to_string(rows), target_us, [&](int i) {
     ap.logits = logits[i % logits.size()];
-    kernel::argmax_rows(ap, nullptr);
+    kernel::argmaxRows(ap, nullptr);
   });
   for (float* l : logits) ES_CUDA_CHECK(cudaFree(l));
   ES_CUDA_CHECK(cudaFree(d_out));
@@ -146,8 +146,8 @@ Row bench_argmax(int32_t rows, int32_t vocab, double target_us) {
 
 // Speculative verification of L argmax-drafted tokens per sequence from fp32 target logits
 // [batch, L + 1, vocab]: the sampling kernels over every row, then the accept walk.
-Row bench_verify(const std::string& name, int32_t batch, int32_t L, int32_t vocab, float temperature, int32_t top_k,
-                 float top_p, double target_us) {
+Row bench_verify(const std::string& name, int32_t batch, int32_t L, int32_t vocab, float temperature, int32_t topK,
+                 float topP, double target_us) {
   const size_t rows = static_cast<size_t>(batch) * (L + 1);
   const std::vector<float*> logits = make_logit_copies(rows * vocab, 3);
   std::vector<int32_t> drafts(static_cast<size_t>(batch) * L);
@@ -166,24 +166,24 @@ Row bench_verify(const std::string& name, int32_t batch, int32_t L, int32_t voca
   int32_t* d_acc = device_alloc<int32_t>(batch);
   SpecVerifyParams vp;
   vp.batch = batch;
-  vp.num_draft = L;
+  vp.numDraft = L;
   vp.vocab = vocab;
   vp.temperature = temperature;
-  vp.top_k = top_k;
-  vp.top_p = top_p;
-  vp.draft_tokens = d_drafts;
+  vp.topK = topK;
+  vp.topP = topP;
+  vp.draftTokens = d_drafts;
   vp.seeds = d_seeds;
   vp.anchors = d_anchors;
-  vp.out_tokens = d_out;
-  vp.num_accepted = d_acc;
-  vp.target_logits = logits[0];
-  const size_t ws = spec_verify_workspace_bytes(vp);
+  vp.outTokens = d_out;
+  vp.numAccepted = d_acc;
+  vp.targetLogits = logits[0];
+  const size_t ws = specVerifyWorkspaceBytes(vp);
   void* d_ws = device_alloc<uint8_t>(ws);
   vp.workspace = d_ws;
-  vp.workspace_bytes = ws;
+  vp.workspaceBytes = ws;
   Row r = time_it(name, target_us, [&](int i) {
-    vp.target_logits = logits[i % logits.size()];
-    kernel::spec_verify(vp, nullptr);
+    vp.targetLogits = logits[i % logits.size()];
+    kernel::specVerify(vp, nullptr);
   });
   for (float* l : logits) ES_CUDA_CHECK(cudaFree(l));
   ES_CUDA_CHECK(cudaFree(d_drafts));
@@ -229,17 +229,17 @@ int main(int argc, char** argv) {
   sample("sample V=151936 f32 B=256 k50 p0.9 (verify rows)", 256, 151936, 50, 0.9f, 0);
   // Not targets; shown so the slower modes are visible.
   // B <= 64 and V >= 32768 take the split CDF (sampling_cdf_split.cu); B = 65 takes the
-  // one-CTA-per-row full_row_kernel draw.
+  // one-CTA-per-row fullRowKernel draw.
   sample("sample V=151936 f32 B=1 k-off p1 (split CDF)", 1, 151936, 0, 1.0f, 0);
   sample("sample V=151936 f32 B=1 k-off p0.9 (split CDF+split)", 1, 151936, 0, 0.9f, 0);
   sample("sample V=49152 f32 B=1 k-off p1 (split CDF)", 1, 49152, 0, 1.0f, 0);
   sample("sample V=151936 f32 B=8 k-off p1 (split CDF)", 8, 151936, 0, 1.0f, 0);
   // Top-p without top-k (Llama-style requests): B <= 64 and V >= 32768 decide each row's cut on a
-  // cluster of CTAs (GeneralPlan::fullrow_split); B = 65 on one CTA per row.
+  // cluster of CTAs (GeneralPlan::fullrowSplit); B = 65 on one CTA per row.
   sample("sample V=151936 f32 B=8 k-off p0.9 (split)", 8, 151936, 0, 0.9f, 0);
   sample("sample V=49152 f32 B=1 k-off p0.9 (split)", 1, 49152, 0, 0.9f, 0);
   sample("sample V=49152 f32 B=8 k-off p0.9 (split)", 8, 49152, 0, 0.9f, 0);
-  // Batches 9-64 split too (fewer CTAs per row as the batch grows: fullrow_split_ranks).
+  // Batches 9-64 split too (fewer CTAs per row as the batch grows: fullrowSplitRanks).
   sample("sample V=151936 f32 B=9 k-off p1 (split)", 9, 151936, 0, 1.0f, 0);
   sample("sample V=49152 f32 B=16 k-off p1 (split)", 16, 49152, 0, 1.0f, 0);
   sample("sample V=151936 f32 B=64 k-off p0.9 (split)", 64, 151936, 0, 0.9f, 0);

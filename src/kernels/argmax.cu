@@ -22,21 +22,21 @@ namespace cg = cooperative_groups;
 constexpr int kArgmaxThreads = 512;
 constexpr int kClusterSplit = 16;  // most CTAs a row is split over (one cluster)
 
-__device__ __forceinline__ float as_float(float v) { return v; }
-__device__ __forceinline__ float as_float(fp16 v) { return to_float(v); }
-__device__ __forceinline__ float as_float(bf16 v) { return to_float(v); }
+__device__ __forceinline__ float asFloat(float v) { return v; }
+__device__ __forceinline__ float asFloat(fp16 v) { return to_float(v); }
+__device__ __forceinline__ float asFloat(bf16 v) { return to_float(v); }
 
-__device__ __forceinline__ uint64_t rank_of(float v, int i) {
-  const uint32_t key = (v != v) ? 0xffffffffu : sampling::order_key(v);
+__device__ __forceinline__ uint64_t rankOf(float v, int i) {
+  const uint32_t key = (v != v) ? 0xffffffffu : sampling::orderKey(v);
   return sampling::composite(key, static_cast<uint32_t>(i));
 }
 __device__ __forceinline__ uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 template <typename T>
 __global__ void __launch_bounds__(kArgmaxThreads)
-    argmax_kernel(const T* logits, int vocab, int64_t stride, int32_t* out, int split) {
+    argmaxKernel(const T* logits, int vocab, int64_t stride, int32_t* out, int split) {
   constexpr int kVec = 16 / sizeof(T);
-  __shared__ uint64_t warp_best[kArgmaxThreads / 32];
+  __shared__ uint64_t warpBest[kArgmaxThreads / 32];
   __shared__ uint64_t partial[kClusterSplit];
   const int row = blockIdx.y, part = blockIdx.x;
   const int len = ((vocab + split - 1) / split + kVec - 1) / kVec * kVec;
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   // Scalar head up to 16-byte alignment, vector body, scalar tail.
   const uintptr_t addr = reinterpret_cast<uintptr_t>(r + begin);
   const int head = min(end - begin, static_cast<int>(((16 - addr % 16) % 16) / sizeof(T)));
-  if (static_cast<int>(threadIdx.x) < head) best = umax(best, rank_of(as_float(r[begin + threadIdx.x]), begin + threadIdx.x));
+  if (static_cast<int>(threadIdx.x) < head) best = umax(best, rankOf(asFloat(r[begin + threadIdx.x]), begin + threadIdx.x));
   const int vbegin = begin + head;
   const int nvec = (end - vbegin) / kVec;
   const uint4* vp = reinterpret_cast<const uint4*>(r + vbegin);
@@ -66,21 +66,21 @@ __global__ void __launch_bounds__(kArgmaxThreads)
       if (j < nvec) {
         const T* e = reinterpret_cast<const T*>(&w[b]);
 #pragma unroll
-        for (int t = 0; t < kVec; ++t) best = umax(best, rank_of(as_float(e[t]), vbegin + j * kVec + t));
+        for (int t = 0; t < kVec; ++t) best = umax(best, rankOf(asFloat(e[t]), vbegin + j * kVec + t));
       }
     }
   }
   for (int i = vbegin + nvec * kVec + threadIdx.x; i < end; i += kArgmaxThreads) {
-    best = umax(best, rank_of(as_float(r[i]), i));
+    best = umax(best, rankOf(asFloat(r[i]), i));
   }
   for (int o = 16; o; o >>= 1) best = umax(best, __shfl_xor_sync(0xffffffffu, best, o));
-  if ((threadIdx.x & 31) == 0) warp_best[threadIdx.x >> 5] = best;
+  if ((threadIdx.x & 31) == 0) warpBest[threadIdx.x >> 5] = best;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kArgmaxThreads / 32; ++w) best = umax(best, warp_best[w]);
+    for (int w = 1; w < kArgmaxThreads / 32; ++w) best = umax(best, warpBest[w]);
   }
   if (split == 1) {
-    if (threadIdx.x == 0) out[row] = static_cast<int32_t>(sampling::composite_index(best));
+    if (threadIdx.x == 0) out[row] = static_cast<int32_t>(sampling::compositeIndex(best));
     return;
   }
   cg::cluster_group cluster = cg::this_cluster();
@@ -89,28 +89,28 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   if (cluster.block_rank() == 0 && threadIdx.x == 0) {
     uint64_t b = partial[0];
     for (int p = 1; p < split; ++p) b = umax(b, partial[p]);
-    out[row] = static_cast<int32_t>(sampling::composite_index(b));
+    out[row] = static_cast<int32_t>(sampling::compositeIndex(b));
   }
 }
 
 template <typename T>
-int cluster_split() {
+int clusterSplit() {
   static thread_local const int size =
-      kernel::cluster::widest_size(argmax_kernel<T>, kClusterSplit, kArgmaxThreads);
+      kernel::cluster::widestSize(argmaxKernel<T>, kClusterSplit, kArgmaxThreads);
   return size;
 }
 
 template <typename T>
 void launch(const ArgmaxParams& p, cudaStream_t stream) {
-  const int64_t stride = p.row_stride ? p.row_stride : p.vocab;
+  const int64_t stride = p.rowStride ? p.rowStride : p.vocab;
   // Few long rows: split each over a cluster (16 CTAs, non-portable size, where the device can
   // co-schedule it; else 8), merged through distributed shared memory.
   int split = 1;
   if (p.rows <= 32 && p.vocab >= 8 * 4096) {
-    split = cluster_split<T>();
+    split = clusterSplit<T>();
   }
   ES_CHECK_ARG(p.rows <= 65535, "kernel::argmax_rows", "rows", p.rows, "must be <= 65535");
-  kernel::cluster::launch(argmax_kernel<T>, dim3(split, p.rows, 1), dim3(kArgmaxThreads), split, stream,
+  kernel::cluster::launch(argmaxKernel<T>, dim3(split, p.rows, 1), dim3(kArgmaxThreads), split, stream,
                           static_cast<const T*>(p.logits), p.vocab, stride, p.out, split);
 }
 
@@ -118,8 +118,8 @@ void launch(const ArgmaxParams& p, cudaStream_t stream) {
 
 namespace kernel {
 
-void argmax_rows(const ArgmaxParams& p, cudaStream_t stream) {
-  validate_argmax_params(p, "kernel::argmax_rows");
+void argmaxRows(const ArgmaxParams& p, cudaStream_t stream) {
+  validateArgmaxParams(p, "kernel::argmax_rows");
   if (p.rows == 0) return;
   switch (p.dtype) {
     case DType::kF16: launch<fp16>(p, stream); break;

@@ -10,24 +10,24 @@
 namespace es {
 
 struct ArgmaxParams {
-  const void* logits = nullptr;  // [rows, vocab] dtype, row r starts at r * row_stride elements
+  const void* logits = nullptr;  // [rows, vocab] dtype, row r starts at r * rowStride elements
   DType dtype = DType::kF32;     // kF32, kF16 or kBF16
   int32_t rows = 0;
   int32_t vocab = 0;
-  int64_t row_stride = 0;        // elements between rows; 0 means vocab
+  int64_t rowStride = 0;        // elements between rows; 0 means vocab
   int32_t* out = nullptr;        // [rows] i32
 };
 
-void validate_argmax_params(const ArgmaxParams& p, const char* where);
+void validateArgmaxParams(const ArgmaxParams& p, const char* where);
 
 namespace kernel {
 // Batch 1..few: a thread-block cluster of up to 16 CTAs splits each row (distributed shared
 // memory merges the partial maxima); larger batches: one CTA per row. No workspace.
-void argmax_rows(const ArgmaxParams& p, cudaStream_t stream);
+void argmaxRows(const ArgmaxParams& p, cudaStream_t stream);
 }  // namespace kernel
 
 namespace ref {
-void argmax_rows(const ArgmaxParams& p);  // host pointers
+void argmaxRows(const ArgmaxParams& p);  // host pointers
 }  // namespace ref
 
 }  // namespace es

@@ -40,7 +40,7 @@ struct Config {
 // threads per CTA and can co-schedule at least one such cluster, else kPortableSize. A refused
 // query leaves no sticky error behind. Callers cache the answer per kernel.
 template <typename... Params>
-int widest_size(void (*kernel)(Params...), int want, int threads) {
+int widestSize(void (*kernel)(Params...), int want, int threads) {
   int size = kPortableSize;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
     const Config c(dim3(want), dim3(threads), static_cast<unsigned>(want), nullptr);

@@ -15,7 +15,7 @@ __global__ void addBiasF32Kernel(float* __restrict__ y, const T* __restrict__ bi
   const int64_t total = m * n;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = __fadd_rn(y[i], fwd::to_f(bias[i % n]));
+    y[i] = __fadd_rn(y[i], fwd::toF(bias[i % n]));
   }
 }
 
@@ -26,7 +26,7 @@ __global__ void addBiasRoundKernel(Y* __restrict__ y, const float* __restrict__ 
   const int64_t total = m * n;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = fwd::from_f<Y>(__fadd_rn(product[i], fwd::to_f(bias[i % n])));
+    y[i] = fwd::fromF<Y>(__fadd_rn(product[i], fwd::toF(bias[i % n])));
   }
 }
 
@@ -40,7 +40,7 @@ void launchAddBiasF32(float* y, const void* bias, DType biasDtype, int64_t m, in
   const int threads = 256;
   int64_t blocks = (total + threads - 1) / threads;
   if (blocks > 4096) blocks = 4096;
-  fwd::dispatch_dtype(biasDtype, [&](auto tag) {
+  fwd::dispatchDtype(biasDtype, [&](auto tag) {
     using T = decltype(tag);
     addBiasF32Kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
         y, static_cast<const T*>(bias), m, n);
@@ -53,9 +53,9 @@ void launchAddBiasRound(void* y, DType yDtype, const float* product, const void*
   const int threads = 256;
   int64_t blocks = (total + threads - 1) / threads;
   if (blocks > 4096) blocks = 4096;
-  fwd::dispatch_dtype(yDtype, [&](auto ytag) {
+  fwd::dispatchDtype(yDtype, [&](auto ytag) {
     using Y = decltype(ytag);
-    fwd::dispatch_dtype(biasDtype, [&](auto btag) {
+    fwd::dispatchDtype(biasDtype, [&](auto btag) {
       using B = decltype(btag);
       addBiasRoundKernel<Y, B><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
           static_cast<Y*>(y), product, static_cast<const B*>(bias), m, n);

@@ -69,8 +69,8 @@ __device__ __forceinline__ void unpack8(const uint4 v, float (&a)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    a[2 * i] = fwd::to_f(T{static_cast<uint16_t>(w[i] & 0xffffu)});
-    a[2 * i + 1] = fwd::to_f(T{static_cast<uint16_t>(w[i] >> 16)});
+    a[2 * i] = fwd::toF(T{static_cast<uint16_t>(w[i] & 0xffffu)});
+    a[2 * i + 1] = fwd::toF(T{static_cast<uint16_t>(w[i] >> 16)});
   }
 }
 template <typename T>
@@ -78,7 +78,7 @@ __device__ __forceinline__ uint4 pack8(const float (&a)[8]) {
   uint32_t w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    w[i] = uint32_t{fwd::from_f<T>(a[2 * i]).bits} | (uint32_t{fwd::from_f<T>(a[2 * i + 1]).bits} << 16);
+    w[i] = uint32_t{fwd::fromF<T>(a[2 * i]).bits} | (uint32_t{fwd::fromF<T>(a[2 * i + 1]).bits} << 16);
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
     for (int i = 0; i < kMaxItems; ++i) {
       const int h = item0 + i * itemStride, col = h / kRows;
       const int64_t j = row0 + (h - col * kRows);
-      yBefore[i] = h < kItems && col < m && j < n ? fwd::to_f(y[int64_t{col} * n + j]) : 0.0f;
+      yBefore[i] = h < kItems && col < m && j < n ? fwd::toF(y[int64_t{col} * n + j]) : 0.0f;
     }
   }
   pdl::enter();
@@ -389,12 +389,12 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
       if (col < m && j < n) {
         float sum = sumOf(h);
         if constexpr (NORM) sum = __fmul_rn(sum, rowScale(col));
-        if (bias != nullptr) sum = __fadd_rn(sum, fwd::to_f(bias[j]));
+        if (bias != nullptr) sum = __fadd_rn(sum, fwd::toF(bias[j]));
         Y* out = y + int64_t{col} * n + j;
         if constexpr (EPI == kAccumulate) {
-          *out = fwd::from_f<Y>(__fadd_rn(yBefore[i], fwd::to_f(fwd::from_f<Y>(sum))));
+          *out = fwd::fromF<Y>(__fadd_rn(yBefore[i], fwd::toF(fwd::fromF<Y>(sum))));
         } else {
-          *out = fwd::from_f<Y>(sum);
+          *out = fwd::fromF<Y>(sum);
         }
       }
     } else {
@@ -410,13 +410,13 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
           u = __fmul_rn(u, scale);
         }
         if (bias != nullptr) {
-          g = __fadd_rn(g, fwd::to_f(bias[j]));
-          u = __fadd_rn(u, fwd::to_f(bias[j + 8]));
+          g = __fadd_rn(g, fwd::toF(bias[j]));
+          u = __fadd_rn(u, fwd::toF(bias[j + 8]));
         }
-        g = fwd::to_f(fwd::from_f<T>(g));  // the plain kernel's rounding of y
-        u = fwd::to_f(fwd::from_f<T>(u));
+        g = fwd::toF(fwd::fromF<T>(g));  // the plain kernel's rounding of y
+        u = fwd::toF(fwd::fromF<T>(u));
         const int64_t feature = (j / 16) * 8 + j % 16;
-        y[int64_t{col} * (n / 2) + feature] = fwd::from_f<Y>(fwd::silu_times(g, u));
+        y[int64_t{col} * (n / 2) + feature] = fwd::fromF<Y>(fwd::siluTimes(g, u));
       }
     }
   };

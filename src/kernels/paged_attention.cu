@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kWarps * 32) attentionKernel(Args a) {
   const int32_t b = owningSequence(a.cuQ, a.batch, r);
   const int32_t pos = a.qPos[r];
   if (b < 0 || r >= a.cuQ[b + 1] || pos < 0) {
-    for (int32_t d = threadIdx.x; d < D; d += blockDim.x) out[d] = fwd::from_f<T>(0.0f);
+    for (int32_t d = threadIdx.x; d < D; d += blockDim.x) out[d] = fwd::fromF<T>(0.0f);
     return;
   }
   const int32_t qLen = a.cuQ[b + 1] - a.cuQ[b];
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kWarps * 32) attentionKernel(Args a) {
   const int32_t hk = h / (a.hq / a.hkv);
 
   float q[kEpt];
-  fwd::load_span<T, kEpt, ALIGNED>(
+  fwd::loadSpan<T, kEpt, ALIGNED>(
       static_cast<const T*>(a.q) + (int64_t{r} * a.hq + h) * D + lane * kEpt, q);
   int64_t lo = 0, hi = kvLen;
   if (a.mask == static_cast<int32_t>(AttentionMask::kCausal)) hi = min(hi, int64_t{pos} + 1);
@@ -138,14 +138,14 @@ __global__ void __launch_bounds__(kWarps * 32) attentionKernel(Args a) {
     if (!attn::pagePairValid(kp, vp, a.numPages)) continue;
     const int32_t slot = j - lp * kPage;
     float k[kEpt], v[kEpt];
-    fwd::load_span<T, kEpt, ALIGNED>(
+    fwd::loadSpan<T, kEpt, ALIGNED>(
         pool + ((int64_t{kp} * kPage + slot) * a.hkv + hk) * D + lane * kEpt, k);
-    fwd::load_span<T, kEpt, ALIGNED>(
+    fwd::loadSpan<T, kEpt, ALIGNED>(
         pool + ((int64_t{vp} * kPage + slot) * a.hkv + hk) * D + lane * kEpt, v);
     float dot = 0.0f;
 #pragma unroll
     for (int e = 0; e < kEpt; ++e) dot += q[e] * k[e];
-    const float s = fwd::warp_sum(dot) * a.scale;
+    const float s = fwd::warpSum(dot) * a.scale;
     const float mNew = fmaxf(m, s);
     const float corr = expf(m - mNew);
     const float p = expf(s - mNew);
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kWarps * 32) attentionKernel(Args a) {
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) mAll = fmaxf(mAll, sM[w]);
   if (mAll == -INFINITY) {  // no visible key
-    for (int32_t d = threadIdx.x; d < D; d += blockDim.x) out[d] = fwd::from_f<T>(0.0f);
+    for (int32_t d = threadIdx.x; d < D; d += blockDim.x) out[d] = fwd::fromF<T>(0.0f);
     return;
   }
   float weight[kWarps], denom = 0.0f;
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32) attentionKernel(Args a) {
     float o = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) o += sAcc[w][d] * weight[w];
-    out[d] = fwd::from_f<T>(o / denom);
+    out[d] = fwd::fromF<T>(o / denom);
   }
 }
 
@@ -364,8 +364,8 @@ struct KvTileLoader {
       const int32_t j = key0 + k;
       const bool in = j >= keyLo && j < keyHi;  // outside: zeros (never NaN garbage in P*V)
       const uint32_t off = static_cast<uint32_t>((k * D + ((c ^ (k & 7)) << 3)) * sizeof(T));
-      cp_async16_shared(kStage + off, kBase + k * rowStride + c * 8, in ? 16 : 0);
-      cp_async16_shared(vStage + off, vBase + k * rowStride + c * 8, in ? 16 : 0);
+      cpAsync16Shared(kStage + off, kBase + k * rowStride + c * 8, in ? 16 : 0);
+      cpAsync16Shared(vStage + off, vBase + k * rowStride + c * 8, in ? 16 : 0);
     }
   }
 };
@@ -594,7 +594,7 @@ __device__ __forceinline__ void mergeWarpsAndWrite(const SplitArgs& a, WarpState
     if (direct) {
       const float inv = lSum > 0.0f ? 1.0f / lSum : 0.0f;  // no visible key: zeros
       const float res[4] = {acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv};
-      fwd::store_span<T, 4, true>(out + rh * D + d, res);
+      fwd::storeSpan<T, 4, true>(out + rh * D + d, res);
     } else {
       const int64_t slot = split * partStride + rh;
       if (mMax != -INFINITY) {
@@ -709,7 +709,7 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
       const int m = idx / kRowChunks, c = idx % kRowChunks;
       const bool in = sRow[m].hi > sRow[m].lo;
       const T* src = in ? qg + sRow[m].rh * D + c * 8 : qg;
-      cp_async16_shared(smemU32(sQ + m * D + ((c ^ (m & 7)) << 3)), src, in ? 16 : 0);
+      cpAsync16Shared(smemU32(sQ + m * D + ((c ^ (m & 7)) << 3)), src, in ? 16 : 0);
     }
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {  // group s = tile t0 + s (group 0 also holds Q)
@@ -717,7 +717,7 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
         loader.issue(t0 + s, stageAddr(s), pkp[s], pvp[s]);
         loadedStages |= 1u << s;
       }
-      cp_async_commit();
+      cpAsyncCommit();
     }
   }
 
@@ -740,7 +740,7 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
   for (int mt = 0; mt < RT; ++mt) qLaneRow[mt] = warpRow * S::kWarpRowRows + mt * 16 + (lane & 15);
 
   for (int32_t t = t0; t < t1; ++t) {
-    cp_async_wait<kStages - 2>();  // tile t (and Q) landed for this thread ...
+    cpAsyncWait<kStages - 2>();  // tile t (and Q) landed for this thread ...
     __syncthreads();               // ... for all; and every warp is done with tile t - 1's stage
     const int st = (t - t0) % kStages;
     {
@@ -750,7 +750,7 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
         loader.issue(t + kStages - 1, stageAddr(ns), nkp, nvp);
         loadedStages |= 1u << ns;
       }
-      cp_async_commit();
+      cpAsyncCommit();
       nok = loader.lookup(t + kStages, nkp, nvp);
     }
     if constexpr (S::kQInRegisters) {
@@ -773,7 +773,7 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
   // ---- epilogue
   // Every group committed so far is empty or landed (the last real tile was waited for in its
   // iteration); waiting for all anyway keeps the buffers below free of in-flight copies.
-  cp_async_wait<0>();
+  cpAsyncWait<0>();
   __syncthreads();  // the K/V ring becomes the merge buffer
   pdl::trigger();
   mergeWarpsAndWrite<T, D, WM, RT>(a, state, sRow, sMl, sMerge, cta.split);
@@ -866,7 +866,7 @@ __global__ void __launch_bounds__(128) combineKernel(const SplitArgs a) {
         ml[j] = make_float2(-INFINITY, 0.0f);
         if (s < splits) {
           ml[j] = a.partMl[s * stride + item];
-          fwd::load_span<float, E, true>(a.partO + (s * stride + item) * D + lane * E, v[j]);
+          fwd::loadSpan<float, E, true>(a.partO + (s * stride + item) * D + lane * E, v[j]);
         }
       }
     };
@@ -897,7 +897,7 @@ __global__ void __launch_bounds__(128) combineKernel(const SplitArgs a) {
   const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] *= inv;
-  fwd::store_span<T, E, true>(static_cast<T*>(a.out) + item * D + lane * E, acc);
+  fwd::storeSpan<T, E, true>(static_cast<T*>(a.out) + item * D + lane * E, acc);
   if (a.combineTrigger == kTriggerLast) pdl::trigger();
 }
 
@@ -996,13 +996,13 @@ void launchSplit(const PagedAttentionParams& p, const PagedAttentionPlan& plan,
       .splits = plan.numSplits,
       .tilesPerSplit = plan.tilesPerSplit,
       .rowBlocks = plan.rowBlocks,
-      .earlyReads = pdl::early_reads() ? 1 : 0,
+      .earlyReads = pdl::earlyReads() ? 1 : 0,
       .combineTrigger = combineTrigger,
       .partO = partO,
       .partMl = reinterpret_cast<float2*>(partO + int64_t{plan.numSplits} * q.totalQ * q.numQHeads *
                                                       p.headDim),
   };
-  fwd::dispatch_dtype(p.dtype, [&](auto tag) {
+  fwd::dispatchDtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
       switch (p.headDim) {
@@ -1053,7 +1053,7 @@ void launchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   };
   const bool aligned =
       fwd::aligned16(p.query.q) && fwd::aligned16(p.query.out) && fwd::aligned16(p.kv.pool);
-  fwd::dispatch_dtype(p.dtype, [&](auto tag) {
+  fwd::dispatchDtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     switch (p.headDim) {
       case 64:

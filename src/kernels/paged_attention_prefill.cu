@@ -184,14 +184,14 @@ __global__ void __launch_bounds__(kThreads, 1) prefillKernel(const PrefillArgs a
     if (page >= 0 && key0 >= loAll && key0 + kKeys <= hiAll) {  // CTA-uniform: no key masked
 #pragma unroll
       for (int it = 0; it < kCopies; ++it) {
-        cp_async16_shared(dst + dstLd + it * kKeyStep * 128, src + it * kKeyStep * rowStride, 16);
+        cpAsync16Shared(dst + dstLd + it * kKeyStep * 128, src + it * kKeyStep * rowStride, 16);
       }
     } else {
 #pragma unroll
       for (int it = 0; it < kCopies; ++it) {
         const int32_t j = key0 + kLd + it * kKeyStep;
         const bool in = page >= 0 && j >= loAll && j < hiAll;
-        cp_async16_shared(dst + dstLd + it * kKeyStep * 128, src + it * kKeyStep * rowStride,
+        cpAsync16Shared(dst + dstLd + it * kKeyStep * 128, src + it * kKeyStep * rowStride,
                           in ? 16 : 0);
       }
     }
@@ -218,12 +218,12 @@ __global__ void __launch_bounds__(kThreads, 1) prefillKernel(const PrefillArgs a
       const int m = idx >> 4, c = idx & 15;
       const bool in = sRow[m].hi > sRow[m].lo;
       const T* src = in ? qg + sRow[m].rh * kD + c * 8 : qg;
-      cp_async16_shared(sQ + tileOff(m, c), src, in ? 16 : 0);
+      cpAsync16Shared(sQ + tileOff(m, c), src, in ? 16 : 0);
     }
     issueRows(t0, kStage(0), okCur ? kpFirst : -1);
     mbar::arriveOnCopies(fullK(0));
-    cp_async_commit();
-    cp_async_wait<0>();  // Q (and this thread's part of K_t0)
+    cpAsyncCommit();
+    cpAsyncWait<0>();  // Q (and this thread's part of K_t0)
     wgmma::fenceProxyAsyncShared();
     __syncthreads();                                         // Q in place for both warpgroups
     if (wg == 1) mbar::namedArrive(kTurnBarrier, 2 * 128);   // warpgroup 0 issues first
@@ -442,10 +442,10 @@ void launchPrefillWgmma(const PagedAttentionParams& p, const PagedAttentionPlan&
       .batch = p.batchSize,
       .rowBlocks = plan.rowBlocks,
       .scaleLog2 = p.scale * 1.4426950408889634f,
-      .earlyReads = pdl::early_reads() ? 1 : 0,
+      .earlyReads = pdl::earlyReads() ? 1 : 0,
   };
   const int64_t ctas = int64_t{p.batchSize} * p.kv.numKVHeads * plan.rowBlocks;
-  fwd::dispatch_dtype(p.dtype, [&](auto tag) {
+  fwd::dispatchDtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, float>) {
       attn::raiseDynamicSmemOnce<prefillKernel<T>>(kSmemBytes);

@@ -90,7 +90,7 @@ __device__ void zeroRowsOutsideSequences(T* out, const int32_t* cuQ, int32_t bat
                                          int64_t rowElems) {
   const int64_t first = min(max(cuQ[0], 0), totalQ);
   const int64_t last = min(max(cuQ[batch], 0), totalQ);
-  const T zero = fwd::from_f<T>(0.0f);
+  const T zero = fwd::fromF<T>(0.0f);
   for (int64_t e = threadIdx.x; e < first * rowElems; e += blockDim.x) out[e] = zero;
   for (int64_t e = last * rowElems + threadIdx.x; e < int64_t{totalQ} * rowElems; e += blockDim.x) {
     out[e] = zero;

@@ -37,9 +37,9 @@ inline bool enabled() { return debug::pdlEnabled(); }
 // predecessor's are not. The kernels that read early say what (qkv_rope_kv_write.cu,
 // linear_gemv.cu, paged_attention.cu's split kernel); their callers must not let the kernel right
 // before them write those inputs. In an ordinary launch the wait returns at once, so reading
-// early is safe there too; early_reads() tells the kernels that take the choice as an argument
+// early is safe there too; earlyReads() tells the kernels that take the choice as an argument
 // whether launches are programmatic.
-inline bool early_reads() { return enabled(); }
+inline bool earlyReads() { return enabled(); }
 
 // kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent of the stream's
 // previous kernel (an ordinary launch with ES_PDL=0).

@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kWarps * 32) qkvRopeKernel(Args a) {
     const int32_t i = lane + 32 * j;
     wv[j] = cv[j] = sv[j] = 0.0f;
     if (rotate && i < dim) {
-      if (weight != nullptr) wv[j] = fwd::to_f(weight[i]);
+      if (weight != nullptr) wv[j] = fwd::toF(weight[i]);
       if (i < a.rotary) {
         const float* cs = a.cosSin + int64_t{pos} * a.rotary;
         const int32_t r = i < half ? i : i - half;
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kWarps * 32) qkvRopeKernel(Args a) {
   pdl::enter();
 
   if (isQ && !live) {
-    for (int32_t i = lane; i < dim; i += 32) dst[i] = fwd::from_f<T>(0.0f);
+    for (int32_t i = lane; i < dim; i += 32) dst[i] = fwd::fromF<T>(0.0f);
     return;
   }
   const T* src = static_cast<const T*>(a.qkv) + t * int64_t{heads} * dim + int64_t{head} * dim;
@@ -110,13 +110,13 @@ __global__ void __launch_bounds__(kWarps * 32) qkvRopeKernel(Args a) {
   for (int j = 0; j < kPer; ++j) {
     const int32_t i = lane + 32 * j;
     if (i < dim) {
-      const float v = fwd::to_f(src[i]);
+      const float v = fwd::toF(src[i]);
       x[i] = v;
       sumSq += v * v;
     }
   }
   if (weight != nullptr) {
-    sumSq = fwd::warp_sum(sumSq);
+    sumSq = fwd::warpSum(sumSq);
     const float scale = 1.0f / sqrtf(sumSq / static_cast<float>(dim) + a.eps);
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kWarps * 32) qkvRopeKernel(Args a) {
     } else {
       o = x[i];
     }
-    dst[i] = fwd::from_f<T>(o);
+    dst[i] = fwd::fromF<T>(o);
   }
 }
 
@@ -165,7 +165,7 @@ void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
                .maxPages = p.maxPagesPerSeq};
   const int32_t heads = p.numQHeads + 2 * p.numKVHeads;
   const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
-  fwd::dispatch_dtype(p.dtype, [&](auto tag) {
+  fwd::dispatchDtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     pdl::launch(qkvRopeKernel<T>, grid, dim3(kWarps * 32), 0, stream, a);
   });

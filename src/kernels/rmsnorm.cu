@@ -22,27 +22,27 @@ __global__ void rmsnormKernel(const T* x, T* residual, const T* __restrict__ wei
   float sumSq = 0.0f;
   for (int32_t v = threadIdx.x; v < vecs; v += blockDim.x) {
     float a[VEC];
-    fwd::load_span<T, VEC, kAligned>(x + base + int64_t{v} * VEC, a);
+    fwd::loadSpan<T, VEC, kAligned>(x + base + int64_t{v} * VEC, a);
     if (residual != nullptr) {
       float r[VEC];
-      fwd::load_span<T, VEC, kAligned>(residual + base + int64_t{v} * VEC, r);
+      fwd::loadSpan<T, VEC, kAligned>(residual + base + int64_t{v} * VEC, r);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) a[e] = fwd::to_f(fwd::from_f<T>(__fadd_rn(r[e], a[e])));
-      fwd::store_span<T, VEC, kAligned>(residual + base + int64_t{v} * VEC, a);
+      for (int e = 0; e < VEC; ++e) a[e] = fwd::toF(fwd::fromF<T>(__fadd_rn(r[e], a[e])));
+      fwd::storeSpan<T, VEC, kAligned>(residual + base + int64_t{v} * VEC, a);
     }
 #pragma unroll
     for (int e = 0; e < VEC; ++e) sumSq += a[e] * a[e];
   }
-  sumSq = fwd::block_sum(sumSq);
+  sumSq = fwd::blockSum(sumSq);
   const float scale = 1.0f / sqrtf(sumSq / static_cast<float>(hidden) + eps);
   const T* src = residual != nullptr ? residual : x;
   for (int32_t v = threadIdx.x; v < vecs; v += blockDim.x) {
     float a[VEC], w[VEC];
-    fwd::load_span<T, VEC, kAligned>(src + base + int64_t{v} * VEC, a);
-    fwd::load_span<T, VEC, kAligned>(weight + int64_t{v} * VEC, w);
+    fwd::loadSpan<T, VEC, kAligned>(src + base + int64_t{v} * VEC, a);
+    fwd::loadSpan<T, VEC, kAligned>(weight + int64_t{v} * VEC, w);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) a[e] = __fmul_rn(__fmul_rn(a[e], scale), w[e]);
-    fwd::store_span<T, VEC, kAligned>(out + base + int64_t{v} * VEC, a);
+    fwd::storeSpan<T, VEC, kAligned>(out + base + int64_t{v} * VEC, a);
   }
 }
 
@@ -60,7 +60,7 @@ void launch(const RmsNormParams& p, cudaStream_t stream) {
 
 void launchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
-  fwd::dispatch_dtype(p.dtype, [&](auto tag) {
+  fwd::dispatchDtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int kVec = 16 / sizeof(T);
     const bool aligned = fwd::aligned16(p.x) && fwd::aligned16(p.weight) && fwd::aligned16(p.out) &&

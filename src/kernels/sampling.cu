@@ -1,8 +1,8 @@
 // Sampling kernels (spec §3.1-3.6, §3.8) and their launcher.
 //
-//  small_vocab_kernel  V <= 4096: one CTA per row, the row's order keys in shared memory.
+//  smallVocabKernel  V <= 4096: one CTA per row, the row's order keys in shared memory.
 //                      k <= 512: radix select + candidate bitonic sort; else a full bitonic sort.
-//  chunk_fast_kernel   general path, k <= kcap: the rows are split into (row, chunk) items of
+//  chunkFastKernel   general path, k <= kcap: the rows are split into (row, chunk) items of
 //                      2048-8192 entries, walked row-major in contiguous runs by persistent CTAs
 //                      (as many as are resident) that prefetch their next chunk (f32: cp.async
 //                      into a two-stage shared-memory ring; else into registers); each CTA keeps
@@ -10,11 +10,11 @@
 //                      whose k-th key filters the next chunks; each run of one row's chunks
 //                      writes one record (sorted composites), or, when every CTA walks whole
 //                      rows, the CTA finalizes its rows itself (no final kernel).
-//  final_fast_kernel   one CTA per row merges the row's records (in registers, a pre-filter
+//  finalFastKernel   one CTA per row merges the row's records (in registers, a pre-filter
 //                      threshold), then the same finalisation and emission as the small-vocab
 //                      candidate mode.
-//  full_row_kernel     general path, top-k off or k > kcap: one CTA per row, or for up to 64
-//                      long rows (plan.fullrow_split) one cluster of 2-16 CTAs per row; radix
+//  fullRowKernel     general path, top-k off or k > kcap: one CTA per row, or for up to 64
+//                      long rows (plan.fullrowSplit) one cluster of 2-16 CTAs per row; radix
 //                      threshold searches over the row (4 passes each, by count for top-k and by
 //                      exact fixed-point mass for top-p), never O(k) passes.
 // All paths share kernels/sampling_device.h, so they produce bit-identical probabilities.
@@ -43,19 +43,19 @@ namespace es::sampling {
 namespace {
 
 using namespace es::sampling::dev;
-using kernel::cp_async16;
-using kernel::cp_async_commit;
-using kernel::cp_async_wait;
+using kernel::cpAsync16;
+using kernel::cpAsyncCommit;
+using kernel::cpAsyncWait;
 
-__device__ __forceinline__ float load_logit(const float* x, int i) { return x[i]; }
-__device__ __forceinline__ float load_logit(const fp16* x, int i) { return to_float(x[i]); }
+__device__ __forceinline__ float loadLogit(const float* x, int i) { return x[i]; }
+__device__ __forceinline__ float loadLogit(const fp16* x, int i) { return to_float(x[i]); }
 
 // Loads entries [0, len) (len <= kN) of x into v[kN / kThreads], every load of the thread issued
 // before any is used. fp32 rows that are 16-byte aligned use 16-byte loads (layout: slot
 // j = 4r + e holds entry 4 (t + r kThreads) + e); otherwise scalar loads (slot j holds entry
-// t + j kThreads). Absent entries read 0. Returns the layout (block-uniform) for entry_index().
+// t + j kThreads). Absent entries read 0. Returns the layout (block-uniform) for entryIndex().
 template <int kN, typename T>
-__device__ __forceinline__ bool load_entries(const T* x, int len, float (&v)[kN / kThreads]) {
+__device__ __forceinline__ bool loadEntries(const T* x, int len, float (&v)[kN / kThreads]) {
   constexpr int kPer = kN / kThreads;
   if constexpr (std::is_same_v<T, float>) {
     if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
@@ -85,29 +85,29 @@ __device__ __forceinline__ bool load_entries(const T* x, int len, float (&v)[kN 
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
     const int i = threadIdx.x + r * kThreads;
-    v[r] = i < len ? load_logit(x, i) : 0.0f;
+    v[r] = i < len ? loadLogit(x, i) : 0.0f;
   }
   return false;
 }
-__device__ __forceinline__ int entry_index(int j, bool vec) {
+__device__ __forceinline__ int entryIndex(int j, bool vec) {
   return vec ? 4 * (static_cast<int>(threadIdx.x) + (j >> 2) * kThreads) + (j & 3)
              : static_cast<int>(threadIdx.x) + j * kThreads;
 }
 
-__device__ __forceinline__ RowParams row_params(const RowsArgs& a, int row) {
-  if (a.scalar_only) return a.scalar_params;  // the same make_row_params, once on the host
-  const int pi = row / a.rows_per_param;
+__device__ __forceinline__ RowParams rowParams(const RowsArgs& a, int row) {
+  if (a.scalarOnly) return a.scalarParams;  // the same makeRowParams, once on the host
+  const int pi = row / a.rowsPerParam;
   const float t = a.temperatures ? a.temperatures[pi] : a.temperature;
-  const int32_t k = a.top_ks ? a.top_ks[pi] : a.top_k;
-  const float p = a.top_ps ? a.top_ps[pi] : a.top_p;
-  return make_row_params(t, k, p, a.vocab);
+  const int32_t k = a.topKs ? a.topKs[pi] : a.topK;
+  const float p = a.topPs ? a.topPs[pi] : a.topP;
+  return makeRowParams(t, k, p, a.vocab);
 }
 
-__device__ __forceinline__ float row_uniform(const RowsArgs& a, int row) {
-  const int q = row / a.rows_per_param;
+__device__ __forceinline__ float rowUniform(const RowsArgs& a, int row) {
+  const int q = row / a.rowsPerParam;
   return a.uniforms ? a.uniforms[row]
                     : request_uniform(a.seeds[q], a.positions[q], a.purpose,
-                                      static_cast<uint32_t>(row - q * a.rows_per_param));
+                                      static_cast<uint32_t>(row - q * a.rowsPerParam));
 }
 
 constexpr uint32_t kMinusInfKey = fullrow::kMinusInfKey;
@@ -117,56 +117,56 @@ struct alignas(16) CandShared {
   uint64_t cand[kMaxCandidateTopK];  // sorted composites
   uint64_t aux[kMaxCandidateTopK];   // prefix masses, then (index, prob) packs
   float prob[kMaxCandidateTopK];     // by sorted position
-  int32_t idx_sorted[kMaxCandidateTopK];  // kept entries by index
-  float val_sorted[kMaxCandidateTopK];
+  int32_t idxSorted[kMaxCandidateTopK];  // kept entries by index
+  float valSorted[kMaxCandidateTopK];
 };
 
-__device__ void emit_uniform(const RowsArgs& a, int row) {
-  // A verification's chain inputs (stage_chain_inputs) are not needed here; their copies are
+__device__ void emitUniform(const RowsArgs& a, int row) {
+  // A verification's chain inputs (stageChainInputs) are not needed here; their copies are
   // waited for all the same, so that no CTA ends with copies into its shared memory in flight.
-  if (a.verify_rows) cp_async_wait<0>();
+  if (a.verifyRows) cpAsyncWait<0>();
   const int V = a.vocab;
   if (a.probs) {
-    const float pu = fdiv_rn(1.0f, static_cast<float>(V));
+    const float pu = fdivRn(1.0f, static_cast<float>(V));
     float* out = a.probs + static_cast<size_t>(row) * V;
     for (int i = threadIdx.x; i < V; i += kThreads) out[i] = pu;
   }
   if (threadIdx.x == 0) {
-    if (a.tokens) a.tokens[row] = uniform_row_token(row_uniform(a, row), V);
-    if (a.verify_rows) {
-      a.verify_rows[row].status = kUniform;
-      a.verify_rows[row].count = 0;
+    if (a.tokens) a.tokens[row] = uniformRowToken(rowUniform(a, row), V);
+    if (a.verifyRows) {
+      a.verifyRows[row].status = kUniform;
+      a.verifyRows[row].count = 0;
     }
   }
 }
 
 // A verification's list row (one warp): its inputs from its landed ChainStage, then its
-// VerifyRow from the kept list idx/val[0, cut). Not inlined: inlined into chunk_fast_kernel, it
-// would crowd the item loop's register allocation even where it never runs (sample_rows).
-__device__ __noinline__ spec_verify::dev::ListRowInputs list_row_inputs_not_inlined(
-    spec_verify::ChainInputs chain, int row, const spec_verify::dev::ChainStage& stage) {
-  return spec_verify::dev::staged_list_row_inputs(chain, row, stage);
+// VerifyRow from the kept list idx/val[0, cut). Not inlined: inlined into chunkFastKernel, it
+// would crowd the item loop's register allocation even where it never runs (sampleRows).
+__device__ __noinline__ specVerify::dev::ListRowInputs listRowInputsNotInlined(
+    specVerify::ChainInputs chain, int row, const specVerify::dev::ChainStage& stage) {
+  return specVerify::dev::stagedListRowInputs(chain, row, stage);
 }
-__device__ __noinline__ void verify_list_row(spec_verify::dev::ListRowInputs in, spec_verify::VerifyRow* rows, int row,
+__device__ __noinline__ void verifyListRow(specVerify::dev::ListRowInputs in, specVerify::VerifyRow* rows, int row,
                                              const int32_t* idx, const float* val, int cut, float* res) {
-  const int2 v = spec_verify::dev::verify_list_row_warp(in, idx, val, cut, res);
-  if (lane_id() == 0) rows[row] = spec_verify::VerifyRow{kSparse, cut, v.x, v.y};
+  const int2 v = specVerify::dev::verifyListRowWarp(in, idx, val, cut, res);
+  if (laneId() == 0) rows[row] = specVerify::VerifyRow{kSparse, cut, v.x, v.y};
 }
 
 // A verification's list row: warp 0 issues the copies of its chain inputs (as a commit group of
-// its own or as part of the caller's next one), which the caller waits for before emit_candidates.
-__device__ __forceinline__ void stage_chain_inputs(const RowsArgs& a, int row, spec_verify::dev::ChainStage& stage) {
-  if (a.verify_rows && warp_id() == 0) spec_verify::dev::stage_list_row_inputs(a.chain, row, stage);
+// its own or as part of the caller's next one), which the caller waits for before emitCandidates.
+__device__ __forceinline__ void stageChainInputs(const RowsArgs& a, int row, specVerify::dev::ChainStage& stage) {
+  if (a.verifyRows && warpId() == 0) specVerify::dev::stageListRowInputs(a.chain, row, stage);
 }
 
 // Outputs of a candidate-mode row: entries [0, cut) of `sorted` with probabilities prob[]. A
-// verification's row: warp 0's lanes have waited for the copies of `stage` (stage_chain_inputs).
-__device__ void emit_candidates(const RowsArgs& a, int row, const uint64_t* sorted, int cut,
-                                CandShared& cs, const spec_verify::dev::ChainStage& stage) {
-  spec_verify::dev::ListRowInputs chain_in{};
-  if (a.verify_rows && warp_id() == 0) {
+// verification's row: warp 0's lanes have waited for the copies of `stage` (stageChainInputs).
+__device__ void emitCandidates(const RowsArgs& a, int row, const uint64_t* sorted, int cut,
+                                CandShared& cs, const specVerify::dev::ChainStage& stage) {
+  specVerify::dev::ListRowInputs chainIn{};
+  if (a.verifyRows && warpId() == 0) {
     __syncwarp();  // every lane's landed copies are visible to the whole warp
-    chain_in = list_row_inputs_not_inlined(a.chain, row, stage);
+    chainIn = listRowInputsNotInlined(a.chain, row, stage);
   }
   // Sort the kept entries by index: each entry's position is the number of kept entries with a
   // lower index (indices are distinct), counted over the composites (lower index = larger ~index).
@@ -184,25 +184,25 @@ __device__ void emit_candidates(const RowsArgs& a, int row, const uint64_t* sort
         const uint4 w = reinterpret_cast<const uint4*>(lo)[j];
         r += (w.x > ni ? 1 : 0) + (w.z > ni ? 1 : 0);
       }
-      cs.idx_sorted[r] = static_cast<int32_t>(~ni);
-      cs.val_sorted[r] = cs.prob[i];
+      cs.idxSorted[r] = static_cast<int32_t>(~ni);
+      cs.valSorted[r] = cs.prob[i];
     }
   }
   __syncthreads();
   const int V = a.vocab;
-  if (a.probs && a.dense_for_sparse_rows) {
+  if (a.probs && a.denseForSparseRows) {
     float* out = a.probs + static_cast<size_t>(row) * V;
     for (int i = threadIdx.x; i < V; i += kThreads) out[i] = 0.0f;
     __syncthreads();  // zeros before the scatter (same addresses, other threads)
-    for (int i = threadIdx.x; i < cut; i += kThreads) out[cs.idx_sorted[i]] = cs.val_sorted[i];
+    for (int i = threadIdx.x; i < cut; i += kThreads) out[cs.idxSorted[i]] = cs.valSorted[i];
   }
-  if (a.verify_rows && warp_id() == 0) {  // the row's draft test and stop token, from the list
+  if (a.verifyRows && warpId() == 0) {  // the row's draft test and stop token, from the list
     // cs.aux (the index sort's packs) is free since the barrier above: the residual's values.
-    verify_list_row(chain_in, a.verify_rows, row, cs.idx_sorted, cs.val_sorted, cut, reinterpret_cast<float*>(cs.aux));
+    verifyListRow(chainIn, a.verifyRows, row, cs.idxSorted, cs.valSorted, cut, reinterpret_cast<float*>(cs.aux));
   }
-  if (a.tokens && warp_id() == 0) {
-    const int token = sample_sorted_list_warp(cs.idx_sorted, cs.val_sorted, cut, row_uniform(a, row));
-    if (lane_id() == 0) a.tokens[row] = token;
+  if (a.tokens && warpId() == 0) {
+    const int token = sampleSortedListWarp(cs.idxSorted, cs.valSorted, cut, rowUniform(a, row));
+    if (laneId() == 0) a.tokens[row] = token;
   }
 }
 
@@ -212,74 +212,74 @@ __device__ void emit_candidates(const RowsArgs& a, int row, const uint64_t* sort
 __host__ __device__ inline size_t align8(size_t x) { return (x + 7) & ~size_t{7}; }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int full_cap) {
+__global__ void __launch_bounds__(kThreads) smallVocabKernel(RowsArgs a, int fullCap) {
   extern __shared__ __align__(16) uint8_t dyn[];
   __shared__ CandShared cs;
   __shared__ SelectShared ss;
   __shared__ BlockScratch scratch;
-  __shared__ spec_verify::dev::ChainStage chain_stage;
+  __shared__ specVerify::dev::ChainStage chainStage;
   const int row = blockIdx.x, V = a.vocab;
-  const RowParams rp = row_params(a, row);
+  const RowParams rp = rowParams(a, row);
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
   uint32_t* keys = reinterpret_cast<uint32_t*>(dyn);  // [V]
   kernel::pdl::trigger();
-  stage_chain_inputs(a, row, chain_stage);
-  cp_async_commit();
+  stageChainInputs(a, row, chainStage);
+  cpAsyncCommit();
   uint64_t local = 0;
   constexpr int kPer = kSmallVocabMax / kThreads;  // all loads issued before any is used
   float raw[kPer];
-  const bool vec = load_entries<kSmallVocabMax>(x, V, raw);
+  const bool vec = loadEntries<kSmallVocabMax>(x, V, raw);
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
-    const int i = entry_index(r, vec);
+    const int i = entryIndex(r, vec);
     if (i < V) {
-      const float s = scale_logit(raw[r], rp.inv_t, rp.greedy);
-      const uint32_t key = order_key(s);
+      const float s = scaleLogit(raw[r], rp.invT, rp.greedy);
+      const uint32_t key = orderKey(s);
       keys[i] = key;
-      local = umax64(local, (poisons_row(s) ? (1ull << 32) : 0ull) | key);
+      local = umax64(local, (poisonsRow(s) ? (1ull << 32) : 0ull) | key);
     }
   }
-  const uint64_t red = block_max_u64(local, scratch);  // also publishes keys[]
+  const uint64_t red = blockMaxU64(local, scratch);  // also publishes keys[]
   if ((red >> 32) != 0 || static_cast<uint32_t>(red) == kMinusInfKey) {
-    emit_uniform(a, row);
+    emitUniform(a, row);
     return;
   }
   const int kept = rp.k;
   if (kept <= kMaxCandidateTopK) {
-    select_top_candidates([&](int i) { return composite(keys[i], static_cast<uint32_t>(i)); }, V,
+    selectTopCandidates([&](int i) { return composite(keys[i], static_cast<uint32_t>(i)); }, V,
                           kept, cs.cand, ss, scratch);
-    const int cut = finalize_sorted(cs.cand, kept, rp, a.mode, cs.aux, cs.prob, scratch);
-    cp_async_wait<0>();
-    emit_candidates(a, row, cs.cand, cut, cs, chain_stage);
+    const int cut = finalizeSorted(cs.cand, kept, rp, a.mode, cs.aux, cs.prob, scratch);
+    cpAsyncWait<0>();
+    emitCandidates(a, row, cs.cand, cut, cs, chainStage);
     return;
   }
-  // Full sort of the row (top-k off or k > 512); full_cap = pow2 >= V was provisioned.
+  // Full sort of the row (top-k off or k > 512); fullCap = pow2 >= V was provisioned.
   uint64_t* sorted = reinterpret_cast<uint64_t*>(dyn + align8(static_cast<size_t>(V) * 4));
-  uint64_t* mass = sorted + full_cap;
+  uint64_t* mass = sorted + fullCap;
   float* prob = reinterpret_cast<float*>(mass + V);
-  for (int i = threadIdx.x; i < full_cap; i += kThreads) {
+  for (int i = threadIdx.x; i < fullCap; i += kThreads) {
     sorted[i] = i < V ? composite(keys[i], static_cast<uint32_t>(i)) : 0;
   }
-  bitonic_sort(sorted, full_cap, true);  // starts with a barrier: keys[] reads are done after it
-  const int cut = finalize_sorted(sorted, kept, rp, a.mode, mass, prob, scratch);
-  float* by_index = reinterpret_cast<float*>(keys);
-  for (int i = threadIdx.x; i < V; i += kThreads) by_index[i] = 0.0f;
+  bitonicSort(sorted, fullCap, true);  // starts with a barrier: keys[] reads are done after it
+  const int cut = finalizeSorted(sorted, kept, rp, a.mode, mass, prob, scratch);
+  float* byIndex = reinterpret_cast<float*>(keys);
+  for (int i = threadIdx.x; i < V; i += kThreads) byIndex[i] = 0.0f;
   __syncthreads();
-  for (int j = threadIdx.x; j < cut; j += kThreads) by_index[composite_index(sorted[j])] = prob[j];
+  for (int j = threadIdx.x; j < cut; j += kThreads) byIndex[compositeIndex(sorted[j])] = prob[j];
   __syncthreads();
   if (a.probs) {
     float* out = a.probs + static_cast<size_t>(row) * V;
-    for (int i = threadIdx.x; i < V; i += kThreads) out[i] = by_index[i];
+    for (int i = threadIdx.x; i < V; i += kThreads) out[i] = byIndex[i];
   }
-  if (a.verify_rows) {
-    cp_async_wait<0>();  // the chain inputs are not used (a dense row); see emit_uniform
+  if (a.verifyRows) {
+    cpAsyncWait<0>();  // the chain inputs are not used (a dense row); see emitUniform
     if (threadIdx.x == 0) {
-      a.verify_rows[row].status = kDense;
-      a.verify_rows[row].count = cut;
+      a.verifyRows[row].status = kDense;
+      a.verifyRows[row].count = cut;
     }
   }
   if (a.tokens) {
-    const int token = full_row_sample([&](int i) { return by_index[i]; }, V, row_uniform(a, row), scratch);
+    const int token = fullRowSample([&](int i) { return byIndex[i]; }, V, rowUniform(a, row), scratch);
     if (threadIdx.x == 0) a.tokens[row] = token;
   }
 }
@@ -287,25 +287,25 @@ __global__ void __launch_bounds__(kThreads) small_vocab_kernel(RowsArgs a, int f
 // ---------------------------------------------------------------------------------------------
 // General path, candidate mode.
 
-__device__ __forceinline__ bool candidate_row(const RowsArgs& a, const RowParams& rp) {
-  return a.plan.any_candidate && rp.k <= a.plan.kcap;
+__device__ __forceinline__ bool candidateRow(const RowsArgs& a, const RowParams& rp) {
+  return a.plan.anyCandidate && rp.k <= a.plan.kcap;
 }
 // The candidate slots and headers of the chunk records (sampling_layout.h).
-__device__ __forceinline__ uint64_t* record_slots(const RowsArgs& a) { return static_cast<uint64_t*>(a.workspace); }
-__device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
-  return static_cast<uint64_t*>(a.workspace) + record_headers_offset(a.plan, a.rows);
+__device__ __forceinline__ uint64_t* recordSlots(const RowsArgs& a) { return static_cast<uint64_t*>(a.workspace); }
+__device__ __forceinline__ uint64_t* recordHeaders(const RowsArgs& a) {
+  return static_cast<uint64_t*>(a.workspace) + recordHeadersOffset(a.plan, a.rows);
 }
 
 // ---------------------------------------------------------------------------------------------
-// General path, candidate mode: the chunk stage (chunk_fast_kernel).
+// General path, candidate mode: the chunk stage (chunkFastKernel).
 //
 // Persistent CTAs (as many as are resident at once) walk the (row, chunk) items row-major, each
 // a contiguous run, so a CTA sees consecutive chunks of a row (at 256 rows of 19 chunks: one row
 // per CTA). Per "segment" (the items of one row one CTA walks) the CTA keeps the segment's top-k
 // so far in shared memory (`best`, sorted descending) and writes it as the segment's record
-// (sampling_layout.h) at its last item; final_fast_kernel merges a row's records. When every CTA
-// walks whole rows (RowsArgs::chunk_finalizes_rows), the CTA finalizes each row itself from
-// `best` instead (chunk_finalize_row) and there is no record and no final kernel. How:
+// (sampling_layout.h) at its last item; finalFastKernel merges a row's records. When every CTA
+// walks whole rows (RowsArgs::chunkFinalizesRows), the CTA finalizes each row itself from
+// `best` instead (chunkFinalizeRow) and there is no record and no final kernel. How:
 //  * each CTA issues the next item's loads as soon as the current item's survivors are stored,
 //    so its next chunk's bytes are in flight while it merges (a CTA that loads, then computes
 //    with nothing in flight, leaves DRAM idle for most of its time);
@@ -322,31 +322,31 @@ __device__ __forceinline__ uint64_t* record_headers(const RowsArgs& a) {
 //    (a search and a sort per item make the stage issue-bound, mostly waiting at barriers);
 //  * the survivors are merged into `best` by rank (each one's rank = the entries of `best` above
 //    it, a binary search, + the survivors above it) in merge groups: after a segment's items 2,
-//    4, 8, 16, then every 16, and its last (prefilter::merge_after), 2 block barriers each. The
+//    4, 8, 16, then every 16, and its last (prefilter::mergeAfter), 2 block barriers each. The
 //    items of a group run with no barrier between them, filtered by the threshold of the last
 //    merge (the first item's until the first merge): ~k survivors per group for i.i.d. entries.
 //    Merging after every item would put 2 block barriers on every item, and barriers dominate
 //    the stage's stalls;
 //  * the rare group with > 512 survivors (ties; every entry -inf) merges each of its chunks'
-//    top-kc instead, from select_top_candidates (radix select) over the chunk's keys staged in
+//    top-kc instead, from selectTopCandidates (radix select) over the chunk's keys staged in
 //    shared memory.
 template <int R>
 struct alignas(16) ChunkFastShared {
   uint32_t uni[kThreads];     // the union U: warp w's jp largest thread maxima (keys) at [w jp, w jp + jp)
   uint32_t theta;             // a segment's first threshold (the kc-th largest of U)
   int count[2];               // the group's survivors (may exceed kMaxCandidateTopK: fallback), by phase
-  uint32_t poison[2];         // the group's items' poison flags (bit item - group_first), by phase
+  uint32_t poison[2];         // the group's items' poison flags (bit item - groupFirst), by phase
   SelectShared ss;            // the fallback's select; ss.tmp holds the survivors' composites
   BlockScratch scratch;
   uint64_t cand[kMaxCandidateTopK];     // the fallback's sorted candidates
   uint64_t best[2][kMaxCandidateTopK];  // the segment's top-k so far, descending; by phase
-  spec_verify::dev::ChainStage chain[2];  // a finalized verification row's chain inputs, by row parity
+  specVerify::dev::ChainStage chain[2];  // a finalized verification row's chain inputs, by row parity
 };
 
 // Whether thread t's value of the union uni[0, nu) (t < nu, nu a multiple of 4, 1 <= kc <= nu;
 // kernels/sampling_chunk_prefilter.h) is its kc-th largest: it counts the values above and at its
 // own. Exactly one distinct value qualifies; its holders write it as the threshold (equal values).
-__device__ __forceinline__ bool is_kth_largest_of_union(const uint32_t* uni, int nu, int kc, int t) {
+__device__ __forceinline__ bool isKthLargestOfUnion(const uint32_t* uni, int nu, int kc, int t) {
   const uint32_t v = uni[t];
   const uint4* u4 = reinterpret_cast<const uint4*>(uni);
   int gt = 0, ge = 0;
@@ -355,17 +355,17 @@ __device__ __forceinline__ bool is_kth_largest_of_union(const uint32_t* uni, int
     gt += (w.x > v ? 1 : 0) + (w.y > v ? 1 : 0) + (w.z > v ? 1 : 0) + (w.w > v ? 1 : 0);
     ge += (w.x >= v ? 1 : 0) + (w.y >= v ? 1 : 0) + (w.z >= v ? 1 : 0) + (w.w >= v ? 1 : 0);
   }
-  return prefilter::is_kth_largest(gt, ge, kc);
+  return prefilter::isKthLargest(gt, ge, kc);
 }
 
 // max(a, b) with NaN propagation (PTX max.NaN, sm_80+): NaN if either is NaN; fmaxf ignores it.
-__device__ __forceinline__ float fmax_nan(float a, float b) {
+__device__ __forceinline__ float fmaxNan(float a, float b) {
   float r;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
   return r;
 }
 
-// A chunk of a row for the fallback (chunk_fast_fallback): entries [start, start + len) of the
+// A chunk of a row for the fallback (chunkFastFallback): entries [start, start + len) of the
 // row, scaled with the row's parameters.
 struct ChunkItem {
   int start, len;
@@ -374,9 +374,9 @@ struct ChunkItem {
 
 // Copies a chunk's len entries at x (16-byte aligned) into stage[0, 4 R kThreads) with cp.async,
 // this thread's pieces only: piece r is entries 4 (t + r kThreads) + 0..3 (the vec layout of
-// load_chunk). Absent entries read 0.
+// loadChunk). Absent entries read 0.
 template <int R>
-__device__ __forceinline__ void copy_chunk_async(const float* x, int len, float* stage) {
+__device__ __forceinline__ void copyChunkAsync(const float* x, int len, float* stage) {
   const int t = threadIdx.x;
   if (len >= 4 * R * kThreads) {  // a whole chunk: constant offsets from one address (the
                                   // general case's clamps and 64-bit sums cost ~90 instructions
@@ -384,25 +384,25 @@ __device__ __forceinline__ void copy_chunk_async(const float* x, int len, float*
     const float* src = x + 4 * t;
     float* dst = stage + 4 * t;
 #pragma unroll
-    for (int r = 0; r < R; ++r) cp_async16(dst + r * 4 * kThreads, src + r * 4 * kThreads, 16);
+    for (int r = 0; r < R; ++r) cpAsync16(dst + r * 4 * kThreads, src + r * 4 * kThreads, 16);
     return;
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int b = 4 * (t + r * kThreads);
     const int bytes = 4 * max(0, min(4, len - b));
-    cp_async16(stage + b, bytes > 0 ? x + b : x, bytes);
+    cpAsync16(stage + b, bytes > 0 ? x + b : x, bytes);
   }
 }
 
-// Issues the loads of a chunk's len entries at x into raw[] (4 R slots, prefilter::slot_offset
+// Issues the loads of a chunk's len entries at x into raw[] (4 R slots, prefilter::slotOffset
 // layout) and uses none of them, so they stay in flight while the previous chunk is processed.
 // Absent entries (slot offset >= len) read 0. Returns the layout (block-uniform).
 //   f32: raw[j] = the bits of slot j;
 //   f16: vec (8-byte loads): raw[j / 2] holds slots j & ~1 (low half) and j | 1 (high half);
 //        scalar: raw[j] holds slot j in its low half.
 template <int R>
-__device__ __forceinline__ bool load_chunk(const float* x, int len, uint32_t (&raw)[4 * R]) {
+__device__ __forceinline__ bool loadChunk(const float* x, int len, uint32_t (&raw)[4 * R]) {
   const int t = threadIdx.x;
   if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
 #pragma unroll
@@ -432,7 +432,7 @@ __device__ __forceinline__ bool load_chunk(const float* x, int len, uint32_t (&r
   return false;
 }
 template <int R>
-__device__ __forceinline__ bool load_chunk(const fp16* x, int len, uint32_t (&raw)[4 * R]) {
+__device__ __forceinline__ bool loadChunk(const fp16* x, int len, uint32_t (&raw)[4 * R]) {
   const unsigned short* h = reinterpret_cast<const unsigned short*>(x);
   const int t = threadIdx.x;
   if ((reinterpret_cast<uintptr_t>(x) & 7) == 0) {
@@ -461,9 +461,9 @@ __device__ __forceinline__ bool load_chunk(const fp16* x, int len, uint32_t (&ra
   return false;
 }
 
-// The logit in slot j (j a constant after unrolling) of raw[] as load_chunk left it.
+// The logit in slot j (j a constant after unrolling) of raw[] as loadChunk left it.
 template <typename T, int R>
-__device__ __forceinline__ float slot_logit(const uint32_t (&raw)[4 * R], int j, bool vec) {
+__device__ __forceinline__ float slotLogit(const uint32_t (&raw)[4 * R], int j, bool vec) {
   if constexpr (std::is_same_v<T, float>) {
     return __uint_as_float(raw[j]);
   } else {
@@ -480,8 +480,8 @@ __device__ __forceinline__ float slot_logit(const uint32_t (&raw)[4 * R], int j,
 // descending (a value held by several lanes counts once per lane). The rounds mark a lane that
 // dropped out with 0, the smallest value, so while fewer than 32 values were taken the maximum of
 // the rest is still the next largest: exact for any values, 0 included. All 32 lanes call.
-__device__ __forceinline__ void warp_top_values(uint32_t v, int jp, uint32_t* dst) {
-  const int lane = lane_id();
+__device__ __forceinline__ void warpTopValues(uint32_t v, int jp, uint32_t* dst) {
+  const int lane = laneId();
   if (jp <= 8) {  // jp rounds: the warp maximum, then its lowest holder drops out
     for (int r = 0; r < jp; ++r) {
       const uint32_t mx = __reduce_max_sync(kFull, v);
@@ -491,31 +491,31 @@ __device__ __forceinline__ void warp_top_values(uint32_t v, int jp, uint32_t* ds
     }
     return;
   }
-  v = warp_sort_ascending(v);
+  v = warpSortAscending(v);
   if (lane >= 32 - jp) dst[31 - lane] = v;
 }
 
 // Fallback of one item (> kMaxCandidateTopK survivors: many ties, or a row of -inf): the radix
-// select (select_top_candidates) over the chunk's order keys, staged in shared memory (re-read
+// select (selectTopCandidates) over the chunk's order keys, staged in shared memory (re-read
 // from global memory, L2 after the first read: rare, and it keeps s[] out of the registers live
 // here). Leaves the chunk's top-kc composites in sh.cand[0, kc), descending. keys: [it.len]
 // shared words.
 // Called by every thread; starts after a barrier that ends every read of sh.ss.tmp, keys and
-// sh.cand of earlier items, and ends with one (select_top_candidates').
+// sh.cand of earlier items, and ends with one (selectTopCandidates').
 template <typename T, int R>
-__device__ __noinline__ void chunk_fast_fallback(const T* x, const ChunkItem& it, int kc, uint32_t* keys,
+__device__ __noinline__ void chunkFastFallback(const T* x, const ChunkItem& it, int kc, uint32_t* keys,
                                                  ChunkFastShared<R>& sh) {
   for (int i = threadIdx.x; i < it.len; i += kThreads) {
-    keys[i] = order_key(scale_logit(load_logit(x, i), it.rp.inv_t, it.rp.greedy));
+    keys[i] = orderKey(scaleLogit(loadLogit(x, i), it.rp.invT, it.rp.greedy));
   }
   __syncthreads();
   const uint32_t start = static_cast<uint32_t>(it.start);
-  select_top_candidates([&](int i) { return composite(keys[i], start + static_cast<uint32_t>(i)); },
+  selectTopCandidates([&](int i) { return composite(keys[i], start + static_cast<uint32_t>(i)); },
                         it.len, kc, sh.cand, sh.ss, sh.scratch);
 }
 
 // Entries of a[0, n) (distinct, descending) greater than v (not in a): a binary search.
-__device__ __forceinline__ int count_greater_sorted(const uint64_t* a, int n, uint64_t v) {
+__device__ __forceinline__ int countGreaterSorted(const uint64_t* a, int n, uint64_t v) {
   int lo = 0, hi = n;  // a[0, lo) > v, a[hi, n) < v
   while (lo < hi) {
     const int mid = (lo + hi) >> 1;
@@ -528,7 +528,7 @@ __device__ __forceinline__ int count_greater_sorted(const uint64_t* a, int n, ui
   return lo;
 }
 // Entries of b[0, n) greater than v (any order; b is 16-byte aligned).
-__device__ __forceinline__ int count_greater(const uint64_t* b, int n, uint64_t v) {
+__device__ __forceinline__ int countGreater(const uint64_t* b, int n, uint64_t v) {
   const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(b);
   int r = 0;
 #pragma unroll 2
@@ -543,61 +543,61 @@ __device__ __forceinline__ int count_greater(const uint64_t* b, int n, uint64_t 
 // dst[0, min(k, na + nb)) = the k largest of a[0, na) (distinct, descending) and b[0, nb)
 // (distinct, any order, none in a), descending: each value's rank is the values above it in
 // both lists. Every thread calls; no barrier (the caller's next one publishes dst).
-__device__ __forceinline__ void merge_top_k(const uint64_t* a, int na, const uint64_t* b, int nb, int k,
+__device__ __forceinline__ void mergeTopK(const uint64_t* a, int na, const uint64_t* b, int nb, int k,
                                             uint64_t* dst) {
   for (int i = threadIdx.x; i < na + nb; i += kThreads) {
-    const bool in_a = i < na;
-    const uint64_t v = in_a ? a[i] : b[i - na];
-    const int rank = (in_a ? i : count_greater_sorted(a, na, v)) + count_greater(b, nb, v);
+    const bool inA = i < na;
+    const uint64_t v = inA ? a[i] : b[i - na];
+    const int rank = (inA ? i : countGreaterSorted(a, na, v)) + countGreater(b, nb, v);
     if (rank < k) dst[rank] = v;
   }
 }
 
 // A merge group's survivors overflowed ss.tmp (> kMaxCandidateTopK: ties, rows of -inf): merges
-// the exact top-kc of each of the group's chunks c0..c1 of a row (chunk_fast_fallback) into the
-// segment's top-k, sh.best[bp][0, n_best), one chunk at a time. Returns the new (n_best, bp).
+// the exact top-kc of each of the group's chunks c0..c1 of a row (chunkFastFallback) into the
+// segment's top-k, sh.best[bp][0, nBest), one chunk at a time. Returns the new (nBest, bp).
 // Called by every thread after a barrier that ends the group's appends; ends with a barrier.
 // Not inlined: rare, and its live values would crowd the registers that keep raw[] in flight.
 template <typename T, int R>
-__device__ __noinline__ int2 chunk_fast_group_fallback(const T* row_logits, int vocab, int chunk_len, RowParams rp,
-                                                      int c0, int c1, int n_best, int bp, uint32_t* keys,
+__device__ __noinline__ int2 chunkFastGroupFallback(const T* rowLogits, int vocab, int chunkLen, RowParams rp,
+                                                      int c0, int c1, int nBest, int bp, uint32_t* keys,
                                                       ChunkFastShared<R>& sh) {
   for (int c = c0; c <= c1; ++c) {
     ChunkItem gi;
-    gi.start = c * chunk_len;
-    gi.len = min(chunk_len, vocab - gi.start);
+    gi.start = c * chunkLen;
+    gi.len = min(chunkLen, vocab - gi.start);
     gi.rp = rp;
     const int gkc = min(rp.k, gi.len);
-    chunk_fast_fallback<T, R>(row_logits + gi.start, gi, gkc, keys, sh);
-    merge_top_k(sh.best[bp], n_best, sh.cand, gkc, rp.k, sh.best[bp ^ 1]);
-    n_best = min(rp.k, n_best + gkc);
+    chunkFastFallback<T, R>(rowLogits + gi.start, gi, gkc, keys, sh);
+    mergeTopK(sh.best[bp], nBest, sh.cand, gkc, rp.k, sh.best[bp ^ 1]);
+    nBest = min(rp.k, nBest + gkc);
     bp ^= 1;
     __syncthreads();  // best[bp] is complete; cand is read
   }
-  return make_int2(n_best, bp);
+  return make_int2(nBest, bp);
 }
 
-// final_fast_kernel's work for a row of one record (kernels/sampling_layout.h), done by the chunk
-// CTA that walked the whole row (RowsArgs::chunk_finalizes_rows): best[0, n_best) is the row's
+// finalFastKernel's work for a row of one record (kernels/sampling_layout.h), done by the chunk
+// CTA that walked the whole row (RowsArgs::chunkFinalizesRows): best[0, nBest) is the row's
 // top-k, descending; poisoned: a chunk of the row was. Ends with a barrier (cs is read).
 // stage: the row's chain inputs, landed for warp 0 (a verification's row).
-__device__ __forceinline__ void chunk_finalize_row(const RowsArgs& a, int row, const RowParams& rp, const uint64_t* best,
-                                                int n_best, bool poisoned, CandShared& cs, BlockScratch& scratch,
-                                                const spec_verify::dev::ChainStage& stage) {
-  if (poisoned || composite_key(best[0]) == kMinusInfKey) {  // block-uniform
-    emit_uniform(a, row);
+__device__ __forceinline__ void chunkFinalizeRow(const RowsArgs& a, int row, const RowParams& rp, const uint64_t* best,
+                                                int nBest, bool poisoned, CandShared& cs, BlockScratch& scratch,
+                                                const specVerify::dev::ChainStage& stage) {
+  if (poisoned || compositeKey(best[0]) == kMinusInfKey) {  // block-uniform
+    emitUniform(a, row);
   } else {
-    const int cut = finalize_sorted(best, n_best, rp, a.mode, cs.aux, cs.prob, scratch);
-    emit_candidates(a, row, best, cut, cs, stage);
+    const int cut = finalizeSorted(best, nBest, rp, a.mode, cs.aux, cs.prob, scratch);
+    emitCandidates(a, row, best, cut, cs, stage);
   }
   __syncthreads();
 }
 
-// Whether chunk_fast_kernel<*, R, *> can finalize rows itself (RowsArgs::chunk_finalizes_rows):
+// Whether chunkFastKernel<*, R, *> can finalize rows itself (RowsArgs::chunkFinalizesRows):
 // a consumed chunk stage (or the register path's fallback keys) must hold a CandShared.
-constexpr bool chunk_can_finalize(int R) { return sizeof(CandShared) <= size_t{4} * R * kThreads * sizeof(uint32_t); }
+constexpr bool chunkCanFinalize(int R) { return sizeof(CandShared) <= size_t{4} * R * kThreads * sizeof(uint32_t); }
 
-// kAsync (f32 rows whose chunks all start 16-byte aligned, chunk_async_ok): the chunks go through
+// kAsync (f32 rows whose chunks all start 16-byte aligned, chunkAsyncOk): the chunks go through
 // a ring of two stages in dynamic shared memory (2 kCap floats), filled by cp.async: each item's
 // copies are issued before the previous item is computed, so a chunk's bytes are in flight while
 // the one before is filtered and merged. Without it the loads go to registers (raw[]) and can
@@ -605,26 +605,26 @@ constexpr bool chunk_can_finalize(int R) { return sizeof(CandShared) <= size_t{4
 // while it computes. Every thread copies the 16-byte pieces it reads itself (the register
 // layout), so the stages need no barrier; the fallback stages its keys in the consumed stage.
 template <typename T, int R, bool kAsync>
-__global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) chunkFastKernel(RowsArgs a) {
   constexpr int kPer = 4 * R;             // entries per thread
-  constexpr int kCap = kPer * kThreads;   // entries per chunk, at most (>= plan.chunk_len)
-  constexpr bool kFinalizes = chunk_can_finalize(R);
+  constexpr int kCap = kPer * kThreads;   // entries per chunk, at most (>= plan.chunkLen)
+  constexpr bool kFinalizes = chunkCanFinalize(R);
   static_assert(!kAsync || std::is_same_v<T, float>, "the cp.async ring serves f32 rows");
   __shared__ ChunkFastShared<R> sh;
-  __shared__ uint32_t keys_static[kAsync ? 1 : kCap];  // the fallback's keys (kAsync: a ring stage)
+  __shared__ uint32_t keysStatic[kAsync ? 1 : kCap];  // the fallback's keys (kAsync: a ring stage)
   extern __shared__ __align__(16) uint8_t dyn[];      // kAsync: [2][kCap] f32, the ring
   // A programmatic dependent of the stream's previous kernel (the lm_head, or the last kernel of
   // the previous sampling call): the CTAs become resident during its tail and wait here before
-  // touching memory. Then final_fast_kernel / verify_kernel may be scheduled as CTAs of this grid
+  // touching memory. Then finalFastKernel / verifyKernel may be scheduled as CTAs of this grid
   // finish; as this grid has passed its wait by then, they may read early what kernels before it
   // wrote.
   kernel::pdl::enter();
-  const int chunks = a.plan.chunks, chunk_len = a.plan.chunk_len;
+  const int chunks = a.plan.chunks, chunkLen = a.plan.chunkLen;
   const int items = a.rows * chunks;
-  const int begin = blockIdx.x * a.chunk_items_per_cta, end = min(items, begin + a.chunk_items_per_cta);
-  const int cap = record_cap(a.plan);
+  const int begin = blockIdx.x * a.chunkItemsPerCta, end = min(items, begin + a.chunkItemsPerCta);
+  const int cap = recordCap(a.plan);
   const T* logits = static_cast<const T*>(a.logits);
-  const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
+  const int t = threadIdx.x, lane = laneId(), warp = warpId();
   if (t < 2) {  // published by the first item's barriers
     sh.count[t] = 0;
     sh.poison[t] = 0;
@@ -637,69 +637,69 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
   uint32_t raw[kPer];
   bool vec = kAsync;
   float* ring = reinterpret_cast<float*>(dyn);
-  auto stage_of = [&](int item) { return ring + ((item - begin) & 1) * kCap; };
+  auto stageOf = [&](int item) { return ring + ((item - begin) & 1) * kCap; };
   // The loads of item `item` = chunk c of row r: into raw[], or (kAsync) cp.async copies into its
   // stage, one commit group per item (empty for an inactive row's) so that wait_group counts items.
   // A row this CTA finalizes gets its chain inputs (a verification's) copied with its first chunk:
   // in that item's group (kAsync), or in a group of their own waited for before the finalize.
   auto issue = [&](int item, int r, int c, bool active) {
-    const int start = c * chunk_len;
+    const int start = c * chunkLen;
     const T* x = logits + static_cast<size_t>(r) * a.vocab + start;
-    const int len = min(chunk_len, a.vocab - start);
-    const bool stage_chain = kFinalizes && active && c == 0 && a.chunk_finalizes_rows;
-    if (stage_chain) stage_chain_inputs(a, r, sh.chain[r & 1]);
+    const int len = min(chunkLen, a.vocab - start);
+    const bool stageChain = kFinalizes && active && c == 0 && a.chunkFinalizesRows;
+    if (stageChain) stageChainInputs(a, r, sh.chain[r & 1]);
     if constexpr (kAsync) {
-      if (active) copy_chunk_async<R>(reinterpret_cast<const float*>(x), len, stage_of(item));
-      cp_async_commit();
+      if (active) copyChunkAsync<R>(reinterpret_cast<const float*>(x), len, stageOf(item));
+      cpAsyncCommit();
     } else {
-      if (stage_chain) cp_async_commit();
-      if (active) vec = load_chunk<R>(x, len, raw);
+      if (stageChain) cpAsyncCommit();
+      if (active) vec = loadChunk<R>(x, len, raw);
     }
   };
 
   // One segment per trip: the chunks [c0, c1) of row `row`, items [seg_first, seg_first + c1 - c0).
   // The row's parameters are the segment's (computed once: the item loop below only walks
-  // chunks). The segment's top-k as of its last merge is sh.best[bp][0, n_best), and its
-  // threshold theta_run (block-uniform; +inf exactly when the segment is poisoned: it is
+  // chunks). The segment's top-k as of its last merge is sh.best[bp][0, nBest), and its
+  // threshold thetaRun (block-uniform; +inf exactly when the segment is poisoned: it is
   // uniform, and no finite key gives +inf). The items between two merges form a group: their
   // survivors pile up in ss.tmp (count sh.count[gp]) and their poison flags in sh.poison[gp]
-  // (bit = item - group_first), and are merged with no barrier between the items (the stage's
+  // (bit = item - groupFirst), and are merged with no barrier between the items (the stage's
   // barriers were most of its stalls).
   int row = begin / chunks, c0 = begin - row * chunks, seg_first = begin;
-  RowParams rp = row_params(a, row);
-  bool active = candidate_row(a, rp);
+  RowParams rp = rowParams(a, row);
+  bool active = candidateRow(a, rp);
   issue(begin, row, c0, active);
   int bp = 0, gp = 0;
   for (;;) {
     const int c1 = min(chunks, c0 + (end - seg_first));
     // The loads of the item after chunk c of this segment: the next chunk, the next segment's
     // first, or (kAsync) an empty group, so that wait_group<1> waits for the last item's copies.
-    auto prefetch_next = [&](int c) {
+    auto prefetchNext = [&](int c) {
       const int item = seg_first + (c - c0);
       if (c + 1 < c1) {
         issue(item + 1, row, c + 1, active);
       } else if (item + 1 < end) {
-        issue(item + 1, row + 1, 0, candidate_row(a, row_params(a, row + 1)));
+        issue(item + 1, row + 1, 0, candidateRow(a, rowParams(a, row + 1)));
       } else if constexpr (kAsync) {
-        cp_async_commit();
+        cpAsyncCommit();
       }
     };
-    if (!active) {  // block-uniform (the row's parameters): full_row_kernel's row; nothing loaded
-      for (int c = c0; c < c1; ++c) prefetch_next(c);
+    if (!active) {  // block-uniform (the row's parameters): fullRowKernel's row; nothing loaded
+      for (int c = c0; c < c1; ++c) prefetchNext(c);
     } else {
-      const T* row_logits = logits + static_cast<size_t>(row) * a.vocab;
-      int n_best = 0, group_first = seg_first;
-      int next_merge = prefilter::next_merge_after(0);  // the item count (done) of the next merge
-      float theta_run = -INFINITY;
+      const T* rowLogits = logits + static_cast<size_t>(row) * a.vocab;
+      int nBest = 0, groupFirst = seg_first;
+      int nextMerge = prefilter::nextMergeAfter(0);  // the item count (done) of the next merge
+      float thetaRun = -INFINITY;
       for (int c = c0; c < c1; ++c) {  // block-uniform trip count
         const int item = seg_first + (c - c0);
         const int done = c - c0 + 1;  // the segment's items so far, this one included
         // kAsync: the next item's copies go out first; its stage's last reader was this thread
         // (item - 1), or the block before the barrier that ended the last fallback.
         if constexpr (kAsync) {
-          prefetch_next(c);
-          cp_async_wait<1>();  // the item's copies have landed (the next item's may not)
-          const float4* st = reinterpret_cast<const float4*>(stage_of(item));
+          prefetchNext(c);
+          cpAsyncWait<1>();  // the item's copies have landed (the next item's may not)
+          const float4* st = reinterpret_cast<const float4*>(stageOf(item));
 #pragma unroll
           for (int r = 0; r < R; ++r) {  // this thread's pieces of the item, in the register layout
             const float4 w = st[t + r * kThreads];
@@ -709,80 +709,80 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
             raw[4 * r + 3] = __float_as_uint(w.w);
           }
         }
-        const int start = c * chunk_len;
-        const int len = min(chunk_len, a.vocab - start);
-        // Scaled logit of register slot j (the same fmul_rn as scale_logit: greedy rows have
-        // inv_t = 1 exactly); absent slots of a short chunk read 0 (never poison) and count as NaN
+        const int start = c * chunkLen;
+        const int len = min(chunkLen, a.vocab - start);
+        // Scaled logit of register slot j (the same fmulRn as scaleLogit: greedy rows have
+        // invT = 1 exactly); absent slots of a short chunk read 0 (never poison) and count as NaN
         // (never a survivor, ignored by fmaxf). Recomputed where needed instead of kept in
         // s[kPer]: registers are what keeps raw[] in flight.
         uint32_t present = ~0u;  // slot j holds an entry of the chunk
         if (len < kCap) {
           present = 0;
 #pragma unroll
-          for (int j = 0; j < kPer; ++j) present |= (prefilter::slot_offset(j, t, vec) < len ? 1u : 0u) << j;
+          for (int j = 0; j < kPer; ++j) present |= (prefilter::slotOffset(j, t, vec) < len ? 1u : 0u) << j;
         }
-        auto product = [&](int j) { return fmul_rn(slot_logit<T, R>(raw, j, vec), rp.inv_t); };
+        auto product = [&](int j) { return fmulRn(slotLogit<T, R>(raw, j, vec), rp.invT); };
         auto scaled = [&](int j) { return (present >> j) & 1u ? product(j) : __uint_as_float(0x7fffffffu); };
-        const bool seg_last = c + 1 == c1;
-        const bool merge = seg_last || done == next_merge;
-        float theta_f = theta_run;
+        const bool segLast = c + 1 == c1;
+        const bool merge = segLast || done == nextMerge;
+        float thetaF = thetaRun;
         bool bad = false;
-        uint32_t mask = 0;  // slots with scaled logit >= theta_f: the survivors
+        uint32_t mask = 0;  // slots with scaled logit >= thetaF: the survivors
         if (done == 1) {  // a segment starts: its threshold from this item's thread maxima
           const int kc = min(rp.k, len);
           float tmax = -INFINITY;
 #pragma unroll
           for (int j = 0; j < kPer; ++j) {
-            bad |= poisons_row(product(j));  // absent slots read 0: never poison
+            bad |= poisonsRow(product(j));  // absent slots read 0: never poison
             tmax = fmaxf(tmax, scaled(j));
           }
-          const int jp = prefilter::union_per_warp(kc);
+          const int jp = prefilter::unionPerWarp(kc);
           const int nu = kWarps * jp;  // |U|, a multiple of 16, >= kc
-          warp_top_values(order_key(tmax), jp, sh.uni + warp * jp);
+          warpTopValues(orderKey(tmax), jp, sh.uni + warp * jp);
           const bool poisoned = __syncthreads_or(bad);  // B0: U is complete
-          if (!poisoned && t < nu && is_kth_largest_of_union(sh.uni, nu, kc, t)) sh.theta = sh.uni[t];
+          if (!poisoned && t < nu && isKthLargestOfUnion(sh.uni, nu, kc, t)) sh.theta = sh.uni[t];
           __syncthreads();  // B0': theta is set; U is read
-          // Survivors: scaled logit >= key_value(theta) <=> order key >= theta (monotone; NaN:
-          // false). A poisoned row needs no candidates (final_fast_kernel makes it uniform).
-          theta_f = poisoned ? INFINITY : key_value(sh.theta);
-          // At least kc entries of this chunk are >= theta_f: with kc = k, no entry below it can
+          // Survivors: scaled logit >= keyValue(theta) <=> order key >= theta (monotone; NaN:
+          // false). A poisoned row needs no candidates (finalFastKernel makes it uniform).
+          thetaF = poisoned ? INFINITY : keyValue(sh.theta);
+          // At least kc entries of this chunk are >= thetaF: with kc = k, no entry below it can
           // enter the segment's top-k, so it filters the group's next items too.
-          theta_run = poisoned || kc == rp.k ? theta_f : -INFINITY;
+          thetaRun = poisoned || kc == rp.k ? thetaF : -INFINITY;
 #pragma unroll
-          for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
+          for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= thetaF ? 1u : 0u) << j;
         } else {  // the running threshold: a few survivors per chunk, most threads have none
-          // One max an entry decides both tests. For inv_t > 0, rounding x inv_t is monotone in
-          // x, so the thread's largest scaled logit is top = fl(m inv_t), m the largest logit
+          // One max an entry decides both tests. For invT > 0, rounding x invT is monotone in
+          // x, so the thread's largest scaled logit is top = fl(m invT), m the largest logit
           // (max.NaN: NaN if one is): some scaled logit is NaN or +inf exactly when top is (the
           // row is poisoned), and some is >= theta exactly when top is (the thread has
-          // survivors). For inv_t = 0 (T = +inf) a scaled logit is NaN exactly when the logit is
+          // survivors). For invT = 0 (T = +inf) a scaled logit is NaN exactly when the logit is
           // not finite, which m = the largest |logit| shows the same way (m 0 = NaN; finite m
           // gives 0, as every finite entry does). Absent slots of a short chunk read 0: neutral
           // for both tests, except that top >= theta may then hold with no survivor, and the
           // exact mask below is empty.
           float m;
-          if (rp.inv_t > 0.0f) {  // block-uniform
+          if (rp.invT > 0.0f) {  // block-uniform
             m = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < kPer; ++j) m = fmax_nan(m, slot_logit<T, R>(raw, j, vec));
+            for (int j = 0; j < kPer; ++j) m = fmaxNan(m, slotLogit<T, R>(raw, j, vec));
           } else {
             m = 0.0f;
 #pragma unroll
-            for (int j = 0; j < kPer; ++j) m = fmax_nan(m, fabsf(slot_logit<T, R>(raw, j, vec)));
+            for (int j = 0; j < kPer; ++j) m = fmaxNan(m, fabsf(slotLogit<T, R>(raw, j, vec)));
           }
-          const float top = fmul_rn(m, rp.inv_t);
-          bad = poisons_row(top);
-          if (top >= theta_f) {  // the thread has survivors, or (short chunk) maybe none
+          const float top = fmulRn(m, rp.invT);
+          bad = poisonsRow(top);
+          if (top >= thetaF) {  // the thread has survivors, or (short chunk) maybe none
             if (len == kCap) {  // a whole chunk: no absent slot to test
 #pragma unroll
-              for (int j = 0; j < kPer; ++j) mask |= (product(j) >= theta_f ? 1u : 0u) << j;
+              for (int j = 0; j < kPer; ++j) mask |= (product(j) >= thetaF ? 1u : 0u) << j;
             } else {
 #pragma unroll
-              for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= theta_f ? 1u : 0u) << j;
+              for (int j = 0; j < kPer; ++j) mask |= (scaled(j) >= thetaF ? 1u : 0u) << j;
             }
           }
         }
-        if (__any_sync(kFull, bad) && lane == 0) atomicOr(&sh.poison[gp], 1u << (item - group_first));
+        if (__any_sync(kFull, bad) && lane == 0) atomicOr(&sh.poison[gp], 1u << (item - groupFirst));
 
         // Survivors appended to ss.tmp. kAsync: each thread with any takes its slots with one
         // shared atomic and re-reads its survivors' logits from the stage, so the work is per
@@ -792,12 +792,12 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
         if constexpr (kAsync) {
           if (mask != 0) {
             int pos = atomicAdd(&sh.count[gp], __popc(mask));
-            const float* st = stage_of(item);
+            const float* st = stageOf(item);
             const uint32_t first = static_cast<uint32_t>(start);
             for (uint32_t bits = mask; bits != 0; bits &= bits - 1) {
-              const int off = prefilter::slot_offset(__ffs(bits) - 1, t, true);
+              const int off = prefilter::slotOffset(__ffs(bits) - 1, t, true);
               if (pos < kMaxCandidateTopK) {
-                sh.ss.tmp[pos] = composite(order_key(fmul_rn(st[off], rp.inv_t)), first + static_cast<uint32_t>(off));
+                sh.ss.tmp[pos] = composite(orderKey(fmulRn(st[off], rp.invT)), first + static_cast<uint32_t>(off));
               }
               ++pos;
             }
@@ -819,7 +819,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
             for (int j = 0; j < kPer; ++j) {
               if ((mask >> j) & 1u) {
                 if (pos < kMaxCandidateTopK) {
-                  sh.ss.tmp[pos] = composite(order_key(scaled(j)), first + static_cast<uint32_t>(prefilter::slot_offset(j, t, vec)));
+                  sh.ss.tmp[pos] = composite(orderKey(scaled(j)), first + static_cast<uint32_t>(prefilter::slotOffset(j, t, vec)));
                 }
                 ++pos;
               }
@@ -828,84 +828,84 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_fast_kernel(RowsArgs a) {
         }
         // The next item's loads go out now (raw[] is consumed): they land while this item's
         // warps go on to the next item (or the merge below).
-        if constexpr (!kAsync) prefetch_next(c);
+        if constexpr (!kAsync) prefetchNext(c);
         if (!merge) continue;  // block-uniform
-        next_merge = prefilter::next_merge_after(done);
+        nextMerge = prefilter::nextMergeAfter(done);
 
         __syncthreads();  // B1: the group's survivors, their count and poison flags are complete
         const int m = sh.count[gp];
-        const uint32_t poison_bits = sh.poison[gp];
+        const uint32_t poisonBits = sh.poison[gp];
         // The other group phase's words were last read before the previous B2; they are next
         // written after this merge's B2.
         if (t == 0) {
           sh.count[gp ^ 1] = 0;
           sh.poison[gp ^ 1] = 0;
         }
-        const bool seg_poisoned = theta_run == INFINITY || poison_bits != 0;
-        if (!seg_poisoned) {  // block-uniform
+        const bool segPoisoned = thetaRun == INFINITY || poisonBits != 0;
+        if (!segPoisoned) {  // block-uniform
           if (m <= kMaxCandidateTopK) {
-            merge_top_k(sh.best[bp], n_best, sh.ss.tmp, m, rp.k, sh.best[bp ^ 1]);
-            n_best = min(rp.k, n_best + m);
+            mergeTopK(sh.best[bp], nBest, sh.ss.tmp, m, rp.k, sh.best[bp ^ 1]);
+            nBest = min(rp.k, nBest + m);
             bp ^= 1;
           } else {  // block-uniform: ss.tmp overflowed; each of the group's chunks' exact top-kc
             // The keys go to the consumed stage (kAsync: the next item's copies fill the other).
-            uint32_t* keys = kAsync ? reinterpret_cast<uint32_t*>(stage_of(item)) : keys_static;
-            const int2 r = chunk_fast_group_fallback<T, R>(row_logits, a.vocab, chunk_len, rp, c - (item - group_first),
-                                                           c, n_best, bp, keys, sh);
-            n_best = r.x;
+            uint32_t* keys = kAsync ? reinterpret_cast<uint32_t*>(stageOf(item)) : keysStatic;
+            const int2 r = chunkFastGroupFallback<T, R>(rowLogits, a.vocab, chunkLen, rp, c - (item - groupFirst),
+                                                           c, nBest, bp, keys, sh);
+            nBest = r.x;
             bp = r.y;
           }
         }
         __syncthreads();  // B2: best[bp] is the segment's top-k; ss.tmp, cand, best[bp ^ 1] are read
         const uint64_t* best = sh.best[bp];
         // The running threshold: an entry below the k-th largest kept key cannot enter the top-k.
-        theta_run = seg_poisoned           ? INFINITY
-                    : n_best >= rp.k       ? key_value(composite_key(best[rp.k - 1]))
+        thetaRun = segPoisoned           ? INFINITY
+                    : nBest >= rp.k       ? keyValue(compositeKey(best[rp.k - 1]))
                                            : -INFINITY;
-        if (seg_last && a.chunk_finalizes_rows) {  // block-uniform: the segment is the whole row
-          // final_fast_kernel's work for a row of one record, here: no record, no second launch.
+        if (segLast && a.chunkFinalizesRows) {  // block-uniform: the segment is the whole row
+          // finalFastKernel's work for a row of one record, here: no record, no second launch.
           // CandShared goes in the consumed stage (or the fallback's keys), as those keys do.
           if constexpr (kFinalizes) {
-            uint32_t* region = kAsync ? reinterpret_cast<uint32_t*>(stage_of(item)) : keys_static;
-            if constexpr (!kAsync) cp_async_wait<0>();  // the chain inputs (kAsync: the row's first item's group)
-            chunk_finalize_row(a, row, rp, best, n_best, seg_poisoned, *reinterpret_cast<CandShared*>(region),
+            uint32_t* region = kAsync ? reinterpret_cast<uint32_t*>(stageOf(item)) : keysStatic;
+            if constexpr (!kAsync) cpAsyncWait<0>();  // the chain inputs (kAsync: the row's first item's group)
+            chunkFinalizeRow(a, row, rp, best, nBest, segPoisoned, *reinterpret_cast<CandShared*>(region),
                                sh.scratch, sh.chain[row & 1]);
           }
-        } else if (seg_last) {
-          uint64_t* slots = record_slots(a) + (static_cast<size_t>(row) * chunks + c0) * cap;
-          for (int i = t; i < n_best; i += kThreads) slots[i] = best[i];
+        } else if (segLast) {
+          uint64_t* slots = recordSlots(a) + (static_cast<size_t>(row) * chunks + c0) * cap;
+          for (int i = t; i < nBest; i += kThreads) slots[i] = best[i];
         }
-        const int group_items = item - group_first + 1;  // <= kMaxMergeGroup
-        if (!a.chunk_finalizes_rows && t < group_items) {  // the records' headers, for final_fast_kernel
-          const int g = group_first + t;
-          record_headers(a)[g] = encode_record_header((poison_bits >> t) & 1u, c0, seg_last && g == item ? n_best : 0);
+        const int groupItems = item - groupFirst + 1;  // <= kMaxMergeGroup
+        if (!a.chunkFinalizesRows && t < groupItems) {  // the records' headers, for finalFastKernel
+          const int g = groupFirst + t;
+          recordHeaders(a)[g] = encodeRecordHeader((poisonBits >> t) & 1u, c0, segLast && g == item ? nBest : 0);
         }
         gp ^= 1;
-        group_first = item + 1;
+        groupFirst = item + 1;
       }
     }
     seg_first += c1 - c0;
     if (seg_first >= end) break;  // block-uniform
     ++row;
     c0 = 0;
-    rp = row_params(a, row);
-    active = candidate_row(a, rp);
+    rp = rowParams(a, row);
+    active = candidateRow(a, rp);
   }
 }
 
-// The final stage (after chunk_fast_kernel): one CTA per row merges the row's records (the
+// The final stage (after chunkFastKernel): one CTA per row merges the row's records (the
 // row's top-k of their concatenated candidates: uniform if a chunk is poisoned or the row maximum
-// is -inf), then finalize_sorted and emit_candidates as in the small-vocab candidate mode. The
+// is -inf), then finalizeSorted and emitCandidates as in the small-vocab candidate mode. The
 // records are read in chunk order (index order within equal keys) into registers. A row one
 // CTA walked whole has one record, already its top-k in order: nothing to merge (and when every
 // row is such a row, e.g. verify's 256 rows of 19 chunks, the chunk CTAs finalize them and this
-// kernel is not launched: RowsArgs::chunk_finalizes_rows). Otherwise the candidates stay in
+// kernel is not launched: RowsArgs::chunkFinalizesRows). Otherwise the candidates stay in
 // registers (slot r of thread t = candidate t + r kThreads) and are filtered by the union
-// threshold of kernels/sampling_chunk_prefilter.h rather than select_top_candidates'
+// threshold of kernels/sampling_chunk_prefilter.h rather than selectTopCandidates'
 // min-over-warps one: merging 19 records of 50, the min-over-warps threshold keeps ~375 of 950
 // (up to ~710, simulated), the union ~60 (at most ~80).
 // Uniform rows are found from the same warp maxima (no separate block reduction). > 512
-// survivors: the radix select (select_top_candidates) over the staged records.
+// survivors: the radix select (selectTopCandidates) over the staged records.
 struct FinalFastShared {
   alignas(16) uint32_t uni[kThreads];  // the union U (keys); warp w's jp largest thread maxima first
   uint32_t theta;
@@ -913,58 +913,58 @@ struct FinalFastShared {
 };
 
 template <int kPer>
-__global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
+__global__ void __launch_bounds__(kThreads) finalFastKernel(RowsArgs a) {
   extern __shared__ __align__(16) uint8_t dyn[];  // [n] u64: the row's records, concatenated
   __shared__ CandShared cs;
   __shared__ SelectShared ss;  // the fallback's select; ss.tmp holds the survivors
   __shared__ BlockScratch scratch;
   __shared__ FinalFastShared fs;
-  __shared__ spec_verify::dev::ChainStage chain_stage;
+  __shared__ specVerify::dev::ChainStage chainStage;
   const int row = blockIdx.x;
-  const RowParams rp = row_params(a, row);
-  if (!candidate_row(a, rp)) return;  // block-uniform, before any barrier
+  const RowParams rp = rowParams(a, row);
+  if (!candidateRow(a, rp)) return;  // block-uniform, before any barrier
   kernel::pdl::trigger();
   kernel::pdl::wait();  // launched as a dependent of the chunk stage: its records are visible after this
-  stage_chain_inputs(a, row, chain_stage);
-  cp_async_commit();
-  const int t = threadIdx.x, lane = lane_id(), warp = warp_id();
-  const int chunks = a.plan.chunks;  // <= kThreads (plan_general)
+  stageChainInputs(a, row, chainStage);
+  cpAsyncCommit();
+  const int t = threadIdx.x, lane = laneId(), warp = warpId();
+  const int chunks = a.plan.chunks;  // <= kThreads (planGeneral)
   // The row's records, concatenated in chunk order. The chunk stage's runs of per items cut the
   // row's chunks into segments: the first holds len0 chunks (to the first run boundary), the
   // others per (the last one fewer), and segment s's record holds min(k, its entries) candidates
-  // from slot first_chunk(s) * cap on (sampling_layout.h). The layout follows from the plan, so
+  // from slot firstChunk(s) * cap on (sampling_layout.h). The layout follows from the plan, so
   // the candidate loads go out at once, next to the poison flags of the headers.
   const int kc = rp.k;  // <= n
-  const int per = a.chunk_items_per_cta, chunk_len = a.plan.chunk_len;
+  const int per = a.chunkItemsPerCta, chunkLen = a.plan.chunkLen;
   const int len0 = min(chunks, per - (row * chunks) % per);
   const int segments = len0 >= chunks ? 1 : 1 + (chunks - len0 + per - 1) / per;
-  auto first_chunk = [&](int s) { return s == 0 ? 0 : len0 + (s - 1) * per; };
-  auto record_count = [&](int s) {  // min(k, the entries of segment s's chunks)
-    const int c0 = first_chunk(s), c1 = min(chunks, c0 + (s == 0 ? len0 : per));
-    const long long entries = ::min(static_cast<long long>(a.vocab), static_cast<long long>(c1) * chunk_len) -
-                              static_cast<long long>(c0) * chunk_len;
+  auto firstChunk = [&](int s) { return s == 0 ? 0 : len0 + (s - 1) * per; };
+  auto recordCount = [&](int s) {  // min(k, the entries of segment s's chunks)
+    const int c0 = firstChunk(s), c1 = min(chunks, c0 + (s == 0 ? len0 : per));
+    const long long entries = ::min(static_cast<long long>(a.vocab), static_cast<long long>(c1) * chunkLen) -
+                              static_cast<long long>(c0) * chunkLen;
     return static_cast<int>(::min(static_cast<long long>(kc), entries));
   };
-  const int count0 = record_count(0);
-  const int count_mid = static_cast<int>(::min(static_cast<long long>(kc), static_cast<long long>(per) * chunk_len));  // whole runs
-  const int n = segments == 1 ? count0 : count0 + (segments - 2) * count_mid + record_count(segments - 1);
-  const unsigned long long* slots = reinterpret_cast<const unsigned long long*>(record_slots(a)) +
-                                    static_cast<size_t>(row) * chunks * record_cap(a.plan);
+  const int count0 = recordCount(0);
+  const int countMid = static_cast<int>(::min(static_cast<long long>(kc), static_cast<long long>(per) * chunkLen));  // whole runs
+  const int n = segments == 1 ? count0 : count0 + (segments - 2) * countMid + recordCount(segments - 1);
+  const unsigned long long* slots = reinterpret_cast<const unsigned long long*>(recordSlots(a)) +
+                                    static_cast<size_t>(row) * chunks * recordCap(a.plan);
   uint64_t v[kPer];  // candidate t + r kThreads, or 0 (absent: below every key of a non-NaN value)
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
     const int i = t + r * kThreads;
-    const int s = i < count0 ? 0 : min(segments - 1, 1 + (i - count0) / count_mid);
-    const int offset = s == 0 ? 0 : count0 + (s - 1) * count_mid;
-    v[r] = i < n ? __ldcg(slots + static_cast<size_t>(first_chunk(s)) * record_cap(a.plan) + (i - offset)) : 0ull;
+    const int s = i < count0 ? 0 : min(segments - 1, 1 + (i - count0) / countMid);
+    const int offset = s == 0 ? 0 : count0 + (s - 1) * countMid;
+    v[r] = i < n ? __ldcg(slots + static_cast<size_t>(firstChunk(s)) * recordCap(a.plan) + (i - offset)) : 0ull;
   }
   bool bad = false;
-  const unsigned long long* headers = reinterpret_cast<const unsigned long long*>(record_headers(a)) +
+  const unsigned long long* headers = reinterpret_cast<const unsigned long long*>(recordHeaders(a)) +
                                       static_cast<size_t>(row) * chunks;
-  for (int c = t; c < chunks; c += kThreads) bad |= header_poisoned(__ldcg(headers + c));
+  for (int c = t; c < chunks; c += kThreads) bad |= headerPoisoned(__ldcg(headers + c));
   if (t == 0) fs.count = 0;
   if (__syncthreads_or(bad)) {  // B0 (block-uniform): the row is uniform
-    emit_uniform(a, row);
+    emitUniform(a, row);
     return;
   }
   uint64_t* buf = reinterpret_cast<uint64_t*>(dyn);
@@ -978,35 +978,35 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
   if (segments == 1) {  // one CTA walked the whole row: its record is the top-k, sorted
     stage();
     __syncthreads();  // B1: buf[0, n) is complete
-    if (composite_key(buf[0]) == kMinusInfKey) {  // block-uniform: the row is uniform
-      emit_uniform(a, row);
+    if (compositeKey(buf[0]) == kMinusInfKey) {  // block-uniform: the row is uniform
+      emitUniform(a, row);
       return;
     }
   } else {
     sorted = cs.cand;
     uint32_t tmax = 0;
 #pragma unroll
-    for (int r = 0; r < kPer; ++r) tmax = max(tmax, composite_key(v[r]));
-    const int jp = prefilter::union_per_warp(kc);
+    for (int r = 0; r < kPer; ++r) tmax = max(tmax, compositeKey(v[r]));
+    const int jp = prefilter::unionPerWarp(kc);
     const int nu = kWarps * jp;
     // A 0 maximum (a thread without candidates) stands for absent entries below every real key:
-    // warp_top_values is exact for values >= 0, and the union argument holds (see the chunk stage).
-    warp_top_values(tmax, jp, fs.uni + warp * jp);
+    // warpTopValues is exact for values >= 0, and the union argument holds (see the chunk stage).
+    warpTopValues(tmax, jp, fs.uni + warp * jp);
     __syncthreads();  // B2: U is complete
-    uint32_t row_max = 0;
+    uint32_t rowMax = 0;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) row_max = max(row_max, fs.uni[w * jp]);  // each warp's largest
-    if (row_max == kMinusInfKey) {  // block-uniform: the row is uniform
-      emit_uniform(a, row);
+    for (int w = 0; w < kWarps; ++w) rowMax = max(rowMax, fs.uni[w * jp]);  // each warp's largest
+    if (rowMax == kMinusInfKey) {  // block-uniform: the row is uniform
+      emitUniform(a, row);
       return;
     }
-    if (t < nu && is_kth_largest_of_union(fs.uni, nu, kc, t)) fs.theta = fs.uni[t];  // theta = the kc-th largest of U
+    if (t < nu && isKthLargestOfUnion(fs.uni, nu, kc, t)) fs.theta = fs.uni[t];  // theta = the kc-th largest of U
     __syncthreads();  // B3: theta is set
     const uint32_t theta = fs.theta;
     uint32_t mask = 0;
 #pragma unroll
     for (int r = 0; r < kPer; ++r) {
-      if (t + r * kThreads < n && composite_key(v[r]) >= theta) mask |= 1u << r;
+      if (t + r * kThreads < n && compositeKey(v[r]) >= theta) mask |= 1u << r;
     }
     const int c = __popc(mask);
     int incl = c;
@@ -1030,7 +1030,7 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
     if (m > kMaxCandidateTopK) {  // block-uniform: the radix select over the staged candidates
       stage();
       __syncthreads();
-      select_top_candidates([&](int i) { return buf[i]; }, n, kc, cs.cand, ss, scratch);
+      selectTopCandidates([&](int i) { return buf[i]; }, n, kc, cs.cand, ss, scratch);
     } else {
       if (t < m) {  // rank sort of the m distinct composites into cs.cand (descending)
         const uint64_t x = ss.tmp[t];
@@ -1047,24 +1047,24 @@ __global__ void __launch_bounds__(kThreads) final_fast_kernel(RowsArgs a) {
       __syncthreads();  // B5: cs.cand[0, m) sorted, m >= kc
     }
   }
-  const int cut = finalize_sorted(sorted, kc, rp, a.mode, cs.aux, cs.prob, scratch);
-  cp_async_wait<0>();
-  emit_candidates(a, row, sorted, cut, cs, chain_stage);
+  const int cut = finalizeSorted(sorted, kc, rp, a.mode, cs.aux, cs.prob, scratch);
+  cpAsyncWait<0>();
+  emitCandidates(a, row, sorted, cut, cs, chainStage);
 }
 
 // ---------------------------------------------------------------------------------------------
 // General path, full-row mode.
 
 // One row's probabilities over a group (a CTA, or a cluster of CTAs with blockIdx.x = rank):
-// the cut by fullrow::decide_cut (kernels/sampling_fullrow_cut.h, the same template the CPU test
+// the cut by fullrow::decideCut (kernels/sampling_fullrow_cut.h, the same template the CPU test
 // runs on a model of the group), then each CTA writes its slice of the probabilities. The lead
 // CTA (rank 0) writes the row's status, the split CDF's parameters, or draws the token itself.
 template <typename T, bool kCluster>
-__global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
+__global__ void __launch_bounds__(kThreads) fullRowKernel(RowsArgs a) {
   __shared__ FullGroupShared gs;
   __shared__ BlockScratch scratch;
   const int row = kCluster ? blockIdx.y : blockIdx.x, V = a.vocab;
-  const RowParams rp = row_params(a, row);
+  const RowParams rp = rowParams(a, row);
   kernel::pdl::trigger();
   using Group = std::conditional_t<kCluster, ClusterGroup, CtaGroup>;
   Group g = [&] {
@@ -1075,43 +1075,43 @@ __global__ void __launch_bounds__(kThreads) full_row_kernel(RowsArgs a) {
     }
   }();
   // Split CDF (sampling_cdf_split.cu) draws the token: inactive unless this row reaches the draw.
-  const bool split_cdf = a.plan.cdf_split && a.tokens != nullptr;
-  CdfRowParams* cdf_params = split_cdf ? reinterpret_cast<CdfRowParams*>(
-                                             static_cast<uint8_t*>(a.workspace) + a.plan.cdf_offset) + row
+  const bool splitCdf = a.plan.cdfSplit && a.tokens != nullptr;
+  CdfRowParams* cdfParams = splitCdf ? reinterpret_cast<CdfRowParams*>(
+                                             static_cast<uint8_t*>(a.workspace) + a.plan.cdfOffset) + row
                                        : nullptr;
-  if (split_cdf && g.lead() && threadIdx.x == 0) cdf_params->active = 0;
-  if (candidate_row(a, rp)) return;  // the same for every CTA of the row: before any cluster barrier
+  if (splitCdf && g.lead() && threadIdx.x == 0) cdfParams->active = 0;
+  if (candidateRow(a, rp)) return;  // the same for every CTA of the row: before any cluster barrier
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
-  auto scaled = [&](int i) { return scale_logit(load_logit(x, i), rp.inv_t, rp.greedy); };
-  const fullrow::Cut cut = fullrow::decide_cut(g, scaled, V, rp, a.mode);  // group-uniform
+  auto scaled = [&](int i) { return scaleLogit(loadLogit(x, i), rp.invT, rp.greedy); };
+  const fullrow::Cut cut = fullrow::decideCut(g, scaled, V, rp, a.mode);  // group-uniform
   if (cut.uniform) {
-    if (g.lead()) emit_uniform(a, row);
+    if (g.lead()) emitUniform(a, row);
     g.finish();
     return;
   }
-  auto prob_at = [&](int i) { return fullrow::cut_prob(cut, scaled(i), i); };
+  auto probAt = [&](int i) { return fullrow::cutProb(cut, scaled(i), i); };
   if (a.probs) {
     float* out = a.probs + static_cast<size_t>(row) * V;
-    for (int i = g.begin + threadIdx.x; i < g.end; i += kThreads) out[i] = prob_at(i);
+    for (int i = g.begin + threadIdx.x; i < g.end; i += kThreads) out[i] = probAt(i);
   }
-  if (a.verify_rows && g.lead() && threadIdx.x == 0) {
-    a.verify_rows[row].status = kDense;
-    a.verify_rows[row].count = -1;
+  if (a.verifyRows && g.lead() && threadIdx.x == 0) {
+    a.verifyRows[row].status = kDense;
+    a.verifyRows[row].count = -1;
   }
   g.finish();  // after the last cluster collective; the draw below reads global memory only
-  if (split_cdf) {  // prob_at's inputs: the split CDF's kernels recompute full_row_prob from them
+  if (splitCdf) {  // probAt's inputs: the split CDF's kernels recompute fullRowProb from them
     if (g.lead() && threadIdx.x == 0) {
-      *cdf_params = CdfRowParams{cut.cc,    cut.norm, cut.last, rp.inv_t, cut.row_max, row_uniform(a, row),
+      *cdfParams = CdfRowParams{cut.cc,    cut.norm, cut.last, rp.invT, cut.rowMax, rowUniform(a, row),
                                  rp.greedy, cut.partial, 1,     {0, 0}};
     }
   } else if (a.tokens && g.lead()) {  // the lead CTA draws over the whole row (the others are done)
-    const int token = full_row_sample(prob_at, V, row_uniform(a, row), scratch);
+    const int token = fullRowSample(probAt, V, rowUniform(a, row), scratch);
     if (threadIdx.x == 0) a.tokens[row] = token;
   }
 }
 
 // SMs of the current device (cached per thread: a thread stays on one device here).
-int device_sm_count() {
+int deviceSmCount() {
   static thread_local const int sms = [] {
     int device = 0, n = 0;
     ES_CUDA_CHECK(cudaGetDevice(&device));
@@ -1124,21 +1124,21 @@ int device_sm_count() {
 // The widest cluster a full-row row may be split over: 16 (non-portable) where the device can
 // co-schedule such a cluster of this kernel, else 8 (portable), as argmax.cu does. Cached.
 template <typename T>
-int full_row_cluster_ranks() {
+int fullRowClusterRanks() {
   static thread_local const int ranks =
-      kernel::cluster::widest_size(full_row_kernel<T, true>, kMaxClusterRanks, kThreads);
+      kernel::cluster::widestSize(fullRowKernel<T, true>, kMaxClusterRanks, kThreads);
   return ranks;
 }
 
 template <typename T>
-void launch_full_row(const RowsArgs& a, cudaStream_t stream) {
-  if (!a.plan.fullrow_split) {
-    full_row_kernel<T, false><<<a.rows, kThreads, 0, stream>>>(a);
+void launchFullRow(const RowsArgs& a, cudaStream_t stream) {
+  if (!a.plan.fullrowSplit) {
+    fullRowKernel<T, false><<<a.rows, kThreads, 0, stream>>>(a);
     ES_CUDA_CHECK_LAUNCH();
     return;
   }
-  const int ranks = fullrow_split_ranks(a.rows, full_row_cluster_ranks<T>(), device_sm_count());
-  kernel::cluster::launch(full_row_kernel<T, true>, dim3(ranks, a.rows, 1), dim3(kThreads), ranks,
+  const int ranks = fullrowSplitRanks(a.rows, fullRowClusterRanks<T>(), deviceSmCount());
+  kernel::cluster::launch(fullRowKernel<T, true>, dim3(ranks, a.rows, 1), dim3(kThreads), ranks,
                           stream, a);
 }
 
@@ -1148,15 +1148,15 @@ void launch_full_row(const RowsArgs& a, cudaStream_t stream) {
 // opt-in ceiling (227 KB on sm_90) bounds static + dynamic. Checked here with a clear error
 // instead of an invalid launch. The attribute is raised once per kernel and size (cached).
 template <typename Kernel>
-void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
+void allowDynamicSmem(Kernel kernel, size_t bytes, const char* name) {
   struct Entry {
     const void* func;
     int device;
-    size_t static_bytes;
+    size_t staticBytes;
     int optin;
     size_t allowed;  // dynamic bytes currently allowed (default: 48 KB - static)
   };
-  // One entry per kernel and device: small_vocab (2), final_fast (4), the chunk stage's ring (4).
+  // One entry per kernel and device: smallVocab (2), final_fast (4), the chunk stage's ring (4).
   constexpr int kEntries = 16;
   static thread_local Entry cache[kEntries];
   static thread_local int used = 0;
@@ -1176,8 +1176,8 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
     e = &cache[used < kEntries ? used++ : kEntries - 1];
     *e = fresh;
   }
-  ES_CHECK_ARG(e->static_bytes + bytes <= static_cast<size_t>(e->optin), "sample_rows",
-               "shared memory", e->static_bytes + bytes, "bytes (", e->static_bytes, " static + ",
+  ES_CHECK_ARG(e->staticBytes + bytes <= static_cast<size_t>(e->optin), "sample_rows",
+               "shared memory", e->staticBytes + bytes, "bytes (", e->staticBytes, " static + ",
                bytes, " dynamic) for ", name, " must be <= ", e->optin,
                " (per-block opt-in limit)");
   if (bytes > e->allowed) {
@@ -1187,124 +1187,124 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, const char* name) {
   }
 }
 
-// Whether chunk_fast_kernel streams the rows through its cp.async ring (kAsync): f32 rows whose
+// Whether chunkFastKernel streams the rows through its cp.async ring (kAsync): f32 rows whose
 // every chunk starts 16-byte aligned (the logits, the row stride and the chunk length), as
 // cp.async copies 16-byte pieces. Other rows (f16, misaligned f32) load into registers.
-bool chunk_async_ok(const RowsArgs& a) {
+bool chunkAsyncOk(const RowsArgs& a) {
   return a.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0 && a.vocab % 4 == 0 &&
-         a.plan.chunk_len % 4 == 0;
+         a.plan.chunkLen % 4 == 0;
 }
 
-// chunk_fast_kernel's grid: the (row, chunk) items in contiguous runs of equal length, at most
+// chunkFastKernel's grid: the (row, chunk) items in contiguous runs of equal length, at most
 // as many runs as CTAs are resident at once. Occupancy and SM count are cached per instance and
 // device.
 template <typename T, int R, bool kAsync>
-void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
-  const auto kernel = chunk_fast_kernel<T, R, kAsync>;
-  const size_t ring_bytes = kAsync ? size_t{2} * 4 * R * kThreads * sizeof(float) : 0;
-  if (kAsync) allow_dynamic_smem(kernel, ring_bytes, "chunk_fast_kernel");
-  static thread_local int cached_device = -1, resident = 0;
+void launchChunkFastR(RowsArgs& a, cudaStream_t stream) {
+  const auto kernel = chunkFastKernel<T, R, kAsync>;
+  const size_t ringBytes = kAsync ? size_t{2} * 4 * R * kThreads * sizeof(float) : 0;
+  if (kAsync) allowDynamicSmem(kernel, ringBytes, "chunk_fast_kernel");
+  static thread_local int cachedDevice = -1, resident = 0;
   int device = 0;
   ES_CUDA_CHECK(cudaGetDevice(&device));
-  if (device != cached_device) {
-    int per_sm = 0, sms = 0;
-    ES_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, ring_bytes));
+  if (device != cachedDevice) {
+    int perSm = 0, sms = 0;
+    ES_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kThreads, ringBytes));
     ES_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    resident = std::max(1, per_sm) * std::max(1, sms);
-    cached_device = device;
+    resident = std::max(1, perSm) * std::max(1, sms);
+    cachedDevice = device;
   }
   const int64_t items = static_cast<int64_t>(a.rows) * a.plan.chunks;
   ES_CHECK_ARG(items <= INT32_MAX, "sample_rows", "rows", a.rows, "times chunks must fit in int32");
-  const int64_t per_cta = (items + resident - 1) / resident;
-  a.chunk_items_per_cta = static_cast<int32_t>(per_cta);
-  a.chunk_finalizes_rows = chunk_can_finalize(R) && per_cta % a.plan.chunks == 0;
-  const int grid = static_cast<int>((items + per_cta - 1) / per_cta);
-  kernel::pdl::launch(kernel, dim3(grid), dim3(kThreads), ring_bytes, stream, a);
+  const int64_t perCta = (items + resident - 1) / resident;
+  a.chunkItemsPerCta = static_cast<int32_t>(perCta);
+  a.chunkFinalizesRows = chunkCanFinalize(R) && perCta % a.plan.chunks == 0;
+  const int grid = static_cast<int>((items + perCta - 1) / perCta);
+  kernel::pdl::launch(kernel, dim3(grid), dim3(kThreads), ringBytes, stream, a);
 }
 
 template <typename T, int R>
-void launch_chunk_fast_r(RowsArgs& a, cudaStream_t stream) {
+void launchChunkFastR(RowsArgs& a, cudaStream_t stream) {
   if constexpr (std::is_same_v<T, float>) {
-    if (chunk_async_ok(a)) {
-      launch_chunk_fast_r<T, R, true>(a, stream);
+    if (chunkAsyncOk(a)) {
+      launchChunkFastR<T, R, true>(a, stream);
       return;
     }
   }
-  launch_chunk_fast_r<T, R, false>(a, stream);
+  launchChunkFastR<T, R, false>(a, stream);
 }
 
-// Instantiates chunk_fast_kernel for the plan's chunk length: R groups of 4 entries per thread.
-// Sets a.chunk_items_per_cta.
+// Instantiates chunkFastKernel for the plan's chunk length: R groups of 4 entries per thread.
+// Sets a.chunkItemsPerCta.
 template <typename T>
-void launch_chunk_fast(RowsArgs& a, cudaStream_t stream) {
-  switch (prefilter::groups_for(a.plan.chunk_len)) {
-    case 1: launch_chunk_fast_r<T, 1>(a, stream); break;
-    case 2: launch_chunk_fast_r<T, 2>(a, stream); break;
-    case 3: launch_chunk_fast_r<T, 3>(a, stream); break;
-    default: launch_chunk_fast_r<T, 4>(a, stream); break;
+void launchChunkFast(RowsArgs& a, cudaStream_t stream) {
+  switch (prefilter::groupsFor(a.plan.chunkLen)) {
+    case 1: launchChunkFastR<T, 1>(a, stream); break;
+    case 2: launchChunkFastR<T, 2>(a, stream); break;
+    case 3: launchChunkFastR<T, 3>(a, stream); break;
+    default: launchChunkFastR<T, 4>(a, stream); break;
   }
 }
 
-// final_fast_kernel with enough register slots per thread for the plan's largest merge
-// (bytes / 8 = chunks * min(kcap, chunk_len) <= kMaxFinalCandidates candidates).
+// finalFastKernel with enough register slots per thread for the plan's largest merge
+// (bytes / 8 = chunks * min(kcap, chunkLen) <= kMaxFinalCandidates candidates).
 template <int kPer>
-void launch_final_fast_n(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
-  allow_dynamic_smem(final_fast_kernel<kPer>, bytes, "final_fast_kernel");
-  kernel::pdl::launch(final_fast_kernel<kPer>, dim3(a.rows), dim3(kThreads), bytes, stream, a);
+void launchFinalFastN(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
+  allowDynamicSmem(finalFastKernel<kPer>, bytes, "final_fast_kernel");
+  kernel::pdl::launch(finalFastKernel<kPer>, dim3(a.rows), dim3(kThreads), bytes, stream, a);
 }
-void launch_final_fast(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
+void launchFinalFast(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
   const size_t n = bytes / 8;
   static_assert(kMaxFinalCandidates == 16 * kThreads, "final_fast_kernel instantiates 2, 4, 8, 16 slots");
   if (n <= 2 * kThreads) {
-    launch_final_fast_n<2>(a, bytes, stream);
+    launchFinalFastN<2>(a, bytes, stream);
   } else if (n <= 4 * kThreads) {
-    launch_final_fast_n<4>(a, bytes, stream);
+    launchFinalFastN<4>(a, bytes, stream);
   } else if (n <= 8 * kThreads) {
-    launch_final_fast_n<8>(a, bytes, stream);
+    launchFinalFastN<8>(a, bytes, stream);
   } else {
-    launch_final_fast_n<16>(a, bytes, stream);
+    launchFinalFastN<16>(a, bytes, stream);
   }
 }
 
 template <typename T>
-void launch_typed(const RowsArgs& a, cudaStream_t stream) {
-  if (a.small_vocab) {
-    const RowParams scalar = make_row_params(1.0f, a.top_k, 1.0f, a.vocab);
-    const bool full_possible = a.top_ks != nullptr || scalar.k > kMaxCandidateTopK;
+void launchTyped(const RowsArgs& a, cudaStream_t stream) {
+  if (a.smallVocab) {
+    const RowParams scalar = makeRowParams(1.0f, a.topK, 1.0f, a.vocab);
+    const bool fullPossible = a.topKs != nullptr || scalar.k > kMaxCandidateTopK;
     int cap = 1;
     while (cap < a.vocab) cap <<= 1;
     const size_t bytes = align8(static_cast<size_t>(a.vocab) * 4) +
-                         (full_possible ? static_cast<size_t>(cap) * 8 + static_cast<size_t>(a.vocab) * 12 : 0);
-    allow_dynamic_smem(small_vocab_kernel<T>, bytes, "small_vocab_kernel");
-    small_vocab_kernel<T><<<a.rows, kThreads, bytes, stream>>>(a, full_possible ? cap : 0);
+                         (fullPossible ? static_cast<size_t>(cap) * 8 + static_cast<size_t>(a.vocab) * 12 : 0);
+    allowDynamicSmem(smallVocabKernel<T>, bytes, "small_vocab_kernel");
+    smallVocabKernel<T><<<a.rows, kThreads, bytes, stream>>>(a, fullPossible ? cap : 0);
     ES_CUDA_CHECK_LAUNCH();
     return;
   }
-  if (a.plan.any_candidate) {
+  if (a.plan.anyCandidate) {
     RowsArgs c = a;
-    launch_chunk_fast<T>(c, stream);
-    if (!c.chunk_finalizes_rows) {
-      const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunk_len) * 8;
-      launch_final_fast(c, bytes, stream);
+    launchChunkFast<T>(c, stream);
+    if (!c.chunkFinalizesRows) {
+      const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunkLen) * 8;
+      launchFinalFast(c, bytes, stream);
     }
   }
-  if (a.plan.any_full || !a.plan.any_candidate) {
-    launch_full_row<T>(a, stream);
-    if (a.plan.cdf_split && a.tokens != nullptr) launch_cdf_split(a, stream);
+  if (a.plan.anyFull || !a.plan.anyCandidate) {
+    launchFullRow<T>(a, stream);
+    if (a.plan.cdfSplit && a.tokens != nullptr) launchCdfSplit(a, stream);
   }
 }
 
 }  // namespace
 
-void launch_rows(const RowsArgs& args, cudaStream_t stream) {
+void launchRows(const RowsArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return;
   RowsArgs a = args;
-  a.scalar_only = a.temperatures == nullptr && a.top_ks == nullptr && a.top_ps == nullptr;
-  a.scalar_params = make_row_params(a.temperature, a.top_k, a.top_p, a.vocab);
+  a.scalarOnly = a.temperatures == nullptr && a.topKs == nullptr && a.topPs == nullptr;
+  a.scalarParams = makeRowParams(a.temperature, a.topK, a.topP, a.vocab);
   if (a.dtype == DType::kF32) {
-    launch_typed<float>(a, stream);
+    launchTyped<float>(a, stream);
   } else {
-    launch_typed<fp16>(a, stream);
+    launchTyped<fp16>(a, stream);
   }
 }
 
@@ -1312,40 +1312,40 @@ void launch_rows(const RowsArgs& args, cudaStream_t stream) {
 
 namespace es::kernel {
 
-void sample_rows(const SamplingParams& p, cudaStream_t stream) {
-  validate_sampling_params(p, "kernel::sample_rows");
+void sampleRows(const SamplingParams& p, cudaStream_t stream) {
+  validateSamplingParams(p, "kernel::sample_rows");
   if (p.batch == 0) return;
   sampling::RowsArgs a;
   a.logits = p.logits;
-  a.dtype = p.logits_dtype;
+  a.dtype = p.logitsDtype;
   a.rows = p.batch;
   a.vocab = p.vocab;
   a.temperature = p.temperature;
-  a.top_k = p.top_k;
-  a.top_p = p.top_p;
+  a.topK = p.topK;
+  a.topP = p.topP;
   a.temperatures = p.temperatures;
-  a.top_ks = p.top_ks;
-  a.top_ps = p.top_ps;
-  a.mode = p.top_p_mode;
-  a.rows_per_param = p.rows_per_request;
+  a.topKs = p.topKs;
+  a.topPs = p.topPs;
+  a.mode = p.topPMode;
+  a.rowsPerParam = p.rowsPerRequest;
   a.uniforms = p.uniforms;
   a.seeds = p.seeds;
   a.positions = p.positions;
   a.purpose = p.purpose;
   a.tokens = p.tokens;
   a.probs = p.probs;
-  a.small_vocab = p.path == SamplingPath::kSmallVocab ||
+  a.smallVocab = p.path == SamplingPath::kSmallVocab ||
                   (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
-  if (!a.small_vocab) {
-    a.plan = sampling::plan_general(p);
-    ES_CHECK_ARG(p.workspace_bytes >= a.plan.workspace_bytes, "kernel::sample_rows",
-                 "workspace_bytes", p.workspace_bytes, "must be >= ", a.plan.workspace_bytes,
+  if (!a.smallVocab) {
+    a.plan = sampling::planGeneral(p);
+    ES_CHECK_ARG(p.workspaceBytes >= a.plan.workspaceBytes, "kernel::sample_rows",
+                 "workspace_bytes", p.workspaceBytes, "must be >= ", a.plan.workspaceBytes,
                  " (sampling_workspace_bytes)");
-    ES_CHECK_ARG(a.plan.workspace_bytes == 0 || p.workspace != nullptr, "kernel::sample_rows",
+    ES_CHECK_ARG(a.plan.workspaceBytes == 0 || p.workspace != nullptr, "kernel::sample_rows",
                  "workspace", "null", "must be non-null");
     a.workspace = p.workspace;
   }
-  sampling::launch_rows(a, stream);
+  sampling::launchRows(a, stream);
 }
 
 }  // namespace es::kernel

@@ -26,70 +26,70 @@ inline constexpr int32_t kSmallVocabMax = 4096;  // small-vocab path serves 0 < 
 inline constexpr int32_t kMaxCandidateTopK = 512;  // candidate (sorted) mode serves k <= this
 
 struct SamplingParams {
-  const void* logits = nullptr;  // [batch, vocab] logits_dtype (rows contiguous)
-  DType logits_dtype = DType::kF32;  // kF32 or kF16
+  const void* logits = nullptr;  // [batch, vocab] logitsDtype (rows contiguous)
+  DType logitsDtype = DType::kF32;  // kF32 or kF16
   int32_t batch = 0;
   int32_t vocab = 0;
 
   // Scalars used for every row whose per-request array is null (arrays: [batch /
-  // rows_per_request], see rows_per_request).
+  // rowsPerRequest], see rowsPerRequest).
   float temperature = 1.0f;  // >= 0; < 1e-3 means greedy
-  int32_t top_k = 0;         // <= 0 or >= vocab: off
-  float top_p = 1.0f;        // (0, 1]; >= 1 - 1e-6: off
+  int32_t topK = 0;         // <= 0 or >= vocab: off
+  float topP = 1.0f;        // (0, 1]; >= 1 - 1e-6: off
   const float* temperatures = nullptr;  // [batch] f32 or null
-  const int32_t* top_ks = nullptr;      // [batch] i32 or null
-  const float* top_ps = nullptr;        // [batch] f32 or null
-  TopPMode top_p_mode = TopPMode::kNucleus;
+  const int32_t* topKs = nullptr;      // [batch] i32 or null
+  const float* topPs = nullptr;        // [batch] f32 or null
+  TopPMode topPMode = TopPMode::kNucleus;
 
   // Rows per request (>= 1, divides batch): row r takes its per-request entries (temperatures,
-  // top_ks, top_ps, seeds, positions) from index r / rows_per_request. A drafted block samples
+  // topKs, topPs, seeds, positions) from index r / rowsPerRequest. A drafted block samples
   // its BS rows as one request's.
-  int32_t rows_per_request = 1;
+  int32_t rowsPerRequest = 1;
 
   // Uniforms for the inverse CDF: either given, or computed as request_uniform(seeds[q],
-  // positions[q], purpose, r % rows_per_request) for row r of request q (same bits host and
+  // positions[q], purpose, r % rowsPerRequest) for row r of request q (same bits host and
   // device; spec §3.6: a plain sample is kTarget lane 0, draft proposals kProposal lane = row).
   const float* uniforms = nullptr;     // [batch] f32 in (0, 1), or null
-  const uint64_t* seeds = nullptr;     // [batch / rows_per_request] u64 (when uniforms is null)
-  const int64_t* positions = nullptr;  // [batch / rows_per_request] i64 absolute position of the
+  const uint64_t* seeds = nullptr;     // [batch / rowsPerRequest] u64 (when uniforms is null)
+  const int64_t* positions = nullptr;  // [batch / rowsPerRequest] i64 absolute position of the
                                        // last token
   RngPurpose purpose = RngPurpose::kTarget;
 
   int32_t* tokens = nullptr;  // [batch] i32 out, or null (probabilities only)
   float* probs = nullptr;     // [batch, vocab] f32 out, or null (tokens only)
 
-  // Device scratch of sampling_workspace_bytes(*this) bytes (general path); no initialisation
+  // Device scratch of samplingWorkspaceBytes(*this) bytes (general path); no initialisation
   // needed, nothing kept between calls. May be null when that size is 0.
   void* workspace = nullptr;
-  size_t workspace_bytes = 0;
+  size_t workspaceBytes = 0;
 
   SamplingPath path = SamplingPath::kAuto;
 };
 
 // Throws es::InvalidArgument naming `where`, the argument, its value and the limit.
 // `device_pointers` false skips nothing: both host (reference) and device calls use it.
-void validate_sampling_params(const SamplingParams& p, const char* where);
+void validateSamplingParams(const SamplingParams& p, const char* where);
 
-// Bytes of device workspace sample_rows() needs for these parameters (depends on batch, vocab,
-// path and whether top_k is per-row). Host function, every build.
-size_t sampling_workspace_bytes(const SamplingParams& p);
+// Bytes of device workspace sampleRows() needs for these parameters (depends on batch, vocab,
+// path and whether topK is per-row). Host function, every build.
+size_t samplingWorkspaceBytes(const SamplingParams& p);
 
 namespace kernel {
 // Launch on `stream` (CUDA builds only). Validates first; never synchronises.
-void sample_rows(const SamplingParams& p, cudaStream_t stream);
+void sampleRows(const SamplingParams& p, cudaStream_t stream);
 }  // namespace kernel
 
 namespace ref {
 // CPU reference with the same parameters on host pointers (workspace and path ignored).
-void sample_rows(const SamplingParams& p);
+void sampleRows(const SamplingParams& p);
 
 // One row, exposed for the verification reference and the tests.
 // Writes probs[vocab]; returns true when the row took the uniform fallback.
-bool row_probs(const float* logits_f32, int32_t vocab, float temperature, int32_t top_k,
-               float top_p, TopPMode mode, float* probs);
+bool rowProbs(const float* logitsF32, int32_t vocab, float temperature, int32_t topK,
+               float topP, TopPMode mode, float* probs);
 // Inverse CDF of spec §3.5 (fp32 running sum in index order, strict >, skip <= 0, fallback to
 // the last positive index). Returns -1 only for a row with no positive entry.
-int32_t sample_from_probs(const float* probs, int32_t vocab, float u);
+int32_t sampleFromProbs(const float* probs, int32_t vocab, float u);
 }  // namespace ref
 
 }  // namespace es

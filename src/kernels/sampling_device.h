@@ -19,10 +19,10 @@ namespace es::sampling::dev {
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr unsigned kFull = 0xffffffffu;
 
-__device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
-__device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
+__device__ __forceinline__ int laneId() { return threadIdx.x & 31; }
+__device__ __forceinline__ int warpId() { return threadIdx.x >> 5; }
 
-__device__ __forceinline__ int pow2_ceil(int n) {
+__device__ __forceinline__ int pow2Ceil(int n) {
   int p = 1;
   while (p < n) p <<= 1;
   return p;
@@ -38,51 +38,51 @@ struct BlockScratch {
 __device__ __forceinline__ uint64_t umax64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 template <typename T>
-__device__ __forceinline__ T shfl_xor(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
+__device__ __forceinline__ T shflXor(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
 
-__device__ __forceinline__ uint64_t block_max_u64(uint64_t v, BlockScratch& sh) {
-  for (int o = 16; o; o >>= 1) v = umax64(v, shfl_xor(v, o));
-  if (lane_id() == 0) sh.slot[warp_id()] = v;
+__device__ __forceinline__ uint64_t blockMaxU64(uint64_t v, BlockScratch& sh) {
+  for (int o = 16; o; o >>= 1) v = umax64(v, shflXor(v, o));
+  if (laneId() == 0) sh.slot[warpId()] = v;
   __syncthreads();
   uint64_t r = sh.slot[0];
   for (int w = 1; w < kWarps; ++w) r = umax64(r, sh.slot[w]);
   __syncthreads();
   return r;
 }
-__device__ __forceinline__ uint64_t block_sum_u64(uint64_t v, BlockScratch& sh) {
-  for (int o = 16; o; o >>= 1) v += shfl_xor(v, o);
-  if (lane_id() == 0) sh.slot[warp_id()] = v;
+__device__ __forceinline__ uint64_t blockSumU64(uint64_t v, BlockScratch& sh) {
+  for (int o = 16; o; o >>= 1) v += shflXor(v, o);
+  if (laneId() == 0) sh.slot[warpId()] = v;
   __syncthreads();
   uint64_t r = 0;
   for (int w = 0; w < kWarps; ++w) r += sh.slot[w];
   __syncthreads();
   return r;
 }
-__device__ __forceinline__ int block_min_int(int v, BlockScratch& sh) {
-  for (int o = 16; o; o >>= 1) v = min(v, shfl_xor(v, o));
-  if (lane_id() == 0) sh.slot[warp_id()] = static_cast<uint64_t>(static_cast<uint32_t>(v));
+__device__ __forceinline__ int blockMinInt(int v, BlockScratch& sh) {
+  for (int o = 16; o; o >>= 1) v = min(v, shflXor(v, o));
+  if (laneId() == 0) sh.slot[warpId()] = static_cast<uint64_t>(static_cast<uint32_t>(v));
   __syncthreads();
   int r = static_cast<int>(static_cast<uint32_t>(sh.slot[0]));
   for (int w = 1; w < kWarps; ++w) r = min(r, static_cast<int>(static_cast<uint32_t>(sh.slot[w])));
   __syncthreads();
   return r;
 }
-__device__ __forceinline__ int block_max_int(int v, BlockScratch& sh) { return -block_min_int(-v, sh); }
+__device__ __forceinline__ int blockMaxInt(int v, BlockScratch& sh) { return -blockMinInt(-v, sh); }
 
 // Exclusive scan of unsigned 64-bit values in thread order (exact: integer). Returns the
 // exclusive prefix; *total gets the block sum.
-__device__ __forceinline__ uint64_t block_exclusive_scan_u64(uint64_t v, BlockScratch& sh,
+__device__ __forceinline__ uint64_t blockExclusiveScanU64(uint64_t v, BlockScratch& sh,
                                                              uint64_t* total) {
   uint64_t x = v;
   for (int o = 1; o < 32; o <<= 1) {
     const uint64_t y = __shfl_up_sync(kFull, x, o);
-    if (lane_id() >= o) x += y;
+    if (laneId() >= o) x += y;
   }
-  if (lane_id() == 31) sh.slot[warp_id()] = x;
+  if (laneId() == 31) sh.slot[warpId()] = x;
   __syncthreads();
   uint64_t offset = 0, sum = 0;
   for (int w = 0; w < kWarps; ++w) {
-    if (w < warp_id()) offset += sh.slot[w];
+    if (w < warpId()) offset += sh.slot[w];
     sum += sh.slot[w];
   }
   __syncthreads();
@@ -91,7 +91,7 @@ __device__ __forceinline__ uint64_t block_exclusive_scan_u64(uint64_t v, BlockSc
 }
 
 // Bitonic sort of n (power of two) 64-bit keys in shared memory.
-__device__ inline void bitonic_sort(uint64_t* s, int n, bool descending) {
+__device__ inline void bitonicSort(uint64_t* s, int n, bool descending) {
   __syncthreads();
   for (int k = 2; k <= n; k <<= 1) {
     for (int j = k >> 1; j > 0; j >>= 1) {
@@ -118,11 +118,11 @@ __device__ inline void bitonic_sort(uint64_t* s, int n, bool descending) {
 // their weights by a shuffle tree over their relative positions (log2(group) rounds; NVIDIA's
 // "reduce_peers"), then the lowest peer adds once. Exact: integer sums in any order.
 // Must be called by all 32 lanes (warp-converged).
-__device__ __forceinline__ void warp_aggregated_add(uint64_t* hist, uint32_t digit, uint64_t w) {
+__device__ __forceinline__ void warpAggregatedAdd(uint64_t* hist, uint32_t digit, uint64_t w) {
   if (w == 0) digit = 0x100u;
   if (__all_sync(kFull, digit >= 0x100u)) return;  // nothing to add (common after digit 0)
   unsigned peers = __match_any_sync(kFull, digit);
-  const int lane = lane_id();
+  const int lane = laneId();
   const bool leader = (__ffs(peers) - 1) == lane;
   unsigned rel = __popc(peers & ((1u << lane) - 1u));  // peers below this lane
   peers &= ~((2u << lane) - 1u);                       // peers above this lane (lane 31: none)
@@ -153,7 +153,7 @@ struct alignas(16) SelectShared {
 // by counting ranks (one thread per value, O(m) broadcast shared reads each: no barrier per
 // stage as in a bitonic sort). src needs a readable slot src[m] (set to 0 here when m is odd).
 // Callers synchronise before (src complete); ends with a barrier.
-__device__ inline void rank_sort_desc(uint64_t* src, int m, uint64_t* dst) {
+__device__ inline void rankSortDesc(uint64_t* src, int m, uint64_t* dst) {
   if ((m & 1) && threadIdx.x == 0) src[m] = 0;  // 0 is never greater than a value
   __syncthreads();
   const ulonglong2* pairs = reinterpret_cast<const ulonglong2*>(src);
@@ -173,8 +173,8 @@ __device__ inline void rank_sort_desc(uint64_t* src, int m, uint64_t* dst) {
 
 // The warp's 32 values sorted ascending across lanes (lane l returns the (l+1)-th smallest):
 // warp bitonic sort. All 32 lanes call.
-__device__ __forceinline__ uint32_t warp_sort_ascending(uint32_t v) {
-  const int lane = lane_id();
+__device__ __forceinline__ uint32_t warpSortAscending(uint32_t v) {
+  const int lane = laneId();
 #pragma unroll
   for (int size = 2; size <= 32; size <<= 1) {
 #pragma unroll
@@ -189,43 +189,43 @@ __device__ __forceinline__ uint32_t warp_sort_ascending(uint32_t v) {
 }
 
 // j-th largest (1 <= j <= 32) of the warp's 32 values (all lanes get it).
-__device__ __forceinline__ uint32_t warp_jth_largest(uint32_t v, int j) {
-  return __shfl_sync(kFull, warp_sort_ascending(v), 32 - j);
+__device__ __forceinline__ uint32_t warpJthLargest(uint32_t v, int j) {
+  return __shfl_sync(kFull, warpSortAscending(v), 32 - j);
 }
 
 // Top-k candidates of n entries (spec §3.8): MSB radix select on the 32-bit order key, 8-bit
 // digits, warp-aggregated histograms, early stop once <= 128 candidates remain; then the
 // candidates (<= 512) are bitonic-sorted by composite rank (key desc, index asc).
-// comp_at(i) gives the composite rank of entry i; among entries with equal keys, array order
+// compAt(i) gives the composite rank of entry i; among entries with equal keys, array order
 // must be index order (true for a row, and for concatenated per-chunk sorted lists).
 // 1 <= k <= kMaxCandidateTopK. Result: cand[0, m) sorted descending, m >= k (the first k are
 // the top-k), cand[m, pow2(m)) = 0. Returns m.
 template <typename CompAt>
-__device__ int select_top_candidates(CompAt comp_at, int n, int k, uint64_t* cand,
+__device__ int selectTopCandidates(CompAt compAt, int n, int k, uint64_t* cand,
                                      SelectShared& sh, BlockScratch& scratch) {
   if (n <= kMaxCandidateTopK) {
-    const int np = pow2_ceil(n);
-    for (int i = threadIdx.x; i < n; i += kThreads) sh.tmp[i] = comp_at(i);
-    rank_sort_desc(sh.tmp, n, cand);
+    const int np = pow2Ceil(n);
+    for (int i = threadIdx.x; i < n; i += kThreads) sh.tmp[i] = compAt(i);
+    rankSortDesc(sh.tmp, n, cand);
     for (int i = n + threadIdx.x; i < np; i += kThreads) cand[i] = 0;
     __syncthreads();
     return n;
   }
   // Pre-filter. n > kThreads, so every thread owns >= 1 entry (i = t mod kThreads) and every
   // warp has 32 thread maxima. With j = ceil(k / kWarps) <= 32, warp w has >= j distinct entries
-  // with key >= theta_w (its j-th largest thread maximum), so >= kWarps * j >= k entries have
-  // key >= theta = min_w theta_w: the k-th largest key is >= theta, and the entries with
+  // with key >= thetaW (its j-th largest thread maximum), so >= kWarps * j >= k entries have
+  // key >= theta = min_w thetaW: the k-th largest key is >= theta, and the entries with
   // key >= theta contain the top-k. If they are few, rank-sort them; else the radix select below.
   {
     uint32_t tmax = 0;
-    for (int i = threadIdx.x; i < n; i += kThreads) tmax = max(tmax, composite_key(comp_at(i)));
+    for (int i = threadIdx.x; i < n; i += kThreads) tmax = max(tmax, compositeKey(compAt(i)));
     const int j = (k + kWarps - 1) / kWarps;
-    const uint32_t theta_w = warp_jth_largest(tmax, j);
+    const uint32_t thetaW = warpJthLargest(tmax, j);
     if (threadIdx.x == 0) sh.count = 0;
-    const uint32_t theta = ~static_cast<uint32_t>(block_max_u64(~theta_w, scratch));
+    const uint32_t theta = ~static_cast<uint32_t>(blockMaxU64(~thetaW, scratch));
     for (int i = threadIdx.x; i < n; i += kThreads) {
-      const uint64_t c = comp_at(i);
-      if (composite_key(c) >= theta) {
+      const uint64_t c = compAt(i);
+      if (compositeKey(c) >= theta) {
         const int pos = atomicAdd(&sh.count, 1);
         if (pos < kMaxCandidateTopK) sh.tmp[pos] = c;
       }
@@ -233,8 +233,8 @@ __device__ int select_top_candidates(CompAt comp_at, int n, int k, uint64_t* can
     __syncthreads();
     const int m = sh.count;
     if (m <= kMaxCandidateTopK) {
-      rank_sort_desc(sh.tmp, m, cand);
-      const int np = pow2_ceil(m);
+      rankSortDesc(sh.tmp, m, cand);
+      const int np = pow2Ceil(m);
       for (int i = m + threadIdx.x; i < np; i += kThreads) cand[i] = 0;
       __syncthreads();
       return m;
@@ -243,7 +243,7 @@ __device__ int select_top_candidates(CompAt comp_at, int n, int k, uint64_t* can
   }
   uint32_t prefix = 0;
   int above = 0, level = 0;
-  uint32_t bin_count = static_cast<uint32_t>(n);
+  uint32_t binCount = static_cast<uint32_t>(n);
   for (int d = 0; d < 4; ++d) {
     const int shift = 24 - 8 * d;
     for (int i = threadIdx.x; i < 256; i += kThreads) sh.hist[i] = 0;
@@ -253,33 +253,33 @@ __device__ int select_top_candidates(CompAt comp_at, int n, int k, uint64_t* can
       bool valid = false;
       uint32_t digit = 0x100u;
       if (i < n) {
-        const uint32_t key = composite_key(comp_at(i));
+        const uint32_t key = compositeKey(compAt(i));
         valid = (d == 0) || ((key >> (shift + 8)) == prefix);
         if (valid) digit = (key >> shift) & 0xffu;
       }
       const unsigned peers = __match_any_sync(kFull, digit);
-      if (valid && (__ffs(peers) - 1) == lane_id()) atomicAdd(&sh.hist[digit], static_cast<uint32_t>(__popc(peers)));
+      if (valid && (__ffs(peers) - 1) == laneId()) atomicAdd(&sh.hist[digit], static_cast<uint32_t>(__popc(peers)));
     }
     __syncthreads();
-    if (warp_id() == 0) {
+    if (warpId() == 0) {
       // Lane l owns bins 255-8l .. 248-8l (descending). Find the bin holding rank `need`.
       uint32_t c[8], sum = 0;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        c[j] = sh.hist[255 - 8 * lane_id() - j];
+        c[j] = sh.hist[255 - 8 * laneId() - j];
         sum += c[j];
       }
       uint32_t incl = sum;
       for (int o = 1; o < 32; o <<= 1) {
         const uint32_t y = __shfl_up_sync(kFull, incl, o);
-        if (lane_id() >= o) incl += y;
+        if (laneId() >= o) incl += y;
       }
       uint32_t run = incl - sum;
       const uint32_t need = static_cast<uint32_t>(k - above);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         if (run < need && need <= run + c[j]) {
-          sh.bin = 255 - 8 * lane_id() - j;
+          sh.bin = 255 - 8 * laneId() - j;
           sh.gt = run;
         }
         run += c[j];
@@ -288,46 +288,46 @@ __device__ int select_top_candidates(CompAt comp_at, int n, int k, uint64_t* can
     __syncthreads();
     above += static_cast<int>(sh.gt);
     prefix = (prefix << 8) | sh.bin;
-    bin_count = sh.hist[sh.bin];
+    binCount = sh.hist[sh.bin];
     level = d + 1;
     __syncthreads();  // everyone has read hist/bin before the next pass clears them
-    if (above + static_cast<int>(bin_count) <= kEarlyStopCandidates) break;
+    if (above + static_cast<int>(binCount) <= kEarlyStopCandidates) break;
   }
   const int shift = 32 - 8 * level;
-  const bool take_all = above + static_cast<int>(bin_count) <= kMaxCandidateTopK;
+  const bool takeAll = above + static_cast<int>(binCount) <= kMaxCandidateTopK;
   if (threadIdx.x == 0) sh.count = 0;
   __syncthreads();
-  if (take_all) {
+  if (takeAll) {
     for (int i = threadIdx.x; i < n; i += kThreads) {
-      const uint64_t c = comp_at(i);
-      const uint32_t key = composite_key(c);
+      const uint64_t c = compAt(i);
+      const uint32_t key = compositeKey(c);
       const uint32_t top = shift == 0 ? key : (key >> shift);
       if (top >= prefix) sh.tmp[atomicAdd(&sh.count, 1)] = c;
     }
   } else {
     // level == 4: prefix is the exact k-th key and too many entries tie on it. Take all larger
     // keys and the first (k - above) ties in array (= index) order.
-    const int need_ties = k - above;
+    const int needTies = k - above;
     int carry = 0;
     for (int base = 0; base < n; base += kThreads) {
       const int i = base + threadIdx.x;
       uint64_t c = 0;
       uint32_t key = 0;
       if (i < n) {
-        c = comp_at(i);
-        key = composite_key(c);
+        c = compAt(i);
+        key = compositeKey(c);
       }
       const bool tie = i < n && key == prefix;
-      uint64_t tile_ties = 0;
-      const int rank = carry + static_cast<int>(block_exclusive_scan_u64(tie ? 1 : 0, scratch, &tile_ties));
-      if (i < n && (key > prefix || (tie && rank < need_ties))) sh.tmp[atomicAdd(&sh.count, 1)] = c;
-      carry += static_cast<int>(tile_ties);
+      uint64_t tileTies = 0;
+      const int rank = carry + static_cast<int>(blockExclusiveScanU64(tie ? 1 : 0, scratch, &tileTies));
+      if (i < n && (key > prefix || (tie && rank < needTies))) sh.tmp[atomicAdd(&sh.count, 1)] = c;
+      carry += static_cast<int>(tileTies);
     }
   }
   __syncthreads();
   const int m = sh.count;
-  rank_sort_desc(sh.tmp, m, cand);
-  const int np = pow2_ceil(m);
+  rankSortDesc(sh.tmp, m, cand);
+  const int np = pow2Ceil(m);
   for (int i = m + threadIdx.x; i < np; i += kThreads) cand[i] = 0;
   __syncthreads();
   return m;
@@ -340,43 +340,43 @@ struct FinalizeResult {
 // Weights and probabilities of the first `kept` entries of a descending-sorted composite list
 // (the top-k set): exact fixed-point prefix masses, top-p cut, renormalisation (spec §3.3-3.4).
 // mass: scratch [>= kept] u64; prob: out [>= cut] f32 by sorted position.
-__device__ inline int finalize_sorted(const uint64_t* sorted, int kept, const RowParams& rp,
+__device__ inline int finalizeSorted(const uint64_t* sorted, int kept, const RowParams& rp,
                                       TopPMode mode, uint64_t* mass, float* prob,
                                       BlockScratch& scratch) {
-  const float row_max = key_value(composite_key(sorted[0]));
+  const float rowMax = keyValue(compositeKey(sorted[0]));
   const int per = (kept + kThreads - 1) / kThreads;
   const int begin = min(kept, static_cast<int>(threadIdx.x) * per);
   const int end = min(kept, begin + per);
   uint64_t local = 0;
   for (int j = begin; j < end; ++j) {
-    const float d = fsub_rn(key_value(composite_key(sorted[j])), row_max);
-    local += mass_of(exp_nonpos(d));
+    const float d = fsubRn(keyValue(compositeKey(sorted[j])), rowMax);
+    local += massOf(expNonpos(d));
     mass[j] = local;  // partial, completed below
   }
   uint64_t total = 0;
-  const uint64_t offset = block_exclusive_scan_u64(local, scratch, &total);
+  const uint64_t offset = blockExclusiveScanU64(local, scratch, &total);
   for (int j = begin; j < end; ++j) mass[j] += offset;  // inclusive prefix mass
   __syncthreads();
   int cut = kept;
   uint64_t norm = total, last = 0;
-  bool partial_last = false;
-  if (rp.top_p_on) {
-    const uint64_t budget = top_p_budget(rp.top_p, total);
+  bool partialLast = false;
+  if (rp.topPOn) {
+    const uint64_t budget = topPBudget(rp.topP, total);
     uint64_t below = 0;
     for (int j = threadIdx.x; j < kept; j += kThreads) below += mass[j] < budget ? 1 : 0;
-    cut = static_cast<int>(block_sum_u64(below, scratch)) + 1;
+    cut = static_cast<int>(blockSumU64(below, scratch)) + 1;
     if (mode == TopPMode::kNucleus) {
       norm = mass[cut - 1];
     } else {
       norm = budget;
       last = budget - (cut >= 2 ? mass[cut - 2] : 0);
-      partial_last = true;
+      partialLast = true;
     }
   }
   for (int j = threadIdx.x; j < cut; j += kThreads) {
     uint64_t w = mass[j] - (j > 0 ? mass[j - 1] : 0);
-    if (partial_last && j == cut - 1) w = last;
-    prob[j] = prob_of(w, norm);
+    if (partialLast && j == cut - 1) w = last;
+    prob[j] = probOf(w, norm);
   }
   __syncthreads();
   return cut;
@@ -387,14 +387,14 @@ __device__ inline int finalize_sorted(const uint64_t* sorted, int kept, const Ro
 // the reference's sequential fp32 sums in index order: exact agreement.
 
 // The list's total: the positive values summed in list order.
-__device__ inline float sorted_list_mass_warp(const float* val, int m) {
+__device__ inline float sortedListMassWarp(const float* val, int m) {
   float total = 0.0f;
   for (int base = 0; base < m; base += 32) {
-    const float v = base + lane_id() < m ? val[base + lane_id()] : 0.0f;
+    const float v = base + laneId() < m ? val[base + laneId()] : 0.0f;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       const float x = __shfl_sync(kFull, v, j);
-      if (x > 0.0f) total = fadd_rn(total, x);
+      if (x > 0.0f) total = faddRn(total, x);
     }
   }
   return total;
@@ -402,19 +402,19 @@ __device__ inline float sorted_list_mass_warp(const float* val, int m) {
 
 // The index of the first entry whose running sum is > threshold (skipping values <= 0), else
 // the last positive entry's, else -1.
-__device__ inline int sorted_list_search_warp(const int32_t* idx, const float* val, int m,
+__device__ inline int sortedListSearchWarp(const int32_t* idx, const float* val, int m,
                                               float threshold) {
   float running = 0.0f;
   int found = -1, last = -1;
   for (int base = 0; base < m; base += 32) {
-    const float v = base + lane_id() < m ? val[base + lane_id()] : 0.0f;
-    const int ix = base + lane_id() < m ? idx[base + lane_id()] : -1;
+    const float v = base + laneId() < m ? val[base + laneId()] : 0.0f;
+    const int ix = base + laneId() < m ? idx[base + laneId()] : -1;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
       const float x = __shfl_sync(kFull, v, j);
       const int xi = __shfl_sync(kFull, ix, j);
       if (x > 0.0f) {
-        running = fadd_rn(running, x);
+        running = faddRn(running, x);
         last = xi;
         if (found < 0 && running > threshold) found = xi;
       }
@@ -424,8 +424,8 @@ __device__ inline int sorted_list_search_warp(const int32_t* idx, const float* v
 }
 
 // The sample with uniform u: threshold u * total.
-__device__ inline int sample_sorted_list_warp(const int32_t* idx, const float* val, int m, float u) {
-  return sorted_list_search_warp(idx, val, m, fmul_rn(u, sorted_list_mass_warp(val, m)));
+__device__ inline int sampleSortedListWarp(const int32_t* idx, const float* val, int m, float u) {
+  return sortedListSearchWarp(idx, val, m, fmulRn(u, sortedListMassWarp(val, m)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -440,20 +440,20 @@ __device__ inline int sample_sorted_list_warp(const int32_t* idx, const float* v
 //    even value of n + c: the step is the function n -> n + c[n & 1], and such functions compose
 //    (a pair of offsets), so a block scan of them gives every running sum of the binade exactly;
 //  * this is valid while the result stays below 2^(e+1), i.e. n_after < N (N = 2^24, or 2^23 for
-//    the subnormal range); the first step reaching N is done as the real fadd_rn by its owner,
+//    the subnormal range); the first step reaching N is done as the real faddRn by its owner,
 //    then the scan restarts after it in the new binade. r only grows, so that happens at most
 //    once per binade (~20-40 times per row, a handful per tile at most).
 
 struct SeqStep {  // n -> n + (n even ? c0 : c1)
   int64_t c0, c1;
 };
-__device__ __forceinline__ SeqStep seq_then(SeqStep f, SeqStep g) {  // f first, then g
+__device__ __forceinline__ SeqStep seqThen(SeqStep f, SeqStep g) {  // f first, then g
   return {f.c0 + ((f.c0 & 1) ? g.c1 : g.c0), f.c1 + ((f.c1 & 1) ? g.c0 : g.c1)};
 }
-__device__ __forceinline__ int64_t seq_apply(SeqStep f, int64_t n) { return n + ((n & 1) ? f.c1 : f.c0); }
+__device__ __forceinline__ int64_t seqApply(SeqStep f, int64_t n) { return n + ((n & 1) ? f.c1 : f.c0); }
 
 // Step of adding x (> 0) on the grid of ulp 2^ue. Offsets above 2^40 are capped (they cross).
-__device__ __forceinline__ SeqStep seq_step(float x, int ue) {
+__device__ __forceinline__ SeqStep seqStep(float x, int ue) {
   const double q = static_cast<double>(x) * __longlong_as_double(static_cast<long long>(1023 - ue) << 52);
   if (q >= 1099511627776.0) return {int64_t{1} << 40, int64_t{1} << 40};
   const double m = floor(q);
@@ -465,44 +465,44 @@ __device__ __forceinline__ SeqStep seq_step(float x, int ue) {
 }
 
 // Exclusive block scan of steps in thread order; *all gets the composition of every thread's.
-__device__ __forceinline__ SeqStep block_exclusive_scan_steps(SeqStep v, BlockScratch& sh, SeqStep* all) {
+__device__ __forceinline__ SeqStep blockExclusiveScanSteps(SeqStep v, BlockScratch& sh, SeqStep* all) {
   SeqStep x = v;
   for (int o = 1; o < 32; o <<= 1) {
     SeqStep y;
     y.c0 = __shfl_up_sync(kFull, x.c0, o);
     y.c1 = __shfl_up_sync(kFull, x.c1, o);
-    if (lane_id() >= o) x = seq_then(y, x);
+    if (laneId() >= o) x = seqThen(y, x);
   }
   SeqStep excl;
   excl.c0 = __shfl_up_sync(kFull, x.c0, 1);
   excl.c1 = __shfl_up_sync(kFull, x.c1, 1);
-  if (lane_id() == 0) excl = {0, 0};
-  if (lane_id() == 31) {
-    sh.slot[warp_id()] = static_cast<uint64_t>(x.c0);
-    sh.slot2[warp_id()] = static_cast<uint64_t>(x.c1);
+  if (laneId() == 0) excl = {0, 0};
+  if (laneId() == 31) {
+    sh.slot[warpId()] = static_cast<uint64_t>(x.c0);
+    sh.slot2[warpId()] = static_cast<uint64_t>(x.c1);
   }
   __syncthreads();
   SeqStep before = {0, 0}, total = {0, 0};
   for (int w = 0; w < kWarps; ++w) {
     const SeqStep t = {static_cast<int64_t>(sh.slot[w]), static_cast<int64_t>(sh.slot2[w])};
-    if (w < warp_id()) before = seq_then(before, t);
-    total = seq_then(total, t);
+    if (w < warpId()) before = seqThen(before, t);
+    total = seqThen(total, t);
   }
   __syncthreads();
   *all = total;
-  return seq_then(before, excl);
+  return seqThen(before, excl);
 }
 
 // Block min of two ints at once.
-__device__ __forceinline__ void block_min2(int* a, int* b, BlockScratch& sh) {
+__device__ __forceinline__ void blockMin2(int* a, int* b, BlockScratch& sh) {
   int x = *a, y = *b;
   for (int o = 16; o; o >>= 1) {
-    x = min(x, shfl_xor(x, o));
-    y = min(y, shfl_xor(y, o));
+    x = min(x, shflXor(x, o));
+    y = min(y, shflXor(y, o));
   }
-  if (lane_id() == 0) {
-    sh.slot[warp_id()] = static_cast<uint32_t>(x);
-    sh.slot2[warp_id()] = static_cast<uint32_t>(y);
+  if (laneId() == 0) {
+    sh.slot[warpId()] = static_cast<uint32_t>(x);
+    sh.slot2[warpId()] = static_cast<uint32_t>(y);
   }
   __syncthreads();
   int rx = 0x7fffffff, ry = 0x7fffffff;
@@ -515,7 +515,7 @@ __device__ __forceinline__ void block_min2(int* a, int* b, BlockScratch& sh) {
   *b = ry;
 }
 
-// The sequential fp32 sum of the positive val_at(i), i in [0, n), in index order, bit for bit,
+// The sequential fp32 sum of the positive valAt(i), i in [0, n), in index order, bit for bit,
 // starting from r0 (>= 0; 0 for a whole row, a chunk's exact start for the split CDF).
 // search: returns the first index whose running sum is > threshold (or the last positive index,
 // or -1); otherwise returns -1 and *total gets the full sum.
@@ -527,7 +527,7 @@ __device__ __forceinline__ void block_min2(int* a, int* b, BlockScratch& sh) {
 // the tile, or moves `from` past a crossing (at most kTile rounds per tile, in practice one per
 // binade passed).
 template <typename ValAt>
-__device__ int sequential_cdf(ValAt val_at, int n, bool search, float threshold, float* total,
+__device__ int sequentialCdf(ValAt valAt, int n, bool search, float threshold, float* total,
                               BlockScratch& scratch, float r0 = 0.0f) {
   constexpr int kNone = 0x7fffffff;
   // scratch.out is free here: its last reader (a crossing below, in an earlier call) passed a
@@ -539,14 +539,14 @@ __device__ int sequential_cdf(ValAt val_at, int n, bool search, float threshold,
   __syncthreads();
   float r = u2f(static_cast<uint32_t>(scratch.out[0]));
   threshold = u2f(static_cast<uint32_t>(scratch.out[1]));
-  int my_last = -1;
+  int myLast = -1;
   for (int base = 0; base < n; base += kTile) {
     const int start = base + threadIdx.x * kItems;
     float v[kItems];
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      v[k] = start + k < n ? val_at(start + k) : 0.0f;
-      if (v[k] > 0.0f) my_last = start + k;
+      v[k] = start + k < n ? valAt(start + k) : 0.0f;
+      if (v[k] > 0.0f) myLast = start + k;
     }
     int from = base;  // entries before `from` are already in r
     for (;;) {
@@ -559,20 +559,20 @@ __device__ int sequential_cdf(ValAt val_at, int n, bool search, float threshold,
       SeqStep mine = {0, 0};
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
-        st[k] = (start + k >= from && v[k] > 0.0f) ? seq_step(v[k], ue) : SeqStep{0, 0};
-        mine = seq_then(mine, st[k]);
+        st[k] = (start + k >= from && v[k] > 0.0f) ? seqStep(v[k], ue) : SeqStep{0, 0};
+        mine = seqThen(mine, st[k]);
       }
       SeqStep all;
-      int64_t cur = seq_apply(block_exclusive_scan_steps(mine, scratch, &all), n0);
+      int64_t cur = seqApply(blockExclusiveScanSteps(mine, scratch, &all), n0);
       int found = kNone, cross = kNone;
-      int64_t before_cross = 0;
+      int64_t beforeCross = 0;
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
         if (cross == kNone && start + k >= from && v[k] > 0.0f) {
-          const int64_t next = seq_apply(st[k], cur);
+          const int64_t next = seqApply(st[k], cur);
           if (next >= limit) {
             cross = start + k;
-            before_cross = cur;
+            beforeCross = cur;
           } else {
             if (search && found == kNone &&
                 u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(next) & 0x7fffffu)) > threshold) {
@@ -582,50 +582,50 @@ __device__ int sequential_cdf(ValAt val_at, int n, bool search, float threshold,
           }
         }
       }
-      int first_found = found, first_cross = cross;
-      block_min2(&first_found, &first_cross, scratch);
-      if (first_found < first_cross) return first_found;
-      if (first_cross == kNone) {
-        const int64_t end = seq_apply(all, n0);  // no crossing: every step of the tile is exact
+      int firstFound = found, firstCross = cross;
+      blockMin2(&firstFound, &firstCross, scratch);
+      if (firstFound < firstCross) return firstFound;
+      if (firstCross == kNone) {
+        const int64_t end = seqApply(all, n0);  // no crossing: every step of the tile is exact
         r = u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(end) & 0x7fffffu));
         break;
       }
-      if (cross == first_cross) {  // the owner performs the crossing step as the real fadd
-        const float before = u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(before_cross) & 0x7fffffu));
-        scratch.out[0] = f2u(fadd_rn(before, v[cross - start]));
+      if (cross == firstCross) {  // the owner performs the crossing step as the real fadd
+        const float before = u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(beforeCross) & 0x7fffffu));
+        scratch.out[0] = f2u(faddRn(before, v[cross - start]));
       }
       __syncthreads();
       r = u2f(static_cast<uint32_t>(scratch.out[0]));
       __syncthreads();
-      if (search && r > threshold) return first_cross;
-      from = first_cross + 1;
+      if (search && r > threshold) return firstCross;
+      from = firstCross + 1;
     }
   }
   if (total) *total = r;
   if (!search) return -1;
-  return block_max_int(my_last, scratch);
+  return blockMaxInt(myLast, scratch);
 }
 
 // Canonical full-row inverse CDF, pass 1: the fp32 total of the positive values (exactly the
 // reference's sequential sum).
 template <typename ValAt>
-__device__ float full_row_total(ValAt val_at, int n, BlockScratch& scratch) {
+__device__ float fullRowTotal(ValAt valAt, int n, BlockScratch& scratch) {
   float total = 0.0f;
-  sequential_cdf(val_at, n, false, 0.0f, &total, scratch);
+  sequentialCdf(valAt, n, false, 0.0f, &total, scratch);
   return total;
 }
 
 // Pass 2: first index whose running sum is > threshold (skipping values <= 0), else the last
 // positive index, else -1. Identical to the reference's loop.
 template <typename ValAt>
-__device__ int full_row_search(ValAt val_at, int n, float threshold, BlockScratch& scratch) {
-  return sequential_cdf(val_at, n, true, threshold, nullptr, scratch);
+__device__ int fullRowSearch(ValAt valAt, int n, float threshold, BlockScratch& scratch) {
+  return sequentialCdf(valAt, n, true, threshold, nullptr, scratch);
 }
 
 template <typename ValAt>
-__device__ int full_row_sample(ValAt val_at, int n, float u, BlockScratch& scratch) {
-  const float total = full_row_total(val_at, n, scratch);
-  return full_row_search(val_at, n, fmul_rn(u, total), scratch);
+__device__ int fullRowSample(ValAt valAt, int n, float u, BlockScratch& scratch) {
+  const float total = fullRowTotal(valAt, n, scratch);
+  return fullRowSearch(valAt, n, fmulRn(u, total), scratch);
 }
 
 }  // namespace es::sampling::dev

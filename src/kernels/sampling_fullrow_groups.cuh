@@ -1,5 +1,5 @@
 #pragma once
-// GPU groups for fullrow::decide_cut (kernels/sampling_fullrow_cut.h): the collectives of one
+// GPU groups for fullrow::decideCut (kernels/sampling_fullrow_cut.h): the collectives of one
 // CTA over a whole row (CtaGroup) and of a thread-block cluster whose CTAs own contiguous slices
 // of the row (ClusterGroup). CUDA only: include from .cu files.
 //
@@ -40,37 +40,37 @@ struct FullGroupShared {
 };
 
 // Adds f(i, &digit) over entries [begin, end) of this CTA (thread t: begin + t + r kThreads)
-// to hist (zeroed, published before the call). Whole warps take part (warp_aggregated_add).
+// to hist (zeroed, published before the call). Whole warps take part (warpAggregatedAdd).
 template <typename F>
-__device__ __forceinline__ void accumulate_hist(F f, int begin, int end, uint64_t* hist) {
+__device__ __forceinline__ void accumulateHist(F f, int begin, int end, uint64_t* hist) {
   for (int base = begin; base < end; base += kThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
     uint32_t digit = 0x100u;
     uint64_t w = 0;
     if (i < end) w = f(i, &digit);
-    warp_aggregated_add(hist, digit, w);
+    warpAggregatedAdd(hist, digit, w);
   }
 }
 
-// fullrow::pick_bin by warp 0 (lane l owns bins 255 - 8l ... 248 - 8l); result in sh.bin, sh.gt.
-__device__ __forceinline__ void pick_bin_warp(const uint64_t* hist, uint64_t need, FullGroupShared& sh) {
-  if (warp_id() != 0) return;
+// fullrow::pickBin by warp 0 (lane l owns bins 255 - 8l ... 248 - 8l); result in sh.bin, sh.gt.
+__device__ __forceinline__ void pickBinWarp(const uint64_t* hist, uint64_t need, FullGroupShared& sh) {
+  if (warpId() != 0) return;
   uint64_t c[8], sum = 0;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    c[j] = hist[255 - 8 * lane_id() - j];
+    c[j] = hist[255 - 8 * laneId() - j];
     sum += c[j];
   }
   uint64_t incl = sum;
   for (int o = 1; o < 32; o <<= 1) {
     const uint64_t y = __shfl_up_sync(kFull, incl, o);
-    if (lane_id() >= o) incl += y;
+    if (laneId() >= o) incl += y;
   }
   uint64_t run = incl - sum;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     if (run < need && need <= run + c[j]) {
-      sh.bin = 255 - 8 * lane_id() - j;
+      sh.bin = 255 - 8 * laneId() - j;
       sh.gt = run;
     }
     run += c[j];
@@ -80,7 +80,7 @@ __device__ __forceinline__ void pick_bin_warp(const uint64_t* hist, uint64_t nee
 // Index of the j-th (1-based) entry of [begin, end), in index order, for which match(i) holds,
 // or -1 (a CTA collective: tiles of kTile, thread t owns kItems consecutive entries).
 template <typename Match>
-__device__ int jth_in_range(Match match, int begin, int end, uint64_t j, FullGroupShared& sh,
+__device__ int jthInRange(Match match, int begin, int end, uint64_t j, FullGroupShared& sh,
                             BlockScratch& scratch) {
   if (threadIdx.x == 0) sh.found = -1;
   __syncthreads();
@@ -90,8 +90,8 @@ __device__ int jth_in_range(Match match, int begin, int end, uint64_t j, FullGro
     uint64_t count = 0;
 #pragma unroll
     for (int r = 0; r < kItems; ++r) count += (start + r < end && match(start + r)) ? 1 : 0;
-    uint64_t tile_total;
-    const uint64_t before = carry + block_exclusive_scan_u64(count, scratch, &tile_total);
+    uint64_t tileTotal;
+    const uint64_t before = carry + blockExclusiveScanU64(count, scratch, &tileTotal);
     if (before < j && j <= before + count) {
       uint64_t c = before;
       for (int r = 0; r < kItems; ++r) {
@@ -101,7 +101,7 @@ __device__ int jth_in_range(Match match, int begin, int end, uint64_t j, FullGro
         }
       }
     }
-    carry += tile_total;
+    carry += tileTotal;
     __syncthreads();
     if (sh.found >= 0) break;  // block-uniform: read after the barrier
   }
@@ -111,13 +111,13 @@ __device__ int jth_in_range(Match match, int begin, int end, uint64_t j, FullGro
 }
 
 template <typename F>
-__device__ __forceinline__ uint64_t local_max(F f, int begin, int end) {
+__device__ __forceinline__ uint64_t localMax(F f, int begin, int end) {
   uint64_t v = 0;
   for (int i = begin + static_cast<int>(threadIdx.x); i < end; i += kThreads) v = umax64(v, f(i));
   return v;
 }
 template <typename F>
-__device__ __forceinline__ uint64_t local_sum(F f, int begin, int end) {
+__device__ __forceinline__ uint64_t localSum(F f, int begin, int end) {
   uint64_t v = 0;
   for (int i = begin + static_cast<int>(threadIdx.x); i < end; i += kThreads) v += f(i);
   return v;
@@ -131,28 +131,28 @@ struct CtaGroup {
   __device__ bool lead() const { return true; }
   __device__ void finish() const {}
   template <typename F>
-  __device__ uint64_t reduce_max(F f) { return block_max_u64(local_max(f, begin, end), scratch); }
+  __device__ uint64_t reduceMax(F f) { return blockMaxU64(localMax(f, begin, end), scratch); }
   template <typename F>
-  __device__ uint64_t reduce_sum(F f) { return block_sum_u64(local_sum(f, begin, end), scratch); }
+  __device__ uint64_t reduceSum(F f) { return blockSumU64(localSum(f, begin, end), scratch); }
   template <typename F>
-  __device__ void select_digit(F f, uint64_t need, uint32_t* bin, uint64_t* gt) {
+  __device__ void selectDigit(F f, uint64_t need, uint32_t* bin, uint64_t* gt) {
     uint64_t* hist = sh.x[0].hist;
     for (int i = threadIdx.x; i < 256; i += kThreads) hist[i] = 0;
     __syncthreads();
-    accumulate_hist(f, begin, end, hist);
+    accumulateHist(f, begin, end, hist);
     __syncthreads();
-    pick_bin_warp(hist, need, sh);
+    pickBinWarp(hist, need, sh);
     __syncthreads();
     *bin = sh.bin;
     *gt = sh.gt;
     __syncthreads();  // read before the next pass clears hist / rewrites bin
   }
   template <typename Match>
-  __device__ int jth(Match match, uint64_t j) { return jth_in_range(match, begin, end, j, sh, scratch); }
+  __device__ int jth(Match match, uint64_t j) { return jthInRange(match, begin, end, j, sh, scratch); }
 };
 
 // The CTAs of a cluster (grid x = cluster ranks, one cluster per row), rank r owning
-// fullrow::slice_of(r). Every collective is cluster-uniform: each CTA merges every rank's part
+// fullrow::sliceOf(r). Every collective is cluster-uniform: each CTA merges every rank's part
 // itself (the same exact integers, so the same result everywhere) instead of waiting for a
 // broadcast. Call finish() before the CTA exits (no CTA may leave while another can still read
 // its shared memory).
@@ -167,7 +167,7 @@ struct ClusterGroup {
     const cg::cluster_group cl = cg::this_cluster();
     rank = static_cast<int>(cl.block_rank());
     ranks = static_cast<int>(cl.num_blocks());
-    fullrow::slice_of(rank, ranks, n, &begin, &end);
+    fullrow::sliceOf(rank, ranks, n, &begin, &end);
   }
   __device__ bool lead() const { return rank == 0; }
   __device__ void finish() const { cooperative_groups::this_cluster().sync(); }
@@ -182,27 +182,27 @@ struct ClusterGroup {
     p ^= 1;
   }
   template <typename F>
-  __device__ uint64_t reduce_max(F f) {
-    exchange(block_max_u64(local_max(f, begin, end), scratch));
+  __device__ uint64_t reduceMax(F f) {
+    exchange(blockMaxU64(localMax(f, begin, end), scratch));
     uint64_t r = 0;
     for (int q = 0; q < ranks; ++q) r = umax64(r, sh.all[q]);
     return r;
   }
   template <typename F>
-  __device__ uint64_t reduce_sum(F f) {
-    exchange(block_sum_u64(local_sum(f, begin, end), scratch));
+  __device__ uint64_t reduceSum(F f) {
+    exchange(blockSumU64(localSum(f, begin, end), scratch));
     uint64_t r = 0;
     for (int q = 0; q < ranks; ++q) r += sh.all[q];
     return r;
   }
   template <typename F>
-  __device__ void select_digit(F f, uint64_t need, uint32_t* bin, uint64_t* gt) {
+  __device__ void selectDigit(F f, uint64_t need, uint32_t* bin, uint64_t* gt) {
     namespace cg = cooperative_groups;
     cg::cluster_group cl = cg::this_cluster();
     uint64_t* hist = sh.x[p].hist;
     for (int i = threadIdx.x; i < 256; i += kThreads) hist[i] = 0;
     __syncthreads();
-    accumulate_hist(f, begin, end, hist);
+    accumulateHist(f, begin, end, hist);
     cl.sync();  // every rank's histogram complete
     for (int b = threadIdx.x; b < 256; b += kThreads) {
       uint64_t s = 0;
@@ -210,7 +210,7 @@ struct ClusterGroup {
       sh.merged[b] = s;
     }
     __syncthreads();
-    pick_bin_warp(sh.merged, need, sh);
+    pickBinWarp(sh.merged, need, sh);
     __syncthreads();
     *bin = sh.bin;
     *gt = sh.gt;
@@ -219,12 +219,12 @@ struct ClusterGroup {
   // Counts per rank, then the owner of the j-th match scans its slice; its index is exchanged.
   template <typename Match>
   __device__ int jth(Match match, uint64_t j) {
-    exchange(block_sum_u64(local_sum([&](int i) { return match(i) ? uint64_t{1} : uint64_t{0}; }, begin, end),
+    exchange(blockSumU64(localSum([&](int i) { return match(i) ? uint64_t{1} : uint64_t{0}; }, begin, end),
                            scratch));
-    uint64_t local_j = 0;
-    const int owner = fullrow::rank_of_jth([&](int q) { return sh.all[q]; }, ranks, j, &local_j);
+    uint64_t localJ = 0;
+    const int owner = fullrow::rankOfJth([&](int q) { return sh.all[q]; }, ranks, j, &localJ);
     int found = -1;
-    if (owner == rank) found = jth_in_range(match, begin, end, local_j, sh, scratch);
+    if (owner == rank) found = jthInRange(match, begin, end, localJ, sh, scratch);
     __syncthreads();  // sh.all read by everyone before the next exchange rewrites it
     exchange(static_cast<uint64_t>(found + 1));
     uint64_t r = 0;

@@ -19,25 +19,25 @@ inline constexpr int32_t kTargetCtas = 264;        // ~2 CTAs per H200 SM for th
 inline constexpr int32_t kEarlyStopCandidates = 128;  // radix select stops at this many
 
 struct GeneralPlan {
-  bool any_candidate = false;  // some rows may take the candidate mode (chunk + final kernels)
-  bool any_full = false;       // some rows may take the full-row mode
+  bool anyCandidate = false;  // some rows may take the candidate mode (chunk + final kernels)
+  bool anyFull = false;       // some rows may take the full-row mode
   int32_t chunks = 0;          // chunk CTAs per row (candidate mode)
-  int32_t chunk_len = 0;       // entries per chunk (the last one may be shorter)
+  int32_t chunkLen = 0;       // entries per chunk (the last one may be shorter)
   int32_t kcap = 0;            // largest effective top-k a candidate row may have
-  size_t workspace_bytes = 0;  // the chunk records (below), then the split CDF's region when
-                               // cdf_split
+  size_t workspaceBytes = 0;  // the chunk records (below), then the split CDF's region when
+                               // cdfSplit
   // Split full-row inverse CDF (kernels/sampling_cdf_split.h): the full-row rows' tokens are
-  // drawn by the split CDF kernels iff any_full, batch <= kCdfSplitMaxRows, vocab >=
-  // kCdfSplitMinVocab and the row has at most kCdfMaxChunks chunks; otherwise full_row_kernel's
+  // drawn by the split CDF kernels iff anyFull, batch <= kCdfSplitMaxRows, vocab >=
+  // kCdfSplitMinVocab and the row has at most kCdfMaxChunks chunks; otherwise fullRowKernel's
   // lead CTA draws each token over the whole row itself.
-  bool cdf_split = false;
-  int32_t cdf_chunks = 0;      // chunks of kCdfChunk entries per row
-  size_t cdf_offset = 0;       // byte offset of its region in the workspace (16-aligned)
-  // Split full-row decision (kernels/sampling_fullrow_groups.cuh): iff any_full, batch <=
-  // kFullRowSplitMaxRows and vocab >= kFullRowSplitMinVocab, full_row_kernel spreads each row
-  // over a cluster of fullrow_split_ranks() CTAs; otherwise it takes one CTA per row (many rows
+  bool cdfSplit = false;
+  int32_t cdfChunks = 0;      // chunks of kCdfChunk entries per row
+  size_t cdfOffset = 0;       // byte offset of its region in the workspace (16-aligned)
+  // Split full-row decision (kernels/sampling_fullrow_groups.cuh): iff anyFull, batch <=
+  // kFullRowSplitMaxRows and vocab >= kFullRowSplitMinVocab, fullRowKernel spreads each row
+  // over a cluster of fullrowSplitRanks() CTAs; otherwise it takes one CTA per row (many rows
   // fill the GPU by themselves, and a short row is not worth a cluster). Needs no workspace.
-  bool fullrow_split = false;
+  bool fullrowSplit = false;
 };
 
 inline constexpr int32_t kCdfChunk = 2 * kTile;        // entries per split-CDF chunk
@@ -55,7 +55,7 @@ inline constexpr int32_t kFullRowSplitMinVocab = kCdfSplitMinVocab;
 // device co-schedules (16, or the portable 8), halved while the grid would exceed two CTAs per SM
 // (more CTAs than that only queue, and every halving halves the cluster barriers' fan-in), but
 // not below 2. B 1-16 on 132 SMs: 16; B 17-33: 8 (at most 264 CTAs); B 34-64: 4.
-constexpr int32_t fullrow_split_ranks(int32_t rows, int32_t widest, int32_t sms) {
+constexpr int32_t fullrowSplitRanks(int32_t rows, int32_t widest, int32_t sms) {
   int32_t ranks = widest;
   while (ranks > 2 && static_cast<int64_t>(rows) * ranks > 2 * static_cast<int64_t>(sms)) ranks /= 2;
   return ranks;
@@ -65,37 +65,37 @@ constexpr int32_t fullrow_split_ranks(int32_t rows, int32_t widest, int32_t sms)
 // (row, chunk) items row-major, each CTA a contiguous run of them; the items of one row that one
 // CTA walks form a "segment", and the segment's top-k (k the row's, or fewer when the segment
 // holds fewer entries) is its record. Layout, u64 words:
-//   [rows * chunks * record_cap]  candidate slots: item i's slots are [i cap, (i + 1) cap); a
+//   [rows * chunks * recordCap]  candidate slots: item i's slots are [i cap, (i + 1) cap); a
 //                                 record fills the slots from its segment's first item on
 //                                 (it fits: a segment of c items holds >= min(k, entries) slots);
-//   [rows * chunks]               one header per item (encode_record_header).
+//   [rows * chunks]               one header per item (encodeRecordHeader).
 // Every item of a candidate row writes its header; only the last item of a segment has a count.
-// Nothing is written when the chunk stage finalizes the rows itself (RowsArgs::chunk_finalizes_rows).
-// final_fast_kernel reads only the poison bits: it derives where the records lie from the plan and
-// RowsArgs::chunk_items_per_cta; the first chunk and count let the GPU test check the records
+// Nothing is written when the chunk stage finalizes the rows itself (RowsArgs::chunkFinalizesRows).
+// finalFastKernel reads only the poison bits: it derives where the records lie from the plan and
+// RowsArgs::chunkItemsPerCta; the first chunk and count let the GPU test check the records
 // without knowing the device's run length.
-ES_HOST_DEVICE ES_FORCE_INLINE int32_t record_cap(const GeneralPlan& p) {
-  return p.kcap < p.chunk_len ? p.kcap : p.chunk_len;
+ES_HOST_DEVICE ES_FORCE_INLINE int32_t recordCap(const GeneralPlan& p) {
+  return p.kcap < p.chunkLen ? p.kcap : p.chunkLen;
 }
-ES_HOST_DEVICE ES_FORCE_INLINE size_t record_headers_offset(const GeneralPlan& p, int32_t rows) {
-  return static_cast<size_t>(rows) * p.chunks * record_cap(p);  // in u64 words
+ES_HOST_DEVICE ES_FORCE_INLINE size_t recordHeadersOffset(const GeneralPlan& p, int32_t rows) {
+  return static_cast<size_t>(rows) * p.chunks * recordCap(p);  // in u64 words
 }
 // Header bits: 0 the item's chunk holds a NaN / +inf scaled logit (the row is uniform); 1-31 the
 // first chunk (within the row) of the record ending at this item; 32-63 the record's candidate
 // count, 0 for an item that ends no record.
-ES_HOST_DEVICE ES_FORCE_INLINE uint64_t encode_record_header(bool poisoned, int32_t first_chunk, int32_t count) {
+ES_HOST_DEVICE ES_FORCE_INLINE uint64_t encodeRecordHeader(bool poisoned, int32_t firstChunk, int32_t count) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(count)) << 32) |
-         (static_cast<uint64_t>(static_cast<uint32_t>(first_chunk)) << 1) | (poisoned ? 1u : 0u);
+         (static_cast<uint64_t>(static_cast<uint32_t>(firstChunk)) << 1) | (poisoned ? 1u : 0u);
 }
-ES_HOST_DEVICE ES_FORCE_INLINE bool header_poisoned(uint64_t h) { return (h & 1u) != 0; }
-ES_HOST_DEVICE ES_FORCE_INLINE int32_t header_first_chunk(uint64_t h) {
+ES_HOST_DEVICE ES_FORCE_INLINE bool headerPoisoned(uint64_t h) { return (h & 1u) != 0; }
+ES_HOST_DEVICE ES_FORCE_INLINE int32_t headerFirstChunk(uint64_t h) {
   return static_cast<int32_t>((h >> 1) & 0x7fffffffu);
 }
-ES_HOST_DEVICE ES_FORCE_INLINE int32_t header_count(uint64_t h) { return static_cast<int32_t>(h >> 32); }
+ES_HOST_DEVICE ES_FORCE_INLINE int32_t headerCount(uint64_t h) { return static_cast<int32_t>(h >> 32); }
 
 // Rows with effective top-k kk use the candidate mode iff
-//   any_candidate && kk <= kcap (then chunks * min(kk, chunk_len) <= kMaxFinalCandidates, and
-//   chunks <= kThreads: final_fast_kernel reads a row's headers one per thread).
-GeneralPlan plan_general(const SamplingParams& p);
+//   anyCandidate && kk <= kcap (then chunks * min(kk, chunkLen) <= kMaxFinalCandidates, and
+//   chunks <= kThreads: finalFastKernel reads a row's headers one per thread).
+GeneralPlan planGeneral(const SamplingParams& p);
 
 }  // namespace es::sampling

@@ -5,7 +5,7 @@
 // be one CUDA graph.
 //
 // Sequence b emitted count_b = counts[b] + countOffset tokens (countOffset 0 for the greedy
-// accept's acceptLengths, 1 for spec_verify's num_accepted; counts == null means 1 each, plain
+// accept's acceptLengths, 1 for specVerify's numAccepted; counts == null means 1 each, plain
 // decoding), clamped to [1, width]: the accept stages always emit at least the correction or
 // bonus token, and the clamp keeps a corrupt count from indexing outside the row. Outputs:
 //   emitCounts[b]      = count_b

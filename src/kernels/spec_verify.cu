@@ -29,19 +29,19 @@
 #include "kernels/spec_verify_device.cuh"
 #include "kernels/spec_verify_layout.h"
 
-namespace es::spec_verify {
+namespace es::specVerify {
 namespace {
 
 using namespace es::sampling;
 using namespace es::sampling::dev;
-using namespace es::spec_verify::dev;
+using namespace es::specVerify::dev;
 
 struct VerifyArgs {
   ChainInputs chain;      // one CTA per sequence: gridDim.x is the batch
   const VerifyRow* rows;  // [batch * (L + 1)]
   const float* dense;     // [batch * (L + 1), V] or null
   int32_t* out;           // [batch, L + 1]
-  int32_t* num_accepted;  // [batch]
+  int32_t* numAccepted;  // [batch]
 };
 
 // What the verification of draft s needs besides its target row: none of it comes from the
@@ -49,44 +49,44 @@ struct VerifyArgs {
 struct Draft {
   int x;          // the drafted token
   float qx;       // Q_s(x), 1 for onehot drafts
-  float u_accept, u_residual;
+  float uAccept, uResidual;
 };
 
-__device__ Draft load_draft(const ChainInputs& c, int b, int s) {
+__device__ Draft loadDraft(const ChainInputs& c, int b, int s) {
   Draft d;
-  d.x = draft_row(c, b)[s];
-  const float* q = draft_prob_row(c, b, s);
+  d.x = draftRow(c, b)[s];
+  const float* q = draftProbRow(c, b, s);
   d.qx = q ? q[d.x] : 1.0f;
-  d.u_accept = chain_uniform(c, b, RngPurpose::kAccept, s);
-  d.u_residual = chain_uniform(c, b, RngPurpose::kResidual, s);
+  d.uAccept = chainUniform(c, b, RngPurpose::kAccept, s);
+  d.uResidual = chainUniform(c, b, RngPurpose::kResidual, s);
   return d;
 }
 
 // A target row as stage 2 reads it (the same in every lane of the warp that loaded it).
 struct RowWords {
   int status, accepted, token;  // accepted, token: VerifyRow's, for status kSparse
-  float dense_px;  // p(x) of a dense row (read speculatively; meaningless for other rows)
+  float densePx;  // p(x) of a dense row (read speculatively; meaningless for other rows)
 };
 
 // Loads target row `row` in one round trip: p(x) of the dense buffer is read whatever the
 // status, since waiting for the status first would cost a second trip. x < 0: no draft (the
 // bonus row).
-__device__ RowWords load_row(const VerifyArgs& a, int row, int x) {
+__device__ RowWords loadRow(const VerifyArgs& a, int row, int x) {
   const VerifyRow& r = a.rows[row];
   RowWords t;
   t.status = r.status;
   t.accepted = r.accepted;
   t.token = r.token;
-  const bool dense_ok = a.dense && static_cast<unsigned>(x) < static_cast<unsigned>(a.chain.V);
-  t.dense_px = dense_ok ? a.dense[static_cast<size_t>(row) * a.chain.V + x] : 0.0f;
+  const bool denseOk = a.dense && static_cast<unsigned>(x) < static_cast<unsigned>(a.chain.V);
+  t.densePx = denseOk ? a.dense[static_cast<size_t>(row) * a.chain.V + x] : 0.0f;
   return t;
 }
 
 // Accept test of draft d on its target row r (the same in every lane).
-__device__ bool accept_draft(const VerifyArgs& a, const RowWords& r, const Draft& d) {
+__device__ bool acceptDraft(const VerifyArgs& a, const RowWords& r, const Draft& d) {
   if (r.status == kSparse) return r.accepted != 0;
-  const float px = r.status == kUniform ? fdiv_rn(1.0f, static_cast<float>(a.chain.V)) : r.dense_px;
-  return accept_test(px, d.qx, d.u_accept);
+  const float px = r.status == kUniform ? fdivRn(1.0f, static_cast<float>(a.chain.V)) : r.densePx;
+  return acceptTest(px, d.qx, d.uAccept);
 }
 
 struct VerifyShared {
@@ -96,66 +96,66 @@ struct VerifyShared {
 
 // Sample of a dense or uniform target row `row` with uniform u (block-wide; result valid in
 // every thread).
-__device__ int target_full_row(const VerifyArgs& a, int row, int status, float u,
+__device__ int targetFullRow(const VerifyArgs& a, int row, int status, float u,
                                BlockScratch& scratch) {
-  if (status == kUniform) return uniform_row_token(u, a.chain.V);
+  if (status == kUniform) return uniformRowToken(u, a.chain.V);
   const float* p = a.dense + static_cast<size_t>(row) * a.chain.V;  // [V]
-  return full_row_sample([&](int i) { return p[i]; }, a.chain.V, u, scratch);
+  return fullRowSample([&](int i) { return p[i]; }, a.chain.V, u, scratch);
 }
 
 // Residual sample at rejected draft s (token x, uniform u) of sequence b on a dense or uniform
 // target row (block-wide; result valid in every thread): max(P - Q, 0), Q = onehot(x) when there
 // are no draft probabilities; the target row when the residual mass is <= kResidualMassFloor.
-__device__ int residual_full_row(const VerifyArgs& a, int b, int s, int status, int x, float u,
+__device__ int residualFullRow(const VerifyArgs& a, int b, int s, int status, int x, float u,
                                  BlockScratch& scratch) {
   const int V = a.chain.V;
   const int row = b * (a.chain.L + 1) + s;
-  const float* q = draft_prob_row(a.chain, b, s);                                    // [V] or null
+  const float* q = draftProbRow(a.chain, b, s);                                    // [V] or null
   const float* p = status == kDense ? a.dense + static_cast<size_t>(row) * V : nullptr;  // [V]
-  const float pu = fdiv_rn(1.0f, static_cast<float>(V));
-  auto res_at = [&](int i) {
-    return relu_sub(p ? p[i] : pu, q ? q[i] : (i == x ? 1.0f : 0.0f));
+  const float pu = fdivRn(1.0f, static_cast<float>(V));
+  auto resAt = [&](int i) {
+    return reluSub(p ? p[i] : pu, q ? q[i] : (i == x ? 1.0f : 0.0f));
   };
-  const float mass = full_row_total(res_at, V, scratch);
-  if (mass > kResidualMassFloor) return full_row_search(res_at, V, fmul_rn(u, mass), scratch);
-  return target_full_row(a, row, status, u, scratch);
+  const float mass = fullRowTotal(resAt, V, scratch);
+  if (mass > kResidualMassFloor) return fullRowSearch(resAt, V, fmulRn(u, mass), scratch);
+  return targetFullRow(a, row, status, u, scratch);
 }
 
-__global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
+__global__ void __launch_bounds__(kThreads) verifyKernel(VerifyArgs a) {
   __shared__ VerifyShared vs;
   __shared__ BlockScratch scratch;
   const ChainInputs& c = a.chain;
-  const int b = blockIdx.x, L = c.L, w = warp_id();
+  const int b = blockIdx.x, L = c.L, w = warpId();
   // Before the wait: the drafts, draft probabilities, uniforms, seeds and anchors were written
   // by kernels that completed before the first sampling kernel passed its wait (an ordinary
-  // launch, or chunk_fast_kernel, which waits before it lets this grid be scheduled). Only the
+  // launch, or chunkFastKernel, which waits before it lets this grid be scheduled). Only the
   // sampling kernels' rows (VerifyRow, dense) need the wait.
   // For most chains (L <= kWarps) a warp tests one draft, its first: load that one's inputs.
-  const Draft first = w < L ? load_draft(c, b, w) : Draft{};
-  const float u_bonus = chain_uniform(c, b, RngPurpose::kBonus, 0);
+  const Draft first = w < L ? loadDraft(c, b, w) : Draft{};
+  const float uBonus = chainUniform(c, b, RngPurpose::kBonus, 0);
   // Accepted drafts are written back: thread j holds draft j.
-  const int my_draft = static_cast<int>(threadIdx.x) < L ? draft_row(c, b)[threadIdx.x] : -1;
+  const int myDraft = static_cast<int>(threadIdx.x) < L ? draftRow(c, b)[threadIdx.x] : -1;
   kernel::pdl::wait();  // launched as a dependent of the sampling kernels: their rows are visible after this
   kernel::pdl::trigger();  // the next kernel (e.g. the next call's chunk stage) may become resident
 
   // The chain stops at its first rejection. A warp's own drafts are tested in increasing s, so
   // its first rejection is its smallest; the block-wide min over the warps is the chain's.
   // The warp keeps the rejected draft and its row: it holds the token if that is the chain's.
-  int first_rejected = L;
+  int firstRejected = L;
   Draft d{};
   RowWords row{};
   for (int s = w; s < L; s += kWarps) {
-    d = s == w ? first : load_draft(c, b, s);
-    row = load_row(a, b * (L + 1) + s, d.x);
-    if (!accept_draft(a, row, d)) {
-      first_rejected = s;
+    d = s == w ? first : loadDraft(c, b, s);
+    row = loadRow(a, b * (L + 1) + s, d.x);
+    if (!acceptDraft(a, row, d)) {
+      firstRejected = s;
       break;
     }
   }
   // The bonus row, read by the warp that would draw it (draft L's warp), unless that warp
   // rejected a draft (then the chain stops before L). For L < kWarps an idle warp: in parallel.
-  if (first_rejected == L && w == L % kWarps) row = load_row(a, b * (L + 1) + L, -1);
-  const int accepted = block_min_int(first_rejected, scratch);
+  if (firstRejected == L && w == L % kWarps) row = loadRow(a, b * (L + 1) + L, -1);
+  const int accepted = blockMinInt(firstRejected, scratch);
 
   // The outputs that do not depend on the sampled token: accepted drafts, then -1.
   int32_t* out = a.out + static_cast<size_t>(b) * (L + 1);  // [L + 1]
@@ -163,82 +163,82 @@ __global__ void __launch_bounds__(kThreads) verify_kernel(VerifyArgs a) {
     if (j == accepted) continue;
     // j != threadIdx.x: j >= kThreads, only for L > kThreads.
     out[j] = j > accepted                        ? -1
-             : j == static_cast<int>(threadIdx.x) ? my_draft
-                                                  : draft_row(c, b)[j];
+             : j == static_cast<int>(threadIdx.x) ? myDraft
+                                                  : draftRow(c, b)[j];
   }
-  if (threadIdx.x == 0) a.num_accepted[b] = accepted;
+  if (threadIdx.x == 0) a.numAccepted[b] = accepted;
 
   // The token at position `accepted`: a list row's stop token, computed in stage 1; other rows
   // are drawn block-wide below.
-  if (w == accepted % kWarps && lane_id() == 0) {
+  if (w == accepted % kWarps && laneId() == 0) {
     vs.status = row.status;
     vs.x = d.x;
-    vs.u = accepted < L ? d.u_residual : u_bonus;
+    vs.u = accepted < L ? d.uResidual : uBonus;
     vs.token = row.token;
   }
   __syncthreads();
   int token = vs.token;
   if (vs.status != kSparse) {
-    token = accepted < L ? residual_full_row(a, b, accepted, vs.status, vs.x, vs.u, scratch)
-                         : target_full_row(a, b * (L + 1) + L, vs.status, vs.u, scratch);
+    token = accepted < L ? residualFullRow(a, b, accepted, vs.status, vs.x, vs.u, scratch)
+                         : targetFullRow(a, b * (L + 1) + L, vs.status, vs.u, scratch);
   }
   if (threadIdx.x == 0) out[accepted] = token;
 }
 
 }  // namespace
-}  // namespace es::spec_verify
+}  // namespace es::specVerify
 
 namespace es::kernel {
 
-void spec_verify(const SpecVerifyParams& p, cudaStream_t stream) {
+void specVerify(const SpecVerifyParams& p, cudaStream_t stream) {
   const char* where = "kernel::spec_verify";
-  validate_spec_verify_params(p, where);
+  validateSpecVerifyParams(p, where);
   if (p.batch == 0) return;
-  const spec_verify::VerifyPlan plan = spec_verify::plan(p);
-  ES_CHECK_ARG(p.workspace_bytes >= plan.workspace_bytes, where, "workspace_bytes",
-               p.workspace_bytes, "must be >= ", plan.workspace_bytes,
+  const specVerify::VerifyPlan plan = specVerify::plan(p);
+  ES_CHECK_ARG(p.workspaceBytes >= plan.workspaceBytes, where, "workspace_bytes",
+               p.workspaceBytes, "must be >= ", plan.workspaceBytes,
                " (spec_verify_workspace_bytes)");
   ES_CHECK_ARG(p.workspace != nullptr, where, "workspace", "null", "must be non-null");
   uint8_t* ws = static_cast<uint8_t*>(p.workspace);
   sampling::RowsArgs a;
-  a.logits = p.target_logits;
-  a.dtype = p.logits_dtype;
+  a.logits = p.targetLogits;
+  a.dtype = p.logitsDtype;
   a.rows = static_cast<int32_t>(plan.rows);
   a.vocab = p.vocab;
-  a.rows_per_param = p.num_draft + 1;
+  a.rowsPerParam = p.numDraft + 1;
   a.temperature = p.temperature;
-  a.top_k = p.top_k;
-  a.top_p = p.top_p;
+  a.topK = p.topK;
+  a.topP = p.topP;
   a.temperatures = p.temperatures;
-  a.top_ks = p.top_ks;
-  a.top_ps = p.top_ps;
-  a.mode = p.top_p_mode;
-  a.probs = plan.dense_bytes ? reinterpret_cast<float*>(ws + plan.dense_offset) : nullptr;
-  a.dense_for_sparse_rows = false;
-  spec_verify::ChainInputs& c = a.chain;
-  c.L = p.num_draft;
+  a.topKs = p.topKs;
+  a.topPs = p.topPs;
+  a.mode = p.topPMode;
+  a.probs = plan.denseBytes ? reinterpret_cast<float*>(ws + plan.denseOffset) : nullptr;
+  a.denseForSparseRows = false;
+  specVerify::ChainInputs& c = a.chain;
+  c.L = p.numDraft;
   c.V = p.vocab;
-  c.drafts = p.draft_tokens;
-  c.draft_stride = p.draft_tokens_stride > 0 ? p.draft_tokens_stride : p.num_draft;
-  c.draft_probs = p.draft_probs;
-  c.probs_stride = p.draft_probs_stride > 0 ? p.draft_probs_stride : p.num_draft;
+  c.drafts = p.draftTokens;
+  c.draftStride = p.draftTokensStride > 0 ? p.draftTokensStride : p.numDraft;
+  c.draftProbs = p.draftProbs;
+  c.probsStride = p.draftProbsStride > 0 ? p.draftProbsStride : p.numDraft;
   c.uniforms = p.uniforms;
   c.seeds = p.seeds;
   c.anchors = p.anchors;
-  a.verify_rows = reinterpret_cast<spec_verify::VerifyRow*>(ws + plan.rows_offset);
+  a.verifyRows = reinterpret_cast<specVerify::VerifyRow*>(ws + plan.rowsOffset);
   a.workspace = ws;
-  a.small_vocab = p.path == SamplingPath::kSmallVocab ||
+  a.smallVocab = p.path == SamplingPath::kSmallVocab ||
                   (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
   a.plan = plan.general;
-  sampling::launch_rows(a, stream);
+  sampling::launchRows(a, stream);
 
-  spec_verify::VerifyArgs v;
+  specVerify::VerifyArgs v;
   v.chain = c;
-  v.rows = a.verify_rows;
+  v.rows = a.verifyRows;
   v.dense = a.probs;
-  v.out = p.out_tokens;
-  v.num_accepted = p.num_accepted;
-  kernel::pdl::launch(spec_verify::verify_kernel, dim3(p.batch), dim3(sampling::kThreads),
+  v.out = p.outTokens;
+  v.numAccepted = p.numAccepted;
+  kernel::pdl::launch(specVerify::verifyKernel, dim3(p.batch), dim3(sampling::kThreads),
                                   0, stream, v);
 }
 

@@ -3,10 +3,10 @@
 //
 // For sequence b with L drafted tokens x_0..x_{L-1}: target row s (after temperature, top-k,
 // top-p, exactly as kernels/sampling.h computes probabilities) gives p = P_s(x_s); the draft gives
-// q = Q_s(x_s), or q = onehot(x_s) when draft_probs is null (argmax drafts such as DFlash).
+// q = Q_s(x_s), or q = onehot(x_s) when draftProbs is null (argmax drafts such as DFlash).
 // Accept iff p > 0 and u_acc[s] <= min(1, p / q) (alpha = 1 when q <= 1e-20). On the first
 // reject sample from max(P_s - Q_s, 0) (from P_s when that mass <= 1e-20) with u_res[s] and stop;
-// if all L are accepted sample a bonus token from row L with u_bonus.
+// if all L are accepted sample a bonus token from row L with uBonus.
 #include <cstddef>
 #include <cstdint>
 
@@ -17,52 +17,52 @@
 namespace es {
 
 struct SpecVerifyParams {
-  const void* target_logits = nullptr;  // [batch, num_draft + 1, vocab] logits_dtype
-  DType logits_dtype = DType::kF32;     // kF32 or kF16
-  const int32_t* draft_tokens = nullptr;  // [batch, draft_tokens_stride] i32 in [0, vocab), the
-                                          // first num_draft of each row are read
-  int32_t draft_tokens_stride = 0;        // elements between sequences; 0 = num_draft, else >= it
-  const float* draft_probs = nullptr;     // [batch, draft_probs_stride, vocab] f32 (row s of
+  const void* targetLogits = nullptr;  // [batch, numDraft + 1, vocab] logitsDtype
+  DType logitsDtype = DType::kF32;     // kF32 or kF16
+  const int32_t* draftTokens = nullptr;  // [batch, draftTokensStride] i32 in [0, vocab), the
+                                          // first numDraft of each row are read
+  int32_t draftTokensStride = 0;        // elements between sequences; 0 = numDraft, else >= it
+  const float* draftProbs = nullptr;     // [batch, draftProbsStride, vocab] f32 (row s of
                                           // sequence b: the draft's distribution of token s), or
                                           // null = onehot
-  int32_t draft_probs_stride = 0;         // rows between sequences; 0 = num_draft, else >= it
+  int32_t draftProbsStride = 0;         // rows between sequences; 0 = numDraft, else >= it
   int32_t batch = 0;
-  int32_t num_draft = 0;  // L >= 0
+  int32_t numDraft = 0;  // L >= 0
   int32_t vocab = 0;
 
   // Target filtering, per sequence (arrays [batch], applied to all L + 1 rows) or scalar.
   float temperature = 1.0f;
-  int32_t top_k = 0;
-  float top_p = 1.0f;
+  int32_t topK = 0;
+  float topP = 1.0f;
   const float* temperatures = nullptr;  // [batch] f32 or null
-  const int32_t* top_ks = nullptr;      // [batch] i32 or null
-  const float* top_ps = nullptr;        // [batch] f32 or null
-  TopPMode top_p_mode = TopPMode::kNucleus;
+  const int32_t* topKs = nullptr;      // [batch] i32 or null
+  const float* topPs = nullptr;        // [batch] f32 or null
+  TopPMode topPMode = TopPMode::kNucleus;
 
   // Uniforms, layout per sequence [accept x L | residual x L | bonus], or computed on the device
   // from seeds[b] and anchors[b] (absolute position s of the anchor token, spec §3.6).
-  const float* uniforms = nullptr;     // [batch, 2 * num_draft + 1] f32 or null
+  const float* uniforms = nullptr;     // [batch, 2 * numDraft + 1] f32 or null
   const uint64_t* seeds = nullptr;     // [batch] u64
   const int64_t* anchors = nullptr;    // [batch] i64
 
-  int32_t* out_tokens = nullptr;    // [batch, num_draft + 1] i32: accepted drafts, then the
+  int32_t* outTokens = nullptr;    // [batch, numDraft + 1] i32: accepted drafts, then the
                                     // residual / bonus token, then -1
-  int32_t* num_accepted = nullptr;  // [batch] i32 in [0, num_draft]
+  int32_t* numAccepted = nullptr;  // [batch] i32 in [0, numDraft]
 
-  void* workspace = nullptr;  // spec_verify_workspace_bytes(*this) bytes of device memory
-  size_t workspace_bytes = 0;
+  void* workspace = nullptr;  // specVerifyWorkspaceBytes(*this) bytes of device memory
+  size_t workspaceBytes = 0;
   SamplingPath path = SamplingPath::kAuto;  // path used for the target probabilities
 };
 
-void validate_spec_verify_params(const SpecVerifyParams& p, const char* where);
-size_t spec_verify_workspace_bytes(const SpecVerifyParams& p);
+void validateSpecVerifyParams(const SpecVerifyParams& p, const char* where);
+size_t specVerifyWorkspaceBytes(const SpecVerifyParams& p);
 
 namespace kernel {
-void spec_verify(const SpecVerifyParams& p, cudaStream_t stream);
+void specVerify(const SpecVerifyParams& p, cudaStream_t stream);
 }  // namespace kernel
 
 namespace ref {
-void spec_verify(const SpecVerifyParams& p);  // host pointers
+void specVerify(const SpecVerifyParams& p);  // host pointers
 }  // namespace ref
 
 }  // namespace es

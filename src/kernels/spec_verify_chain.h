@@ -1,18 +1,18 @@
 #pragma once
 // What a verification's target rows need besides their logits (spec §3.7): the drafted chain
-// and its uniforms. spec_verify() hands it to the sampling kernels (RowsArgs::chain), which test
+// and its uniforms. specVerify() hands it to the sampling kernels (RowsArgs::chain), which test
 // each draft on its row while they hold the row's kept list, and to its walk kernel. Plain C++.
 #include <cstdint>
 
-namespace es::spec_verify {
+namespace es::specVerify {
 
 struct ChainInputs {
   int32_t L = 0;                       // drafts per sequence; rows are [batch, L + 1]
   int32_t V = 0;                       // vocabulary
-  const int32_t* drafts = nullptr;     // [batch, draft_stride]: draft s of sequence b at b * stride + s
-  int32_t draft_stride = 0;
-  const float* draft_probs = nullptr;  // [batch, probs_stride, V] or null (onehot drafts)
-  int32_t probs_stride = 0;            // rows between sequences of draft_probs
+  const int32_t* drafts = nullptr;     // [batch, draftStride]: draft s of sequence b at b * stride + s
+  int32_t draftStride = 0;
+  const float* draftProbs = nullptr;  // [batch, probsStride, V] or null (onehot drafts)
+  int32_t probsStride = 0;            // rows between sequences of draftProbs
   const float* uniforms = nullptr;     // [batch, 2L + 1] (accept s, residual s, bonus) or null
   const uint64_t* seeds = nullptr;     // [batch], with anchors when uniforms is null
   const int64_t* anchors = nullptr;    // [batch]
@@ -28,4 +28,4 @@ struct VerifyRow {
   int32_t token;     // kSparse: s < L and rejected: the residual sample; s = L: the bonus sample
 };
 
-}  // namespace es::spec_verify
+}  // namespace es::specVerify

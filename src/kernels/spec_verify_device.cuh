@@ -1,6 +1,6 @@
 #pragma once
 // Device helpers of the verification (spec §3.7) shared by the sampling kernels, which verify a
-// list row while they hold its kept list (verify_list_row_warp), and by spec_verify.cu's walk
+// list row while they hold its kept list (verifyListRowWarp), and by spec_verify.cu's walk
 // kernel, which verifies the other rows and walks the chains. One definition of each formula, so
 // both give the reference's bits.
 #include <cuda_runtime.h>
@@ -11,43 +11,43 @@
 #include "kernels/sampling_math.h"
 #include "kernels/spec_verify_chain.h"
 
-namespace es::spec_verify::dev {
+namespace es::specVerify::dev {
 
 using namespace es::sampling;
 using namespace es::sampling::dev;
 
 // Where uniform `lane` of `purpose` sits in a sequence's row of ChainInputs::uniforms: accept s
 // (lane s), residual s (lane s), bonus (lane 0).
-__device__ __forceinline__ int uniform_slot(const ChainInputs& c, RngPurpose purpose, int lane) {
+__device__ __forceinline__ int uniformSlot(const ChainInputs& c, RngPurpose purpose, int lane) {
   return purpose == RngPurpose::kAccept ? lane : purpose == RngPurpose::kResidual ? c.L + lane : 2 * c.L;
 }
 
 // Uniform `lane` of `purpose` for sequence b.
-__device__ __forceinline__ float chain_uniform(const ChainInputs& c, int b, RngPurpose purpose, int lane) {
-  if (c.uniforms) return c.uniforms[static_cast<size_t>(b) * (2 * c.L + 1) + uniform_slot(c, purpose, lane)];
+__device__ __forceinline__ float chainUniform(const ChainInputs& c, int b, RngPurpose purpose, int lane) {
+  if (c.uniforms) return c.uniforms[static_cast<size_t>(b) * (2 * c.L + 1) + uniformSlot(c, purpose, lane)];
   return request_uniform(c.seeds[b], c.anchors[b], purpose, static_cast<uint32_t>(lane));
 }
 
-__device__ __forceinline__ const int32_t* draft_row(const ChainInputs& c, int b) {  // [L]
-  return c.drafts + static_cast<size_t>(b) * c.draft_stride;
+__device__ __forceinline__ const int32_t* draftRow(const ChainInputs& c, int b) {  // [L]
+  return c.drafts + static_cast<size_t>(b) * c.draftStride;
 }
 
 // Q_s of sequence b ([V]), or null for onehot drafts.
-__device__ __forceinline__ const float* draft_prob_row(const ChainInputs& c, int b, int s) {
-  return c.draft_probs ? c.draft_probs + (static_cast<size_t>(b) * c.probs_stride + s) * c.V : nullptr;
+__device__ __forceinline__ const float* draftProbRow(const ChainInputs& c, int b, int s) {
+  return c.draftProbs ? c.draftProbs + (static_cast<size_t>(b) * c.probsStride + s) * c.V : nullptr;
 }
 
-__device__ __forceinline__ float relu_sub(float p, float q) {
-  const float r = fsub_rn(p, q);
+__device__ __forceinline__ float reluSub(float p, float q) {
+  const float r = fsubRn(p, q);
   return r < 0.0f ? 0.0f : r;  // std::max(r, 0.0f) of the reference
 }
 
 // The accept test of a draft with target probability px, draft probability qx and uniform u:
 // u <= min(1, px / qx) (alpha = 1 when qx <= kDraftProbFloor), and never when px = 0.
-__device__ __forceinline__ bool accept_test(float px, float qx, float u) {
+__device__ __forceinline__ bool acceptTest(float px, float qx, float u) {
   float alpha = 1.0f;
   if (!(qx <= kDraftProbFloor)) {
-    const float ratio = fdiv_rn(px, qx);
+    const float ratio = fdivRn(px, qx);
     alpha = ratio < 1.0f ? ratio : 1.0f;
   }
   return px > 0.0f && u <= alpha;
@@ -66,46 +66,46 @@ struct alignas(16) ChainStage {
 };
 
 // Issues the copies of row `row`'s ChainStage: lanes 0-2 of the calling warp one each (the caller
-// commits them as a group and waits for it before staged_list_row_inputs).
-__device__ __forceinline__ void stage_list_row_inputs(const ChainInputs& c, int row, ChainStage& st) {
+// commits them as a group and waits for it before stagedListRowInputs).
+__device__ __forceinline__ void stageListRowInputs(const ChainInputs& c, int row, ChainStage& st) {
   const int b = row / (c.L + 1), s = row - b * (c.L + 1);
-  const int lane = lane_id();
+  const int lane = laneId();
   const size_t ub = static_cast<size_t>(b) * (2 * c.L + 1);
-  if (lane == 0 && s < c.L) kernel::cp_async_small<4>(&st.x, draft_row(c, b) + s);
+  if (lane == 0 && s < c.L) kernel::cpAsyncSmall<4>(&st.x, draftRow(c, b) + s);
   if (c.uniforms) {
     if (lane == 1 && s < c.L) {
-      kernel::cp_async_small<4>(&st.u[0], c.uniforms + ub + uniform_slot(c, RngPurpose::kAccept, s));
+      kernel::cpAsyncSmall<4>(&st.u[0], c.uniforms + ub + uniformSlot(c, RngPurpose::kAccept, s));
     }
     if (lane == 2) {
-      const int slot = s < c.L ? uniform_slot(c, RngPurpose::kResidual, s) : uniform_slot(c, RngPurpose::kBonus, 0);
-      kernel::cp_async_small<4>(&st.u[1], c.uniforms + ub + slot);
+      const int slot = s < c.L ? uniformSlot(c, RngPurpose::kResidual, s) : uniformSlot(c, RngPurpose::kBonus, 0);
+      kernel::cpAsyncSmall<4>(&st.u[1], c.uniforms + ub + slot);
     }
   } else {
-    if (lane == 1) kernel::cp_async_small<8>(&st.seed, c.seeds + b);
-    if (lane == 2) kernel::cp_async_small<8>(&st.anchor, c.anchors + b);
+    if (lane == 1) kernel::cpAsyncSmall<8>(&st.seed, c.seeds + b);
+    if (lane == 2) kernel::cpAsyncSmall<8>(&st.anchor, c.anchors + b);
   }
 }
 
-// What verify_list_row_warp needs besides the list.
+// What verifyListRowWarp needs besides the list.
 struct ListRowInputs {
   int x;             // draft s, or -1 for the bonus row (s = L)
-  float u_accept;    // s < L
-  float u_draw;      // the residual uniform of draft s, or the bonus uniform
+  float uAccept;    // s < L
+  float uDraw;      // the residual uniform of draft s, or the bonus uniform
   const float* q;    // Q_s ([V]), or null for onehot drafts and the bonus row
 };
 
 // Row `row`'s inputs from its landed ChainStage (one whole warp; every lane gets them). Without
 // ChainInputs::uniforms lanes 0 and 1 evaluate the two counter-based uniforms side by side.
-__device__ __forceinline__ ListRowInputs staged_list_row_inputs(const ChainInputs& c, int row, const ChainStage& st) {
+__device__ __forceinline__ ListRowInputs stagedListRowInputs(const ChainInputs& c, int row, const ChainStage& st) {
   const int b = row / (c.L + 1), s = row - b * (c.L + 1);
   ListRowInputs in;
   in.x = s < c.L ? st.x : -1;
-  in.q = s < c.L ? draft_prob_row(c, b, s) : nullptr;
+  in.q = s < c.L ? draftProbRow(c, b, s) : nullptr;
   if (c.uniforms) {
-    in.u_accept = s < c.L ? st.u[0] : 0.0f;
-    in.u_draw = st.u[1];
+    in.uAccept = s < c.L ? st.u[0] : 0.0f;
+    in.uDraw = st.u[1];
   } else {
-    const int lane = lane_id();
+    const int lane = laneId();
     float u = 0.0f;
     if (lane < 2) {
       const RngPurpose purpose = s == c.L    ? RngPurpose::kBonus
@@ -113,8 +113,8 @@ __device__ __forceinline__ ListRowInputs staged_list_row_inputs(const ChainInput
                                              : RngPurpose::kResidual;
       u = request_uniform(st.seed, st.anchor, purpose, static_cast<uint32_t>(s == c.L ? 0 : s));
     }
-    in.u_accept = s < c.L ? __shfl_sync(kFull, u, 0) : 0.0f;
-    in.u_draw = __shfl_sync(kFull, u, 1);
+    in.uAccept = s < c.L ? __shfl_sync(kFull, u, 0) : 0.0f;
+    in.uDraw = __shfl_sync(kFull, u, 1);
   }
   return in;
 }
@@ -126,16 +126,16 @@ __device__ __forceinline__ ListRowInputs staged_list_row_inputs(const ChainInput
 // list holds all of the residual's mass); for s = L the bonus sample. res: [count] floats of
 // shared memory this warp may overwrite. Returns (accepted, token) in every lane; token -1 for
 // an accepted draft.
-__device__ __forceinline__ int2 verify_list_row_warp(const ListRowInputs& in, const int32_t* idx, const float* val,
+__device__ __forceinline__ int2 verifyListRowWarp(const ListRowInputs& in, const int32_t* idx, const float* val,
                                                      int count, float* res) {
-  if (in.x < 0) return make_int2(0, sample_sorted_list_warp(idx, val, count, in.u_draw));
+  if (in.x < 0) return make_int2(0, sampleSortedListWarp(idx, val, count, in.uDraw));
   const int x = in.x;
   const float* q = in.q;
   const float qx = q ? q[x] : 1.0f;
   // p(x): the prob of the entry whose index is x (indices are unique: one lane at most), else 0.
   float px = 0.0f;
   bool hit = false;
-  for (int i = lane_id(); i < count; i += 32) {
+  for (int i = laneId(); i < count; i += 32) {
     if (idx[i] == x) {
       px = val[i];
       hit = true;
@@ -143,16 +143,16 @@ __device__ __forceinline__ int2 verify_list_row_warp(const ListRowInputs& in, co
   }
   const unsigned lanes = __ballot_sync(kFull, hit);
   px = lanes ? __shfl_sync(kFull, px, __ffs(lanes) - 1) : 0.0f;
-  if (accept_test(px, qx, in.u_accept)) return make_int2(1, -1);
+  if (acceptTest(px, qx, in.uAccept)) return make_int2(1, -1);
 
-  for (int i = lane_id(); i < count; i += 32) {
-    res[i] = relu_sub(val[i], q ? q[idx[i]] : (idx[i] == x ? 1.0f : 0.0f));
+  for (int i = laneId(); i < count; i += 32) {
+    res[i] = reluSub(val[i], q ? q[idx[i]] : (idx[i] == x ? 1.0f : 0.0f));
   }
   __syncwarp();
-  const float mass = sorted_list_mass_warp(res, count);
-  const int token = mass > kResidualMassFloor ? sorted_list_search_warp(idx, res, count, fmul_rn(in.u_draw, mass))
-                                              : sample_sorted_list_warp(idx, val, count, in.u_draw);
+  const float mass = sortedListMassWarp(res, count);
+  const int token = mass > kResidualMassFloor ? sortedListSearchWarp(idx, res, count, fmulRn(in.uDraw, mass))
+                                              : sampleSortedListWarp(idx, val, count, in.uDraw);
   return make_int2(0, token);
 }
 
-}  // namespace es::spec_verify::dev
+}  // namespace es::specVerify::dev

@@ -8,20 +8,20 @@
 #include "kernels/spec_verify.h"
 #include "kernels/spec_verify_chain.h"
 
-namespace es::spec_verify {
+namespace es::specVerify {
 
 inline size_t align(size_t x) { return (x + 255) & ~size_t{255}; }
 
 struct VerifyPlan {
-  int64_t rows = 0;                // batch * (num_draft + 1) target rows
+  int64_t rows = 0;                // batch * (numDraft + 1) target rows
   sampling::GeneralPlan general;   // chunking of the target rows (general path)
-  size_t rows_offset = 0, rows_bytes = 0;      // [rows] VerifyRow (spec_verify_chain.h)
-  size_t dense_offset = 0, dense_bytes = 0;    // [rows, vocab] f32, or none
-  size_t workspace_bytes = 0;
+  size_t rowsOffset = 0, rowsBytes = 0;      // [rows] VerifyRow (spec_verify_chain.h)
+  size_t denseOffset = 0, denseBytes = 0;    // [rows, vocab] f32, or none
+  size_t workspaceBytes = 0;
 };
 
 // The target rows as one sampling batch (probabilities only).
-SamplingParams target_sampling_params(const SpecVerifyParams& p);
+SamplingParams targetSamplingParams(const SpecVerifyParams& p);
 VerifyPlan plan(const SpecVerifyParams& p);
 
-}  // namespace es::spec_verify
+}  // namespace es::specVerify

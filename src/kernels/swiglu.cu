@@ -1,7 +1,7 @@
 // SwiGLU: elementwise over [rows, intermediate] with a grid-stride loop; VEC elements (16 bytes)
 // per thread-iteration when intermediate is a multiple of VEC and the bases are 16-byte aligned.
 // VEC divides the interleaved layout's group of 8, so a vector's gate (and up) values are
-// contiguous in either layout. silu(g) * u in fp32 (fwd::silu_times), one rounding.
+// contiguous in either layout. silu(g) * u in fp32 (fwd::siluTimes), one rounding.
 #include <algorithm>
 #include <cstdint>
 
@@ -26,11 +26,11 @@ __global__ void swigluKernel(const T* __restrict__ gateUp, T* __restrict__ out, 
     const int64_t i = (v - r * vecsPerRow) * VEC;
     const T* row = gateUp + r * 2 * inter;
     float g[VEC], u[VEC], o[VEC];
-    fwd::load_span<T, VEC, (VEC > 1)>(row + gateOffset(layout, i), g);
-    fwd::load_span<T, VEC, (VEC > 1)>(row + upOffset(layout, i, inter), u);
+    fwd::loadSpan<T, VEC, (VEC > 1)>(row + gateOffset(layout, i), g);
+    fwd::loadSpan<T, VEC, (VEC > 1)>(row + upOffset(layout, i, inter), u);
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) o[e] = fwd::silu_times(g[e], u[e]);
-    fwd::store_span<T, VEC, (VEC > 1)>(out + r * inter + i, o);
+    for (int e = 0; e < VEC; ++e) o[e] = fwd::siluTimes(g[e], u[e]);
+    fwd::storeSpan<T, VEC, (VEC > 1)>(out + r * inter + i, o);
   }
 }
 
@@ -48,7 +48,7 @@ void launch(const SwigluParams& p, cudaStream_t stream) {
 
 void launchSwiglu(const SwigluParams& p, cudaStream_t stream) {
   if (!validate(p)) return;
-  fwd::dispatch_dtype(p.dtype, [&](auto tag) {
+  fwd::dispatchDtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int kVec = 16 / sizeof(T);
     if (p.intermediateSize % kVec == 0 && fwd::aligned16(p.gateUp) && fwd::aligned16(p.out)) {

@@ -36,7 +36,7 @@ class CpuBackend final : public Backend {
   void swiglu(const kernel::SwigluParams& p) override { ref::swiglu(p); }
   void linear(const kernel::LinearParams& p) override { ref::linear(p); }
   void gateUpSwiglu(const kernel::GateUpSwigluParams& p) override { ref::gateUpSwiglu(p); }
-  void argmax(const ArgmaxParams& p) override { ref::argmax_rows(p); }
+  void argmax(const ArgmaxParams& p) override { ref::argmaxRows(p); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32& p) override { ref::dflashTargetKVCacheUpdate(p); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF16& p) override { ref::dflashTargetKVCacheUpdate(p); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsBF16& p) override { ref::dflashTargetKVCacheUpdate(p); }
@@ -56,8 +56,8 @@ class CpuBackend final : public Backend {
   }
   void specCommit(const kernel::SpecCommitParams& p) override { ref::specCommit(p); }
   void replayProposal(const kernel::ReplayProposalParams& p) override { ref::replayProposal(p); }
-  void sampleRows(const SamplingParams& p) override { ref::sample_rows(p); }
-  void specVerify(const SpecVerifyParams& p) override { ref::spec_verify(p); }
+  void sampleRows(const SamplingParams& p) override { ref::sampleRows(p); }
+  void specVerify(const SpecVerifyParams& p) override { ref::specVerify(p); }
 };
 
 }  // namespace

@@ -88,7 +88,7 @@ class CudaBackend final : public Backend {
   void gateUpSwiglu(const kernel::GateUpSwigluParams& p) override {
     kernel::launchGateUpSwiglu(p, *linear_, stream_);
   }
-  void argmax(const ArgmaxParams& p) override { kernel::argmax_rows(p, stream_); }
+  void argmax(const ArgmaxParams& p) override { kernel::argmaxRows(p, stream_); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32&) override {
     ES_THROW(InvalidArgument, "CudaBackend::dflashKvUpdate: argument 'dtype' = f32 is not supported: "
              "launchDFlashTargetKVCacheUpdate writes fp16/bf16 caches only (f32 is the CPU backend's)");
@@ -117,8 +117,8 @@ class CudaBackend final : public Backend {
   void replayProposal(const kernel::ReplayProposalParams& p) override {
     kernel::launchReplayProposal(p, stream_);
   }
-  void sampleRows(const SamplingParams& p) override { kernel::sample_rows(p, stream_); }
-  void specVerify(const SpecVerifyParams& p) override { kernel::spec_verify(p, stream_); }
+  void sampleRows(const SamplingParams& p) override { kernel::sampleRows(p, stream_); }
+  void specVerify(const SpecVerifyParams& p) override { kernel::specVerify(p, stream_); }
 
   std::unique_ptr<CapturedWork> capture(const std::function<void()>& work) override {
     ES_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));

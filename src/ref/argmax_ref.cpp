@@ -16,17 +16,17 @@ float load(const ArgmaxParams& p, int64_t i) {
 }
 }  // namespace
 
-void argmax_rows(const ArgmaxParams& p) {
-  validate_argmax_params(p, "ref::argmax_rows");
-  const int64_t stride = p.row_stride ? p.row_stride : p.vocab;
+void argmaxRows(const ArgmaxParams& p) {
+  validateArgmaxParams(p, "ref::argmax_rows");
+  const int64_t stride = p.rowStride ? p.rowStride : p.vocab;
   for (int32_t r = 0; r < p.rows; ++r) {
     int32_t best = 0;
-    float best_v = load(p, r * stride);
-    for (int32_t i = 1; i < p.vocab && !std::isnan(best_v); ++i) {
+    float bestV = load(p, r * stride);
+    for (int32_t i = 1; i < p.vocab && !std::isnan(bestV); ++i) {
       const float v = load(p, r * stride + i);
-      if (std::isnan(v) || v > best_v) {
+      if (std::isnan(v) || v > bestV) {
         best = i;
-        best_v = v;
+        bestV = v;
       }
     }
     p.out[r] = best;

@@ -12,7 +12,7 @@ void embedding(const kernel::EmbeddingParams& p) {
   const int64_t rowBytes = int64_t{p.hiddenSize} * dtype_size(p.dtype);
   const auto* table = static_cast<const uint8_t*>(p.table);
   auto* out = static_cast<uint8_t*>(p.out);
-  detail::parallel_for(p.numTokens, p.hiddenSize, [&](int64_t begin, int64_t end) {
+  detail::parallelFor(p.numTokens, p.hiddenSize, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int32_t id = p.tokens[t];
       uint8_t* dst = out + t * rowBytes;

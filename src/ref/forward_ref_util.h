@@ -26,7 +26,7 @@ inline float roundTo(DType t, float v) {
 // pay for waking workers. The chunks depend only on count and the pool's width, and every output
 // is computed by the same code whichever thread runs it.
 template <typename Fn>
-void parallel_for(int64_t count, int64_t costPerItem, Fn&& fn) {
+void parallelFor(int64_t count, int64_t costPerItem, Fn&& fn) {
   constexpr int64_t kMinWorkPerThread = int64_t{1} << 17;
   WorkerPool& pool = WorkerPool::instance();
   int64_t threads = std::min<int64_t>(pool.width(), count);

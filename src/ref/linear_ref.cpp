@@ -181,7 +181,7 @@ void linear(const kernel::LinearParams& p) {
   const DType wDtype = p.weightDtype.value_or(p.dtype);
   const int64_t blocks = (n + kWBlockRows - 1) / kWBlockRows;
   const float* biasF = bias.empty() ? nullptr : bias.data();
-  detail::parallel_for(blocks, 2 * kWBlockRows * k * m, [&](int64_t begin, int64_t end) {
+  detail::parallelFor(blocks, 2 * kWBlockRows * k * m, [&](int64_t begin, int64_t end) {
     // f16 W (no in-register widening): converted to fp32 per block.
     std::vector<float> wf(wDtype == DType::kF16 ? static_cast<size_t>(kWBlockRows * k) : 0);
     for (int64_t blk = begin; blk < end; ++blk) {

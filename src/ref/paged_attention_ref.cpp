@@ -29,7 +29,7 @@ void pagedAttention(const kernel::PagedAttentionParams& p) {
   }
 
   const int64_t workPerRow = int64_t{hq} * dim * 4 * std::max(1, kv.maxPagesPerSeq * kPage / 4);
-  detail::parallel_for(q.totalQ, workPerRow, [&](int64_t begin, int64_t end) {
+  detail::parallelFor(q.totalQ, workPerRow, [&](int64_t begin, int64_t end) {
     std::vector<float> qf(static_cast<size_t>(dim)), kf(static_cast<size_t>(dim));
     std::vector<double> acc(static_cast<size_t>(dim));
     std::vector<int32_t> keys;

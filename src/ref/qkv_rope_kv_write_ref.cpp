@@ -56,7 +56,7 @@ void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) {
   const int64_t elem = dtype_size(p.dtype);
   auto* pool = static_cast<uint8_t*>(p.kvPool);
   const auto* qkv = static_cast<const uint8_t*>(p.qkv);
-  detail::parallel_for(p.numTokens, 16 * rowElems, [&](int64_t begin, int64_t end) {
+  detail::parallelFor(p.numTokens, 16 * rowElems, [&](int64_t begin, int64_t end) {
     std::vector<float> v(static_cast<size_t>(dim)), tmp;
     for (int64_t t = begin; t < end; ++t) {
       const int32_t pos = p.positions[t];

@@ -14,7 +14,7 @@ void rmsNorm(const kernel::RmsNormParams& p) {
   const int64_t hidden = p.hiddenSize;
   std::vector<float> weight(static_cast<size_t>(hidden));
   loadFloats(p.weight, p.dtype, 0, hidden, weight.data());
-  detail::parallel_for(p.rows, 4 * hidden, [&](int64_t begin, int64_t end) {
+  detail::parallelFor(p.rows, 4 * hidden, [&](int64_t begin, int64_t end) {
     std::vector<float> v(static_cast<size_t>(hidden));
     for (int64_t r = begin; r < end; ++r) {
       const int64_t base = r * hidden;

@@ -22,7 +22,7 @@ using namespace es::sampling;
 namespace {
 // The first `count` ranks of the descending order over `ranks` (composite ranks are unique, so
 // this prefix is exactly the full sort's prefix), sorted; the rest of `ranks` in any order.
-void sort_prefix(std::vector<uint64_t>& ranks, size_t count) {
+void sortPrefix(std::vector<uint64_t>& ranks, size_t count) {
   if (count < ranks.size()) {
     std::partial_sort(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(count), ranks.end(),
                       std::greater<uint64_t>());
@@ -32,14 +32,14 @@ void sort_prefix(std::vector<uint64_t>& ranks, size_t count) {
 }
 }  // namespace
 
-bool row_probs(const float* logits, int32_t vocab, float temperature, int32_t top_k, float top_p,
+bool rowProbs(const float* logits, int32_t vocab, float temperature, int32_t topK, float topP,
                TopPMode mode, float* probs) {
-  const RowParams rp = make_row_params(temperature, top_k, top_p, vocab);
+  const RowParams rp = makeRowParams(temperature, topK, topP, vocab);
   std::vector<float> s(vocab);
   bool poisoned = false;
   for (int32_t i = 0; i < vocab; ++i) {
-    s[i] = scale_logit(logits[i], rp.inv_t, rp.greedy);
-    poisoned = poisoned || poisons_row(s[i]);
+    s[i] = scaleLogit(logits[i], rp.invT, rp.greedy);
+    poisoned = poisoned || poisonsRow(s[i]);
   }
   // Descending order, ties to the lower index: the composite rank is unique and encodes both.
   // The spec's definition sorts all V ranks; only a prefix of that order is ever read (the top-k
@@ -50,13 +50,13 @@ bool row_probs(const float* logits, int32_t vocab, float temperature, int32_t to
   if (!poisoned) {
     order.resize(vocab);
     for (int32_t i = 0; i < vocab; ++i) {
-      order[i] = composite(order_key(s[i]), i);
+      order[i] = composite(orderKey(s[i]), i);
       top = std::max(top, order[i]);
     }
   }
-  const float row_max = poisoned ? 0.0f : s[composite_index(top)];
-  if (poisoned || row_max == -__builtin_huge_valf()) {
-    const float uniform = fdiv_rn(1.0f, static_cast<float>(vocab));
+  const float rowMax = poisoned ? 0.0f : s[compositeIndex(top)];
+  if (poisoned || rowMax == -__builtin_huge_valf()) {
+    const float uniform = fdivRn(1.0f, static_cast<float>(vocab));
     for (int32_t i = 0; i < vocab; ++i) probs[i] = uniform;
     return true;
   }
@@ -67,65 +67,65 @@ bool row_probs(const float* logits, int32_t vocab, float temperature, int32_t to
   }
   // Each kept entry's mass, by vocabulary index (computed once: the steps below read it again).
   std::vector<uint64_t> mass(vocab);
-  auto mass_at = [&](uint64_t rank) { return mass[composite_index(rank)]; };
+  auto massAt = [&](uint64_t rank) { return mass[compositeIndex(rank)]; };
   uint64_t total = 0;  // S >= 2^40: the maximum itself has weight exactly 1 (integer: any order)
   for (uint64_t rank : order) {
-    const uint32_t i = composite_index(rank);
-    mass[i] = mass_of(exp_nonpos(fsub_rn(s[i], row_max)));
+    const uint32_t i = compositeIndex(rank);
+    mass[i] = massOf(expNonpos(fsubRn(s[i], rowMax)));
     total += mass[i];
   }
   for (int32_t i = 0; i < vocab; ++i) probs[i] = 0.0f;
-  if (!rp.top_p_on) {  // every kept entry survives with its own weight
-    for (uint64_t rank : order) probs[composite_index(rank)] = prob_of(mass_at(rank), total);
+  if (!rp.topPOn) {  // every kept entry survives with its own weight
+    for (uint64_t rank : order) probs[compositeIndex(rank)] = probOf(massAt(rank), total);
     return false;
   }
   // Top-p: the smallest prefix of the order whose mass reaches the budget (at least one entry).
   // Sort a prefix of the set and grow it until its mass reaches the budget or it is the whole
   // set (the budget is at most S, so the whole set always reaches it).
-  const uint64_t budget = top_p_budget(rp.top_p, total);
+  const uint64_t budget = topPBudget(rp.topP, total);
   size_t cut = 0;
-  uint64_t before_cut = 0, running = 0;  // prefix masses before entry cut - 1 and through it
+  uint64_t beforeCut = 0, running = 0;  // prefix masses before entry cut - 1 and through it
   for (size_t sorted = std::min<size_t>(order.size(), 1024);; sorted = std::min(order.size(), sorted * 8)) {
-    sort_prefix(order, sorted);  // the sorted prefix only grows; its entries never move
+    sortPrefix(order, sorted);  // the sorted prefix only grows; its entries never move
     for (; cut < sorted && (cut == 0 || running < budget); ++cut) {
-      before_cut = running;
-      running += mass_at(order[cut]);
+      beforeCut = running;
+      running += massAt(order[cut]);
     }
     if (running >= budget || sorted == order.size()) break;
   }
   // entries [0, cut) survive; the last one's weight depends on the mode
   const uint64_t norm = mode == TopPMode::kNucleus ? running : budget;
-  const uint64_t last_weight = mode == TopPMode::kNucleus ? running - before_cut : budget - before_cut;
+  const uint64_t lastWeight = mode == TopPMode::kNucleus ? running - beforeCut : budget - beforeCut;
   for (size_t j = 0; j < cut; ++j) {
-    probs[composite_index(order[j])] = prob_of(j + 1 == cut ? last_weight : mass_at(order[j]), norm);
+    probs[compositeIndex(order[j])] = probOf(j + 1 == cut ? lastWeight : massAt(order[j]), norm);
   }
   return false;
 }
 
-int32_t sample_from_probs(const float* probs, int32_t vocab, float u) {
+int32_t sampleFromProbs(const float* probs, int32_t vocab, float u) {
   float total = 0.0f;
-  int32_t last_positive = -1;
+  int32_t lastPositive = -1;
   for (int32_t i = 0; i < vocab; ++i) {
     if (probs[i] > 0.0f) {
-      total = fadd_rn(total, probs[i]);
-      last_positive = i;
+      total = faddRn(total, probs[i]);
+      lastPositive = i;
     }
   }
-  const float threshold = fmul_rn(u, total);
+  const float threshold = fmulRn(u, total);
   float running = 0.0f;
   for (int32_t i = 0; i < vocab; ++i) {
     if (!(probs[i] > 0.0f)) continue;
-    running = fadd_rn(running, probs[i]);
+    running = faddRn(running, probs[i]);
     if (running > threshold) return i;
   }
-  return last_positive;
+  return lastPositive;
 }
 
 namespace {
-std::vector<float> row_as_f32(const SamplingParams& p, int32_t b) {
+std::vector<float> rowAsF32(const SamplingParams& p, int32_t b) {
   std::vector<float> row(p.vocab);
   const size_t base = static_cast<size_t>(b) * p.vocab;
-  if (p.logits_dtype == DType::kF32) {
+  if (p.logitsDtype == DType::kF32) {
     const float* x = static_cast<const float*>(p.logits) + base;
     std::copy(x, x + p.vocab, row.begin());
   } else {
@@ -136,21 +136,21 @@ std::vector<float> row_as_f32(const SamplingParams& p, int32_t b) {
 }
 }  // namespace
 
-void sample_rows(const SamplingParams& p) {
-  validate_sampling_params(p, "ref::sample_rows");
+void sampleRows(const SamplingParams& p) {
+  validateSamplingParams(p, "ref::sample_rows");
   std::vector<float> probs(p.vocab);
   for (int32_t b = 0; b < p.batch; ++b) {
-    const std::vector<float> row = row_as_f32(p, b);
-    const int32_t q = b / p.rows_per_request;  // the request whose entries this row takes
+    const std::vector<float> row = rowAsF32(p, b);
+    const int32_t q = b / p.rowsPerRequest;  // the request whose entries this row takes
     const float t = p.temperatures ? p.temperatures[q] : p.temperature;
-    const int32_t k = p.top_ks ? p.top_ks[q] : p.top_k;
-    const float tp = p.top_ps ? p.top_ps[q] : p.top_p;
+    const int32_t k = p.topKs ? p.topKs[q] : p.topK;
+    const float tp = p.topPs ? p.topPs[q] : p.topP;
     float* out = p.probs ? p.probs + static_cast<size_t>(b) * p.vocab : probs.data();
-    const bool uniform = row_probs(row.data(), p.vocab, t, k, tp, p.top_p_mode, out);
+    const bool uniform = rowProbs(row.data(), p.vocab, t, k, tp, p.topPMode, out);
     if (p.tokens) {
-      const uint32_t lane = static_cast<uint32_t>(b % p.rows_per_request);
+      const uint32_t lane = static_cast<uint32_t>(b % p.rowsPerRequest);
       const float u = p.uniforms ? p.uniforms[b] : request_uniform(p.seeds[q], p.positions[q], p.purpose, lane);
-      p.tokens[b] = uniform ? uniform_row_token(u, p.vocab) : sample_from_probs(out, p.vocab, u);
+      p.tokens[b] = uniform ? uniformRowToken(u, p.vocab) : sampleFromProbs(out, p.vocab, u);
     }
   }
 }

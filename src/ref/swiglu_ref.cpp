@@ -9,7 +9,7 @@ namespace es::ref {
 void swiglu(const kernel::SwigluParams& p) {
   if (!kernel::validate(p)) return;
   const int64_t inter = p.intermediateSize;
-  detail::parallel_for(p.rows, 8 * inter, [&](int64_t begin, int64_t end) {
+  detail::parallelFor(p.rows, 8 * inter, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t i = 0; i < inter; ++i) {
         const float g = loadAsFloat(p.gateUp, p.dtype, r * 2 * inter + kernel::gateOffset(p.layout, i));

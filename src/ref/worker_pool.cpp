@@ -5,7 +5,7 @@
 namespace es::ref::detail {
 namespace {
 
-// Set on the pool's workers, and on a caller for the duration of its run: a parallel_for from
+// Set on the pool's workers, and on a caller for the duration of its run: a parallelFor from
 // inside a task then runs inline (a worker waiting for its own pool would never return).
 thread_local bool insideRun = false;
 

@@ -1,5 +1,5 @@
 #pragma once
-// The CPU backend's worker threads, started once and reused by every parallel_for
+// The CPU backend's worker threads, started once and reused by every parallelFor
 // (forward_ref_util.h). Starting fresh threads for each kernel cost a decode step of the default
 // model ~150 thread creations (stacks, page faults), a large share of a 2-core machine's step.
 //

@@ -63,19 +63,19 @@ void DecodeEngine::allocate() {
   const bool sampledProposals = proposer_ && proposer_->proposalLogits() != nullptr;
   sampleWorkspaceBytes_ = 0;
   for (int32_t b = 1; b <= maxBatch_; ++b) {
-    const SamplingParams rows{.batch = b, .vocab = vocab_, .top_ks = &anyRow};
-    sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(rows));
+    const SamplingParams rows{.batch = b, .vocab = vocab_, .topKs = &anyRow};
+    sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, samplingWorkspaceBytes(rows));
     if (sampledProposals) {  // the draft's b * W scored rows (prepareNext)
       const SamplingParams proposals{.batch = static_cast<int32_t>(b * W),
                                      .vocab = vocab_,
-                                     .top_ks = &anyRow,
-                                     .rows_per_request = static_cast<int32_t>(W)};
-      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, sampling_workspace_bytes(proposals));
+                                     .topKs = &anyRow,
+                                     .rowsPerRequest = static_cast<int32_t>(W)};
+      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, samplingWorkspaceBytes(proposals));
     }
     if (W > 1) {
       const SpecVerifyParams verify{
-          .batch = b, .num_draft = static_cast<int32_t>(W - 1), .vocab = vocab_, .top_ks = &anyRow};
-      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, spec_verify_workspace_bytes(verify));
+          .batch = b, .numDraft = static_cast<int32_t>(W - 1), .vocab = vocab_, .topKs = &anyRow};
+      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, specVerifyWorkspaceBytes(verify));
     }
   }
 
@@ -208,13 +208,13 @@ int32_t DecodeEngine::sampleFirstToken(const SamplingConfig& sampling, int64_t l
                          .batch = 1,
                          .vocab = vocab_,
                          .temperatures = temperatures_,
-                         .top_ks = topKs_,
-                         .top_ps = topPs_,
+                         .topKs = topKs_,
+                         .topPs = topPs_,
                          .seeds = seeds_,
                          .positions = anchors_,
                          .tokens = out_,
                          .workspace = sampleWorkspace_,
-                         .workspace_bytes = sampleWorkspaceBytes_});
+                         .workspaceBytes = sampleWorkspaceBytes_});
   }
   int32_t token = -1;
   backend_.copyToHost(&token, out_, 4);
@@ -255,16 +255,16 @@ void DecodeEngine::prepareNext(int32_t B) {
                            .batch = B * W,
                            .vocab = vocab_,
                            .temperatures = temperatures_,
-                           .top_ks = topKs_,
-                           .top_ps = topPs_,
-                           .rows_per_request = W,
+                           .topKs = topKs_,
+                           .topPs = topPs_,
+                           .rowsPerRequest = W,
                            .seeds = seeds_,
                            .positions = anchors_,
                            .purpose = RngPurpose::kProposal,
                            .tokens = draftOut_,
                            .probs = proposalProbs_,
                            .workspace = sampleWorkspace_,
-                           .workspace_bytes = sampleWorkspaceBytes_});
+                           .workspaceBytes = sampleWorkspaceBytes_});
     }
     backend_.dflashLinearVerifyInputs({.lastAcceptedTokens = lastTokens_,
                                        .draftTokenIds = draftOut_,
@@ -335,33 +335,33 @@ void DecodeEngine::step(int32_t B) {
                          .batch = B,
                          .vocab = vocab_,
                          .temperatures = temperatures_,
-                         .top_ks = topKs_,
-                         .top_ps = topPs_,
+                         .topKs = topKs_,
+                         .topPs = topPs_,
                          .seeds = seeds_,
                          .positions = anchors_,
                          .tokens = tokens,
                          .workspace = sampleWorkspace_,
-                         .workspace_bytes = sampleWorkspaceBytes_});
+                         .workspaceBytes = sampleWorkspaceBytes_});
   } else {
     // With proposal distributions, rows 1 … W−1 of each [W, V] block are the drafts' q.
     const bool withQ = proposalProbs_ != nullptr;
-    backend_.specVerify({.target_logits = logits,
-                         .draft_tokens = verifyTokens_ + 1,
-                         .draft_tokens_stride = W,
-                         .draft_probs = withQ ? proposalProbs_ + vocab_ : nullptr,
-                         .draft_probs_stride = withQ ? W : 0,
+    backend_.specVerify({.targetLogits = logits,
+                         .draftTokens = verifyTokens_ + 1,
+                         .draftTokensStride = W,
+                         .draftProbs = withQ ? proposalProbs_ + vocab_ : nullptr,
+                         .draftProbsStride = withQ ? W : 0,
                          .batch = B,
-                         .num_draft = W - 1,
+                         .numDraft = W - 1,
                          .vocab = vocab_,
                          .temperatures = temperatures_,
-                         .top_ks = topKs_,
-                         .top_ps = topPs_,
+                         .topKs = topKs_,
+                         .topPs = topPs_,
                          .seeds = seeds_,
                          .anchors = anchors_,
-                         .out_tokens = tokens,
-                         .num_accepted = acceptCounts_,
+                         .outTokens = tokens,
+                         .numAccepted = acceptCounts_,
                          .workspace = sampleWorkspace_,
-                         .workspace_bytes = sampleWorkspaceBytes_});
+                         .workspaceBytes = sampleWorkspaceBytes_});
     commit.counts = acceptCounts_;
     commit.countOffset = 1;
   }

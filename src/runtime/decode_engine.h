@@ -8,8 +8,8 @@
 // backend like a step's tokens. Then every iteration is one device step of verify width W (W = 1
 // plain; speculative: 2 <= W <= BS, EngineOptions::verifyWidth) with no host work inside:
 //   forward of the W rows [anchor, d_1 … d_{W−1}] per sequence (causal)
-//   → accept: greedy (argmax; greedy EAGLE accept for W > 1) or sampled (spec §3: sample_rows
-//     for W = 1, spec_verify for W > 1 with argmax drafts, q = onehot)
+//   → accept: greedy (argmax; greedy EAGLE accept for W > 1) or sampled (spec §3: sampleRows
+//     for W = 1, specVerify for W > 1 with argmax drafts, q = onehot)
 //   → commit on the device (spec_commit: lengths, next anchor)
 //   → draft context of the committed rows (delta metadata + appendContext)
 //   → next proposal (proposal inputs + propose) and next verify inputs.

@@ -23,9 +23,9 @@ TEST(ArgmaxRef, TiesNanStrideAndDtypes) {
   p.logits = x.data();
   p.rows = 4;
   p.vocab = 5;
-  p.row_stride = 6;
+  p.rowStride = 6;
   p.out = out.data();
-  ref::argmax_rows(p);
+  ref::argmaxRows(p);
   EXPECT_EQ(out, (std::vector<int32_t>{1, 1, 1, 4}));
   std::vector<fp16> h;
   std::vector<bf16> b;
@@ -36,12 +36,12 @@ TEST(ArgmaxRef, TiesNanStrideAndDtypes) {
   p.dtype = DType::kF16;
   p.logits = h.data();
   out.assign(4, -7);
-  ref::argmax_rows(p);
+  ref::argmaxRows(p);
   EXPECT_EQ(out, (std::vector<int32_t>{1, 1, 1, 4}));
   p.dtype = DType::kBF16;
   p.logits = b.data();
   out.assign(4, -7);
-  ref::argmax_rows(p);
+  ref::argmaxRows(p);
   EXPECT_EQ(out, (std::vector<int32_t>{1, 1, 1, 4}));
 }
 
@@ -54,21 +54,21 @@ TEST(ArgmaxRef, BadParameters) {
   p.vocab = 4;
   p.out = out.data();
   p.vocab = 0;
-  EXPECT_THROW(ref::argmax_rows(p), InvalidArgument);
+  EXPECT_THROW(ref::argmaxRows(p), InvalidArgument);
   p.vocab = 4;
-  p.row_stride = 2;
+  p.rowStride = 2;
   try {
-    ref::argmax_rows(p);
+    ref::argmaxRows(p);
     ADD_FAILURE();
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("'row_stride'"), std::string::npos);
   }
-  p.row_stride = 0;
+  p.rowStride = 0;
   p.out = nullptr;
-  EXPECT_THROW(ref::argmax_rows(p), InvalidArgument);
+  EXPECT_THROW(ref::argmaxRows(p), InvalidArgument);
   p.out = out.data();
   p.rows = -1;
-  EXPECT_THROW(ref::argmax_rows(p), InvalidArgument);
+  EXPECT_THROW(ref::argmaxRows(p), InvalidArgument);
 }
 
 }  // namespace

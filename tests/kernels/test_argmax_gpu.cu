@@ -37,14 +37,14 @@ void check(int32_t rows, int32_t vocab, int64_t stride, uint32_t seed) {
   p.dtype = dtype_of<T>;
   p.rows = rows;
   p.vocab = vocab;
-  p.row_stride = stride;
+  p.rowStride = stride;
   p.out = want.data();
-  ref::argmax_rows(p);
+  ref::argmaxRows(p);
   test::DeviceArray<T> d_x(x);
   test::DeviceArray<int32_t> d_out(rows);
   p.logits = d_x.get();
   p.out = d_out.get();
-  kernel::argmax_rows(p, nullptr);
+  kernel::argmaxRows(p, nullptr);
   EXPECT_EQ(d_out.download(), want);
 }
 

@@ -20,14 +20,14 @@ namespace {
 using kernel::DFlashTargetKVCacheUpdateParams;
 constexpr int32_t kPage = 128;
 
-inline float to_f(fp16 v) { return to_float(v); }
-inline float to_f(bf16 v) { return to_float(v); }
+inline float toF(fp16 v) { return to_float(v); }
+inline float toF(bf16 v) { return to_float(v); }
 template <typename T>
-T from_f(float v);
+T fromF(float v);
 template <>
-fp16 from_f<fp16>(float v) { return to_fp16(v); }
+fp16 fromF<fp16>(float v) { return to_fp16(v); }
 template <>
-bf16 from_f<bf16>(float v) { return to_bf16(v); }
+bf16 fromF<bf16>(float v) { return to_bf16(v); }
 
 // Throws es::InvalidArgument whose message quotes the argument name.
 // A pool [2, numPages, 128, hkv, dim] filled with a recognisable per-element bit pattern that no
@@ -54,8 +54,8 @@ TYPED_TEST_SUITE(KvUpdateRef, CacheTypes);
 TYPED_TEST(KvUpdateRef, HandComputedRotateHalf) {
   using T = TypeParam;
   const int32_t num_pages = 1;
-  std::vector<T> k = {from_f<T>(1), from_f<T>(2), from_f<T>(3), from_f<T>(4)};
-  std::vector<T> v = {from_f<T>(5), from_f<T>(6), from_f<T>(7), from_f<T>(8)};
+  std::vector<T> k = {fromF<T>(1), fromF<T>(2), fromF<T>(3), fromF<T>(4)};
+  std::vector<T> v = {fromF<T>(5), fromF<T>(6), fromF<T>(7), fromF<T>(8)};
   std::vector<float> cosSin = {0.0f, 1.0f, 1.0f, 0.0f};  // cos[0], cos[1], sin[0], sin[1]
   std::vector<int32_t> positions = {3}, owners = {0}, table = {0, 1};
   std::vector<T> pool = sentinelPool<T>(num_pages, 1, 4);
@@ -80,8 +80,8 @@ TYPED_TEST(KvUpdateRef, HandComputedRotateHalf) {
 
   const float wantK[4] = {-3, 2, 1, 4};
   for (int d = 0; d < 4; ++d) {
-    EXPECT_EQ(to_f(pool[poolOffset<T>(0, 3, 0, d, 1, 4)]), wantK[d]) << "k dim " << d;
-    EXPECT_EQ(to_f(pool[poolOffset<T>(1, 3, 0, d, 1, 4)]), 5.0f + d) << "v dim " << d;
+    EXPECT_EQ(toF(pool[poolOffset<T>(0, 3, 0, d, 1, 4)]), wantK[d]) << "k dim " << d;
+    EXPECT_EQ(toF(pool[poolOffset<T>(1, 3, 0, d, 1, 4)]), 5.0f + d) << "v dim " << d;
   }
   for (size_t i = 0; i < pool.size(); ++i) {
     const bool written = (i >= size_t(poolOffset<T>(0, 3, 0, 0, 1, 4)) && i < size_t(poolOffset<T>(0, 4, 0, 0, 1, 4))) ||
@@ -109,8 +109,8 @@ TYPED_TEST(KvUpdateRef, MatchesDoublePrecisionNeoxFormula) {
       state = state * 1664525u + 1013904223u;
       return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) * 4.0f - 2.0f;
     };
-    for (auto& x : k) x = from_f<T>(next());
-    for (auto& x : v) x = from_f<T>(next());
+    for (auto& x : k) x = fromF<T>(next());
+    for (auto& x : v) x = fromF<T>(next());
     std::vector<float> cosSin(size_t(tokens) * rotaryDim);
     for (int32_t r = 0; r < tokens; ++r) {
       for (int32_t j = 0; j < half; ++j) {
@@ -150,9 +150,9 @@ TYPED_TEST(KvUpdateRef, MatchesDoublePrecisionNeoxFormula) {
           } else {
             const int32_t j = i < half ? i : i - half;
             const double c = cosSin[r * rotaryDim + j], s = cosSin[r * rotaryDim + half + j];
-            const double want = i < half ? double(to_f(kin[i])) * c - double(to_f(kin[i + half])) * s
-                                         : double(to_f(kin[i])) * c + double(to_f(kin[i - half])) * s;
-            EXPECT_NEAR(to_f(got), want, rel * std::fabs(want) + 1e-5)
+            const double want = i < half ? double(toF(kin[i])) * c - double(toF(kin[i + half])) * s
+                                         : double(toF(kin[i])) * c + double(toF(kin[i - half])) * s;
+            EXPECT_NEAR(toF(got), want, rel * std::fabs(want) + 1e-5)
                 << "rotary " << rotaryDim << " token " << r << " head " << h << " dim " << i;
           }
           EXPECT_EQ(pool[poolOffset<T>(vPageId, slot, h, i, hkv, dim)].bits, vin[i].bits);
@@ -195,8 +195,8 @@ TYPED_TEST(KvUpdateRef, ScrambledTableAndPerPlaneSkipping) {
   // Nonzero integers (exact in fp16 and bf16); with cos = 1, sin = 0, K is written unchanged.
   std::vector<T> k(size_t(tokens) * hkv * dim), v(k.size());
   for (size_t i = 0; i < k.size(); ++i) {
-    k[i] = from_f<T>(static_cast<float>(int(i % 97) + 1));
-    v[i] = from_f<T>(-static_cast<float>(int(i % 89) + 1));
+    k[i] = fromF<T>(static_cast<float>(int(i % 97) + 1));
+    v[i] = fromF<T>(-static_cast<float>(int(i % 89) + 1));
   }
   std::vector<float> cosSin(size_t(tokens) * rotaryDim, 0.0f);
   for (int32_t r = 0; r < tokens; ++r) {

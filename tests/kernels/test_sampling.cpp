@@ -22,7 +22,7 @@ using namespace es::sampling;
 std::vector<float> probs_of(const std::vector<float>& logits, float t, int32_t k, float p,
                             TopPMode mode = TopPMode::kNucleus, bool* uniform = nullptr) {
   std::vector<float> out(logits.size(), -7.0f);  // poison
-  const bool u = ref::row_probs(logits.data(), static_cast<int32_t>(logits.size()), t, k, p, mode,
+  const bool u = ref::rowProbs(logits.data(), static_cast<int32_t>(logits.size()), t, k, p, mode,
                                 out.data());
   if (uniform) *uniform = u;
   return out;
@@ -52,39 +52,39 @@ double chi_square_limit(int dof) {
 }
 
 TEST(SamplingMath, ExpMatchesLibmAndIsExactAtZero) {
-  EXPECT_EQ(exp_nonpos(0.0f), 1.0f);
-  EXPECT_EQ(exp_nonpos(-200.0f), 0.0f);
-  EXPECT_EQ(exp_nonpos(-__builtin_huge_valf()), 0.0f);
+  EXPECT_EQ(expNonpos(0.0f), 1.0f);
+  EXPECT_EQ(expNonpos(-200.0f), 0.0f);
+  EXPECT_EQ(expNonpos(-__builtin_huge_valf()), 0.0f);
   double worst = 0;
   for (int i = 0; i <= 2000000; ++i) {
     const float d = -87.0f * static_cast<float>(i) / 2000000.0f;
     const double want = std::exp(static_cast<double>(d));
-    const double rel = std::fabs(exp_nonpos(d) - want) / want;
+    const double rel = std::fabs(expNonpos(d) - want) / want;
     worst = std::max(worst, rel);
   }
   EXPECT_LT(worst, 4e-7);
   // Subnormal results: absolute error below one subnormal step.
   for (float d = -103.0f; d < -87.5f; d += 0.37f) {
-    EXPECT_NEAR(exp_nonpos(d), std::exp(static_cast<double>(d)), 1.5e-45) << d;
+    EXPECT_NEAR(expNonpos(d), std::exp(static_cast<double>(d)), 1.5e-45) << d;
   }
 }
 
-// mass_below_max skips the exp below d = -28; it must equal mass_of(exp_nonpos(d)) for every d.
+// massBelowMax skips the exp below d = -28; it must equal massOf(expNonpos(d)) for every d.
 // Exhaustive over the floats in [-64, -16] (every d around the shortcut), sampled elsewhere.
 TEST(SamplingMath, MassBelowMaxEqualsMassOfExp) {
   auto check = [](float d) {
-    ASSERT_EQ(mass_below_max(d, 0.0f), mass_of(exp_nonpos(d))) << "d " << d;
+    ASSERT_EQ(massBelowMax(d, 0.0f), massOf(expNonpos(d))) << "d " << d;
   };
   for (uint32_t b = f2u(-16.0f); b <= f2u(-64.0f); ++b) {
     const float d = u2f(b);
-    if (mass_below_max(d, 0.0f) != mass_of(exp_nonpos(d))) check(d);  // fast path, then report
+    if (massBelowMax(d, 0.0f) != massOf(expNonpos(d))) check(d);  // fast path, then report
   }
-  EXPECT_GT(mass_of(exp_nonpos(-27.0f)), 0u);  // the shortcut sits near the real edge (~-27.7)
+  EXPECT_GT(massOf(expNonpos(-27.0f)), 0u);  // the shortcut sits near the real edge (~-27.7)
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> uni(-200.0f, 0.0f);
   for (int i = 0; i < 100000; ++i) check(uni(rng));
   for (float d : {0.0f, -0.0f, -1e-30f, -27.7f, -28.0f, -103.9f, -104.0f, -__builtin_huge_valf()}) check(d);
-  EXPECT_EQ(mass_below_max(3.0f, 5.0f), mass_of(exp_nonpos(-2.0f)));
+  EXPECT_EQ(massBelowMax(3.0f, 5.0f), massOf(expNonpos(-2.0f)));
 }
 
 TEST(SamplingMath, OrderKeyIsMonotoneAndZerosTie) {
@@ -92,14 +92,14 @@ TEST(SamplingMath, OrderKeyIsMonotoneAndZerosTie) {
                           0.0f, 1e-40f, 1.0f, 3e38f, __builtin_huge_valf()};
   for (size_t i = 0; i + 1 < sizeof(values) / sizeof(values[0]); ++i) {
     if (values[i] == values[i + 1]) {
-      EXPECT_EQ(order_key(values[i]), order_key(values[i + 1]));
+      EXPECT_EQ(orderKey(values[i]), orderKey(values[i + 1]));
     } else {
-      EXPECT_LT(order_key(values[i]), order_key(values[i + 1])) << values[i];
+      EXPECT_LT(orderKey(values[i]), orderKey(values[i + 1])) << values[i];
     }
-    EXPECT_EQ(key_value(order_key(values[i])), values[i]);
+    EXPECT_EQ(keyValue(orderKey(values[i])), values[i]);
   }
   EXPECT_GT(composite(5, 3), composite(5, 4));  // same key: lower index ranks first
-  EXPECT_EQ(composite_index(composite(9, 1234)), 1234u);
+  EXPECT_EQ(compositeIndex(composite(9, 1234)), 1234u);
 }
 
 TEST(SamplingRef, TopKTiesResolveToLowerIndex) {
@@ -187,20 +187,20 @@ TEST(SamplingRef, NonFiniteRowsFallBackToUniform) {
   EXPECT_EQ(p[1], 1.0f);
   EXPECT_EQ(p[0], 0.0f);
   // Uniform fallback sample is floor(u * V).
-  EXPECT_EQ(uniform_row_token(0.0001f, 4), 0);
-  EXPECT_EQ(uniform_row_token(0.5f, 4), 2);
-  EXPECT_EQ(uniform_row_token(1.0f - 1e-7f, 4), 3);
+  EXPECT_EQ(uniformRowToken(0.0001f, 4), 0);
+  EXPECT_EQ(uniformRowToken(0.5f, 4), 2);
+  EXPECT_EQ(uniformRowToken(1.0f - 1e-7f, 4), 3);
 }
 
 TEST(SamplingRef, InverseCdfStrictSkipsZerosAndFallsBack) {
   const std::vector<float> p = {0.0f, 0.25f, 0.0f, 0.25f, 0.5f, 0.0f};
-  EXPECT_EQ(ref::sample_from_probs(p.data(), 6, 0.1f), 1);
-  EXPECT_EQ(ref::sample_from_probs(p.data(), 6, 0.25f), 3);  // running 0.25 is not > 0.25
-  EXPECT_EQ(ref::sample_from_probs(p.data(), 6, 0.4999f), 3);
-  EXPECT_EQ(ref::sample_from_probs(p.data(), 6, 0.5f), 4);
-  EXPECT_EQ(ref::sample_from_probs(p.data(), 6, 1.0f), 4);  // nothing > total: last positive
+  EXPECT_EQ(ref::sampleFromProbs(p.data(), 6, 0.1f), 1);
+  EXPECT_EQ(ref::sampleFromProbs(p.data(), 6, 0.25f), 3);  // running 0.25 is not > 0.25
+  EXPECT_EQ(ref::sampleFromProbs(p.data(), 6, 0.4999f), 3);
+  EXPECT_EQ(ref::sampleFromProbs(p.data(), 6, 0.5f), 4);
+  EXPECT_EQ(ref::sampleFromProbs(p.data(), 6, 1.0f), 4);  // nothing > total: last positive
   const std::vector<float> none = {0.0f, -1.0f};
-  EXPECT_EQ(ref::sample_from_probs(none.data(), 2, 0.5f), -1);
+  EXPECT_EQ(ref::sampleFromProbs(none.data(), 2, 0.5f), -1);
 }
 
 TEST(SamplingRef, BadParametersThrowNamingTheArgument) {
@@ -216,7 +216,7 @@ TEST(SamplingRef, BadParametersThrowNamingTheArgument) {
     p.uniforms = u.data();
     mutate(p);
     try {
-      ref::sample_rows(p);
+      ref::sampleRows(p);
       ADD_FAILURE() << "no throw for " << name;
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("'" + name + "'"), std::string::npos) << e.what();
@@ -225,14 +225,14 @@ TEST(SamplingRef, BadParametersThrowNamingTheArgument) {
   };
   expect_throw([](SamplingParams& p) { p.temperature = -0.5f; }, "temperature");
   expect_throw([](SamplingParams& p) { p.temperature = std::nanf(""); }, "temperature");
-  expect_throw([](SamplingParams& p) { p.top_p = 0.0f; }, "top_p");
-  expect_throw([](SamplingParams& p) { p.top_p = 1.5f; }, "top_p");
-  expect_throw([](SamplingParams& p) { p.top_p = -0.1f; }, "top_p");
+  expect_throw([](SamplingParams& p) { p.topP = 0.0f; }, "top_p");
+  expect_throw([](SamplingParams& p) { p.topP = 1.5f; }, "top_p");
+  expect_throw([](SamplingParams& p) { p.topP = -0.1f; }, "top_p");
   expect_throw([](SamplingParams& p) { p.vocab = 0; }, "vocab");
   expect_throw([](SamplingParams& p) { p.batch = -1; }, "batch");
   expect_throw([](SamplingParams& p) { p.logits = nullptr; }, "logits");
   expect_throw([](SamplingParams& p) { p.uniforms = nullptr; }, "uniforms");
-  expect_throw([](SamplingParams& p) { p.logits_dtype = DType::kI32; }, "logits_dtype");
+  expect_throw([](SamplingParams& p) { p.logitsDtype = DType::kI32; }, "logits_dtype");
   expect_throw([](SamplingParams& p) { p.path = SamplingPath::kSmallVocab; p.vocab = 5000; }, "vocab");
   // Valid edge values do not throw.
   SamplingParams ok;
@@ -241,10 +241,10 @@ TEST(SamplingRef, BadParametersThrowNamingTheArgument) {
   ok.vocab = 8;
   ok.tokens = tokens.data();
   ok.uniforms = u.data();
-  ok.top_p = 1.0f;
+  ok.topP = 1.0f;
   ok.temperature = 0.0f;
-  ok.top_k = -5;
-  EXPECT_NO_THROW(ref::sample_rows(ok));
+  ok.topK = -5;
+  EXPECT_NO_THROW(ref::sampleRows(ok));
 }
 
 // Independent brute force: double softmax, std::stable_sort for the order, top-p in double.
@@ -324,49 +324,49 @@ TEST(SamplingRef, MatchesBruteForceOnRandomRows) {
 }
 
 // The spec's definition run literally: all V ranks sorted, masses and prefixes over the whole
-// top-k set (ref::row_probs sorts only the prefix of the order it reads).
-std::vector<float> full_sort_probs(const std::vector<float>& logits, float temperature, int32_t top_k,
-                                   float top_p, TopPMode mode) {
+// top-k set (ref::rowProbs sorts only the prefix of the order it reads).
+std::vector<float> full_sort_probs(const std::vector<float>& logits, float temperature, int32_t topK,
+                                   float topP, TopPMode mode) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
-  const sampling::RowParams rp = sampling::make_row_params(temperature, top_k, top_p, vocab);
+  const sampling::RowParams rp = sampling::makeRowParams(temperature, topK, topP, vocab);
   std::vector<float> s(vocab), probs(vocab, 0.0f);
   bool poisoned = false;
   for (int32_t i = 0; i < vocab; ++i) {
-    s[i] = sampling::scale_logit(logits[i], rp.inv_t, rp.greedy);
-    poisoned = poisoned || sampling::poisons_row(s[i]);
+    s[i] = sampling::scaleLogit(logits[i], rp.invT, rp.greedy);
+    poisoned = poisoned || sampling::poisonsRow(s[i]);
   }
   std::vector<uint64_t> order(vocab);
-  for (int32_t i = 0; i < vocab; ++i) order[i] = sampling::composite(sampling::order_key(s[i]), i);
+  for (int32_t i = 0; i < vocab; ++i) order[i] = sampling::composite(sampling::orderKey(s[i]), i);
   std::sort(order.begin(), order.end(), std::greater<uint64_t>());
-  const float row_max = s[sampling::composite_index(order[0])];
-  if (poisoned || row_max == -__builtin_huge_valf()) {
-    std::fill(probs.begin(), probs.end(), sampling::fdiv_rn(1.0f, static_cast<float>(vocab)));
+  const float rowMax = s[sampling::compositeIndex(order[0])];
+  if (poisoned || rowMax == -__builtin_huge_valf()) {
+    std::fill(probs.begin(), probs.end(), sampling::fdivRn(1.0f, static_cast<float>(vocab)));
     return probs;
   }
   const int32_t kept = rp.k;
   std::vector<uint64_t> mass(kept), prefix(kept);
   uint64_t running = 0;
   for (int32_t j = 0; j < kept; ++j) {
-    mass[j] = sampling::mass_of(sampling::exp_nonpos(sampling::fsub_rn(s[sampling::composite_index(order[j])], row_max)));
+    mass[j] = sampling::massOf(sampling::expNonpos(sampling::fsubRn(s[sampling::compositeIndex(order[j])], rowMax)));
     prefix[j] = (running += mass[j]);
   }
   int32_t cut = kept;
-  uint64_t norm = running, last_weight = mass[kept - 1];
-  if (rp.top_p_on) {
-    const uint64_t budget = sampling::top_p_budget(rp.top_p, running);
+  uint64_t norm = running, lastWeight = mass[kept - 1];
+  if (rp.topPOn) {
+    const uint64_t budget = sampling::topPBudget(rp.topP, running);
     cut = 0;
     while (prefix[cut] < budget) ++cut;
     ++cut;
     norm = mode == TopPMode::kNucleus ? prefix[cut - 1] : budget;
-    last_weight = mode == TopPMode::kNucleus ? mass[cut - 1] : budget - (cut >= 2 ? prefix[cut - 2] : 0);
+    lastWeight = mode == TopPMode::kNucleus ? mass[cut - 1] : budget - (cut >= 2 ? prefix[cut - 2] : 0);
   }
   for (int32_t j = 0; j < cut; ++j) {
-    probs[sampling::composite_index(order[j])] = sampling::prob_of(j == cut - 1 ? last_weight : mass[j], norm);
+    probs[sampling::compositeIndex(order[j])] = sampling::probOf(j == cut - 1 ? lastWeight : mass[j], norm);
   }
   return probs;
 }
 
-// ref::row_probs selects and sorts only the prefix of the order it reads (growing it from 1,024
+// ref::rowProbs selects and sorts only the prefix of the order it reads (growing it from 1,024
 // ranks for top-p): bit for bit the full sort's probabilities, at vocabularies where the nucleus
 // needs one, two or three rounds of growth, with ties, signed zeros and -inf entries.
 TEST(SamplingRef, PrefixSelectionEqualsTheFullSort) {
@@ -406,7 +406,7 @@ std::vector<int64_t> draw_counts(const std::vector<float>& probs, int64_t n, uin
   std::vector<int64_t> counts(probs.size(), 0);
   for (int64_t i = 0; i < n; ++i) {
     const float u = request_uniform(seed, i, RngPurpose::kTarget, 0);
-    const int32_t t = ref::sample_from_probs(probs.data(), static_cast<int32_t>(probs.size()), u);
+    const int32_t t = ref::sampleFromProbs(probs.data(), static_cast<int32_t>(probs.size()), u);
     ++counts.at(t);
   }
   return counts;
@@ -475,26 +475,26 @@ TEST(SamplingRef, SampleRowsUsesRequestUniformsAndPerRowParams) {
   p.batch = b;
   p.vocab = v;
   p.temperatures = temps.data();
-  p.top_ks = ks.data();
-  p.top_ps = ps.data();
+  p.topKs = ks.data();
+  p.topPs = ps.data();
   p.seeds = seeds.data();
   p.positions = positions.data();
   p.tokens = tokens.data();
   p.probs = probs.data();
-  ref::sample_rows(p);
+  ref::sampleRows(p);
   for (int32_t r = 0; r < b; ++r) {
     const std::vector<float> row(logits.begin() + r * v, logits.begin() + (r + 1) * v);
     const std::vector<float> want = probs_of(row, temps[r], ks[r], ps[r]);
     for (int32_t i = 0; i < v; ++i) EXPECT_EQ(probs[r * v + i], want[i]);
     const float u = request_uniform(seeds[r], positions[r], RngPurpose::kTarget, 0);
-    EXPECT_EQ(tokens[r], ref::sample_from_probs(want.data(), v, u));
+    EXPECT_EQ(tokens[r], ref::sampleFromProbs(want.data(), v, u));
   }
   // Greedy row returns the argmax.
   EXPECT_EQ(tokens[0], std::max_element(logits.begin(), logits.begin() + v) - logits.begin());
 }
 
-// Draft proposals: rows_per_request rows share one request's parameters and (seed, position),
-// and row r draws request_uniform(seed, position, purpose, r % rows_per_request).
+// Draft proposals: rowsPerRequest rows share one request's parameters and (seed, position),
+// and row r draws request_uniform(seed, position, purpose, r % rowsPerRequest).
 TEST(SamplingRef, RowsPerRequestShareParametersAndTakeLaneUniforms) {
   const int32_t v = 32, requests = 2, rows = 4, b = requests * rows;
   std::mt19937 rng(9);
@@ -512,29 +512,29 @@ TEST(SamplingRef, RowsPerRequestShareParametersAndTakeLaneUniforms) {
   p.logits = logits.data();
   p.batch = b;
   p.vocab = v;
-  p.rows_per_request = rows;
+  p.rowsPerRequest = rows;
   p.temperatures = temps.data();
-  p.top_ks = ks.data();
-  p.top_ps = ps.data();
+  p.topKs = ks.data();
+  p.topPs = ps.data();
   p.seeds = seeds.data();
   p.positions = positions.data();
   p.purpose = RngPurpose::kProposal;
   p.tokens = tokens.data();
   p.probs = probs.data();
-  ref::sample_rows(p);
+  ref::sampleRows(p);
   for (int32_t r = 0; r < b; ++r) {
     const int32_t q = r / rows;
     const std::vector<float> row(logits.begin() + r * v, logits.begin() + (r + 1) * v);
     const std::vector<float> want = probs_of(row, temps[q], ks[q], ps[q]);
     for (int32_t i = 0; i < v; ++i) EXPECT_EQ(probs[r * v + i], want[i]) << "row " << r;
     const float u = request_uniform(seeds[q], positions[q], RngPurpose::kProposal, static_cast<uint32_t>(r % rows));
-    EXPECT_EQ(tokens[r], ref::sample_from_probs(want.data(), v, u)) << "row " << r;
+    EXPECT_EQ(tokens[r], ref::sampleFromProbs(want.data(), v, u)) << "row " << r;
   }
   p.batch = b - 1;  // not a whole number of requests
-  EXPECT_THROW(ref::sample_rows(p), InvalidArgument);
+  EXPECT_THROW(ref::sampleRows(p), InvalidArgument);
   p.batch = b;
-  p.rows_per_request = 0;
-  EXPECT_THROW(ref::sample_rows(p), InvalidArgument);
+  p.rowsPerRequest = 0;
+  EXPECT_THROW(ref::sampleRows(p), InvalidArgument);
 }
 
 }  // namespace

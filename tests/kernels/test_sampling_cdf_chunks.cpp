@@ -94,11 +94,11 @@ std::vector<float> make_row(Kind kind, int n, std::mt19937& rng) {
 }
 
 float seq_total(const std::vector<float>& v) {
-  return chunk_replay([&](int i) { return v[i]; }, 0, static_cast<int>(v.size()), 0.0f);
+  return chunkReplay([&](int i) { return v[i]; }, 0, static_cast<int>(v.size()), 0.0f);
 }
 int seq_search(const std::vector<float>& v, float threshold) {
   const int n = static_cast<int>(v.size());
-  const int i = chunk_search([&](int j) { return v[j]; }, 0, n, 0.0f, threshold);
+  const int i = chunkSearch([&](int j) { return v[j]; }, 0, n, 0.0f, threshold);
   if (i >= 0) return i;
   int last = -1;
   for (int j = 0; j < n; ++j) {
@@ -118,22 +118,22 @@ struct SplitStats {
 
 struct SplitRow {
   std::vector<float> start, end;  // exact, per chunk
-  std::vector<int> last_positive;
+  std::vector<int> lastPositive;
   std::vector<ChunkSummary> summ;  // [chunks][2], as A2 writes them
   float total = 0.0f;
 };
 
 // guess_mode: 0 from the float prefix (as the kernels), 1 deliberately wrong binades (forces the
 // replay path), 2 random binades.
-SplitRow split_pass_ab(const std::vector<float>& v, int chunk_len, int guess_mode, std::mt19937& rng,
+SplitRow split_pass_ab(const std::vector<float>& v, int chunkLen, int guess_mode, std::mt19937& rng,
                        SplitStats* stats) {
   const int n = static_cast<int>(v.size());
-  const int chunks = (n + chunk_len - 1) / chunk_len;
+  const int chunks = (n + chunkLen - 1) / chunkLen;
   auto val = [&](int i) { return v[i]; };
   // Pass A1: chunk float sums, pairwise (any association will do: only the guess depends on it).
   std::vector<float> csum(chunks, 0.0f);
   for (int c = 0; c < chunks; ++c) {
-    const int b = c * chunk_len, e = std::min(n, b + chunk_len);
+    const int b = c * chunkLen, e = std::min(n, b + chunkLen);
     std::vector<float> t;
     for (int i = b; i < e; ++i) t.push_back(v[i] > 0.0f ? v[i] : 0.0f);
     while (t.size() > 1) {
@@ -146,12 +146,12 @@ SplitRow split_pass_ab(const std::vector<float>& v, int chunk_len, int guess_mod
   // Pass A2: per chunk, the approximate start and two summaries.
   std::vector<ChunkSummary> summ(2 * static_cast<size_t>(chunks));
   SplitRow out;
-  out.last_positive.assign(chunks, -1);
+  out.lastPositive.assign(chunks, -1);
   for (int c = 0; c < chunks; ++c) {
     float approx = 0.0f;
     for (int j = c - 1; j >= 0; --j) approx += csum[j];  // reverse order on purpose
     int e0, e1;
-    guess_binades(approx, &e0, &e1);
+    guessBinades(approx, &e0, &e1);
     if (guess_mode == 1) {
       e0 = std::min(254, e0 + 2);
       e1 = std::max(0, e0 - 4);
@@ -159,11 +159,11 @@ SplitRow split_pass_ab(const std::vector<float>& v, int chunk_len, int guess_mod
       e0 = static_cast<int>(rng() % 255);
       e1 = static_cast<int>(rng() % 255);
     }
-    const int b = c * chunk_len, e = std::min(n, b + chunk_len);
-    summ[2 * c] = {e0, 0, chunk_step(val, b, e, e0)};
-    summ[2 * c + 1] = {e1, 0, chunk_step(val, b, e, e1)};
+    const int b = c * chunkLen, e = std::min(n, b + chunkLen);
+    summ[2 * c] = {e0, 0, chunkStep(val, b, e, e0)};
+    summ[2 * c + 1] = {e1, 0, chunkStep(val, b, e, e1)};
     for (int i = b; i < e; ++i) {
-      if (v[i] > 0.0f) out.last_positive[c] = i;
+      if (v[i] > 0.0f) out.lastPositive[c] = i;
     }
   }
   // Pass B: the chain of exact starts.
@@ -173,8 +173,8 @@ SplitRow split_pass_ab(const std::vector<float>& v, int chunk_len, int guess_mod
   for (int c = 0; c < chunks; ++c) {
     out.start[c] = s;
     float end;
-    if (!summaries_end(&summ[2 * c], 2, s, &end)) {
-      end = chunk_replay(val, c * chunk_len, std::min(n, (c + 1) * chunk_len), s);
+    if (!summariesEnd(&summ[2 * c], 2, s, &end)) {
+      end = chunkReplay(val, c * chunkLen, std::min(n, (c + 1) * chunkLen), s);
       if (stats) ++stats->replays;
     }
     out.end[c] = s = end;
@@ -186,16 +186,16 @@ SplitRow split_pass_ab(const std::vector<float>& v, int chunk_len, int guess_mod
 }
 
 // Pass C.
-int split_search(const std::vector<float>& v, int chunk_len, const SplitRow& r, float threshold) {
+int split_search(const std::vector<float>& v, int chunkLen, const SplitRow& r, float threshold) {
   const int n = static_cast<int>(v.size());
   const int chunks = static_cast<int>(r.end.size());
-  const int c = first_chunk_above(r.end.data(), chunks, threshold);
+  const int c = firstChunkAbove(r.end.data(), chunks, threshold);
   if (c == chunks) {
     int last = -1;
-    for (int j = 0; j < chunks; ++j) last = std::max(last, r.last_positive[j]);
+    for (int j = 0; j < chunks; ++j) last = std::max(last, r.lastPositive[j]);
     return last;
   }
-  const int i = chunk_search([&](int j) { return v[j]; }, c * chunk_len, std::min(n, (c + 1) * chunk_len),
+  const int i = chunkSearch([&](int j) { return v[j]; }, c * chunkLen, std::min(n, (c + 1) * chunkLen),
                              r.start[c], threshold);
   EXPECT_GE(i, 0) << "the chunk whose end exceeds the threshold must hold the crossing";
   return i;
@@ -206,7 +206,7 @@ int split_search(const std::vector<float>& v, int chunk_len, const SplitRow& r, 
 std::vector<float> thresholds_for(const std::vector<float>& v, float total, std::mt19937& rng) {
   std::vector<float> th;
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
-  for (int k = 0; k < 24; ++k) th.push_back(fmul_rn(uni(rng), total));
+  for (int k = 0; k < 24; ++k) th.push_back(fmulRn(uni(rng), total));
   th.push_back(0.0f);
   th.push_back(total);
   th.push_back(std::nextafter(total, 0.0f));
@@ -214,7 +214,7 @@ std::vector<float> thresholds_for(const std::vector<float>& v, float total, std:
   const int n = static_cast<int>(v.size());
   for (int k = 0; k < 16; ++k) {
     const int stop = static_cast<int>(rng() % n);
-    r = chunk_replay([&](int i) { return v[i]; }, 0, stop, 0.0f);
+    r = chunkReplay([&](int i) { return v[i]; }, 0, stop, 0.0f);
     th.push_back(r);
     th.push_back(std::nextafter(r, 0.0f));
     th.push_back(std::nextafter(r, 1e30f));
@@ -229,17 +229,17 @@ TEST(SamplingCdfChunks, StepOfMatchesOneFloatAdd) {
   int checked = 0;
   for (int t = 0; t < 200000; ++t) {
     const float s = u2f(static_cast<uint32_t>(rng() % 0x7f000000u));  // any finite s >= 0
-    const float x = (t % 3 == 0) ? std::ldexp(static_cast<float>(1 + rng() % 5), static_cast<int>(binade_of(s)) - 150 - 1)
+    const float x = (t % 3 == 0) ? std::ldexp(static_cast<float>(1 + rng() % 5), static_cast<int>(binadeOf(s)) - 150 - 1)
                                  : u2f(1u + static_cast<uint32_t>(rng() % 0x7f000000u));
     if (!(x > 0.0f) || !std::isfinite(x)) continue;
-    const int e = binade_of(s);
-    ChunkSummary sm{e, 0, step_of(x, e)};
+    const int e = binadeOf(s);
+    ChunkSummary sm{e, 0, stepOf(x, e)};
     float end;
-    if (summary_end(sm, s, &end)) {
-      ASSERT_EQ(f2u(end), f2u(fadd_rn(s, x))) << "s=" << s << " x=" << x;
+    if (summaryEnd(sm, s, &end)) {
+      ASSERT_EQ(f2u(end), f2u(faddRn(s, x))) << "s=" << s << " x=" << x;
       ++checked;
     } else {
-      ASSERT_GE(binade_of(fadd_rn(s, x)), e + 1) << "rejected only when the add leaves the binade";
+      ASSERT_GE(binadeOf(faddRn(s, x)), e + 1) << "rejected only when the add leaves the binade";
     }
   }
   EXPECT_GT(checked, 50000);
@@ -258,25 +258,25 @@ TEST(SamplingCdfChunks, ChunkSummaryFromAnyStartMatchesReplay) {
         // Starts: zero, powers of two, random floats, and (the GPU's common case) starts well
         // above the chunk's own sum, where the chunk usually stays inside one binade.
         std::uniform_real_distribution<float> uni(2.0f, 40.0f);
-        const float own = chunk_replay(val, 0, n, 0.0f);
+        const float own = chunkReplay(val, 0, n, 0.0f);
         float s = (k == 0) ? 0.0f
                   : (k == 1) ? std::ldexp(1.0f, -static_cast<int>(rng() % 40))
                   : (k < 4)  ? u2f(static_cast<uint32_t>(rng() % 0x42000000u))
                              : own * uni(rng);
-        const int e = binade_of(s);
-        const ChunkSummary sm{e, 0, chunk_step(val, 0, n, e)};
+        const int e = binadeOf(s);
+        const ChunkSummary sm{e, 0, chunkStep(val, 0, n, e)};
         float end;
         ++total;
-        const float ref = chunk_replay(val, 0, n, s);
-        if (summary_end(sm, s, &end)) {
+        const float ref = chunkReplay(val, 0, n, s);
+        if (summaryEnd(sm, s, &end)) {
           ++applied;
           ASSERT_EQ(f2u(end), f2u(ref)) << "kind " << static_cast<int>(kind) << " n " << n << " s " << s;
         } else {
-          ASSERT_GT(binade_of(ref), e) << "a summary may only be refused when the sum leaves the binade";
+          ASSERT_GT(binadeOf(ref), e) << "a summary may only be refused when the sum leaves the binade";
         }
         // A summary for another binade must never apply.
-        const ChunkSummary other{e == 0 ? 1 : e - 1, 0, chunk_step(val, 0, n, e == 0 ? 1 : e - 1)};
-        ASSERT_FALSE(summary_end(other, s, &end));
+        const ChunkSummary other{e == 0 ? 1 : e - 1, 0, chunkStep(val, 0, n, e == 0 ? 1 : e - 1)};
+        ASSERT_FALSE(summaryEnd(other, s, &end));
       }
     }
   }
@@ -293,15 +293,15 @@ TEST(SamplingCdfChunks, SplitTotalAndSearchEqualSequential) {
       const auto v = make_row(kind, n, rng);
       const float total = seq_total(v);
       const auto th = thresholds_for(v, total, rng);
-      for (int chunk_len : chunk_lens) {
-        if (chunk_len == 1 && n > 4000) continue;  // O(n^2) model
+      for (int chunkLen : chunk_lens) {
+        if (chunkLen == 1 && n > 4000) continue;  // O(n^2) model
         for (int mode = 0; mode < 3; ++mode) {
-          const SplitRow r = split_pass_ab(v, chunk_len, mode, rng, &stats[mode]);
+          const SplitRow r = split_pass_ab(v, chunkLen, mode, rng, &stats[mode]);
           ASSERT_EQ(f2u(r.total), f2u(total))
-              << "kind " << static_cast<int>(kind) << " n " << n << " chunk " << chunk_len << " mode " << mode;
+              << "kind " << static_cast<int>(kind) << " n " << n << " chunk " << chunkLen << " mode " << mode;
           for (float h : th) {
-            ASSERT_EQ(split_search(v, chunk_len, r, h), seq_search(v, h))
-                << "kind " << static_cast<int>(kind) << " n " << n << " chunk " << chunk_len << " threshold " << h;
+            ASSERT_EQ(split_search(v, chunkLen, r, h), seq_search(v, h))
+                << "kind " << static_cast<int>(kind) << " n " << n << " chunk " << chunkLen << " threshold " << h;
           }
         }
       }
@@ -313,7 +313,7 @@ TEST(SamplingCdfChunks, SplitTotalAndSearchEqualSequential) {
   EXPECT_GT(stats[1].replays * 2, stats[1].chunks);
 }
 
-// Full-size rows as the GPU sees them, through the reference's sample_from_probs.
+// Full-size rows as the GPU sees them, through the reference's sampleFromProbs.
 TEST(SamplingCdfChunks, SplitTokensEqualReferenceAtFullVocab) {
   std::mt19937 rng(4);
   for (int n : {151936, 100003, 49152}) {
@@ -324,8 +324,8 @@ TEST(SamplingCdfChunks, SplitTokensEqualReferenceAtFullVocab) {
       std::uniform_real_distribution<float> uni(0.0f, 1.0f);
       for (int k = 0; k < 200; ++k) {
         const float u = uni(rng);
-        const int want = ref::sample_from_probs(v.data(), n, u);
-        ASSERT_EQ(split_search(v, 4096, r, fmul_rn(u, r.total)), want) << "n " << n << " u " << u;
+        const int want = ref::sampleFromProbs(v.data(), n, u);
+        ASSERT_EQ(split_search(v, 4096, r, fmulRn(u, r.total)), want) << "n " << n << " u " << u;
       }
       EXPECT_LE(st.replays, st.chunks / 2 + 2) << "n " << n << " kind " << static_cast<int>(kind);
       // The GPU cost driver: each replay is one chunk summed sequentially by one CTA.
@@ -335,12 +335,12 @@ TEST(SamplingCdfChunks, SplitTokensEqualReferenceAtFullVocab) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kernel BC as a CTA: cdf::chain_and_search (the code the kernel runs) on kModelThreads host
+// Kernel BC as a CTA: cdf::chainAndSearch (the code the kernel runs) on kModelThreads host
 // threads with a barrier, each thread with its own registers. The collectives stand for
-// sequential_cdf thread by thread: running sums in index order from the caller's own r0; in the
+// sequentialCdf thread by thread: running sums in index order from the caller's own r0; in the
 // search, thread t owns entries [t kModelItems, (t + 1) kModelItems) of every tile of
 // kModelThreads * kModelItems, reports the first of them whose running sum exceeds *its own*
-// threshold, and the CTA takes the minimum (block_min2). On uniform inputs that is exactly the
+// threshold, and the CTA takes the minimum (blockMin2). On uniform inputs that is exactly the
 // definition; on non-uniform inputs the GPU's collective is undefined (wrong token or a thread
 // waiting at a barrier forever), so the model counts them.
 
@@ -368,13 +368,13 @@ struct ModelBlock {
   void sync() const { cta->bar.arrive_and_wait(); }
 };
 
-// The collectives of one thread of the model CTA over row v (chunks of chunk_len entries).
+// The collectives of one thread of the model CTA over row v (chunks of chunkLen entries).
 struct ModelCollectives {
   const std::vector<float>* v;
-  int chunk_len;
+  int chunkLen;
   ModelBlock blk;
-  int begin(int c) const { return c * chunk_len; }
-  int end(int c) const { return std::min(static_cast<int>(v->size()), (c + 1) * chunk_len); }
+  int begin(int c) const { return c * chunkLen; }
+  int end(int c) const { return std::min(static_cast<int>(v->size()), (c + 1) * chunkLen); }
   // Publishes this thread's inputs; thread 0 counts a disagreement.
   void enter(int c, float r0, float th) const {
     ModelCta& m = *blk.cta;
@@ -395,7 +395,7 @@ struct ModelCollectives {
   float replay(int c, float r0) const {
     enter(c, r0, 0.0f);
     if (blk.t == 0) ++blk.cta->replays;
-    return chunk_replay([&](int i) { return (*v)[i]; }, begin(c), end(c), r0);
+    return chunkReplay([&](int i) { return (*v)[i]; }, begin(c), end(c), r0);
   }
   int search(int c, float r0, float threshold) const {
     enter(c, r0, threshold);
@@ -407,7 +407,7 @@ struct ModelCollectives {
       const float x = (*v)[b + i];
       if (!(x > 0.0f)) continue;
       last = i;
-      r = fadd_rn(r, x);
+      r = faddRn(r, x);
       if (mine == kNone && r > threshold && (i % (kModelThreads * kModelItems)) / kModelItems == blk.t) mine = i;
     }
     ModelCta& m = *blk.cta;
@@ -416,20 +416,20 @@ struct ModelCollectives {
     int first = kNone;
     for (int j = 0; j < kModelThreads; ++j) first = std::min(first, m.found[j]);
     blk.sync();
-    return first == kNone ? last : first;  // sequential_cdf: else the last positive index
+    return first == kNone ? last : first;  // sequentialCdf: else the last positive index
   }
 };
 
 // Runs body(ModelBlock, ModelCollectives) on every thread of a model CTA; returns thread 0's
 // result (the kernel's thread 0 writes the token) and checks the others agree.
 template <typename Body>
-int run_model_cta(ModelCta& cta, const std::vector<float>& v, int chunk_len, Body body, bool* agree) {
+int run_model_cta(ModelCta& cta, const std::vector<float>& v, int chunkLen, Body body, bool* agree) {
   std::vector<int> out(kModelThreads, -9);
   std::vector<std::thread> threads;
   for (int t = 0; t < kModelThreads; ++t) {
     threads.emplace_back([&, t] {
       const ModelBlock blk{&cta, t};
-      out[t] = body(blk, ModelCollectives{&v, chunk_len, blk});
+      out[t] = body(blk, ModelCollectives{&v, chunkLen, blk});
     });
   }
   for (auto& th : threads) th.join();
@@ -437,40 +437,40 @@ int run_model_cta(ModelCta& cta, const std::vector<float>& v, int chunk_len, Bod
   return out[0];
 }
 
-int model_bc(const std::vector<float>& v, const SplitRow& r, int chunk_len, float u, ModelCta& cta, bool* agree) {
+int model_bc(const std::vector<float>& v, const SplitRow& r, int chunkLen, float u, ModelCta& cta, bool* agree) {
   const int chunks = static_cast<int>(r.end.size());
-  return run_model_cta(cta, v, chunk_len, [&](const ModelBlock& blk, const ModelCollectives& col) {
-    return chain_and_search(
-        blk, chunks, chunk_len, r.summ.data(), u, cta.start.data(), cta.sh,
+  return run_model_cta(cta, v, chunkLen, [&](const ModelBlock& blk, const ModelCollectives& col) {
+    return chainAndSearch(
+        blk, chunks, chunkLen, r.summ.data(), u, cta.start.data(), cta.sh,
         [&](int c, float r0) { return col.replay(c, r0); },
         [&](int c, float r0, float th) { return col.search(c, r0, th); },
-        [&] { return *std::max_element(r.last_positive.begin(), r.last_positive.end()); });
+        [&] { return *std::max_element(r.lastPositive.begin(), r.lastPositive.end()); });
   }, agree);
 }
 
 // A wrong BC (the mutant of PerThreadTotalChainFailsOnAModelCta): thread 0 carries the running
 // sum s through the chunks whose summaries apply; the others only update theirs on a replay;
 // afterwards every thread takes its own s as the total.
-int model_bc_per_thread_total(const std::vector<float>& v, const SplitRow& r, int chunk_len,
+int model_bc_per_thread_total(const std::vector<float>& v, const SplitRow& r, int chunkLen,
                               float u, ModelCta& cta, bool* agree) {
   const int chunks = static_cast<int>(r.end.size());
   const ChunkSummary* summ = r.summ.data();
-  return run_model_cta(cta, v, chunk_len, [&](const ModelBlock& blk, const ModelCollectives& col) {
+  return run_model_cta(cta, v, chunkLen, [&](const ModelBlock& blk, const ModelCollectives& col) {
     float* start = cta.start.data();
     int c = 0;
     float s = 0.0f;
     for (;;) {
       if (blk.tid() == 0) {
         float end;
-        while (c < chunks && summaries_end(summ + 2 * c, 2, s, &end)) {
+        while (c < chunks && summariesEnd(summ + 2 * c, 2, s, &end)) {
           start[c++] = s;
           s = end;
         }
         if (c < chunks) start[c] = s;
-        cta.sh.next_chunk = c;
+        cta.sh.nextChunk = c;
       }
       blk.sync();
-      c = cta.sh.next_chunk;
+      c = cta.sh.nextChunk;
       if (c == chunks) break;
       s = start[c];
       blk.sync();
@@ -480,17 +480,17 @@ int model_bc_per_thread_total(const std::vector<float>& v, const SplitRow& r, in
     if (blk.tid() == 0) start[chunks] = s;
     blk.sync();
     const float total = s;
-    const float threshold = fmul_rn(u, total);
+    const float threshold = fmulRn(u, total);
     int token = -1;
     if (blk.tid() == 0) {
-      const int found = first_chunk_above(start + 1, chunks, threshold);
+      const int found = firstChunkAbove(start + 1, chunks, threshold);
       cta.sh.found = found;
-      if (found == chunks) token = *std::max_element(r.last_positive.begin(), r.last_positive.end());
+      if (found == chunks) token = *std::max_element(r.lastPositive.begin(), r.lastPositive.end());
     }
     blk.sync();
     const int found = cta.sh.found;
     if (found == chunks) return token;
-    return found * chunk_len + col.search(found, start[found], threshold);
+    return found * chunkLen + col.search(found, start[found], threshold);
   }, agree);
 }
 
@@ -503,8 +503,8 @@ std::vector<float> model_uniforms(std::mt19937& rng, int count) {
 
 // Probabilities of a row as the GPU tests build them (tests/kernels/test_sampling_cdf_split_gpu.cu:
 // Gaussian logits of scale 1..4, kind 1 coarse (ties), kind 3 one peak), through the reference's
-// temperature / top-p (the same fixed-point masses and divisions as full_row_kernel).
-std::vector<float> gpu_like_row(int n, uint32_t seed, int kind, float temperature, float top_p, TopPMode mode) {
+// temperature / top-p (the same fixed-point masses and divisions as fullRowKernel).
+std::vector<float> gpu_like_row(int n, uint32_t seed, int kind, float temperature, float topP, TopPMode mode) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f + static_cast<float>(seed % 4));
   std::vector<float> x(n), probs(n);
@@ -513,13 +513,13 @@ std::vector<float> gpu_like_row(int n, uint32_t seed, int kind, float temperatur
     for (auto& l : x) l = std::round(l * 2.0f) * 0.5f;
   }
   if (kind == 3) x[(seed * 7919u) % n] = 20.0f;
-  const bool uniform = ref::row_probs(x.data(), n, temperature, 0, top_p, mode, probs.data());
+  const bool uniform = ref::rowProbs(x.data(), n, temperature, 0, topP, mode, probs.data());
   EXPECT_FALSE(uniform);
   return probs;
 }
 
 struct GpuLikeCase {
-  float temperature, top_p;
+  float temperature, topP;
   TopPMode mode;
 };
 constexpr GpuLikeCase kGpuLikeCases[] = {{0.5f, 1.0f, TopPMode::kNucleus},
@@ -542,7 +542,7 @@ TEST(SamplingCdfChunks, ChainAndSearchOnAModelCtaEqualsReference) {
           ModelCta cta(static_cast<int>(r.end.size()));
           bool agree = false;
           const int got = model_bc(v, r, kCdfChunk, u, cta, &agree);
-          const int want = ref::sample_from_probs(v.data(), n, u);
+          const int want = ref::sampleFromProbs(v.data(), n, u);
           ASSERT_EQ(got, want) << "n " << n << " kind " << static_cast<int>(kind) << " mode " << mode << " u " << u;
           ASSERT_TRUE(agree);
           ASSERT_EQ(cta.nonuniform.load(), 0) << "a collective got thread-dependent inputs";
@@ -558,13 +558,13 @@ TEST(SamplingCdfChunks, ChainAndSearchOnAModelCtaEqualsReference) {
   for (const GpuLikeCase& gc : kGpuLikeCases) {
     for (int kind = 0; kind < 4; ++kind) {
       const int n = kind % 2 ? 151936 : 128256;
-      const auto v = gpu_like_row(n, ++seed, kind, gc.temperature, gc.top_p, gc.mode);
+      const auto v = gpu_like_row(n, ++seed, kind, gc.temperature, gc.topP, gc.mode);
       const SplitRow r = split_pass_ab(v, kCdfChunk, 0, rng, nullptr);
       for (float u : model_uniforms(rng, 4)) {
         ModelCta cta(static_cast<int>(r.end.size()));
         bool agree = false;
-        ASSERT_EQ(model_bc(v, r, kCdfChunk, u, cta, &agree), ref::sample_from_probs(v.data(), n, u))
-            << "GPU-like row kind " << kind << " T " << gc.temperature << " p " << gc.top_p << " u " << u;
+        ASSERT_EQ(model_bc(v, r, kCdfChunk, u, cta, &agree), ref::sampleFromProbs(v.data(), n, u))
+            << "GPU-like row kind " << kind << " T " << gc.temperature << " p " << gc.topP << " u " << u;
         ASSERT_TRUE(agree);
         ASSERT_EQ(cta.nonuniform.load(), 0);
         ++rows;
@@ -578,12 +578,12 @@ TEST(SamplingCdfChunks, ChainAndSearchOnAModelCtaEqualsReference) {
   std::printf("  %d model CTAs, %d of %d chunks replayed\n", rows, replays, chunks_seen);
 }
 
-// The block-uniformity rule of chain_and_search must be able to fail: with the total taken from
+// The block-uniformity rule of chainAndSearch must be able to fail: with the total taken from
 // each thread's own running sum, every thread but 0 searches for a too small threshold (u times
 // the end of the last replayed chunk). On a GPU that gives tokens too early but in the right
 // chunk (thread 0 picks the chunk), mostly a few entries past the chunk start (threads 1, 2, ...
 // own those), and hangs (a thread whose threshold is already passed at a binade crossing returns
-// from sequential_cdf while the others wait at its next barrier); the model CTA shows the same
+// from sequentialCdf while the others wait at its next barrier); the model CTA shows the same
 // tokens. Rows whose last chunks are all replayed (their sum crosses a power of two there) come
 // out right, so not every row fails.
 TEST(SamplingCdfChunks, PerThreadTotalChainFailsOnAModelCta) {
@@ -593,13 +593,13 @@ TEST(SamplingCdfChunks, PerThreadTotalChainFailsOnAModelCta) {
   for (const GpuLikeCase& gc : kGpuLikeCases) {
     for (int kind = 0; kind < 4; ++kind) {
       const int n = 151936;
-      const auto v = gpu_like_row(n, ++seed, kind, gc.temperature, gc.top_p, gc.mode);
+      const auto v = gpu_like_row(n, ++seed, kind, gc.temperature, gc.topP, gc.mode);
       const SplitRow r = split_pass_ab(v, kCdfChunk, 0, rng, nullptr);
       for (float u : model_uniforms(rng, 4)) {
         ModelCta cta(static_cast<int>(r.end.size()));
         bool agree = false;
         const int got = model_bc_per_thread_total(v, r, kCdfChunk, u, cta, &agree);
-        const int want = ref::sample_from_probs(v.data(), n, u);
+        const int want = ref::sampleFromProbs(v.data(), n, u);
         ++runs;
         nonuniform += cta.nonuniform.load() > 0 ? 1 : 0;
         if (got == want) continue;
@@ -631,18 +631,18 @@ TEST(SamplingCdfChunks, NaiveCompositionsDisagreeWithSequential) {
       // (a) each chunk summed in float from zero, then the chunk sums added in order.
       float naive = 0.0f;
       for (int b = 0; b < n; b += 512) {
-        naive = fadd_rn(naive, chunk_replay([&](int i) { return v[i]; }, b, std::min(n, b + 512), 0.0f));
+        naive = faddRn(naive, chunkReplay([&](int i) { return v[i]; }, b, std::min(n, b + 512), 0.0f));
       }
       if (f2u(naive) != f2u(total)) ++naive_float_wrong;
       // (b) the integer composition with ties rounded up instead of to even.
       float s = 0.0f;
       for (int i = 0; i < n; ++i) {
         if (!(v[i] > 0.0f)) continue;
-        const int e = binade_of(s);
-        const Step st = step_of(v[i], e);
+        const int e = binadeOf(s);
+        const Step st = stepOf(v[i], e);
         const Step up{std::max(st.c0, st.c1), std::max(st.c0, st.c1)};
-        const int64_t m = step_apply(up, grid_count(s));
-        s = m < binade_limit(e) ? grid_value(e, m) : fadd_rn(s, v[i]);
+        const int64_t m = stepApply(up, gridCount(s));
+        s = m < binadeLimit(e) ? gridValue(e, m) : faddRn(s, v[i]);
       }
       if (f2u(s) != f2u(total)) ++no_tie_parity_wrong;
     }
@@ -653,23 +653,23 @@ TEST(SamplingCdfChunks, NaiveCompositionsDisagreeWithSequential) {
 
 TEST(SamplingCdfChunks, FirstChunkAbove) {
   const float ends[] = {0.0f, 0.25f, 0.25f, 0.5f, 1.0f};
-  EXPECT_EQ(first_chunk_above(ends, 5, -1.0f), 0);
-  EXPECT_EQ(first_chunk_above(ends, 5, 0.0f), 1);
-  EXPECT_EQ(first_chunk_above(ends, 5, 0.25f), 3);
-  EXPECT_EQ(first_chunk_above(ends, 5, 0.75f), 4);
-  EXPECT_EQ(first_chunk_above(ends, 5, 1.0f), 5);
-  EXPECT_EQ(first_chunk_above(ends, 0, 1.0f), 0);
+  EXPECT_EQ(firstChunkAbove(ends, 5, -1.0f), 0);
+  EXPECT_EQ(firstChunkAbove(ends, 5, 0.0f), 1);
+  EXPECT_EQ(firstChunkAbove(ends, 5, 0.25f), 3);
+  EXPECT_EQ(firstChunkAbove(ends, 5, 0.75f), 4);
+  EXPECT_EQ(firstChunkAbove(ends, 5, 1.0f), 5);
+  EXPECT_EQ(firstChunkAbove(ends, 0, 1.0f), 0);
 }
 
 TEST(SamplingCdfChunks, GuessBinadesCoverTheNearerEdge) {
   int a, b;
-  guess_binades(0.0f, &a, &b);
+  guessBinades(0.0f, &a, &b);
   EXPECT_EQ(a, 0);
   EXPECT_EQ(b, 1);
-  guess_binades(1.01f, &a, &b);  // just above 1: 1's binade and the one below
+  guessBinades(1.01f, &a, &b);  // just above 1: 1's binade and the one below
   EXPECT_EQ(a, 127);
   EXPECT_EQ(b, 126);
-  guess_binades(1.99f, &a, &b);
+  guessBinades(1.99f, &a, &b);
   EXPECT_EQ(a, 127);
   EXPECT_EQ(b, 128);
 }
@@ -682,14 +682,14 @@ TEST(SamplingCdfChunks, PlanReservesTheSplitRegion) {
         SamplingParams p;
         p.batch = batch;
         p.vocab = vocab;
-        p.top_k = k;
-        const GeneralPlan plan = plan_general(p);
-        const bool want = batch <= kCdfSplitMaxRows && vocab >= kCdfSplitMinVocab && plan.any_full;
-        EXPECT_EQ(plan.cdf_split, want) << batch << " " << vocab << " " << k;
-        if (!plan.cdf_split) continue;
-        EXPECT_EQ(plan.cdf_chunks, (vocab + kCdfChunk - 1) / kCdfChunk);
-        EXPECT_EQ(plan.cdf_offset % 16, 0u);
-        EXPECT_EQ(plan.workspace_bytes, plan.cdf_offset + cdf_layout(batch, plan.cdf_chunks).bytes);
+        p.topK = k;
+        const GeneralPlan plan = planGeneral(p);
+        const bool want = batch <= kCdfSplitMaxRows && vocab >= kCdfSplitMinVocab && plan.anyFull;
+        EXPECT_EQ(plan.cdfSplit, want) << batch << " " << vocab << " " << k;
+        if (!plan.cdfSplit) continue;
+        EXPECT_EQ(plan.cdfChunks, (vocab + kCdfChunk - 1) / kCdfChunk);
+        EXPECT_EQ(plan.cdfOffset % 16, 0u);
+        EXPECT_EQ(plan.workspaceBytes, plan.cdfOffset + cdfLayout(batch, plan.cdfChunks).bytes);
       }
     }
   }

@@ -22,19 +22,19 @@ struct SplitCase {
   int32_t batch;
   DType dtype;
   float temperature;
-  float top_p;
-  int32_t top_k = 0;
+  float topP;
+  int32_t topK = 0;
   TopPMode mode = TopPMode::kNucleus;
 };
 
 std::string describe(const SplitCase& c, uint32_t seed) {
   return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " +
          std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.temperature) +
-         " p=" + std::to_string(c.top_p) + " k=" + std::to_string(c.top_k) + " seed=" + std::to_string(seed);
+         " p=" + std::to_string(c.topP) + " k=" + std::to_string(c.topK) + " seed=" + std::to_string(seed);
 }
 
 SamplingParams params_of(const SplitCase& c) {
-  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.top_k, c.top_p, c.mode);
+  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.topK, c.topP, c.mode);
 }
 
 // Rows: Gaussian logits (scale 1..4), every third row coarse (ties), every fourth peaked. With
@@ -74,7 +74,7 @@ std::vector<int32_t> run_ref(const SplitCase& c, const std::vector<float>& x, co
 
 void check(const SplitCase& c, uint32_t seed, bool same_row = false) {
   SamplingParams p = params_of(c);
-  ASSERT_TRUE(sampling::plan_general(p).cdf_split) << "not the split path: " << describe(c, seed);
+  ASSERT_TRUE(sampling::planGeneral(p).cdfSplit) << "not the split path: " << describe(c, seed);
   const auto x = make_logits(c, seed, same_row);
   std::mt19937 rng(seed ^ 0x9e3779b9u);
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
@@ -96,10 +96,10 @@ TEST(SamplingCdfSplitGpu, TokensEqualReference) {
   for (int32_t v : {151936, 49152, 100003}) {
     for (int32_t batch : {1, 2, 8}) {
       for (float t : {0.5f, 1.0f, 2.0f}) {
-        for (float top_p : {1.0f, 0.9f}) {
+        for (float topP : {1.0f, 0.9f}) {
           const int seeds = batch == 8 ? 3 : 6;
           for (int s = 0; s < seeds; ++s) {
-            check({v, batch, DType::kF32, t, top_p}, 1000u * v + 17u * batch + s);
+            check({v, batch, DType::kF32, t, topP}, 1000u * v + 17u * batch + s);
           }
         }
       }
@@ -133,7 +133,7 @@ TEST(SamplingCdfSplitGpu, Fp16TruncateAndLargeTopK) {
   check({151936, 4, DType::kF32, 1.0f, 0.95f, 2000}, 8);  // k above the candidate cap
 }
 
-// Per-row top-k: candidate rows (k <= cap, drawn by final_fast_kernel) and full-row rows (drawn
+// Per-row top-k: candidate rows (k <= cap, drawn by finalFastKernel) and full-row rows (drawn
 // by the split kernels) in one batch; each row's token must come from exactly one of them.
 TEST(SamplingCdfSplitGpu, MixedCandidateAndFullRows) {
   ES_SKIP_IF_NO_GPU();
@@ -147,27 +147,27 @@ TEST(SamplingCdfSplitGpu, MixedCandidateAndFullRows) {
     std::vector<float> u(c.batch);
     for (auto& v : u) v = uni(rng);
     SamplingParams p = params_of(c);
-    p.top_ks = ks.data();
+    p.topKs = ks.data();
     p.temperatures = ts.data();
     p.logits = x.data();
     p.uniforms = u.data();
     std::vector<int32_t> want(c.batch, -77);
     p.tokens = want.data();
-    ref::sample_rows(p);
+    ref::sampleRows(p);
 
     test::DeviceArray<float> d_x(x), d_u(u), d_t(ts);
     test::DeviceArray<int32_t> d_k(ks), d_tokens(c.batch);
     p.logits = d_x.get();
     p.uniforms = d_u.get();
-    p.top_ks = d_k.get();
+    p.topKs = d_k.get();
     p.temperatures = d_t.get();
     p.tokens = d_tokens.get();
-    ASSERT_TRUE(sampling::plan_general(p).cdf_split);
-    const size_t ws = sampling_workspace_bytes(p);
+    ASSERT_TRUE(sampling::planGeneral(p).cdfSplit);
+    const size_t ws = samplingWorkspaceBytes(p);
     test::DeviceArray<uint8_t> d_ws(ws);
     p.workspace = d_ws.get();
-    p.workspace_bytes = ws;
-    kernel::sample_rows(p, nullptr);
+    p.workspaceBytes = ws;
+    kernel::sampleRows(p, nullptr);
     const auto got = d_tokens.download();
     for (int32_t b = 0; b < c.batch; ++b) {
       EXPECT_EQ(got[b], want[b]) << "seed " << seed << " row " << b << " k " << ks[b];

@@ -1,5 +1,5 @@
-// The general path's candidate mode: its chunk and final stages (chunk_fast_kernel +
-// final_fast_kernel in kernels/sampling.cu). Checked against the CPU reference bit for bit
+// The general path's candidate mode: its chunk and final stages (chunkFastKernel +
+// finalFastKernel in kernels/sampling.cu). Checked against the CPU reference bit for bit
 // (probabilities by memcmp, tokens exactly), and the chunk stage's own output in the workspace
 // (the records: each run of chunks' top-k composites, every chunk's poison flag) against a host
 // brute force, for vocabularies
@@ -27,7 +27,7 @@ namespace es {
 namespace {
 
 using sampling::composite;
-using sampling::order_key;
+using sampling::orderKey;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -36,14 +36,14 @@ struct CfCase {
   int32_t batch;
   DType dtype;
   float temperature;
-  int32_t top_k;
-  float top_p = 1.0f;
+  int32_t topK;
+  float topP = 1.0f;
   TopPMode mode = TopPMode::kNucleus;
 };
 
 std::string describe(const CfCase& c, uint32_t seed) {
   return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " + std::string(dtype_name(c.dtype)) +
-         " T=" + std::to_string(c.temperature) + " k=" + std::to_string(c.top_k) + " p=" + std::to_string(c.top_p) +
+         " T=" + std::to_string(c.temperature) + " k=" + std::to_string(c.topK) + " p=" + std::to_string(c.topP) +
          (c.mode == TopPMode::kTruncate ? " truncate" : " nucleus") + " seed=" + std::to_string(seed);
 }
 
@@ -90,7 +90,7 @@ std::vector<float> make_logits(const CfCase& c, uint32_t seed) {
 }
 
 SamplingParams params_of(const CfCase& c) {
-  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.top_k, c.top_p, c.mode,
+  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.topK, c.topP, c.mode,
                                SamplingPath::kGeneral);
 }
 
@@ -105,12 +105,12 @@ constexpr test::GpuSampleOptions kWithRecords{.probs = true, .download_workspace
 // row_k[b]: row b's effective top-k (rows above the plan's kcap have no records).
 void check_records(const SamplingParams& p, const std::vector<float>& x, const std::vector<float>& temps,
                    const std::vector<int32_t>& row_k, const std::vector<uint64_t>& ws, const std::string& what) {
-  const sampling::GeneralPlan plan = sampling::plan_general(p);
-  ASSERT_TRUE(plan.any_candidate) << what;
-  const size_t cap = static_cast<size_t>(sampling::record_cap(plan));
-  const uint64_t* headers = ws.data() + sampling::record_headers_offset(plan, p.batch);
+  const sampling::GeneralPlan plan = sampling::planGeneral(p);
+  ASSERT_TRUE(plan.anyCandidate) << what;
+  const size_t cap = static_cast<size_t>(sampling::recordCap(plan));
+  const uint64_t* headers = ws.data() + sampling::recordHeadersOffset(plan, p.batch);
   // A chunk stage whose CTAs walk whole rows finalizes them itself and writes no record
-  // (RowsArgs::chunk_finalizes_rows): every header keeps the poison. Its outputs were compared
+  // (RowsArgs::chunkFinalizesRows): every header keeps the poison. Its outputs were compared
   // already.
   uint64_t poison_word;
   std::memset(&poison_word, test::kPoisonByte, sizeof(poison_word));
@@ -124,34 +124,34 @@ void check_records(const SamplingParams& p, const std::vector<float>& x, const s
   for (int32_t b = 0; b < p.batch; ++b) {
     if (row_k[b] > plan.kcap) continue;
     ++checked;
-    const sampling::RowParams rp = sampling::make_row_params(temps[b], row_k[b], 1.0f, p.vocab);
+    const sampling::RowParams rp = sampling::makeRowParams(temps[b], row_k[b], 1.0f, p.vocab);
     std::vector<uint64_t> comp(p.vocab);
     bool row_poisoned = false;
     for (int32_t c = 0; c < plan.chunks; ++c) {
-      const int32_t start = c * plan.chunk_len;
-      const int32_t len = std::min(plan.chunk_len, p.vocab - start);
+      const int32_t start = c * plan.chunkLen;
+      const int32_t len = std::min(plan.chunkLen, p.vocab - start);
       bool poisoned = false;
       for (int32_t i = start; i < start + len; ++i) {
-        const float s = sampling::scale_logit(x[static_cast<size_t>(b) * p.vocab + i], rp.inv_t, rp.greedy);
-        poisoned = poisoned || sampling::poisons_row(s);
-        comp[i] = composite(order_key(s), static_cast<uint32_t>(i));
+        const float s = sampling::scaleLogit(x[static_cast<size_t>(b) * p.vocab + i], rp.invT, rp.greedy);
+        poisoned = poisoned || sampling::poisonsRow(s);
+        comp[i] = composite(orderKey(s), static_cast<uint32_t>(i));
       }
       const uint64_t h = headers[static_cast<size_t>(b) * plan.chunks + c];
-      if (sampling::header_poisoned(h) != poisoned) fail(b, "chunk " + std::to_string(c) + ": poison flag wrong");
+      if (sampling::headerPoisoned(h) != poisoned) fail(b, "chunk " + std::to_string(c) + ": poison flag wrong");
       row_poisoned = row_poisoned || poisoned;
     }
-    if (row_poisoned) continue;  // final_fast_kernel reads no candidates of a poisoned row
+    if (row_poisoned) continue;  // finalFastKernel reads no candidates of a poisoned row
     int32_t next_first = 0;
     for (int32_t c = 0; c < plan.chunks; ++c) {
       const uint64_t h = headers[static_cast<size_t>(b) * plan.chunks + c];
-      const int32_t n = sampling::header_count(h), first = sampling::header_first_chunk(h);
+      const int32_t n = sampling::headerCount(h), first = sampling::headerFirstChunk(h);
       if (n == 0) continue;
       if (first != next_first) {
         fail(b, "record at chunk " + std::to_string(c) + " starts at chunk " + std::to_string(first) +
                     ", expected " + std::to_string(next_first));
         break;
       }
-      const int32_t lo = first * plan.chunk_len, hi = std::min(p.vocab, (c + 1) * plan.chunk_len);
+      const int32_t lo = first * plan.chunkLen, hi = std::min(p.vocab, (c + 1) * plan.chunkLen);
       std::vector<uint64_t> run(comp.begin() + lo, comp.begin() + hi);
       const int32_t kk = std::min<int32_t>(rp.k, hi - lo);
       std::partial_sort(run.begin(), run.begin() + kk, run.end(), std::greater<>());
@@ -172,8 +172,8 @@ void check_records(const SamplingParams& p, const std::vector<float>& x, const s
 void check(const CfCase& c, uint32_t seed) {
   const SamplingParams p = params_of(c);
   const std::string what = describe(c, seed);
-  const sampling::GeneralPlan plan = sampling::plan_general(p);
-  ASSERT_TRUE(plan.any_candidate && !plan.any_full) << "not the candidate mode: " << what;
+  const sampling::GeneralPlan plan = sampling::planGeneral(p);
+  ASSERT_TRUE(plan.anyCandidate && !plan.anyFull) << "not the candidate mode: " << what;
   const auto x = make_logits(c, seed);
   std::mt19937 rng(seed ^ 0x5bd1e995u);
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
@@ -182,21 +182,21 @@ void check(const CfCase& c, uint32_t seed) {
   const test::SampleOutputs want = test::run_sample_rows_ref(p, x, u);
   const test::SampleOutputs got = test::run_sample_rows_gpu(p, x, u, kWithRecords);
   test::expect_same_samples(got, want, c.batch, c.vocab, what);
-  const sampling::RowParams rp = sampling::make_row_params(c.temperature, c.top_k, 1.0f, c.vocab);
-  check_records(p, x, std::vector<float>(c.batch, c.temperature), std::vector<int32_t>(c.batch, rp.greedy ? 1 : c.top_k),
+  const sampling::RowParams rp = sampling::makeRowParams(c.temperature, c.topK, 1.0f, c.vocab);
+  check_records(p, x, std::vector<float>(c.batch, c.temperature), std::vector<int32_t>(c.batch, rp.greedy ? 1 : c.topK),
                 got.workspace, what);
 }
 
 // The plans these cases rely on: chunk lengths 2048 (R = 1), ~6100 (R = 3), 8192 (R = 4).
 TEST(SamplingChunkFastGpu, PlanShapes) {
-  EXPECT_EQ(sampling::plan_general(params_of({151936, 1, DType::kF32, 1.0f, 50})).chunk_len, 2048);
-  EXPECT_EQ(sampling::plan_general(params_of({151936, 256, DType::kF32, 1.0f, 50})).chunk_len, 8192);
-  EXPECT_EQ(sampling::plan_general(params_of({151936, 256, DType::kF32, 1.0f, 50})).chunks, 19);
-  const int32_t big = sampling::plan_general(params_of({1000003, 1, DType::kF32, 1.0f, 50})).chunk_len;
+  EXPECT_EQ(sampling::planGeneral(params_of({151936, 1, DType::kF32, 1.0f, 50})).chunkLen, 2048);
+  EXPECT_EQ(sampling::planGeneral(params_of({151936, 256, DType::kF32, 1.0f, 50})).chunkLen, 8192);
+  EXPECT_EQ(sampling::planGeneral(params_of({151936, 256, DType::kF32, 1.0f, 50})).chunks, 19);
+  const int32_t big = sampling::planGeneral(params_of({1000003, 1, DType::kF32, 1.0f, 50})).chunkLen;
   EXPECT_GT(big, 4096);
   EXPECT_LE(big, 6144);
-  EXPECT_TRUE(sampling::plan_general(params_of({128256, 16, DType::kF32, 1.0f, 512})).any_candidate);
-  EXPECT_FALSE(sampling::plan_general(params_of({151936, 16, DType::kF32, 1.0f, 512})).any_candidate);
+  EXPECT_TRUE(sampling::planGeneral(params_of({128256, 16, DType::kF32, 1.0f, 512})).anyCandidate);
+  EXPECT_FALSE(sampling::planGeneral(params_of({151936, 16, DType::kF32, 1.0f, 512})).anyCandidate);
 }
 
 TEST(SamplingChunkFastGpu, Vocab151936) {
@@ -208,7 +208,7 @@ TEST(SamplingChunkFastGpu, Vocab151936) {
   check({151936, 16, DType::kF16, 1.0f, 50, 0.9f}, 5);
   check({151936, 256, DType::kF32, 0.8f, 50, 0.9f}, 6);  // the verify benchmark's shape
   check({151936, 256, DType::kF32, 0.0f, 0}, 7);         // greedy
-  // T = +inf: inv_t = 0, finite logits scale to 0 and +-inf to NaN (the filter's |logit| maximum)
+  // T = +inf: invT = 0, finite logits scale to 0 and +-inf to NaN (the filter's |logit| maximum)
   check({151936, 16, DType::kF32, kInf, 50, 0.9f}, 8);
   check({151936, 256, DType::kF32, kInf, 50, 0.9f}, 9);
 }
@@ -253,21 +253,21 @@ TEST(SamplingChunkFastGpu, PerRowParameters) {
     std::vector<float> u(c.batch);
     for (auto& v : u) v = uni(rng);
     SamplingParams p = params_of(c);
-    p.top_ks = ks.data();
+    p.topKs = ks.data();
     p.temperatures = ts.data();
-    p.top_ps = ps.data();
+    p.topPs = ps.data();
     const test::SampleOutputs want = test::run_sample_rows_ref(p, x, u);
     test::DeviceArray<int32_t> d_k(ks);
     test::DeviceArray<float> d_t(ts), d_p(ps);
-    p.top_ks = d_k.get();
+    p.topKs = d_k.get();
     p.temperatures = d_t.get();
-    p.top_ps = d_p.get();
+    p.topPs = d_p.get();
     const std::string what = "per-row parameters seed " + std::to_string(seed);
     const test::SampleOutputs got = test::run_sample_rows_gpu(p, x, u, kWithRecords);
     test::expect_same_samples(got, want, c.batch, c.vocab, what);
     std::vector<int32_t> row_k(c.batch);
     for (int32_t b = 0; b < c.batch; ++b) {
-      const sampling::RowParams rp = sampling::make_row_params(ts[b], ks[b], 1.0f, c.vocab);
+      const sampling::RowParams rp = sampling::makeRowParams(ts[b], ks[b], 1.0f, c.vocab);
       row_k[b] = rp.k;
     }
     check_records(p, x, ts, row_k, got.workspace, what);

@@ -1,12 +1,12 @@
-// CPU tests of the chunk and final stages' selections (chunk_fast_kernel and
-// final_fast_kernel in kernels/sampling.cu, their arithmetic in kernels/sampling_chunk_prefilter.h):
+// CPU tests of the chunk and final stages' selections (chunkFastKernel and
+// finalFastKernel in kernels/sampling.cu, their arithmetic in kernels/sampling_chunk_prefilter.h):
 // a host model of one CTA (512 threads of
 // 4 R register slots in the kernel's layouts, 16 warps) runs the kernel's steps (thread maxima,
 // each warp's jp largest, theta = the kc-th largest of their union, survivors, the one-survivor
 // shortcut, the fallback above 512 survivors) and must give each chunk's top-kc composites
-// exactly; the model of final_fast_kernel's merge must give the top-k of the records; a whole row
+// exactly; the model of finalFastKernel's merge must give the top-k of the records; a whole row
 // of model chunks and model merge must keep exactly the support of the CPU reference
-// (ref::row_probs). Mutants (a wrong theta, absent entries read as
+// (ref::rowProbs). Mutants (a wrong theta, absent entries read as
 // 0, the scalar layout's offsets for vector loads) must fail, so the test can fail.
 #include <gtest/gtest.h>
 
@@ -49,13 +49,13 @@ struct ChunkOut {
 // The brute-force answer: the kc largest composites of the chunk (as the reference orders them).
 std::vector<uint64_t> brute_top(const std::vector<float>& s, int len, uint32_t start, int kc) {
   std::vector<uint64_t> all(len);
-  for (int i = 0; i < len; ++i) all[i] = composite(order_key(s[i]), start + static_cast<uint32_t>(i));
+  for (int i = 0; i < len; ++i) all[i] = composite(orderKey(s[i]), start + static_cast<uint32_t>(i));
   std::partial_sort(all.begin(), all.begin() + kc, all.end(), std::greater<>());
   all.resize(kc);
   return all;
 }
 
-// U: each warp's jp largest of its 32 thread keys (keys[32 w, 32 w + 32)), as warp_top_values:
+// U: each warp's jp largest of its 32 thread keys (keys[32 w, 32 w + 32)), as warpTopValues:
 // rounds of (maximum, the lowest holder drops out, marked 0) for jp <= 8, else a sort; both give
 // the same values.
 std::vector<uint32_t> union_of_warp_tops(const std::vector<uint32_t>& keys, int jp) {
@@ -71,7 +71,7 @@ std::vector<uint32_t> union_of_warp_tops(const std::vector<uint32_t>& keys, int 
   return uni;
 }
 
-// Every value of U that is_kth_largest accepts as its k-th largest, tested as the kernels'
+// Every value of U that isKthLargest accepts as its k-th largest, tested as the kernels'
 // threads test them (one entry per qualifying element of U, in U's order).
 std::vector<uint32_t> kth_largest_candidates(const std::vector<uint32_t>& uni, int k) {
   std::vector<uint32_t> out;
@@ -81,12 +81,12 @@ std::vector<uint32_t> kth_largest_candidates(const std::vector<uint32_t>& uni, i
       gt += u > v ? 1 : 0;
       ge += u >= v ? 1 : 0;
     }
-    if (pf::is_kth_largest(gt, ge, k)) out.push_back(v);
+    if (pf::isKthLargest(gt, ge, k)) out.push_back(v);
   }
   return out;
 }
 
-// One item of chunk_fast_kernel on the host: s[0, len) are the chunk's scaled logits.
+// One item of chunkFastKernel on the host: s[0, len) are the chunk's scaled logits.
 ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int groups, bool vec, int kc,
                      Mutant mutant = Mutant::kNone) {
   const int per = 4 * groups;
@@ -96,9 +96,9 @@ ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int g
   std::vector<float> tmax(kThreads, -kInf);
   for (int t = 0; t < kThreads; ++t) {
     for (int j = 0; j < per; ++j) {
-      const int off = pf::slot_offset(j, t, vec);
+      const int off = pf::slotOffset(j, t, vec);
       float v = off < len ? s[off] : 0.0f;  // the loads fill absent slots with 0
-      out.poisoned |= poisons_row(v);
+      out.poisoned |= poisonsRow(v);
       if (off >= len) v = mutant == Mutant::kAbsentAsZero ? 0.0f : std::numeric_limits<float>::quiet_NaN();
       val[t][j] = v;
       tmax[t] = std::fmax(tmax[t], v);  // fmaxf: a NaN operand is ignored
@@ -107,8 +107,8 @@ ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int g
   if (out.poisoned) return out;
   // Each warp's jp largest thread maxima (as order keys).
   std::vector<uint32_t> tkeys(kThreads);
-  for (int t = 0; t < kThreads; ++t) tkeys[t] = order_key(tmax[t]);
-  const std::vector<uint32_t> uni = union_of_warp_tops(tkeys, pf::union_per_warp(kc));
+  for (int t = 0; t < kThreads; ++t) tkeys[t] = orderKey(tmax[t]);
+  const std::vector<uint32_t> uni = union_of_warp_tops(tkeys, pf::unionPerWarp(kc));
   EXPECT_GE(static_cast<int>(uni.size()), kc);
   // theta: every value of U tested as the kernel's threads test it; exactly one distinct value.
   const int kth = mutant == Mutant::kThetaTooHigh && kc > 1 ? kc - 1 : kc;
@@ -118,21 +118,21 @@ ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int g
     EXPECT_EQ(v, qualifying.front()) << "two distinct values qualify as the kc-th largest";
   }
   const uint32_t theta = qualifying.empty() ? 0 : qualifying.back();
-  // Survivors: float compare against key_value(theta), as the kernel does.
-  const float theta_f = key_value(theta);
+  // Survivors: float compare against keyValue(theta), as the kernel does.
+  const float thetaF = keyValue(theta);
   std::vector<uint64_t> surv;
   for (int t = 0; t < kThreads; ++t) {
     uint32_t mask = 0;
-    for (int j = 0; j < per; ++j) mask |= (val[t][j] >= theta_f ? 1u : 0u) << j;
+    for (int j = 0; j < per; ++j) mask |= (val[t][j] >= thetaF ? 1u : 0u) << j;
     const bool vec_for_index = mutant == Mutant::kScalarOffsetsForVec ? false : vec;
     for (int j = 0; j < per; ++j) {
       if (!((mask >> j) & 1u)) continue;
       // The key-domain meaning of the float compare.
-      EXPECT_GE(order_key(val[t][j]), theta);
-      const uint64_t c = composite(order_key(val[t][j]),
-                                   start + static_cast<uint32_t>(pf::slot_offset(j, t, vec_for_index)));
+      EXPECT_GE(orderKey(val[t][j]), theta);
+      const uint64_t c = composite(orderKey(val[t][j]),
+                                   start + static_cast<uint32_t>(pf::slotOffset(j, t, vec_for_index)));
       if (__builtin_popcount(mask) == 1) {  // the kernel's shortcut: the thread maximum's key
-        EXPECT_EQ(composite(order_key(tmax[t]), start + static_cast<uint32_t>(pf::slot_offset(j, t, vec_for_index))), c);
+        EXPECT_EQ(composite(orderKey(tmax[t]), start + static_cast<uint32_t>(pf::slotOffset(j, t, vec_for_index))), c);
       }
       surv.push_back(c);
     }
@@ -153,7 +153,7 @@ ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int g
   return out;
 }
 
-// final_fast_kernel's merge on the host: cand[] are the concatenated chunk records (index order
+// finalFastKernel's merge on the host: cand[] are the concatenated chunk records (index order
 // within equal keys); thread t holds candidates t + r kThreads (absent: 0). Returns the top-k
 // composites, descending; *survivors gets the rank-sorted count (> 512: the fallback's select).
 std::vector<uint64_t> model_final(const std::vector<uint64_t>& cand, int k, int* survivors) {
@@ -163,15 +163,15 @@ std::vector<uint64_t> model_final(const std::vector<uint64_t>& cand, int k, int*
   for (int t = 0; t < kThreads; ++t) {
     for (int r = 0; r < per; ++r) {
       const int i = t + r * kThreads;
-      if (i < n) tmax[t] = std::max(tmax[t], composite_key(cand[i]));
+      if (i < n) tmax[t] = std::max(tmax[t], compositeKey(cand[i]));
     }
   }
   const std::vector<uint32_t> qualifying =
-      kth_largest_candidates(union_of_warp_tops(tmax, pf::union_per_warp(k)), k);
+      kth_largest_candidates(union_of_warp_tops(tmax, pf::unionPerWarp(k)), k);
   const uint32_t theta = qualifying.empty() ? 0 : qualifying.back();
   std::vector<uint64_t> surv;
   for (uint64_t c : cand) {
-    if (composite_key(c) >= theta) surv.push_back(c);
+    if (compositeKey(c) >= theta) surv.push_back(c);
   }
   *survivors = static_cast<int>(surv.size());
   if (surv.size() > static_cast<size_t>(kMaxCandidateTopK)) surv = cand;  // the exact select
@@ -251,7 +251,7 @@ Tally sweep(Mutant mutant) {
       for (int kc_want : kcs) {
         const int kc = std::min(kc_want, len);
         for (bool vec : {true, false}) {
-          const int gmin = pf::groups_for(len);
+          const int gmin = pf::groupsFor(len);
           for (int groups = gmin; groups <= 4; groups += (gmin == 4 ? 1 : 4 - gmin)) {  // minimal and R = 4
             run_case(shape, len, groups, vec, kc, seed++, mutant, &tally);
           }
@@ -263,35 +263,35 @@ Tally sweep(Mutant mutant) {
 }
 
 TEST(SamplingChunkPrefilter, Helpers) {
-  EXPECT_EQ(pf::union_per_warp(1), 2);
-  EXPECT_EQ(pf::union_per_warp(16), 2);
-  EXPECT_EQ(pf::union_per_warp(17), 3);
-  EXPECT_EQ(pf::union_per_warp(50), 5);
-  EXPECT_EQ(pf::union_per_warp(496), 32);
-  EXPECT_EQ(pf::union_per_warp(512), 32);
+  EXPECT_EQ(pf::unionPerWarp(1), 2);
+  EXPECT_EQ(pf::unionPerWarp(16), 2);
+  EXPECT_EQ(pf::unionPerWarp(17), 3);
+  EXPECT_EQ(pf::unionPerWarp(50), 5);
+  EXPECT_EQ(pf::unionPerWarp(496), 32);
+  EXPECT_EQ(pf::unionPerWarp(512), 32);
   for (int kc = 1; kc <= kMaxCandidateTopK; ++kc) {
-    EXPECT_GE(pf::kWarps * pf::union_per_warp(kc), kc);
-    EXPECT_LE(pf::union_per_warp(kc), 32);
+    EXPECT_GE(pf::kWarps * pf::unionPerWarp(kc), kc);
+    EXPECT_LE(pf::unionPerWarp(kc), 32);
   }
-  EXPECT_EQ(pf::groups_for(1), 1);
-  EXPECT_EQ(pf::groups_for(2048), 1);
-  EXPECT_EQ(pf::groups_for(2049), 2);
-  EXPECT_EQ(pf::groups_for(8192), 4);
+  EXPECT_EQ(pf::groupsFor(1), 1);
+  EXPECT_EQ(pf::groupsFor(2048), 1);
+  EXPECT_EQ(pf::groupsFor(2049), 2);
+  EXPECT_EQ(pf::groupsFor(8192), 4);
   // Layouts: every offset in [0, 4 R kThreads) exactly once, for both.
   for (bool vec : {true, false}) {
     for (int groups = 1; groups <= 4; ++groups) {
       std::vector<int> hits(4 * groups * kThreads, 0);
       for (int t = 0; t < kThreads; ++t) {
-        for (int j = 0; j < 4 * groups; ++j) ++hits.at(pf::slot_offset(j, t, vec));
+        for (int j = 0; j < 4 * groups; ++j) ++hits.at(pf::slotOffset(j, t, vec));
       }
       EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), static_cast<long>(hits.size()));
     }
   }
-  // is_kth_largest: the 3rd largest of {9, 7, 7, 7, 1} is 7; of {9, 9, 9} it is 9.
-  EXPECT_TRUE(pf::is_kth_largest(1, 4, 3));
-  EXPECT_FALSE(pf::is_kth_largest(0, 1, 3));
-  EXPECT_FALSE(pf::is_kth_largest(4, 5, 3));
-  EXPECT_TRUE(pf::is_kth_largest(0, 3, 3));
+  // isKthLargest: the 3rd largest of {9, 7, 7, 7, 1} is 7; of {9, 9, 9} it is 9.
+  EXPECT_TRUE(pf::isKthLargest(1, 4, 3));
+  EXPECT_FALSE(pf::isKthLargest(0, 1, 3));
+  EXPECT_FALSE(pf::isKthLargest(4, 5, 3));
+  EXPECT_TRUE(pf::isKthLargest(0, 3, 3));
 }
 
 TEST(SamplingChunkPrefilter, ModelMatchesBruteForce) {
@@ -351,13 +351,13 @@ TEST(SamplingChunkPrefilter, FinalMergeMatchesBruteForce) {
   int cases = 0, fallbacks = 0;
   uint32_t seed = 5;
   for (Shape shape : shapes) {
-    for (int chunk_len : {2048, 6135, 8192}) {
+    for (int chunkLen : {2048, 6135, 8192}) {
       for (int k : {1, 17, 50, 256}) {
-        const int vocab = chunk_len * std::max(1, std::min(16, 8192 / std::min(k, chunk_len))) - 77;
+        const int vocab = chunkLen * std::max(1, std::min(16, 8192 / std::min(k, chunkLen))) - 77;
         const std::vector<float> s = make_values(shape, vocab, seed++);
         std::vector<uint64_t> records;
-        for (int start = 0; start < vocab; start += chunk_len) {
-          const int len = std::min(chunk_len, vocab - start);
+        for (int start = 0; start < vocab; start += chunkLen) {
+          const int len = std::min(chunkLen, vocab - start);
           const std::vector<float> part(s.begin() + start, s.begin() + start + len);
           const std::vector<uint64_t> top = brute_top(part, len, static_cast<uint32_t>(start), std::min(k, len));
           records.insert(records.end(), top.begin(), top.end());
@@ -368,7 +368,7 @@ TEST(SamplingChunkPrefilter, FinalMergeMatchesBruteForce) {
         std::sort(want.begin(), want.end(), std::greater<>());
         want.resize(k);
         EXPECT_EQ(model_final(records, k, &survivors), want)
-            << shape_name(shape) << " chunk_len " << chunk_len << " k " << k;
+            << shape_name(shape) << " chunk_len " << chunkLen << " k " << k;
         ++cases;
         fallbacks += survivors > kMaxCandidateTopK ? 1 : 0;
       }
@@ -378,7 +378,7 @@ TEST(SamplingChunkPrefilter, FinalMergeMatchesBruteForce) {
   EXPECT_GT(cases, 60);
 }
 
-// A whole row: the model chunks of the general path's plan, merged as final_fast_kernel merges
+// A whole row: the model chunks of the general path's plan, merged as finalFastKernel merges
 // them (the top-k of the concatenated chunk lists), keep exactly the entries the CPU reference
 // gives a nonzero probability (top-p off; N(0, 1)-sized logits so that every top-k mass is
 // nonzero).
@@ -394,24 +394,24 @@ TEST(SamplingChunkPrefilter, RowMatchesReferenceSupport) {
         p.batch = batch;
         p.vocab = vocab;
         p.temperature = 0.7f;
-        p.top_k = k;
-        p.top_p = 1.0f;
-        const GeneralPlan plan = plan_general(p);
-        if (!plan.any_candidate) continue;  // e.g. k = 512 at V = 151936 goes full-row
+        p.topK = k;
+        p.topP = 1.0f;
+        const GeneralPlan plan = planGeneral(p);
+        if (!plan.anyCandidate) continue;  // e.g. k = 512 at V = 151936 goes full-row
         for (int shape = 0; shape < 2; ++shape) {
           std::mt19937 rng(seed++);
           std::normal_distribution<float> nd(0.0f, 1.0f);
           std::vector<float> x(vocab);
           for (auto& v : x) v = shape == 0 ? nd(rng) : std::round(nd(rng) * 4.0f) * 0.25f;  // ties
-          const RowParams rp = make_row_params(p.temperature, k, 1.0f, vocab);
+          const RowParams rp = makeRowParams(p.temperature, k, 1.0f, vocab);
           std::vector<uint64_t> merged;
           for (int c = 0; c < plan.chunks; ++c) {
-            const int start = c * plan.chunk_len;
-            const int len = std::min(plan.chunk_len, vocab - start);
+            const int start = c * plan.chunkLen;
+            const int len = std::min(plan.chunkLen, vocab - start);
             std::vector<float> s(len);
-            for (int i = 0; i < len; ++i) s[i] = scale_logit(x[start + i], rp.inv_t, rp.greedy);
+            for (int i = 0; i < len; ++i) s[i] = scaleLogit(x[start + i], rp.invT, rp.greedy);
             const int kc = std::min(rp.k, len);
-            const ChunkOut o = model_chunk(s, len, static_cast<uint32_t>(start), pf::groups_for(plan.chunk_len),
+            const ChunkOut o = model_chunk(s, len, static_cast<uint32_t>(start), pf::groupsFor(plan.chunkLen),
                                            (c + shape) % 2 == 0, kc);
             ASSERT_EQ(o.top, brute_top(s, len, static_cast<uint32_t>(start), kc));
             merged.insert(merged.end(), o.top.begin(), o.top.end());
@@ -426,10 +426,10 @@ TEST(SamplingChunkPrefilter, RowMatchesReferenceSupport) {
             EXPECT_LE(final_survivors, 120) << "final survivors, V=" << vocab << " B=" << batch;
           }
           std::vector<int32_t> ours;
-          for (uint64_t c : merged) ours.push_back(static_cast<int32_t>(composite_index(c)));
+          for (uint64_t c : merged) ours.push_back(static_cast<int32_t>(compositeIndex(c)));
           std::sort(ours.begin(), ours.end());
           std::vector<float> probs(vocab);
-          ASSERT_FALSE(ref::row_probs(x.data(), vocab, p.temperature, k, 1.0f, TopPMode::kNucleus, probs.data()));
+          ASSERT_FALSE(ref::rowProbs(x.data(), vocab, p.temperature, k, 1.0f, TopPMode::kNucleus, probs.data()));
           std::vector<int32_t> support;
           for (int i = 0; i < vocab; ++i) {
             if (probs[i] > 0.0f) support.push_back(i);

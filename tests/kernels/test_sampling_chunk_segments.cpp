@@ -1,9 +1,9 @@
-// CPU model of the chunk stage's segments (chunk_fast_kernel in kernels/sampling.cu): a CTA walks
+// CPU model of the chunk stage's segments (chunkFastKernel in kernels/sampling.cu): a CTA walks
 // consecutive chunks of one row and keeps the segment's top-k so far (`best`, descending). Its
-// items come in merge groups (prefilter::merge_after: after items 2, 4, 8, 16, then every 16, and
+// items come in merge groups (prefilter::mergeAfter: after items 2, 4, 8, 16, then every 16, and
 // the segment's last; the model also runs a merge after every item: any schedule must be
 // exact): the items of a group filter by the threshold of the
-// last merge, the k-th largest key of `best` (scaled logit >= key_value(theta), the kernel's float
+// last merge, the k-th largest key of `best` (scaled logit >= keyValue(theta), the kernel's float
 // compare; the first group: the first chunk's threshold), and the group's survivors are merged
 // into `best` by rank (entries of `best` above, found by binary search, + survivors above); more
 // than 512 survivors in a group take each of its chunks' exact top-kc (the radix-select
@@ -46,7 +46,7 @@ std::vector<uint64_t> top(std::vector<uint64_t> v, int k) {
   return v;
 }
 
-// merge_top_k of the kernel: best (descending) and b (any order, disjoint), each value's rank =
+// mergeTopK of the kernel: best (descending) and b (any order, disjoint), each value's rank =
 // entries of best above it (binary search) + entries of b above it.
 std::vector<uint64_t> merge_by_rank(const std::vector<uint64_t>& best, const std::vector<uint64_t>& b, int k,
                                     Mutant mutant) {
@@ -69,44 +69,44 @@ std::vector<uint64_t> merge_by_rank(const std::vector<uint64_t>& best, const std
   return out;
 }
 
-// One segment: chunks [c0, c1] of row s (scaled logits), chunk_len entries each (the row's last
-// chunk may be shorter). Merge groups (prefilter::merge_after; merge_each: after every item): the
+// One segment: chunks [c0, c1] of row s (scaled logits), chunkLen entries each (the row's last
+// chunk may be shorter). Merge groups (prefilter::mergeAfter; merge_each: after every item): the
 // items between two merges filter by the threshold of the last merge (the first group: the first
 // chunk's, when it holds k entries), their survivors are merged together, and a group with more
 // than 512 survivors merges each of its chunks' exact top-kc instead.
-std::vector<uint64_t> model_segment(const std::vector<float>& s, int chunk_len, int c0, int c1, int k,
+std::vector<uint64_t> model_segment(const std::vector<float>& s, int chunkLen, int c0, int c1, int k,
                                     bool merge_each, Mutant mutant) {
   const int V = static_cast<int>(s.size());
   std::vector<uint64_t> best;
   auto chunk_composites = [&](int c) {
-    const int start = c * chunk_len, len = std::min(chunk_len, V - start);
+    const int start = c * chunkLen, len = std::min(chunkLen, V - start);
     std::vector<uint64_t> chunk(len);
-    for (int i = 0; i < len; ++i) chunk[i] = composite(order_key(s[start + i]), static_cast<uint32_t>(start + i));
+    for (int i = 0; i < len; ++i) chunk[i] = composite(orderKey(s[start + i]), static_cast<uint32_t>(start + i));
     return chunk;
   };
   // The threshold of the group being walked: -inf until a k-th key is known.
-  float theta_f = -kInf;
+  float thetaF = -kInf;
   bool strict = false;
   std::vector<uint64_t> group;  // the group's survivors
   int group_c0 = c0;
   for (int c = c0; c <= c1; ++c) {
     const std::vector<uint64_t> chunk = chunk_composites(c);
-    const int start = c * chunk_len, len = static_cast<int>(chunk.size());
+    const int start = c * chunkLen, len = static_cast<int>(chunk.size());
     const int kc = std::min(k, len);
     if (c == c0) {
       const std::vector<uint64_t> first = top(chunk, kc);  // the union threshold's survivors reduce to these (other test)
       group.insert(group.end(), first.begin(), first.end());
       // The union threshold is <= this k-th key; the model takes the k-th key itself (the tighter,
       // riskier bound) when the chunk has k entries.
-      if (kc == k) theta_f = key_value(composite_key(first[k - 1]));
+      if (kc == k) thetaF = keyValue(compositeKey(first[k - 1]));
     } else {
       for (int i = 0; i < len; ++i) {
         const float v = s[start + i];
-        if (strict ? v > theta_f : v >= theta_f) group.push_back(chunk[i]);
+        if (strict ? v > thetaF : v >= thetaF) group.push_back(chunk[i]);
       }
     }
     const int done = c - c0 + 1;
-    if (!(c == c1 || merge_each || prefilter::merge_after(done))) continue;
+    if (!(c == c1 || merge_each || prefilter::mergeAfter(done))) continue;
     if (static_cast<int>(group.size()) > kMaxCandidateTopK) {  // the fallback: each chunk's top-kc
       const int from = mutant == Mutant::kFallbackLastChunkOnly ? c : group_c0;
       for (int g = from; g <= c; ++g) {
@@ -122,7 +122,7 @@ std::vector<uint64_t> model_segment(const std::vector<float>& s, int chunk_len, 
     // what it drops is almost always pushed out of the top-k by later chunks anyway).
     const int kth = mutant == Mutant::kThresholdTooHigh ? k / 2 - 1 : k - 1;
     const bool full = static_cast<int>(best.size()) >= k && kth >= 0;
-    theta_f = full ? key_value(composite_key(best[kth])) : -kInf;
+    thetaF = full ? keyValue(compositeKey(best[kth])) : -kInf;
     strict = full && mutant == Mutant::kStrictCompare;
   }
   return best;
@@ -155,8 +155,8 @@ std::vector<float> make_row(int V, int r, uint32_t seed) {
 
 // Segments of every shape the kernel's runs give: a run of `per` items cut at the row boundaries.
 // Returns the number of segments that differ from the brute force.
-int wrong_segments(int V, int chunk_len, int k, int per, bool merge_each, Mutant mutant, int* checked) {
-  const int chunks = (V + chunk_len - 1) / chunk_len;
+int wrong_segments(int V, int chunkLen, int k, int per, bool merge_each, Mutant mutant, int* checked) {
+  const int chunks = (V + chunkLen - 1) / chunkLen;
   int wrong = 0;
   for (int r = 0; r < 6; ++r) {
     const std::vector<float> s = make_row(V, r, 1000u + static_cast<uint32_t>(r));
@@ -166,10 +166,10 @@ int wrong_segments(int V, int chunk_len, int k, int per, bool merge_each, Mutant
       const int run_end = ((first_item + c0) / per + 1) * per;  // the run holding chunk c0 ends here
       const int c1 = std::min(chunks, run_end - first_item) - 1;
       std::vector<uint64_t> all;
-      const int lo = c0 * chunk_len, hi = std::min(V, (c1 + 1) * chunk_len);
-      for (int i = lo; i < hi; ++i) all.push_back(composite(order_key(s[i]), static_cast<uint32_t>(i)));
+      const int lo = c0 * chunkLen, hi = std::min(V, (c1 + 1) * chunkLen);
+      for (int i = lo; i < hi; ++i) all.push_back(composite(orderKey(s[i]), static_cast<uint32_t>(i)));
       const std::vector<uint64_t> want = top(all, k);
-      const std::vector<uint64_t> got = model_segment(s, chunk_len, c0, c1, k, merge_each, mutant);
+      const std::vector<uint64_t> got = model_segment(s, chunkLen, c0, c1, k, merge_each, mutant);
       ++*checked;
       if (got != want) ++wrong;
       c0 = c1 + 1;
@@ -180,7 +180,7 @@ int wrong_segments(int V, int chunk_len, int k, int per, bool merge_each, Mutant
 
 TEST(SamplingChunkSegments, RunningThresholdGivesTheSegmentTopK) {
   struct Case {
-    int V, chunk_len, k, per;
+    int V, chunkLen, k, per;
   };
   const std::vector<Case> cases = {
       {151936, 8192, 50, 19},   // verify: one row per CTA
@@ -195,8 +195,8 @@ TEST(SamplingChunkSegments, RunningThresholdGivesTheSegmentTopK) {
     for (bool each : {false, true}) {
       for (Mutant m : {Mutant::kNone, Mutant::kStrictCompare}) {
         int checked = 0;
-        const int wrong = wrong_segments(c.V, c.chunk_len, c.k, c.per, each, m, &checked);
-        EXPECT_EQ(wrong, 0) << "V " << c.V << " chunk " << c.chunk_len << " k " << c.k << " run " << c.per
+        const int wrong = wrong_segments(c.V, c.chunkLen, c.k, c.per, each, m, &checked);
+        EXPECT_EQ(wrong, 0) << "V " << c.V << " chunk " << c.chunkLen << " k " << c.k << " run " << c.per
                             << (each ? " merge each item" : " merge groups")
                             << (m == Mutant::kStrictCompare ? " (strict compare)" : "") << ": " << wrong << " of "
                             << checked << " segments differ from the brute force";
@@ -211,23 +211,23 @@ TEST(SamplingChunkSegments, RunningThresholdGivesTheSegmentTopK) {
 TEST(SamplingChunkSegments, MergeGroups) {
   std::vector<int> after;
   for (int d = 1; d <= 64; ++d) {
-    if (prefilter::merge_after(d)) after.push_back(d);
+    if (prefilter::mergeAfter(d)) after.push_back(d);
   }
   EXPECT_EQ(after, (std::vector<int>{2, 4, 8, 16, 32, 48, 64}));
   int last = 0;
   for (int d = 1; d <= 600; ++d) {
-    if (!prefilter::merge_after(d)) continue;
+    if (!prefilter::mergeAfter(d)) continue;
     EXPECT_LE(d - last, prefilter::kMaxMergeGroup) << "group ending at item " << d;
     last = d;
   }
 }
 
-// next_merge_after (the chunk stage's running count) names the same merges as merge_after.
+// nextMergeAfter (the chunk stage's running count) names the same merges as mergeAfter.
 TEST(SamplingChunkSegments, NextMergeMatchesRule) {
   for (int done = 0; done <= 600; ++done) {
     int expect = done + 1;
-    while (!prefilter::merge_after(expect)) ++expect;
-    EXPECT_EQ(prefilter::next_merge_after(done), expect) << "after item " << done;
+    while (!prefilter::mergeAfter(expect)) ++expect;
+    EXPECT_EQ(prefilter::nextMergeAfter(done), expect) << "after item " << done;
   }
 }
 

@@ -1,7 +1,7 @@
-// CPU tests of the full-row cut (kernels/sampling_fullrow_cut.h): fullrow::decide_cut, the
-// template full_row_kernel runs on one CTA or on a cluster of CTAs, here on a host model of a
-// cluster (ranks x threads host threads with a barrier, each rank owning fullrow::slice_of as on
-// the GPU), against the CPU reference ref::row_probs, bit for bit.
+// CPU tests of the full-row cut (kernels/sampling_fullrow_cut.h): fullrow::decideCut, the
+// template fullRowKernel runs on one CTA or on a cluster of CTAs, here on a host model of a
+// cluster (ranks x threads host threads with a barrier, each rank owning fullrow::sliceOf as on
+// the GPU), against the CPU reference ref::rowProbs, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,15 +65,15 @@ struct ModelGroup {
     return r;
   }
   template <typename F>
-  uint64_t reduce_max(F f) const {
+  uint64_t reduceMax(F f) const {
     return reduce(f, 0, [](uint64_t a, uint64_t b) { return std::max(a, b); });
   }
   template <typename F>
-  uint64_t reduce_sum(F f) const {
+  uint64_t reduceSum(F f) const {
     return reduce(f, 0, [](uint64_t a, uint64_t b) { return a + b; });
   }
   template <typename F>
-  void select_digit(F f, uint64_t need, uint32_t* bin, uint64_t* gt) const {
+  void selectDigit(F f, uint64_t need, uint32_t* bin, uint64_t* gt) const {
     std::vector<uint64_t>& h = c->hist[id()];
     std::fill(h.begin(), h.end(), 0);
     for_mine([&](int i) {
@@ -86,7 +86,7 @@ struct ModelGroup {
     for (const auto& hh : c->hist) {
       for (int b = 0; b < 256; ++b) merged[b] += hh[b];
     }
-    fullrow::pick_bin(merged.data(), need, bin, gt);
+    fullrow::pickBin(merged.data(), need, bin, gt);
     sync();
   }
   template <typename Match>
@@ -95,23 +95,23 @@ struct ModelGroup {
     for_mine([&](int i) { mine += match(i) ? 1 : 0; });
     c->slot[id()] = mine;
     sync();
-    auto count_at = [&](int r) {
+    auto countAt = [&](int r) {
       uint64_t s = 0;
       for (int q = 0; q < c->threads; ++q) s += c->slot[r * c->threads + q];
       return s;
     };
-    uint64_t local_j = 0;
-    int owner = fullrow::rank_of_jth(count_at, c->ranks, j, &local_j);
+    uint64_t localJ = 0;
+    int owner = fullrow::rankOfJth(countAt, c->ranks, j, &localJ);
     if (mutant == Mutant::kNaiveJth) {
       owner = rank;
-      local_j = j;
+      localJ = j;
     }
     if (t == 0) {  // the owner's CTA scans its slice in index order
       int idx = -1;
       if (owner == rank) {
         uint64_t k = 0;
         for (int i = begin; i < end && idx < 0; ++i) {
-          if (match(i) && ++k == local_j) idx = i;
+          if (match(i) && ++k == localJ) idx = i;
         }
       }
       c->found[rank] = idx;
@@ -127,8 +127,8 @@ struct ModelGroup {
 
 struct Case {
   float temperature;
-  int32_t top_k;
-  float top_p;
+  int32_t topK;
+  float topP;
   TopPMode mode;
 };
 
@@ -136,8 +136,8 @@ struct Case {
 std::vector<float> model_probs(const std::vector<float>& x, const Case& cs, int ranks, int threads,
                                Mutant mutant = Mutant::kNone) {
   const int n = static_cast<int>(x.size());
-  const RowParams rp = make_row_params(cs.temperature, cs.top_k, cs.top_p, n);
-  auto scaled = [&](int i) { return scale_logit(x[i], rp.inv_t, rp.greedy); };
+  const RowParams rp = makeRowParams(cs.temperature, cs.topK, cs.topP, n);
+  auto scaled = [&](int i) { return scaleLogit(x[i], rp.invT, rp.greedy); };
   ModelCluster mc(ranks, threads);
   std::vector<Cut> cuts(ranks * threads);
   std::vector<std::thread> pool;
@@ -145,8 +145,8 @@ std::vector<float> model_probs(const std::vector<float>& x, const Case& cs, int 
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, r, t] {
         ModelGroup g{&mc, r, t, 0, 0, mutant};
-        fullrow::slice_of(r, ranks, n, &g.begin, &g.end);
-        cuts[g.id()] = fullrow::decide_cut(g, scaled, n, rp, cs.mode);
+        fullrow::sliceOf(r, ranks, n, &g.begin, &g.end);
+        cuts[g.id()] = fullrow::decideCut(g, scaled, n, rp, cs.mode);
       });
     }
   }
@@ -159,14 +159,14 @@ std::vector<float> model_probs(const std::vector<float>& x, const Case& cs, int 
   const Cut& cut = cuts[0];
   std::vector<float> p(n);
   for (int i = 0; i < n; ++i) {
-    p[i] = cut.uniform ? fdiv_rn(1.0f, static_cast<float>(n)) : fullrow::cut_prob(cut, scaled(i), i);
+    p[i] = cut.uniform ? fdivRn(1.0f, static_cast<float>(n)) : fullrow::cutProb(cut, scaled(i), i);
   }
   return p;
 }
 
 std::vector<float> ref_probs(const std::vector<float>& x, const Case& cs) {
   std::vector<float> p(x.size(), -7.0f);
-  ref::row_probs(x.data(), static_cast<int32_t>(x.size()), cs.temperature, cs.top_k, cs.top_p, cs.mode, p.data());
+  ref::rowProbs(x.data(), static_cast<int32_t>(x.size()), cs.temperature, cs.topK, cs.topP, cs.mode, p.data());
   return p;
 }
 
@@ -215,7 +215,7 @@ constexpr Case kCases[] = {
 };
 
 // The model cluster's probabilities equal the reference's bit for bit: 16, 8, 4 and 2 ranks (the
-// GPU's cluster sizes, fullrow_split_ranks) and 1 rank (the one-CTA kernel), every row kind and
+// GPU's cluster sizes, fullrowSplitRanks) and 1 rank (the one-CTA kernel), every row kind and
 // case, real vocab sizes and odd ones (slices of unequal length, empty slices).
 TEST(SamplingFullRowCut, ModelClusterEqualsReference) {
   std::mt19937 rng(11);
@@ -252,7 +252,7 @@ TEST(SamplingFullRowCut, NonFiniteRowsAreUniform) {
     EXPECT_EQ(mismatches(model_probs(x, cs, 16, 4), ref_probs(x, cs)), 0);
     std::fill(x.begin(), x.end(), -std::numeric_limits<float>::infinity());
     EXPECT_EQ(mismatches(model_probs(x, cs, 16, 4), ref_probs(x, cs)), 0);
-    EXPECT_EQ(model_probs(x, cs, 16, 4)[0], fdiv_rn(1.0f, static_cast<float>(n)));
+    EXPECT_EQ(model_probs(x, cs, 16, 4)[0], fdivRn(1.0f, static_cast<float>(n)));
   }
 }
 
@@ -280,7 +280,7 @@ TEST(SamplingFullRowCut, SlicesCoverTheRowInOrder) {
       int next = 0;
       for (int r = 0; r < ranks; ++r) {
         int b, e;
-        fullrow::slice_of(r, ranks, n, &b, &e);
+        fullrow::sliceOf(r, ranks, n, &b, &e);
         ASSERT_EQ(b, next);
         ASSERT_LE(b, e);
         next = e;
@@ -290,28 +290,28 @@ TEST(SamplingFullRowCut, SlicesCoverTheRowInOrder) {
   }
   uint64_t local = 0;
   const uint64_t counts[] = {3, 0, 2, 5};
-  EXPECT_EQ(fullrow::rank_of_jth([&](int r) { return counts[r]; }, 4, 4, &local), 2);
+  EXPECT_EQ(fullrow::rankOfJth([&](int r) { return counts[r]; }, 4, 4, &local), 2);
   EXPECT_EQ(local, 1u);
-  EXPECT_EQ(fullrow::rank_of_jth([&](int r) { return counts[r]; }, 4, 10, &local), 3);
+  EXPECT_EQ(fullrow::rankOfJth([&](int r) { return counts[r]; }, 4, 10, &local), 3);
   EXPECT_EQ(local, 5u);
-  EXPECT_EQ(fullrow::rank_of_jth([&](int r) { return counts[r]; }, 4, 11, &local), 4);
+  EXPECT_EQ(fullrow::rankOfJth([&](int r) { return counts[r]; }, 4, 11, &local), 4);
 }
 
 // The split decision's cluster size per batch: the widest cluster while the grid stays within
 // two CTAs per SM, never below 2.
 TEST(SamplingFullRowCut, SplitRanksFollowTheBatch) {
-  using sampling::fullrow_split_ranks;
-  for (int32_t rows = 1; rows <= 16; ++rows) EXPECT_EQ(fullrow_split_ranks(rows, 16, 132), 16) << rows;
-  EXPECT_EQ(fullrow_split_ranks(17, 16, 132), 8);
-  EXPECT_EQ(fullrow_split_ranks(33, 16, 132), 8);
-  EXPECT_EQ(fullrow_split_ranks(34, 16, 132), 4);
-  EXPECT_EQ(fullrow_split_ranks(64, 16, 132), 4);
-  EXPECT_EQ(fullrow_split_ranks(64, 8, 132), 4);   // the portable widest size halves the same way
-  EXPECT_EQ(fullrow_split_ranks(8, 8, 132), 8);
-  EXPECT_EQ(fullrow_split_ranks(200, 16, 132), 2);  // never below 2
-  EXPECT_EQ(fullrow_split_ranks(1, 16, 4), 8);      // a small GPU: 8 CTAs = 2 per SM
+  using sampling::fullrowSplitRanks;
+  for (int32_t rows = 1; rows <= 16; ++rows) EXPECT_EQ(fullrowSplitRanks(rows, 16, 132), 16) << rows;
+  EXPECT_EQ(fullrowSplitRanks(17, 16, 132), 8);
+  EXPECT_EQ(fullrowSplitRanks(33, 16, 132), 8);
+  EXPECT_EQ(fullrowSplitRanks(34, 16, 132), 4);
+  EXPECT_EQ(fullrowSplitRanks(64, 16, 132), 4);
+  EXPECT_EQ(fullrowSplitRanks(64, 8, 132), 4);   // the portable widest size halves the same way
+  EXPECT_EQ(fullrowSplitRanks(8, 8, 132), 8);
+  EXPECT_EQ(fullrowSplitRanks(200, 16, 132), 2);  // never below 2
+  EXPECT_EQ(fullrowSplitRanks(1, 16, 4), 8);      // a small GPU: 8 CTAs = 2 per SM
   for (int32_t rows = 1; rows <= sampling::kFullRowSplitMaxRows; ++rows) {
-    const int32_t r = fullrow_split_ranks(rows, 16, 132);
+    const int32_t r = fullrowSplitRanks(rows, 16, 132);
     EXPECT_TRUE(r == 16 || r == 8 || r == 4 || r == 2) << rows;
     EXPECT_TRUE(r == 2 || rows * r <= 2 * 132) << rows;
   }

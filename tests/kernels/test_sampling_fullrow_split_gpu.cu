@@ -1,4 +1,4 @@
-// The split full-row decision (full_row_kernel on a cluster of CTAs per row: batch <= 64,
+// The split full-row decision (fullRowKernel on a cluster of CTAs per row: batch <= 64,
 // V >= 32768, top-k off or above the candidate cap) against the CPU reference: probabilities bit
 // for bit and tokens exactly.
 #include <gtest/gtest.h>
@@ -23,19 +23,19 @@ struct FrCase {
   int32_t batch;
   DType dtype;
   float temperature;
-  float top_p;
-  int32_t top_k = 0;
+  float topP;
+  int32_t topK = 0;
   TopPMode mode = TopPMode::kNucleus;
 };
 
 std::string describe(const FrCase& c, uint32_t seed) {
   return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " + std::string(dtype_name(c.dtype)) +
-         " T=" + std::to_string(c.temperature) + " p=" + std::to_string(c.top_p) + " k=" + std::to_string(c.top_k) +
+         " T=" + std::to_string(c.temperature) + " p=" + std::to_string(c.topP) + " k=" + std::to_string(c.topK) +
          (c.mode == TopPMode::kTruncate ? " truncate" : " nucleus") + " seed=" + std::to_string(seed);
 }
 
 SamplingParams params_of(const FrCase& c) {
-  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.top_k, c.top_p, c.mode);
+  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.topK, c.topP, c.mode);
 }
 
 // Row b: N(0, 3) logits; b % 4 == 1 on a 0.5 grid (the cuts fall inside tie groups spanning
@@ -69,7 +69,7 @@ test::SampleOutputs run_gpu(const SamplingParams& p, const std::vector<float>& x
 
 void check(const FrCase& c, uint32_t seed) {
   const SamplingParams p = params_of(c);
-  ASSERT_TRUE(sampling::plan_general(p).fullrow_split) << "not the split decision: " << describe(c, seed);
+  ASSERT_TRUE(sampling::planGeneral(p).fullrowSplit) << "not the split decision: " << describe(c, seed);
   const auto x = make_logits(c, seed);
   std::mt19937 rng(seed ^ 0x5bd1e995u);
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
@@ -82,7 +82,7 @@ void check(const FrCase& c, uint32_t seed) {
                             describe(c, seed) + " (tokens only)");
 }
 
-// Batches 9-64: clusters of 16, 8 and 4 CTAs per row (fullrow_split_ranks), tokens drawn by the
+// Batches 9-64: clusters of 16, 8 and 4 CTAs per row (fullrowSplitRanks), tokens drawn by the
 // split CDF (also batch <= 64); the default model's 16-row verify shape.
 TEST(SamplingFullRowSplitGpu, LargerBatchesEqualReference) {
   ES_SKIP_IF_NO_GPU();
@@ -132,16 +132,16 @@ TEST(SamplingFullRowSplitGpu, MixedRows) {
     std::vector<float> u(c.batch);
     for (auto& v : u) v = uni(rng);
     SamplingParams p = params_of(c);
-    p.top_ks = ks.data();
+    p.topKs = ks.data();
     p.temperatures = ts.data();
-    p.top_ps = ps.data();
+    p.topPs = ps.data();
     const test::SampleOutputs want = test::run_sample_rows_ref(p, x, u);
     test::DeviceArray<int32_t> d_k(ks);
     test::DeviceArray<float> d_t(ts), d_p(ps);
-    p.top_ks = d_k.get();
+    p.topKs = d_k.get();
     p.temperatures = d_t.get();
-    p.top_ps = d_p.get();
-    ASSERT_TRUE(sampling::plan_general(p).fullrow_split);
+    p.topPs = d_p.get();
+    ASSERT_TRUE(sampling::planGeneral(p).fullrowSplit);
     for (bool with_probs : {true, false}) {
       const test::SampleOutputs got = run_gpu(p, x, u, with_probs);
       for (int32_t b = 0; b < c.batch; ++b) {
@@ -162,10 +162,10 @@ TEST(SamplingFullRowSplitGpu, MixedRows) {
 
 // Batch 65 is above the split's row limit: the plan says so (the one-CTA kernel serves).
 TEST(SamplingFullRowSplitGpu, PlanLimits) {
-  EXPECT_TRUE(sampling::plan_general(params_of({151936, 64, DType::kF32, 1.0f, 0.9f})).fullrow_split);
-  EXPECT_FALSE(sampling::plan_general(params_of({151936, 65, DType::kF32, 1.0f, 0.9f})).fullrow_split);
-  EXPECT_FALSE(sampling::plan_general(params_of({32767, 1, DType::kF32, 1.0f, 0.9f})).fullrow_split);
-  EXPECT_FALSE(sampling::plan_general(params_of({151936, 1, DType::kF32, 1.0f, 0.9f, 50})).fullrow_split);
+  EXPECT_TRUE(sampling::planGeneral(params_of({151936, 64, DType::kF32, 1.0f, 0.9f})).fullrowSplit);
+  EXPECT_FALSE(sampling::planGeneral(params_of({151936, 65, DType::kF32, 1.0f, 0.9f})).fullrowSplit);
+  EXPECT_FALSE(sampling::planGeneral(params_of({32767, 1, DType::kF32, 1.0f, 0.9f})).fullrowSplit);
+  EXPECT_FALSE(sampling::planGeneral(params_of({151936, 1, DType::kF32, 1.0f, 0.9f, 50})).fullrowSplit);
 }
 
 }  // namespace

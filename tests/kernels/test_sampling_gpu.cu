@@ -31,15 +31,15 @@ struct Case {
   int32_t batch;
   DType dtype;
   float temperature;
-  int32_t top_k;
-  float top_p;
+  int32_t topK;
+  float topP;
   TopPMode mode;
 };
 
 std::string describe(const Case& c) {
   return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " +
          std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.temperature) +
-         " k=" + std::to_string(c.top_k) + " p=" + std::to_string(c.top_p) +
+         " k=" + std::to_string(c.topK) + " p=" + std::to_string(c.topP) +
          (c.mode == TopPMode::kNucleus ? " nucleus" : " truncate");
 }
 
@@ -84,7 +84,7 @@ HostRows make_rows(const Case& c, uint32_t seed, bool poison_some) {
 using Result = test::SampleOutputs;
 
 SamplingParams params_of(const Case& c, SamplingPath path = SamplingPath::kAuto) {
-  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.top_k, c.top_p, c.mode,
+  return test::sampling_params(c.batch, c.vocab, c.dtype, c.temperature, c.topK, c.topP, c.mode,
                                path);
 }
 
@@ -106,23 +106,23 @@ Result run_ref(const Case& c, const HostRows& h) {
   r.probs.assign(static_cast<size_t>(c.batch) * c.vocab, -77.0f);
   p.tokens = r.tokens.data();
   p.probs = r.probs.data();
-  ref::sample_rows(p);
+  ref::sampleRows(p);
   return r;
 }
 
 // Whether a path sums the CDF over the whole row (block scan) rather than over <= 512 candidates.
 bool full_row_mode(const Case& c, SamplingPath path) {
   const bool greedy = c.temperature < 1e-3f;
-  const int32_t k = greedy ? 1 : (c.top_k <= 0 || c.top_k >= c.vocab) ? c.vocab : c.top_k;
+  const int32_t k = greedy ? 1 : (c.topK <= 0 || c.topK >= c.vocab) ? c.vocab : c.topK;
   if (path == SamplingPath::kSmallVocab) return k > kMaxCandidateTopK;
   SamplingParams p;
   p.batch = c.batch;
   p.vocab = c.vocab;
   p.temperature = c.temperature;
-  p.top_k = c.top_k;
+  p.topK = c.topK;
   p.path = SamplingPath::kGeneral;
-  const sampling::GeneralPlan plan = sampling::plan_general(p);
-  return !(plan.any_candidate && k <= plan.kcap);
+  const sampling::GeneralPlan plan = sampling::planGeneral(p);
+  return !(plan.anyCandidate && k <= plan.kcap);
 }
 
 // |u*total - cumsum| at the earlier of the two tokens, relative to total (reference sums).
@@ -252,18 +252,18 @@ TEST(SamplingGpu, DeviceUniformsAndPerRowParameters) {
     SamplingParams p;
     p.batch = b;
     p.vocab = v;
-    p.top_p_mode = TopPMode::kTruncate;
+    p.topPMode = TopPMode::kTruncate;
     std::vector<int32_t> want_tokens(b);
     std::vector<float> want_probs(logits.size());
     p.logits = logits.data();
     p.seeds = seeds.data();
     p.positions = positions.data();
     p.temperatures = temps.data();
-    p.top_ks = ks.data();
-    p.top_ps = ps.data();
+    p.topKs = ks.data();
+    p.topPs = ps.data();
     p.tokens = want_tokens.data();
     p.probs = want_probs.data();
-    ref::sample_rows(p);
+    ref::sampleRows(p);
     test::DeviceArray<float> d_logits(logits);
     test::DeviceArray<uint64_t> d_seeds(seeds);
     test::DeviceArray<int64_t> d_pos(positions);
@@ -274,15 +274,15 @@ TEST(SamplingGpu, DeviceUniformsAndPerRowParameters) {
     p.seeds = d_seeds.get();
     p.positions = d_pos.get();
     p.temperatures = d_t.get();
-    p.top_ks = d_k.get();
-    p.top_ps = d_p.get();
+    p.topKs = d_k.get();
+    p.topPs = d_p.get();
     p.tokens = d_tokens.get();
     p.probs = d_probs.get();
-    const size_t ws = sampling_workspace_bytes(p);
+    const size_t ws = samplingWorkspaceBytes(p);
     test::DeviceArray<uint8_t> d_ws(ws);
     p.workspace = d_ws.get();
-    p.workspace_bytes = ws;
-    kernel::sample_rows(p, nullptr);
+    p.workspaceBytes = ws;
+    kernel::sampleRows(p, nullptr);
     const std::vector<int32_t> got = d_tokens.download();
     const std::vector<float> got_p = d_probs.download();
     for (int32_t r = 0; r < b; ++r) {
@@ -302,7 +302,7 @@ TEST(SamplingGpu, ChiSquareOnDevice) {
   std::vector<float> row(v);
   for (float& x : row) x = nd(rng);
   std::vector<float> probs(v);
-  ref::row_probs(row.data(), v, 1.0f, 0, 1.0f, TopPMode::kNucleus, probs.data());
+  ref::rowProbs(row.data(), v, 1.0f, 0, 1.0f, TopPMode::kNucleus, probs.data());
   std::vector<float> logits(static_cast<size_t>(n) * v);
   for (int32_t i = 0; i < n; ++i) std::copy(row.begin(), row.end(), logits.begin() + static_cast<size_t>(i) * v);
   std::vector<uint64_t> seeds(n, 99);
@@ -319,7 +319,7 @@ TEST(SamplingGpu, ChiSquareOnDevice) {
   p.seeds = d_seeds.get();
   p.positions = d_pos.get();
   p.tokens = d_tokens.get();
-  kernel::sample_rows(p, nullptr);
+  kernel::sampleRows(p, nullptr);
   const std::vector<int32_t> tokens = d_tokens.download();
   std::vector<int64_t> counts(v, 0);
   for (int32_t t : tokens) {

@@ -48,7 +48,7 @@ TEST(SpecCommit, AcceptLengthsAdvanceLengthsAndPickTheLastEmittedToken) {
 }
 
 TEST(SpecCommit, NumAcceptedTakesTheResidualOrBonusTokenToo) {
-  // spec_verify: num_accepted drafts, then one residual/bonus token.
+  // specVerify: numAccepted drafts, then one residual/bonus token.
   const I32 tokens = {7, 8, 9,  4, 5, -1,  6, -1, -1};
   Outputs o;
   ref::specCommit(params({2, 1, 0}, 1, tokens, {3, 4, 5}, o, 3));

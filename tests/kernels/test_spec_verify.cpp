@@ -23,20 +23,20 @@ double chi_limit(int dof) {
 // The first emitted token of a one-step verification must be distributed as the target P,
 // whatever the draft distribution Q (speculative sampling is lossless). Drafts are sampled from
 // Q with a separate uniform stream (kProposal); q = null means a deterministic (argmax) draft.
-void check_lossless(const std::vector<float>& target_logits, const std::vector<float>* q,
+void check_lossless(const std::vector<float>& targetLogits, const std::vector<float>* q,
                     int32_t fixed_draft, uint64_t seed) {
-  const int32_t v = static_cast<int32_t>(target_logits.size());
+  const int32_t v = static_cast<int32_t>(targetLogits.size());
   const int32_t n = 100000;
   std::vector<float> logits;  // [n, 2, v]
   logits.reserve(static_cast<size_t>(n) * 2 * v);
   std::vector<int32_t> drafts(n);
-  std::vector<float> draft_probs;
-  if (q) draft_probs.reserve(static_cast<size_t>(n) * v);
+  std::vector<float> draftProbs;
+  if (q) draftProbs.reserve(static_cast<size_t>(n) * v);
   std::vector<uint64_t> seeds(n, seed);
   std::vector<int64_t> anchors(n);
   for (int32_t i = 0; i < n; ++i) {
-    logits.insert(logits.end(), target_logits.begin(), target_logits.end());
-    logits.insert(logits.end(), target_logits.begin(), target_logits.end());
+    logits.insert(logits.end(), targetLogits.begin(), targetLogits.end());
+    logits.insert(logits.end(), targetLogits.begin(), targetLogits.end());
     anchors[i] = 1000 + i;
     if (q) {
       const float u = request_uniform(seed, anchors[i], RngPurpose::kProposal, 0);
@@ -50,26 +50,26 @@ void check_lossless(const std::vector<float>& target_logits, const std::vector<f
         }
       }
       drafts[i] = x;
-      draft_probs.insert(draft_probs.end(), q->begin(), q->end());
+      draftProbs.insert(draftProbs.end(), q->begin(), q->end());
     } else {
       drafts[i] = fixed_draft;
     }
   }
   std::vector<int32_t> out(static_cast<size_t>(n) * 2, -5), acc(n, -5);
   SpecVerifyParams p;
-  p.target_logits = logits.data();
-  p.draft_tokens = drafts.data();
-  p.draft_probs = q ? draft_probs.data() : nullptr;
+  p.targetLogits = logits.data();
+  p.draftTokens = drafts.data();
+  p.draftProbs = q ? draftProbs.data() : nullptr;
   p.batch = n;
-  p.num_draft = 1;
+  p.numDraft = 1;
   p.vocab = v;
   p.seeds = seeds.data();
   p.anchors = anchors.data();
-  p.out_tokens = out.data();
-  p.num_accepted = acc.data();
-  ref::spec_verify(p);
+  p.outTokens = out.data();
+  p.numAccepted = acc.data();
+  ref::specVerify(p);
   std::vector<float> target(v);
-  ref::row_probs(target_logits.data(), v, 1.0f, 0, 1.0f, TopPMode::kNucleus, target.data());
+  ref::rowProbs(targetLogits.data(), v, 1.0f, 0, 1.0f, TopPMode::kNucleus, target.data());
   std::vector<int64_t> counts(v, 0);
   int64_t accepted = 0;
   for (int32_t i = 0; i < n; ++i) {
@@ -127,38 +127,38 @@ TEST(SpecVerifyRef, ChainStructureAndUniformLayout) {
   std::vector<float> u(2 * L + 1, 0.5f);
   std::vector<int32_t> out(L + 1, -5), acc(1, -5);
   SpecVerifyParams p;
-  p.target_logits = logits.data();
-  p.draft_tokens = drafts.data();
+  p.targetLogits = logits.data();
+  p.draftTokens = drafts.data();
   p.batch = 1;
-  p.num_draft = L;
+  p.numDraft = L;
   p.vocab = v;
   p.temperature = 0.0f;
   p.uniforms = u.data();
-  p.out_tokens = out.data();
-  p.num_accepted = acc.data();
-  ref::spec_verify(p);
+  p.outTokens = out.data();
+  p.numAccepted = acc.data();
+  ref::specVerify(p);
   EXPECT_EQ(acc[0], 2);
   EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 0, -1}));  // residual of row 2 = its argmax 0
   drafts[2] = 0;
-  ref::spec_verify(p);
+  ref::specVerify(p);
   EXPECT_EQ(acc[0], 3);
   EXPECT_EQ(out, (std::vector<int32_t>{1, 2, 0, 3}));  // bonus from row L
   // p = 0 guard: the target gives the draft no mass -> reject even with u tiny and q tiny.
   std::vector<float> q(L * v, 0.0f);
   drafts = {0, 2, 0};
   u.assign(2 * L + 1, 1e-7f);
-  p.draft_probs = q.data();  // q = 0 everywhere -> alpha = 1, but p(0) = 0 in row 0
-  ref::spec_verify(p);
+  p.draftProbs = q.data();  // q = 0 everywhere -> alpha = 1, but p(0) = 0 in row 0
+  ref::specVerify(p);
   EXPECT_EQ(acc[0], 0);
   EXPECT_EQ(out, (std::vector<int32_t>{1, -1, -1, -1}));
   // L = 0: only the bonus.
-  p.num_draft = 0;
-  p.draft_probs = nullptr;
+  p.numDraft = 0;
+  p.draftProbs = nullptr;
   std::vector<float> u0 = {0.5f};
   p.uniforms = u0.data();
   std::vector<float> row0(logits.begin(), logits.begin() + v);
-  p.target_logits = row0.data();
-  ref::spec_verify(p);
+  p.targetLogits = row0.data();
+  ref::specVerify(p);
   EXPECT_EQ(acc[0], 0);
   EXPECT_EQ(out[0], 1);
 }
@@ -171,33 +171,33 @@ TEST(SpecVerifyRef, AcceptUsesLessOrEqualAndResidualFallsBackToTarget) {
   std::vector<float> u = {0.5f, 0.3f, 0.9f};
   std::vector<int32_t> out(2), acc(1);
   SpecVerifyParams p;
-  p.target_logits = logits.data();
-  p.draft_tokens = drafts.data();
+  p.targetLogits = logits.data();
+  p.draftTokens = drafts.data();
   p.batch = 1;
-  p.num_draft = 1;
+  p.numDraft = 1;
   p.vocab = v;
   p.uniforms = u.data();
-  p.out_tokens = out.data();
-  p.num_accepted = acc.data();
-  ref::spec_verify(p);
+  p.outTokens = out.data();
+  p.numAccepted = acc.data();
+  ref::specVerify(p);
   EXPECT_EQ(acc[0], 1);
   u[0] = 0.50001f;
-  ref::spec_verify(p);
+  ref::specVerify(p);
   EXPECT_EQ(acc[0], 0);
   EXPECT_EQ(out[0], 1);  // residual = token 1 only
   // q == p: residual mass 0 -> sample from the target row with the residual uniform.
   std::vector<float> q = {0.5f, 0.5f};
-  p.draft_probs = q.data();
+  p.draftProbs = q.data();
   u = {0.9f, 0.3f, 0.9f};  // alpha = 1: accepted
-  ref::spec_verify(p);
+  ref::specVerify(p);
   EXPECT_EQ(acc[0], 1);
   q = {0.6f, 0.4f};  // alpha = 0.5/0.6; u 0.9 rejects; residual = (0, 0.1) -> token 1
-  ref::spec_verify(p);
+  ref::specVerify(p);
   EXPECT_EQ(acc[0], 0);
   EXPECT_EQ(out[0], 1);
 }
 
-// draft_probs_stride: sequence b's row s of q is read at (b * stride + s); a strided buffer
+// draftProbsStride: sequence b's row s of q is read at (b * stride + s); a strided buffer
 // with an extra row in front of each sequence gives the decisions of the compact one.
 TEST(SpecVerifyRef, DraftProbsStrideSkipsRowsBetweenSequences) {
   const int32_t v = 6, L = 2, batch = 2;
@@ -226,27 +226,27 @@ TEST(SpecVerifyRef, DraftProbsStrideSkipsRowsBetweenSequences) {
     std::vector<uint64_t> seeds(batch, seed);
     std::vector<int64_t> anchors = {10, 20};
     SpecVerifyParams p;
-    p.target_logits = logits.data();
-    p.draft_tokens = drafts.data();
+    p.targetLogits = logits.data();
+    p.draftTokens = drafts.data();
     p.batch = batch;
-    p.num_draft = L;
+    p.numDraft = L;
     p.vocab = v;
     p.seeds = seeds.data();
     p.anchors = anchors.data();
-    p.draft_probs = compact.data();
-    p.out_tokens = out1.data();
-    p.num_accepted = acc1.data();
-    ref::spec_verify(p);
-    p.draft_probs = strided.data() + v;
-    p.draft_probs_stride = L + 1;
-    p.out_tokens = out2.data();
-    p.num_accepted = acc2.data();
-    ref::spec_verify(p);
+    p.draftProbs = compact.data();
+    p.outTokens = out1.data();
+    p.numAccepted = acc1.data();
+    ref::specVerify(p);
+    p.draftProbs = strided.data() + v;
+    p.draftProbsStride = L + 1;
+    p.outTokens = out2.data();
+    p.numAccepted = acc2.data();
+    ref::specVerify(p);
     EXPECT_EQ(out1, out2) << "seed " << seed;
     EXPECT_EQ(acc1, acc2) << "seed " << seed;
     // The skipped rows would change decisions if read (checks that the test can fail).
-    p.draft_probs_stride = 0;
-    ref::spec_verify(p);
+    p.draftProbsStride = 0;
+    ref::specVerify(p);
     differing += out1 != out2;
   }
   EXPECT_GT(differing, 0);
@@ -258,19 +258,19 @@ TEST(SpecVerifyRef, BadParameters) {
   std::vector<float> u(3, 0.5f);
   auto make = [&]() {
     SpecVerifyParams p;
-    p.target_logits = logits.data();
-    p.draft_tokens = drafts.data();
+    p.targetLogits = logits.data();
+    p.draftTokens = drafts.data();
     p.batch = 1;
-    p.num_draft = 1;
+    p.numDraft = 1;
     p.vocab = 4;
     p.uniforms = u.data();
-    p.out_tokens = out.data();
-    p.num_accepted = acc.data();
+    p.outTokens = out.data();
+    p.numAccepted = acc.data();
     return p;
   };
   auto expect_arg = [&](SpecVerifyParams p, const char* name) {
     try {
-      ref::spec_verify(p);
+      ref::specVerify(p);
       ADD_FAILURE() << name;
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find(std::string("'") + name + "'"), std::string::npos)
@@ -278,22 +278,22 @@ TEST(SpecVerifyRef, BadParameters) {
     }
   };
   SpecVerifyParams p = make();
-  p.num_draft = -1;
+  p.numDraft = -1;
   expect_arg(p, "num_draft");
   p = make();
   p.temperature = -1;
   expect_arg(p, "temperature");
   p = make();
-  p.top_p = 0;
+  p.topP = 0;
   expect_arg(p, "top_p");
   p = make();
   p.vocab = 0;
   expect_arg(p, "vocab");
   p = make();
-  p.draft_tokens = nullptr;
+  p.draftTokens = nullptr;
   expect_arg(p, "draft_tokens");
   p = make();
-  p.draft_probs_stride = -1;
+  p.draftProbsStride = -1;
   expect_arg(p, "draft_probs_stride");
   p = make();
   p.uniforms = nullptr;

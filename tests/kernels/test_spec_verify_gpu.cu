@@ -20,8 +20,8 @@ struct VCase {
   int32_t batch, L, vocab;
   DType dtype;
   float temperature;
-  int32_t top_k;
-  float top_p;
+  int32_t topK;
+  float topP;
   TopPMode mode;
   bool with_q;   // draft probabilities (else onehot / argmax draft)
   bool device_uniforms;
@@ -48,29 +48,29 @@ void expect_matches_reference(const VCase& c, const VInputs& in, std::vector<int
     for (float x : in.logits) logits16.push_back(to_fp16(x));
   }
   SpecVerifyParams p;
-  p.logits_dtype = c.dtype;
+  p.logitsDtype = c.dtype;
   p.batch = c.batch;
-  p.num_draft = c.L;
+  p.numDraft = c.L;
   p.vocab = c.vocab;
   p.temperature = c.temperature;
-  p.top_k = c.top_k;
-  p.top_p = c.top_p;
-  p.top_p_mode = c.mode;
+  p.topK = c.topK;
+  p.topP = c.topP;
+  p.topPMode = c.mode;
   p.path = c.path;
   std::vector<int32_t> want_out(rows, -9);
   want_acc->assign(c.batch, -9);
-  p.target_logits = c.dtype == DType::kF32 ? static_cast<const void*>(in.logits.data()) : logits16.data();
-  p.draft_tokens = in.drafts.data();
-  p.draft_probs = c.with_q ? in.q.data() : nullptr;
+  p.targetLogits = c.dtype == DType::kF32 ? static_cast<const void*>(in.logits.data()) : logits16.data();
+  p.draftTokens = in.drafts.data();
+  p.draftProbs = c.with_q ? in.q.data() : nullptr;
   if (c.device_uniforms) {
     p.seeds = in.seeds.data();
     p.anchors = in.anchors.data();
   } else {
     p.uniforms = in.u.data();
   }
-  p.out_tokens = want_out.data();
-  p.num_accepted = want_acc->data();
-  ref::spec_verify(p);
+  p.outTokens = want_out.data();
+  p.numAccepted = want_acc->data();
+  ref::specVerify(p);
 
   test::DeviceArray<float> d_logits(c.dtype == DType::kF32 ? in.logits : std::vector<float>{});
   test::DeviceArray<fp16> d_logits16(logits16);
@@ -78,28 +78,28 @@ void expect_matches_reference(const VCase& c, const VInputs& in, std::vector<int
   test::DeviceArray<float> d_q(in.q), d_u(in.u);
   test::DeviceArray<uint64_t> d_seeds(in.seeds);
   test::DeviceArray<int64_t> d_anchors(in.anchors);
-  p.target_logits = c.dtype == DType::kF32 ? static_cast<const void*>(d_logits.get()) : d_logits16.get();
-  p.draft_tokens = d_drafts.get();
-  p.draft_probs = c.with_q ? d_q.get() : nullptr;
+  p.targetLogits = c.dtype == DType::kF32 ? static_cast<const void*>(d_logits.get()) : d_logits16.get();
+  p.draftTokens = d_drafts.get();
+  p.draftProbs = c.with_q ? d_q.get() : nullptr;
   if (c.device_uniforms) {
     p.seeds = d_seeds.get();
     p.anchors = d_anchors.get();
   } else {
     p.uniforms = d_u.get();
   }
-  p.out_tokens = d_out.get();
-  p.num_accepted = d_acc.get();
-  const size_t ws = spec_verify_workspace_bytes(p);
+  p.outTokens = d_out.get();
+  p.numAccepted = d_acc.get();
+  const size_t ws = specVerifyWorkspaceBytes(p);
   test::DeviceArray<uint8_t> d_ws(ws);
   p.workspace = d_ws.get();
-  p.workspace_bytes = ws;
-  kernel::spec_verify(p, nullptr);
+  p.workspaceBytes = ws;
+  kernel::specVerify(p, nullptr);
   const std::vector<int32_t> got_acc = d_acc.download();
   const std::vector<int32_t> got_out = d_out.download();
   EXPECT_EQ(got_acc, *want_acc) << "accept decisions differ";
   // Rows summed over the whole row on the GPU (block-scan CDF): small path k > 512, general
   // path beyond its candidate cap (sampling_layout.h plan).
-  const bool full_rows = (c.top_k <= 0 || c.top_k > kMaxCandidateTopK) && c.temperature >= 1e-3f;
+  const bool full_rows = (c.topK <= 0 || c.topK > kMaxCandidateTopK) && c.temperature >= 1e-3f;
   int differing = 0;
   for (int32_t b = 0; b < c.batch; ++b) {
     for (int32_t j = 0; j <= c.L; ++j) {
@@ -121,7 +121,7 @@ void expect_matches_reference(const VCase& c, const VInputs& in, std::vector<int
 
 void check(const VCase& c) {
   SCOPED_TRACE(testing::Message() << "B " << c.batch << " L " << c.L << " V " << c.vocab << " k "
-                                  << c.top_k << " p " << c.top_p << " q " << c.with_q);
+                                  << c.topK << " p " << c.topP << " q " << c.with_q);
   std::mt19937 rng(c.vocab + c.batch * 31 + c.L);
   std::normal_distribution<float> nd(0.0f, 2.5f);
   const size_t rows = static_cast<size_t>(c.batch) * (c.L + 1);
@@ -175,15 +175,15 @@ void check(const VCase& c) {
 // accepted draft 1; and at the first rejection of odd sequences q = 1 at every index: the residual
 // max(P - Q, 0) is 0, so the token comes from the target row (the residual mass floor's fallback).
 void check_placed_rejections(const VCase& c) {
-  SCOPED_TRACE(testing::Message() << "placed rejections: V " << c.vocab << " k " << c.top_k
+  SCOPED_TRACE(testing::Message() << "placed rejections: V " << c.vocab << " k " << c.topK
                                   << " q " << c.with_q);
   const int32_t V = c.vocab, L = c.L;
-  const std::vector<int32_t> first_rejected = {0, 1, 5, 17, 20, 34, L - 1, L, L};  // L: bonus
-  ASSERT_EQ(c.batch, static_cast<int32_t>(first_rejected.size()));
+  const std::vector<int32_t> firstRejected = {0, 1, 5, 17, 20, 34, L - 1, L, L};  // L: bonus
+  ASSERT_EQ(c.batch, static_cast<int32_t>(firstRejected.size()));
   ASSERT_GE(L, 36);
   ASSERT_FALSE(c.device_uniforms);
-  const bool list_rows = c.top_k > 0;
-  std::mt19937 rng(V + c.top_k);
+  const bool list_rows = c.topK > 0;
+  std::mt19937 rng(V + c.topK);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   VInputs in;
   in.logits.resize(static_cast<size_t>(c.batch) * (L + 1) * V);
@@ -200,14 +200,14 @@ void check_placed_rejections(const VCase& c) {
       row[top] += 16.0f;
       row[second] = 4.0f;
       row[lowest] = -8.0f;
-      const bool uniform_row = (b + s) % 5 == 2 || (s == L && b == c.batch - 1);
-      if (uniform_row) row[(top + 3) % V] = std::nanf("");
+      const bool uniformRow = (b + s) % 5 == 2 || (s == L && b == c.batch - 1);
+      if (uniformRow) row[(top + 3) % V] = std::nanf("");
       if (s == L) break;  // the bonus row has no draft
-      const bool reject = s == first_rejected[b] || (s > first_rejected[b] && s % 3 == 2);
+      const bool reject = s == firstRejected[b] || (s > firstRejected[b] && s % 3 == 2);
       int32_t x = top;
-      u[s] = uniform_row ? 1e-9f : 0.5f;
+      u[s] = uniformRow ? 1e-9f : 0.5f;
       if (reject) {
-        x = uniform_row ? top : list_rows && s % 2 == 0 ? lowest : second;
+        x = uniformRow ? top : list_rows && s % 2 == 0 ? lowest : second;
         u[s] = 0.999f;
       }
       in.drafts[static_cast<size_t>(b) * L + s] = x;
@@ -217,14 +217,14 @@ void check_placed_rejections(const VCase& c) {
         for (int32_t i = 0; i < V; ++i) sum += (q[i] = std::exp(nd(rng)));
         for (int32_t i = 0; i < V; ++i) q[i] = static_cast<float>(q[i] / sum);
         q[x] = s == 1 && !reject ? 0.0f : std::max(q[x], 0.3f);
-        if (s == first_rejected[b] && b % 2 == 1) std::fill(q, q + V, 1.0f);
+        if (s == firstRejected[b] && b % 2 == 1) std::fill(q, q + V, 1.0f);
       }
     }
     for (int32_t j = L; j <= 2 * L; ++j) u[j] = request_uniform(5, b, RngPurpose::kResidual, j);
   }
   std::vector<int32_t> want_acc;
   expect_matches_reference(c, in, &want_acc);
-  EXPECT_EQ(want_acc, first_rejected) << "the inputs do not place the first rejections";
+  EXPECT_EQ(want_acc, firstRejected) << "the inputs do not place the first rejections";
 }
 
 TEST(SpecVerifyGpu, MatchesReference) {
@@ -249,7 +249,7 @@ TEST(SpecVerifyGpu, MatchesReference) {
   check({16, 15, 2048, DType::kF32, 1.0f, 1, 1.0f, kN, false, false, SamplingPath::kAuto});
   check({16, 15, 6000, DType::kF16, 1.0f, 1, 1.0f, kN, true, true, SamplingPath::kAuto});
   // The benchmark's shape (256 rows of 19 chunks): each chunk CTA walks one whole row and
-  // finalizes it itself (RowsArgs::chunk_finalizes_rows). Then f16 rows (the register path)
+  // finalizes it itself (RowsArgs::chunkFinalizesRows). Then f16 rows (the register path)
   // with draft probabilities and device uniforms.
   check({16, 15, 151936, DType::kF32, 0.25f, 50, 0.9f, kN, false, false, SamplingPath::kAuto});
   check({16, 15, 128256, DType::kF16, 0.5f, 50, 0.95f, kT, true, true, SamplingPath::kAuto});

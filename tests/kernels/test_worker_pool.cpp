@@ -1,5 +1,5 @@
-// The CPU backend's worker pool (src/ref/worker_pool.h) and the parallel_for on top of it: every
-// task runs exactly once; a parallel_for inside a task, and runs from several threads at once,
+// The CPU backend's worker pool (src/ref/worker_pool.h) and the parallelFor on top of it: every
+// task runs exactly once; a parallelFor inside a task, and runs from several threads at once,
 // finish (inline where the pool is taken) with every index covered once.
 #include <gtest/gtest.h>
 
@@ -14,13 +14,13 @@
 namespace es {
 namespace {
 
-using ref::detail::parallel_for;
+using ref::detail::parallelFor;
 using ref::detail::WorkerPool;
 
-// parallel_for over [0, count) with enough work per item to use every thread; counts visits.
+// parallelFor over [0, count) with enough work per item to use every thread; counts visits.
 std::vector<int> visitCounts(int64_t count) {
   std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
-  parallel_for(count, int64_t{1} << 20, [&](int64_t b, int64_t e) {
+  parallelFor(count, int64_t{1} << 20, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
   });
   std::vector<int> out;
@@ -48,7 +48,7 @@ TEST(WorkerPool, ParallelForCoversTheRangeOnce) {
 
 TEST(WorkerPool, NestedParallelForRunsInline) {
   std::atomic<int64_t> inner{0};
-  parallel_for(8, int64_t{1} << 20, [&](int64_t b, int64_t e) {
+  parallelFor(8, int64_t{1} << 20, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const std::vector<int> hits = visitCounts(100);
       for (int h : hits) inner.fetch_add(h);

@@ -91,9 +91,9 @@ TEST(PlainDecoding, SampledDecodingIsRequestStableAndSeeded) {
     int32_t expected = -1;
     SamplingParams p;
     p.logits = logits.data(); p.batch = 1; p.vocab = static_cast<int32_t>(logits.size());
-    p.temperature = a.sampling.temperature; p.top_k = a.sampling.topK; p.top_p = a.sampling.topP;
+    p.temperature = a.sampling.temperature; p.topK = a.sampling.topK; p.topP = a.sampling.topP;
     p.seeds = &a.sampling.seed; p.positions = &lastPosition; p.tokens = &expected;
-    ref::sample_rows(p);
+    ref::sampleRows(p);
     EXPECT_EQ(alone[0].tokens[0], expected);
   }
   // Another seed gives another continuation.

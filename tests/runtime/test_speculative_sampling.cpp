@@ -3,7 +3,7 @@
 // residual path), and with a draft that samples its proposals from its own distribution q
 // (accepted with min(1, p / q)), the second generated token of a fixed prompt, over many seeds,
 // follows the target's filtered distribution given the first one. The reference distribution comes from a
-// separate host forward of prompt + first token and the CPU sampling reference's row_probs;
+// separate host forward of prompt + first token and the CPU sampling reference's rowProbs;
 // Pearson chi-square with a fixed 1e-3 threshold (fixed seeds: the test is deterministic).
 #include <gtest/gtest.h>
 
@@ -64,7 +64,7 @@ std::vector<float> secondTokenProbs(model::TargetModel& target, const std::vecto
   b.logitRows = {static_cast<int32_t>(tokens.size()) - 1};
   const model::ForwardResult out = target.forward(b, cache);
   std::vector<float> probs(static_cast<size_t>(V));
-  ref::row_probs(out.logits.data(), V, sampling.temperature, sampling.topK, sampling.topP,
+  ref::rowProbs(out.logits.data(), V, sampling.temperature, sampling.topK, sampling.topP,
                  TopPMode::kNucleus, probs.data());
   return probs;
 }

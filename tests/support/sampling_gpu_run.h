@@ -1,6 +1,6 @@
 #pragma once
-// What the sampling GPU tests share (CUDA builds only): scalar SamplingParams; kernel::sample_rows
-// run on device rows with poisoned outputs; ref::sample_rows run on the same host rows with
+// What the sampling GPU tests share (CUDA builds only): scalar SamplingParams; kernel::sampleRows
+// run on device rows with poisoned outputs; ref::sampleRows run on the same host rows with
 // poisoned outputs; and the bit-exact comparison of the two (tokens exactly, probabilities by
 // memcmp).
 #include <gtest/gtest.h>
@@ -18,18 +18,18 @@
 namespace es::test {
 
 // Parameters with scalars for every row (no per-row arrays) and no buffers yet.
-inline SamplingParams sampling_params(int32_t batch, int32_t vocab, DType logits_dtype,
-                                      float temperature, int32_t top_k, float top_p,
-                                      TopPMode top_p_mode,
+inline SamplingParams sampling_params(int32_t batch, int32_t vocab, DType logitsDtype,
+                                      float temperature, int32_t topK, float topP,
+                                      TopPMode topPMode,
                                       SamplingPath path = SamplingPath::kAuto) {
   SamplingParams p;
   p.batch = batch;
   p.vocab = vocab;
-  p.logits_dtype = logits_dtype;
+  p.logitsDtype = logitsDtype;
   p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.top_p_mode = top_p_mode;
+  p.topK = topK;
+  p.topP = topP;
+  p.topPMode = topPMode;
   p.path = path;
   return p;
 }
@@ -76,13 +76,13 @@ struct SampleOutputs {
 
 struct GpuSampleOptions {
   bool probs = true;  // false: p.probs null (tokens only)
-  // false: the workspace is exactly sampling_workspace_bytes(p) poisoned bytes (memcheck flags any
+  // false: the workspace is exactly samplingWorkspaceBytes(p) poisoned bytes (memcheck flags any
   // access past them), not read back. true: ceil(bytes / 8) poisoned 64-bit words, read back into
   // SampleOutputs::workspace (records nobody wrote keep the poison).
   bool download_workspace = false;
 };
 
-// kernel::sample_rows on `logits` (p.logits_dtype must match) with uniforms u: tokens and, with
+// kernel::sampleRows on `logits` (p.logitsDtype must match) with uniforms u: tokens and, with
 // opts.probs, probabilities written over poisoned device buffers, then read back.
 inline SampleOutputs run_sample_rows_gpu(SamplingParams p, const DeviceLogits& logits,
                                          const std::vector<float>& u, GpuSampleOptions opts = {}) {
@@ -93,14 +93,14 @@ inline SampleOutputs run_sample_rows_gpu(SamplingParams p, const DeviceLogits& l
   p.uniforms = d_u.get();
   p.tokens = d_tokens.get();
   p.probs = opts.probs ? d_probs.get() : nullptr;
-  const size_t ws = sampling_workspace_bytes(p);
+  const size_t ws = samplingWorkspaceBytes(p);
   DeviceArray<uint64_t> d_ws_words(opts.download_workspace ? (ws + 7) / 8 : 0);  // poisoned
   DeviceArray<uint8_t> d_ws_bytes(opts.download_workspace ? 0 : ws);             // poisoned
   void* workspace =
       opts.download_workspace ? static_cast<void*>(d_ws_words.get()) : d_ws_bytes.get();
   p.workspace = ws ? workspace : nullptr;
-  p.workspace_bytes = ws;
-  kernel::sample_rows(p, nullptr);
+  p.workspaceBytes = ws;
+  kernel::sampleRows(p, nullptr);
   ES_CUDA_CHECK(cudaDeviceSynchronize());
   SampleOutputs o;
   o.tokens = d_tokens.download();
@@ -109,18 +109,18 @@ inline SampleOutputs run_sample_rows_gpu(SamplingParams p, const DeviceLogits& l
   return o;
 }
 
-// The same on host rows x uploaded as p.logits_dtype (DeviceLogits(dtype, x)).
+// The same on host rows x uploaded as p.logitsDtype (DeviceLogits(dtype, x)).
 inline SampleOutputs run_sample_rows_gpu(const SamplingParams& p, const std::vector<float>& x,
                                          const std::vector<float>& u, GpuSampleOptions opts = {}) {
-  const DeviceLogits logits(p.logits_dtype, x);
+  const DeviceLogits logits(p.logitsDtype, x);
   return run_sample_rows_gpu(p, logits, u, opts);
 }
 
-// ref::sample_rows on host f32 rows x (f16 cases pass their rows already rounded to f16 values)
+// ref::sampleRows on host f32 rows x (f16 cases pass their rows already rounded to f16 values)
 // with uniforms u: tokens poisoned -77 and, with_probs, probabilities poisoned -7 before it runs.
 inline SampleOutputs run_sample_rows_ref(SamplingParams p, const std::vector<float>& x,
                                          const std::vector<float>& u, bool with_probs = true) {
-  p.logits_dtype = DType::kF32;
+  p.logitsDtype = DType::kF32;
   p.logits = x.data();
   p.uniforms = u.data();
   SampleOutputs o;
@@ -128,7 +128,7 @@ inline SampleOutputs run_sample_rows_ref(SamplingParams p, const std::vector<flo
   if (with_probs) o.probs.assign(static_cast<size_t>(p.batch) * p.vocab, -7.0f);
   p.tokens = o.tokens.data();
   p.probs = with_probs ? o.probs.data() : nullptr;
-  ref::sample_rows(p);
+  ref::sampleRows(p);
   return o;
 }
 
