@@ -29,13 +29,3 @@ SwigluParams swigluStep(const GateUpSwigluParams& p) {
 }
 
 }  // namespace es::kernel
-
-namespace es::ref {
-
-void gateUpSwiglu(const kernel::GateUpSwigluParams& p) {
-  if (!kernel::validate(p)) return;
-  linear(p.linear);
-  swiglu(kernel::swigluStep(p));
-}
-
-}  // namespace es::ref
