@@ -37,8 +37,8 @@
 #include <string>
 #include <vector>
 
-#include "common/buffer.h"
 #include "bench_gpu_util.cuh"
+#include "common/buffer.h"
 #include "common/cuda_check.h"
 #include "common/dtype.h"
 #include "kernels/paged_attention.h"
@@ -62,7 +62,8 @@ struct Row {
 std::vector<Row> gRows;
 std::vector<std::string> gNotes;
 
-// ---- random fill (finite, never zero) -------------------------------------------------------------
+// ---- random fill (finite, never zero)
+// -------------------------------------------------------------
 __global__ void fillBf16(bf16* out, int64_t n, uint32_t seed, float lo, float hi) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -76,7 +77,6 @@ void fill(Buffer& b, uint32_t seed, float lo, float hi) {
   fillBf16<<<2048, 256>>>(b.as<bf16>(), b.bytes() / 2, seed, lo, hi);
   ES_CUDA_CHECK_LAUNCH();
 }
-
 
 // Per-call time of `calls` back-to-back fn(i) captured in one graph, median of `reps` replays.
 template <typename F>
@@ -243,7 +243,8 @@ void timeVariant(cudaStream_t stream, const Problem& pr, const std::string& name
 void benchShape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& sweep) {
   Problem pr(shape, 1000 + shape.batch * 7 + shape.ctx / 1024 + shape.qLen);
   const kernel::PagedAttentionPlan plan = kernel::planPagedAttention(pr.params(0, true));
-  if (!plan.splitKv) throw std::runtime_error(std::string("split path not planned: ") + plan.reason);
+  if (!plan.splitKv)
+    throw std::runtime_error(std::string("split path not planned: ") + plan.reason);
 
   // Check: split vs simple on set 0.
   kernel::launchPagedAttention(pr.params(0, false), stream);
@@ -282,14 +283,18 @@ void benchShape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& sw
       kernel::launchPagedAttentionSplitKv(pr.params(0, true), plan.numSplits, stream, rt);
       outs[rt - 1] = pr.downloadOut(0);
       const double w = worstRelativeDiff(outs[rt - 1]);
-      std::snprintf(note, sizeof(note), "%s %s: split, rowTiles %d (forced) vs simple: max |diff| %.3g of the output's max",
-                    w > 3e-2 ? "MISMATCH" : "check", pr.name().c_str(), rt, w);
+      std::snprintf(
+          note, sizeof(note),
+          "%s %s: split, rowTiles %d (forced) vs simple: max |diff| %.3g of the output's max",
+          w > 3e-2 ? "MISMATCH" : "check", pr.name().c_str(), rt, w);
       gNotes.push_back(note);
     }
     if (verify) {  // both give every row the decode kernel's bits
       size_t differ = 0;
       for (size_t i = 0; i < outs[0].size(); ++i) differ += outs[0][i] != outs[1][i];
-      std::snprintf(note, sizeof(note), "%s %s: verify rowTiles 2 vs rowTiles 1 (forced, %d splits): %zu of %zu elements differ (must be 0)",
+      std::snprintf(note, sizeof(note),
+                    "%s %s: verify rowTiles 2 vs rowTiles 1 (forced, %d splits): %zu of %zu "
+                    "elements differ (must be 0)",
                     differ ? "MISMATCH" : "check", pr.name().c_str(), plan.numSplits, differ,
                     outs[0].size());
       gNotes.push_back(note);
@@ -314,7 +319,8 @@ void benchShape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& sw
             kernel::launchPagedAttentionSplitKv(pr.params(set, true), plan.numSplits, stream, rt);
           });
       us[rt - 1] = gRows.back().graphUs;
-      std::snprintf(note, sizeof(note), "verify %s: split, rowTiles %d%s: %lld CTAs of %d rows, %.2f us",
+      std::snprintf(note, sizeof(note),
+                    "verify %s: split, rowTiles %d%s: %lld CTAs of %d rows, %.2f us",
                     pr.name().c_str(), rt, rt == 1 ? " (forced)" : "",
                     static_cast<long long>(kHkv) * pr.s.batch * forced.rowBlocks * forced.numSplits,
                     16 * forced.warpsM * forced.rowTiles, us[rt - 1]);
@@ -344,7 +350,8 @@ void benchShape(cudaStream_t stream, Shape shape, const std::vector<int32_t>& sw
           kernel::launchPagedAttentionSplitKv(pr.params(set, true), 1, stream, rt);
         });
         const double us = gRows.back().graphUs;
-        std::snprintf(note, sizeof(note), "prefill %s: split, rowTiles %d forced: %.1f TFLOP/s (%.1f us)",
+        std::snprintf(note, sizeof(note),
+                      "prefill %s: split, rowTiles %d forced: %.1f TFLOP/s (%.1f us)",
                       pr.name().c_str(), rt, flops / (us * 1e6), us);
         gNotes.push_back(note);
       }
@@ -366,12 +373,9 @@ struct ShapeRun {
 };
 const std::vector<ShapeRun>& shapeRuns() {
   static const std::vector<ShapeRun> runs = {
-      {{1, 4096, 1}, {8, 16, 64}},
-      {{1, 32768, 1}, {8, 16, 24, 48, 64, 128}},
-      {{16, 4096, 1}, {1, 2, 4, 8}},
-      {{16, 32768, 1}, {1, 3, 4}},
-      {{1, 4096, 16}, {}},
-      {{16, 4096, 16}, {}},
+      {{1, 4096, 1}, {8, 16, 64}},   {{1, 32768, 1}, {8, 16, 24, 48, 64, 128}},
+      {{16, 4096, 1}, {1, 2, 4, 8}}, {{16, 32768, 1}, {1, 3, 4}},
+      {{1, 4096, 16}, {}},           {{16, 4096, 16}, {}},
       {{1, 4096, 4096}, {}},  // causal prefill of a 4k prompt
       {{1, 4224, 128}, {}},   // a 128-token suffix after a reused 4k prefix
   };
@@ -416,10 +420,10 @@ int run(const Shape& only) {
   }
   ES_CUDA_CHECK(cudaStreamDestroy(stream));
 
-  std::printf("\nPaged decode attention, bf16, %d q / %d kv heads, D %d (TB/s of K+V bytes)\n",
-              kHq, kHkv, kDim);
-  std::printf("%-28s %-24s %11s %11s %8s %8s\n", "variant", "shape", "graph us", "eager us",
-              "TB/s", "% ceil");
+  std::printf("\nPaged decode attention, bf16, %d q / %d kv heads, D %d (TB/s of K+V bytes)\n", kHq,
+              kHkv, kDim);
+  std::printf("%-28s %-24s %11s %11s %8s %8s\n", "variant", "shape", "graph us", "eager us", "TB/s",
+              "% ceil");
   for (const Row& r : gRows) {
     std::printf("%-28s %-24s %11.2f %11.2f %8.3f %7.1f%%\n", r.name.c_str(), r.shape.c_str(),
                 r.graphUs, r.eagerUs, r.tbps, r.pct);
@@ -439,7 +443,8 @@ int main(int argc, char** argv) {
         argc == 3 && std::string(argv[1]) == "--shape" &&
         std::sscanf(argv[2], "%d,%d,%d", &only.batch, &only.ctx, &only.qLen) == 3 && only.batch > 0;
     if (argc != 1 && !oneShape) {
-      std::fprintf(stderr, "usage: bench_attention_gpu [--shape B,CTX,Q]  (e.g. --shape 16,32768,1)\n");
+      std::fprintf(stderr,
+                   "usage: bench_attention_gpu [--shape B,CTX,Q]  (e.g. --shape 16,32768,1)\n");
       return 2;
     }
     return es::run(only);

@@ -8,8 +8,8 @@
 //
 //   read stream      grid-stride 16-byte loads over the same bytes: the ceiling
 //   cp.async S x C   every thread copies its own 16-byte pieces of the next chunks (S stages of C
-//                    entries, S - 1 chunks in flight while one is consumed; no barrier); ", 2 rows":
-//                    128 CTAs of two rows each (16,384-entry chunks: one CTA an SM)
+//                    entries, S - 1 chunks in flight while one is consumed; no barrier); ", 2
+//                    rows": 128 CTAs of two rows each (16,384-entry chunks: one CTA an SM)
 //   bulk S x C       one thread asks the copy engine (cp.async.bulk, TMA) for a whole chunk,
 //                    completion on an mbarrier per stage; a stage is refilled once every warp
 //                    has arrived on its "empty" mbarrier
@@ -37,8 +37,10 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRows = 256;
 constexpr int kRowLen = 151936;
 
-// ---- the ceiling ----------------------------------------------------------------------------------
-__global__ void __launch_bounds__(256) read_stream(const uint4* __restrict__ p, int64_t n, uint32_t* sink) {
+// ---- the ceiling
+// ----------------------------------------------------------------------------------
+__global__ void __launch_bounds__(256)
+    read_stream(const uint4* __restrict__ p, int64_t n, uint32_t* sink) {
   uint32_t acc = 0;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
@@ -55,7 +57,8 @@ __device__ __forceinline__ void spin_cycles(int cycles) {
   }
 }
 
-// ---- cp.async ring ---------------------------------------------------------------------------------
+// ---- cp.async ring
+// ---------------------------------------------------------------------------------
 using es::kernel::cpAsync16;
 using es::kernel::cpAsyncCommit;
 using es::kernel::cpAsyncWait;
@@ -63,7 +66,8 @@ using es::kernel::cpAsyncWait;
 // Rows blockIdx.x * P .. + P - 1 in chunks of C entries (one sequence of P * chunks items, as the
 // chunk stage walks its run) through S stages (dynamic shared memory, S * C floats).
 template <int S, int C, int P = 1>
-__global__ void __launch_bounds__(kThreads, 2) ring_cp_async(const float* logits, int spin, float* sink) {
+__global__ void __launch_bounds__(kThreads, 2)
+    ring_cp_async(const float* logits, int spin, float* sink) {
   constexpr int kPieces = C / 4 / kThreads;  // 16-byte pieces per thread per chunk
   static_assert(kPieces * 4 * kThreads == C, "C must be a multiple of 4 * kThreads");
   extern __shared__ __align__(16) float4 ring[];  // [S][C / 4]
@@ -104,39 +108,46 @@ __global__ void __launch_bounds__(kThreads, 2) ring_cp_async(const float* logits
   }
 }
 
-// ---- bulk-copy (TMA) ring --------------------------------------------------------------------------
+// ---- bulk-copy (TMA) ring
+// --------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
                : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
   do {
     asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, "
+        "1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
   } while (!done);
 }
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
 }
 
 template <int S, int C>
-__global__ void __launch_bounds__(kThreads, 2) ring_bulk(const float* logits, int spin, float* sink) {
+__global__ void __launch_bounds__(kThreads, 2)
+    ring_bulk(const float* logits, int spin, float* sink) {
   constexpr int kPieces = C / 4 / kThreads;
   extern __shared__ __align__(128) float4 ring[];  // [S][C / 4]
   __shared__ uint64_t full[S], empty[S];
@@ -191,9 +202,10 @@ struct Row {
 };
 
 template <typename Kernel>
-double time_ring(cudaStream_t stream, Kernel kernel, size_t smem, int grid, const Buffer& logits, Buffer& sink,
-                 int spin) {
-  ES_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+double time_ring(cudaStream_t stream, Kernel kernel, size_t smem, int grid, const Buffer& logits,
+                 Buffer& sink, int spin) {
+  ES_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
   return es::bench::median_us(stream, 3, 30, [&](int) {
     kernel<<<grid, kThreads, smem, stream>>>(logits.as<float>(), spin, sink.as<float>());
     ES_CUDA_CHECK_LAUNCH();
@@ -203,7 +215,8 @@ double time_ring(cudaStream_t stream, Kernel kernel, size_t smem, int grid, cons
 // Checks the ring's output against the row maxima (a wrong ring must not report a time).
 bool check_sink(const Buffer& sink, const std::vector<float>& rowMax, const char* name) {
   std::vector<float> h(static_cast<size_t>(kRows) * kThreads);
-  ES_CUDA_CHECK(cudaMemcpy(h.data(), sink.data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  ES_CUDA_CHECK(
+      cudaMemcpy(h.data(), sink.data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
   for (int r = 0; r < kRows; ++r) {
     float m = -INFINITY;
     for (int t = 0; t < kThreads; ++t) m = std::max(m, h[static_cast<size_t>(r) * kThreads + t]);
@@ -231,13 +244,14 @@ int main() {
     rowMax[i / kRowLen] = std::max(rowMax[i / kRowLen], host[i]);
   }
   Buffer logits = es::bench::upload(host);
-  Buffer sink = Buffer::allocate(MemorySpace::kDevice, static_cast<int64_t>(kRows) * kThreads * sizeof(float));
+  Buffer sink = Buffer::allocate(MemorySpace::kDevice,
+                                 static_cast<int64_t>(kRows) * kThreads * sizeof(float));
   const double bytes = static_cast<double>(n) * sizeof(float);
 
   std::vector<Row> rows;
   const double ceiling_us = es::bench::median_us(stream, 3, 30, [&](int) {
-    read_stream<<<prop.multiProcessorCount * 8, 256, 0, stream>>>(logits.as<uint4>(), static_cast<int64_t>(n / 4),
-                                                                    sink.as<uint32_t>());
+    read_stream<<<prop.multiProcessorCount * 8, 256, 0, stream>>>(
+        logits.as<uint4>(), static_cast<int64_t>(n / 4), sink.as<uint32_t>());
     ES_CUDA_CHECK_LAUNCH();
   });
   rows.push_back({"read stream (ceiling)", 0, ceiling_us});
@@ -266,12 +280,15 @@ int main() {
   run("bulk 6 x 4096", ring_bulk<6, 4096>, 6 * 4096 * 4);
   run("bulk 12 x 2048", ring_bulk<12, 2048>, 12 * 2048 * 4);
 
-  std::printf("%d rows x %d f32 (%.1f MB), %d CTAs of %d threads; spin = SM cycles per chunk after it lands\n\n",
-              kRows, kRowLen, bytes / 1e6, kRows, kThreads);
+  std::printf(
+      "%d rows x %d f32 (%.1f MB), %d CTAs of %d threads; spin = SM cycles per chunk after it "
+      "lands\n\n",
+      kRows, kRowLen, bytes / 1e6, kRows, kThreads);
   std::printf("%-28s %8s %10s %8s %12s\n", "ring", "spin", "median_us", "TB/s", "% ceiling");
   for (const Row& r : rows) {
     const double tbps = bytes / (r.us * 1e6);
-    std::printf("%-28s %8d %10.2f %8.2f %12.1f\n", r.name, r.spin, r.us, tbps, 100.0 * ceiling_us / r.us);
+    std::printf("%-28s %8d %10.2f %8.2f %12.1f\n", r.name, r.spin, r.us, tbps,
+                100.0 * ceiling_us / r.us);
   }
   ES_CUDA_CHECK(cudaStreamDestroy(stream));
   if (!ok) {

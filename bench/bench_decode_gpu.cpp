@@ -11,8 +11,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,12 +43,13 @@ int64_t rssAnonBytes() {
 // Samples RssAnon every 5 ms while alive; peak() is the largest value seen.
 class PeakAnonSampler {
  public:
-  PeakAnonSampler() : thread_([this] {
-      while (!stop_) {
-        peak_ = std::max<int64_t>(peak_, rssAnonBytes());
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-    }) {}
+  PeakAnonSampler()
+      : thread_([this] {
+          while (!stop_) {
+            peak_ = std::max<int64_t>(peak_, rssAnonBytes());
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+        }) {}
   ~PeakAnonSampler() { finish(); }
   int64_t finish() {
     if (!stop_.exchange(true)) thread_.join();
@@ -109,7 +110,8 @@ int main(int argc, char** argv) {
       cache.commitBase(slot, promptLen);
       const auto t0 = std::chrono::steady_clock::now();
       for (int32_t s = 0; s < steps; ++s) {
-        const int32_t next = static_cast<int32_t>(std::max_element(r.logits.begin(), r.logits.end()) - r.logits.begin());
+        const int32_t next = static_cast<int32_t>(
+            std::max_element(r.logits.begin(), r.logits.end()) - r.logits.begin());
         model::ForwardBatch step;
         step.tokens = {next};
         step.positions = {cache.baseLength(slot)};
@@ -126,13 +128,14 @@ int main(int argc, char** argv) {
     const double seconds = run(genLen);
     const double tokS = genLen / seconds;
     const double rooflineTokS = copyGBps * 1e9 / static_cast<double>(m.weightBytes());
-    std::printf("{\"bench\": \"edgespec-decode\", \"model\": \"%s\", \"weight_bytes\": %lld, "
-                "\"prompt_len\": %d, \"gen_len\": %d, \"decode_tok_s\": %.2f, "
-                "\"roofline_tok_s\": %.1f, \"roofline_fraction\": %.3f, \"workspace_bytes\": %lld, "
-                "\"load_s\": %.2f, \"load_peak_host_anon_bytes\": %lld}\n",
-                argv[1], static_cast<long long>(m.weightBytes()), promptLen, genLen, tokS,
-                rooflineTokS, tokS / rooflineTokS, static_cast<long long>(m.workspaceBytes()),
-                loadSeconds, static_cast<long long>(loadPeakAnon));
+    std::printf(
+        "{\"bench\": \"edgespec-decode\", \"model\": \"%s\", \"weight_bytes\": %lld, "
+        "\"prompt_len\": %d, \"gen_len\": %d, \"decode_tok_s\": %.2f, "
+        "\"roofline_tok_s\": %.1f, \"roofline_fraction\": %.3f, \"workspace_bytes\": %lld, "
+        "\"load_s\": %.2f, \"load_peak_host_anon_bytes\": %lld}\n",
+        argv[1], static_cast<long long>(m.weightBytes()), promptLen, genLen, tokS, rooflineTokS,
+        tokS / rooflineTokS, static_cast<long long>(m.workspaceBytes()), loadSeconds,
+        static_cast<long long>(loadPeakAnon));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_decode_gpu: error: %s\n", e.what());
     return 1;

@@ -29,8 +29,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/buffer.h"
 #include "bench_gpu_util.cuh"
+#include "common/buffer.h"
 #include "common/cuda_check.h"
 #include "kernels/dflash_kv_update.h"
 #include "kernels/dflash_kv_update_kernel.cuh"
@@ -61,8 +61,6 @@ Buffer device(int64_t bytes) {
   return b;
 }
 
-
-
 double copyCeilingGbps(cudaStream_t stream, const char* name, int warmup, int iters) {
   const int64_t bytes = int64_t{1} << 30;  // 1 GiB each way
   Buffer a = device(bytes), b = device(bytes);
@@ -81,18 +79,23 @@ constexpr KvVariant kAllVariants[] = {KvVariant::kLib, KvVariant::kPair1Stream,
                                       KvVariant::kPair2Plain};
 const char* variantName(KvVariant v) {
   switch (v) {
-    case KvVariant::kLib: return "KV update lib (launcher)";
-    case KvVariant::kPair1Stream: return "KV update pair tok1 stream";
-    case KvVariant::kPair1Plain: return "KV update pair tok1 plain";
-    case KvVariant::kPair2Stream: return "KV update pair tok2 stream";
-    case KvVariant::kPair2Plain: return "KV update pair tok2 plain";
+    case KvVariant::kLib:
+      return "KV update lib (launcher)";
+    case KvVariant::kPair1Stream:
+      return "KV update pair tok1 stream";
+    case KvVariant::kPair1Plain:
+      return "KV update pair tok1 plain";
+    case KvVariant::kPair2Stream:
+      return "KV update pair tok2 stream";
+    case KvVariant::kPair2Plain:
+      return "KV update pair tok2 plain";
   }
   return "?";
 }
 
 template <typename T>
 void launchVariant(KvVariant v, const kernel::DFlashTargetKVCacheUpdateParams<T>& p,
-                    cudaStream_t stream) {
+                   cudaStream_t stream) {
   namespace ku = kernel::kvupdate;
   if (v == KvVariant::kLib) {
     kernel::launchDFlashTargetKVCacheUpdate(p, stream);
@@ -100,11 +103,20 @@ void launchVariant(KvVariant v, const kernel::DFlashTargetKVCacheUpdateParams<T>
   }
   if (!ku::pairPathApplies(p)) throw std::runtime_error("bench shape must take the 16-byte path");
   switch (v) {
-    case KvVariant::kPair1Stream: ku::launchPair<1, true>(p, stream); break;
-    case KvVariant::kPair1Plain: ku::launchPair<1, false>(p, stream); break;
-    case KvVariant::kPair2Stream: ku::launchPair<2, true>(p, stream); break;
-    case KvVariant::kPair2Plain: ku::launchPair<2, false>(p, stream); break;
-    default: break;
+    case KvVariant::kPair1Stream:
+      ku::launchPair<1, true>(p, stream);
+      break;
+    case KvVariant::kPair1Plain:
+      ku::launchPair<1, false>(p, stream);
+      break;
+    case KvVariant::kPair2Stream:
+      ku::launchPair<2, true>(p, stream);
+      break;
+    case KvVariant::kPair2Plain:
+      ku::launchPair<2, false>(p, stream);
+      break;
+    default:
+      break;
   }
   ES_CUDA_CHECK_LAUNCH();
 }
@@ -131,7 +143,7 @@ void fill(Buffer& b, uint32_t seed, float lo, float hi) {
   ES_CUDA_CHECK_LAUNCH();
 }
 __global__ void countMismatch(const uint16_t* a, const uint16_t* b, int64_t n,
-                               unsigned long long* count) {
+                              unsigned long long* count) {
   unsigned long long local = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -141,7 +153,8 @@ __global__ void countMismatch(const uint16_t* a, const uint16_t* b, int64_t n,
 }
 
 // One KV-update problem: B sequences of T/B delta tokens after 256 tokens of old context, identity
-// page table, `sets` independent input sets (rotated so no iteration reads what the last left in L2).
+// page table, `sets` independent input sets (rotated so no iteration reads what the last left in
+// L2).
 template <typename T>
 struct KvProblem {
   static constexpr int32_t kHkv = 8, kDim = 128, kRotary = 128;
@@ -150,7 +163,8 @@ struct KvProblem {
   Buffer dPos, dOwn, dTable;
   std::vector<Buffer> k, v, cs, pool;
 
-  KvProblem(int32_t batch_, int32_t tokens_, int sets, uint32_t seed) : batch(batch_), tokens(tokens_) {
+  KvProblem(int32_t batch_, int32_t tokens_, int sets, uint32_t seed)
+      : batch(batch_), tokens(tokens_) {
     const int32_t perSeq = tokens / batch;
     maxPages = (perSeq + 256 + kPage - 1) / kPage;
     numPages = batch * maxPages;
@@ -215,13 +229,14 @@ struct KvProblem {
     fill<T>(pool[0], 99, -4.0f, 4.0f);  // legacy stream: synchronise before using it on `stream`
     ES_CUDA_CHECK(cudaDeviceSynchronize());
     launchVariant(KvVariant::kLib, params(0), stream);
-    ES_CUDA_CHECK(cudaMemcpyAsync(want.data(), pool[0].data(), poolBytes, cudaMemcpyDeviceToDevice, stream));
+    ES_CUDA_CHECK(
+        cudaMemcpyAsync(want.data(), pool[0].data(), poolBytes, cudaMemcpyDeviceToDevice, stream));
     ES_CUDA_CHECK(cudaStreamSynchronize(stream));
     fill<T>(pool[0], 99, -4.0f, 4.0f);
     ES_CUDA_CHECK(cudaDeviceSynchronize());
     launchVariant(var, params(0), stream);
     countMismatch<<<1024, 256, 0, stream>>>(want.as<uint16_t>(), pool[0].as<uint16_t>(),
-                                             poolBytes / 2, count.as<unsigned long long>());
+                                            poolBytes / 2, count.as<unsigned long long>());
     ES_CUDA_CHECK_LAUNCH();
     unsigned long long n = 0;
     ES_CUDA_CHECK(cudaMemcpyAsync(&n, count.data(), sizeof(n), cudaMemcpyDeviceToHost, stream));
@@ -244,7 +259,7 @@ void benchKvLarge(cudaStream_t stream) {
                  variantName(var), nb, nh);
     if (nb != 0 || nh != 0) {
       gRows.push_back({std::string("MISMATCH ") + variantName(var), "bf16+fp16 elements",
-                        double(nb + nh), -1, -1});
+                       double(nb + nh), -1, -1});
     }
   }
   std::vector<double> t[2][kVariants];
@@ -266,7 +281,8 @@ void benchKvLarge(cudaStream_t stream) {
       const double us = r[r.size() / 2];
       const double gbps = (dtype == 0 ? pb.bytesMoved() : ph.bytesMoved()) / (us * 1e3);
       char shape[96];
-      std::snprintf(shape, sizeof(shape), "%s T=65536 B=64 Hkv=8 D=128", dtype == 0 ? "bf16" : "fp16");
+      std::snprintf(shape, sizeof(shape), "%s T=65536 B=64 Hkv=8 D=128",
+                    dtype == 0 ? "bf16" : "fp16");
       Row row{variantName(kAllVariants[vi]), shape, us, gbps, 0.0};
       row.spread = r.back() - r.front();
       gRows.push_back(row);
@@ -298,12 +314,13 @@ void benchMetadataGraph(cudaStream_t stream, int32_t batch) {
   Buffer dLens = upload(lens), dDelta = upload(delta), dAnchor = upload(anchors),
          dState = upload(state);
   const int64_t i4 = 4;
-  Buffer mask = device(i4 * batch * bs), posId = device(i4 * batch * bs),
-         ctx = device(i4 * batch), positions = device(i4 * batch * bs), qstart = device(i4 * (batch + 1)),
+  Buffer mask = device(i4 * batch * bs), posId = device(i4 * batch * bs), ctx = device(i4 * batch),
+         positions = device(i4 * batch * bs), qstart = device(i4 * (batch + 1)),
          qlen = device(i4 * batch), past = device(i4 * batch), seqlen = device(i4 * batch),
          deltaPos = device(i4 * tokens), deltaOwn = device(i4 * tokens),
-         vmask = device(i4 * batch * bs), vpos = device(i4 * batch * bs), vselect = device(8 * batch * bs),
-         vctx = device(i4 * batch), draft = device(i4 * batch * bs), vtokens = device(i4 * batch * bs),
+         vmask = device(i4 * batch * bs), vpos = device(i4 * batch * bs),
+         vselect = device(8 * batch * bs), vctx = device(i4 * batch),
+         draft = device(i4 * batch * bs), vtokens = device(i4 * batch * bs),
          vtree = device(int64_t{batch} * bs * bs);
   // The four launches; `side1`/`side2` let independent ones run on forked capture streams.
   auto step = [&](cudaStream_t main, cudaStream_t side1, cudaStream_t side2) {
@@ -382,9 +399,12 @@ void benchMetadataGraph(cudaStream_t stream, int32_t batch) {
         median_us(stream, 20, 500, [&](int) { ES_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
     // Back-to-back replays: GPU time per replay without the per-launch event pair.
     constexpr int kBurst = 200;
-    const double burst = median_us(stream, 2, 20, [&](int) {
-                           for (int i = 0; i < kBurst; ++i) ES_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-                         }) / kBurst;
+    const double burst = median_us(stream, 2, 20,
+                                   [&](int) {
+                                     for (int i = 0; i < kBurst; ++i)
+                                       ES_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+                                   }) /
+                         kBurst;
     ES_CUDA_CHECK(cudaGraphExecDestroy(exec));
     ES_CUDA_CHECK(cudaGraphDestroy(graph));
     gRows.push_back({"metadata graph (one replay)", shape, single, -1, -1});
@@ -410,7 +430,8 @@ void benchMetadataGraph(cudaStream_t stream, int32_t batch) {
                                .acceptLengths = accLen.as<int32_t>(),
                                .batchSize = batch,
                                .verifySize = bs};
-  const double accept = median_us(stream, 20, 500, [&](int) { kernel::launchEagleAccept(ap, stream); });
+  const double accept =
+      median_us(stream, 20, 500, [&](int) { kernel::launchEagleAccept(ap, stream); });
   gRows.push_back({"eagle accept (eager)", "B=64 S=16 linear", accept, -1, -1});
 }
 
@@ -436,8 +457,8 @@ int run() {
   benchMetadataGraph(stream, 64);
   ES_CUDA_CHECK(cudaStreamDestroy(stream));
 
-  std::printf("\n%-34s %-36s %12s %10s %8s %9s\n", "kernel", "shape", "median us", "GB/s",
-              "% copy", "spread us");
+  std::printf("\n%-34s %-36s %12s %10s %8s %9s\n", "kernel", "shape", "median us", "GB/s", "% copy",
+              "spread us");
   for (const Row& r : gRows) {
     char spread[32] = "-";
     if (r.spread >= 0) std::snprintf(spread, sizeof(spread), "%.2f", r.spread);

@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "common/buffer.h"
 #include "bench_gpu_util.cuh"
+#include "common/buffer.h"
 #include "common/cuda_check.h"
 #include "common/dtype.h"
 #include "kernels/linear.h"
@@ -78,8 +78,8 @@ __device__ __forceinline__ uint4 loadStream(const uint4* p) {
 
 // Sum of all 32-bit words; U loads in flight per thread; one word written per warp.
 template <int U>
-__global__ void __launch_bounds__(256) readReduce(const uint4* __restrict__ p, int64_t n16,
-                                                   uint32_t* __restrict__ out) {
+__global__ void __launch_bounds__(256)
+    readReduce(const uint4* __restrict__ p, int64_t n16, uint32_t* __restrict__ out) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   uint32_t acc = 0;
@@ -99,10 +99,9 @@ __global__ void __launch_bounds__(256) readReduce(const uint4* __restrict__ p, i
   if ((threadIdx.x & 31) == 0) out[(blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32] = acc;
 }
 
-
 // Best of the U = 4 and U = 8 reductions over 4 GiB, in TB/s; one row each.
 double readCeiling(cudaStream_t stream, const char* when, const Buffer& data, Buffer& out,
-                    int sms) {
+                   int sms) {
   const int64_t n16 = data.bytes() / 16;
   const int blocks = sms * 8;
   double best = 0;
@@ -163,7 +162,7 @@ int64_t countMismatch(const Buffer& a, const Buffer& b, bool f32, int64_t count)
 }
 
 void benchShape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s, int64_t l2Bytes,
-                 int sms, bool sweep, bool warm) {
+                int sms, bool sweep, bool warm) {
   const int64_t wBytes = int64_t{s.n} * s.k * 2;
   // --warm: one copy, so weights smaller than the L2 are read from it after the first launch.
   const int copies = warm ? 1 : int(std::max<int64_t>(2, (4 * l2Bytes + wBytes - 1) / wBytes));
@@ -204,15 +203,17 @@ void benchShape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s,
     if (sweep) {
       for (int32_t tiles : {1, 2}) {
         for (int32_t split : {1, 2, 4, 8}) {
-          variants.push_back({"gemv sweep", cfgName({tiles, split}), LinearAlgo::kGemv, true,
-                              {tiles, split}});
+          variants.push_back(
+              {"gemv sweep", cfgName({tiles, split}), LinearAlgo::kGemv, true, {tiles, split}});
         }
       }
     }
     auto launch = [&](const Variant& v, int c, void* out) {
       const kernel::LinearParams p = params(c, out, v.algo);
-      if (v.direct) kernel::detail::launchLinearGemv(p, v.cfg, stream);
-      else kernel::launchLinear(p, ctx, stream);
+      if (v.direct)
+        kernel::detail::launchLinearGemv(p, v.cfg, stream);
+      else
+        kernel::launchLinear(p, ctx, stream);
     };
     char shape[96];
     std::snprintf(shape, sizeof(shape), "%s %dx%d m=%d%s", s.name, s.n, s.k, m,
@@ -227,8 +228,8 @@ void benchShape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s,
       if (bad != 0) {
         std::fprintf(stderr, "MISMATCH %s %s %s: %lld elements\n", variants[vi].name.c_str(),
                      variants[vi].config.c_str(), shape, static_cast<long long>(bad));
-        gRows.push_back({"MISMATCH " + variants[vi].name, shape, variants[vi].config,
-                          double(bad), -1, -1, -1});
+        gRows.push_back(
+            {"MISMATCH " + variants[vi].name, shape, variants[vi].config, double(bad), -1, -1, -1});
       }
     }
     const double bytes = double(wBytes) + double(m) * s.k * 2 + double(m) * s.n * out_size;
@@ -240,9 +241,9 @@ void benchShape(cudaStream_t stream, kernel::LinearContext& ctx, const Shape& s,
       for (int i = 0; i < launches; ++i) launch(v, i % copies, y.data());
       ES_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
       ES_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double us = median_us(stream, 3, 15, [&](int) {
-                          ES_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-                        }) / launches;
+      const double us =
+          median_us(stream, 3, 15, [&](int) { ES_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }) /
+          launches;
       ES_CUDA_CHECK(cudaGraphExecDestroy(exec));
       ES_CUDA_CHECK(cudaGraphDestroy(graph));
       if (v.algo == LinearAlgo::kCublasLt) cublasUs = us;
@@ -260,8 +261,10 @@ void benchGemmPeak(cudaStream_t stream, kernel::LinearContext& ctx) {
     const char* name;
     int32_t m, n, k;
   };
-  const Gemm gemms[] = {{"square", 8192, 8192, 8192},      {"8B prefill qkv", 4224, 6144, 4096},
-                        {"8B prefill o", 4224, 4096, 4096}, {"8B prefill gate_up", 4224, 24576, 4096},
+  const Gemm gemms[] = {{"square", 8192, 8192, 8192},
+                        {"8B prefill qkv", 4224, 6144, 4096},
+                        {"8B prefill o", 4224, 4096, 4096},
+                        {"8B prefill gate_up", 4224, 24576, 4096},
                         {"8B prefill down", 4224, 4096, 12288}};
   std::printf("\nbf16 GEMM (cuBLASLt, bf16 out), TFLOP/s of 2 m n k:\n");
   for (const Gemm& g : gemms) {
@@ -288,7 +291,7 @@ void benchGemmPeak(cudaStream_t stream, kernel::LinearContext& ctx) {
 int run(int argc, char** argv) {
   bool sweep = false;
   bool peakOnly = false;  // --gemm-peak: only the GEMM peak (seconds), for gpu_check's engine stage
-  bool warm = false;       // --warm: weights not rotated (L2-resident where they fit)
+  bool warm = false;      // --warm: weights not rotated (L2-resident where they fit)
   bool ceilingOnly = false;  // --ceiling: only the read-stream ceiling, one line for scripts
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sweep") == 0) {
@@ -300,7 +303,8 @@ int run(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--ceiling") == 0) {
       ceilingOnly = true;
     } else {
-      std::fprintf(stderr, "usage: bench_linear_gpu [--sweep] [--warm] | --gemm-peak | --ceiling\n");
+      std::fprintf(stderr,
+                   "usage: bench_linear_gpu [--sweep] [--warm] | --gemm-peak | --ceiling\n");
       return 2;
     }
   }
@@ -318,7 +322,8 @@ int run(int argc, char** argv) {
   {
     Buffer data = Buffer::allocate(MemorySpace::kDevice, int64_t{4} << 30);
     fill(data, 5, -1.0f, 1.0f);
-    Buffer out = Buffer::allocate(MemorySpace::kDevice, int64_t{prop.multiProcessorCount} * 8 * 8 * 4);
+    Buffer out =
+        Buffer::allocate(MemorySpace::kDevice, int64_t{prop.multiProcessorCount} * 8 * 8 * 4);
     ES_CUDA_CHECK(cudaDeviceSynchronize());
     ceiling = readCeiling(stream, "(before)", data, out, prop.multiProcessorCount);
   }
@@ -340,18 +345,22 @@ int run(int argc, char** argv) {
   {
     Buffer data = Buffer::allocate(MemorySpace::kDevice, int64_t{4} << 30);
     fill(data, 5, -1.0f, 1.0f);
-    Buffer out = Buffer::allocate(MemorySpace::kDevice, int64_t{prop.multiProcessorCount} * 8 * 8 * 4);
+    Buffer out =
+        Buffer::allocate(MemorySpace::kDevice, int64_t{prop.multiProcessorCount} * 8 * 8 * 4);
     ES_CUDA_CHECK(cudaDeviceSynchronize());
-    ceiling = std::max(ceiling, readCeiling(stream, "(after)", data, out, prop.multiProcessorCount));
+    ceiling =
+        std::max(ceiling, readCeiling(stream, "(after)", data, out, prop.multiProcessorCount));
   }
   for (Row& r : gRows) {
     if (r.tbps >= 0) r.pct = 100.0 * r.tbps / ceiling;
   }
 
-  std::printf("\nceiling %.3f TB/s (best read-stream reduction); us per call from CUDA-graph "
-              "replays, %s\n",
-              ceiling, warm ? "weights NOT rotated (--warm: L2-resident where they fit)"
-                            : "weights rotated past the L2");
+  std::printf(
+      "\nceiling %.3f TB/s (best read-stream reduction); us per call from CUDA-graph "
+      "replays, %s\n",
+      ceiling,
+      warm ? "weights NOT rotated (--warm: L2-resident where they fit)"
+           : "weights rotated past the L2");
   std::printf("%-22s %-34s %-7s %10s %8s %8s %10s\n", "kernel", "shape", "config", "us/call",
               "TB/s", "% ceil", "x cuBLAS");
   for (const Row& r : gRows) {

@@ -52,7 +52,8 @@ std::vector<float*> make_logit_copies(size_t count_each, uint32_t seed) {
   std::normal_distribution<float> nd(0.0f, 3.0f);
   std::vector<float> host(count_each);
   for (float& x : host) x = nd(rng);
-  const size_t copies = std::max<size_t>(1, std::min<size_t>(1024, kRotateBytes / (count_each * 4) + 1));
+  const size_t copies =
+      std::max<size_t>(1, std::min<size_t>(1024, kRotateBytes / (count_each * 4) + 1));
   std::vector<float*> out;
   for (size_t c = 0; c < copies; ++c) {
     float* d = device_alloc<float>(count_each);
@@ -146,8 +147,8 @@ Row bench_argmax(int32_t rows, int32_t vocab, double target_us) {
 
 // Speculative verification of L argmax-drafted tokens per sequence from fp32 target logits
 // [batch, L + 1, vocab]: the sampling kernels over every row, then the accept walk.
-Row bench_verify(const std::string& name, int32_t batch, int32_t L, int32_t vocab, float temperature, int32_t topK,
-                 float topP, double target_us) {
+Row bench_verify(const std::string& name, int32_t batch, int32_t L, int32_t vocab,
+                 float temperature, int32_t topK, float topP, double target_us) {
   const size_t rows = static_cast<size_t>(batch) * (L + 1);
   const std::vector<float*> logits = make_logit_copies(rows * vocab, 3);
   std::vector<int32_t> drafts(static_cast<size_t>(batch) * L);
@@ -201,7 +202,9 @@ __global__ void empty_kernel() {}
 
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";
-  auto want = [&](const std::string& name) { return only.empty() || name.find(only) != std::string::npos; };
+  auto want = [&](const std::string& name) {
+    return only.empty() || name.find(only) != std::string::npos;
+  };
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("bench_sampling_gpu: no CUDA device\n");
@@ -212,15 +215,16 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20);
   std::vector<Row> rows;
-  auto sample = [&](const std::string& name, int32_t batch, int32_t vocab, int32_t k, float p, double target_us) {
+  auto sample = [&](const std::string& name, int32_t batch, int32_t vocab, int32_t k, float p,
+                    double target_us) {
     if (want(name)) rows.push_back(bench_sample(name, batch, vocab, k, p, target_us));
   };
   sample("sample V=151936 f32 B=1 k50 p0.9", 1, 151936, 50, 0.9f, 20);
   sample("sample V=151936 f32 B=64 k50 p0.9", 64, 151936, 50, 0.9f, 60);
   if (want("argmax V=151936 f32 B=1")) rows.push_back(bench_argmax(1, 151936, 8));
   sample("sample V=2048 f32 B=64 k50 p0.8 (small)", 64, 2048, 50, 0.8f, 10);
-  auto verify = [&](const std::string& name, int32_t batch, int32_t L, int32_t vocab, float t, int32_t k, float p,
-                    double target_us) {
+  auto verify = [&](const std::string& name, int32_t batch, int32_t L, int32_t vocab, float t,
+                    int32_t k, float p, double target_us) {
     if (want(name)) rows.push_back(bench_verify(name, batch, L, vocab, t, k, p, target_us));
   };
   verify("verify B=16 L=15 V=151936 f32 k50 p0.9", 16, 15, 151936, 0.8f, 50, 0.9f, 60);
@@ -248,19 +252,22 @@ int main(int argc, char** argv) {
   verify("verify B=1 L=15 V=49152 f32 T1 k-off p1", 1, 15, 49152, 1.0f, 0, 1.0f, 0);
   sample("sample V=2048 f32 B=64 k-off p0.9 (full sort)", 64, 2048, 0, 0.9f, 0);
   // Floor of this timing method: one empty launch between two events.
-  if (want("empty kernel (event-timing floor)")) rows.push_back(time_it("empty kernel (event-timing floor)", 0, [&](int) {
-    empty_kernel<<<1, 32>>>();
-    ES_CUDA_CHECK(cudaGetLastError());
-  }));
-  std::printf("\n%-48s %10s %10s %10s %10s %s\n", "case", "median_us", "p90_us", "b2b_us", "target_us",
-              "ok (median, b2b)");
+  if (want("empty kernel (event-timing floor)"))
+    rows.push_back(time_it("empty kernel (event-timing floor)", 0, [&](int) {
+      empty_kernel<<<1, 32>>>();
+      ES_CUDA_CHECK(cudaGetLastError());
+    }));
+  std::printf("\n%-48s %10s %10s %10s %10s %s\n", "case", "median_us", "p90_us", "b2b_us",
+              "target_us", "ok (median, b2b)");
   auto verdict = [](double us, double target) { return us <= target ? "yes" : "NO"; };
   for (const Row& r : rows) {
-    std::printf("%-48s %10.2f %10.2f %10.2f %10s %s\n", r.name.c_str(), r.median_us, r.p90_us, r.b2b_us,
+    std::printf("%-48s %10.2f %10.2f %10.2f %10s %s\n", r.name.c_str(), r.median_us, r.p90_us,
+                r.b2b_us,
                 r.target_us > 0 ? std::to_string(static_cast<int>(r.target_us)).c_str() : "-",
                 r.target_us <= 0 ? ""
                                  : (std::string(verdict(r.median_us, r.target_us)) + ", " +
-                                    verdict(r.b2b_us, r.target_us)).c_str());
+                                    verdict(r.b2b_us, r.target_us))
+                                       .c_str());
   }
   return 0;
 }

@@ -18,7 +18,8 @@ using namespace es::tokenizer;
 const std::filesystem::path kRepo = std::filesystem::path(__FILE__).parent_path().parent_path();
 
 const BpeTokenizer& qwen3() {
-  static const BpeTokenizer tok(loadTokenizerJson(kRepo / "tests/data/tokenizer/qwen3/tokenizer.json"));
+  static const BpeTokenizer tok(
+      loadTokenizerJson(kRepo / "tests/data/tokenizer/qwen3/tokenizer.json"));
   return tok;
 }
 
@@ -43,7 +44,10 @@ const std::string& unseenWordsText() {
   static const std::string text = [] {
     std::string t;
     uint64_t x = 0x9E3779B97F4A7C15ull;
-    auto next = [&] { x ^= x << 13, x ^= x >> 7, x ^= x << 17; return x; };
+    auto next = [&] {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      return x;
+    };
     while (t.size() < (1 << 20)) {
       const size_t len = 3 + next() % 9;
       t += ' ';

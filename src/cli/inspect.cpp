@@ -28,16 +28,16 @@ struct ModelShape {
 // Attention shapes of public checkpoints (from their config.json files).
 const std::map<std::string, ModelShape>& presets() {
   static const std::map<std::string, ModelShape> table = {
-      {"qwen3-0.6b", {28, 8, 128}},   {"qwen3-1.7b", {28, 8, 128}},
-      {"qwen3-4b", {36, 8, 128}},     {"qwen3-8b", {36, 8, 128}},
-      {"llama-3.1-8b", {32, 8, 128}}, {"smollm2-135m", {30, 3, 64}},
+      {"qwen3-0.6b", {28, 8, 128}}, {"qwen3-1.7b", {28, 8, 128}},   {"qwen3-4b", {36, 8, 128}},
+      {"qwen3-8b", {36, 8, 128}},   {"llama-3.1-8b", {32, 8, 128}}, {"smollm2-135m", {30, 3, 64}},
   };
   return table;
 }
 
 struct InspectOptions {
   std::string preset = "qwen3-8b";
-  std::string model;  // HF folder, config.json or GGUF file: its shape (and sliding layers) win over the preset
+  std::string model;  // HF folder, config.json or GGUF file: its shape (and sliding layers) win
+                      // over the preset
   int32_t layers = 0, kvHeads = 0, headDim = 0;  // 0 = from the preset
   int32_t draftLayers = 0;
   int32_t maxBatch = 1;
@@ -56,19 +56,23 @@ struct InspectOptions {
 void printTensors(const std::string& path, const model::ModelConfig& config, bool json) {
   // --model may name a folder's config.json: its tensors are those of the folder.
   const std::filesystem::path p(path);
-  const model::WeightStore store =
-      model::WeightStore::open(p.filename() != "config.json" ? p : p.has_parent_path() ? p.parent_path() : ".");
+  const model::WeightStore store = model::WeightStore::open(p.filename() != "config.json" ? p
+                                                            : p.has_parent_path() ? p.parent_path()
+                                                                                  : ".");
   model::checkWeights(store, config);
   if (json) {
     nlohmann::json list = nlohmann::json::array();
     for (const std::string& name : store.names()) {
       const model::TensorInfo& t = store.info(name);
-      nlohmann::json entry = {{"name", name}, {"dtype", std::string(dtype_name(t.dtype))},
-                              {"shape", t.shape}, {"bytes", t.byteSize()}};
+      nlohmann::json entry = {{"name", name},
+                              {"dtype", std::string(dtype_name(t.dtype))},
+                              {"shape", t.shape},
+                              {"bytes", t.byteSize()}};
       if (store.isGguf()) entry["gguf"] = store.ggufOrigin(name);
       list.push_back(std::move(entry));
     }
-    std::printf("%s\n", nlohmann::json{{"config", config.summary()}, {"tensors", list}}.dump(2).c_str());
+    std::printf("%s\n",
+                nlohmann::json{{"config", config.summary()}, {"tensors", list}}.dump(2).c_str());
     return;
   }
   std::printf("%s\n%zu tensors, %.1f MiB%s, all names and shapes match the config:\n",
@@ -77,7 +81,8 @@ void printTensors(const std::string& path, const model::ModelConfig& config, boo
               store.isGguf() ? " once dequantised" : "");
   for (const std::string& name : store.names()) {
     const std::string origin = store.ggufOrigin(name);
-    std::printf("  %s%s%s\n", store.info(name).describe().c_str(), origin.empty() ? "" : "  <- ", origin.c_str());
+    std::printf("  %s%s%s\n", store.info(name).describe().c_str(), origin.empty() ? "" : "  <- ",
+                origin.c_str());
   }
 }
 
@@ -91,7 +96,8 @@ DType parseDtype(const std::string& name) {
 void runInspect(const InspectOptions& o) {
   const auto it = presets().find(o.preset);
   if (it == presets().end()) {
-    ES_THROW(InvalidArgument, "inspect: argument '--preset' = ", o.preset, " is not a known preset");
+    ES_THROW(InvalidArgument, "inspect: argument '--preset' = ", o.preset,
+             " is not a known preset");
   }
   ModelShape shape = it->second;
   std::vector<int32_t> slidingLayers = o.swaLayers;
@@ -125,11 +131,14 @@ void runInspect(const InspectOptions& o) {
   config.dtype = parseDtype(o.dtype);
   config.numPages = o.numPages;
   if (o.prefixCachePages != 0) {
-    const int64_t limit = kv::kMaxKvPoolPages - kv::computeMinimumKvPoolPages(o.maxBatch, o.maxSeqLen);
-    ES_CHECK_ARG(o.prefixCachePages >= 0 && o.prefixCachePages <= limit, "inspect", "--prefix-cache-pages",
-                 o.prefixCachePages, "must be in [0, ", limit, "] (kMaxKvPoolPages less the minimum pool)");
-    ES_CHECK_ARG(o.numPages == 0, "inspect", "--num-pages", o.numPages,
-                 "cannot be combined with --prefix-cache-pages (the pool is the minimum plus those pages)");
+    const int64_t limit =
+        kv::kMaxKvPoolPages - kv::computeMinimumKvPoolPages(o.maxBatch, o.maxSeqLen);
+    ES_CHECK_ARG(o.prefixCachePages >= 0 && o.prefixCachePages <= limit, "inspect",
+                 "--prefix-cache-pages", o.prefixCachePages, "must be in [0, ", limit,
+                 "] (kMaxKvPoolPages less the minimum pool)");
+    ES_CHECK_ARG(
+        o.numPages == 0, "inspect", "--num-pages", o.numPages,
+        "cannot be combined with --prefix-cache-pages (the pool is the minimum plus those pages)");
   }
   config.prefixCachePages = o.prefixCachePages;
   config.baseLayers.assign(static_cast<size_t>(shape.layers),
@@ -163,20 +172,23 @@ void addInspectCommand(CLI::App& app) {
   cmd->add_option("--preset", options->preset, "Model shape")
       ->check(CLI::IsMember(names))
       ->capture_default_str();
-  cmd->add_option("--model", options->model, "HF model folder, config.json or GGUF file (overrides --preset)");
+  cmd->add_option("--model", options->model,
+                  "HF model folder, config.json or GGUF file (overrides --preset)");
   cmd->add_option("--layers", options->layers, "Override: attention layers");
   cmd->add_option("--kv-heads", options->kvHeads, "Override: KV heads");
   cmd->add_option("--head-dim", options->headDim, "Override: head dimension");
   cmd->add_option("--draft-layers", options->draftLayers, "DFlash draft layers (0 = no draft)")
       ->capture_default_str();
   cmd->add_option("--max-batch", options->maxBatch, "Concurrent sequences")->capture_default_str();
-  cmd->add_option("--max-seq-len", options->maxSeqLen, "Tokens per sequence")->capture_default_str();
+  cmd->add_option("--max-seq-len", options->maxSeqLen, "Tokens per sequence")
+      ->capture_default_str();
   cmd->add_option("--sliding-window", options->slidingWindow, "Window of the --swa-layers");
   cmd->add_option("--swa-layers", options->swaLayers, "Sliding-window layer ids")->delimiter(',');
   cmd->add_option("--num-pages", options->numPages, "Pool pages (0 = minimum)");
   cmd->add_option("--prefix-cache-pages", options->prefixCachePages,
                   "Prefix reuse: pages retained beyond the minimum pool (0 = off)");
-  cmd->add_option("--dtype", options->dtype, "KV element type: bf16, f16, f32")->capture_default_str();
+  cmd->add_option("--dtype", options->dtype, "KV element type: bf16, f16, f32")
+      ->capture_default_str();
   cmd->add_flag("--tensors", options->tensors,
                 "With --model: list and check the checkpoint's tensors instead of the KV plan");
   cmd->add_flag("--json", options->json, "Print the plan (or the tensor list) as JSON on stdout");

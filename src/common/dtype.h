@@ -62,11 +62,12 @@ ES_HOST_DEVICE inline fp16 to_fp16(float f) {
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t absx = x & 0x7fffffffu;
   if (absx >= 0x7f800000u) {  // inf or NaN
-    const uint16_t nan_bits = absx > 0x7f800000u ? static_cast<uint16_t>(0x200u | ((absx >> 13) & 0x3ffu)) : 0;
+    const uint16_t nan_bits =
+        absx > 0x7f800000u ? static_cast<uint16_t>(0x200u | ((absx >> 13) & 0x3ffu)) : 0;
     return fp16{static_cast<uint16_t>(sign | 0x7c00u | nan_bits)};
   }
   if (absx >= 0x477ff000u) return fp16{static_cast<uint16_t>(sign | 0x7c00u)};  // >= 65520
-  if (absx < 0x38800000u) {  // below the smallest normal half (2^-14)
+  if (absx < 0x38800000u) {                     // below the smallest normal half (2^-14)
     if (absx < 0x33000000u) return fp16{sign};  // below 2^-25: rounds to zero
     const uint32_t mantissa = (absx & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126u - (absx >> 23);  // units of 2^-24
@@ -86,39 +87,74 @@ enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kI8, kU8 };
 
 constexpr int64_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kI8: return 1;
-    case DType::kU8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kI8:
+      return 1;
+    case DType::kU8:
+      return 1;
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kI8: return "i8";
-    case DType::kU8: return "u8";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kI8:
+      return "i8";
+    case DType::kU8:
+      return "u8";
   }
   return "?";
 }
 
 template <typename T>
 struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kF32; };
-template <> struct DTypeOf<fp16> { static constexpr DType value = DType::kF16; };
-template <> struct DTypeOf<bf16> { static constexpr DType value = DType::kBF16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kI32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kI64; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kI8; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kU8; };
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::kF32;
+};
+template <>
+struct DTypeOf<fp16> {
+  static constexpr DType value = DType::kF16;
+};
+template <>
+struct DTypeOf<bf16> {
+  static constexpr DType value = DType::kBF16;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::kI32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::kI64;
+};
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType value = DType::kI8;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::kU8;
+};
 template <typename T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 

@@ -37,7 +37,8 @@ inline float loadAsFloat(const void* base, DType t, int64_t i) {
       std::memcpy(&v, bytes + 2 * i, 2);
       return to_float(v);
     }
-    default: detail::throwUnconvertible(t);
+    default:
+      detail::throwUnconvertible(t);
   }
 }
 
@@ -45,10 +46,21 @@ inline float loadAsFloat(const void* base, DType t, int64_t i) {
 inline void storeFromFloat(void* base, DType t, int64_t i, float v) {
   auto* bytes = static_cast<uint8_t*>(base);
   switch (t) {
-    case DType::kF32: std::memcpy(bytes + 4 * i, &v, 4); break;
-    case DType::kF16: { const fp16 h = to_fp16(v); std::memcpy(bytes + 2 * i, &h, 2); break; }
-    case DType::kBF16: { const bf16 b = to_bf16(v); std::memcpy(bytes + 2 * i, &b, 2); break; }
-    default: detail::throwUnconvertible(t);
+    case DType::kF32:
+      std::memcpy(bytes + 4 * i, &v, 4);
+      break;
+    case DType::kF16: {
+      const fp16 h = to_fp16(v);
+      std::memcpy(bytes + 2 * i, &h, 2);
+      break;
+    }
+    case DType::kBF16: {
+      const bf16 b = to_bf16(v);
+      std::memcpy(bytes + 2 * i, &b, 2);
+      break;
+    }
+    default:
+      detail::throwUnconvertible(t);
   }
 }
 

@@ -66,12 +66,11 @@ template <typename Value>
 
 // Check a caller-supplied condition; on failure throw InvalidArgument naming the argument,
 // its value and the requirement (the rest of the message is streamed, e.g. "must be <= " << max).
-#define ES_CHECK_ARG(cond, where, name, value, ...)                                   \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      ::es::throw_invalid_argument((where), (name), (value),                          \
-                                   ::es::detail::concat(__VA_ARGS__));                \
-    }                                                                                 \
+#define ES_CHECK_ARG(cond, where, name, value, ...)                                              \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      ::es::throw_invalid_argument((where), (name), (value), ::es::detail::concat(__VA_ARGS__)); \
+    }                                                                                            \
   } while (0)
 
 // Internal invariant or general failure with a free-form message.

@@ -2,9 +2,8 @@
 // Strict JSON parsing for every file the runtime reads (model configs, safetensors headers and
 // indexes, tokenizer.json). nlohmann's parser keeps the last of duplicate object keys silently;
 // a file with two entries under one name is ambiguous, so parseJsonStrict rejects it.
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 namespace es {
 

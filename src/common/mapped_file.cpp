@@ -20,8 +20,8 @@ MappedFile MappedFile::open(const std::filesystem::path& path, std::string_view 
   const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    ES_THROW(InvalidArgument, where, ": argument 'path' = ", name, " cannot be opened: ",
-             std::strerror(err));
+    ES_THROW(InvalidArgument, where, ": argument 'path' = ", name,
+             " cannot be opened: ", std::strerror(err));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -37,8 +37,8 @@ MappedFile MappedFile::open(const std::filesystem::path& path, std::string_view 
   const int err = errno;
   ::close(fd);  // the mapping keeps its own reference to the file
   if (mapped == MAP_FAILED) {
-    ES_THROW(InvalidArgument, where, ": argument 'path' = ", name, " cannot be memory-mapped: ",
-             std::strerror(err));
+    ES_THROW(InvalidArgument, where, ": argument 'path' = ", name,
+             " cannot be memory-mapped: ", std::strerror(err));
   }
   MappedFile file;
   file.base_ = static_cast<const uint8_t*>(mapped);

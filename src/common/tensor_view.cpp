@@ -38,7 +38,10 @@ std::string TensorView::describe() const {
   std::ostringstream os;
   os << dtype_name(dtype) << "[";
   for (int i = 0; i < rank; ++i) os << (i ? ", " : "") << shape[i];
-  os << "] " << (space == MemorySpace::kDevice ? "device" : space == MemorySpace::kPinnedHost ? "pinned" : "host");
+  os << "] "
+     << (space == MemorySpace::kDevice       ? "device"
+         : space == MemorySpace::kPinnedHost ? "pinned"
+                                             : "host");
   return os.str();
 }
 

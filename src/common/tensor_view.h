@@ -27,7 +27,7 @@ struct TensorView {
 
   int64_t numel() const;
   int64_t bytes() const { return numel() * dtype_size(dtype); }
-  int64_t dim(int i) const;  // checked: 0 <= i < rank
+  int64_t dim(int i) const;      // checked: 0 <= i < rank
   std::string describe() const;  // e.g. "bf16[2, 16, 8, 128] device"
 
   // Typed pointer; throws if T does not match the view's dtype.

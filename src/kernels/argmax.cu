@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   // Scalar head up to 16-byte alignment, vector body, scalar tail.
   const uintptr_t addr = reinterpret_cast<uintptr_t>(r + begin);
   const int head = min(end - begin, static_cast<int>(((16 - addr % 16) % 16) / sizeof(T)));
-  if (static_cast<int>(threadIdx.x) < head) best = umax(best, rankOf(asFloat(r[begin + threadIdx.x]), begin + threadIdx.x));
+  if (static_cast<int>(threadIdx.x) < head)
+    best = umax(best, rankOf(asFloat(r[begin + threadIdx.x]), begin + threadIdx.x));
   const int vbegin = begin + head;
   const int nvec = (end - vbegin) / kVec;
   const uint4* vp = reinterpret_cast<const uint4*>(r + vbegin);
@@ -66,7 +67,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
       if (j < nvec) {
         const T* e = reinterpret_cast<const T*>(&w[b]);
 #pragma unroll
-        for (int t = 0; t < kVec; ++t) best = umax(best, rankOf(asFloat(e[t]), vbegin + j * kVec + t));
+        for (int t = 0; t < kVec; ++t)
+          best = umax(best, rankOf(asFloat(e[t]), vbegin + j * kVec + t));
       }
     }
   }
@@ -110,8 +112,8 @@ void launch(const ArgmaxParams& p, cudaStream_t stream) {
     split = clusterSplit<T>();
   }
   ES_CHECK_ARG(p.rows <= 65535, "kernel::argmax_rows", "rows", p.rows, "must be <= 65535");
-  kernel::cluster::launch(argmaxKernel<T>, dim3(split, p.rows, 1), dim3(kArgmaxThreads), split, stream,
-                          static_cast<const T*>(p.logits), p.vocab, stride, p.out, split);
+  kernel::cluster::launch(argmaxKernel<T>, dim3(split, p.rows, 1), dim3(kArgmaxThreads), split,
+                          stream, static_cast<const T*>(p.logits), p.vocab, stride, p.out, split);
 }
 
 }  // namespace
@@ -122,9 +124,15 @@ void argmaxRows(const ArgmaxParams& p, cudaStream_t stream) {
   validateArgmaxParams(p, "kernel::argmax_rows");
   if (p.rows == 0) return;
   switch (p.dtype) {
-    case DType::kF16: launch<fp16>(p, stream); break;
-    case DType::kBF16: launch<bf16>(p, stream); break;
-    default: launch<float>(p, stream); break;
+    case DType::kF16:
+      launch<fp16>(p, stream);
+      break;
+    case DType::kBF16:
+      launch<bf16>(p, stream);
+      break;
+    default:
+      launch<float>(p, stream);
+      break;
   }
 }
 

@@ -14,8 +14,8 @@ struct ArgmaxParams {
   DType dtype = DType::kF32;     // kF32, kF16 or kBF16
   int32_t rows = 0;
   int32_t vocab = 0;
-  int64_t rowStride = 0;        // elements between rows; 0 means vocab
-  int32_t* out = nullptr;        // [rows] i32
+  int64_t rowStride = 0;   // elements between rows; 0 means vocab
+  int32_t* out = nullptr;  // [rows] i32
 };
 
 void validateArgmaxParams(const ArgmaxParams& p, const char* where);

@@ -42,7 +42,8 @@ struct Config {
 template <typename... Params>
 int widestSize(void (*kernel)(Params...), int want, int threads) {
   int size = kPortableSize;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+      cudaSuccess) {
     const Config c(dim3(want), dim3(threads), static_cast<unsigned>(want), nullptr);
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &c.cfg) == cudaSuccess && clusters > 0) {

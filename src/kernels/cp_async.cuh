@@ -14,13 +14,15 @@ namespace es::kernel {
 // bytes == 0. dst and src 16-byte aligned.
 __device__ __forceinline__ void cpAsync16(void* dst, const void* src, int bytes) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes)
+               : "memory");
 }
 
 // The same with dst as a shared-memory address (__cvta_generic_to_shared), for kernels that lay out
 // their shared memory by address.
 __device__ __forceinline__ void cpAsync16Shared(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
 }
 
 // Copies N (4 or 8) bytes from global to shared memory through L1 (cp.async.ca: below 16 bytes
@@ -33,7 +35,9 @@ __device__ __forceinline__ void cpAsyncSmall(void* dst, const void* src) {
 }
 
 // Closes this thread's current group of copies.
-__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 
 // Waits until at most N of this thread's groups are still in flight.
 template <int N>

@@ -10,8 +10,8 @@
 #include <cstdint>
 
 #include "common/dtype.h"
-#include "common/stream.h"
 #include "common/kv_page.h"
+#include "common/stream.h"
 
 namespace es::kernel {
 
@@ -23,13 +23,15 @@ namespace es::kernel {
 // reference (the CPU backend keeps its KV cache in f32; the CUDA kernel has no f32 instance).
 template <typename T>
 struct DFlashTargetKVCacheUpdateParams {
-  const T* kDelta = nullptr;                     // [numDeltaTokens, numKVHeads, headDim] T, k-normed, no RoPE
-  const T* vDelta = nullptr;                     // [numDeltaTokens, numKVHeads, headDim] T
-  T* kvCache = nullptr;                          // [2, numPages, 128, numKVHeads, headDim] T, in/out
-  const float* tokenAlignedCosSin = nullptr;     // [numDeltaTokens, rotaryDim] f32: cos | sin halves
-  const int32_t* deltaPositions = nullptr;       // [numDeltaTokens] i32 absolute positions, < 0 = padding
-  const int32_t* deltaTokenToSequence = nullptr; // [numDeltaTokens] i32 owner slot, < 0 = padding
-  const int32_t* pageTable = nullptr;            // [batchSize, 2, maxPagesPerSeq] i32: K ids, V ids (+numPages)
+  const T* kDelta = nullptr;  // [numDeltaTokens, numKVHeads, headDim] T, k-normed, no RoPE
+  const T* vDelta = nullptr;  // [numDeltaTokens, numKVHeads, headDim] T
+  T* kvCache = nullptr;       // [2, numPages, 128, numKVHeads, headDim] T, in/out
+  const float* tokenAlignedCosSin = nullptr;  // [numDeltaTokens, rotaryDim] f32: cos | sin halves
+  const int32_t* deltaPositions =
+      nullptr;  // [numDeltaTokens] i32 absolute positions, < 0 = padding
+  const int32_t* deltaTokenToSequence = nullptr;  // [numDeltaTokens] i32 owner slot, < 0 = padding
+  const int32_t* pageTable =
+      nullptr;                 // [batchSize, 2, maxPagesPerSeq] i32: K ids, V ids (+numPages)
   int32_t numDeltaTokens = 0;  // T, physical rows; 0 = no-op
   int32_t batchSize = 0;       // active sequences; 0 = no-op
   int32_t numKVHeads = 0;      // Hkv > 0

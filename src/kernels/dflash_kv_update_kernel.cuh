@@ -23,8 +23,8 @@
 
 #include <cstdint>
 
-#include "kernels/dflash_kv_update.h"
 #include "common/kv_page.h"
+#include "kernels/dflash_kv_update.h"
 
 namespace es::kernel::kvupdate {
 
@@ -82,7 +82,7 @@ __device__ __forceinline__ uint32_t pack2(float2 f, bf16) {
 // c = cos[j..j+7], s = sin[j..j+7]:  lo' = lo·c − hi·s,  hi' = hi·c + lo·s.
 template <typename T>
 __device__ __forceinline__ void ropePair(uint4& lo, uint4& hi, const float4& c0, const float4& c1,
-                                          const float4& s0, const float4& s1) {
+                                         const float4& s0, const float4& s1) {
   const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
   const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
   uint32_t a[4] = {lo.x, lo.y, lo.z, lo.w};
@@ -110,12 +110,11 @@ __device__ __forceinline__ void ropePair(uint4& lo, uint4& hi, const float4& c0,
 // groupsPerCta consecutive rows.
 template <typename T, int TOK, bool STREAM>
 __global__ void __launch_bounds__(kThreads)
-    pairKernel(const T* __restrict__ kDelta, const T* __restrict__ vDelta,
-                T* __restrict__ kvCache, const float* __restrict__ cosSin,
-                const int32_t* __restrict__ positions, const int32_t* __restrict__ owners,
-                const int32_t* __restrict__ pageTable, int32_t numTokens, int32_t batch,
-                int32_t hkv, int32_t headDim, int32_t rotaryDim, int32_t numPages,
-                int32_t maxPages, int32_t unitsPerHead, int32_t groupsPerCta) {
+    pairKernel(const T* __restrict__ kDelta, const T* __restrict__ vDelta, T* __restrict__ kvCache,
+               const float* __restrict__ cosSin, const int32_t* __restrict__ positions,
+               const int32_t* __restrict__ owners, const int32_t* __restrict__ pageTable,
+               int32_t numTokens, int32_t batch, int32_t hkv, int32_t headDim, int32_t rotaryDim,
+               int32_t numPages, int32_t maxPages, int32_t unitsPerHead, int32_t groupsPerCta) {
   const int32_t items = hkv * unitsPerHead;
   const int32_t span = groupsPerCta * items;
   const int32_t half = rotaryDim / 2;
@@ -214,11 +213,11 @@ __device__ __forceinline__ uint16_t fromF32(float v, bf16) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     scalarKernel(const T* __restrict__ kDelta, const T* __restrict__ vDelta,
-                  T* __restrict__ kvCache, const float* __restrict__ cosSin,
-                  const int32_t* __restrict__ positions, const int32_t* __restrict__ owners,
-                  const int32_t* __restrict__ pageTable, int32_t numTokens, int32_t batch,
-                  int32_t hkv, int32_t headDim, int32_t rotaryDim, int32_t numPages,
-                  int32_t maxPages, int32_t tokensPerCta) {
+                 T* __restrict__ kvCache, const float* __restrict__ cosSin,
+                 const int32_t* __restrict__ positions, const int32_t* __restrict__ owners,
+                 const int32_t* __restrict__ pageTable, int32_t numTokens, int32_t batch,
+                 int32_t hkv, int32_t headDim, int32_t rotaryDim, int32_t numPages,
+                 int32_t maxPages, int32_t tokensPerCta) {
   const uint16_t* kBits = reinterpret_cast<const uint16_t*>(kDelta);
   const uint16_t* vBits = reinterpret_cast<const uint16_t*>(vDelta);
   uint16_t* cacheBits = reinterpret_cast<uint16_t*>(kvCache);
@@ -288,9 +287,9 @@ void launchPair(const DFlashTargetKVCacheUpdateParams<T>& p, cudaStream_t stream
   const int64_t tokensPerCta = int64_t{groupsPerCta} * TOK;
   const int64_t grid = (int64_t{p.numDeltaTokens} + tokensPerCta - 1) / tokensPerCta;
   pairKernel<T, TOK, STREAM><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-      p.kDelta, p.vDelta, p.kvCache, p.tokenAlignedCosSin, p.deltaPositions,
-      p.deltaTokenToSequence, p.pageTable, p.numDeltaTokens, p.batchSize, p.numKVHeads, p.headDim,
-      p.rotaryDim, p.numPages, p.maxPagesPerSeq, unitsPerHead, groupsPerCta);
+      p.kDelta, p.vDelta, p.kvCache, p.tokenAlignedCosSin, p.deltaPositions, p.deltaTokenToSequence,
+      p.pageTable, p.numDeltaTokens, p.batchSize, p.numKVHeads, p.headDim, p.rotaryDim, p.numPages,
+      p.maxPagesPerSeq, unitsPerHead, groupsPerCta);
 }
 
 // Launches the scalar fallback; p must be validated and non-empty.
@@ -300,9 +299,9 @@ void launchScalar(const DFlashTargetKVCacheUpdateParams<T>& p, cudaStream_t stre
   const int32_t tokensPerCta = items >= kThreads ? 1 : kThreads / items;
   const int64_t grid = (int64_t{p.numDeltaTokens} + tokensPerCta - 1) / tokensPerCta;
   scalarKernel<T><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
-      p.kDelta, p.vDelta, p.kvCache, p.tokenAlignedCosSin, p.deltaPositions,
-      p.deltaTokenToSequence, p.pageTable, p.numDeltaTokens, p.batchSize, p.numKVHeads, p.headDim,
-      p.rotaryDim, p.numPages, p.maxPagesPerSeq, tokensPerCta);
+      p.kDelta, p.vDelta, p.kvCache, p.tokenAlignedCosSin, p.deltaPositions, p.deltaTokenToSequence,
+      p.pageTable, p.numDeltaTokens, p.batchSize, p.numKVHeads, p.headDim, p.rotaryDim, p.numPages,
+      p.maxPagesPerSeq, tokensPerCta);
 }
 
 }  // namespace es::kernel::kvupdate

@@ -36,21 +36,23 @@ __global__ void linearVerifyInputsKernel(DFlashLinearVerifyInputsParams p) {
   if (r >= s) return;
   const int64_t out = int64_t{b} * s;
   // Slot 0 is the anchor; slot r >= 1 takes draft row r (spec §2.9).
-  p.verifyTokenIds[out + r] =
-      r == 0 ? __ldg(p.lastAcceptedTokens + b) : __ldg(p.draftTokenIds + int64_t{b} * p.draftTokenStride + r);
+  p.verifyTokenIds[out + r] = r == 0 ? __ldg(p.lastAcceptedTokens + b)
+                                     : __ldg(p.draftTokenIds + int64_t{b} * p.draftTokenStride + r);
   int8_t* maskRow = p.verifyTreeMask + (out + r) * s;
   for (int32_t c = 0; c < s; ++c) maskRow[c] = static_cast<int8_t>(c <= r ? 1 : 0);
 }
 
 }  // namespace
 
-void launchDFlashPrepareBaseVerifyInputs(const DFlashBaseVerifyInputsParams& p, cudaStream_t stream) {
+void launchDFlashPrepareBaseVerifyInputs(const DFlashBaseVerifyInputsParams& p,
+                                         cudaStream_t stream) {
   if (!validate(p)) return;
   baseVerifyInputsKernel<<<p.batchSize, rowThreads(p.verifySize), 0, stream>>>(p);
   ES_CUDA_CHECK_LAUNCH();
 }
 
-void launchDFlashBuildLinearVerifyInputs(const DFlashLinearVerifyInputsParams& p, cudaStream_t stream) {
+void launchDFlashBuildLinearVerifyInputs(const DFlashLinearVerifyInputsParams& p,
+                                         cudaStream_t stream) {
   if (!validate(p)) return;
   linearVerifyInputsKernel<<<p.batchSize, rowThreads(p.verifySize), 0, stream>>>(p);
   ES_CUDA_CHECK_LAUNCH();

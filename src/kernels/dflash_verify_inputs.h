@@ -27,13 +27,14 @@ struct DFlashBaseVerifyInputsParams {
 // takes draft row i; row 0 is skipped, never compacted away.
 struct DFlashLinearVerifyInputsParams {
   const int32_t* lastAcceptedTokens = nullptr;  // [B] i32 anchor token per sequence
-  const int32_t* draftTokenIds = nullptr;       // [B, draftTokenStride] i32 draft argmax rows (row 0 included)
-  int32_t* verifyTokenIds = nullptr;            // [B, S] i32 out
-  int8_t* verifyTreeMask = nullptr;             // [B, S, S] i8 out: (c <= r)
-  int32_t batchSize = 0;                        // B >= 0; 0 = no-op
-  int32_t proposalLen = 0;                      // >= 0, = S - 1
-  int32_t draftTokenStride = 0;                 // >= S (slot S-1 reads draft row S-1)
-  int32_t verifySize = 0;                       // S = proposalLen + 1 <= kDFlashMaxBlockSize
+  const int32_t* draftTokenIds =
+      nullptr;  // [B, draftTokenStride] i32 draft argmax rows (row 0 included)
+  int32_t* verifyTokenIds = nullptr;  // [B, S] i32 out
+  int8_t* verifyTreeMask = nullptr;   // [B, S, S] i8 out: (c <= r)
+  int32_t batchSize = 0;              // B >= 0; 0 = no-op
+  int32_t proposalLen = 0;            // >= 0, = S - 1
+  int32_t draftTokenStride = 0;       // >= S (slot S-1 reads draft row S-1)
+  int32_t verifySize = 0;             // S = proposalLen + 1 <= kDFlashMaxBlockSize
 };
 
 // Host validation (every build): es::InvalidArgument naming launcher, argument, value, limit;
@@ -42,8 +43,10 @@ bool validate(const DFlashBaseVerifyInputsParams& p);
 bool validate(const DFlashLinearVerifyInputsParams& p);
 
 // Launchers (CUDA builds): validate, one launch, check.
-void launchDFlashPrepareBaseVerifyInputs(const DFlashBaseVerifyInputsParams& p, cudaStream_t stream);
-void launchDFlashBuildLinearVerifyInputs(const DFlashLinearVerifyInputsParams& p, cudaStream_t stream);
+void launchDFlashPrepareBaseVerifyInputs(const DFlashBaseVerifyInputsParams& p,
+                                         cudaStream_t stream);
+void launchDFlashBuildLinearVerifyInputs(const DFlashLinearVerifyInputsParams& p,
+                                         cudaStream_t stream);
 
 }  // namespace es::kernel
 

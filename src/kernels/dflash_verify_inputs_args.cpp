@@ -13,8 +13,8 @@ namespace {
 
 void checkVerifySize(const char* where, int32_t verifySize) {
   ES_CHECK_ARG(verifySize > 0, where, "verifySize", verifySize, "must be > 0");
-  ES_CHECK_ARG(verifySize <= kDFlashMaxBlockSize, where, "verifySize", verifySize, "must be <= ",
-               kDFlashMaxBlockSize, " (one CTA per sequence, one thread per row)");
+  ES_CHECK_ARG(verifySize <= kDFlashMaxBlockSize, where, "verifySize", verifySize,
+               "must be <= ", kDFlashMaxBlockSize, " (one CTA per sequence, one thread per row)");
 }
 
 }  // namespace

@@ -16,9 +16,10 @@
 namespace es::kernel {
 
 struct EagleAcceptParams {
-  const int32_t* targetTopIds = nullptr;     // [B, S] i32 target argmax at each verify node
-  const int32_t* verifyTokenIds = nullptr;   // [B, S] i32 token of each verify node (node 0 = anchor)
-  const int32_t* treeParentIds = nullptr;    // [B, S] i32 parent node, -1 for the root; null = chain
+  const int32_t* targetTopIds = nullptr;  // [B, S] i32 target argmax at each verify node
+  const int32_t* verifyTokenIds =
+      nullptr;                             // [B, S] i32 token of each verify node (node 0 = anchor)
+  const int32_t* treeParentIds = nullptr;  // [B, S] i32 parent node, -1 for the root; null = chain
   const int32_t* remainingBudget = nullptr;  // [B] i32 tokens the sequence may still emit; null = S
   int32_t* acceptedTokens = nullptr;         // [B, S] i32 out: top-1 along the path, then -1
   int32_t* acceptedNodeIds = nullptr;        // [B, S] i32 out: path node ids, then -1

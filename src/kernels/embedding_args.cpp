@@ -9,8 +9,8 @@ bool validate(const EmbeddingParams& p) {
   ES_CHECK_ARG(p.numTokens >= 0, kWhere, "numTokens", p.numTokens, "must be >= 0");
   ES_CHECK_ARG(p.vocabSize > 0, kWhere, "vocabSize", p.vocabSize, "must be > 0");
   ES_CHECK_ARG(p.hiddenSize > 0, kWhere, "hiddenSize", p.hiddenSize, "must be > 0");
-  ES_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16,
-               kWhere, "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
+  ES_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16, kWhere,
+               "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
   if (p.numTokens == 0) return false;
   ES_CHECK_ARG(p.tokens != nullptr, kWhere, "tokens", "null", "must not be null");
   ES_CHECK_ARG(p.table != nullptr, kWhere, "table", "null", "must not be null");

@@ -20,7 +20,9 @@ __device__ __forceinline__ float toF(fp16 v) { return __half2float(__ushort_as_h
 template <typename T>
 __device__ __forceinline__ T fromF(float v);
 template <>
-__device__ __forceinline__ float fromF<float>(float v) { return v; }
+__device__ __forceinline__ float fromF<float>(float v) {
+  return v;
+}
 template <>
 __device__ __forceinline__ bf16 fromF<bf16>(float v) {
   return bf16{__bfloat16_as_ushort(__float2bfloat16_rn(v))};
@@ -104,10 +106,17 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 template <typename F>
 void dispatchDtype(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kF32: f(float{}); break;
-    case DType::kF16: f(fp16{}); break;
-    case DType::kBF16: f(bf16{}); break;
-    default: ES_THROW(InvalidArgument, "forward op: unsupported dtype ", dtype_name(dtype));
+    case DType::kF32:
+      f(float{});
+      break;
+    case DType::kF16:
+      f(fp16{});
+      break;
+    case DType::kBF16:
+      f(bf16{});
+      break;
+    default:
+      ES_THROW(InvalidArgument, "forward op: unsupported dtype ", dtype_name(dtype));
   }
 }
 

@@ -11,7 +11,7 @@ namespace {
 
 template <typename T>
 __global__ void addBiasF32Kernel(float* __restrict__ y, const T* __restrict__ bias, int64_t m,
-                                    int64_t n) {
+                                 int64_t n) {
   const int64_t total = m * n;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -22,7 +22,7 @@ __global__ void addBiasF32Kernel(float* __restrict__ y, const T* __restrict__ bi
 // y[i, j] = Y(product[i, j] + bias[j]): the bias added in fp32, one rounding to y's type.
 template <typename Y, typename B>
 __global__ void addBiasRoundKernel(Y* __restrict__ y, const float* __restrict__ product,
-                                      const B* __restrict__ bias, int64_t m, int64_t n) {
+                                   const B* __restrict__ bias, int64_t m, int64_t n) {
   const int64_t total = m * n;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {

@@ -34,14 +34,14 @@ enum class LinearAlgo : uint8_t { kAuto, kCublasLt, kGemv };
 inline constexpr int32_t kGemvAutoMaxRows = 16;
 
 struct LinearParams {
-  const void* x = nullptr;     // [M, K] dtype
-  const void* w = nullptr;     // [N, K] weightDtype, else dtype (row-major, as stored by HF)
-  const void* bias = nullptr;  // [N] dtype, or null
-  void* y = nullptr;           // [M, N] outDtype
-  int32_t m = 0;               // rows, >= 0; 0 = no-op
-  int32_t n = 0;               // output features, > 0
-  int32_t k = 0;               // input features, > 0
-  DType dtype = DType::kBF16;  // x, w, bias: f32, f16 or bf16
+  const void* x = nullptr;        // [M, K] dtype
+  const void* w = nullptr;        // [N, K] weightDtype, else dtype (row-major, as stored by HF)
+  const void* bias = nullptr;     // [N] dtype, or null
+  void* y = nullptr;              // [M, N] outDtype
+  int32_t m = 0;                  // rows, >= 0; 0 = no-op
+  int32_t n = 0;                  // output features, > 0
+  int32_t k = 0;                  // input features, > 0
+  DType dtype = DType::kBF16;     // x, w, bias: f32, f16 or bf16
   DType outDtype = DType::kBF16;  // y: dtype or f32
   LinearAlgo algo = LinearAlgo::kAuto;  // CUDA path only (the CPU reference ignores it)
   // W's dtype where it differs from dtype: bf16 or f16 W with f32 x, on the CPU reference only

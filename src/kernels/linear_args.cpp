@@ -13,18 +13,20 @@ bool validate(const LinearParams& p) {
   ES_CHECK_ARG(p.m >= 0, kWhere, "m", p.m, "must be >= 0");
   ES_CHECK_ARG(p.n > 0, kWhere, "n", p.n, "must be > 0");
   ES_CHECK_ARG(p.k > 0, kWhere, "k", p.k, "must be > 0");
-  ES_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16,
-               kWhere, "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
+  ES_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16, kWhere,
+               "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
   ES_CHECK_ARG(p.outDtype == p.dtype || p.outDtype == DType::kF32, kWhere, "outDtype",
                dtype_name(p.outDtype), "must be dtype (", dtype_name(p.dtype), ") or f32");
   if (p.weightDtype && *p.weightDtype != p.dtype) {
-    ES_CHECK_ARG(p.dtype == DType::kF32 && (*p.weightDtype == DType::kBF16 || *p.weightDtype == DType::kF16),
-                 kWhere, "weightDtype", dtype_name(*p.weightDtype),
-                 "may differ from dtype only as bf16 or f16 W with f32 x (dtype is ", dtype_name(p.dtype), ")");
+    ES_CHECK_ARG(
+        p.dtype == DType::kF32 && (*p.weightDtype == DType::kBF16 || *p.weightDtype == DType::kF16),
+        kWhere, "weightDtype", dtype_name(*p.weightDtype),
+        "may differ from dtype only as bf16 or f16 W with f32 x (dtype is ", dtype_name(p.dtype),
+        ")");
   }
-  ES_CHECK_ARG(p.algo == LinearAlgo::kAuto || p.algo == LinearAlgo::kCublasLt ||
-                   p.algo == LinearAlgo::kGemv,
-               kWhere, "algo", static_cast<int>(p.algo), "must be kAuto, kCublasLt or kGemv");
+  ES_CHECK_ARG(
+      p.algo == LinearAlgo::kAuto || p.algo == LinearAlgo::kCublasLt || p.algo == LinearAlgo::kGemv,
+      kWhere, "algo", static_cast<int>(p.algo), "must be kAuto, kCublasLt or kGemv");
   if (p.normWeight != nullptr) {
     ES_CHECK_ARG(p.normEps > 0.0f && std::isfinite(p.normEps), kWhere, "normEps", p.normEps,
                  "must be finite and > 0");
@@ -69,7 +71,7 @@ namespace {
 
 // chooseGemvConfig's rowTiles and kSplit (the rule: linear_gemv.h).
 GemvConfig chooseShape(int32_t n, int32_t k, int64_t sms) {
-  const int64_t target = (3 * sms + 1) / 2;  // CTAs wanted: 1.5 per SM
+  const int64_t target = (3 * sms + 1) / 2;       // CTAs wanted: 1.5 per SM
   const int64_t blocks = (int64_t{k} + 31) / 32;  // 32-element K blocks
   int32_t maxSplit = 1;
   while (maxSplit < 8 && int64_t{kGemvWarps} * maxSplit * 2 <= blocks) maxSplit *= 2;

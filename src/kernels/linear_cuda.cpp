@@ -38,9 +38,12 @@ namespace {
 
 cudaDataType_t cudaType(DType t) {
   switch (t) {
-    case DType::kF32: return CUDA_R_32F;
-    case DType::kF16: return CUDA_R_16F;
-    default: return CUDA_R_16BF;
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_16BF;
   }
 }
 
@@ -90,10 +93,10 @@ struct LinearContext::State {
   Plan& planFor(const LinearParams& p, const void* y) {
     const DType out = gemmOut(p);
     const bool biasEpilogue = p.bias != nullptr && out == DType::kF32 && p.dtype == DType::kF32;
-    const uint32_t alignA = alignmentOf(p.w), alignB = alignmentOf(p.x),
-                   alignC = alignmentOf(y);
-    const Key key{p.m, p.n, p.k, static_cast<int>(p.dtype), static_cast<int>(out),
-                  biasEpilogue, alignA, alignB, alignC};
+    const uint32_t alignA = alignmentOf(p.w), alignB = alignmentOf(p.x), alignC = alignmentOf(y);
+    const Key key{
+        p.m,    p.n,    p.k,   static_cast<int>(p.dtype), static_cast<int>(out), biasEpilogue,
+        alignA, alignB, alignC};
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
 
@@ -103,17 +106,17 @@ struct LinearContext::State {
     try {
       ES_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       const cublasOperation_t transA = CUBLAS_OP_T, transB = CUBLAS_OP_N;
-      ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                     &transA, sizeof(transA)));
-      ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                     &transB, sizeof(transB)));
+      ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &transA,
+                                                     sizeof(transA)));
+      ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &transB,
+                                                     sizeof(transB)));
       if (biasEpilogue) {
         const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                       &epi, sizeof(epi)));
+        ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                       sizeof(epi)));
         const int32_t biasT = static_cast<int32_t>(inT);
-        ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasT, sizeof(biasT)));
+        ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                       &biasT, sizeof(biasT)));
         // A placeholder for the heuristic query; the real pointer is set on every call.
         ES_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                        &p.bias, sizeof(p.bias)));
@@ -127,8 +130,7 @@ struct LinearContext::State {
       cublasLtMatmulHeuristicResult_t result{};
       int count = 0;
       cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
-          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
-          sizeof(workspaceBytes));
+          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes, sizeof(workspaceBytes));
       const uint32_t aligns[4] = {alignA, alignB, alignC, alignC};
       const cublasLtMatmulPreferenceAttributes_t alignAttrs[4] = {
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -145,8 +147,7 @@ struct LinearContext::State {
       ES_CUBLAS_CHECK(status);
       if (count == 0) {
         ES_THROW(CudaError, "launchLinear: cuBLASLt has no algorithm for m=", p.m, " n=", p.n,
-                 " k=", p.k, " dtype=", dtype_name(p.dtype), " outDtype=",
-                 dtype_name(p.outDtype));
+                 " k=", p.k, " dtype=", dtype_name(p.dtype), " outDtype=", dtype_name(p.outDtype));
       }
       plan.algo = result.algo;
     } catch (...) {
@@ -165,8 +166,7 @@ LinearContext::LinearContext(int64_t workspaceBytes) : state_(std::make_unique<S
                "must be >= 0");
   int device = 0;
   ES_CUDA_CHECK(cudaGetDevice(&device));
-  ES_CUDA_CHECK(
-      cudaDeviceGetAttribute(&state_->numSms, cudaDevAttrMultiProcessorCount, device));
+  ES_CUDA_CHECK(cudaDeviceGetAttribute(&state_->numSms, cudaDevAttrMultiProcessorCount, device));
   ES_CUBLAS_CHECK(cublasLtCreate(&state_->handle));
   if (workspaceBytes > 0) {
     ES_CUDA_CHECK(cudaMalloc(&state_->workspace, static_cast<size_t>(workspaceBytes)));
@@ -215,9 +215,10 @@ void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t st
   }
   if (p.normWeight != nullptr || p.accumulate) {  // why the gemv did not take it, for the message
     const char* why = gemvRejection(p);
-    ES_CHECK_ARG(false, "launchLinear", p.normWeight != nullptr ? "normWeight" : "accumulate", "set",
-                 "is fused only by the gemv, which does not take this call (",
-                 why != nullptr ? why : "m > 16 or ES_LINEAR_ALGO=cublaslt", "); run launchRmsNorm instead");
+    ES_CHECK_ARG(false, "launchLinear", p.normWeight != nullptr ? "normWeight" : "accumulate",
+                 "set", "is fused only by the gemv, which does not take this call (",
+                 why != nullptr ? why : "m > 16 or ES_LINEAR_ALGO=cublaslt",
+                 "); run launchRmsNorm instead");
   }
   const bool viaScratch = LinearContext::State::gemmOut(p) != p.outDtype;
   void* y = p.y;

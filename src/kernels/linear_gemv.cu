@@ -78,7 +78,8 @@ __device__ __forceinline__ uint4 pack8(const float (&a)[8]) {
   uint32_t w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    w[i] = uint32_t{fwd::fromF<T>(a[2 * i]).bits} | (uint32_t{fwd::fromF<T>(a[2 * i + 1]).bits} << 16);
+    w[i] =
+        uint32_t{fwd::fromF<T>(a[2 * i]).bits} | (uint32_t{fwd::fromF<T>(a[2 * i + 1]).bits} << 16);
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
@@ -157,11 +158,12 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // bytes, at 2 not).
 template <typename T, typename Y, int R, int NT, Epilogue EPI, bool NORM, int CTAS_PER_SM>
 __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
-    linearGemvKernel(const T* __restrict__ x, const T* __restrict__ w,
-                       const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
-                       int32_t k, const T* __restrict__ normW, float normEps) {
+    linearGemvKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                     Y* __restrict__ y, int32_t m, int32_t n, int32_t k,
+                     const T* __restrict__ normW, float normEps) {
   constexpr bool SWIGLU = EPI == kSwigluPairs;
-  static_assert(EPI == kStore || std::is_same_v<T, Y>, "the SwiGLU and accumulate epilogues write the input dtype");
+  static_assert(EPI == kStore || std::is_same_v<T, Y>,
+                "the SwiGLU and accumulate epilogues write the input dtype");
   constexpr int U = 4 / R;  // K blocks loaded per round: U * R * 2 16-byte W loads per thread
   constexpr int kRows = 16 * R;
   constexpr int kCols = 8 * NT;
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
   }
 
   // acc += W · x over one round's K blocks.
-  auto multiply = [&](const uint4 (&wv)[U][R][2], const uint4 (&xv)[U][NT]) {
+  auto multiply = [&](const uint4(&wv)[U][R][2], const uint4(&xv)[U][NT]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -268,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, CTAS_PER_SM)
     }
   };
   // One round from K block b0: its W (unless already loaded) and x, then the multiplies.
-  auto round = [&](int64_t b0, bool loadWHere, uint4 (&wv)[U][R][2]) {
+  auto round = [&](int64_t b0, bool loadWHere, uint4(&wv)[U][R][2]) {
     uint4 xv[U][NT];
     uint4 nwv[NORM ? U : 1];  // NORM: w's chunk at this thread's k offset
 #pragma unroll
@@ -466,7 +468,7 @@ void launchTyped(const LinearParams& p, const detail::GemvConfig& cfg, cudaStrea
   config.attrs = attr;
   config.numAttrs = used;
   // The instance compiled for detail::gemvCtasPerSm's occupancy (linear_gemv.h).
-  auto kernel = linearGemvKernel<T, Y, R, NT, EPI, NORM, R == 1 && !NORM ? 3 : 2>;
+  auto kernel = linearGemvKernel < T, Y, R, NT, EPI, NORM, R == 1 && !NORM ? 3 : 2 > ;
   if constexpr (R == 1 && NORM) {
     if (detail::gemvCtasPerSm(cfg, true) == 3) kernel = linearGemvKernel<T, Y, R, NT, EPI, NORM, 3>;
   }
@@ -480,27 +482,37 @@ template <typename T, typename Y, Epilogue EPI, bool NORM>
 void launchShape(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
   const bool twoTiles = p.m > 8;
   if (cfg.rowTiles == 1) {
-    if (twoTiles) launchTyped<T, Y, 1, 2, EPI, NORM>(p, cfg, stream);
-    else launchTyped<T, Y, 1, 1, EPI, NORM>(p, cfg, stream);
+    if (twoTiles)
+      launchTyped<T, Y, 1, 2, EPI, NORM>(p, cfg, stream);
+    else
+      launchTyped<T, Y, 1, 1, EPI, NORM>(p, cfg, stream);
   } else {
-    if (twoTiles) launchTyped<T, Y, 2, 2, EPI, NORM>(p, cfg, stream);
-    else launchTyped<T, Y, 2, 1, EPI, NORM>(p, cfg, stream);
+    if (twoTiles)
+      launchTyped<T, Y, 2, 2, EPI, NORM>(p, cfg, stream);
+    else
+      launchTyped<T, Y, 2, 1, EPI, NORM>(p, cfg, stream);
   }
 }
 
 template <typename T, typename Y, Epilogue EPI>
 void launchNorm(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream) {
-  if (p.normWeight != nullptr) launchShape<T, Y, EPI, true>(p, cfg, stream);
-  else launchShape<T, Y, EPI, false>(p, cfg, stream);
+  if (p.normWeight != nullptr)
+    launchShape<T, Y, EPI, true>(p, cfg, stream);
+  else
+    launchShape<T, Y, EPI, false>(p, cfg, stream);
 }
 
 template <typename T>
 void launchDtype(const LinearParams& p, detail::GemvConfig cfg, cudaStream_t stream,
-                  detail::GemvEpilogue epilogue) {
-  if (epilogue == detail::GemvEpilogue::kSwiglu) launchNorm<T, T, kSwigluPairs>(p, cfg, stream);
-  else if (p.accumulate) launchNorm<T, T, kAccumulate>(p, cfg, stream);
-  else if (p.outDtype == DType::kF32) launchNorm<T, float, kStore>(p, cfg, stream);
-  else launchNorm<T, T, kStore>(p, cfg, stream);
+                 detail::GemvEpilogue epilogue) {
+  if (epilogue == detail::GemvEpilogue::kSwiglu)
+    launchNorm<T, T, kSwigluPairs>(p, cfg, stream);
+  else if (p.accumulate)
+    launchNorm<T, T, kAccumulate>(p, cfg, stream);
+  else if (p.outDtype == DType::kF32)
+    launchNorm<T, float, kStore>(p, cfg, stream);
+  else
+    launchNorm<T, T, kStore>(p, cfg, stream);
 }
 
 }  // namespace
@@ -512,8 +524,9 @@ void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream
   constexpr const char* kWhere = "launchLinearGemv";
   if (!validate(p)) return;
   const char* why = gemvRejection(p);
-  ES_CHECK_ARG(why == nullptr, kWhere, "params", "m=" + std::to_string(p.m) + " k=" +
-               std::to_string(p.k) + " dtype=" + std::string(dtype_name(p.dtype)),
+  ES_CHECK_ARG(why == nullptr, kWhere, "params",
+               "m=" + std::to_string(p.m) + " k=" + std::to_string(p.k) +
+                   " dtype=" + std::string(dtype_name(p.dtype)),
                "not supported by the gemv: ", why == nullptr ? "" : why);
   ES_CHECK_ARG(cfg.rowTiles == 1 || cfg.rowTiles == 2, kWhere, "rowTiles", cfg.rowTiles,
                "must be 1 or 2");
@@ -529,8 +542,10 @@ void launchLinearGemv(const LinearParams& p, GemvConfig cfg, cudaStream_t stream
     ES_CHECK_ARG(!p.accumulate, kWhere, "accumulate", "true",
                  "cannot be combined with the SwiGLU epilogue");
   }
-  if (p.dtype == DType::kBF16) launchDtype<bf16>(p, cfg, stream, epilogue);
-  else launchDtype<fp16>(p, cfg, stream, epilogue);
+  if (p.dtype == DType::kBF16)
+    launchDtype<bf16>(p, cfg, stream, epilogue);
+  else
+    launchDtype<fp16>(p, cfg, stream, epilogue);
 }
 
 }  // namespace detail

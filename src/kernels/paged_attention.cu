@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/kv_page.h"
 #include "kernels/attention_math.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/forward_ops_device.cuh"
@@ -46,7 +47,6 @@
 #include "kernels/paged_attention_rows.cuh"
 #include "kernels/paged_attention_split.h"
 #include "kernels/pdl.cuh"
-#include "common/kv_page.h"
 
 namespace es::kernel {
 namespace {
@@ -741,7 +741,7 @@ __device__ __forceinline__ void splitKvAttention(const SplitArgs& a) {
 
   for (int32_t t = t0; t < t1; ++t) {
     cpAsyncWait<kStages - 2>();  // tile t (and Q) landed for this thread ...
-    __syncthreads();               // ... for all; and every warp is done with tile t - 1's stage
+    __syncthreads();             // ... for all; and every warp is done with tile t - 1's stage
     const int st = (t - t0) % kStages;
     {
       const int ns = (st + kStages - 1) % kStages;  // stage of tile t + kStages - 1 (t - 1's)

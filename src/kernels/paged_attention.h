@@ -71,8 +71,9 @@ enum class AttentionMask : int32_t { kCausal, kPackedTree, kBidirectional };
 
 // The paged KV cache one layer reads (tokens per page fixed at 128).
 struct PagedKvArgs {
-  const void* pool = nullptr;          // [2, numPages, 128, numKVHeads, headDim] dtype
-  const int32_t* pageTable = nullptr;  // [batchSize, 2, maxPagesPerSeq] i32 (K ids, V ids + numPages)
+  const void* pool = nullptr;  // [2, numPages, 128, numKVHeads, headDim] dtype
+  const int32_t* pageTable =
+      nullptr;  // [batchSize, 2, maxPagesPerSeq] i32 (K ids, V ids + numPages)
   int32_t numPages = 0;
   int32_t maxPagesPerSeq = 0;
   int32_t numKVHeads = 0;
@@ -92,7 +93,7 @@ struct RaggedQueryArgs {
 struct PagedAttentionParams {
   RaggedQueryArgs query;
   PagedKvArgs kv;
-  const int32_t* kvLengths = nullptr;   // [batchSize] i32 keys per sequence (>= its qLen)
+  const int32_t* kvLengths = nullptr;  // [batchSize] i32 keys per sequence (>= its qLen)
   AttentionMask mask = AttentionMask::kCausal;
   const int32_t* packedMask = nullptr;  // [totalQ, ceil(maxQSeqLen/32)] i32, kPackedTree only
   int32_t slidingWindow = 0;            // 0 = none
@@ -101,9 +102,9 @@ struct PagedAttentionParams {
   float scale = 0.0f;                   // softmax scale, usually headDim^-0.5
   DType dtype = DType::kBF16;           // q, out and pool: f32, f16 or bf16
   // Split-KV planning (host values; the defaults keep the simple kernel):
-  int32_t maxKvLength = 0;              // >= 0; an upper bound on every kvLengths[b], 0 = unknown
-  void* workspace = nullptr;            // device scratch for split partials, 16-byte aligned
-  int64_t workspaceBytes = 0;           // >= 0; its size (workspace non-null when > 0)
+  int32_t maxKvLength = 0;     // >= 0; an upper bound on every kvLengths[b], 0 = unknown
+  void* workspace = nullptr;   // device scratch for split partials, 16-byte aligned
+  int64_t workspaceBytes = 0;  // >= 0; its size (workspace non-null when > 0)
   // The kernel launched right after this call needs whole SMs for its CTAs (linearFillsSms,
   // linear.h): the split-KV combine then lets it in only after its own stores (see the top).
   bool nextFillsSms = false;
@@ -166,8 +167,8 @@ bool validate(const PagedAttentionParams& p);
 // The launcher's choice for p (validates p first). For tests and benchmarks: forceNumSplits > 0
 // replaces the planned split count (clamped to kSplitKvMaxSplits), with tilesPerSplit =
 // max(1, tiles / forceNumSplits); a prefill call with forceNumSplits > 1 takes the split-KV kernel
-// (the wgmma kernel takes one split only); maxRowTiles 1 keeps one row tile per warp row everywhere (the
-// split-KV kernel for prefill too), 2 takes the two-tile verify variant wherever it is built,
+// (the wgmma kernel takes one split only); maxRowTiles 1 keeps one row tile per warp row everywhere
+// (the split-KV kernel for prefill too), 2 takes the two-tile verify variant wherever it is built,
 // whatever the grid; 0 is the plan's rule ("Row tiles" above).
 PagedAttentionPlan planPagedAttention(const PagedAttentionParams& p, int32_t forceNumSplits = 0,
                                       int32_t maxRowTiles = 0);

@@ -5,10 +5,10 @@
 #include <cstdint>
 
 #include "common/errors.h"
+#include "common/kv_page.h"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_prefill.h"
 #include "kernels/paged_attention_split.h"
-#include "common/kv_page.h"
 
 namespace es::kernel {
 
@@ -40,8 +40,8 @@ bool validate(const PagedAttentionParams& p) {
                    p.mask == AttentionMask::kBidirectional,
                kWhere, "mask", static_cast<int32_t>(p.mask),
                "must be kCausal, kPackedTree or kBidirectional");
-  ES_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16,
-               kWhere, "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
+  ES_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16, kWhere,
+               "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
   ES_CHECK_ARG(p.maxKvLength >= 0, kWhere, "maxKvLength", p.maxKvLength,
                "must be >= 0 (0 = unknown)");
   ES_CHECK_ARG(p.workspaceBytes >= 0, kWhere, "workspaceBytes", p.workspaceBytes, "must be >= 0");
@@ -118,7 +118,8 @@ struct SplitGeometry {
 // a window's misalignment so that the count stays <= kSplitKvMaxSplits.
 int64_t splitFill(int64_t pairs, int32_t headDim) {
   const int64_t slots = int64_t{kSplitKvPlanSMs} * splitkv::ctasPerSm(headDim, 1);
-  return std::min<int64_t>(std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)), kSplitKvMaxSplits - 1);
+  return std::min<int64_t>(std::max<int64_t>(1, slots / std::max<int64_t>(1, pairs)),
+                           kSplitKvMaxSplits - 1);
 }
 
 // tilesSpan: 64-key tiles one CTA's rows can see together (all of the key bound, or with a

@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/kv_page.h"
 #include "kernels/attention_math.cuh"
 #include "kernels/cp_async.cuh"
 #include "kernels/forward_ops_device.cuh"
@@ -41,7 +42,6 @@
 #include "kernels/paged_attention_split.h"
 #include "kernels/pdl.cuh"
 #include "kernels/wgmma.cuh"
-#include "common/kv_page.h"
 
 namespace es::kernel::detail {
 namespace {
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefillKernel(const PrefillArgs a
         const int32_t j = key0 + kLd + it * kKeyStep;
         const bool in = page >= 0 && j >= loAll && j < hiAll;
         cpAsync16Shared(dst + dstLd + it * kKeyStep * 128, src + it * kKeyStep * rowStride,
-                          in ? 16 : 0);
+                        in ? 16 : 0);
       }
     }
   };
@@ -204,8 +204,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefillKernel(const PrefillArgs a
   bool okCur = lookup(t0, kpFirst, vpFirst);
   bool okNext = lookup(t0 + 1, kpNext, vpNext);
 
-  if (a.earlyReads) pdl::wait();   // q and the rows' K/V are read from here on
-  if (blockIdx.x == 0) {           // rows in no sequence (each CTA writes only its own rows)
+  if (a.earlyReads) pdl::wait();  // q and the rows' K/V are read from here on
+  if (blockIdx.x == 0) {          // rows in no sequence (each CTA writes only its own rows)
     attn::zeroRowsOutsideSequences(static_cast<T*>(a.out), a.cuQ, a.batch, a.totalQ,
                                    int64_t{a.hq} * kD);
   }
@@ -225,8 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefillKernel(const PrefillArgs a
     cpAsyncCommit();
     cpAsyncWait<0>();  // Q (and this thread's part of K_t0)
     wgmma::fenceProxyAsyncShared();
-    __syncthreads();                                         // Q in place for both warpgroups
-    if (wg == 1) mbar::namedArrive(kTurnBarrier, 2 * 128);   // warpgroup 0 issues first
+    __syncthreads();                                        // Q in place for both warpgroups
+    if (wg == 1) mbar::namedArrive(kTurnBarrier, 2 * 128);  // warpgroup 0 issues first
   }
 
   float o[64], s[64];

@@ -9,8 +9,8 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
-#include "kernels/forward_ops_device.cuh"
 #include "common/kv_page.h"
+#include "kernels/forward_ops_device.cuh"
 
 namespace es::kernel::attn {
 

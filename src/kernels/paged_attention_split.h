@@ -24,11 +24,11 @@
 
 namespace es::kernel::splitkv {
 
-inline constexpr int32_t kTileKeys = 64;        // keys per K/V tile (half a 128-token page)
-inline constexpr int32_t kThreads = 128;        // 4 warps
-inline constexpr int32_t kMaxRowsPerCta = 64;   // rowTiles 1: 16 * max warpsM
-inline constexpr int32_t kElemBytes = 2;        // bf16 / f16 only
-inline constexpr int64_t kSmPerSm = 233472;     // 228 KB shared memory per SM (sm_90)
+inline constexpr int32_t kTileKeys = 64;       // keys per K/V tile (half a 128-token page)
+inline constexpr int32_t kThreads = 128;       // 4 warps
+inline constexpr int32_t kMaxRowsPerCta = 64;  // rowTiles 1: 16 * max warpsM
+inline constexpr int32_t kElemBytes = 2;       // bf16 / f16 only
+inline constexpr int64_t kSmPerSm = 233472;    // 228 KB shared memory per SM (sm_90)
 inline constexpr int64_t kSmReservedPerCta = 1024;
 
 // The verify variant's row tiles per CTA and the head dim it is built for: at D 128 its

@@ -6,10 +6,10 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
+#include "common/kv_page.h"
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/qkv_rope_kv_write.h"
-#include "common/kv_page.h"
 
 namespace es::kernel {
 namespace {
@@ -164,7 +164,8 @@ void launchQkvRopeKvWrite(const QkvRopeKvWriteParams& p, cudaStream_t stream) {
                .numPages = p.numPages,
                .maxPages = p.maxPagesPerSeq};
   const int32_t heads = p.numQHeads + 2 * p.numKVHeads;
-  const dim3 grid(static_cast<unsigned>(p.numTokens), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
+  const dim3 grid(static_cast<unsigned>(p.numTokens),
+                  static_cast<unsigned>((heads + kWarps - 1) / kWarps));
   fwd::dispatchDtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     pdl::launch(qkvRopeKernel<T>, grid, dim3(kWarps * 32), 0, stream, a);

@@ -33,22 +33,23 @@ struct QkvRopeKvWriteParams {
   const void* qNormWeight = nullptr;  // [headDim] dtype, or null (no q norm)
   const void* kNormWeight = nullptr;  // [headDim] dtype, or null (no k norm)
   float normEps = 1e-6f;
-  const float* cosSin = nullptr;      // [maxPositions, rotaryDim] f32
-  int32_t maxPositions = 0;           // rows of cosSin; positions must be < this
-  const int32_t* positions = nullptr;     // [numTokens] i32 absolute position, < 0 = padding
+  const float* cosSin = nullptr;             // [maxPositions, rotaryDim] f32
+  int32_t maxPositions = 0;                  // rows of cosSin; positions must be < this
+  const int32_t* positions = nullptr;        // [numTokens] i32 absolute position, < 0 = padding
   const int32_t* tokenToSequence = nullptr;  // [numTokens] i32 page-table row, < 0 = padding
-  const int32_t* pageTable = nullptr; // [batchSize, 2, maxPagesPerSeq] i32 (K ids, V ids + numPages)
-  void* kvPool = nullptr;             // [2, numPages, 128, Hkv, headDim] dtype, in/out
-  void* qOut = nullptr;               // [numTokens, Hq, headDim] dtype
-  int32_t numTokens = 0;              // >= 0; 0 = no-op
-  int32_t batchSize = 0;              // > 0 when numTokens > 0
+  const int32_t* pageTable =
+      nullptr;             // [batchSize, 2, maxPagesPerSeq] i32 (K ids, V ids + numPages)
+  void* kvPool = nullptr;  // [2, numPages, 128, Hkv, headDim] dtype, in/out
+  void* qOut = nullptr;    // [numTokens, Hq, headDim] dtype
+  int32_t numTokens = 0;   // >= 0; 0 = no-op
+  int32_t batchSize = 0;   // > 0 when numTokens > 0
   int32_t numQHeads = 0;
-  int32_t numKVHeads = 0;             // numQHeads % numKVHeads == 0
-  int32_t headDim = 0;                // 64, 128 or 256 (even)
-  int32_t rotaryDim = 0;              // even, 0 < rotaryDim <= headDim
+  int32_t numKVHeads = 0;  // numQHeads % numKVHeads == 0
+  int32_t headDim = 0;     // 64, 128 or 256 (even)
+  int32_t rotaryDim = 0;   // even, 0 < rotaryDim <= headDim
   int32_t numPages = 0;
   int32_t maxPagesPerSeq = 0;
-  DType dtype = DType::kBF16;         // f32, f16 or bf16
+  DType dtype = DType::kBF16;  // f32, f16 or bf16
 };
 
 bool validate(const QkvRopeKvWriteParams& p);

@@ -18,7 +18,8 @@ __global__ void replayProposalKernel(ReplayProposalParams p) {
   }
   const int32_t pos = p.positions[r];
   int32_t token = pos >= 0 && pos < p.recordedLengths[b] ? p.recorded[b * p.stride + pos] : 0;
-  if (p.corruptRate > 0.0f && request_uniform(p.seed, pos, RngPurpose::kProposal, 0) < p.corruptRate) {
+  if (p.corruptRate > 0.0f &&
+      request_uniform(p.seed, pos, RngPurpose::kProposal, 0) < p.corruptRate) {
     token = static_cast<int32_t>((int64_t{token} + 1) % p.vocab);
   }
   p.out[r] = token;

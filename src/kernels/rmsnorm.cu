@@ -14,7 +14,7 @@ namespace {
 
 template <typename T, int VEC>
 __global__ void rmsnormKernel(const T* x, T* residual, const T* __restrict__ weight, T* out,
-                               int32_t hidden, float eps) {
+                              int32_t hidden, float eps) {
   pdl::enter();
   constexpr bool kAligned = VEC > 1;
   const int64_t base = int64_t{blockIdx.x} * hidden;
@@ -52,8 +52,8 @@ void launch(const RmsNormParams& p, cudaStream_t stream) {
   int threads = 1024;
   while (threads > 32 && threads / 2 >= vecs) threads /= 2;
   pdl::launch(rmsnormKernel<T, VEC>, dim3(p.rows), dim3(threads), 0, stream,
-      static_cast<const T*>(p.x), static_cast<T*>(p.residual), static_cast<const T*>(p.weight),
-      static_cast<T*>(p.out), p.hiddenSize, p.eps);
+              static_cast<const T*>(p.x), static_cast<T*>(p.residual),
+              static_cast<const T*>(p.weight), static_cast<T*>(p.out), p.hiddenSize, p.eps);
 }
 
 }  // namespace

@@ -114,9 +114,9 @@ constexpr uint32_t kMinusInfKey = fullrow::kMinusInfKey;
 
 // Shared memory of the candidate modes.
 struct alignas(16) CandShared {
-  uint64_t cand[kMaxCandidateTopK];  // sorted composites
-  uint64_t aux[kMaxCandidateTopK];   // prefix masses, then (index, prob) packs
-  float prob[kMaxCandidateTopK];     // by sorted position
+  uint64_t cand[kMaxCandidateTopK];      // sorted composites
+  uint64_t aux[kMaxCandidateTopK];       // prefix masses, then (index, prob) packs
+  float prob[kMaxCandidateTopK];         // by sorted position
   int32_t idxSorted[kMaxCandidateTopK];  // kept entries by index
   float valSorted[kMaxCandidateTopK];
 };
@@ -147,22 +147,24 @@ __device__ __noinline__ specVerify::dev::ListRowInputs listRowInputsNotInlined(
     specVerify::ChainInputs chain, int row, const specVerify::dev::ChainStage& stage) {
   return specVerify::dev::stagedListRowInputs(chain, row, stage);
 }
-__device__ __noinline__ void verifyListRow(specVerify::dev::ListRowInputs in, specVerify::VerifyRow* rows, int row,
-                                             const int32_t* idx, const float* val, int cut, float* res) {
+__device__ __noinline__ void verifyListRow(specVerify::dev::ListRowInputs in,
+                                           specVerify::VerifyRow* rows, int row, const int32_t* idx,
+                                           const float* val, int cut, float* res) {
   const int2 v = specVerify::dev::verifyListRowWarp(in, idx, val, cut, res);
   if (laneId() == 0) rows[row] = specVerify::VerifyRow{kSparse, cut, v.x, v.y};
 }
 
 // A verification's list row: warp 0 issues the copies of its chain inputs (as a commit group of
 // its own or as part of the caller's next one), which the caller waits for before emitCandidates.
-__device__ __forceinline__ void stageChainInputs(const RowsArgs& a, int row, specVerify::dev::ChainStage& stage) {
+__device__ __forceinline__ void stageChainInputs(const RowsArgs& a, int row,
+                                                 specVerify::dev::ChainStage& stage) {
   if (a.verifyRows && warpId() == 0) specVerify::dev::stageListRowInputs(a.chain, row, stage);
 }
 
 // Outputs of a candidate-mode row: entries [0, cut) of `sorted` with probabilities prob[]. A
 // verification's row: warp 0's lanes have waited for the copies of `stage` (stageChainInputs).
 __device__ void emitCandidates(const RowsArgs& a, int row, const uint64_t* sorted, int cut,
-                                CandShared& cs, const specVerify::dev::ChainStage& stage) {
+                               CandShared& cs, const specVerify::dev::ChainStage& stage) {
   specVerify::dev::ListRowInputs chainIn{};
   if (a.verifyRows && warpId() == 0) {
     __syncwarp();  // every lane's landed copies are visible to the whole warp
@@ -198,7 +200,8 @@ __device__ void emitCandidates(const RowsArgs& a, int row, const uint64_t* sorte
   }
   if (a.verifyRows && warpId() == 0) {  // the row's draft test and stop token, from the list
     // cs.aux (the index sort's packs) is free since the barrier above: the residual's values.
-    verifyListRow(chainIn, a.verifyRows, row, cs.idxSorted, cs.valSorted, cut, reinterpret_cast<float*>(cs.aux));
+    verifyListRow(chainIn, a.verifyRows, row, cs.idxSorted, cs.valSorted, cut,
+                  reinterpret_cast<float*>(cs.aux));
   }
   if (a.tokens && warpId() == 0) {
     const int token = sampleSortedListWarp(cs.idxSorted, cs.valSorted, cut, rowUniform(a, row));
@@ -247,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) smallVocabKernel(RowsArgs a, int ful
   const int kept = rp.k;
   if (kept <= kMaxCandidateTopK) {
     selectTopCandidates([&](int i) { return composite(keys[i], static_cast<uint32_t>(i)); }, V,
-                          kept, cs.cand, ss, scratch);
+                        kept, cs.cand, ss, scratch);
     const int cut = finalizeSorted(cs.cand, kept, rp, a.mode, cs.aux, cs.prob, scratch);
     cpAsyncWait<0>();
     emitCandidates(a, row, cs.cand, cut, cs, chainStage);
@@ -279,7 +282,8 @@ __global__ void __launch_bounds__(kThreads) smallVocabKernel(RowsArgs a, int ful
     }
   }
   if (a.tokens) {
-    const int token = fullRowSample([&](int i) { return byIndex[i]; }, V, rowUniform(a, row), scratch);
+    const int token =
+        fullRowSample([&](int i) { return byIndex[i]; }, V, rowUniform(a, row), scratch);
     if (threadIdx.x == 0) a.tokens[row] = token;
   }
 }
@@ -291,7 +295,9 @@ __device__ __forceinline__ bool candidateRow(const RowsArgs& a, const RowParams&
   return a.plan.anyCandidate && rp.k <= a.plan.kcap;
 }
 // The candidate slots and headers of the chunk records (sampling_layout.h).
-__device__ __forceinline__ uint64_t* recordSlots(const RowsArgs& a) { return static_cast<uint64_t*>(a.workspace); }
+__device__ __forceinline__ uint64_t* recordSlots(const RowsArgs& a) {
+  return static_cast<uint64_t*>(a.workspace);
+}
 __device__ __forceinline__ uint64_t* recordHeaders(const RowsArgs& a) {
   return static_cast<uint64_t*>(a.workspace) + recordHeadersOffset(a.plan, a.rows);
 }
@@ -332,15 +338,17 @@ __device__ __forceinline__ uint64_t* recordHeaders(const RowsArgs& a) {
 //    shared memory.
 template <int R>
 struct alignas(16) ChunkFastShared {
-  uint32_t uni[kThreads];     // the union U: warp w's jp largest thread maxima (keys) at [w jp, w jp + jp)
-  uint32_t theta;             // a segment's first threshold (the kc-th largest of U)
-  int count[2];               // the group's survivors (may exceed kMaxCandidateTopK: fallback), by phase
-  uint32_t poison[2];         // the group's items' poison flags (bit item - groupFirst), by phase
-  SelectShared ss;            // the fallback's select; ss.tmp holds the survivors' composites
+  uint32_t
+      uni[kThreads];   // the union U: warp w's jp largest thread maxima (keys) at [w jp, w jp + jp)
+  uint32_t theta;      // a segment's first threshold (the kc-th largest of U)
+  int count[2];        // the group's survivors (may exceed kMaxCandidateTopK: fallback), by phase
+  uint32_t poison[2];  // the group's items' poison flags (bit item - groupFirst), by phase
+  SelectShared ss;     // the fallback's select; ss.tmp holds the survivors' composites
   BlockScratch scratch;
   uint64_t cand[kMaxCandidateTopK];     // the fallback's sorted candidates
   uint64_t best[2][kMaxCandidateTopK];  // the segment's top-k so far, descending; by phase
-  specVerify::dev::ChainStage chain[2];  // a finalized verification row's chain inputs, by row parity
+  specVerify::dev::ChainStage
+      chain[2];  // a finalized verification row's chain inputs, by row parity
 };
 
 // Whether thread t's value of the union uni[0, nu) (t < nu, nu a multiple of 4, 1 <= kc <= nu;
@@ -444,7 +452,8 @@ __device__ __forceinline__ bool loadChunk(const fp16* x, int len, uint32_t (&raw
         w = __ldg(reinterpret_cast<const uint2*>(h + b));
       } else {  // the tail of a row's last chunk: these combine (wait for) their loads
         const uint32_t h0 = b < len ? __ldg(h + b) : 0u, h1 = b + 1 < len ? __ldg(h + b + 1) : 0u;
-        const uint32_t h2 = b + 2 < len ? __ldg(h + b + 2) : 0u, h3 = b + 3 < len ? __ldg(h + b + 3) : 0u;
+        const uint32_t h2 = b + 2 < len ? __ldg(h + b + 2) : 0u,
+                       h3 = b + 3 < len ? __ldg(h + b + 3) : 0u;
         w.x = h0 | (h1 << 16);
         w.y = h2 | (h3 << 16);
       }
@@ -503,15 +512,15 @@ __device__ __forceinline__ void warpTopValues(uint32_t v, int jp, uint32_t* dst)
 // Called by every thread; starts after a barrier that ends every read of sh.ss.tmp, keys and
 // sh.cand of earlier items, and ends with one (selectTopCandidates').
 template <typename T, int R>
-__device__ __noinline__ void chunkFastFallback(const T* x, const ChunkItem& it, int kc, uint32_t* keys,
-                                                 ChunkFastShared<R>& sh) {
+__device__ __noinline__ void chunkFastFallback(const T* x, const ChunkItem& it, int kc,
+                                               uint32_t* keys, ChunkFastShared<R>& sh) {
   for (int i = threadIdx.x; i < it.len; i += kThreads) {
     keys[i] = orderKey(scaleLogit(loadLogit(x, i), it.rp.invT, it.rp.greedy));
   }
   __syncthreads();
   const uint32_t start = static_cast<uint32_t>(it.start);
   selectTopCandidates([&](int i) { return composite(keys[i], start + static_cast<uint32_t>(i)); },
-                        it.len, kc, sh.cand, sh.ss, sh.scratch);
+                      it.len, kc, sh.cand, sh.ss, sh.scratch);
 }
 
 // Entries of a[0, n) (distinct, descending) greater than v (not in a): a binary search.
@@ -543,8 +552,8 @@ __device__ __forceinline__ int countGreater(const uint64_t* b, int n, uint64_t v
 // dst[0, min(k, na + nb)) = the k largest of a[0, na) (distinct, descending) and b[0, nb)
 // (distinct, any order, none in a), descending: each value's rank is the values above it in
 // both lists. Every thread calls; no barrier (the caller's next one publishes dst).
-__device__ __forceinline__ void mergeTopK(const uint64_t* a, int na, const uint64_t* b, int nb, int k,
-                                            uint64_t* dst) {
+__device__ __forceinline__ void mergeTopK(const uint64_t* a, int na, const uint64_t* b, int nb,
+                                          int k, uint64_t* dst) {
   for (int i = threadIdx.x; i < na + nb; i += kThreads) {
     const bool inA = i < na;
     const uint64_t v = inA ? a[i] : b[i - na];
@@ -559,9 +568,9 @@ __device__ __forceinline__ void mergeTopK(const uint64_t* a, int na, const uint6
 // Called by every thread after a barrier that ends the group's appends; ends with a barrier.
 // Not inlined: rare, and its live values would crowd the registers that keep raw[] in flight.
 template <typename T, int R>
-__device__ __noinline__ int2 chunkFastGroupFallback(const T* rowLogits, int vocab, int chunkLen, RowParams rp,
-                                                      int c0, int c1, int nBest, int bp, uint32_t* keys,
-                                                      ChunkFastShared<R>& sh) {
+__device__ __noinline__ int2 chunkFastGroupFallback(const T* rowLogits, int vocab, int chunkLen,
+                                                    RowParams rp, int c0, int c1, int nBest, int bp,
+                                                    uint32_t* keys, ChunkFastShared<R>& sh) {
   for (int c = c0; c <= c1; ++c) {
     ChunkItem gi;
     gi.start = c * chunkLen;
@@ -581,9 +590,10 @@ __device__ __noinline__ int2 chunkFastGroupFallback(const T* rowLogits, int voca
 // CTA that walked the whole row (RowsArgs::chunkFinalizesRows): best[0, nBest) is the row's
 // top-k, descending; poisoned: a chunk of the row was. Ends with a barrier (cs is read).
 // stage: the row's chain inputs, landed for warp 0 (a verification's row).
-__device__ __forceinline__ void chunkFinalizeRow(const RowsArgs& a, int row, const RowParams& rp, const uint64_t* best,
-                                                int nBest, bool poisoned, CandShared& cs, BlockScratch& scratch,
-                                                const specVerify::dev::ChainStage& stage) {
+__device__ __forceinline__ void chunkFinalizeRow(const RowsArgs& a, int row, const RowParams& rp,
+                                                 const uint64_t* best, int nBest, bool poisoned,
+                                                 CandShared& cs, BlockScratch& scratch,
+                                                 const specVerify::dev::ChainStage& stage) {
   if (poisoned || compositeKey(best[0]) == kMinusInfKey) {  // block-uniform
     emitUniform(a, row);
   } else {
@@ -595,7 +605,9 @@ __device__ __forceinline__ void chunkFinalizeRow(const RowsArgs& a, int row, con
 
 // Whether chunkFastKernel<*, R, *> can finalize rows itself (RowsArgs::chunkFinalizesRows):
 // a consumed chunk stage (or the register path's fallback keys) must hold a CandShared.
-constexpr bool chunkCanFinalize(int R) { return sizeof(CandShared) <= size_t{4} * R * kThreads * sizeof(uint32_t); }
+constexpr bool chunkCanFinalize(int R) {
+  return sizeof(CandShared) <= size_t{4} * R * kThreads * sizeof(uint32_t);
+}
 
 // kAsync (f32 rows whose chunks all start 16-byte aligned, chunkAsyncOk): the chunks go through
 // a ring of two stages in dynamic shared memory (2 kCap floats), filled by cp.async: each item's
@@ -606,8 +618,8 @@ constexpr bool chunkCanFinalize(int R) { return sizeof(CandShared) <= size_t{4} 
 // layout), so the stages need no barrier; the fallback stages its keys in the consumed stage.
 template <typename T, int R, bool kAsync>
 __global__ void __launch_bounds__(kThreads, 2) chunkFastKernel(RowsArgs a) {
-  constexpr int kPer = 4 * R;             // entries per thread
-  constexpr int kCap = kPer * kThreads;   // entries per chunk, at most (>= plan.chunkLen)
+  constexpr int kPer = 4 * R;            // entries per thread
+  constexpr int kCap = kPer * kThreads;  // entries per chunk, at most (>= plan.chunkLen)
   constexpr bool kFinalizes = chunkCanFinalize(R);
   static_assert(!kAsync || std::is_same_v<T, float>, "the cp.async ring serves f32 rows");
   __shared__ ChunkFastShared<R> sh;
@@ -719,16 +731,19 @@ __global__ void __launch_bounds__(kThreads, 2) chunkFastKernel(RowsArgs a) {
         if (len < kCap) {
           present = 0;
 #pragma unroll
-          for (int j = 0; j < kPer; ++j) present |= (prefilter::slotOffset(j, t, vec) < len ? 1u : 0u) << j;
+          for (int j = 0; j < kPer; ++j)
+            present |= (prefilter::slotOffset(j, t, vec) < len ? 1u : 0u) << j;
         }
         auto product = [&](int j) { return fmulRn(slotLogit<T, R>(raw, j, vec), rp.invT); };
-        auto scaled = [&](int j) { return (present >> j) & 1u ? product(j) : __uint_as_float(0x7fffffffu); };
+        auto scaled = [&](int j) {
+          return (present >> j) & 1u ? product(j) : __uint_as_float(0x7fffffffu);
+        };
         const bool segLast = c + 1 == c1;
         const bool merge = segLast || done == nextMerge;
         float thetaF = thetaRun;
         bool bad = false;
         uint32_t mask = 0;  // slots with scaled logit >= thetaF: the survivors
-        if (done == 1) {  // a segment starts: its threshold from this item's thread maxima
+        if (done == 1) {    // a segment starts: its threshold from this item's thread maxima
           const int kc = min(rp.k, len);
           float tmax = -INFINITY;
 #pragma unroll
@@ -782,7 +797,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunkFastKernel(RowsArgs a) {
             }
           }
         }
-        if (__any_sync(kFull, bad) && lane == 0) atomicOr(&sh.poison[gp], 1u << (item - groupFirst));
+        if (__any_sync(kFull, bad) && lane == 0)
+          atomicOr(&sh.poison[gp], 1u << (item - groupFirst));
 
         // Survivors appended to ss.tmp. kAsync: each thread with any takes its slots with one
         // shared atomic and re-reads its survivors' logits from the stage, so the work is per
@@ -797,7 +813,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunkFastKernel(RowsArgs a) {
             for (uint32_t bits = mask; bits != 0; bits &= bits - 1) {
               const int off = prefilter::slotOffset(__ffs(bits) - 1, t, true);
               if (pos < kMaxCandidateTopK) {
-                sh.ss.tmp[pos] = composite(orderKey(fmulRn(st[off], rp.invT)), first + static_cast<uint32_t>(off));
+                sh.ss.tmp[pos] = composite(orderKey(fmulRn(st[off], rp.invT)),
+                                           first + static_cast<uint32_t>(off));
               }
               ++pos;
             }
@@ -819,7 +836,9 @@ __global__ void __launch_bounds__(kThreads, 2) chunkFastKernel(RowsArgs a) {
             for (int j = 0; j < kPer; ++j) {
               if ((mask >> j) & 1u) {
                 if (pos < kMaxCandidateTopK) {
-                  sh.ss.tmp[pos] = composite(orderKey(scaled(j)), first + static_cast<uint32_t>(prefilter::slotOffset(j, t, vec)));
+                  sh.ss.tmp[pos] =
+                      composite(orderKey(scaled(j)),
+                                first + static_cast<uint32_t>(prefilter::slotOffset(j, t, vec)));
                 }
                 ++pos;
               }
@@ -850,35 +869,38 @@ __global__ void __launch_bounds__(kThreads, 2) chunkFastKernel(RowsArgs a) {
           } else {  // block-uniform: ss.tmp overflowed; each of the group's chunks' exact top-kc
             // The keys go to the consumed stage (kAsync: the next item's copies fill the other).
             uint32_t* keys = kAsync ? reinterpret_cast<uint32_t*>(stageOf(item)) : keysStatic;
-            const int2 r = chunkFastGroupFallback<T, R>(rowLogits, a.vocab, chunkLen, rp, c - (item - groupFirst),
-                                                           c, nBest, bp, keys, sh);
+            const int2 r = chunkFastGroupFallback<T, R>(
+                rowLogits, a.vocab, chunkLen, rp, c - (item - groupFirst), c, nBest, bp, keys, sh);
             nBest = r.x;
             bp = r.y;
           }
         }
-        __syncthreads();  // B2: best[bp] is the segment's top-k; ss.tmp, cand, best[bp ^ 1] are read
+        __syncthreads();  // B2: best[bp] is the segment's top-k; ss.tmp, cand, best[bp ^ 1] are
+                          // read
         const uint64_t* best = sh.best[bp];
         // The running threshold: an entry below the k-th largest kept key cannot enter the top-k.
-        thetaRun = segPoisoned           ? INFINITY
-                    : nBest >= rp.k       ? keyValue(compositeKey(best[rp.k - 1]))
-                                           : -INFINITY;
+        thetaRun = segPoisoned     ? INFINITY
+                   : nBest >= rp.k ? keyValue(compositeKey(best[rp.k - 1]))
+                                   : -INFINITY;
         if (segLast && a.chunkFinalizesRows) {  // block-uniform: the segment is the whole row
           // finalFastKernel's work for a row of one record, here: no record, no second launch.
           // CandShared goes in the consumed stage (or the fallback's keys), as those keys do.
           if constexpr (kFinalizes) {
             uint32_t* region = kAsync ? reinterpret_cast<uint32_t*>(stageOf(item)) : keysStatic;
-            if constexpr (!kAsync) cpAsyncWait<0>();  // the chain inputs (kAsync: the row's first item's group)
-            chunkFinalizeRow(a, row, rp, best, nBest, segPoisoned, *reinterpret_cast<CandShared*>(region),
-                               sh.scratch, sh.chain[row & 1]);
+            if constexpr (!kAsync)
+              cpAsyncWait<0>();  // the chain inputs (kAsync: the row's first item's group)
+            chunkFinalizeRow(a, row, rp, best, nBest, segPoisoned,
+                             *reinterpret_cast<CandShared*>(region), sh.scratch, sh.chain[row & 1]);
           }
         } else if (segLast) {
           uint64_t* slots = recordSlots(a) + (static_cast<size_t>(row) * chunks + c0) * cap;
           for (int i = t; i < nBest; i += kThreads) slots[i] = best[i];
         }
-        const int groupItems = item - groupFirst + 1;  // <= kMaxMergeGroup
+        const int groupItems = item - groupFirst + 1;   // <= kMaxMergeGroup
         if (!a.chunkFinalizesRows && t < groupItems) {  // the records' headers, for finalFastKernel
           const int g = groupFirst + t;
-          recordHeaders(a)[g] = encodeRecordHeader((poisonBits >> t) & 1u, c0, segLast && g == item ? nBest : 0);
+          recordHeaders(a)[g] =
+              encodeRecordHeader((poisonBits >> t) & 1u, c0, segLast && g == item ? nBest : 0);
         }
         gp ^= 1;
         groupFirst = item + 1;
@@ -907,7 +929,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunkFastKernel(RowsArgs a) {
 // Uniform rows are found from the same warp maxima (no separate block reduction). > 512
 // survivors: the radix select (selectTopCandidates) over the staged records.
 struct FinalFastShared {
-  alignas(16) uint32_t uni[kThreads];  // the union U (keys); warp w's jp largest thread maxima first
+  alignas(
+      16) uint32_t uni[kThreads];  // the union U (keys); warp w's jp largest thread maxima first
   uint32_t theta;
   int count;
 };
@@ -924,7 +947,8 @@ __global__ void __launch_bounds__(kThreads) finalFastKernel(RowsArgs a) {
   const RowParams rp = rowParams(a, row);
   if (!candidateRow(a, rp)) return;  // block-uniform, before any barrier
   kernel::pdl::trigger();
-  kernel::pdl::wait();  // launched as a dependent of the chunk stage: its records are visible after this
+  kernel::pdl::wait();  // launched as a dependent of the chunk stage: its records are visible after
+                        // this
   stageChainInputs(a, row, chainStage);
   cpAsyncCommit();
   const int t = threadIdx.x, lane = laneId(), warp = warpId();
@@ -941,13 +965,16 @@ __global__ void __launch_bounds__(kThreads) finalFastKernel(RowsArgs a) {
   auto firstChunk = [&](int s) { return s == 0 ? 0 : len0 + (s - 1) * per; };
   auto recordCount = [&](int s) {  // min(k, the entries of segment s's chunks)
     const int c0 = firstChunk(s), c1 = min(chunks, c0 + (s == 0 ? len0 : per));
-    const long long entries = ::min(static_cast<long long>(a.vocab), static_cast<long long>(c1) * chunkLen) -
-                              static_cast<long long>(c0) * chunkLen;
+    const long long entries =
+        ::min(static_cast<long long>(a.vocab), static_cast<long long>(c1) * chunkLen) -
+        static_cast<long long>(c0) * chunkLen;
     return static_cast<int>(::min(static_cast<long long>(kc), entries));
   };
   const int count0 = recordCount(0);
-  const int countMid = static_cast<int>(::min(static_cast<long long>(kc), static_cast<long long>(per) * chunkLen));  // whole runs
-  const int n = segments == 1 ? count0 : count0 + (segments - 2) * countMid + recordCount(segments - 1);
+  const int countMid = static_cast<int>(
+      ::min(static_cast<long long>(kc), static_cast<long long>(per) * chunkLen));  // whole runs
+  const int n =
+      segments == 1 ? count0 : count0 + (segments - 2) * countMid + recordCount(segments - 1);
   const unsigned long long* slots = reinterpret_cast<const unsigned long long*>(recordSlots(a)) +
                                     static_cast<size_t>(row) * chunks * recordCap(a.plan);
   uint64_t v[kPer];  // candidate t + r kThreads, or 0 (absent: below every key of a non-NaN value)
@@ -956,11 +983,15 @@ __global__ void __launch_bounds__(kThreads) finalFastKernel(RowsArgs a) {
     const int i = t + r * kThreads;
     const int s = i < count0 ? 0 : min(segments - 1, 1 + (i - count0) / countMid);
     const int offset = s == 0 ? 0 : count0 + (s - 1) * countMid;
-    v[r] = i < n ? __ldcg(slots + static_cast<size_t>(firstChunk(s)) * recordCap(a.plan) + (i - offset)) : 0ull;
+    v[r] =
+        i < n
+            ? __ldcg(slots + static_cast<size_t>(firstChunk(s)) * recordCap(a.plan) + (i - offset))
+            : 0ull;
   }
   bool bad = false;
-  const unsigned long long* headers = reinterpret_cast<const unsigned long long*>(recordHeaders(a)) +
-                                      static_cast<size_t>(row) * chunks;
+  const unsigned long long* headers =
+      reinterpret_cast<const unsigned long long*>(recordHeaders(a)) +
+      static_cast<size_t>(row) * chunks;
   for (int c = t; c < chunks; c += kThreads) bad |= headerPoisoned(__ldcg(headers + c));
   if (t == 0) fs.count = 0;
   if (__syncthreads_or(bad)) {  // B0 (block-uniform): the row is uniform
@@ -975,9 +1006,9 @@ __global__ void __launch_bounds__(kThreads) finalFastKernel(RowsArgs a) {
     }
   };
   const uint64_t* sorted = buf;  // the row's top-k first, descending
-  if (segments == 1) {  // one CTA walked the whole row: its record is the top-k, sorted
+  if (segments == 1) {           // one CTA walked the whole row: its record is the top-k, sorted
     stage();
-    __syncthreads();  // B1: buf[0, n) is complete
+    __syncthreads();                             // B1: buf[0, n) is complete
     if (compositeKey(buf[0]) == kMinusInfKey) {  // block-uniform: the row is uniform
       emitUniform(a, row);
       return;
@@ -1000,8 +1031,9 @@ __global__ void __launch_bounds__(kThreads) finalFastKernel(RowsArgs a) {
       emitUniform(a, row);
       return;
     }
-    if (t < nu && isKthLargestOfUnion(fs.uni, nu, kc, t)) fs.theta = fs.uni[t];  // theta = the kc-th largest of U
-    __syncthreads();  // B3: theta is set
+    if (t < nu && isKthLargestOfUnion(fs.uni, nu, kc, t))
+      fs.theta = fs.uni[t];  // theta = the kc-th largest of U
+    __syncthreads();         // B3: theta is set
     const uint32_t theta = fs.theta;
     uint32_t mask = 0;
 #pragma unroll
@@ -1076,9 +1108,11 @@ __global__ void __launch_bounds__(kThreads) fullRowKernel(RowsArgs a) {
   }();
   // Split CDF (sampling_cdf_split.cu) draws the token: inactive unless this row reaches the draw.
   const bool splitCdf = a.plan.cdfSplit && a.tokens != nullptr;
-  CdfRowParams* cdfParams = splitCdf ? reinterpret_cast<CdfRowParams*>(
-                                             static_cast<uint8_t*>(a.workspace) + a.plan.cdfOffset) + row
-                                       : nullptr;
+  CdfRowParams* cdfParams =
+      splitCdf
+          ? reinterpret_cast<CdfRowParams*>(static_cast<uint8_t*>(a.workspace) + a.plan.cdfOffset) +
+                row
+          : nullptr;
   if (splitCdf && g.lead() && threadIdx.x == 0) cdfParams->active = 0;
   if (candidateRow(a, rp)) return;  // the same for every CTA of the row: before any cluster barrier
   const T* x = static_cast<const T*>(a.logits) + static_cast<size_t>(row) * V;
@@ -1098,11 +1132,12 @@ __global__ void __launch_bounds__(kThreads) fullRowKernel(RowsArgs a) {
     a.verifyRows[row].status = kDense;
     a.verifyRows[row].count = -1;
   }
-  g.finish();  // after the last cluster collective; the draw below reads global memory only
+  g.finish();      // after the last cluster collective; the draw below reads global memory only
   if (splitCdf) {  // probAt's inputs: the split CDF's kernels recompute fullRowProb from them
     if (g.lead() && threadIdx.x == 0) {
-      *cdfParams = CdfRowParams{cut.cc,    cut.norm, cut.last, rp.invT, cut.rowMax, rowUniform(a, row),
-                                 rp.greedy, cut.partial, 1,     {0, 0}};
+      *cdfParams =
+          CdfRowParams{cut.cc,    cut.norm,    cut.last, rp.invT, cut.rowMax, rowUniform(a, row),
+                       rp.greedy, cut.partial, 1,        {0, 0}};
     }
   } else if (a.tokens && g.lead()) {  // the lead CTA draws over the whole row (the others are done)
     const int token = fullRowSample(probAt, V, rowUniform(a, row), scratch);
@@ -1172,7 +1207,8 @@ void allowDynamicSmem(Kernel kernel, size_t bytes, const char* name) {
     ES_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
     Entry fresh{func, device, attr.sharedSizeBytes, 0,
                 static_cast<size_t>(attr.maxDynamicSharedSizeBytes)};
-    ES_CUDA_CHECK(cudaDeviceGetAttribute(&fresh.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    ES_CUDA_CHECK(
+        cudaDeviceGetAttribute(&fresh.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     e = &cache[used < kEntries ? used++ : kEntries - 1];
     *e = fresh;
   }
@@ -1191,8 +1227,8 @@ void allowDynamicSmem(Kernel kernel, size_t bytes, const char* name) {
 // every chunk starts 16-byte aligned (the logits, the row stride and the chunk length), as
 // cp.async copies 16-byte pieces. Other rows (f16, misaligned f32) load into registers.
 bool chunkAsyncOk(const RowsArgs& a) {
-  return a.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0 && a.vocab % 4 == 0 &&
-         a.plan.chunkLen % 4 == 0;
+  return a.dtype == DType::kF32 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0 &&
+         a.vocab % 4 == 0 && a.plan.chunkLen % 4 == 0;
 }
 
 // chunkFastKernel's grid: the (row, chunk) items in contiguous runs of equal length, at most
@@ -1208,7 +1244,8 @@ void launchChunkFastR(RowsArgs& a, cudaStream_t stream) {
   ES_CUDA_CHECK(cudaGetDevice(&device));
   if (device != cachedDevice) {
     int perSm = 0, sms = 0;
-    ES_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kThreads, ringBytes));
+    ES_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kThreads, ringBytes));
     ES_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     resident = std::max(1, perSm) * std::max(1, sms);
     cachedDevice = device;
@@ -1238,10 +1275,18 @@ void launchChunkFastR(RowsArgs& a, cudaStream_t stream) {
 template <typename T>
 void launchChunkFast(RowsArgs& a, cudaStream_t stream) {
   switch (prefilter::groupsFor(a.plan.chunkLen)) {
-    case 1: launchChunkFastR<T, 1>(a, stream); break;
-    case 2: launchChunkFastR<T, 2>(a, stream); break;
-    case 3: launchChunkFastR<T, 3>(a, stream); break;
-    default: launchChunkFastR<T, 4>(a, stream); break;
+    case 1:
+      launchChunkFastR<T, 1>(a, stream);
+      break;
+    case 2:
+      launchChunkFastR<T, 2>(a, stream);
+      break;
+    case 3:
+      launchChunkFastR<T, 3>(a, stream);
+      break;
+    default:
+      launchChunkFastR<T, 4>(a, stream);
+      break;
   }
 }
 
@@ -1254,7 +1299,8 @@ void launchFinalFastN(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
 }
 void launchFinalFast(const RowsArgs& a, size_t bytes, cudaStream_t stream) {
   const size_t n = bytes / 8;
-  static_assert(kMaxFinalCandidates == 16 * kThreads, "final_fast_kernel instantiates 2, 4, 8, 16 slots");
+  static_assert(kMaxFinalCandidates == 16 * kThreads,
+                "final_fast_kernel instantiates 2, 4, 8, 16 slots");
   if (n <= 2 * kThreads) {
     launchFinalFastN<2>(a, bytes, stream);
   } else if (n <= 4 * kThreads) {
@@ -1273,8 +1319,9 @@ void launchTyped(const RowsArgs& a, cudaStream_t stream) {
     const bool fullPossible = a.topKs != nullptr || scalar.k > kMaxCandidateTopK;
     int cap = 1;
     while (cap < a.vocab) cap <<= 1;
-    const size_t bytes = align8(static_cast<size_t>(a.vocab) * 4) +
-                         (fullPossible ? static_cast<size_t>(cap) * 8 + static_cast<size_t>(a.vocab) * 12 : 0);
+    const size_t bytes =
+        align8(static_cast<size_t>(a.vocab) * 4) +
+        (fullPossible ? static_cast<size_t>(cap) * 8 + static_cast<size_t>(a.vocab) * 12 : 0);
     allowDynamicSmem(smallVocabKernel<T>, bytes, "small_vocab_kernel");
     smallVocabKernel<T><<<a.rows, kThreads, bytes, stream>>>(a, fullPossible ? cap : 0);
     ES_CUDA_CHECK_LAUNCH();
@@ -1284,7 +1331,8 @@ void launchTyped(const RowsArgs& a, cudaStream_t stream) {
     RowsArgs c = a;
     launchChunkFast<T>(c, stream);
     if (!c.chunkFinalizesRows) {
-      const size_t bytes = static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunkLen) * 8;
+      const size_t bytes =
+          static_cast<size_t>(a.plan.chunks) * std::min(a.plan.kcap, a.plan.chunkLen) * 8;
       launchFinalFast(c, bytes, stream);
     }
   }
@@ -1335,7 +1383,7 @@ void sampleRows(const SamplingParams& p, cudaStream_t stream) {
   a.tokens = p.tokens;
   a.probs = p.probs;
   a.smallVocab = p.path == SamplingPath::kSmallVocab ||
-                  (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
+                 (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
   if (!a.smallVocab) {
     a.plan = sampling::planGeneral(p);
     ES_CHECK_ARG(p.workspaceBytes >= a.plan.workspaceBytes, "kernel::sample_rows",

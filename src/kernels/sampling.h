@@ -22,23 +22,23 @@ enum class TopPMode : int32_t {
 
 enum class SamplingPath : int32_t { kAuto = 0, kGeneral = 1, kSmallVocab = 2 };
 
-inline constexpr int32_t kSmallVocabMax = 4096;  // small-vocab path serves 0 < V <= this
+inline constexpr int32_t kSmallVocabMax = 4096;    // small-vocab path serves 0 < V <= this
 inline constexpr int32_t kMaxCandidateTopK = 512;  // candidate (sorted) mode serves k <= this
 
 struct SamplingParams {
-  const void* logits = nullptr;  // [batch, vocab] logitsDtype (rows contiguous)
+  const void* logits = nullptr;     // [batch, vocab] logitsDtype (rows contiguous)
   DType logitsDtype = DType::kF32;  // kF32 or kF16
   int32_t batch = 0;
   int32_t vocab = 0;
 
   // Scalars used for every row whose per-request array is null (arrays: [batch /
   // rowsPerRequest], see rowsPerRequest).
-  float temperature = 1.0f;  // >= 0; < 1e-3 means greedy
-  int32_t topK = 0;         // <= 0 or >= vocab: off
-  float topP = 1.0f;        // (0, 1]; >= 1 - 1e-6: off
+  float temperature = 1.0f;             // >= 0; < 1e-3 means greedy
+  int32_t topK = 0;                     // <= 0 or >= vocab: off
+  float topP = 1.0f;                    // (0, 1]; >= 1 - 1e-6: off
   const float* temperatures = nullptr;  // [batch] f32 or null
-  const int32_t* topKs = nullptr;      // [batch] i32 or null
-  const float* topPs = nullptr;        // [batch] f32 or null
+  const int32_t* topKs = nullptr;       // [batch] i32 or null
+  const float* topPs = nullptr;         // [batch] f32 or null
   TopPMode topPMode = TopPMode::kNucleus;
 
   // Rows per request (>= 1, divides batch): row r takes its per-request entries (temperatures,
@@ -85,8 +85,8 @@ void sampleRows(const SamplingParams& p);
 
 // One row, exposed for the verification reference and the tests.
 // Writes probs[vocab]; returns true when the row took the uniform fallback.
-bool rowProbs(const float* logitsF32, int32_t vocab, float temperature, int32_t topK,
-               float topP, TopPMode mode, float* probs);
+bool rowProbs(const float* logitsF32, int32_t vocab, float temperature, int32_t topK, float topP,
+              TopPMode mode, float* probs);
 // Inverse CDF of spec §3.5 (fp32 running sum in index order, strict >, skip <= 0, fallback to
 // the last positive index). Returns -1 only for a row with no positive entry.
 int32_t sampleFromProbs(const float* probs, int32_t vocab, float u);

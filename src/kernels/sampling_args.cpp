@@ -14,17 +14,16 @@ namespace es {
 void validateSamplingParams(const SamplingParams& p, const char* where) {
   ES_CHECK_ARG(p.batch >= 0, where, "batch", p.batch, "must be >= 0");
   ES_CHECK_ARG(p.vocab > 0, where, "vocab", p.vocab, "must be > 0");
-  ES_CHECK_ARG(p.vocab <= sampling::kMaxVocab, where, "vocab", p.vocab, "must be <= ",
-               sampling::kMaxVocab);
-  ES_CHECK_ARG(p.logitsDtype == DType::kF32 || p.logitsDtype == DType::kF16, where,
-               "logits_dtype", dtype_name(p.logitsDtype), "must be f32 or f16");
+  ES_CHECK_ARG(p.vocab <= sampling::kMaxVocab, where, "vocab", p.vocab,
+               "must be <= ", sampling::kMaxVocab);
+  ES_CHECK_ARG(p.logitsDtype == DType::kF32 || p.logitsDtype == DType::kF16, where, "logits_dtype",
+               dtype_name(p.logitsDtype), "must be f32 or f16");
   if (p.temperatures == nullptr) {
     ES_CHECK_ARG(p.temperature >= 0.0f, where, "temperature", p.temperature,
                  "must be >= 0 (and not NaN)");
   }
   if (p.topPs == nullptr) {
-    ES_CHECK_ARG(p.topP > 0.0f && p.topP <= 1.0f, where, "top_p", p.topP,
-                 "must be in (0, 1]");
+    ES_CHECK_ARG(p.topP > 0.0f && p.topP <= 1.0f, where, "top_p", p.topP, "must be in (0, 1]");
   }
   ES_CHECK_ARG(p.topPMode == TopPMode::kNucleus || p.topPMode == TopPMode::kTruncate, where,
                "top_p_mode", static_cast<int>(p.topPMode), "must be kNucleus or kTruncate");
@@ -32,8 +31,8 @@ void validateSamplingParams(const SamplingParams& p, const char* where) {
                    p.path == SamplingPath::kSmallVocab,
                where, "path", static_cast<int>(p.path), "must be kAuto, kGeneral or kSmallVocab");
   if (p.path == SamplingPath::kSmallVocab) {
-    ES_CHECK_ARG(p.vocab <= kSmallVocabMax, where, "vocab", p.vocab,
-                 "must be <= ", kSmallVocabMax, " for the small-vocab path");
+    ES_CHECK_ARG(p.vocab <= kSmallVocabMax, where, "vocab", p.vocab, "must be <= ", kSmallVocabMax,
+                 " for the small-vocab path");
   }
   ES_CHECK_ARG(p.rowsPerRequest >= 1, where, "rows_per_request", p.rowsPerRequest, "must be >= 1");
   ES_CHECK_ARG(p.batch % p.rowsPerRequest == 0, where, "batch", p.batch,
@@ -87,8 +86,7 @@ GeneralPlan planRows(const SamplingParams& p) {
   if (small) return plan;
   if (p.topKs == nullptr) {
     // Scalar top-k known on the host: every row has effective k = kscalar, or 1 when greedy.
-    const RowParams r = makeRowParams(p.temperatures ? 1.0f : p.temperature, p.topK, 1.0f,
-                                        p.vocab);
+    const RowParams r = makeRowParams(p.temperatures ? 1.0f : p.temperature, p.topK, 1.0f, p.vocab);
     const bool greedyAll = p.temperatures == nullptr && r.greedy;
     const int32_t k = greedyAll ? 1 : r.k;
     if (k <= kMaxCandidateTopK && tryCandidatePlan(p, k, &plan)) {
@@ -113,7 +111,8 @@ GeneralPlan planRows(const SamplingParams& p) {
 // The row modes, then the split CDF's workspace region when full-row rows may be few and long.
 GeneralPlan planGeneral(const SamplingParams& p) {
   GeneralPlan plan = planRows(p);
-  plan.fullrowSplit = plan.anyFull && p.batch <= kFullRowSplitMaxRows && p.vocab >= kFullRowSplitMinVocab;
+  plan.fullrowSplit =
+      plan.anyFull && p.batch <= kFullRowSplitMaxRows && p.vocab >= kFullRowSplitMinVocab;
   if (plan.anyFull && p.batch <= kCdfSplitMaxRows && p.vocab >= kCdfSplitMinVocab) {
     const int64_t chunks = (static_cast<int64_t>(p.vocab) + kCdfChunk - 1) / kCdfChunk;
     if (chunks <= kCdfMaxChunks) {

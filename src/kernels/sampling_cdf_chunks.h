@@ -39,7 +39,9 @@ struct Step {
 ES_HOST_DEVICE ES_FORCE_INLINE Step stepThen(Step f, Step g) {
   return {f.c0 + ((f.c0 & 1) ? g.c1 : g.c0), f.c1 + ((f.c1 & 1) ? g.c0 : g.c1)};
 }
-ES_HOST_DEVICE ES_FORCE_INLINE int64_t stepApply(Step f, int64_t n) { return n + ((n & 1) ? f.c1 : f.c0); }
+ES_HOST_DEVICE ES_FORCE_INLINE int64_t stepApply(Step f, int64_t n) {
+  return n + ((n & 1) ? f.c1 : f.c0);
+}
 
 // Binade of a non-negative finite float: its biased exponent field (0: zero and subnormals).
 ES_HOST_DEVICE ES_FORCE_INLINE int binadeOf(float s) { return static_cast<int>(f2u(s) >> 23); }
@@ -51,7 +53,8 @@ ES_HOST_DEVICE ES_FORCE_INLINE int64_t binadeLimit(int e) {
 // s (in binade e) as a count of ulps, and back.
 ES_HOST_DEVICE ES_FORCE_INLINE int64_t gridCount(float s) {
   const uint32_t b = f2u(s);
-  return (b >> 23) == 0 ? static_cast<int64_t>(b) : static_cast<int64_t>((b & 0x7fffffu) | 0x800000u);
+  return (b >> 23) == 0 ? static_cast<int64_t>(b)
+                        : static_cast<int64_t>((b & 0x7fffffu) | 0x800000u);
 }
 ES_HOST_DEVICE ES_FORCE_INLINE float gridValue(int e, int64_t n) {
   return u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(n) & 0x7fffffu));
@@ -207,9 +210,9 @@ ES_HOST_DEVICE inline int walkSummaries(const ChunkSummary* summ, int chunks, in
 // answer when nothing exceeds the threshold. The chain takes at most chunks + 1 rounds: each
 // round ends it or replays one chunk and moves past it (c strictly grows).
 template <typename Block, typename Replay, typename Search, typename LastPositive>
-ES_HOST_DEVICE int chainAndSearch(const Block& blk, int chunks, int chunkLen, const ChunkSummary* summ,
-                                    float u, float* start, ChainShared& sh, Replay replay, Search search,
-                                    LastPositive lastPositive) {
+ES_HOST_DEVICE int chainAndSearch(const Block& blk, int chunks, int chunkLen,
+                                  const ChunkSummary* summ, float u, float* start, ChainShared& sh,
+                                  Replay replay, Search search, LastPositive lastPositive) {
   if (blk.tid() == 0) start[0] = 0.0f;
   int c = 0;
   for (;;) {
@@ -220,7 +223,8 @@ ES_HOST_DEVICE int chainAndSearch(const Block& blk, int chunks, int chunkLen, co
     blk.sync();  // all have read sh.nextChunk before thread 0 rewrites it
     if (c >= chunks) break;
     const float end = replay(c, r0);
-    if (blk.tid() == 0) start[c + 1] = end;  // thread 0 reads it next round; the others after a barrier
+    if (blk.tid() == 0)
+      start[c + 1] = end;  // thread 0 reads it next round; the others after a barrier
     ++c;
   }
   if (blk.tid() == 0) {  // chunk ends are start[1..chunks], non-decreasing

@@ -27,23 +27,23 @@ struct RowProb {
   const T* x;  // [V] logits of the row
   CdfRowParams p;
   __device__ __forceinline__ float operator()(int i) const {
-    return fullRowProb(scaleLogit(loadValue(x, i), p.invT, p.greedy != 0), i, p.cc, p.partial != 0, p.last,
-                         p.rowMax, p.norm);
+    return fullRowProb(scaleLogit(loadValue(x, i), p.invT, p.greedy != 0), i, p.cc, p.partial != 0,
+                       p.last, p.rowMax, p.norm);
   }
 };
 
 struct CdfPtrs {
-  CdfRowParams* params;         // [rows]
+  CdfRowParams* params;        // [rows]
   float* chunkSum;             // [rows][chunks]
   int32_t* lastPos;            // [rows][chunks]
-  cdf::ChunkSummary* summary;   // [rows][chunks][2]
+  cdf::ChunkSummary* summary;  // [rows][chunks][2]
 };
 
 __host__ __device__ inline CdfPtrs cdfPtrs(const RowsArgs& a) {
   uint8_t* base = static_cast<uint8_t*>(a.workspace) + a.plan.cdfOffset;
   const CdfLayout l = cdfLayout(a.rows, a.plan.cdfChunks);
-  return {reinterpret_cast<CdfRowParams*>(base + l.params), reinterpret_cast<float*>(base + l.chunkSum),
-          reinterpret_cast<int32_t*>(base + l.lastPos),
+  return {reinterpret_cast<CdfRowParams*>(base + l.params),
+          reinterpret_cast<float*>(base + l.chunkSum), reinterpret_cast<int32_t*>(base + l.lastPos),
           reinterpret_cast<cdf::ChunkSummary*>(base + l.summary)};
 }
 
@@ -148,25 +148,28 @@ __global__ void __launch_bounds__(kThreads) cdfChainSearchKernel(RowsArgs a) {
   const CdfRowParams p = w.params[row];
   if (p.active == 0) return;
   const RowProb<T> prob{static_cast<const T*>(a.logits) + static_cast<size_t>(row) * a.vocab, p};
-  for (int j = threadIdx.x; j < 2 * chunks; j += kThreads) summ[j] = w.summary[static_cast<size_t>(row) * chunks * 2 + j];
+  for (int j = threadIdx.x; j < 2 * chunks; j += kThreads)
+    summ[j] = w.summary[static_cast<size_t>(row) * chunks * 2 + j];
   __syncthreads();
   auto chunkLen = [&](int c) { return min(a.vocab, (c + 1) * kCdfChunk) - c * kCdfChunk; };
   auto replay = [&](int c, float r0) {
     float end = 0.0f;
-    sequentialCdf([&](int i) { return prob(c * kCdfChunk + i); }, chunkLen(c), false, 0.0f, &end, scratch, r0);
+    sequentialCdf([&](int i) { return prob(c * kCdfChunk + i); }, chunkLen(c), false, 0.0f, &end,
+                  scratch, r0);
     return end;
   };
   auto search = [&](int c, float r0, float threshold) {  // >= 0: chunk c's end exceeds threshold
-    return sequentialCdf([&](int i) { return prob(c * kCdfChunk + i); }, chunkLen(c), true, threshold,
-                          nullptr, scratch, r0);
+    return sequentialCdf([&](int i) { return prob(c * kCdfChunk + i); }, chunkLen(c), true,
+                         threshold, nullptr, scratch, r0);
   };
   auto lastPositive = [&] {
     int last = -1;
-    for (int j = 0; j < chunks; ++j) last = max(last, w.lastPos[static_cast<size_t>(row) * chunks + j]);
+    for (int j = 0; j < chunks; ++j)
+      last = max(last, w.lastPos[static_cast<size_t>(row) * chunks + j]);
     return last;
   };
-  const int token = cdf::chainAndSearch(CtaBlock{}, chunks, kCdfChunk, summ, p.u, start, chain, replay,
-                                          search, lastPositive);
+  const int token = cdf::chainAndSearch(CtaBlock{}, chunks, kCdfChunk, summ, p.u, start, chain,
+                                        replay, search, lastPositive);
   if (threadIdx.x == 0) a.tokens[row] = token;
 }
 

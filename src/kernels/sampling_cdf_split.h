@@ -30,7 +30,7 @@ struct alignas(16) CdfRowParams {
   uint64_t last;  // weight of the cut entry when partial
   float invT;
   float rowMax;
-  float u;        // the row's uniform
+  float u;  // the row's uniform
   int32_t greedy;
   int32_t partial;
   int32_t active;  // 0: the row is not drawn here (candidate row, uniform fallback)
@@ -39,10 +39,10 @@ struct alignas(16) CdfRowParams {
 
 // Byte offsets (from plan.cdfOffset) of the split CDF's arrays.
 struct CdfLayout {
-  size_t params;     // CdfRowParams [rows]
+  size_t params;    // CdfRowParams [rows]
   size_t chunkSum;  // float [rows][chunks]
   size_t lastPos;   // int32 [rows][chunks]
-  size_t summary;    // cdf::ChunkSummary [rows][chunks][2]
+  size_t summary;   // cdf::ChunkSummary [rows][chunks][2]
   size_t bytes;
 };
 

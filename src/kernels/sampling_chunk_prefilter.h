@@ -45,7 +45,8 @@ ES_HOST_DEVICE ES_FORCE_INLINE int32_t unionPerWarp(int32_t kc) {
 
 // v is the kc-th largest value of a list (1 <= kc <= its length) iff fewer than kc values are
 // greater and at least kc are greater or equal; exactly one distinct value qualifies.
-ES_HOST_DEVICE ES_FORCE_INLINE bool isKthLargest(int32_t greater, int32_t greaterEqual, int32_t kc) {
+ES_HOST_DEVICE ES_FORCE_INLINE bool isKthLargest(int32_t greater, int32_t greaterEqual,
+                                                 int32_t kc) {
   return greater < kc && kc <= greaterEqual;
 }
 

@@ -38,7 +38,9 @@ struct BlockScratch {
 __device__ __forceinline__ uint64_t umax64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 template <typename T>
-__device__ __forceinline__ T shflXor(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
+__device__ __forceinline__ T shflXor(T v, int o) {
+  return __shfl_xor_sync(kFull, v, o);
+}
 
 __device__ __forceinline__ uint64_t blockMaxU64(uint64_t v, BlockScratch& sh) {
   for (int o = 16; o; o >>= 1) v = umax64(v, shflXor(v, o));
@@ -72,7 +74,7 @@ __device__ __forceinline__ int blockMaxInt(int v, BlockScratch& sh) { return -bl
 // Exclusive scan of unsigned 64-bit values in thread order (exact: integer). Returns the
 // exclusive prefix; *total gets the block sum.
 __device__ __forceinline__ uint64_t blockExclusiveScanU64(uint64_t v, BlockScratch& sh,
-                                                             uint64_t* total) {
+                                                          uint64_t* total) {
   uint64_t x = v;
   for (int o = 1; o < 32; o <<= 1) {
     const uint64_t y = __shfl_up_sync(kFull, x, o);
@@ -136,7 +138,8 @@ __device__ __forceinline__ void warpAggregatedAdd(uint64_t* hist, uint32_t digit
     rel >>= 1;
   }
   if (leader && digit < 0x100u) {
-    atomicAdd(reinterpret_cast<unsigned long long*>(&hist[digit]), static_cast<unsigned long long>(x));
+    atomicAdd(reinterpret_cast<unsigned long long*>(&hist[digit]),
+              static_cast<unsigned long long>(x));
   }
 }
 
@@ -201,8 +204,8 @@ __device__ __forceinline__ uint32_t warpJthLargest(uint32_t v, int j) {
 // 1 <= k <= kMaxCandidateTopK. Result: cand[0, m) sorted descending, m >= k (the first k are
 // the top-k), cand[m, pow2(m)) = 0. Returns m.
 template <typename CompAt>
-__device__ int selectTopCandidates(CompAt compAt, int n, int k, uint64_t* cand,
-                                     SelectShared& sh, BlockScratch& scratch) {
+__device__ int selectTopCandidates(CompAt compAt, int n, int k, uint64_t* cand, SelectShared& sh,
+                                   BlockScratch& scratch) {
   if (n <= kMaxCandidateTopK) {
     const int np = pow2Ceil(n);
     for (int i = threadIdx.x; i < n; i += kThreads) sh.tmp[i] = compAt(i);
@@ -258,7 +261,8 @@ __device__ int selectTopCandidates(CompAt compAt, int n, int k, uint64_t* cand,
         if (valid) digit = (key >> shift) & 0xffu;
       }
       const unsigned peers = __match_any_sync(kFull, digit);
-      if (valid && (__ffs(peers) - 1) == laneId()) atomicAdd(&sh.hist[digit], static_cast<uint32_t>(__popc(peers)));
+      if (valid && (__ffs(peers) - 1) == laneId())
+        atomicAdd(&sh.hist[digit], static_cast<uint32_t>(__popc(peers)));
     }
     __syncthreads();
     if (warpId() == 0) {
@@ -319,7 +323,8 @@ __device__ int selectTopCandidates(CompAt compAt, int n, int k, uint64_t* cand,
       }
       const bool tie = i < n && key == prefix;
       uint64_t tileTies = 0;
-      const int rank = carry + static_cast<int>(blockExclusiveScanU64(tie ? 1 : 0, scratch, &tileTies));
+      const int rank =
+          carry + static_cast<int>(blockExclusiveScanU64(tie ? 1 : 0, scratch, &tileTies));
       if (i < n && (key > prefix || (tie && rank < needTies))) sh.tmp[atomicAdd(&sh.count, 1)] = c;
       carry += static_cast<int>(tileTies);
     }
@@ -341,8 +346,8 @@ struct FinalizeResult {
 // (the top-k set): exact fixed-point prefix masses, top-p cut, renormalisation (spec §3.3-3.4).
 // mass: scratch [>= kept] u64; prob: out [>= cut] f32 by sorted position.
 __device__ inline int finalizeSorted(const uint64_t* sorted, int kept, const RowParams& rp,
-                                      TopPMode mode, uint64_t* mass, float* prob,
-                                      BlockScratch& scratch) {
+                                     TopPMode mode, uint64_t* mass, float* prob,
+                                     BlockScratch& scratch) {
   const float rowMax = keyValue(compositeKey(sorted[0]));
   const int per = (kept + kThreads - 1) / kThreads;
   const int begin = min(kept, static_cast<int>(threadIdx.x) * per);
@@ -403,7 +408,7 @@ __device__ inline float sortedListMassWarp(const float* val, int m) {
 // The index of the first entry whose running sum is > threshold (skipping values <= 0), else
 // the last positive entry's, else -1.
 __device__ inline int sortedListSearchWarp(const int32_t* idx, const float* val, int m,
-                                              float threshold) {
+                                           float threshold) {
   float running = 0.0f;
   int found = -1, last = -1;
   for (int base = 0; base < m; base += 32) {
@@ -450,11 +455,14 @@ struct SeqStep {  // n -> n + (n even ? c0 : c1)
 __device__ __forceinline__ SeqStep seqThen(SeqStep f, SeqStep g) {  // f first, then g
   return {f.c0 + ((f.c0 & 1) ? g.c1 : g.c0), f.c1 + ((f.c1 & 1) ? g.c0 : g.c1)};
 }
-__device__ __forceinline__ int64_t seqApply(SeqStep f, int64_t n) { return n + ((n & 1) ? f.c1 : f.c0); }
+__device__ __forceinline__ int64_t seqApply(SeqStep f, int64_t n) {
+  return n + ((n & 1) ? f.c1 : f.c0);
+}
 
 // Step of adding x (> 0) on the grid of ulp 2^ue. Offsets above 2^40 are capped (they cross).
 __device__ __forceinline__ SeqStep seqStep(float x, int ue) {
-  const double q = static_cast<double>(x) * __longlong_as_double(static_cast<long long>(1023 - ue) << 52);
+  const double q =
+      static_cast<double>(x) * __longlong_as_double(static_cast<long long>(1023 - ue) << 52);
   if (q >= 1099511627776.0) return {int64_t{1} << 40, int64_t{1} << 40};
   const double m = floor(q);
   const double f = q - m;  // exact
@@ -465,7 +473,8 @@ __device__ __forceinline__ SeqStep seqStep(float x, int ue) {
 }
 
 // Exclusive block scan of steps in thread order; *all gets the composition of every thread's.
-__device__ __forceinline__ SeqStep blockExclusiveScanSteps(SeqStep v, BlockScratch& sh, SeqStep* all) {
+__device__ __forceinline__ SeqStep blockExclusiveScanSteps(SeqStep v, BlockScratch& sh,
+                                                           SeqStep* all) {
   SeqStep x = v;
   for (int o = 1; o < 32; o <<= 1) {
     SeqStep y;
@@ -528,7 +537,7 @@ __device__ __forceinline__ void blockMin2(int* a, int* b, BlockScratch& sh) {
 // binade passed).
 template <typename ValAt>
 __device__ int sequentialCdf(ValAt valAt, int n, bool search, float threshold, float* total,
-                              BlockScratch& scratch, float r0 = 0.0f) {
+                             BlockScratch& scratch, float r0 = 0.0f) {
   constexpr int kNone = 0x7fffffff;
   // scratch.out is free here: its last reader (a crossing below, in an earlier call) passed a
   // barrier after reading, and its next writer (a crossing) comes after the scan's barriers.
@@ -575,7 +584,8 @@ __device__ int sequentialCdf(ValAt valAt, int n, bool search, float threshold, f
             beforeCross = cur;
           } else {
             if (search && found == kNone &&
-                u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(next) & 0x7fffffu)) > threshold) {
+                u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(next) & 0x7fffffu)) >
+                    threshold) {
               found = start + k;
             }
             cur = next;
@@ -591,7 +601,8 @@ __device__ int sequentialCdf(ValAt valAt, int n, bool search, float threshold, f
         break;
       }
       if (cross == firstCross) {  // the owner performs the crossing step as the real fadd
-        const float before = u2f((static_cast<uint32_t>(e) << 23) | (static_cast<uint32_t>(beforeCross) & 0x7fffffu));
+        const float before = u2f((static_cast<uint32_t>(e) << 23) |
+                                 (static_cast<uint32_t>(beforeCross) & 0x7fffffu));
         scratch.out[0] = f2u(faddRn(before, v[cross - start]));
       }
       __syncthreads();

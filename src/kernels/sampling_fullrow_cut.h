@@ -36,8 +36,8 @@ struct Cut {
   bool uniform = false;  // NaN / +inf somewhere, or every entry -inf: the uniform fallback
   bool partial = false;  // truncate mode: the cut entry gets `last` instead of its mass
   float rowMax = 0.0f;
-  uint64_t cc = 0;       // composite ranks below this are filtered out
-  uint64_t norm = 0;     // normaliser of the masses
+  uint64_t cc = 0;    // composite ranks below this are filtered out
+  uint64_t norm = 0;  // normaliser of the masses
   uint64_t last = 0;
 };
 
@@ -70,7 +70,8 @@ ES_HOST_DEVICE int rankOfJth(CountAt countAt, int ranks, uint64_t j, uint64_t* l
 // The bin, scanning from 255 down, where the running weight first reaches need (1 <= need <=
 // total weight); *gt gets the weight of the bins above it. The GPU groups compute the same with
 // a warp scan (sampling_fullrow_groups.cuh).
-ES_HOST_DEVICE inline void pickBin(const uint64_t* hist, uint64_t need, uint32_t* bin, uint64_t* gt) {
+ES_HOST_DEVICE inline void pickBin(const uint64_t* hist, uint64_t need, uint32_t* bin,
+                                   uint64_t* gt) {
   uint64_t run = 0;
   for (int b = 255; b >= 0; --b) {
     if (run < need && need <= run + hist[b]) {
@@ -89,7 +90,7 @@ ES_HOST_DEVICE inline void pickBin(const uint64_t* hist, uint64_t need, uint32_t
 // only for entries whose key matches the digits found so far (the mass's exp is the costly part).
 template <typename Group, typename KeyAt, typename WeightAt>
 ES_HOST_DEVICE void radixSelect(Group& g, KeyAt keyAt, WeightAt weightAt, uint64_t target,
-                                 uint32_t* outKey, uint64_t* outAbove) {
+                                uint32_t* outKey, uint64_t* outAbove) {
   uint32_t prefix = 0;
   uint64_t above = 0;
   for (int d = 0; d < 4; ++d) {
@@ -117,7 +118,8 @@ ES_HOST_DEVICE void radixSelect(Group& g, KeyAt keyAt, WeightAt weightAt, uint64
 // entry is the j-th of that key's entries in index order, j = ceil((Bp - above) / q_K) (entries
 // of one key have one mass), so prefix_c = above + j q_K.
 template <typename Group, typename ScaledAt>
-ES_HOST_DEVICE Cut decideCut(Group& g, ScaledAt scaledAt, int n, const RowParams& rp, TopPMode mode) {
+ES_HOST_DEVICE Cut decideCut(Group& g, ScaledAt scaledAt, int n, const RowParams& rp,
+                             TopPMode mode) {
   Cut cut;
   const uint64_t red = g.reduceMax([&](int i) {
     const float s = scaledAt(i);
@@ -137,9 +139,11 @@ ES_HOST_DEVICE Cut decideCut(Group& g, ScaledAt scaledAt, int n, const RowParams
   if (rp.k < n) {
     uint32_t kkey = 0;
     uint64_t above = 0;
-    radixSelect(g, keyAt, [](int, uint32_t) { return uint64_t{1}; }, static_cast<uint64_t>(rp.k), &kkey,
-                 &above);
-    const int idx = g.jth([&](int i) { return keyAt(i) == kkey; }, static_cast<uint64_t>(rp.k) - above);
+    radixSelect(
+        g, keyAt, [](int, uint32_t) { return uint64_t{1}; }, static_cast<uint64_t>(rp.k), &kkey,
+        &above);
+    const int idx =
+        g.jth([&](int i) { return keyAt(i) == kkey; }, static_cast<uint64_t>(rp.k) - above);
     ck = composite(kkey, static_cast<uint32_t>(idx));
   }
   const uint64_t total = g.reduceSum([&](int i) {

@@ -32,7 +32,7 @@ struct FullXfer {
 };
 struct FullGroupShared {
   FullXfer x[2];
-  uint64_t merged[256];     // ClusterGroup: the cluster's histogram
+  uint64_t merged[256];            // ClusterGroup: the cluster's histogram
   uint64_t all[kMaxClusterRanks];  // ClusterGroup: every rank's exchanged value
   uint64_t gt;
   uint32_t bin;
@@ -53,7 +53,8 @@ __device__ __forceinline__ void accumulateHist(F f, int begin, int end, uint64_t
 }
 
 // fullrow::pickBin by warp 0 (lane l owns bins 255 - 8l ... 248 - 8l); result in sh.bin, sh.gt.
-__device__ __forceinline__ void pickBinWarp(const uint64_t* hist, uint64_t need, FullGroupShared& sh) {
+__device__ __forceinline__ void pickBinWarp(const uint64_t* hist, uint64_t need,
+                                            FullGroupShared& sh) {
   if (warpId() != 0) return;
   uint64_t c[8], sum = 0;
 #pragma unroll
@@ -81,7 +82,7 @@ __device__ __forceinline__ void pickBinWarp(const uint64_t* hist, uint64_t need,
 // or -1 (a CTA collective: tiles of kTile, thread t owns kItems consecutive entries).
 template <typename Match>
 __device__ int jthInRange(Match match, int begin, int end, uint64_t j, FullGroupShared& sh,
-                            BlockScratch& scratch) {
+                          BlockScratch& scratch) {
   if (threadIdx.x == 0) sh.found = -1;
   __syncthreads();
   uint64_t carry = 0;
@@ -131,9 +132,13 @@ struct CtaGroup {
   __device__ bool lead() const { return true; }
   __device__ void finish() const {}
   template <typename F>
-  __device__ uint64_t reduceMax(F f) { return blockMaxU64(localMax(f, begin, end), scratch); }
+  __device__ uint64_t reduceMax(F f) {
+    return blockMaxU64(localMax(f, begin, end), scratch);
+  }
   template <typename F>
-  __device__ uint64_t reduceSum(F f) { return blockSumU64(localSum(f, begin, end), scratch); }
+  __device__ uint64_t reduceSum(F f) {
+    return blockSumU64(localSum(f, begin, end), scratch);
+  }
   template <typename F>
   __device__ void selectDigit(F f, uint64_t need, uint32_t* bin, uint64_t* gt) {
     uint64_t* hist = sh.x[0].hist;
@@ -148,7 +153,9 @@ struct CtaGroup {
     __syncthreads();  // read before the next pass clears hist / rewrites bin
   }
   template <typename Match>
-  __device__ int jth(Match match, uint64_t j) { return jthInRange(match, begin, end, j, sh, scratch); }
+  __device__ int jth(Match match, uint64_t j) {
+    return jthInRange(match, begin, end, j, sh, scratch);
+  }
 };
 
 // The CTAs of a cluster (grid x = cluster ranks, one cluster per row), rank r owning
@@ -177,7 +184,8 @@ struct ClusterGroup {
     cg::cluster_group cl = cg::this_cluster();
     if (threadIdx.x == 0) sh.x[p].val = v;
     cl.sync();
-    if (static_cast<int>(threadIdx.x) < ranks) sh.all[threadIdx.x] = *cl.map_shared_rank(&sh.x[p].val, threadIdx.x);
+    if (static_cast<int>(threadIdx.x) < ranks)
+      sh.all[threadIdx.x] = *cl.map_shared_rank(&sh.x[p].val, threadIdx.x);
     __syncthreads();
     p ^= 1;
   }
@@ -219,8 +227,9 @@ struct ClusterGroup {
   // Counts per rank, then the owner of the j-th match scans its slice; its index is exchanged.
   template <typename Match>
   __device__ int jth(Match match, uint64_t j) {
-    exchange(blockSumU64(localSum([&](int i) { return match(i) ? uint64_t{1} : uint64_t{0}; }, begin, end),
-                           scratch));
+    exchange(blockSumU64(
+        localSum([&](int i) { return match(i) ? uint64_t{1} : uint64_t{0}; }, begin, end),
+        scratch));
     uint64_t localJ = 0;
     const int owner = fullrow::rankOfJth([&](int q) { return sh.all[q]; }, ranks, j, &localJ);
     int found = -1;

@@ -20,12 +20,12 @@
 
 namespace es::sampling {
 
-inline constexpr float kGreedyTemperature = 1e-3f;   // T below this: greedy (top-k 1)
-inline constexpr float kTopPOffAbove = 1.0f - 1e-6f;  // top-p active when p < this
+inline constexpr float kGreedyTemperature = 1e-3f;     // T below this: greedy (top-k 1)
+inline constexpr float kTopPOffAbove = 1.0f - 1e-6f;   // top-p active when p < this
 inline constexpr float kMassScale = 1099511627776.0f;  // 2^40: fixed-point unit of a mass
-inline constexpr int32_t kMaxVocab = (1 << 24) - 1;   // keeps V * 2^40 below 2^64
-inline constexpr float kResidualMassFloor = 1e-20f;   // spec §3.7
-inline constexpr float kDraftProbFloor = 1e-20f;      // q <= this: alpha = 1
+inline constexpr int32_t kMaxVocab = (1 << 24) - 1;    // keeps V * 2^40 below 2^64
+inline constexpr float kResidualMassFloor = 1e-20f;    // spec §3.7
+inline constexpr float kDraftProbFloor = 1e-20f;       // q <= this: alpha = 1
 
 #if defined(__CUDA_ARCH__)
 ES_HOST_DEVICE ES_FORCE_INLINE float fmulRn(float a, float b) { return __fmul_rn(a, b); }
@@ -74,8 +74,12 @@ ES_HOST_DEVICE ES_FORCE_INLINE float keyValue(uint32_t key) {
 ES_HOST_DEVICE ES_FORCE_INLINE uint64_t composite(uint32_t key, uint32_t index) {
   return (static_cast<uint64_t>(key) << 32) | static_cast<uint32_t>(~index);
 }
-ES_HOST_DEVICE ES_FORCE_INLINE uint32_t compositeKey(uint64_t c) { return static_cast<uint32_t>(c >> 32); }
-ES_HOST_DEVICE ES_FORCE_INLINE uint32_t compositeIndex(uint64_t c) { return ~static_cast<uint32_t>(c); }
+ES_HOST_DEVICE ES_FORCE_INLINE uint32_t compositeKey(uint64_t c) {
+  return static_cast<uint32_t>(c >> 32);
+}
+ES_HOST_DEVICE ES_FORCE_INLINE uint32_t compositeIndex(uint64_t c) {
+  return ~static_cast<uint32_t>(c);
+}
 
 // exp(d) for d <= 0 (d = logit - max), from fmaf only, so host and device agree bit for bit.
 // Cody-Waite reduction d = j*ln2 + f, |f| <= ln2/2, degree-7 polynomial for exp(f) (coefficients
@@ -127,13 +131,13 @@ ES_HOST_DEVICE ES_FORCE_INLINE float scaleLogit(float x, float invT, bool greedy
 struct RowParams {
   bool greedy;
   float invT;
-  int32_t k;      // effective top-k in [1, V]; V means off
+  int32_t k;  // effective top-k in [1, V]; V means off
   bool topPOn;
   float topP;
 };
 
 ES_HOST_DEVICE inline RowParams makeRowParams(float temperature, int32_t topK, float topP,
-                                                int32_t vocab) {
+                                              int32_t vocab) {
   RowParams r;
   r.greedy = !(temperature >= kGreedyTemperature);
   r.invT = r.greedy ? 1.0f : fdivRn(1.0f, temperature);
@@ -159,8 +163,8 @@ ES_HOST_DEVICE ES_FORCE_INLINE float probOf(uint64_t w, uint64_t total) {
 // ranks below cc; in truncate mode (partial) the cut entry itself weighs `last`, every other
 // kept entry its mass; over the normaliser. fullRowKernel and the split CDF's kernels both
 // call this, so the probabilities the split CDF sums are fullRowKernel's bit for bit.
-ES_HOST_DEVICE ES_FORCE_INLINE float fullRowProb(float s, int32_t i, uint64_t cc, bool partial, uint64_t last,
-                                                   float rowMax, uint64_t norm) {
+ES_HOST_DEVICE ES_FORCE_INLINE float fullRowProb(float s, int32_t i, uint64_t cc, bool partial,
+                                                 uint64_t last, float rowMax, uint64_t norm) {
   const uint64_t c = composite(orderKey(s), static_cast<uint32_t>(i));
   if (c < cc) return 0.0f;
   return probOf((partial && c == cc) ? last : massBelowMax(s, rowMax), norm);
@@ -176,8 +180,6 @@ ES_HOST_DEVICE inline int32_t uniformRowToken(float u, int32_t vocab) {
 
 // A scaled logit that makes the row fall back to uniform (spec §3.3): NaN or +inf. (A row whose
 // every entry is -inf also falls back; callers check the maximum for that.)
-ES_HOST_DEVICE ES_FORCE_INLINE bool poisonsRow(float s) {
-  return !(s < u2f(0x7f800000u));
-}
+ES_HOST_DEVICE ES_FORCE_INLINE bool poisonsRow(float s) { return !(s < u2f(0x7f800000u)); }
 
 }  // namespace es::sampling

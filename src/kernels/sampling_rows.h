@@ -29,21 +29,21 @@ struct RowsArgs {
   const int32_t* topKs = nullptr;
   const float* topPs = nullptr;
   TopPMode mode = TopPMode::kNucleus;
-  const float* uniforms = nullptr;  // [rows] or null
-  const uint64_t* seeds = nullptr;  // [rows / rowsPerParam]
-  const int64_t* positions = nullptr;  // [rows / rowsPerParam]
+  const float* uniforms = nullptr;           // [rows] or null
+  const uint64_t* seeds = nullptr;           // [rows / rowsPerParam]
+  const int64_t* positions = nullptr;        // [rows / rowsPerParam]
   RngPurpose purpose = RngPurpose::kTarget;  // of the uniforms: lane = row % rowsPerParam
-  int32_t* tokens = nullptr;        // [rows] or null
-  float* probs = nullptr;           // [rows, vocab] or null
-  bool denseForSparseRows = true;  // false: rows with <= 512 kept entries skip `probs`
+  int32_t* tokens = nullptr;                 // [rows] or null
+  float* probs = nullptr;                    // [rows, vocab] or null
+  bool denseForSparseRows = true;            // false: rows with <= 512 kept entries skip `probs`
   // A verification's rows (specVerify): every row's status, and for a row whose kept set is a
   // short list (<= 512 entries: kSparse) its draft's accept test and stop token, computed here from
   // the list (specVerify::dev::verifyListRowWarp) with `chain`. Null for sampleRows().
   specVerify::VerifyRow* verifyRows = nullptr;  // [rows] or null
   specVerify::ChainInputs chain{};
-  void* workspace = nullptr;        // general-path chunk candidates (plan.workspaceBytes)
+  void* workspace = nullptr;  // general-path chunk candidates (plan.workspaceBytes)
   bool smallVocab = false;
-  GeneralPlan plan;                 // general path only
+  GeneralPlan plan;  // general path only
   // Set by launchRows: every row has the scalar parameters (no per-row arrays), so the kernels
   // take scalarParams instead of recomputing them per row (a division and an IEEE reciprocal).
   bool scalarOnly = false;

@@ -22,16 +22,16 @@
 namespace es::kernel {
 
 struct SpecCommitParams {
-  const int32_t* counts = nullptr;      // [B] i32, or null (= 1 each)
-  int32_t countOffset = 0;              // 0 or 1
-  const int32_t* tokens = nullptr;      // [B, width] i32 emitted tokens, row-major
-  const int32_t* lengths = nullptr;     // [B] i32 committed lengths before the step
-  int32_t* emitCounts = nullptr;        // [B] i32 out (may alias counts when countOffset = 0)
-  int32_t* newLengths = nullptr;        // [B] i32 out (must not alias lengths)
-  int64_t* anchorPositions = nullptr;   // [B] i64 out, or null
-  int32_t* lastTokens = nullptr;        // [B] i32 out
-  int32_t batchSize = 0;                // B >= 0; 0 = no-op
-  int32_t width = 0;                    // > 0, columns of tokens
+  const int32_t* counts = nullptr;     // [B] i32, or null (= 1 each)
+  int32_t countOffset = 0;             // 0 or 1
+  const int32_t* tokens = nullptr;     // [B, width] i32 emitted tokens, row-major
+  const int32_t* lengths = nullptr;    // [B] i32 committed lengths before the step
+  int32_t* emitCounts = nullptr;       // [B] i32 out (may alias counts when countOffset = 0)
+  int32_t* newLengths = nullptr;       // [B] i32 out (must not alias lengths)
+  int64_t* anchorPositions = nullptr;  // [B] i64 out, or null
+  int32_t* lastTokens = nullptr;       // [B] i32 out
+  int32_t batchSize = 0;               // B >= 0; 0 = no-op
+  int32_t width = 0;                   // > 0, columns of tokens
 };
 
 bool validate(const SpecCommitParams& p);

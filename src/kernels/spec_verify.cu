@@ -41,14 +41,14 @@ struct VerifyArgs {
   const VerifyRow* rows;  // [batch * (L + 1)]
   const float* dense;     // [batch * (L + 1), V] or null
   int32_t* out;           // [batch, L + 1]
-  int32_t* numAccepted;  // [batch]
+  int32_t* numAccepted;   // [batch]
 };
 
 // What the verification of draft s needs besides its target row: none of it comes from the
 // sampling kernels, so it can be loaded before pdl::wait().
 struct Draft {
-  int x;          // the drafted token
-  float qx;       // Q_s(x), 1 for onehot drafts
+  int x;     // the drafted token
+  float qx;  // Q_s(x), 1 for onehot drafts
   float uAccept, uResidual;
 };
 
@@ -97,7 +97,7 @@ struct VerifyShared {
 // Sample of a dense or uniform target row `row` with uniform u (block-wide; result valid in
 // every thread).
 __device__ int targetFullRow(const VerifyArgs& a, int row, int status, float u,
-                               BlockScratch& scratch) {
+                             BlockScratch& scratch) {
   if (status == kUniform) return uniformRowToken(u, a.chain.V);
   const float* p = a.dense + static_cast<size_t>(row) * a.chain.V;  // [V]
   return fullRowSample([&](int i) { return p[i]; }, a.chain.V, u, scratch);
@@ -107,15 +107,13 @@ __device__ int targetFullRow(const VerifyArgs& a, int row, int status, float u,
 // target row (block-wide; result valid in every thread): max(P - Q, 0), Q = onehot(x) when there
 // are no draft probabilities; the target row when the residual mass is <= kResidualMassFloor.
 __device__ int residualFullRow(const VerifyArgs& a, int b, int s, int status, int x, float u,
-                                 BlockScratch& scratch) {
+                               BlockScratch& scratch) {
   const int V = a.chain.V;
   const int row = b * (a.chain.L + 1) + s;
-  const float* q = draftProbRow(a.chain, b, s);                                    // [V] or null
+  const float* q = draftProbRow(a.chain, b, s);  // [V] or null
   const float* p = status == kDense ? a.dense + static_cast<size_t>(row) * V : nullptr;  // [V]
   const float pu = fdivRn(1.0f, static_cast<float>(V));
-  auto resAt = [&](int i) {
-    return reluSub(p ? p[i] : pu, q ? q[i] : (i == x ? 1.0f : 0.0f));
-  };
+  auto resAt = [&](int i) { return reluSub(p ? p[i] : pu, q ? q[i] : (i == x ? 1.0f : 0.0f)); };
   const float mass = fullRowTotal(resAt, V, scratch);
   if (mass > kResidualMassFloor) return fullRowSearch(resAt, V, fmulRn(u, mass), scratch);
   return targetFullRow(a, row, status, u, scratch);
@@ -135,7 +133,8 @@ __global__ void __launch_bounds__(kThreads) verifyKernel(VerifyArgs a) {
   const float uBonus = chainUniform(c, b, RngPurpose::kBonus, 0);
   // Accepted drafts are written back: thread j holds draft j.
   const int myDraft = static_cast<int>(threadIdx.x) < L ? draftRow(c, b)[threadIdx.x] : -1;
-  kernel::pdl::wait();  // launched as a dependent of the sampling kernels: their rows are visible after this
+  kernel::pdl::wait();  // launched as a dependent of the sampling kernels: their rows are visible
+                        // after this
   kernel::pdl::trigger();  // the next kernel (e.g. the next call's chunk stage) may become resident
 
   // The chain stops at its first rejection. A warp's own drafts are tested in increasing s, so
@@ -162,9 +161,7 @@ __global__ void __launch_bounds__(kThreads) verifyKernel(VerifyArgs a) {
   for (int j = threadIdx.x; j <= L; j += kThreads) {
     if (j == accepted) continue;
     // j != threadIdx.x: j >= kThreads, only for L > kThreads.
-    out[j] = j > accepted                        ? -1
-             : j == static_cast<int>(threadIdx.x) ? myDraft
-                                                  : draftRow(c, b)[j];
+    out[j] = j > accepted ? -1 : j == static_cast<int>(threadIdx.x) ? myDraft : draftRow(c, b)[j];
   }
   if (threadIdx.x == 0) a.numAccepted[b] = accepted;
 
@@ -195,9 +192,8 @@ void specVerify(const SpecVerifyParams& p, cudaStream_t stream) {
   validateSpecVerifyParams(p, where);
   if (p.batch == 0) return;
   const specVerify::VerifyPlan plan = specVerify::plan(p);
-  ES_CHECK_ARG(p.workspaceBytes >= plan.workspaceBytes, where, "workspace_bytes",
-               p.workspaceBytes, "must be >= ", plan.workspaceBytes,
-               " (spec_verify_workspace_bytes)");
+  ES_CHECK_ARG(p.workspaceBytes >= plan.workspaceBytes, where, "workspace_bytes", p.workspaceBytes,
+               "must be >= ", plan.workspaceBytes, " (spec_verify_workspace_bytes)");
   ES_CHECK_ARG(p.workspace != nullptr, where, "workspace", "null", "must be non-null");
   uint8_t* ws = static_cast<uint8_t*>(p.workspace);
   sampling::RowsArgs a;
@@ -228,7 +224,7 @@ void specVerify(const SpecVerifyParams& p, cudaStream_t stream) {
   a.verifyRows = reinterpret_cast<specVerify::VerifyRow*>(ws + plan.rowsOffset);
   a.workspace = ws;
   a.smallVocab = p.path == SamplingPath::kSmallVocab ||
-                  (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
+                 (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
   a.plan = plan.general;
   sampling::launchRows(a, stream);
 
@@ -238,8 +234,8 @@ void specVerify(const SpecVerifyParams& p, cudaStream_t stream) {
   v.dense = a.probs;
   v.out = p.outTokens;
   v.numAccepted = p.numAccepted;
-  kernel::pdl::launch(specVerify::verifyKernel, dim3(p.batch), dim3(sampling::kThreads),
-                                  0, stream, v);
+  kernel::pdl::launch(specVerify::verifyKernel, dim3(p.batch), dim3(sampling::kThreads), 0, stream,
+                      v);
 }
 
 }  // namespace es::kernel

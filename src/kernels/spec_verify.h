@@ -17,15 +17,15 @@
 namespace es {
 
 struct SpecVerifyParams {
-  const void* targetLogits = nullptr;  // [batch, numDraft + 1, vocab] logitsDtype
-  DType logitsDtype = DType::kF32;     // kF32 or kF16
+  const void* targetLogits = nullptr;    // [batch, numDraft + 1, vocab] logitsDtype
+  DType logitsDtype = DType::kF32;       // kF32 or kF16
   const int32_t* draftTokens = nullptr;  // [batch, draftTokensStride] i32 in [0, vocab), the
-                                          // first numDraft of each row are read
-  int32_t draftTokensStride = 0;        // elements between sequences; 0 = numDraft, else >= it
+                                         // first numDraft of each row are read
+  int32_t draftTokensStride = 0;         // elements between sequences; 0 = numDraft, else >= it
   const float* draftProbs = nullptr;     // [batch, draftProbsStride, vocab] f32 (row s of
-                                          // sequence b: the draft's distribution of token s), or
-                                          // null = onehot
-  int32_t draftProbsStride = 0;         // rows between sequences; 0 = numDraft, else >= it
+                                         // sequence b: the draft's distribution of token s), or
+                                         // null = onehot
+  int32_t draftProbsStride = 0;          // rows between sequences; 0 = numDraft, else >= it
   int32_t batch = 0;
   int32_t numDraft = 0;  // L >= 0
   int32_t vocab = 0;
@@ -35,18 +35,18 @@ struct SpecVerifyParams {
   int32_t topK = 0;
   float topP = 1.0f;
   const float* temperatures = nullptr;  // [batch] f32 or null
-  const int32_t* topKs = nullptr;      // [batch] i32 or null
-  const float* topPs = nullptr;        // [batch] f32 or null
+  const int32_t* topKs = nullptr;       // [batch] i32 or null
+  const float* topPs = nullptr;         // [batch] f32 or null
   TopPMode topPMode = TopPMode::kNucleus;
 
   // Uniforms, layout per sequence [accept x L | residual x L | bonus], or computed on the device
   // from seeds[b] and anchors[b] (absolute position s of the anchor token, spec §3.6).
-  const float* uniforms = nullptr;     // [batch, 2 * numDraft + 1] f32 or null
-  const uint64_t* seeds = nullptr;     // [batch] u64
-  const int64_t* anchors = nullptr;    // [batch] i64
+  const float* uniforms = nullptr;   // [batch, 2 * numDraft + 1] f32 or null
+  const uint64_t* seeds = nullptr;   // [batch] u64
+  const int64_t* anchors = nullptr;  // [batch] i64
 
   int32_t* outTokens = nullptr;    // [batch, numDraft + 1] i32: accepted drafts, then the
-                                    // residual / bonus token, then -1
+                                   // residual / bonus token, then -1
   int32_t* numAccepted = nullptr;  // [batch] i32 in [0, numDraft]
 
   void* workspace = nullptr;  // specVerifyWorkspaceBytes(*this) bytes of device memory

@@ -3,8 +3,8 @@
 
 #include "common/errors.h"
 #include "kernels/sampling_layout.h"
-#include "kernels/spec_verify.h"
 #include "kernels/sampling_math.h"
+#include "kernels/spec_verify.h"
 #include "kernels/spec_verify_layout.h"
 
 namespace es {
@@ -13,9 +13,11 @@ void validateSpecVerifyParams(const SpecVerifyParams& p, const char* where) {
   ES_CHECK_ARG(p.batch >= 0, where, "batch", p.batch, "must be >= 0");
   ES_CHECK_ARG(p.numDraft >= 0, where, "num_draft", p.numDraft, "must be >= 0");
   ES_CHECK_ARG(p.draftTokensStride == 0 || p.draftTokensStride >= p.numDraft, where,
-               "draft_tokens_stride", p.draftTokensStride, "must be 0 or >= num_draft = ", p.numDraft);
+               "draft_tokens_stride", p.draftTokensStride,
+               "must be 0 or >= num_draft = ", p.numDraft);
   ES_CHECK_ARG(p.draftProbsStride == 0 || p.draftProbsStride >= p.numDraft, where,
-               "draft_probs_stride", p.draftProbsStride, "must be 0 or >= num_draft = ", p.numDraft);
+               "draft_probs_stride", p.draftProbsStride,
+               "must be 0 or >= num_draft = ", p.numDraft);
   // The target rows are validated as one sampling batch of batch * (numDraft + 1) rows.
   SamplingParams s = specVerify::targetSamplingParams(p);
   validateSamplingParams(s, where);
@@ -77,8 +79,7 @@ VerifyPlan plan(const SpecVerifyParams& p) {
     if (p.topKs != nullptr) {
       dense = true;
     } else {
-      const sampling::RowParams r =
-          sampling::makeRowParams(1.0f, p.topK, 1.0f, p.vocab);
+      const sampling::RowParams r = sampling::makeRowParams(1.0f, p.topK, 1.0f, p.vocab);
       dense = r.k > kMaxCandidateTopK;
     }
   }

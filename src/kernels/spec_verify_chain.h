@@ -7,15 +7,15 @@
 namespace es::specVerify {
 
 struct ChainInputs {
-  int32_t L = 0;                       // drafts per sequence; rows are [batch, L + 1]
-  int32_t V = 0;                       // vocabulary
-  const int32_t* drafts = nullptr;     // [batch, draftStride]: draft s of sequence b at b * stride + s
+  int32_t L = 0;                    // drafts per sequence; rows are [batch, L + 1]
+  int32_t V = 0;                    // vocabulary
+  const int32_t* drafts = nullptr;  // [batch, draftStride]: draft s of sequence b at b * stride + s
   int32_t draftStride = 0;
   const float* draftProbs = nullptr;  // [batch, probsStride, V] or null (onehot drafts)
   int32_t probsStride = 0;            // rows between sequences of draftProbs
-  const float* uniforms = nullptr;     // [batch, 2L + 1] (accept s, residual s, bonus) or null
-  const uint64_t* seeds = nullptr;     // [batch], with anchors when uniforms is null
-  const int64_t* anchors = nullptr;    // [batch]
+  const float* uniforms = nullptr;    // [batch, 2L + 1] (accept s, residual s, bonus) or null
+  const uint64_t* seeds = nullptr;    // [batch], with anchors when uniforms is null
+  const int64_t* anchors = nullptr;   // [batch]
 };
 
 // One target row's verification outcome, written by the sampling kernels for every row (status)

@@ -19,12 +19,16 @@ using namespace es::sampling::dev;
 // Where uniform `lane` of `purpose` sits in a sequence's row of ChainInputs::uniforms: accept s
 // (lane s), residual s (lane s), bonus (lane 0).
 __device__ __forceinline__ int uniformSlot(const ChainInputs& c, RngPurpose purpose, int lane) {
-  return purpose == RngPurpose::kAccept ? lane : purpose == RngPurpose::kResidual ? c.L + lane : 2 * c.L;
+  return purpose == RngPurpose::kAccept     ? lane
+         : purpose == RngPurpose::kResidual ? c.L + lane
+                                            : 2 * c.L;
 }
 
 // Uniform `lane` of `purpose` for sequence b.
-__device__ __forceinline__ float chainUniform(const ChainInputs& c, int b, RngPurpose purpose, int lane) {
-  if (c.uniforms) return c.uniforms[static_cast<size_t>(b) * (2 * c.L + 1) + uniformSlot(c, purpose, lane)];
+__device__ __forceinline__ float chainUniform(const ChainInputs& c, int b, RngPurpose purpose,
+                                              int lane) {
+  if (c.uniforms)
+    return c.uniforms[static_cast<size_t>(b) * (2 * c.L + 1) + uniformSlot(c, purpose, lane)];
   return request_uniform(c.seeds[b], c.anchors[b], purpose, static_cast<uint32_t>(lane));
 }
 
@@ -58,10 +62,10 @@ __device__ __forceinline__ bool acceptTest(float px, float qx, float u) {
 // while the row's top-k is selected, so the list's index sort does not wait for a DRAM round
 // trip of warp 0.
 struct alignas(16) ChainStage {
-  int32_t x;       // draft s (s < L)
-  float u[2];      // with ChainInputs::uniforms: accept s, and residual s (s < L) or bonus (s = L)
+  int32_t x;   // draft s (s < L)
+  float u[2];  // with ChainInputs::uniforms: accept s, and residual s (s < L) or bonus (s = L)
   int32_t unused;
-  uint64_t seed;   // without uniforms: the sequence's seed and anchor
+  uint64_t seed;  // without uniforms: the sequence's seed and anchor
   int64_t anchor;
 };
 
@@ -77,7 +81,8 @@ __device__ __forceinline__ void stageListRowInputs(const ChainInputs& c, int row
       kernel::cpAsyncSmall<4>(&st.u[0], c.uniforms + ub + uniformSlot(c, RngPurpose::kAccept, s));
     }
     if (lane == 2) {
-      const int slot = s < c.L ? uniformSlot(c, RngPurpose::kResidual, s) : uniformSlot(c, RngPurpose::kBonus, 0);
+      const int slot = s < c.L ? uniformSlot(c, RngPurpose::kResidual, s)
+                               : uniformSlot(c, RngPurpose::kBonus, 0);
       kernel::cpAsyncSmall<4>(&st.u[1], c.uniforms + ub + slot);
     }
   } else {
@@ -88,15 +93,16 @@ __device__ __forceinline__ void stageListRowInputs(const ChainInputs& c, int row
 
 // What verifyListRowWarp needs besides the list.
 struct ListRowInputs {
-  int x;             // draft s, or -1 for the bonus row (s = L)
-  float uAccept;    // s < L
-  float uDraw;      // the residual uniform of draft s, or the bonus uniform
-  const float* q;    // Q_s ([V]), or null for onehot drafts and the bonus row
+  int x;           // draft s, or -1 for the bonus row (s = L)
+  float uAccept;   // s < L
+  float uDraw;     // the residual uniform of draft s, or the bonus uniform
+  const float* q;  // Q_s ([V]), or null for onehot drafts and the bonus row
 };
 
 // Row `row`'s inputs from its landed ChainStage (one whole warp; every lane gets them). Without
 // ChainInputs::uniforms lanes 0 and 1 evaluate the two counter-based uniforms side by side.
-__device__ __forceinline__ ListRowInputs stagedListRowInputs(const ChainInputs& c, int row, const ChainStage& st) {
+__device__ __forceinline__ ListRowInputs stagedListRowInputs(const ChainInputs& c, int row,
+                                                             const ChainStage& st) {
   const int b = row / (c.L + 1), s = row - b * (c.L + 1);
   ListRowInputs in;
   in.x = s < c.L ? st.x : -1;
@@ -126,8 +132,8 @@ __device__ __forceinline__ ListRowInputs stagedListRowInputs(const ChainInputs& 
 // list holds all of the residual's mass); for s = L the bonus sample. res: [count] floats of
 // shared memory this warp may overwrite. Returns (accepted, token) in every lane; token -1 for
 // an accepted draft.
-__device__ __forceinline__ int2 verifyListRowWarp(const ListRowInputs& in, const int32_t* idx, const float* val,
-                                                     int count, float* res) {
+__device__ __forceinline__ int2 verifyListRowWarp(const ListRowInputs& in, const int32_t* idx,
+                                                  const float* val, int count, float* res) {
   if (in.x < 0) return make_int2(0, sampleSortedListWarp(idx, val, count, in.uDraw));
   const int x = in.x;
   const float* q = in.q;
@@ -150,8 +156,9 @@ __device__ __forceinline__ int2 verifyListRowWarp(const ListRowInputs& in, const
   }
   __syncwarp();
   const float mass = sortedListMassWarp(res, count);
-  const int token = mass > kResidualMassFloor ? sortedListSearchWarp(idx, res, count, fmulRn(in.uDraw, mass))
-                                              : sampleSortedListWarp(idx, val, count, in.uDraw);
+  const int token = mass > kResidualMassFloor
+                        ? sortedListSearchWarp(idx, res, count, fmulRn(in.uDraw, mass))
+                        : sampleSortedListWarp(idx, val, count, in.uDraw);
   return make_int2(0, token);
 }
 

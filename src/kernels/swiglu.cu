@@ -15,7 +15,7 @@ namespace {
 
 template <typename T, int VEC>
 __global__ void swigluKernel(const T* __restrict__ gateUp, T* __restrict__ out, int64_t rows,
-                              int64_t inter, GateUpLayout layout) {
+                             int64_t inter, GateUpLayout layout) {
   static_assert(kGateUpGroup % VEC == 0, "a vector must not straddle two groups");
   pdl::enter();
   const int64_t vecsPerRow = inter / VEC;
@@ -40,8 +40,8 @@ void launch(const SwigluParams& p, cudaStream_t stream) {
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, int64_t{132} * 16);
   pdl::launch(swigluKernel<T, VEC>, dim3(static_cast<unsigned>(blocks)), dim3(threads), 0, stream,
-      static_cast<const T*>(p.gateUp), static_cast<T*>(p.out), p.rows, p.intermediateSize,
-      p.layout);
+              static_cast<const T*>(p.gateUp), static_cast<T*>(p.out), p.rows, p.intermediateSize,
+              p.layout);
 }
 
 }  // namespace

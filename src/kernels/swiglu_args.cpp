@@ -9,8 +9,8 @@ bool validate(const SwigluParams& p) {
   ES_CHECK_ARG(p.rows >= 0, kWhere, "rows", p.rows, "must be >= 0");
   ES_CHECK_ARG(p.intermediateSize > 0, kWhere, "intermediateSize", p.intermediateSize,
                "must be > 0");
-  ES_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16,
-               kWhere, "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
+  ES_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16, kWhere,
+               "dtype", dtype_name(p.dtype), "must be f32, f16 or bf16");
   ES_CHECK_ARG(p.layout == GateUpLayout::kHalves || p.intermediateSize % kGateUpGroup == 0, kWhere,
                "intermediateSize", p.intermediateSize,
                "must be a multiple of 8 for the interleaved gate/up layout");

@@ -105,9 +105,11 @@ KvCacheManager::Admission KvCacheManager::admit(std::span<const int32_t> prompt,
   ES_CHECK_ARG(activeCount_ < plan_.maxBatchSize, kWhere, "active slots", activeCount_,
                "already at maxBatchSize (", plan_.maxBatchSize, ")");
   ES_CHECK_ARG(!prompt.empty(), kWhere, "prompt.size()", 0, "must be > 0");
-  ES_CHECK_ARG(positions >= static_cast<int64_t>(prompt.size()) && positions <= plan_.capacityPadded,
-               kWhere, "positions", positions, "must be in [prompt.size() = " + std::to_string(prompt.size()) +
-               ", capacity ", plan_.capacityPadded, "]");
+  ES_CHECK_ARG(
+      positions >= static_cast<int64_t>(prompt.size()) && positions <= plan_.capacityPadded, kWhere,
+      "positions", positions,
+      "must be in [prompt.size() = " + std::to_string(prompt.size()) + ", capacity ",
+      plan_.capacityPadded, "]");
   ES_CHECK_ARG(!withDraft || !plan_.draft.empty(), kWhere, "withDraft", withDraft,
                "needs draft layers in the cache");
   const PrefixAcquireResult acquired = prefix_->acquire(prompt, withDraft);
@@ -149,11 +151,13 @@ int32_t KvCacheManager::publish(int32_t slot, std::span<const int32_t> tokens) {
   // Only committed positions hold K/V of exactly these tokens (rows past them are scratch).
   int64_t known = std::min<int64_t>(static_cast<int64_t>(tokens.size()), baseLengths_[s]);
   if (slotDraft_[s]) known = std::min<int64_t>(known, draftLengths_[s]);
-  const int32_t created = prefix_->publish(slotRequest_[s], tokens.first(static_cast<size_t>(known)));
+  const int32_t created =
+      prefix_->publish(slotRequest_[s], tokens.first(static_cast<size_t>(known)));
   sharedBlocks_[s] += created;
   // Published blocks are full blocks below the committed length: later writes start after them.
   ES_CHECK_ARG(int64_t{sharedBlocks_[s]} * kTokensPerPage <= baseLengths_[s], kWhere, "slot", slot,
-               "internal: shares ", sharedBlocks_[s], " blocks beyond its committed length ", baseLengths_[s]);
+               "internal: shares ", sharedBlocks_[s], " blocks beyond its committed length ",
+               baseLengths_[s]);
   return created;
 }
 
@@ -198,9 +202,10 @@ int64_t KvCacheManager::beginStep(std::span<const SwaStepWrite> writes) {
   checkStepWrites(writes, activeCount_, kWhere);
   for (size_t i = 0; i < writes.size(); ++i) {
     const SwaStepWrite& w = writes[i];
-    ES_CHECK_ARG(int64_t{baseLengths_[static_cast<size_t>(w.slot)]} + w.count <= plan_.capacityPadded, kWhere,
-                 "writes[" + std::to_string(i) + "].count", w.count, "must be <= capacity ",
-                 plan_.capacityPadded, " - length ", baseLengths_[static_cast<size_t>(w.slot)]);
+    ES_CHECK_ARG(
+        int64_t{baseLengths_[static_cast<size_t>(w.slot)]} + w.count <= plan_.capacityPadded,
+        kWhere, "writes[" + std::to_string(i) + "].count", w.count, "must be <= capacity ",
+        plan_.capacityPadded, " - length ", baseLengths_[static_cast<size_t>(w.slot)]);
   }
   return ++lastIssued_;
 }
@@ -232,15 +237,15 @@ void KvCacheManager::checkWindowMapped(int32_t slot, int64_t firstKey, int64_t e
   checkActive(slot, kWhere);
   if (!swaPages_ || endKey <= firstKey) return;
   ES_CHECK_ARG(firstKey >= 0 && endKey <= plan_.capacityPadded, kWhere, "endKey", endKey,
-               "must be within capacity ", plan_.capacityPadded, " (firstKey " +
-               std::to_string(firstKey) + ")");
+               "must be within capacity ", plan_.capacityPadded,
+               " (firstKey " + std::to_string(firstKey) + ")");
   const int64_t last = (endKey - 1) / kTokensPerPage;
   for (int64_t p = firstKey / kTokensPerPage; p <= last; ++p) {
     ES_CHECK_ARG(swa_->kPage(slot, static_cast<int32_t>(p)) >= 0, kWhere, "slot", slot,
                  "has no window page for keys [", p * kTokensPerPage, ", ",
-                 (p + 1) * kTokensPerPage, ") a sliding-window row reads (keys [" +
-                 std::to_string(firstKey) + ", " + std::to_string(endKey) +
-                 ")): beginStep() must bind them before the forward");
+                 (p + 1) * kTokensPerPage,
+                 ") a sliding-window row reads (keys [" + std::to_string(firstKey) + ", " +
+                     std::to_string(endKey) + ")): beginStep() must bind them before the forward");
   }
 }
 
@@ -250,15 +255,15 @@ void KvCacheManager::commitDraft(int32_t slot, int32_t tokens) {
 
 void KvCacheManager::checkWritable(int32_t slot, int64_t firstPosition, int64_t count) const {
   checkActive(slot, "KvCacheManager::checkWritable");
-  ES_CHECK_ARG(firstPosition >= 0, "KvCacheManager::checkWritable", "firstPosition",
-               firstPosition, "must be >= 0");
+  ES_CHECK_ARG(firstPosition >= 0, "KvCacheManager::checkWritable", "firstPosition", firstPosition,
+               "must be >= 0");
   ES_CHECK_ARG(count >= 0 && firstPosition + count <= plan_.capacityPadded,
                "KvCacheManager::checkWritable", "count", count,
                "from position " + std::to_string(firstPosition) + " must end within capacity ",
                plan_.capacityPadded);
   const int64_t shared = int64_t{sharedBlocks_[static_cast<size_t>(slot)]} * kTokensPerPage;
-  ES_CHECK_ARG(count == 0 || firstPosition >= shared, "KvCacheManager::checkWritable", "firstPosition",
-               firstPosition, "must be >= the slot's shared prefix (", shared,
+  ES_CHECK_ARG(count == 0 || firstPosition >= shared, "KvCacheManager::checkWritable",
+               "firstPosition", firstPosition, "must be >= the slot's shared prefix (", shared,
                " tokens in pages other requests read)");
 }
 
@@ -274,7 +279,8 @@ std::vector<int32_t> KvCacheManager::retireAndCompact(std::span<const uint8_t> k
   std::vector<int32_t> permutation(static_cast<size_t>(plan_.maxBatchSize), -1);
   if (!prefix_) std::iota(permutation.begin(), permutation.end(), 0);
   std::vector<int32_t> oldToNew(static_cast<size_t>(activeCount_), -1);
-  const int32_t survivors = static_cast<int32_t>(std::count_if(keep.begin(), keep.end(), [](uint8_t k) { return k != 0; }));
+  const int32_t survivors = static_cast<int32_t>(
+      std::count_if(keep.begin(), keep.end(), [](uint8_t k) { return k != 0; }));
   int32_t nextLive = 0, nextFree = survivors;
   const size_t maxBatch = static_cast<size_t>(plan_.maxBatchSize);
   std::vector<int32_t> baseNext(maxBatch, 0), draftNext(maxBatch, 0), sharedNext(maxBatch, 0);

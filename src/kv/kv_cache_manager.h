@@ -145,7 +145,7 @@ class KvCacheManager {
   PageTable base_;
   PageTable draft_;
   std::optional<PageTable> swa_;
-  std::optional<SwaPageManager> swaPages_;  // drives swa_
+  std::optional<SwaPageManager> swaPages_;      // drives swa_
   int64_t lastIssued_ = 0, lastCompleted_ = 0;  // step ids without reduced layers
   int32_t activeCount_ = 0;
   std::vector<int32_t> baseLengths_;   // [maxBatch]

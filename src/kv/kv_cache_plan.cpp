@@ -24,8 +24,8 @@ int64_t layerBytes(int32_t numPages, const KvLayerShape& shape, DType dtype) {
 }
 
 void checkShape(const KvLayerShape& s, const std::string& name) {
-  ES_CHECK_ARG(s.numKvHeads > 0 && s.numKvHeads <= kMaxKvHeads, "planKvCache",
-               name + ".numKvHeads", s.numKvHeads, "must be in [1, ", kMaxKvHeads, "]");
+  ES_CHECK_ARG(s.numKvHeads > 0 && s.numKvHeads <= kMaxKvHeads, "planKvCache", name + ".numKvHeads",
+               s.numKvHeads, "must be in [1, ", kMaxKvHeads, "]");
   ES_CHECK_ARG(s.headDim > 0 && s.headDim <= kMaxHeadDim && s.headDim % 8 == 0, "planKvCache",
                name + ".headDim", s.headDim, "must be a multiple of 8 in [8, ", kMaxHeadDim,
                "] (rows are moved in 16-byte vectors)");
@@ -35,9 +35,9 @@ void checkShape(const KvLayerShape& s, const std::string& name) {
 
 KvCachePlan planKvCache(const KvCacheConfig& c) {
   ES_CHECK_ARG(c.maxBatchSize > 0, "planKvCache", "maxBatchSize", c.maxBatchSize, "must be > 0");
-  ES_CHECK_ARG(c.maxSequenceLength > 0 && c.maxSequenceLength <= kMaxKvCacheCapacity,
-               "planKvCache", "maxSequenceLength", c.maxSequenceLength, "must be in [1, ",
-               kMaxKvCacheCapacity, "]");
+  ES_CHECK_ARG(c.maxSequenceLength > 0 && c.maxSequenceLength <= kMaxKvCacheCapacity, "planKvCache",
+               "maxSequenceLength", c.maxSequenceLength, "must be in [1, ", kMaxKvCacheCapacity,
+               "]");
   ES_CHECK_ARG(c.dtype == DType::kF32 || c.dtype == DType::kF16 || c.dtype == DType::kBF16,
                "planKvCache", "dtype", dtype_name(c.dtype), "must be f32, f16 or bf16");
   ES_CHECK_ARG(!c.baseLayers.empty(), "planKvCache", "baseLayers.size()", 0, "must be > 0");
@@ -50,9 +50,8 @@ KvCachePlan planKvCache(const KvCacheConfig& c) {
   plan.capacityPadded = padKvCacheCapacity(c.maxSequenceLength);
   plan.maxPagesPerSeq = computeMaxPagesPerSeq(c.maxSequenceLength);
   const int64_t minimumPages = computeMinimumKvPoolPages(c.maxBatchSize, c.maxSequenceLength);
-  ES_CHECK_ARG(c.numPages == 0 || c.numPages >= minimumPages, "planKvCache", "numPages",
-               c.numPages, "must be 0 (minimum) or >= computeMinimumKvPoolPages (", minimumPages,
-               ")");
+  ES_CHECK_ARG(c.numPages == 0 || c.numPages >= minimumPages, "planKvCache", "numPages", c.numPages,
+               "must be 0 (minimum) or >= computeMinimumKvPoolPages (", minimumPages, ")");
   ES_CHECK_ARG(c.prefixCachePages >= 0, "planKvCache", "prefixCachePages", c.prefixCachePages,
                "must be >= 0 (0 = prefix reuse off)");
   if (c.prefixCachePages > 0) {
@@ -60,14 +59,15 @@ KvCachePlan planKvCache(const KvCacheConfig& c) {
                  "must be 0 when prefixCachePages (", c.prefixCachePages, ") sizes the pool");
     checkedPoolPages(minimumPages, "numPages");
     ES_CHECK_ARG(c.prefixCachePages <= kMaxKvPoolPages - minimumPages, "planKvCache",
-                 "prefixCachePages", c.prefixCachePages, "must be <= ",
-                 kMaxKvPoolPages - minimumPages, " (kMaxKvPoolPages less the minimum pool of ",
-                 minimumPages, " pages)");
+                 "prefixCachePages", c.prefixCachePages,
+                 "must be <= ", kMaxKvPoolPages - minimumPages,
+                 " (kMaxKvPoolPages less the minimum pool of ", minimumPages, " pages)");
   }
   const int64_t poolPages =
       c.prefixCachePages > 0
           ? computePrefixCachePoolPages(c.maxBatchSize, c.maxSequenceLength, c.prefixCachePages)
-          : c.numPages == 0 ? minimumPages : c.numPages;
+      : c.numPages == 0 ? minimumPages
+                        : c.numPages;
   plan.numPages = checkedPoolPages(poolPages, "numPages");
   plan.prefixCachePages = static_cast<int32_t>(c.prefixCachePages);
 
@@ -176,8 +176,8 @@ std::string KvCachePlan::describe() const {
                                (last > first ? "-" + std::to_string(last) : std::string());
       os << "  " << std::left << std::setw(14) << name << "  " << std::setw(5)
          << (l.reduced ? "swa" : "full") << std::right << std::setw(10) << l.numKvHeads
-         << std::setw(10) << l.headDim << std::setw(7) << l.numPages << std::setw(11)
-         << std::fixed << std::setprecision(2) << mib(l.bytes) << "\n";
+         << std::setw(10) << l.headDim << std::setw(7) << l.numPages << std::setw(11) << std::fixed
+         << std::setprecision(2) << mib(l.bytes) << "\n";
       first = last + 1;
     }
   };
@@ -192,19 +192,28 @@ nlohmann::json KvCachePlan::toJson() const {
   auto layers = [](const std::vector<KvLayerPlan>& ls) {
     nlohmann::json a = nlohmann::json::array();
     for (const KvLayerPlan& l : ls) {
-      a.push_back({{"num_kv_heads", l.numKvHeads}, {"head_dim", l.headDim},
-                   {"capacity", l.capacity}, {"reduced", l.reduced}, {"num_pages", l.numPages},
+      a.push_back({{"num_kv_heads", l.numKvHeads},
+                   {"head_dim", l.headDim},
+                   {"capacity", l.capacity},
+                   {"reduced", l.reduced},
+                   {"num_pages", l.numPages},
                    {"bytes", l.bytes}});
     }
     return a;
   };
-  return {{"max_batch_size", maxBatchSize}, {"capacity_padded", capacityPadded},
-          {"max_pages_per_seq", maxPagesPerSeq}, {"tokens_per_page", kTokensPerPage},
-          {"num_pages", numPages}, {"num_swa_pages", numSwaPages},
+  return {{"max_batch_size", maxBatchSize},
+          {"capacity_padded", capacityPadded},
+          {"max_pages_per_seq", maxPagesPerSeq},
+          {"tokens_per_page", kTokensPerPage},
+          {"num_pages", numPages},
+          {"num_swa_pages", numSwaPages},
           {"sliding_window", slidingWindow},
-          {"swa_private_pages_per_slot", swaPrivatePagesPerSlot}, {"prefix_cache_pages", prefixCachePages},
-          {"prefix_cache_bytes", prefixCacheBytes}, {"dtype", std::string(dtype_name(dtype))},
-          {"base_layers", layers(base)}, {"draft_layers", layers(draft)},
+          {"swa_private_pages_per_slot", swaPrivatePagesPerSlot},
+          {"prefix_cache_pages", prefixCachePages},
+          {"prefix_cache_bytes", prefixCacheBytes},
+          {"dtype", std::string(dtype_name(dtype))},
+          {"base_layers", layers(base)},
+          {"draft_layers", layers(draft)},
           {"total_bytes", totalBytes}};
 }
 

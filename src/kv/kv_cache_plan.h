@@ -2,10 +2,9 @@
 // Sizing of the paged KV cache from a model shape and limits (spec §1.1, §1.4), done on the host
 // before any allocation, so an impossible configuration fails with a clear error first.
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/dtype.h"
 
@@ -31,11 +30,11 @@ enum class SlidingWindowStorage { kBounded, kFullCapacity };
 
 struct KvCacheConfig {
   int32_t maxBatchSize = 0;
-  int32_t maxSequenceLength = 0;  // tokens one slot can hold (page-padded by the plan)
-  DType dtype = DType::kBF16;     // f32 (CPU backend), f16 or bf16
+  int32_t maxSequenceLength = 0;          // tokens one slot can hold (page-padded by the plan)
+  DType dtype = DType::kBF16;             // f32 (CPU backend), f16 or bf16
   std::vector<KvLayerShape> baseLayers;   // the target model
   std::vector<KvLayerShape> draftLayers;  // the DFlash draft (empty: no draft cache)
-  int64_t numPages = 0;           // K pages of the full-capacity pool; 0 = the minimum
+  int64_t numPages = 0;                   // K pages of the full-capacity pool; 0 = the minimum
   // Prefix reuse (spec §1.4, retained pages): pages beyond computeMinimumKvPoolPages that hold
   // records of finished requests' prompt blocks; > 0 turns reuse on and sizes the pool as
   // computePrefixCachePoolPages (numPages must then be 0). 0 = off.
@@ -47,29 +46,30 @@ struct KvCacheConfig {
 struct KvLayerPlan {
   int32_t numKvHeads;
   int32_t headDim;
-  int32_t capacity;   // resolved marker
-  bool reduced;       // sliding-window layer using the bounded pool
-  int32_t numPages;   // K pages of this layer's pool ([2, numPages, 128, Hkv, D])
+  int32_t capacity;  // resolved marker
+  bool reduced;      // sliding-window layer using the bounded pool
+  int32_t numPages;  // K pages of this layer's pool ([2, numPages, 128, Hkv, D])
   int64_t bytes;
-  int64_t offset;     // byte offset in the manager's arena (256-byte aligned)
+  int64_t offset;  // byte offset in the manager's arena (256-byte aligned)
 };
 
 struct KvCachePlan {
   int32_t maxBatchSize;
   int32_t capacityPadded;  // per-slot token capacity, a multiple of 128
   int32_t maxPagesPerSeq;
-  int32_t numPages;        // full-capacity pool pages (base and draft pools)
+  int32_t numPages;          // full-capacity pool pages (base and draft pools)
   int32_t prefixCachePages;  // of which retained for prefix reuse (0: reuse off)
   int64_t prefixCacheBytes;  // their memory: every full-capacity base and draft layer
-  int32_t numSwaPages;     // bounded pool pages, 0 when no layer is reduced
-  int32_t slidingWindow;   // the reduced layers' common capacity, 0 when none
-  int32_t swaPrivatePagesPerSlot;  // computeSwaPrivatePagesPerSlot(slidingWindow, 128, 1), 0 when none
+  int32_t numSwaPages;       // bounded pool pages, 0 when no layer is reduced
+  int32_t slidingWindow;     // the reduced layers' common capacity, 0 when none
+  int32_t
+      swaPrivatePagesPerSlot;  // computeSwaPrivatePagesPerSlot(slidingWindow, 128, 1), 0 when none
   DType dtype;
   std::vector<KvLayerPlan> base;
   std::vector<KvLayerPlan> draft;
   int64_t totalBytes;
 
-  std::string describe() const;   // human-readable table
+  std::string describe() const;  // human-readable table
   nlohmann::json toJson() const;
 };
 

@@ -15,8 +15,8 @@ int64_t pages_for(int64_t cap) { return (cap + kTokensPerPage - 1) / kTokensPerP
 
 // a * b for positive a, b; throws if the product would overflow int64.
 int64_t checked_product(int64_t a, int64_t b, const char* where, const char* name) {
-  ES_CHECK_ARG(a <= std::numeric_limits<int64_t>::max() / b, where, name, a,
-               "times ", b, " pages overflows int64");
+  ES_CHECK_ARG(a <= std::numeric_limits<int64_t>::max() / b, where, name, a, "times ", b,
+               " pages overflows int64");
   return a * b;
 }
 
@@ -41,11 +41,10 @@ int32_t padKvCacheCapacity(int32_t maxKVCacheCapacity) {
 
 int32_t resolveKvCacheCapacity(int32_t kvCacheCapacity, int32_t maxKVCacheCapacity) {
   check_capacity(maxKVCacheCapacity, "resolveKvCacheCapacity", "maxKVCacheCapacity");
-  ES_CHECK_ARG(kvCacheCapacity >= 0, "resolveKvCacheCapacity", "kvCacheCapacity",
-               kvCacheCapacity, "must be >= 0 (0 means full capacity)");
-  ES_CHECK_ARG(kvCacheCapacity <= maxKVCacheCapacity, "resolveKvCacheCapacity",
-               "kvCacheCapacity", kvCacheCapacity, "must be <= maxKVCacheCapacity (",
-               maxKVCacheCapacity, ")");
+  ES_CHECK_ARG(kvCacheCapacity >= 0, "resolveKvCacheCapacity", "kvCacheCapacity", kvCacheCapacity,
+               "must be >= 0 (0 means full capacity)");
+  ES_CHECK_ARG(kvCacheCapacity <= maxKVCacheCapacity, "resolveKvCacheCapacity", "kvCacheCapacity",
+               kvCacheCapacity, "must be <= maxKVCacheCapacity (", maxKVCacheCapacity, ")");
   return kvCacheCapacity == 0 ? maxKVCacheCapacity : kvCacheCapacity;
 }
 

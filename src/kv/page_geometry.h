@@ -20,7 +20,8 @@ constexpr int32_t kSwaReplacementPages = 1;
 // capPadded / 128; capPadded must be a positive multiple of 128, at most kMaxKvCacheCapacity.
 int32_t pagesPerSlot(int32_t maxCapPadded);
 
-// ceil(cap / 128) computed in int64: the page table's last dimension. 0 < cap <= kMaxKvCacheCapacity.
+// ceil(cap / 128) computed in int64: the page table's last dimension. 0 < cap <=
+// kMaxKvCacheCapacity.
 int32_t computeMaxPagesPerSeq(int32_t maxKVCacheCapacity);
 
 // Page-aligned capacity: computeMaxPagesPerSeq(cap) * 128 (fits int32 by construction).
@@ -35,7 +36,8 @@ bool isReducedKvCacheCapacity(int32_t kvCacheCapacity, int32_t maxKVCacheCapacit
 
 // 2 * (ceil(W / P) + kSwaBoundaryHeadroomPages) + R: two retained window images (old and new stay
 // live until the execution that reads them completes) plus R replacement pages.
-// All inputs must be positive; W at most kMaxKvCacheCapacity. W=512 -> 11, W=4096 -> 67 (P=128, R=1).
+// All inputs must be positive; W at most kMaxKvCacheCapacity. W=512 -> 11, W=4096 -> 67 (P=128,
+// R=1).
 int64_t computeSwaPrivatePagesPerSlot(int64_t slidingWindowCapacity, int64_t tokensPerPage,
                                       int64_t replacementPageCount);
 

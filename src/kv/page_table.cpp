@@ -13,8 +13,8 @@ PageTable::PageTable(int32_t maxBatch, int32_t maxPagesPerSeq, int32_t numPages)
   ES_CHECK_ARG(maxBatch > 0, "PageTable", "maxBatch", maxBatch, "must be > 0");
   ES_CHECK_ARG(maxPagesPerSeq > 0, "PageTable", "maxPagesPerSeq", maxPagesPerSeq, "must be > 0");
   ES_CHECK_ARG(maxPagesPerSeq <= kMaxKvCacheCapacity / kTokensPerPage, "PageTable",
-               "maxPagesPerSeq", maxPagesPerSeq, "must be <= ",
-               kMaxKvCacheCapacity / kTokensPerPage);
+               "maxPagesPerSeq", maxPagesPerSeq,
+               "must be <= ", kMaxKvCacheCapacity / kTokensPerPage);
   checkedPoolPages(numPages, "numPages");
   const int64_t entries = int64_t{maxBatch} * maxPagesPerSeq;
   ES_CHECK_ARG(entries * 2 <= std::numeric_limits<int32_t>::max(), "PageTable",
@@ -30,8 +30,8 @@ void PageTable::checkSlot(int32_t slot, const char* where) const {
 }
 
 void PageTable::checkLogicalPage(int32_t logicalPage, const char* where) const {
-  ES_CHECK_ARG(logicalPage >= 0 && logicalPage < maxPagesPerSeq_, where, "logicalPage",
-               logicalPage, "must be in [0, ", maxPagesPerSeq_, ")");
+  ES_CHECK_ARG(logicalPage >= 0 && logicalPage < maxPagesPerSeq_, where, "logicalPage", logicalPage,
+               "must be in [0, ", maxPagesPerSeq_, ")");
 }
 
 void PageTable::setIdentity() {
@@ -61,8 +61,8 @@ std::span<const PageId> PageTable::kRow(int32_t slot) const {
 
 void PageTable::validateIds(std::span<const PageId> row, PageTableValidation mode,
                             const char* where, int32_t slot) const {
-  ES_CHECK_ARG(static_cast<int64_t>(row.size()) <= maxPagesPerSeq_, where, "row length",
-               row.size(), "must be <= maxPagesPerSeq (", maxPagesPerSeq_, ")");
+  ES_CHECK_ARG(static_cast<int64_t>(row.size()) <= maxPagesPerSeq_, where, "row length", row.size(),
+               "must be <= maxPagesPerSeq (", maxPagesPerSeq_, ")");
   std::unordered_set<PageId> seen;
   bool sawUnused = false;
   for (size_t i = 0; i < row.size(); ++i) {

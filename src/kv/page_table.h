@@ -101,9 +101,9 @@ class PageTable {
   int32_t maxPagesPerSeq_;
   int32_t numPages_;
   bool isIdentity_ = false;
-  std::vector<PageId> kIds_;         // [maxBatch, maxPagesPerSeq] host truth
-  std::vector<int32_t> image_;       // [maxBatch, 2, maxPagesPerSeq] staging for uploads
-  std::vector<uint8_t> slotDirty_;   // [maxBatch]
+  std::vector<PageId> kIds_;        // [maxBatch, maxPagesPerSeq] host truth
+  std::vector<int32_t> image_;      // [maxBatch, 2, maxPagesPerSeq] staging for uploads
+  std::vector<uint8_t> slotDirty_;  // [maxBatch]
 };
 
 }  // namespace es::kv

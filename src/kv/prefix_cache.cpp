@@ -38,8 +38,8 @@ int64_t computePrefixCachePoolPages(int64_t maxBatchSize, int64_t maxKVCacheCapa
   const int64_t minimum = computeMinimumKvPoolPages(maxBatchSize, maxKVCacheCapacity);
   ES_CHECK_ARG(retainedPages >= 0, where, "retainedPages", retainedPages, "must be >= 0");
   ES_CHECK_ARG(retainedPages <= kMaxKvPoolPages - minimum, where, "retainedPages", retainedPages,
-               "must be <= kMaxKvPoolPages (", kMaxKvPoolPages, ") - minimum pool pages (",
-               minimum, ")");
+               "must be <= kMaxKvPoolPages (", kMaxKvPoolPages, ") - minimum pool pages (", minimum,
+               ")");
   return minimum + retainedPages;
 }
 
@@ -133,8 +133,8 @@ PrefixAcquireResult PrefixCache::acquire(std::span<const int32_t> prompt, bool w
 
 PrefixCache::Request& PrefixCache::findRequest(int64_t request, const char* where) {
   const auto it = requests_.find(request);
-  ES_CHECK_ARG(it != requests_.end(), where, "request", request,
-               "is not a running request (", requests_.size(), " running)");
+  ES_CHECK_ARG(it != requests_.end(), where, "request", request, "is not a running request (",
+               requests_.size(), " running)");
   return it->second;
 }
 
@@ -245,8 +245,8 @@ void PrefixCache::release(int64_t request) {
 
 namespace {
 void checkPage(PageId page, size_t n, const char* where) {
-  ES_CHECK_ARG(page >= 0 && static_cast<size_t>(page) < n, where, "page", page,
-               "must be in [0, ", n, ")");
+  ES_CHECK_ARG(page >= 0 && static_cast<size_t>(page) < n, where, "page", page, "must be in [0, ",
+               n, ")");
 }
 }  // namespace
 

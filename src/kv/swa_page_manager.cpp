@@ -48,9 +48,12 @@ int32_t SwaPageManager::admit() {
   ES_CHECK_ARG(freePoolPages() >= privatePages_, where, "freePoolPages", freePoolPages(),
                "must be >= privatePagesPerSlot (", privatePages_, "); ", deferredPoolPages(),
                " pages of retired slots wait for completeStep() of step ",
-               deferred_.empty() ? 0 : std::max_element(deferred_.begin(), deferred_.end(),
-                   [](const Deferred& a, const Deferred& b) { return a.lastReader < b.lastReader; })
-                   ->lastReader);
+               deferred_.empty() ? 0
+                                 : std::max_element(deferred_.begin(), deferred_.end(),
+                                                    [](const Deferred& a, const Deferred& b) {
+                                                      return a.lastReader < b.lastReader;
+                                                    })
+                                       ->lastReader);
   const int32_t slot = activeCount_;
   Slot& s = slots_[static_cast<size_t>(slot)];
   s = Slot{};
@@ -107,8 +110,8 @@ int64_t SwaPageManager::beginStep(std::span<const SwaStepWrite> writes) {
                  "must be <= capacity ", capacity(), " - length ", s.length);
     // Rows [length, writtenEnd) were produced by a step that may still read them (its own
     // queries attend to them); overwriting them before it completes would corrupt it.
-    ES_CHECK_ARG(s.writtenEnd <= s.length || s.writerStep <= lastCompleted_, where,
-                 name + ".slot", w.slot, "has uncommitted rows [", s.length, ", ", s.writtenEnd,
+    ES_CHECK_ARG(s.writtenEnd <= s.length || s.writerStep <= lastCompleted_, where, name + ".slot",
+                 w.slot, "has uncommitted rows [", s.length, ", ", s.writtenEnd,
                  ") written by step ", s.writerStep,
                  ", which is still running; completeStep() it or commit them first");
     const int64_t first = windowFirstPage(s.length);
@@ -164,8 +167,8 @@ void SwaPageManager::commit(int32_t slot, int32_t tokens) {
   checkActive(slot, where);
   Slot& s = slots_[static_cast<size_t>(slot)];
   ES_CHECK_ARG(tokens >= 0 && tokens <= s.writtenEnd - s.length, where, "tokens", tokens,
-               "must be in [0, ", s.writtenEnd - s.length, "] (rows written past length ",
-               s.length, " by the last step)");
+               "must be in [0, ", s.writtenEnd - s.length, "] (rows written past length ", s.length,
+               " by the last step)");
   s.length += tokens;
   retireOutOfWindow(slot);
 }
@@ -224,8 +227,8 @@ int32_t SwaPageManager::deferredPoolPages() const { return static_cast<int32_t>(
 
 std::vector<int32_t> SwaPageManager::retireAndCompact(std::span<const uint8_t> keep) {
   const char* where = "SwaPageManager::retireAndCompact";
-  ES_CHECK_ARG(static_cast<int32_t>(keep.size()) == activeCount_, where, "keep.size()",
-               keep.size(), "must equal activeCount (", activeCount_, ")");
+  ES_CHECK_ARG(static_cast<int32_t>(keep.size()) == activeCount_, where, "keep.size()", keep.size(),
+               "must equal activeCount (", activeCount_, ")");
   std::vector<int32_t> oldToNew(static_cast<size_t>(activeCount_), -1);
   std::vector<Slot> next(slots_.size());
   int32_t survivors = 0;
@@ -255,7 +258,8 @@ std::vector<int32_t> SwaPageManager::retireAndCompact(std::span<const uint8_t> k
     }
   }
   for (Slot& s : next)
-    if (s.bound.empty()) s.bound.assign(static_cast<size_t>(table_->maxPagesPerSeq()), Bound{-1, 0});
+    if (s.bound.empty())
+      s.bound.assign(static_cast<size_t>(table_->maxPagesPerSeq()), Bound{-1, 0});
   // compactRows leaves every slot nobody moves into all -1, which is what retired and inactive
   // slots must look like (their pages are no longer theirs).
   table_->compactRows(oldToNew);

@@ -113,9 +113,9 @@ class SwaPageManager {
   };
   struct Slot {
     int32_t length = 0;
-    int32_t writtenEnd = 0;      // rows written by the last step end here (>= length)
-    int64_t writerStep = 0;      // the step that wrote [length, writtenEnd)
-    std::vector<Bound> bound;    // indexed by logical page (page -1 = unbound), sized lazily
+    int32_t writtenEnd = 0;    // rows written by the last step end here (>= length)
+    int64_t writerStep = 0;    // the step that wrote [length, writtenEnd)
+    std::vector<Bound> bound;  // indexed by logical page (page -1 = unbound), sized lazily
     std::vector<Pending> pending;
     std::vector<PageId> reserved;
   };

@@ -39,21 +39,21 @@ void kvUpdate(ops::Backend& backend, const void* k, const void* v, void* pool, c
               const int32_t* positions, const int32_t* owners, const int32_t* pageTable,
               int32_t numTokens, int32_t batch, int32_t hkv, int32_t d, int32_t numPages,
               int32_t maxPagesPerSeq) {
-  backend.dflashKvUpdate(kernel::DFlashTargetKVCacheUpdateParams<T>{
-      .kDelta = static_cast<const T*>(k),
-      .vDelta = static_cast<const T*>(v),
-      .kvCache = static_cast<T*>(pool),
-      .tokenAlignedCosSin = cosSin,
-      .deltaPositions = positions,
-      .deltaTokenToSequence = owners,
-      .pageTable = pageTable,
-      .numDeltaTokens = numTokens,
-      .batchSize = batch,
-      .numKVHeads = hkv,
-      .headDim = d,
-      .rotaryDim = d,
-      .numPages = numPages,
-      .maxPagesPerSeq = maxPagesPerSeq});
+  backend.dflashKvUpdate(
+      kernel::DFlashTargetKVCacheUpdateParams<T>{.kDelta = static_cast<const T*>(k),
+                                                 .vDelta = static_cast<const T*>(v),
+                                                 .kvCache = static_cast<T*>(pool),
+                                                 .tokenAlignedCosSin = cosSin,
+                                                 .deltaPositions = positions,
+                                                 .deltaTokenToSequence = owners,
+                                                 .pageTable = pageTable,
+                                                 .numDeltaTokens = numTokens,
+                                                 .batchSize = batch,
+                                                 .numKVHeads = hkv,
+                                                 .headDim = d,
+                                                 .rotaryDim = d,
+                                                 .numPages = numPages,
+                                                 .maxPagesPerSeq = maxPagesPerSeq});
 }
 
 }  // namespace
@@ -72,8 +72,8 @@ std::vector<int32_t> DFlashDraft::requiredTargetTaps(const std::filesystem::path
 
 int32_t DFlashDraft::blockSizeOf(const std::filesystem::path& draftDir) {
   const ModelConfig c = loadModelConfig(draftDir);
-  ES_CHECK_ARG(c.isDraft(), "DFlashDraft::blockSizeOf", "architecture", architectureName(c.architecture),
-               "must be DFlashDraftModel (", c.source, ")");
+  ES_CHECK_ARG(c.isDraft(), "DFlashDraft::blockSizeOf", "architecture",
+               architectureName(c.architecture), "must be DFlashDraftModel (", c.source, ")");
   return static_cast<int32_t>(c.dflash->block_size);
 }
 
@@ -87,7 +87,8 @@ DFlashDraft::DFlashDraft(const std::filesystem::path& dir, ops::Backend& backend
       maxBatch_(maxBatch) {
   ES_CHECK_ARG(maxContextTokens > 0 && maxContextTokens <= (1 << 20), kWhere, "maxContextTokens",
                maxContextTokens, "must be in [1, 1048576]");
-  ES_CHECK_ARG(maxBatch > 0 && maxBatch <= 4096, kWhere, "maxBatch", maxBatch, "must be in [1, 4096]");
+  ES_CHECK_ARG(maxBatch > 0 && maxBatch <= 4096, kWhere, "maxBatch", maxBatch,
+               "must be in [1, 4096]");
   checkPair(target, dir);
   loadWeights(dir, target);
   allocateWorkspace();
@@ -102,7 +103,8 @@ void DFlashDraft::checkPair(const TargetModel& target, const std::filesystem::pa
   const ModelConfig& t = target.config();
   const std::string pair = " (draft " + d.source + ", target " + t.source + ")";
   if (!d.isDraft()) {
-    ES_THROW(InvalidArgument, kWhere, ": argument 'architecture' = ", architectureName(d.architecture),
+    ES_THROW(InvalidArgument, kWhere,
+             ": argument 'architecture' = ", architectureName(d.architecture),
              " must be DFlashDraftModel: ", dir.string(), " is not a DFlash draft", pair);
   }
   if (d.hidden_size != t.hidden_size) {
@@ -118,22 +120,26 @@ void DFlashDraft::checkPair(const TargetModel& target, const std::filesystem::pa
   if (df.target_layer_ids_explicit) {
     for (int64_t id : df.target_layer_ids) {
       if (id < 0 || id >= t.num_hidden_layers) {
-        ES_THROW(InvalidArgument, kWhere, ": the draft's 'dflash_config.target_layer_ids' taps layer ", id,
+        ES_THROW(InvalidArgument, kWhere,
+                 ": the draft's 'dflash_config.target_layer_ids' taps layer ", id,
                  ", outside the target's layers [0, ", t.num_hidden_layers, ")", pair);
       }
     }
   }
-  for (int64_t id : d.resolvedTargetLayerIds(t.num_hidden_layers)) taps_.push_back(static_cast<int32_t>(id));
+  for (int64_t id : d.resolvedTargetLayerIds(t.num_hidden_layers))
+    taps_.push_back(static_cast<int32_t>(id));
   if (target.tapLayers() != taps_) {
-    ES_THROW(InvalidArgument, kWhere, ": the target was built with 'tapLayers' = ", listOf(target.tapLayers()),
+    ES_THROW(InvalidArgument, kWhere,
+             ": the target was built with 'tapLayers' = ", listOf(target.tapLayers()),
              " but the draft's fc reads target layers ", listOf(taps_),
              " in that order; build the TargetModel with DFlashDraft::requiredTargetTaps", pair);
   }
-  ES_CHECK_ARG(d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256, kWhere, "head_dim", d.head_dim,
-               "must be 64, 128 or 256 (", d.source, ")");
+  ES_CHECK_ARG(d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256, kWhere, "head_dim",
+               d.head_dim, "must be 64, 128 or 256 (", d.source, ")");
   ES_CHECK_ARG(d.num_attention_heads % d.num_key_value_heads == 0, kWhere, "num_attention_heads",
-               d.num_attention_heads, "must be a multiple of num_key_value_heads = ",
-               d.num_key_value_heads, " (", d.source, ")");
+               d.num_attention_heads,
+               "must be a multiple of num_key_value_heads = ", d.num_key_value_heads, " (",
+               d.source, ")");
   for (LayerType lt : d.layer_types) {
     // Sliding draft layers (newer drafts) have engine-dependent causality; not supported yet.
     ES_CHECK_ARG(lt == LayerType::kFullAttention, kWhere, "layer_types", "sliding_attention",
@@ -159,21 +165,27 @@ void DFlashDraft::loadWeights(const std::filesystem::path& dir, const TargetMode
     if (got != want) {
       std::ostringstream g;
       for (size_t i = 0; i < got.size(); ++i) g << (i ? ", " : "") << got[i];
-      ES_THROW(FormatError, kWhere, ": the draft's 'fc.weight' has shape [", g.str(), "] but must be [hidden, taps × hidden] = [",
-               H, ", ", n * H, "] for ", n, " tapped target layers ", listOf(taps_), pair);
+      ES_THROW(FormatError, kWhere, ": the draft's 'fc.weight' has shape [", g.str(),
+               "] but must be [hidden, taps × hidden] = [", H, ", ", n * H, "] for ", n,
+               " tapped target layers ", listOf(taps_), pair);
     }
   }
   const WeightCheckReport report = checkWeights(store, c);
   hasMaskEmbedding_ = report.has_mask_embedding;
   maskTokenId_ = static_cast<int32_t>(c.dflash->mask_token_id);
   if (!hasMaskEmbedding_ && (c.dflash->mask_token_id < 0 || c.dflash->mask_token_id >= vocab_)) {
-    ES_THROW(InvalidArgument, kWhere, ": the draft's 'dflash_config.mask_token_id' = ", c.dflash->mask_token_id,
+    ES_THROW(InvalidArgument, kWhere,
+             ": the draft's 'dflash_config.mask_token_id' = ", c.dflash->mask_token_id,
              " is outside the target's embedding table ('vocab_size' = ", vocab_,
              ") and the draft ships no 'mask_embedding'", pair);
   }
 
-  auto one = [&](const std::string& name) { return uploadConcatenated(backend_, store, {name}, dtype_); };
-  auto optional = [&](bool present, const std::string& name) { return present ? one(name) : Buffer(); };
+  auto one = [&](const std::string& name) {
+    return uploadConcatenated(backend_, store, {name}, dtype_);
+  };
+  auto optional = [&](bool present, const std::string& name) {
+    return present ? one(name) : Buffer();
+  };
   fc_ = one("fc.weight");
   hiddenNorm_ = one("hidden_norm.weight");
   finalNorm_ = one("norm.weight");
@@ -183,16 +195,21 @@ void DFlashDraft::loadWeights(const std::filesystem::path& dir, const TargetMode
     const std::string p = layerPrefix(c, l);
     w.inputNorm = one(p + "input_layernorm.weight");
     w.postNorm = one(p + "post_attention_layernorm.weight");
-    const std::string q = p + "self_attn.q_proj", k = p + "self_attn.k_proj", v = p + "self_attn.v_proj";
-    w.qkv = uploadConcatenated(backend_, store, {q + ".weight", k + ".weight", v + ".weight"}, dtype_);
-    if (c.qkv_bias) w.qkvBias = uploadConcatenated(backend_, store, {q + ".bias", k + ".bias", v + ".bias"}, dtype_);
+    const std::string q = p + "self_attn.q_proj", k = p + "self_attn.k_proj",
+                      v = p + "self_attn.v_proj";
+    w.qkv =
+        uploadConcatenated(backend_, store, {q + ".weight", k + ".weight", v + ".weight"}, dtype_);
+    if (c.qkv_bias)
+      w.qkvBias =
+          uploadConcatenated(backend_, store, {q + ".bias", k + ".bias", v + ".bias"}, dtype_);
     w.qNorm = one(p + "self_attn.q_norm.weight");
     w.kNorm = one(p + "self_attn.k_norm.weight");
     w.o = one(p + "self_attn.o_proj.weight");
     w.oBias = optional(c.o_bias, p + "self_attn.o_proj.bias");
     const std::string g = p + "mlp.gate_proj", u = p + "mlp.up_proj";
     w.gateUp = uploadConcatenated(backend_, store, {g + ".weight", u + ".weight"}, dtype_);
-    if (c.mlp_bias) w.gateUpBias = uploadConcatenated(backend_, store, {g + ".bias", u + ".bias"}, dtype_);
+    if (c.mlp_bias)
+      w.gateUpBias = uploadConcatenated(backend_, store, {g + ".bias", u + ".bias"}, dtype_);
     w.down = one(p + "mlp.down_proj.weight");
     w.downBias = optional(c.mlp_bias, p + "mlp.down_proj.bias");
   }
@@ -208,7 +225,8 @@ void DFlashDraft::loadWeights(const std::filesystem::path& dir, const TargetMode
 
   // The draft's own rotary embedding (z-lab builds rotary_emb from the draft config).
   maxPositions_ = static_cast<int32_t>(std::min<int64_t>(c.max_position_embeddings, kMaxPositions));
-  const std::vector<float> table = buildRopeTable(c.rope, c.head_dim, c.max_position_embeddings, maxPositions_);
+  const std::vector<float> table =
+      buildRopeTable(c.rope, c.head_dim, c.max_position_embeddings, maxPositions_);
   ropeTable_ = backend_.allocate(static_cast<int64_t>(table.size()) * 4);
   backend_.copyFromHost(ropeTable_.data(), table.data(), ropeTable_.bytes());
 
@@ -221,7 +239,9 @@ void DFlashDraft::loadWeights(const std::filesystem::path& dir, const TargetMode
   if (hasMaskEmbedding_) {
     uploadTensor(backend_, store, "mask_embedding", dtype_, maskRow);
   } else {
-    backend_.copy(maskRow, static_cast<const uint8_t*>(targetEmbed_) + int64_t{maskTokenId_} * H * es, H * es);
+    backend_.copy(maskRow,
+                  static_cast<const uint8_t*>(targetEmbed_) + int64_t{maskTokenId_} * H * es,
+                  H * es);
   }
   weightBytes_ += H * es;
 }
@@ -253,7 +273,8 @@ void DFlashDraft::allocateWorkspace() {
   if (backend_.space() == MemorySpace::kDevice && blockSize_ <= kernel::kSplitKvMaxQSeqLen) {
     const int64_t bytes = kernel::pagedAttentionWorkspaceBytes(
         maxBatch_, blockSize_, static_cast<int32_t>(config_.num_attention_heads),
-        static_cast<int32_t>(config_.num_key_value_heads), static_cast<int32_t>(config_.head_dim), maxPositions_);
+        static_cast<int32_t>(config_.num_key_value_heads), static_cast<int32_t>(config_.head_dim),
+        maxPositions_);
     if (bytes > 0) alloc(attnSplit_, bytes);
   }
 
@@ -262,15 +283,16 @@ void DFlashDraft::allocateWorkspace() {
   k.reserve(static_cast<size_t>(2 * Tb + maxBatch_ + 1));
   for (int64_t r = 0; r < Tb; ++r) k.push_back(static_cast<int32_t>(r / blockSize_));
   for (int64_t b = 0; b <= maxBatch_; ++b) k.push_back(static_cast<int32_t>(b * blockSize_));
-  for (int64_t r = 0; r < Tb; ++r) k.push_back(r % blockSize_ == 0 ? static_cast<int32_t>(r / blockSize_) : maxBatch_);
+  for (int64_t r = 0; r < Tb; ++r)
+    k.push_back(r % blockSize_ == 0 ? static_cast<int32_t>(r / blockSize_) : maxBatch_);
   alloc(blockConst_, static_cast<int64_t>(k.size()) * 4);
   backend_.copyFromHost(blockConst_.data(), k.data(), blockConst_.bytes());
 }
 
 std::vector<kv::KvLayerShape> DFlashDraft::kvLayerShapes() const {
-  return std::vector<kv::KvLayerShape>(
-      static_cast<size_t>(config_.num_hidden_layers),
-      {static_cast<int32_t>(config_.num_key_value_heads), static_cast<int32_t>(config_.head_dim), 0});
+  return std::vector<kv::KvLayerShape>(static_cast<size_t>(config_.num_hidden_layers),
+                                       {static_cast<int32_t>(config_.num_key_value_heads),
+                                        static_cast<int32_t>(config_.head_dim), 0});
 }
 
 void DFlashDraft::checkCache(const kv::KvCacheManager& cache, const char* where) const {
@@ -279,15 +301,16 @@ void DFlashDraft::checkCache(const kv::KvCacheManager& cache, const char* where)
                "must equal the draft's num_hidden_layers = ", layers_.size(),
                " (KvCacheConfig::draftLayers = DFlashDraft::kvLayerShapes())");
   for (const kv::KvLayerPlan& l : plan.draft) {
-    ES_CHECK_ARG(l.numKvHeads == config_.num_key_value_heads && l.headDim == config_.head_dim && !l.reduced,
-                 where, "cache draft layer shape", l.numKvHeads, "x", l.headDim,
-                 " must be the draft's full-capacity [", config_.num_key_value_heads, " heads, dim ",
-                 config_.head_dim, "]");
+    ES_CHECK_ARG(
+        l.numKvHeads == config_.num_key_value_heads && l.headDim == config_.head_dim && !l.reduced,
+        where, "cache draft layer shape", l.numKvHeads, "x", l.headDim,
+        " must be the draft's full-capacity [", config_.num_key_value_heads, " heads, dim ",
+        config_.head_dim, "]");
   }
   ES_CHECK_ARG(plan.dtype == dtype_, where, "cache dtype", dtype_name(plan.dtype),
                "must be the backend's compute dtype ", dtype_name(dtype_));
-  ES_CHECK_ARG(cache.space() == backend_.space(), where, "cache memory space", static_cast<int>(cache.space()),
-               "must be the backend's");
+  ES_CHECK_ARG(cache.space() == backend_.space(), where, "cache memory space",
+               static_cast<int>(cache.space()), "must be the backend's");
 }
 
 const int32_t* DFlashDraft::syncPageTable(kv::KvCacheManager& cache) {
@@ -299,15 +322,16 @@ void DFlashDraft::appendContext(const DraftContextDelta& delta, kv::KvCacheManag
   constexpr const char* where = "DFlashDraft::appendContext";
   const ModelConfig& c = config_;
   const int32_t T = delta.numTokens;
-  ES_CHECK_ARG(T >= 0 && T <= maxContextTokens_, where, "numTokens", T, "must be in [0, maxContextTokens = ",
-               maxContextTokens_, "]");
+  ES_CHECK_ARG(T >= 0 && T <= maxContextTokens_, where, "numTokens", T,
+               "must be in [0, maxContextTokens = ", maxContextTokens_, "]");
   if (T == 0) return;
-  ES_CHECK_ARG(delta.taps && delta.positions && delta.tokenToSequence, where, "taps/positions/tokenToSequence",
-               "null", "must not be null");
+  ES_CHECK_ARG(delta.taps && delta.positions && delta.tokenToSequence, where,
+               "taps/positions/tokenToSequence", "null", "must not be null");
   checkCache(cache, where);
   const int32_t* pageTable = pageTable_.sync(backend_, cache.draftPageTable());
   const int32_t H = static_cast<int32_t>(c.hidden_size), D = static_cast<int32_t>(c.head_dim);
-  const int32_t Hq = static_cast<int32_t>(c.num_attention_heads), Hkv = static_cast<int32_t>(c.num_key_value_heads);
+  const int32_t Hq = static_cast<int32_t>(c.num_attention_heads),
+                Hkv = static_cast<int32_t>(c.num_key_value_heads);
   const int32_t n = static_cast<int32_t>(taps_.size());
   const int64_t es = dtype_size(dtype_);
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -316,16 +340,32 @@ void DFlashDraft::appendContext(const DraftContextDelta& delta, kv::KvCacheManag
   // ctx = hidden_norm(fc(concat)) [T, H] (fp32 accumulation in the linear op, one rounding).
   for (int32_t i = 0; i < n; ++i) {
     backend_.copy2D(concat_.as<uint8_t>() + int64_t{i} * H * es, int64_t{n} * H * es,
-                    static_cast<const uint8_t*>(delta.taps) + int64_t{i} * T * H * es, int64_t{H} * es,
-                    int64_t{H} * es, T);
+                    static_cast<const uint8_t*>(delta.taps) + int64_t{i} * T * H * es,
+                    int64_t{H} * es, int64_t{H} * es, T);
   }
-  backend_.linear({.x = concat_.data(), .w = fc_.data(), .y = ctx_.data(), .m = T, .n = H,
-                   .k = n * H, .dtype = dtype_, .outDtype = dtype_, .weightDtype = std::nullopt});
-  backend_.rmsNorm({.x = ctx_.data(), .weight = hiddenNorm_.data(), .out = ctx_.data(), .rows = T,
-                    .hiddenSize = H, .eps = eps, .dtype = dtype_});
+  backend_.linear({.x = concat_.data(),
+                   .w = fc_.data(),
+                   .y = ctx_.data(),
+                   .m = T,
+                   .n = H,
+                   .k = n * H,
+                   .dtype = dtype_,
+                   .outDtype = dtype_,
+                   .weightDtype = std::nullopt});
+  backend_.rmsNorm({.x = ctx_.data(),
+                    .weight = hiddenNorm_.data(),
+                    .out = ctx_.data(),
+                    .rows = T,
+                    .hiddenSize = H,
+                    .eps = eps,
+                    .dtype = dtype_});
   // Token-aligned cos/sin [T, D]: rows of the RoPE table by position (padding -> zeros).
-  backend_.embedding({.tokens = delta.positions, .table = ropeTable_.data(), .out = cosSin_.data(),
-                      .numTokens = T, .vocabSize = maxPositions_, .hiddenSize = D,
+  backend_.embedding({.tokens = delta.positions,
+                      .table = ropeTable_.data(),
+                      .out = cosSin_.data(),
+                      .numTokens = T,
+                      .vocabSize = maxPositions_,
+                      .hiddenSize = D,
                       .dtype = DType::kF32});
 
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -347,27 +387,36 @@ void DFlashDraft::appendContext(const DraftContextDelta& delta, kv::KvCacheManag
     proj(Hq * D, kDelta_.data());
     proj((Hq + Hkv) * D, vDelta_.data());
     // Per-head k_norm: [T·Hkv, D] rows.
-    backend_.rmsNorm({.x = kDelta_.data(), .weight = w.kNorm.data(), .out = kDelta_.data(),
-                      .rows = T * Hkv, .hiddenSize = D, .eps = eps, .dtype = dtype_});
+    backend_.rmsNorm({.x = kDelta_.data(),
+                      .weight = w.kNorm.data(),
+                      .out = kDelta_.data(),
+                      .rows = T * Hkv,
+                      .hiddenSize = D,
+                      .eps = eps,
+                      .dtype = dtype_});
     const TensorView pool = cache.draftPool(l);
     const int32_t numPages = static_cast<int32_t>(pool.shape[1]);
     const int32_t mpps = cache.draftPageTable().maxPagesPerSeq();
     const int32_t batch = cache.maxBatchSize();
     switch (dtype_) {
       case DType::kF32:
-        kvUpdate<float>(backend_, kDelta_.data(), vDelta_.data(), pool.data, cosSin_.as<float>(), delta.positions,
-                        delta.tokenToSequence, pageTable, T, batch, Hkv, D, numPages, mpps);
+        kvUpdate<float>(backend_, kDelta_.data(), vDelta_.data(), pool.data, cosSin_.as<float>(),
+                        delta.positions, delta.tokenToSequence, pageTable, T, batch, Hkv, D,
+                        numPages, mpps);
         break;
       case DType::kBF16:
-        kvUpdate<bf16>(backend_, kDelta_.data(), vDelta_.data(), pool.data, cosSin_.as<float>(), delta.positions,
-                       delta.tokenToSequence, pageTable, T, batch, Hkv, D, numPages, mpps);
+        kvUpdate<bf16>(backend_, kDelta_.data(), vDelta_.data(), pool.data, cosSin_.as<float>(),
+                       delta.positions, delta.tokenToSequence, pageTable, T, batch, Hkv, D,
+                       numPages, mpps);
         break;
       case DType::kF16:
-        kvUpdate<fp16>(backend_, kDelta_.data(), vDelta_.data(), pool.data, cosSin_.as<float>(), delta.positions,
-                       delta.tokenToSequence, pageTable, T, batch, Hkv, D, numPages, mpps);
+        kvUpdate<fp16>(backend_, kDelta_.data(), vDelta_.data(), pool.data, cosSin_.as<float>(),
+                       delta.positions, delta.tokenToSequence, pageTable, T, batch, Hkv, D,
+                       numPages, mpps);
         break;
       default:
-        ES_THROW(InvalidArgument, where, ": compute dtype ", dtype_name(dtype_), " is not supported");
+        ES_THROW(InvalidArgument, where, ": compute dtype ", dtype_name(dtype_),
+                 " is not supported");
     }
   }
 }
@@ -377,26 +426,28 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
   const ModelConfig& c = config_;
   const int32_t B = in.batchSize;
   ES_CHECK_ARG(B >= 0 && B <= maxBatch_ && B <= cache.maxBatchSize(), where, "batchSize", B,
-               "must be in [0, min(maxBatch = ", maxBatch_, ", cache maxBatchSize = ", cache.maxBatchSize(), ")]");
+               "must be in [0, min(maxBatch = ", maxBatch_,
+               ", cache maxBatchSize = ", cache.maxBatchSize(), ")]");
   if (B == 0) return;
-  ES_CHECK_ARG(in.anchors && in.positions && in.kvLengths && in.argmaxOut, where, "anchors/positions/kvLengths/argmaxOut",
-               "null", "must not be null");
+  ES_CHECK_ARG(in.anchors && in.positions && in.kvLengths && in.argmaxOut, where,
+               "anchors/positions/kvLengths/argmaxOut", "null", "must not be null");
   const int32_t BS = blockSize_, R = B * BS;
   const int32_t W = in.rowsPerBlock == 0 ? BS : in.rowsPerBlock;
-  ES_CHECK_ARG(W >= 1 && W <= BS, where, "rowsPerBlock", in.rowsPerBlock, "must be 0 (the block size) or in [1, block size = ",
-               BS, "]");
+  ES_CHECK_ARG(W >= 1 && W <= BS, where, "rowsPerBlock", in.rowsPerBlock,
+               "must be 0 (the block size) or in [1, block size = ", BS, "]");
   checkCache(cache, where);
   const int32_t* pageTable = pageTable_.sync(backend_, cache.draftPageTable());
   const int32_t H = static_cast<int32_t>(c.hidden_size), D = static_cast<int32_t>(c.head_dim);
-  const int32_t Hq = static_cast<int32_t>(c.num_attention_heads), Hkv = static_cast<int32_t>(c.num_key_value_heads);
+  const int32_t Hq = static_cast<int32_t>(c.num_attention_heads),
+                Hkv = static_cast<int32_t>(c.num_key_value_heads);
   const int32_t I = static_cast<int32_t>(c.intermediate_size);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int32_t* owners = blockConst_.as<int32_t>();
   const int32_t* cuQ = owners + int64_t{maxBatch_} * BS;
   const int32_t* blockGather = cuQ + maxBatch_ + 1;
 
-  auto linearParams = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n, int32_t k,
-                          DType out) {
+  auto linearParams = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n,
+                          int32_t k, DType out) {
     return kernel::LinearParams{.x = x,
                                 .w = w.data(),
                                 .bias = bias.bytes() ? bias.data() : nullptr,
@@ -408,25 +459,41 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
                                 .outDtype = out,
                                 .weightDtype = std::nullopt};
   };
-  auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n, int32_t k, DType out) {
-    backend_.linear(linearParams(x, w, bias, y, n, k, out));
-  };
+  auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n,
+                    int32_t k,
+                    DType out) { backend_.linear(linearParams(x, w, bias, y, n, k, out)); };
   auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
-    backend_.rmsNorm({.x = x, .residual = residual, .weight = w.data(), .out = out, .rows = R,
-                      .hiddenSize = H, .eps = eps, .dtype = dtype_});
+    backend_.rmsNorm({.x = x,
+                      .residual = residual,
+                      .weight = w.data(),
+                      .out = out,
+                      .rows = R,
+                      .hiddenSize = H,
+                      .eps = eps,
+                      .dtype = dtype_});
   };
 
   // h0 = [emb(anchor), mask, …] per sequence: anchors into blockRows_[0, B), then one gather
   // of blockRows_ by the constant index (b for row b·BS, the mask row otherwise).
-  backend_.embedding({.tokens = in.anchors, .table = targetEmbed_, .out = blockRows_.data(),
-                      .numTokens = B, .vocabSize = vocab_, .hiddenSize = H, .dtype = dtype_});
-  backend_.embedding({.tokens = blockGather, .table = blockRows_.data(), .out = residual_.data(),
-                      .numTokens = R, .vocabSize = maxBatch_ + 1, .hiddenSize = H,
+  backend_.embedding({.tokens = in.anchors,
+                      .table = targetEmbed_,
+                      .out = blockRows_.data(),
+                      .numTokens = B,
+                      .vocabSize = vocab_,
+                      .hiddenSize = H,
+                      .dtype = dtype_});
+  backend_.embedding({.tokens = blockGather,
+                      .table = blockRows_.data(),
+                      .out = residual_.data(),
+                      .numTokens = R,
+                      .vocabSize = maxBatch_ + 1,
+                      .hiddenSize = H,
                       .dtype = dtype_});
 
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
     const DraftLayerWeights& w = layers_[static_cast<size_t>(l)];
-    norm(l == 0 ? residual_.data() : tmp_.data(), l == 0 ? nullptr : residual_.data(), w.inputNorm, normed_.data());
+    norm(l == 0 ? residual_.data() : tmp_.data(), l == 0 ? nullptr : residual_.data(), w.inputNorm,
+         normed_.data());
     linear(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), (Hq + 2 * Hkv) * D, H, dtype_);
 
     // The block's own K/V go to T_b … T_b + BS − 1 of the draft cache (scratch beyond the
@@ -455,35 +522,38 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
         .dtype = dtype_};
     backend_.qkvRopeKvWrite(rope);
 
-    kernel::PagedAttentionParams att{
-        .query = {.q = q_.data(),
-                  .out = attn_.data(),
-                  .cuQSeqLens = cuQ,
-                  .qPositions = in.positions,
-                  .totalQ = R,
-                  .maxQSeqLen = BS,
-                  .numQHeads = Hq},
-        .kv = {.pool = pool.data,
-               .pageTable = pageTable,
-               .numPages = rope.numPages,
-               .maxPagesPerSeq = rope.maxPagesPerSeq,
-               .numKVHeads = Hkv},
-        .kvLengths = in.kvLengths,
-        .mask = kernel::AttentionMask::kBidirectional,
-        .batchSize = B,
-        .headDim = D,
-        .scale = 1.0f / std::sqrt(static_cast<float>(D)),
-        .dtype = dtype_,
-        .maxKvLength = std::min(cache.capacity(), maxPositions_),
-        .workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr,
-        .workspaceBytes = attnSplit_.bytes()};
-    const kernel::LinearParams o = linearParams(attn_.data(), w.o, w.oBias, tmp_.data(), H, Hq * D, dtype_);
+    kernel::PagedAttentionParams att{.query = {.q = q_.data(),
+                                               .out = attn_.data(),
+                                               .cuQSeqLens = cuQ,
+                                               .qPositions = in.positions,
+                                               .totalQ = R,
+                                               .maxQSeqLen = BS,
+                                               .numQHeads = Hq},
+                                     .kv = {.pool = pool.data,
+                                            .pageTable = pageTable,
+                                            .numPages = rope.numPages,
+                                            .maxPagesPerSeq = rope.maxPagesPerSeq,
+                                            .numKVHeads = Hkv},
+                                     .kvLengths = in.kvLengths,
+                                     .mask = kernel::AttentionMask::kBidirectional,
+                                     .batchSize = B,
+                                     .headDim = D,
+                                     .scale = 1.0f / std::sqrt(static_cast<float>(D)),
+                                     .dtype = dtype_,
+                                     .maxKvLength = std::min(cache.capacity(), maxPositions_),
+                                     .workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr,
+                                     .workspaceBytes = attnSplit_.bytes()};
+    const kernel::LinearParams o =
+        linearParams(attn_.data(), w.o, w.oBias, tmp_.data(), H, Hq * D, dtype_);
     att.nextFillsSms = backend_.linearFillsSms(o);  // the o projection comes right after
     backend_.pagedAttention(att);
     backend_.linear(o);
     norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
     linear(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), 2 * I, H, dtype_);
-    backend_.swiglu({.gateUp = gateUp_.data(), .out = act_.data(), .rows = R, .intermediateSize = I,
+    backend_.swiglu({.gateUp = gateUp_.data(),
+                     .out = act_.data(),
+                     .rows = R,
+                     .intermediateSize = I,
                      .dtype = dtype_});
     linear(act_.data(), w.down, w.downBias, tmp_.data(), H, I, dtype_);
   }
@@ -499,9 +569,19 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
   }
   const int32_t scored = B * W;
   // The target's lm_head, f32 logits [B·W, V]; their argmax [B, W] i32.
-  backend_.linear({.x = headIn, .w = targetLmHead_, .y = logits_.data(), .m = scored, .n = vocab_,
-                   .k = H, .dtype = dtype_, .outDtype = DType::kF32, .weightDtype = std::nullopt});
-  backend_.argmax({.logits = logits_.data(), .dtype = DType::kF32, .rows = scored, .vocab = vocab_,
+  backend_.linear({.x = headIn,
+                   .w = targetLmHead_,
+                   .y = logits_.data(),
+                   .m = scored,
+                   .n = vocab_,
+                   .k = H,
+                   .dtype = dtype_,
+                   .outDtype = DType::kF32,
+                   .weightDtype = std::nullopt});
+  backend_.argmax({.logits = logits_.data(),
+                   .dtype = DType::kF32,
+                   .rows = scored,
+                   .vocab = vocab_,
                    .out = in.argmaxOut});
 }
 
@@ -513,17 +593,20 @@ int32_t* DFlashDraft::uploadMeta(const std::vector<int32_t>& host) {
 }
 
 void DFlashDraft::appendContext(const void* taps, const std::vector<int32_t>& positions,
-                                const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache) {
+                                const std::vector<int32_t>& tokenToSequence,
+                                kv::KvCacheManager& cache) {
   constexpr const char* where = "DFlashDraft::appendContext";
   const int32_t T = static_cast<int32_t>(positions.size());
   ES_CHECK_ARG(tokenToSequence.size() == positions.size(), where, "tokenToSequence.size()",
                tokenToSequence.size(), "must equal positions.size() = ", T);
-  ES_CHECK_ARG(T <= maxContextTokens_, where, "positions.size()", T, "must be <= maxContextTokens = ",
-               maxContextTokens_);
+  ES_CHECK_ARG(T <= maxContextTokens_, where, "positions.size()", T,
+               "must be <= maxContextTokens = ", maxContextTokens_);
   for (int32_t r = 0; r < T; ++r) {
-    const int32_t p = positions[static_cast<size_t>(r)], o = tokenToSequence[static_cast<size_t>(r)];
+    const int32_t p = positions[static_cast<size_t>(r)],
+                  o = tokenToSequence[static_cast<size_t>(r)];
     if (p < 0 || o < 0) continue;
-    ES_CHECK_ARG(o < cache.maxBatchSize(), where, "tokenToSequence", o, "must be < maxBatchSize = ", cache.maxBatchSize());
+    ES_CHECK_ARG(o < cache.maxBatchSize(), where, "tokenToSequence", o,
+                 "must be < maxBatchSize = ", cache.maxBatchSize());
     ES_CHECK_ARG(p < maxPositions_ && p < cache.capacity(), where, "position", p,
                  "must be below the draft's RoPE table (", maxPositions_, ") and the KV capacity (",
                  cache.capacity(), ")");
@@ -535,17 +618,21 @@ void DFlashDraft::appendContext(const void* taps, const std::vector<int32_t>& po
 }
 
 void DFlashDraft::appendContext(const TargetModel& target, const std::vector<int32_t>& positions,
-                                const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache) {
+                                const std::vector<int32_t>& tokenToSequence,
+                                kv::KvCacheManager& cache) {
   ES_CHECK_ARG(target.tapLayers() == taps_, "DFlashDraft::appendContext", "target tapLayers",
                listOf(target.tapLayers()), "must be the draft's taps ", listOf(taps_));
   appendContext(target.tapsDevice(), positions, tokenToSequence, cache);
 }
 
-void DFlashDraft::appendContextFromHost(const std::vector<float>& taps, const std::vector<int32_t>& positions,
-                                        const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache) {
-  const int64_t n = static_cast<int64_t>(taps_.size()) * static_cast<int64_t>(positions.size()) * config_.hidden_size;
-  ES_CHECK_ARG(static_cast<int64_t>(taps.size()) == n, "DFlashDraft::appendContextFromHost", "taps.size()",
-               taps.size(), "must be numTaps × positions.size() × hidden = ", n);
+void DFlashDraft::appendContextFromHost(const std::vector<float>& taps,
+                                        const std::vector<int32_t>& positions,
+                                        const std::vector<int32_t>& tokenToSequence,
+                                        kv::KvCacheManager& cache) {
+  const int64_t n = static_cast<int64_t>(taps_.size()) * static_cast<int64_t>(positions.size()) *
+                    config_.hidden_size;
+  ES_CHECK_ARG(static_cast<int64_t>(taps.size()) == n, "DFlashDraft::appendContextFromHost",
+               "taps.size()", taps.size(), "must be numTaps × positions.size() × hidden = ", n);
   if (n == 0) return;
   const int64_t bytes = n * dtype_size(dtype_);
   if (hostTaps_.bytes() < bytes) hostTaps_ = backend_.allocate(bytes);
@@ -553,14 +640,17 @@ void DFlashDraft::appendContextFromHost(const std::vector<float>& taps, const st
   appendContext(hostTaps_.data(), positions, tokenToSequence, cache);
 }
 
-DraftProposal DFlashDraft::propose(const std::vector<int32_t>& anchors, const std::vector<int32_t>& blockStarts,
-                                   kv::KvCacheManager& cache, bool wantLogits, int32_t rowsPerBlock) {
+DraftProposal DFlashDraft::propose(const std::vector<int32_t>& anchors,
+                                   const std::vector<int32_t>& blockStarts,
+                                   kv::KvCacheManager& cache, bool wantLogits,
+                                   int32_t rowsPerBlock) {
   constexpr const char* where = "DFlashDraft::propose";
   const int32_t B = static_cast<int32_t>(anchors.size());
-  ES_CHECK_ARG(blockStarts.size() == anchors.size(), where, "blockStarts.size()", blockStarts.size(),
-               "must equal anchors.size() = ", B);
+  ES_CHECK_ARG(blockStarts.size() == anchors.size(), where, "blockStarts.size()",
+               blockStarts.size(), "must equal anchors.size() = ", B);
   ES_CHECK_ARG(B >= 1 && B <= maxBatch_ && B <= cache.maxBatchSize(), where, "anchors.size()", B,
-               "must be in [1, min(maxBatch = ", maxBatch_, ", cache maxBatchSize = ", cache.maxBatchSize(), ")]");
+               "must be in [1, min(maxBatch = ", maxBatch_,
+               ", cache maxBatchSize = ", cache.maxBatchSize(), ")]");
   const int32_t BS = blockSize_;
   ES_CHECK_ARG(rowsPerBlock >= 0 && rowsPerBlock <= BS, where, "rowsPerBlock", rowsPerBlock,
                "must be 0 (the block size) or in [1, block size = ", BS, "]");
@@ -569,10 +659,11 @@ DraftProposal DFlashDraft::propose(const std::vector<int32_t>& anchors, const st
   std::vector<int32_t> meta(anchors);
   for (int32_t b = 0; b < B; ++b) {
     const int32_t a = anchors[static_cast<size_t>(b)], s = blockStarts[static_cast<size_t>(b)];
-    ES_CHECK_ARG(a >= 0 && a < vocab_, where, "anchor", a, "must be in [0, vocab_size = ", vocab_, ")");
-    ES_CHECK_ARG(s >= 0 && int64_t{s} + BS <= std::min(maxPositions_, cache.capacity()), where, "blockStart", s,
-                 "must be >= 0 with blockStart + block_size (", BS, ") <= min(RoPE table ", maxPositions_,
-                 ", KV capacity ", cache.capacity(), ")");
+    ES_CHECK_ARG(a >= 0 && a < vocab_, where, "anchor", a, "must be in [0, vocab_size = ", vocab_,
+                 ")");
+    ES_CHECK_ARG(s >= 0 && int64_t{s} + BS <= std::min(maxPositions_, cache.capacity()), where,
+                 "blockStart", s, "must be >= 0 with blockStart + block_size (", BS,
+                 ") <= min(RoPE table ", maxPositions_, ", KV capacity ", cache.capacity(), ")");
     for (int32_t i = 0; i < BS; ++i) meta.push_back(s + i);
   }
   for (int32_t b = 0; b < B; ++b) meta.push_back(blockStarts[static_cast<size_t>(b)] + BS);
@@ -580,15 +671,20 @@ DraftProposal DFlashDraft::propose(const std::vector<int32_t>& anchors, const st
   meta.resize(outAt + static_cast<size_t>(B) * W, -1);
   int32_t* d = uploadMeta(meta);
   DraftProposalInputs in;
-  in.anchors = d; in.positions = d + B; in.kvLengths = d + B + int64_t{B} * BS; in.batchSize = B;
-  in.rowsPerBlock = W; in.argmaxOut = d + outAt;
+  in.anchors = d;
+  in.positions = d + B;
+  in.kvLengths = d + B + int64_t{B} * BS;
+  in.batchSize = B;
+  in.rowsPerBlock = W;
+  in.argmaxOut = d + outAt;
   propose(in, cache);
   DraftProposal out;
   out.tokens.resize(static_cast<size_t>(B) * W);
   backend_.copyToHost(out.tokens.data(), in.argmaxOut, static_cast<int64_t>(out.tokens.size()) * 4);
   if (wantLogits) {
     out.logits.resize(static_cast<size_t>(B) * W * vocab_);
-    backend_.copyToHost(out.logits.data(), logits_.data(), static_cast<int64_t>(out.logits.size()) * 4);
+    backend_.copyToHost(out.logits.data(), logits_.data(),
+                        static_cast<int64_t>(out.logits.size()) * 4);
   }
   return out;
 }

@@ -18,7 +18,6 @@
 // The draft never commits: the caller advances cache.commitDraft after propose (spec §6).
 #include <cstdint>
 #include <filesystem>
-
 #include <vector>
 
 #include "common/buffer.h"
@@ -50,22 +49,23 @@ struct DraftLayerWeights {
 // padding: after a prefill, the prefill's own positions/owners; after a verify of S rows per
 // sequence, launchDFlashPrepareDeltaMetadata with deltaWidth = S (rows b·S + t, t < accepted).
 struct DraftContextDelta {
-  const void* taps = nullptr;                 // [numTaps, numTokens, H] compute dtype (TargetModel::tapsDevice)
-  const int32_t* positions = nullptr;         // [numTokens] i32 absolute position, < 0 = padding
-  const int32_t* tokenToSequence = nullptr;   // [numTokens] i32 draft page-table row, < 0 = padding
-  int32_t numTokens = 0;                      // rows of the target forward, <= maxContextTokens
+  const void* taps = nullptr;  // [numTaps, numTokens, H] compute dtype (TargetModel::tapsDevice)
+  const int32_t* positions = nullptr;        // [numTokens] i32 absolute position, < 0 = padding
+  const int32_t* tokenToSequence = nullptr;  // [numTokens] i32 draft page-table row, < 0 = padding
+  int32_t numTokens = 0;                     // rows of the target forward, <= maxContextTokens
 };
 
 // One proposal, in backend memory. Sequence b is draft page-table row b (as in TargetModel).
 struct DraftProposalInputs {
-  const int32_t* anchors = nullptr;    // [B] i32 anchor token per sequence (target vocabulary)
-  const int32_t* positions = nullptr;  // [B * BS] i32 T_b + i (spec §2.3 `positions`), < 0 = padding
+  const int32_t* anchors = nullptr;  // [B] i32 anchor token per sequence (target vocabulary)
+  const int32_t* positions =
+      nullptr;  // [B * BS] i32 T_b + i (spec §2.3 `positions`), < 0 = padding
   const int32_t* kvLengths = nullptr;  // [B] i32 T_b + BS (spec §2.3 `contextLengths`)
   int32_t batchSize = 0;               // B, <= maxBatch
   // W: the leading rows of each block the caller uses (the verify width), in [1, BS]; 0 = BS.
   // Only these rows are scored: argmaxOut and the proposal logits hold W rows per block.
   int32_t rowsPerBlock = 0;
-  int32_t* argmaxOut = nullptr;        // [B, W] i32 out: argmax of block rows 0 … W−1
+  int32_t* argmaxOut = nullptr;  // [B, W] i32 out: argmax of block rows 0 … W−1
 };
 
 // Host convenience result.
@@ -128,11 +128,13 @@ class DFlashDraft {
                      const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache);
   // Taps on the host as floats ([numTaps, T, H], e.g. ForwardResult::taps or a slice of it):
   void appendContextFromHost(const std::vector<float>& taps, const std::vector<int32_t>& positions,
-                             const std::vector<int32_t>& tokenToSequence, kv::KvCacheManager& cache);
+                             const std::vector<int32_t>& tokenToSequence,
+                             kv::KvCacheManager& cache);
   // blockStarts[b] = T_b (draft cache length after the delta); block b writes scratch K/V at
   // T_b … T_b + BS − 1 of page-table row b. rowsPerBlock: as in DraftProposalInputs.
-  DraftProposal propose(const std::vector<int32_t>& anchors, const std::vector<int32_t>& blockStarts,
-                        kv::KvCacheManager& cache, bool wantLogits = false, int32_t rowsPerBlock = 0);
+  DraftProposal propose(const std::vector<int32_t>& anchors,
+                        const std::vector<int32_t>& blockStarts, kv::KvCacheManager& cache,
+                        bool wantLogits = false, int32_t rowsPerBlock = 0);
 
  private:
   void checkPair(const TargetModel& target, const std::filesystem::path& dir);
@@ -150,8 +152,8 @@ class DFlashDraft {
   int32_t blockSize_ = 0;
   int32_t maskTokenId_ = -1;
   bool hasMaskEmbedding_ = false;
-  int32_t vocab_ = 0;           // the target's
-  int32_t maxPositions_ = 0;    // rows of the draft's RoPE table
+  int32_t vocab_ = 0;         // the target's
+  int32_t maxPositions_ = 0;  // rows of the draft's RoPE table
   std::vector<int32_t> taps_;
   int64_t weightBytes_ = 0;
   int64_t workspaceBytes_ = 0;
@@ -161,13 +163,14 @@ class DFlashDraft {
   Buffer hiddenNorm_;  // [H]
   Buffer finalNorm_;   // [H]
   std::vector<DraftLayerWeights> layers_;
-  Buffer ropeTable_;   // [maxPositions, D] f32, the draft's own rope config
+  Buffer ropeTable_;                    // [maxPositions, D] f32, the draft's own rope config
   const void* targetEmbed_ = nullptr;   // [V, H]
   const void* targetLmHead_ = nullptr;  // [V, H]
 
   // Constants: block rows r = b·BS + i.
-  Buffer blockConst_;   // i32: owners [maxBatch·BS] = b | cuQ [maxBatch + 1] = b·BS | gather [maxBatch·BS]
-  Buffer blockRows_;    // [maxBatch + 1, H]: anchor embeddings, then the mask embedding (last row)
+  Buffer blockConst_;  // i32: owners [maxBatch·BS] = b | cuQ [maxBatch + 1] = b·BS | gather
+                       // [maxBatch·BS]
+  Buffer blockRows_;   // [maxBatch + 1, H]: anchor embeddings, then the mask embedding (last row)
 
   // Workspace. Context path (maxContextTokens rows):
   Buffer concat_, ctx_, kDelta_, vDelta_, cosSin_, hostTaps_;

@@ -16,11 +16,24 @@ constexpr uint8_t kMagic[4] = {'G', 'G', 'U', 'F'};
 // Size in bytes of one scalar of `t`; 0 for string/array (variable) and unknown types.
 uint64_t scalarBytes(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kU8: case GgufValueType::kI8: case GgufValueType::kBool: return 1;
-    case GgufValueType::kU16: case GgufValueType::kI16: return 2;
-    case GgufValueType::kU32: case GgufValueType::kI32: case GgufValueType::kF32: return 4;
-    case GgufValueType::kU64: case GgufValueType::kI64: case GgufValueType::kF64: return 8;
-    case GgufValueType::kString: case GgufValueType::kArray: return 0;
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kBool:
+      return 1;
+    case GgufValueType::kU16:
+    case GgufValueType::kI16:
+      return 2;
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kF32:
+      return 4;
+    case GgufValueType::kU64:
+    case GgufValueType::kI64:
+    case GgufValueType::kF64:
+      return 8;
+    case GgufValueType::kString:
+    case GgufValueType::kArray:
+      return 0;
   }
   return 0;
 }
@@ -30,15 +43,21 @@ bool knownValueType(uint32_t t) { return t <= static_cast<uint32_t>(GgufValueTyp
 // The fewest bytes one element of type `t` can occupy: bounds an array's count against the
 // bytes left before anything is allocated.
 uint64_t minElementBytes(GgufValueType t) {
-  if (t == GgufValueType::kString) return 8;   // u64 length
-  if (t == GgufValueType::kArray) return 12;   // u32 type + u64 count
+  if (t == GgufValueType::kString) return 8;  // u64 length
+  if (t == GgufValueType::kArray) return 12;  // u32 type + u64 count
   return scalarBytes(t);
 }
 
 bool isIntegerType(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kU8: case GgufValueType::kI8: case GgufValueType::kU16: case GgufValueType::kI16:
-    case GgufValueType::kU32: case GgufValueType::kI32: case GgufValueType::kU64: case GgufValueType::kI64:
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kU16:
+    case GgufValueType::kI16:
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kU64:
+    case GgufValueType::kI64:
       return true;
     default:
       return false;
@@ -77,7 +96,8 @@ double bitsToDouble(uint64_t bits, GgufValueType t) {
 
 bool bitsToInt(uint64_t bits, GgufValueType t, int64_t* out) {
   if (!isIntegerType(t)) return false;
-  if (!isSignedType(t) && bits > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+  if (!isSignedType(t) && bits > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return false;
   *out = static_cast<int64_t>(bits);
   return true;
 }
@@ -93,8 +113,8 @@ class Reader {
 
   void need(uint64_t n, std::string_view what) const {
     if (n > left()) {
-      ES_THROW(FormatError, source_, ": ", what, " needs ", n, " bytes at offset ", pos_, " but only ",
-               left(), " remain (truncated?)");
+      ES_THROW(FormatError, source_, ": ", what, " needs ", n, " bytes at offset ", pos_,
+               " but only ", left(), " remain (truncated?)");
     }
   }
   uint64_t scalar(uint64_t n, bool is_signed, std::string_view what) {
@@ -132,22 +152,26 @@ GgufValue readValue(Reader& r, GgufValueType type, int depth, const std::string&
 
 GgufValue readArray(Reader& r, int depth, const std::string& what) {
   if (depth >= kGgufMaxArrayDepth) {
-    ES_THROW(FormatError, r.source(), ": ", what, " nests arrays deeper than the limit ", kGgufMaxArrayDepth);
+    ES_THROW(FormatError, r.source(), ": ", what, " nests arrays deeper than the limit ",
+             kGgufMaxArrayDepth);
   }
   GgufValue v;
   v.type = GgufValueType::kArray;
   const uint32_t et = r.u32(what + " element type");
-  if (!knownValueType(et)) ES_THROW(FormatError, r.source(), ": ", what, " has unknown element type ", et);
+  if (!knownValueType(et))
+    ES_THROW(FormatError, r.source(), ": ", what, " has unknown element type ", et);
   v.element_type = static_cast<GgufValueType>(et);
   v.count = r.u64(what + " count");
   const uint64_t min_bytes = minElementBytes(v.element_type);
   if (v.count > r.left() / min_bytes) {
-    ES_THROW(FormatError, r.source(), ": ", what, " count ", v.count, " of ", ggufValueTypeName(v.element_type),
-             " needs at least ", min_bytes, " bytes each but only ", r.left(), " remain (truncated or corrupt)");
+    ES_THROW(FormatError, r.source(), ": ", what, " count ", v.count, " of ",
+             ggufValueTypeName(v.element_type), " needs at least ", min_bytes,
+             " bytes each but only ", r.left(), " remain (truncated or corrupt)");
   }
   if (v.element_type == GgufValueType::kString) {
     v.strings.reserve(static_cast<size_t>(v.count));
-    for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(r.string(what + " element", r.left()));
+    for (uint64_t i = 0; i < v.count; ++i)
+      v.strings.push_back(r.string(what + " element", r.left()));
   } else if (v.element_type == GgufValueType::kArray) {
     v.arrays.reserve(static_cast<size_t>(v.count));
     for (uint64_t i = 0; i < v.count; ++i) v.arrays.push_back(readArray(r, depth + 1, what));
@@ -156,7 +180,9 @@ GgufValue readArray(Reader& r, int depth, const std::string& what) {
     v.raw.assign(p, p + v.count * min_bytes);
     if (v.element_type == GgufValueType::kBool) {
       for (uint8_t b : v.raw) {
-        if (b > 1) ES_THROW(FormatError, r.source(), ": ", what, " holds bool value ", int{b}, " (must be 0 or 1)");
+        if (b > 1)
+          ES_THROW(FormatError, r.source(), ": ", what, " holds bool value ", int{b},
+                   " (must be 0 or 1)");
       }
     }
   }
@@ -173,7 +199,8 @@ GgufValue readValue(Reader& r, GgufValueType type, int depth, const std::string&
   }
   v.scalar = r.scalar(scalarBytes(type), isSignedType(type), what);
   if (type == GgufValueType::kBool && v.scalar > 1) {
-    ES_THROW(FormatError, r.source(), ": ", what, " holds bool value ", v.scalar, " (must be 0 or 1)");
+    ES_THROW(FormatError, r.source(), ": ", what, " holds bool value ", v.scalar,
+             " (must be 0 or 1)");
   }
   return v;
 }
@@ -186,7 +213,8 @@ GgufTensorInfo readTensorInfo(Reader& r, uint64_t index) {
   const std::string where = "tensor " + quoteShort(t.name);
   const uint32_t n_dims = r.u32(where + " n_dims");
   if (n_dims < 1 || n_dims > static_cast<uint32_t>(kGgufMaxDims)) {
-    ES_THROW(FormatError, r.source(), ": ", where, ": n_dims = ", n_dims, " must be in [1, ", kGgufMaxDims, "]");
+    ES_THROW(FormatError, r.source(), ": ", where, ": n_dims = ", n_dims, " must be in [1, ",
+             kGgufMaxDims, "]");
   }
   uint64_t numel = 1;
   bool overflow = false;
@@ -202,14 +230,15 @@ GgufTensorInfo readTensorInfo(Reader& r, uint64_t index) {
   const auto traits = ggmlTypeTraits(t.type);
   if (!traits) {
     ES_THROW(FormatError, r.source(), ": ", where, ": unknown ggml tensor type ", t.type,
-             " (this reader knows F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q8_K, I8..F64)");
+             " (this reader knows F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q8_K, "
+             "I8..F64)");
   }
   if (overflow || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     ES_THROW(FormatError, r.source(), ": ", where, ": element count of dims overflows 2^63");
   }
   if (t.dims[0] % traits->block_elems != 0) {
-    ES_THROW(FormatError, r.source(), ": ", where, ": dims[0] = ", t.dims[0], " is not a multiple of the ",
-             traits->name, " block size ", traits->block_elems);
+    ES_THROW(FormatError, r.source(), ": ", where, ": dims[0] = ", t.dims[0],
+             " is not a multiple of the ", traits->name, " block size ", traits->block_elems);
   }
   t.numel = numel;
   if (__builtin_mul_overflow(numel / traits->block_elems, traits->block_bytes, &t.bytes)) {
@@ -223,19 +252,32 @@ GgufTensorInfo readTensorInfo(Reader& r, uint64_t index) {
 
 std::string_view ggufValueTypeName(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kU8: return "u8";
-    case GgufValueType::kI8: return "i8";
-    case GgufValueType::kU16: return "u16";
-    case GgufValueType::kI16: return "i16";
-    case GgufValueType::kU32: return "u32";
-    case GgufValueType::kI32: return "i32";
-    case GgufValueType::kF32: return "f32";
-    case GgufValueType::kBool: return "bool";
-    case GgufValueType::kString: return "string";
-    case GgufValueType::kArray: return "array";
-    case GgufValueType::kU64: return "u64";
-    case GgufValueType::kI64: return "i64";
-    case GgufValueType::kF64: return "f64";
+    case GgufValueType::kU8:
+      return "u8";
+    case GgufValueType::kI8:
+      return "i8";
+    case GgufValueType::kU16:
+      return "u16";
+    case GgufValueType::kI16:
+      return "i16";
+    case GgufValueType::kU32:
+      return "u32";
+    case GgufValueType::kI32:
+      return "i32";
+    case GgufValueType::kF32:
+      return "f32";
+    case GgufValueType::kBool:
+      return "bool";
+    case GgufValueType::kString:
+      return "string";
+    case GgufValueType::kArray:
+      return "array";
+    case GgufValueType::kU64:
+      return "u64";
+    case GgufValueType::kI64:
+      return "i64";
+    case GgufValueType::kF64:
+      return "f64";
   }
   return "?";
 }
@@ -243,26 +285,46 @@ std::string_view ggufValueTypeName(GgufValueType t) {
 std::optional<GgmlTypeTraits> ggmlTypeTraits(uint32_t type) {
   // Block sizes from ggml's block structs: d/m are fp16, K-quants use 256-element super-blocks.
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::kF32: return GgmlTypeTraits{"F32", 1, 4};
-    case GgmlType::kF16: return GgmlTypeTraits{"F16", 1, 2};
-    case GgmlType::kQ4_0: return GgmlTypeTraits{"Q4_0", 32, 2 + 16};
-    case GgmlType::kQ4_1: return GgmlTypeTraits{"Q4_1", 32, 2 + 2 + 16};
-    case GgmlType::kQ5_0: return GgmlTypeTraits{"Q5_0", 32, 2 + 4 + 16};
-    case GgmlType::kQ5_1: return GgmlTypeTraits{"Q5_1", 32, 2 + 2 + 4 + 16};
-    case GgmlType::kQ8_0: return GgmlTypeTraits{"Q8_0", 32, 2 + 32};
-    case GgmlType::kQ8_1: return GgmlTypeTraits{"Q8_1", 32, 2 + 2 + 32};
-    case GgmlType::kQ2_K: return GgmlTypeTraits{"Q2_K", 256, 2 + 2 + 16 + 64};
-    case GgmlType::kQ3_K: return GgmlTypeTraits{"Q3_K", 256, 32 + 64 + 12 + 2};
-    case GgmlType::kQ4_K: return GgmlTypeTraits{"Q4_K", 256, 2 + 2 + 12 + 128};
-    case GgmlType::kQ5_K: return GgmlTypeTraits{"Q5_K", 256, 2 + 2 + 12 + 32 + 128};
-    case GgmlType::kQ6_K: return GgmlTypeTraits{"Q6_K", 256, 128 + 64 + 16 + 2};
-    case GgmlType::kQ8_K: return GgmlTypeTraits{"Q8_K", 256, 4 + 256 + 32};
-    case GgmlType::kI8: return GgmlTypeTraits{"I8", 1, 1};
-    case GgmlType::kI16: return GgmlTypeTraits{"I16", 1, 2};
-    case GgmlType::kI32: return GgmlTypeTraits{"I32", 1, 4};
-    case GgmlType::kI64: return GgmlTypeTraits{"I64", 1, 8};
-    case GgmlType::kF64: return GgmlTypeTraits{"F64", 1, 8};
-    case GgmlType::kBF16: return GgmlTypeTraits{"BF16", 1, 2};
+    case GgmlType::kF32:
+      return GgmlTypeTraits{"F32", 1, 4};
+    case GgmlType::kF16:
+      return GgmlTypeTraits{"F16", 1, 2};
+    case GgmlType::kQ4_0:
+      return GgmlTypeTraits{"Q4_0", 32, 2 + 16};
+    case GgmlType::kQ4_1:
+      return GgmlTypeTraits{"Q4_1", 32, 2 + 2 + 16};
+    case GgmlType::kQ5_0:
+      return GgmlTypeTraits{"Q5_0", 32, 2 + 4 + 16};
+    case GgmlType::kQ5_1:
+      return GgmlTypeTraits{"Q5_1", 32, 2 + 2 + 4 + 16};
+    case GgmlType::kQ8_0:
+      return GgmlTypeTraits{"Q8_0", 32, 2 + 32};
+    case GgmlType::kQ8_1:
+      return GgmlTypeTraits{"Q8_1", 32, 2 + 2 + 32};
+    case GgmlType::kQ2_K:
+      return GgmlTypeTraits{"Q2_K", 256, 2 + 2 + 16 + 64};
+    case GgmlType::kQ3_K:
+      return GgmlTypeTraits{"Q3_K", 256, 32 + 64 + 12 + 2};
+    case GgmlType::kQ4_K:
+      return GgmlTypeTraits{"Q4_K", 256, 2 + 2 + 12 + 128};
+    case GgmlType::kQ5_K:
+      return GgmlTypeTraits{"Q5_K", 256, 2 + 2 + 12 + 32 + 128};
+    case GgmlType::kQ6_K:
+      return GgmlTypeTraits{"Q6_K", 256, 128 + 64 + 16 + 2};
+    case GgmlType::kQ8_K:
+      return GgmlTypeTraits{"Q8_K", 256, 4 + 256 + 32};
+    case GgmlType::kI8:
+      return GgmlTypeTraits{"I8", 1, 1};
+    case GgmlType::kI16:
+      return GgmlTypeTraits{"I16", 1, 2};
+    case GgmlType::kI32:
+      return GgmlTypeTraits{"I32", 1, 4};
+    case GgmlType::kI64:
+      return GgmlTypeTraits{"I64", 1, 8};
+    case GgmlType::kF64:
+      return GgmlTypeTraits{"F64", 1, 8};
+    case GgmlType::kBF16:
+      return GgmlTypeTraits{"BF16", 1, 2};
   }
   return std::nullopt;
 }
@@ -275,7 +337,9 @@ std::string ggmlTypeName(uint32_t type) {
 // ---------------------------------------------------------------------------------------------
 
 bool GgufValue::isInteger() const { return isIntegerType(type); }
-bool GgufValue::isFloat() const { return type == GgufValueType::kF32 || type == GgufValueType::kF64; }
+bool GgufValue::isFloat() const {
+  return type == GgufValueType::kF32 || type == GgufValueType::kF64;
+}
 bool GgufValue::asInt(int64_t* out) const { return bitsToInt(scalar, type, out); }
 double GgufValue::asDouble() const { return bitsToDouble(scalar, type); }
 
@@ -316,13 +380,16 @@ const GgufValue* GgufHeader::find(std::string_view key) const {
 
 const GgufValue& GgufHeader::require(std::string_view key) const {
   const GgufValue* v = find(key);
-  if (v == nullptr) ES_THROW(FormatError, source, ": metadata key ", quoteShort(key), " is missing");
+  if (v == nullptr)
+    ES_THROW(FormatError, source, ": metadata key ", quoteShort(key), " is missing");
   return *v;
 }
 
 namespace {
-[[noreturn]] void wrongType(const GgufHeader& h, std::string_view key, const GgufValue& v, std::string_view expected) {
-  ES_THROW(FormatError, h.source, ": metadata key ", quoteShort(key), " has type ", v.describeType(), ", expected ", expected);
+[[noreturn]] void wrongType(const GgufHeader& h, std::string_view key, const GgufValue& v,
+                            std::string_view expected) {
+  ES_THROW(FormatError, h.source, ": metadata key ", quoteShort(key), " has type ",
+           v.describeType(), ", expected ", expected);
 }
 }  // namespace
 
@@ -342,7 +409,8 @@ int64_t GgufHeader::getInt(std::string_view key, int64_t lo, int64_t hi) const {
   int64_t x = 0;
   if (!v.isInteger()) wrongType(*this, key, v, "an integer");
   if (!v.asInt(&x) || x < lo || x > hi) {
-    ES_THROW(FormatError, source, ": metadata key ", quoteShort(key), " = ", v.scalar, " must be in [", lo, ", ", hi, "]");
+    ES_THROW(FormatError, source, ": metadata key ", quoteShort(key), " = ", v.scalar,
+             " must be in [", lo, ", ", hi, "]");
   }
   return x;
 }
@@ -380,11 +448,13 @@ const std::vector<std::string>& GgufHeader::getStringArray(std::string_view key)
 
 std::vector<int64_t> GgufHeader::getIntArray(std::string_view key) const {
   const GgufValue& v = require(key);
-  if (v.type != GgufValueType::kArray || !isIntegerType(v.element_type)) wrongType(*this, key, v, "an integer array");
+  if (v.type != GgufValueType::kArray || !isIntegerType(v.element_type))
+    wrongType(*this, key, v, "an integer array");
   std::vector<int64_t> out(static_cast<size_t>(v.count));
   for (uint64_t i = 0; i < v.count; ++i) {
     if (!v.intElement(i, &out[static_cast<size_t>(i)])) {
-      ES_THROW(FormatError, source, ": metadata key ", quoteShort(key), " element ", i, " does not fit in int64");
+      ES_THROW(FormatError, source, ": metadata key ", quoteShort(key), " element ", i,
+               " does not fit in int64");
     }
   }
   return out;
@@ -403,14 +473,16 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
     for (size_t i = 0; i < std::min<size_t>(4, file.size()); ++i) {
       os << (i ? " " : "") << "0x" << std::hex << static_cast<int>(file[i]) << std::dec;
     }
-    os << " (expected \"GGUF\"; not a GGUF file" << (file.size() < 4 ? ", or truncated" : "") << ")";
+    os << " (expected \"GGUF\"; not a GGUF file" << (file.size() < 4 ? ", or truncated" : "")
+       << ")";
     throw FormatError(os.str());
   }
   r.take(4, "magic");
   h.version = r.u32("version");
   if (h.version != 3 && h.version != 2) {
     const uint32_t swapped = __builtin_bswap32(h.version);
-    ES_THROW(FormatError, source, ": GGUF version ", h.version, " is not supported (supported: 3, 2)",
+    ES_THROW(FormatError, source, ": GGUF version ", h.version,
+             " is not supported (supported: 3, 2)",
              swapped == 2 || swapped == 3 ? "; this looks like a big-endian file" : "",
              h.version == 1 ? "; v1 files predate 64-bit counts, convert them with llama.cpp" : "");
   }
@@ -432,18 +504,21 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
     if (key.empty()) ES_THROW(FormatError, source, ": metadata key #", i, " is empty");
     const std::string what = "metadata " + quoteShort(key);
     const uint32_t type = r.u32(what + " type");
-    if (!knownValueType(type)) ES_THROW(FormatError, source, ": ", what, " has unknown value type ", type);
+    if (!knownValueType(type))
+      ES_THROW(FormatError, source, ": ", what, " has unknown value type ", type);
     GgufValue value = readValue(r, static_cast<GgufValueType>(type), 0, what);
-    if (h.metadata.count(key) != 0) ES_THROW(FormatError, source, ": duplicate metadata key ", quoteShort(key));
+    if (h.metadata.count(key) != 0)
+      ES_THROW(FormatError, source, ": duplicate metadata key ", quoteShort(key));
     h.metadata.emplace(std::move(key), std::move(value));
   }
 
   if (const GgufValue* a = h.find("general.alignment")) {
     int64_t alignment = 0;
     if (!a->isInteger() || !a->asInt(&alignment) || alignment <= 0 ||
-        static_cast<uint64_t>(alignment) > kGgufMaxAlignment || (alignment & (alignment - 1)) != 0) {
-      ES_THROW(FormatError, source, ": 'general.alignment' (", a->describeType(), ") = ",
-               a->isInteger() ? std::to_string(a->scalar) : std::string("?"),
+        static_cast<uint64_t>(alignment) > kGgufMaxAlignment ||
+        (alignment & (alignment - 1)) != 0) {
+      ES_THROW(FormatError, source, ": 'general.alignment' (", a->describeType(),
+               ") = ", a->isInteger() ? std::to_string(a->scalar) : std::string("?"),
                " must be a power of two in [1, ", kGgufMaxAlignment, "]");
     }
     h.alignment = static_cast<uint64_t>(alignment);
@@ -452,7 +527,8 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
   h.tensors.reserve(static_cast<size_t>(tensor_count));
   for (uint64_t i = 0; i < tensor_count; ++i) {
     GgufTensorInfo t = readTensorInfo(r, i);
-    if (h.tensor_index_.count(t.name) != 0) ES_THROW(FormatError, source, ": duplicate tensor ", quoteShort(t.name));
+    if (h.tensor_index_.count(t.name) != 0)
+      ES_THROW(FormatError, source, ": duplicate tensor ", quoteShort(t.name));
     h.tensor_index_.emplace(t.name, h.tensors.size());
     h.tensors.push_back(std::move(t));
   }
@@ -463,8 +539,8 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
   const uint64_t aligned = (pos + h.alignment - 1) / h.alignment * h.alignment;
   if (aligned > file.size()) {
     if (!h.tensors.empty()) {
-      ES_THROW(FormatError, source, ": data section would start at ", aligned, " (alignment ", h.alignment,
-               ") past the end of the ", file.size(), "-byte file (truncated?)");
+      ES_THROW(FormatError, source, ": data section would start at ", aligned, " (alignment ",
+               h.alignment, ") past the end of the ", file.size(), "-byte file (truncated?)");
     }
     h.data_offset = file.size();
   } else {
@@ -475,21 +551,23 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
   for (const GgufTensorInfo& t : h.tensors) {
     const std::string where = "tensor " + quoteShort(t.name);
     if (t.offset % h.alignment != 0) {
-      ES_THROW(FormatError, source, ": ", where, ": offset ", t.offset, " is not a multiple of the alignment ",
-               h.alignment);
+      ES_THROW(FormatError, source, ": ", where, ": offset ", t.offset,
+               " is not a multiple of the alignment ", h.alignment);
     }
     if (t.offset > h.data_bytes || t.bytes > h.data_bytes - t.offset) {
-      ES_THROW(FormatError, source, ": ", where, " (", ggmlTypeName(t.type), ", ", t.bytes, " bytes at offset ",
-               t.offset, ") is past the end of the ", h.data_bytes, "-byte data section (truncated?)");
+      ES_THROW(FormatError, source, ": ", where, " (", ggmlTypeName(t.type), ", ", t.bytes,
+               " bytes at offset ", t.offset, ") is past the end of the ", h.data_bytes,
+               "-byte data section (truncated?)");
     }
   }
   std::vector<const GgufTensorInfo*> by_offset;
   for (const GgufTensorInfo& t : h.tensors) {
     if (t.bytes > 0) by_offset.push_back(&t);
   }
-  std::sort(by_offset.begin(), by_offset.end(), [](const GgufTensorInfo* a, const GgufTensorInfo* b) {
-    return a->offset != b->offset ? a->offset < b->offset : a->bytes < b->bytes;
-  });
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensorInfo* a, const GgufTensorInfo* b) {
+              return a->offset != b->offset ? a->offset < b->offset : a->bytes < b->bytes;
+            });
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const GgufTensorInfo& prev = *by_offset[i - 1];
     const GgufTensorInfo& cur = *by_offset[i];
@@ -516,7 +594,8 @@ GgufFile GgufFile::open(const std::filesystem::path& path) {
 const GgufTensorInfo& GgufFile::info(std::string_view name) const {
   const GgufTensorInfo* t = header_.findTensor(name);
   if (t == nullptr) {
-    ES_THROW(InvalidArgument, "GgufFile::info: argument 'name' = ", name, " is not a tensor of ", path_.string());
+    ES_THROW(InvalidArgument, "GgufFile::info: argument 'name' = ", name, " is not a tensor of ",
+             path_.string());
   }
   return *t;
 }

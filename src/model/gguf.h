@@ -30,14 +30,25 @@ namespace es::model {
 
 inline constexpr uint64_t kGgufDefaultAlignment = 32;
 inline constexpr uint64_t kGgufMaxAlignment = 1u << 20;
-inline constexpr int kGgufMaxDims = 4;            // GGML_MAX_DIMS
-inline constexpr int kGgufMaxArrayDepth = 8;      // arrays of arrays of ...: real files use 1
+inline constexpr int kGgufMaxDims = 4;        // GGML_MAX_DIMS
+inline constexpr int kGgufMaxArrayDepth = 8;  // arrays of arrays of ...: real files use 1
 inline constexpr uint64_t kGgufMaxKeyBytes = 65536;
 inline constexpr uint64_t kGgufMaxTensorNameBytes = 4096;
 
 enum class GgufValueType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 std::string_view ggufValueTypeName(GgufValueType t);  // "u32", "string", "array", ...
 
@@ -45,14 +56,31 @@ std::string_view ggufValueTypeName(GgufValueType t);  // "u32", "string", "array
 // byte size of a tensor is checked against its shape); dequantisation supports a subset
 // (gguf_dequant.h).
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ8_1 = 9,
-  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kQ8_K = 15,
-  kI8 = 24, kI16 = 25, kI32 = 26, kI64 = 27, kF64 = 28, kBF16 = 30,
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kBF16 = 30,
 };
 struct GgmlTypeTraits {
-  std::string_view name;   // "Q4_1"
-  uint64_t block_elems;    // elements per block (1 for plain types)
-  uint64_t block_bytes;    // bytes per block
+  std::string_view name;  // "Q4_1"
+  uint64_t block_elems;   // elements per block (1 for plain types)
+  uint64_t block_bytes;   // bytes per block
 };
 // nullopt for a type id this reader does not know.
 std::optional<GgmlTypeTraits> ggmlTypeTraits(uint32_t type);
@@ -93,7 +121,7 @@ struct GgufTensorInfo {
   uint32_t type = 0;           // a GgmlType value with known traits
   uint64_t offset = 0;         // relative to the data section, a multiple of the alignment
   uint64_t numel = 0;
-  uint64_t bytes = 0;          // numel / block_elems * block_bytes
+  uint64_t bytes = 0;  // numel / block_elems * block_bytes
 
   GgmlType ggmlType() const { return static_cast<GgmlType>(type); }
   // Row-major shape as Hugging Face / safetensors write it (dims reversed).

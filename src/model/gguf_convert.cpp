@@ -2,9 +2,9 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <vector>
@@ -95,7 +95,8 @@ uint64_t writeSafetensors(const GgufWeights& weights, const std::filesystem::pat
   if (!out) ES_THROW(InvalidArgument, "convert: cannot create ", tmp.string());
   try {
     uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+    for (int i = 0; i < 8; ++i)
+      len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
     out.write(reinterpret_cast<const char*>(len), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     std::vector<uint8_t> values;  // one tensor at a time
@@ -103,8 +104,10 @@ uint64_t writeSafetensors(const GgufWeights& weights, const std::filesystem::pat
     for (size_t i = 0; i < entries.size(); ++i) {
       values.resize(entries[i].info.byteSize());
       weights.read(entries[i], values);
-      out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size()));
-      if (!out) ES_THROW(InvalidArgument, "convert: writing ", tmp.string(), " failed (disk full?)");
+      out.write(reinterpret_cast<const char*>(values.data()),
+                static_cast<std::streamsize>(values.size()));
+      if (!out)
+        ES_THROW(InvalidArgument, "convert: writing ", tmp.string(), " failed (disk full?)");
       if (options.progress) options.progress(i + 1, entries.size(), entries[i].info.name);
     }
     out.close();
@@ -121,14 +124,15 @@ uint64_t writeSafetensors(const GgufWeights& weights, const std::filesystem::pat
 
 }  // namespace
 
-void unpermuteLlamaRows(std::span<const float> src, std::span<float> dst, int64_t num_heads, int64_t rows,
-                        int64_t cols) {
-  ES_CHECK_ARG(num_heads > 0 && rows > 0 && rows % num_heads == 0 && (rows / num_heads) % 2 == 0, "unpermuteLlamaRows",
-               "num_heads", num_heads, "must divide rows = ", rows, " into heads of even size");
-  ES_CHECK_ARG(cols > 0 && src.size() == static_cast<size_t>(rows * cols), "unpermuteLlamaRows", "src.size()",
-               src.size(), "must equal rows * cols = ", rows, " * ", cols);
-  ES_CHECK_ARG(dst.size() == src.size(), "unpermuteLlamaRows", "dst.size()", dst.size(), "must equal src.size() = ",
-               src.size());
+void unpermuteLlamaRows(std::span<const float> src, std::span<float> dst, int64_t num_heads,
+                        int64_t rows, int64_t cols) {
+  ES_CHECK_ARG(num_heads > 0 && rows > 0 && rows % num_heads == 0 && (rows / num_heads) % 2 == 0,
+               "unpermuteLlamaRows", "num_heads", num_heads, "must divide rows = ", rows,
+               " into heads of even size");
+  ES_CHECK_ARG(cols > 0 && src.size() == static_cast<size_t>(rows * cols), "unpermuteLlamaRows",
+               "src.size()", src.size(), "must equal rows * cols = ", rows, " * ", cols);
+  ES_CHECK_ARG(dst.size() == src.size(), "unpermuteLlamaRows", "dst.size()", dst.size(),
+               "must equal src.size() = ", src.size());
   const int64_t head_dim = rows / num_heads;
   for (int64_t r = 0; r < rows; ++r) {
     const float* from = src.data() + llamaStoredRow(r, head_dim) * cols;
@@ -161,15 +165,16 @@ std::string hfTensorName(std::string_view name) {
   name.remove_prefix(kBlock.size());
   size_t digits = 0;
   while (digits < name.size() && digits < 6 && name[digits] >= '0' && name[digits] <= '9') ++digits;
-  if (digits == 0 || digits >= name.size() || name[digits] != '.' || (digits > 1 && name[0] == '0')) return "";
+  if (digits == 0 || digits >= name.size() || name[digits] != '.' || (digits > 1 && name[0] == '0'))
+    return "";
   const auto it = layerNames().find(name.substr(digits + 1));
   if (it == layerNames().end()) return "";
   return "model.layers." + std::string(name.substr(0, digits)) + "." + it->second;
 }
 
 json hfConfigJson(const GgufHeader& h, DType dtype) {
-  ES_CHECK_ARG(dtype == DType::kF32 || dtype == DType::kBF16, "hfConfigJson", "dtype", dtype_name(dtype),
-               "must be f32 or bf16");
+  ES_CHECK_ARG(dtype == DType::kF32 || dtype == DType::kBF16, "hfConfigJson", "dtype",
+               dtype_name(dtype), "must be f32 or bf16");
   const Architecture arch = architectureFromGguf(h);
   const std::string a = h.getString("general.architecture");
   auto key = [&](const char* k) { return a + "." + k; };
@@ -192,15 +197,18 @@ json hfConfigJson(const GgufHeader& h, DType dtype) {
     head_dim = hidden / heads;
   }
   if (auto v = h.optInt(key("attention.value_length"), 1, kMaxHeadDim); v && *v != head_dim) {
-    ES_THROW(FormatError, h.source, ": '", key("attention.value_length"), "' = ", *v, " differs from the key length ",
-             head_dim, " (unsupported)");
+    ES_THROW(FormatError, h.source, ": '", key("attention.value_length"), "' = ", *v,
+             " differs from the key length ", head_dim, " (unsupported)");
   }
   if (auto r = h.optInt(key("rope.dimension_count"), 1, kMaxHeadDim); r && *r != head_dim) {
-    ES_THROW(FormatError, h.source, ": '", key("rope.dimension_count"), "' = ", *r, " rotates part of the head (",
-             head_dim, "); partial rotary embeddings are unsupported");
+    ES_THROW(FormatError, h.source, ": '", key("rope.dimension_count"), "' = ", *r,
+             " rotates part of the head (", head_dim,
+             "); partial rotary embeddings are unsupported");
   }
   if (h.findTensor("rope_freqs.weight") != nullptr) {
-    ES_THROW(FormatError, h.source, ": tensor 'rope_freqs.weight' (Llama-3.1 style RoPE frequency factors) is unsupported");
+    ES_THROW(
+        FormatError, h.source,
+        ": tensor 'rope_freqs.weight' (Llama-3.1 style RoPE frequency factors) is unsupported");
   }
   const GgufTensorInfo* embed = h.findTensor("token_embd.weight");
   if (embed == nullptr || embed->dims.size() != 2) {
@@ -217,7 +225,8 @@ json hfConfigJson(const GgufHeader& h, DType dtype) {
             {"num_key_value_heads", kv_heads},
             {"head_dim", head_dim},
             {"vocab_size", static_cast<int64_t>(embed->dims[1])},
-            {"max_position_embeddings", h.optInt(key("context_length"), 1, kMaxPositions).value_or(arch == Architecture::kLlama ? 2048 : 32768)},
+            {"max_position_embeddings", h.optInt(key("context_length"), 1, kMaxPositions)
+                                            .value_or(arch == Architecture::kLlama ? 2048 : 32768)},
             {"rms_norm_eps", requireConfigFloat(key("attention.layer_norm_rms_epsilon"))},
             {"rope_theta", optConfigFloat(h, key("rope.freq_base")).value_or(10000.0)},
             {"hidden_act", "silu"},
@@ -247,19 +256,21 @@ json hfConfigJson(const GgufHeader& h, DType dtype) {
   const int64_t vocab = static_cast<int64_t>(embed->dims[1]);
   if (auto bos = h.optInt("tokenizer.ggml.bos_token_id", 0, vocab - 1)) c["bos_token_id"] = *bos;
   if (auto eos = h.optInt("tokenizer.ggml.eos_token_id", 0, vocab - 1)) c["eos_token_id"] = *eos;
-  if (auto pad = h.optInt("tokenizer.ggml.padding_token_id", 0, vocab - 1)) c["pad_token_id"] = *pad;
+  if (auto pad = h.optInt("tokenizer.ggml.padding_token_id", 0, vocab - 1))
+    c["pad_token_id"] = *pad;
   return c;
 }
 
 ModelConfig ggufModelConfig(const GgufHeader& header) {
   // f32: the dequantised values are exact in it (the dtype a loader reads them in is its own).
-  return parseModelConfig(dumpJson(hfConfigJson(header, DType::kF32), 2, header.source), header.source);
+  return parseModelConfig(dumpJson(hfConfigJson(header, DType::kF32), 2, header.source),
+                          header.source);
 }
 
-ConvertReport convertGgufToHf(const std::filesystem::path& gguf_path, const std::filesystem::path& out_dir,
-                              const ConvertOptions& options) {
-  ES_CHECK_ARG(options.dtype == DType::kF32 || options.dtype == DType::kBF16, "convertGgufToHf", "dtype",
-               dtype_name(options.dtype), "must be f32 or bf16");
+ConvertReport convertGgufToHf(const std::filesystem::path& gguf_path,
+                              const std::filesystem::path& out_dir, const ConvertOptions& options) {
+  ES_CHECK_ARG(options.dtype == DType::kF32 || options.dtype == DType::kBF16, "convertGgufToHf",
+               "dtype", dtype_name(options.dtype), "must be f32 or bf16");
   // Config, tensor names, shapes and types are all validated here, before anything is written.
   const std::unique_ptr<const GgufWeights> weights = GgufWeights::open(gguf_path, options.dtype);
   const GgufHeader& h = weights->file().header();
@@ -274,8 +285,8 @@ ConvertReport convertGgufToHf(const std::filesystem::path& gguf_path, const std:
   const bool has_tokenizer = h.has("tokenizer.ggml.model");
   if (has_tokenizer) {
     tokenizer_text = dumpJson(hfTokenizerJson(h), 2, h.source + " (tokenizer.json)");
-    tokenizer_config_text =
-        dumpJson(hfTokenizerConfigJson(h, c.max_position_embeddings), 2, h.source + " (tokenizer_config.json)");
+    tokenizer_config_text = dumpJson(hfTokenizerConfigJson(h, c.max_position_embeddings), 2,
+                                     h.source + " (tokenizer_config.json)");
   } else {
     ES_LOG_WARN(h.source, ": no tokenizer.ggml.* metadata; the folder gets no tokenizer files");
   }

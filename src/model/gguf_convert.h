@@ -18,11 +18,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
 #include "model/gguf.h"
@@ -32,8 +31,8 @@ namespace es::model {
 
 // Row un-permutation for one projection: `src` and `dst` are [rows, cols] row-major, rows =
 // num_heads * head_dim, head_dim even. InvalidArgument on inconsistent sizes.
-void unpermuteLlamaRows(std::span<const float> src, std::span<float> dst, int64_t num_heads, int64_t rows,
-                        int64_t cols);
+void unpermuteLlamaRows(std::span<const float> src, std::span<float> dst, int64_t num_heads,
+                        int64_t rows, int64_t cols);
 // The stored (permuted) row that holds HF row `row`, for heads of `head_dim` (even) rows.
 int64_t llamaStoredRow(int64_t row, int64_t head_dim);
 
@@ -66,7 +65,8 @@ struct ConvertReport {
 // Converts `gguf_path` into the folder `out_dir` (created if absent; the files above are
 // replaced). FormatError for anything the file does not support, InvalidArgument for bad
 // arguments or an unwritable folder.
-ConvertReport convertGgufToHf(const std::filesystem::path& gguf_path, const std::filesystem::path& out_dir,
+ConvertReport convertGgufToHf(const std::filesystem::path& gguf_path,
+                              const std::filesystem::path& out_dir,
                               const ConvertOptions& options = {});
 
 }  // namespace es::model

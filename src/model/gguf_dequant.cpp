@@ -126,26 +126,35 @@ void dequantQ6_K(const uint8_t* src, float* dst, size_t blocks) {
 
 bool ggmlTypeDequantizable(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16:
-    case GgmlType::kQ8_0: case GgmlType::kQ4_0: case GgmlType::kQ4_1:
-    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
       return true;
     default:
       return false;
   }
 }
 
-void dequantizeToF32(uint32_t type, std::span<const uint8_t> src, std::span<float> dst, std::string_view what) {
+void dequantizeToF32(uint32_t type, std::span<const uint8_t> src, std::span<float> dst,
+                     std::string_view what) {
   const auto traits = ggmlTypeTraits(type);
   if (!traits || !ggmlTypeDequantizable(type)) {
-    ES_THROW(FormatError, what, ": ggml type ", ggmlTypeName(type),
-             " cannot be dequantised (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)");
+    ES_THROW(
+        FormatError, what, ": ggml type ", ggmlTypeName(type),
+        " cannot be dequantised (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)");
   }
   const uint64_t n = dst.size();
   if (n % traits->block_elems != 0 || src.size() != n / traits->block_elems * traits->block_bytes) {
     ES_THROW(FormatError, what, ": ", n, " ", traits->name, " elements need ",
-             n % traits->block_elems != 0 ? std::string("whole blocks of ") + std::to_string(traits->block_elems)
-                                          : std::to_string(n / traits->block_elems * traits->block_bytes) + " bytes",
+             n % traits->block_elems != 0
+                 ? std::string("whole blocks of ") + std::to_string(traits->block_elems)
+                 : std::to_string(n / traits->block_elems * traits->block_bytes) + " bytes",
              " but ", src.size(), " bytes were given");
   }
   if (n == 0) return;  // an empty tensor: the spans may hold null pointers (no memcpy on them)
@@ -162,29 +171,45 @@ void dequantizeToF32(uint32_t type, std::span<const uint8_t> src, std::span<floa
     case GgmlType::kBF16:
       for (size_t i = 0; i < n; ++i) d[i] = to_float(bf16{le16(s + 2 * i)});
       break;
-    case GgmlType::kQ8_0: dequantQ8_0(s, d, blocks); break;
-    case GgmlType::kQ4_0: dequantQ4_0(s, d, blocks); break;
-    case GgmlType::kQ4_1: dequantQ4_1(s, d, blocks); break;
-    case GgmlType::kQ4_K: dequantQ45_K<false>(s, d, blocks); break;
-    case GgmlType::kQ5_K: dequantQ45_K<true>(s, d, blocks); break;
-    case GgmlType::kQ6_K: dequantQ6_K(s, d, blocks); break;
-    default: break;  // rejected above
+    case GgmlType::kQ8_0:
+      dequantQ8_0(s, d, blocks);
+      break;
+    case GgmlType::kQ4_0:
+      dequantQ4_0(s, d, blocks);
+      break;
+    case GgmlType::kQ4_1:
+      dequantQ4_1(s, d, blocks);
+      break;
+    case GgmlType::kQ4_K:
+      dequantQ45_K<false>(s, d, blocks);
+      break;
+    case GgmlType::kQ5_K:
+      dequantQ45_K<true>(s, d, blocks);
+      break;
+    case GgmlType::kQ6_K:
+      dequantQ6_K(s, d, blocks);
+      break;
+    default:
+      break;  // rejected above
   }
 }
 
 std::vector<float> dequantizeTensor(const GgufFile& file, const GgufTensorInfo& tensor) {
   std::vector<float> out(static_cast<size_t>(tensor.numel));
-  dequantizeToF32(tensor.type, file.bytes(tensor), out, file.path().string() + ": tensor '" + tensor.name + "'");
+  dequantizeToF32(tensor.type, file.bytes(tensor), out,
+                  file.path().string() + ": tensor '" + tensor.name + "'");
   return out;
 }
 
 void convertF32(std::span<const float> src, std::span<bf16> dst) {
-  ES_CHECK_ARG(src.size() == dst.size(), "convertF32", "dst.size()", dst.size(), "must equal src.size() = ", src.size());
+  ES_CHECK_ARG(src.size() == dst.size(), "convertF32", "dst.size()", dst.size(),
+               "must equal src.size() = ", src.size());
   for (size_t i = 0; i < src.size(); ++i) dst[i] = to_bf16(src[i]);
 }
 
 void convertF32(std::span<const float> src, std::span<fp16> dst) {
-  ES_CHECK_ARG(src.size() == dst.size(), "convertF32", "dst.size()", dst.size(), "must equal src.size() = ", src.size());
+  ES_CHECK_ARG(src.size() == dst.size(), "convertF32", "dst.size()", dst.size(),
+               "must equal src.size() = ", src.size());
   for (size_t i = 0; i < src.size(); ++i) dst[i] = to_fp16(src[i]);
 }
 

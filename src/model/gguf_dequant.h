@@ -30,7 +30,8 @@ bool ggmlTypeDequantizable(uint32_t type);
 // Dequantises `dst.size()` elements of ggml type `type` from `src`, which must hold exactly
 // their bytes. `what` names the tensor in errors: FormatError for an unsupported type or a byte
 // count that does not match, naming the tensor, the type and the sizes.
-void dequantizeToF32(uint32_t type, std::span<const uint8_t> src, std::span<float> dst, std::string_view what);
+void dequantizeToF32(uint32_t type, std::span<const uint8_t> src, std::span<float> dst,
+                     std::string_view what);
 
 // A whole tensor of a mapped file, in f32 (row-major, as GgufTensorInfo::rowMajorShape).
 std::vector<float> dequantizeTensor(const GgufFile& file, const GgufTensorInfo& tensor);

@@ -21,7 +21,14 @@
 namespace es::model {
 
 // llama.cpp's token_type values.
-enum class GgufTokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+enum class GgufTokenType : int32_t {
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
+};
 
 // Throws FormatError naming the file and key on missing/ill-typed/inconsistent metadata and on
 // an unsupported tokenizer model or pre-tokenizer.
@@ -42,7 +49,8 @@ namespace es::model {
 // pre-tokenizer of `header`'s tokenizer.ggml.pre — GPT-2 ByteLevel, SmolLM's Digits + ByteLevel,
 // or the Llama-3 / Qwen2 Split regex — NFC for Qwen2, added_tokens, a bos template when
 // add_bos_token) and a tokenizer_config.json (special token strings, add_bos_token, the chat
-// template, `model_max_length`). FormatError on an unsupported vocabulary, as tokenizerSpecFromGguf.
+// template, `model_max_length`). FormatError on an unsupported vocabulary, as
+// tokenizerSpecFromGguf.
 nlohmann::json hfTokenizerJson(const GgufHeader& header);
 nlohmann::json hfTokenizerConfigJson(const GgufHeader& header, int64_t model_max_length);
 

@@ -35,9 +35,10 @@ bool isGgufPath(const std::filesystem::path& path) {
   return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-std::unique_ptr<const GgufWeights> GgufWeights::open(const std::filesystem::path& path, DType dtype) {
-  ES_CHECK_ARG(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16, "GgufWeights::open",
-               "dtype", dtype_name(dtype), "must be f32, bf16 or f16");
+std::unique_ptr<const GgufWeights> GgufWeights::open(const std::filesystem::path& path,
+                                                     DType dtype) {
+  ES_CHECK_ARG(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
+               "GgufWeights::open", "dtype", dtype_name(dtype), "must be f32, bf16 or f16");
   return std::unique_ptr<const GgufWeights>(new GgufWeights(GgufFile::open(path), dtype));
 }
 
@@ -60,17 +61,21 @@ GgufWeights::GgufWeights(GgufFile file, DType dtype)
       unknown.push_back(t.name);
       continue;
     }
-    if (!ggmlTypeDequantizable(t.type)) unsupported.push_back(t.name + " (" + ggmlTypeName(t.type) + ")");
+    if (!ggmlTypeDequantizable(t.type))
+      unsupported.push_back(t.name + " (" + ggmlTypeName(t.type) + ")");
     entry.info.shape = t.rowMajorShape();
     if (entry.info.shape != e->second->shape) {
-      misshapen.push_back(t.describe() + " for " + entry.info.name + " " + shapeText(e->second->shape));
+      misshapen.push_back(t.describe() + " for " + entry.info.name + " " +
+                          shapeText(e->second->shape));
     }
     entry.info.dtype = dtype;
     entry.info.end = t.numel * static_cast<uint64_t>(dtype_size(dtype));
     if (c.architecture == Architecture::kLlama) {
       // llama.cpp's converter permutes these two for interleaved RoPE (spec §5).
-      if (entry.info.name.ends_with("self_attn.q_proj.weight")) entry.permute_heads = c.num_attention_heads;
-      if (entry.info.name.ends_with("self_attn.k_proj.weight")) entry.permute_heads = c.num_key_value_heads;
+      if (entry.info.name.ends_with("self_attn.q_proj.weight"))
+        entry.permute_heads = c.num_attention_heads;
+      if (entry.info.name.ends_with("self_attn.k_proj.weight"))
+        entry.permute_heads = c.num_key_value_heads;
     }
     seen[entry.info.name] = true;
     entries_.push_back(std::move(entry));
@@ -82,7 +87,8 @@ GgufWeights::GgufWeights(GgufFile file, DType dtype)
     std::ostringstream os;
     os << h.source << ": cannot load as " << architectureName(c.architecture) << ":";
     if (!unknown.empty()) os << " unknown tensors: " << joinFirst(unknown) << ";";
-    if (!unsupported.empty()) os << " tensor types that cannot be dequantised: " << joinFirst(unsupported) << ";";
+    if (!unsupported.empty())
+      os << " tensor types that cannot be dequantised: " << joinFirst(unsupported) << ";";
     if (!misshapen.empty()) os << " misshapen: " << joinFirst(misshapen) << ";";
     if (!missing.empty()) os << " missing: " << joinFirst(missing) << ";";
     throw FormatError(os.str());
@@ -93,9 +99,10 @@ void GgufWeights::read(const Entry& e, std::span<uint8_t> out) const {
   const GgufTensorInfo& t = ggufTensor(e);
   ES_CHECK_ARG(out.size() == e.info.byteSize(), "GgufWeights::read", "out.size()", out.size(),
                "must be the tensor's ", e.info.byteSize(), " bytes (", e.info.name, ")");
-  ES_CHECK_ARG(reinterpret_cast<uintptr_t>(out.data()) % static_cast<uintptr_t>(dtype_size(dtype_)) == 0,
-               "GgufWeights::read", "out.data()", static_cast<const void*>(out.data()), "must be aligned to ",
-               dtype_size(dtype_), " bytes");
+  ES_CHECK_ARG(
+      reinterpret_cast<uintptr_t>(out.data()) % static_cast<uintptr_t>(dtype_size(dtype_)) == 0,
+      "GgufWeights::read", "out.data()", static_cast<const void*>(out.data()),
+      "must be aligned to ", dtype_size(dtype_), " bytes");
   if (t.numel == 0) return;
   const GgmlTypeTraits traits = *ggmlTypeTraits(t.type);  // known: the parser accepted it
   // A ggml row (dims[0] elements, whole blocks: checked by the parser) is an HF row.
@@ -106,21 +113,26 @@ void GgufWeights::read(const Entry& e, std::span<uint8_t> out) const {
   const std::string what = file_.path().string() + ": tensor '" + t.name + "'";
   const int64_t head_dim = e.permute_heads > 0 ? rows / e.permute_heads : 0;
   if (e.permute_heads > 0) {
-    ES_CHECK_ARG(rows % e.permute_heads == 0 && head_dim % 2 == 0, "GgufWeights::read", "permute_heads",
-                 e.permute_heads, "must split ", rows, " rows into heads of even size (", e.info.name, ")");
+    ES_CHECK_ARG(rows % e.permute_heads == 0 && head_dim % 2 == 0, "GgufWeights::read",
+                 "permute_heads", e.permute_heads, "must split ", rows,
+                 " rows into heads of even size (", e.info.name, ")");
   }
   // Rows [first, first + n) of the HF tensor, dequantised into `dst` (n * cols floats). Without
   // a permutation they are contiguous in the file; with one, each is found on its own.
   auto dequantRows = [&](int64_t first, int64_t n, float* dst) {
     if (e.permute_heads == 0) {
-      dequantizeToF32(t.type, src.subspan(static_cast<size_t>(first * row_bytes), static_cast<size_t>(n * row_bytes)),
-                      std::span<float>(dst, static_cast<size_t>(n * cols)), what);
+      dequantizeToF32(
+          t.type,
+          src.subspan(static_cast<size_t>(first * row_bytes), static_cast<size_t>(n * row_bytes)),
+          std::span<float>(dst, static_cast<size_t>(n * cols)), what);
       return;
     }
     for (int64_t r = first; r < first + n; ++r) {
       const int64_t stored = llamaStoredRow(r, head_dim);
-      dequantizeToF32(t.type, src.subspan(static_cast<size_t>(stored * row_bytes), static_cast<size_t>(row_bytes)),
-                      std::span<float>(dst + (r - first) * cols, static_cast<size_t>(cols)), what);
+      dequantizeToF32(
+          t.type,
+          src.subspan(static_cast<size_t>(stored * row_bytes), static_cast<size_t>(row_bytes)),
+          std::span<float>(dst + (r - first) * cols, static_cast<size_t>(cols)), what);
     }
   };
   if (dtype_ == DType::kF32) {  // straight into the output

@@ -40,11 +40,14 @@ class Fields {
     return it == object_.end() || it->is_null() ? nullptr : &*it;
   }
 
-  [[noreturn]] void fail(std::string_view key, const json& value, std::string_view requirement) const {
-    ES_THROW(FormatError, source_, ": field '", path(key), "' = ", shortJson(value), " ", requirement);
+  [[noreturn]] void fail(std::string_view key, const json& value,
+                         std::string_view requirement) const {
+    ES_THROW(FormatError, source_, ": field '", path(key), "' = ", shortJson(value), " ",
+             requirement);
   }
   template <typename Value>
-  [[noreturn]] void failValue(std::string_view key, const Value& value, std::string_view requirement) const {
+  [[noreturn]] void failValue(std::string_view key, const Value& value,
+                              std::string_view requirement) const {
     ES_THROW(FormatError, source_, ": field '", path(key), "' = ", value, " ", requirement);
   }
 
@@ -52,7 +55,8 @@ class Fields {
     const json* v = find(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_number_integer() ||
-        (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+        (v->is_number_unsigned() &&
+         v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
       fail(key, *v, "must be an integer");
     }
     const int64_t x = v->get<int64_t>();
@@ -66,18 +70,22 @@ class Fields {
   }
 
   // Finite number in (lo, hi] when lo_open, else [lo, hi].
-  std::optional<double> optDouble(std::string_view key, double lo, double hi, bool lo_open = true) const {
+  std::optional<double> optDouble(std::string_view key, double lo, double hi,
+                                  bool lo_open = true) const {
     const json* v = find(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_number()) fail(key, *v, "must be a number");
     const double x = v->get<double>();
     const bool ok = std::isfinite(x) && (lo_open ? x > lo : x >= lo) && x <= hi;
-    if (!ok) fail(key, *v, detail::concat("must be finite and in ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
+    if (!ok)
+      fail(key, *v,
+           detail::concat("must be finite and in ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
     return x;
   }
   double reqDouble(std::string_view key, double lo, double hi, std::string_view why) const {
     auto v = optDouble(key, lo, hi);
-    if (!v) ES_THROW(FormatError, source_, ": required field '", path(key), "' is missing (", why, ")");
+    if (!v)
+      ES_THROW(FormatError, source_, ": required field '", path(key), "' is missing (", why, ")");
     return *v;
   }
 
@@ -104,7 +112,8 @@ constexpr double kHuge = 1e30;
 
 Architecture parseArchitecture(const Fields& f) {
   const json* archs = f.find("architectures");
-  if (archs == nullptr) ES_THROW(FormatError, f.source(), ": required field 'architectures' is missing");
+  if (archs == nullptr)
+    ES_THROW(FormatError, f.source(), ": required field 'architectures' is missing");
   if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
     f.fail("architectures", *archs, "must be a non-empty list of class names");
   }
@@ -155,8 +164,10 @@ RopeConfig parseRope(const Fields& top) {
     return rope;
   }
   if (!params->is_object()) top.fail(where, *params, "must be an object or null");
-  if (where == "rope_parameters" && (params->contains("full_attention") || params->contains("sliding_attention"))) {
-    ES_THROW(FormatError, top.source(), ": per-layer-type 'rope_parameters' (keyed by attention type) "
+  if (where == "rope_parameters" &&
+      (params->contains("full_attention") || params->contains("sliding_attention"))) {
+    ES_THROW(FormatError, top.source(),
+             ": per-layer-type 'rope_parameters' (keyed by attention type) "
              "are not supported by these architectures");
   }
   const Fields p(*params, top.source(), where + ".");
@@ -177,11 +188,15 @@ RopeConfig parseRope(const Fields& top) {
       break;
     case RopeType::kLlama3: {
       rope.factor = p.reqDouble("factor", 0, kHuge, "llama3 RoPE scaling needs it");
-      rope.low_freq_factor = p.reqDouble("low_freq_factor", 0, kHuge, "llama3 RoPE scaling needs it");
-      rope.high_freq_factor = p.reqDouble("high_freq_factor", 0, kHuge, "llama3 RoPE scaling needs it");
+      rope.low_freq_factor =
+          p.reqDouble("low_freq_factor", 0, kHuge, "llama3 RoPE scaling needs it");
+      rope.high_freq_factor =
+          p.reqDouble("high_freq_factor", 0, kHuge, "llama3 RoPE scaling needs it");
       if (rope.high_freq_factor <= rope.low_freq_factor) {
-        ES_THROW(FormatError, top.source(), ": '", where, ".high_freq_factor' = ", rope.high_freq_factor,
-                 " must be > low_freq_factor = ", rope.low_freq_factor, " (the llama3 ramp divides by their difference)");
+        ES_THROW(FormatError, top.source(), ": '", where,
+                 ".high_freq_factor' = ", rope.high_freq_factor,
+                 " must be > low_freq_factor = ", rope.low_freq_factor,
+                 " (the llama3 ramp divides by their difference)");
       }
       auto original = p.optInt("original_max_position_embeddings", 1, kMaxPositions);
       if (!original) {
@@ -193,7 +208,8 @@ RopeConfig parseRope(const Fields& top) {
     }
     case RopeType::kYarn: {
       rope.factor = p.reqDouble("factor", 0, kHuge, "yarn RoPE scaling needs it");
-      rope.original_max_position_embeddings = p.optInt("original_max_position_embeddings", 1, kMaxPositions).value_or(0);
+      rope.original_max_position_embeddings =
+          p.optInt("original_max_position_embeddings", 1, kMaxPositions).value_or(0);
       rope.beta_fast = p.optDouble("beta_fast", 0, kHuge).value_or(32.0);
       rope.beta_slow = p.optDouble("beta_slow", 0, kHuge).value_or(1.0);
       rope.attention_factor = p.optDouble("attention_factor", 0, kHuge);
@@ -222,13 +238,15 @@ void parseLayerTypes(const Fields& f, ModelConfig& c) {
   const bool qwen_family = c.architecture != Architecture::kLlama;
   const bool sliding_enabled = f.optBool("use_sliding_window").value_or(!qwen_family);
   std::optional<int64_t> window = f.optInt("sliding_window", 1, kMaxPositions);
-  if (qwen_family && !sliding_enabled) window.reset();  // Qwen: the window only applies when enabled
+  if (qwen_family && !sliding_enabled)
+    window.reset();  // Qwen: the window only applies when enabled
 
   c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), LayerType::kFullAttention);
   if (const json* types = f.find("layer_types")) {
     if (!types->is_array() || types->size() != static_cast<size_t>(c.num_hidden_layers)) {
       f.fail("layer_types", *types,
-             detail::concat("must be a list of num_hidden_layers = ", c.num_hidden_layers, " entries"));
+             detail::concat("must be a list of num_hidden_layers = ", c.num_hidden_layers,
+                            " entries"));
     }
     for (size_t i = 0; i < types->size(); ++i) {
       const json& t = (*types)[i];
@@ -242,13 +260,15 @@ void parseLayerTypes(const Fields& f, ModelConfig& c) {
   } else if (qwen_family && window) {
     // transformers' Qwen2/Qwen3 default: layers from max_window_layers on slide.
     const int64_t first = f.optInt("max_window_layers", 0, kMaxLayers).value_or(28);
-    for (int64_t i = first; i < c.num_hidden_layers; ++i) c.layer_types[static_cast<size_t>(i)] = LayerType::kSlidingAttention;
+    for (int64_t i = first; i < c.num_hidden_layers; ++i)
+      c.layer_types[static_cast<size_t>(i)] = LayerType::kSlidingAttention;
   }
   for (size_t i = 0; i < c.layer_types.size(); ++i) {
     if (c.layer_types[i] == LayerType::kSlidingAttention) {
       if (!window) {
-        ES_THROW(FormatError, f.source(), ": layer ", i,
-                 " is sliding_attention but 'sliding_window' is null or disabled (use_sliding_window)");
+        ES_THROW(
+            FormatError, f.source(), ": layer ", i,
+            " is sliding_attention but 'sliding_window' is null or disabled (use_sliding_window)");
       }
       c.sliding_window = window;
       break;
@@ -260,7 +280,8 @@ void parseDFlash(const Fields& f, ModelConfig& c) {
   DFlashConfig d;
   d.block_size = f.reqInt("block_size", 2, kMaxDraftBlockSize);
   const json* dj = f.find("dflash_config");
-  if (dj == nullptr) ES_THROW(FormatError, f.source(), ": required field 'dflash_config' is missing");
+  if (dj == nullptr)
+    ES_THROW(FormatError, f.source(), ": required field 'dflash_config' is missing");
   if (!dj->is_object()) f.fail("dflash_config", *dj, "must be an object");
   const Fields df(*dj, f.source(), "dflash_config.");
   d.mask_token_id = df.reqInt("mask_token_id", 0, kMaxVocab - 1);
@@ -269,14 +290,15 @@ void parseDFlash(const Fields& f, ModelConfig& c) {
   if (!d.num_target_layers) d.num_target_layers = df.optInt("num_target_layers", 1, kMaxLayers);
 
   if (const json* ids = df.find("target_layer_ids")) {
-    if (!ids->is_array() || ids->empty()) df.fail("target_layer_ids", *ids, "must be a non-empty list");
+    if (!ids->is_array() || ids->empty())
+      df.fail("target_layer_ids", *ids, "must be a non-empty list");
     const int64_t hi = d.num_target_layers ? *d.num_target_layers - 1 : kMaxLayers - 1;
     std::set<int64_t> seen;
     for (size_t i = 0; i < ids->size(); ++i) {
       const json& v = (*ids)[i];
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > hi) {
-        ES_THROW(FormatError, f.source(), ": field 'dflash_config.target_layer_ids[", i, "]' = ",
-                 shortJson(v), " must be an integer in [0, ", hi, "]",
+        ES_THROW(FormatError, f.source(), ": field 'dflash_config.target_layer_ids[", i,
+                 "]' = ", shortJson(v), " must be an integer in [0, ", hi, "]",
                  d.num_target_layers ? " (num_target_layers - 1)" : "");
       }
       if (!seen.insert(v.get<int64_t>()).second) {
@@ -290,8 +312,8 @@ void parseDFlash(const Fields& f, ModelConfig& c) {
     d.target_layer_ids = defaultDFlashTargetLayerIds(*d.num_target_layers, c.num_hidden_layers);
     for (int64_t id : d.target_layer_ids) {
       if (id < 0 || id >= *d.num_target_layers) {
-        ES_THROW(FormatError, f.source(), ": default DFlash tap ", id, " for num_target_layers = ",
-                 *d.num_target_layers, " and ", c.num_hidden_layers,
+        ES_THROW(FormatError, f.source(), ": default DFlash tap ", id,
+                 " for num_target_layers = ", *d.num_target_layers, " and ", c.num_hidden_layers,
                  " draft layers is out of range; give dflash_config.target_layer_ids");
       }
     }
@@ -303,29 +325,40 @@ void parseDFlash(const Fields& f, ModelConfig& c) {
 
 std::string_view architectureName(Architecture a) {
   switch (a) {
-    case Architecture::kQwen3: return "Qwen3ForCausalLM";
-    case Architecture::kLlama: return "LlamaForCausalLM";
-    case Architecture::kQwen2: return "Qwen2ForCausalLM";
-    case Architecture::kDFlashDraft: return "DFlashDraftModel";
+    case Architecture::kQwen3:
+      return "Qwen3ForCausalLM";
+    case Architecture::kLlama:
+      return "LlamaForCausalLM";
+    case Architecture::kQwen2:
+      return "Qwen2ForCausalLM";
+    case Architecture::kDFlashDraft:
+      return "DFlashDraftModel";
   }
   return "?";
 }
 
 std::string_view ropeTypeName(RopeType t) {
   switch (t) {
-    case RopeType::kDefault: return "default";
-    case RopeType::kLinear: return "linear";
-    case RopeType::kLlama3: return "llama3";
-    case RopeType::kYarn: return "yarn";
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kLlama3:
+      return "llama3";
+    case RopeType::kYarn:
+      return "yarn";
   }
   return "?";
 }
 
-std::vector<int64_t> defaultDFlashTargetLayerIds(int64_t num_target_layers, int64_t num_draft_layers) {
-  ES_CHECK_ARG(num_target_layers >= 1 && num_target_layers <= kMaxLayers, "defaultDFlashTargetLayerIds",
-               "num_target_layers", num_target_layers, "must be in [1, ", kMaxLayers, "]");
-  ES_CHECK_ARG(num_draft_layers >= 1 && num_draft_layers <= kMaxLayers, "defaultDFlashTargetLayerIds",
-               "num_draft_layers", num_draft_layers, "must be in [1, ", kMaxLayers, "]");
+std::vector<int64_t> defaultDFlashTargetLayerIds(int64_t num_target_layers,
+                                                 int64_t num_draft_layers) {
+  ES_CHECK_ARG(num_target_layers >= 1 && num_target_layers <= kMaxLayers,
+               "defaultDFlashTargetLayerIds", "num_target_layers", num_target_layers,
+               "must be in [1, ", kMaxLayers, "]");
+  ES_CHECK_ARG(num_draft_layers >= 1 && num_draft_layers <= kMaxLayers,
+               "defaultDFlashTargetLayerIds", "num_draft_layers", num_draft_layers,
+               "must be in [1, ", kMaxLayers, "]");
   if (num_draft_layers == 1) return {num_target_layers / 2};
   std::vector<int64_t> ids;
   const int64_t den = num_draft_layers - 1;
@@ -345,22 +378,28 @@ std::vector<int64_t> defaultDFlashTargetLayerIds(int64_t num_target_layers, int6
 }
 
 std::vector<int64_t> ModelConfig::resolvedTargetLayerIds(int64_t target_num_layers) const {
-  ES_CHECK_ARG(isDraft() && dflash.has_value(), "ModelConfig::resolvedTargetLayerIds", "architecture",
-               architectureName(architecture), "must be DFlashDraftModel");
-  ES_CHECK_ARG(target_num_layers >= 1 && target_num_layers <= kMaxLayers, "ModelConfig::resolvedTargetLayerIds",
-               "target_num_layers", target_num_layers, "must be in [1, ", kMaxLayers, "]");
+  ES_CHECK_ARG(isDraft() && dflash.has_value(), "ModelConfig::resolvedTargetLayerIds",
+               "architecture", architectureName(architecture), "must be DFlashDraftModel");
+  ES_CHECK_ARG(target_num_layers >= 1 && target_num_layers <= kMaxLayers,
+               "ModelConfig::resolvedTargetLayerIds", "target_num_layers", target_num_layers,
+               "must be in [1, ", kMaxLayers, "]");
   if (dflash->num_target_layers && *dflash->num_target_layers != target_num_layers) {
-    ES_THROW(InvalidArgument, "ModelConfig::resolvedTargetLayerIds: argument 'target_num_layers' = ",
-             target_num_layers, " does not match the draft's num_target_layers = ",
-             *dflash->num_target_layers, " (", source, ")");
+    ES_THROW(
+        InvalidArgument,
+        "ModelConfig::resolvedTargetLayerIds: argument 'target_num_layers' = ", target_num_layers,
+        " does not match the draft's num_target_layers = ", *dflash->num_target_layers, " (",
+        source, ")");
   }
-  std::vector<int64_t> ids = dflash->target_layer_ids_explicit
-                                 ? dflash->target_layer_ids
-                                 : defaultDFlashTargetLayerIds(target_num_layers, num_hidden_layers);
+  std::vector<int64_t> ids =
+      dflash->target_layer_ids_explicit
+          ? dflash->target_layer_ids
+          : defaultDFlashTargetLayerIds(target_num_layers, num_hidden_layers);
   for (int64_t id : ids) {
     if (id < 0 || id >= target_num_layers) {
-      ES_THROW(InvalidArgument, "ModelConfig::resolvedTargetLayerIds: argument 'target_num_layers' = ",
-               target_num_layers, " does not contain the draft's tapped layer ", id, " (", source, ")");
+      ES_THROW(
+          InvalidArgument,
+          "ModelConfig::resolvedTargetLayerIds: argument 'target_num_layers' = ", target_num_layers,
+          " does not contain the draft's tapped layer ", id, " (", source, ")");
     }
   }
   return ids;
@@ -368,9 +407,9 @@ std::vector<int64_t> ModelConfig::resolvedTargetLayerIds(int64_t target_num_laye
 
 std::string ModelConfig::summary() const {
   std::ostringstream os;
-  os << architectureName(architecture) << ": layers " << num_hidden_layers << ", hidden " << hidden_size
-     << ", heads " << num_attention_heads << "/" << num_key_value_heads << " x " << head_dim
-     << ", intermediate " << intermediate_size << ", vocab " << vocab_size << ", rope "
+  os << architectureName(architecture) << ": layers " << num_hidden_layers << ", hidden "
+     << hidden_size << ", heads " << num_attention_heads << "/" << num_key_value_heads << " x "
+     << head_dim << ", intermediate " << intermediate_size << ", vocab " << vocab_size << ", rope "
      << ropeTypeName(rope.type) << " theta " << rope.theta;
   if (rope.type != RopeType::kDefault) os << " factor " << rope.factor;
   if (tie_word_embeddings) os << ", tied embeddings";
@@ -379,8 +418,10 @@ std::string ModelConfig::summary() const {
   if (sliding_window) os << ", sliding window " << *sliding_window;
   if (dtype) os << ", " << dtype_name(*dtype);
   if (dflash) {
-    os << ", block " << dflash->block_size << ", mask token " << dflash->mask_token_id << ", taps [";
-    for (size_t i = 0; i < dflash->target_layer_ids.size(); ++i) os << (i ? "," : "") << dflash->target_layer_ids[i];
+    os << ", block " << dflash->block_size << ", mask token " << dflash->mask_token_id
+       << ", taps [";
+    for (size_t i = 0; i < dflash->target_layer_ids.size(); ++i)
+      os << (i ? "," : "") << dflash->target_layer_ids[i];
     os << "]";
   }
   return os.str();
@@ -395,17 +436,20 @@ ModelConfig parseModelConfig(std::string_view json_text, std::string_view source
   c.source = std::string(source);
   c.architecture = parseArchitecture(f);
   c.model_type = f.optString("model_type").value_or("");
-  const bool qwen3_layers = c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kDFlashDraft;
+  const bool qwen3_layers =
+      c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kDFlashDraft;
 
   if (auto act = f.optString("hidden_act"); act && *act != "silu") {
-    ES_THROW(FormatError, source, ": field 'hidden_act' = '", *act, "' is unsupported (the MLP is SwiGLU: silu)");
+    ES_THROW(FormatError, source, ": field 'hidden_act' = '", *act,
+             "' is unsupported (the MLP is SwiGLU: silu)");
   }
 
   c.hidden_size = f.reqInt("hidden_size", 1, kMaxHiddenSize);
   c.intermediate_size = f.reqInt("intermediate_size", 1, kMaxIntermediateSize);
   c.num_hidden_layers = f.reqInt("num_hidden_layers", 1, kMaxLayers);
   c.num_attention_heads = f.reqInt("num_attention_heads", 1, kMaxHeads);
-  c.num_key_value_heads = f.optInt("num_key_value_heads", 1, kMaxHeads).value_or(c.num_attention_heads);
+  c.num_key_value_heads =
+      f.optInt("num_key_value_heads", 1, kMaxHeads).value_or(c.num_attention_heads);
   c.vocab_size = f.reqInt("vocab_size", 1, kMaxVocab);
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     ES_THROW(FormatError, source, ": field 'num_key_value_heads' = ", c.num_key_value_heads,
@@ -427,11 +471,13 @@ ModelConfig parseModelConfig(std::string_view json_text, std::string_view source
     }
   }
   if (c.head_dim % 2 != 0) {
-    ES_THROW(FormatError, source, ": head_dim = ", c.head_dim, " must be even (RoPE rotates pairs)");
+    ES_THROW(FormatError, source, ": head_dim = ", c.head_dim,
+             " must be even (RoPE rotates pairs)");
   }
 
   const int64_t default_positions = c.architecture == Architecture::kLlama ? 2048 : 32768;
-  c.max_position_embeddings = f.optInt("max_position_embeddings", 1, kMaxPositions).value_or(default_positions);
+  c.max_position_embeddings =
+      f.optInt("max_position_embeddings", 1, kMaxPositions).value_or(default_positions);
   c.rms_norm_eps = f.optDouble("rms_norm_eps", 0, 1.0).value_or(1e-6);
   c.tie_word_embeddings = f.optBool("tie_word_embeddings").value_or(false);
 
@@ -479,14 +525,16 @@ ModelConfig loadModelConfig(const std::filesystem::path& path) {
   // A GGUF model carries its config in its metadata (the config.json `convert` would write).
   if (isGgufPath(path)) return ggufModelConfig(GgufFile::open(path).header());
   std::error_code ec;
-  const std::filesystem::path file = std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
+  const std::filesystem::path file =
+      std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
   if (!std::filesystem::is_regular_file(file, ec)) {
     ES_THROW(InvalidArgument, "loadModelConfig: argument 'path' = ", path.string(),
              " has no config.json (expected a model folder containing config.json)");
   }
   const std::uintmax_t size = std::filesystem::file_size(file, ec);
   if (ec || size > kMaxConfigBytes) {
-    ES_THROW(FormatError, file.string(), ": ", size, " bytes exceeds the limit ", kMaxConfigBytes, " bytes");
+    ES_THROW(FormatError, file.string(), ": ", size, " bytes exceeds the limit ", kMaxConfigBytes,
+             " bytes");
   }
   std::ifstream in(file, std::ios::binary);
   std::ostringstream os;

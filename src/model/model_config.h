@@ -42,16 +42,16 @@ inline constexpr int64_t kMaxDraftBlockSize = 1024;
 struct RopeConfig {
   RopeType type = RopeType::kDefault;
   double theta = 10000.0;
-  double factor = 1.0;                         // linear, llama3, yarn
-  double low_freq_factor = 1.0;                // llama3
-  double high_freq_factor = 4.0;               // llama3
+  double factor = 1.0;                           // linear, llama3, yarn
+  double low_freq_factor = 1.0;                  // llama3
+  double high_freq_factor = 4.0;                 // llama3
   int64_t original_max_position_embeddings = 0;  // llama3 (required), yarn (0 = absent)
-  double beta_fast = 32.0;                     // yarn
-  double beta_slow = 1.0;                      // yarn
-  std::optional<double> attention_factor;      // yarn
-  std::optional<double> mscale;                // yarn
-  std::optional<double> mscale_all_dim;        // yarn
-  bool truncate = true;                        // yarn
+  double beta_fast = 32.0;                       // yarn
+  double beta_slow = 1.0;                        // yarn
+  std::optional<double> attention_factor;        // yarn
+  std::optional<double> mscale;                  // yarn
+  std::optional<double> mscale_all_dim;          // yarn
+  bool truncate = true;                          // yarn
 };
 
 struct DFlashConfig {
@@ -91,7 +91,7 @@ struct ModelConfig {
   RopeConfig rope;
   std::optional<DType> dtype;  // torch_dtype / dtype
 
-  std::vector<LayerType> layer_types;  // one per layer (all full when the config has none)
+  std::vector<LayerType> layer_types;     // one per layer (all full when the config has none)
   std::optional<int64_t> sliding_window;  // set only when some layer slides
 
   std::optional<int64_t> bos_token_id;
@@ -119,6 +119,7 @@ ModelConfig loadModelConfig(const std::filesystem::path& path);
 // for i in [0, n) with round-half-to-even (Python's round). Computed in exact integer arithmetic,
 // which equals Python's float result for every L_t, n in range. InvalidArgument if
 // num_draft_layers < 1 or num_target_layers < 1.
-std::vector<int64_t> defaultDFlashTargetLayerIds(int64_t num_target_layers, int64_t num_draft_layers);
+std::vector<int64_t> defaultDFlashTargetLayerIds(int64_t num_target_layers,
+                                                 int64_t num_draft_layers);
 
 }  // namespace es::model

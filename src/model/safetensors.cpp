@@ -18,8 +18,8 @@ using nlohmann::json;
 // Names from the safetensors Dtype enum that this runtime does not load; listed so the error
 // can say "unsupported" rather than "unknown".
 constexpr std::string_view kKnownUnsupportedDTypes[] = {
-    "BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64", "F64",
-    "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
+    "BOOL", "U8",      "I8",      "I16",     "U16", "I32",     "U32",     "I64", "U64",
+    "F64",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
 // A JSON value, shortened for an error message (a hostile header may hold megabytes).
 std::string shortJson(const json& value) {
@@ -59,17 +59,20 @@ TensorInfo parseTensorEntry(const std::string& name, const json& entry, std::str
   info.name = name;
 
   const json& dtype = entry.at("dtype");
-  if (!dtype.is_string()) ES_THROW(FormatError, where, ": 'dtype' must be a string, got ", shortJson(dtype));
+  if (!dtype.is_string())
+    ES_THROW(FormatError, where, ": 'dtype' must be a string, got ", shortJson(dtype));
   const auto& dtype_text = dtype.get_ref<const std::string&>();
   if (!safetensorsDTypeFromName(dtype_text, &info.dtype)) {
-    const bool known = std::find(std::begin(kKnownUnsupportedDTypes), std::end(kKnownUnsupportedDTypes),
-                                 dtype_text) != std::end(kKnownUnsupportedDTypes);
+    const bool known =
+        std::find(std::begin(kKnownUnsupportedDTypes), std::end(kKnownUnsupportedDTypes),
+                  dtype_text) != std::end(kKnownUnsupportedDTypes);
     ES_THROW(FormatError, where, ": ", known ? "unsupported" : "unknown", " dtype ",
              quoteShort(dtype_text), " (supported: BF16, F16, F32)");
   }
 
   const json& shape = entry.at("shape");
-  if (!shape.is_array()) ES_THROW(FormatError, where, ": 'shape' must be an array, got ", shortJson(shape));
+  if (!shape.is_array())
+    ES_THROW(FormatError, where, ": 'shape' must be an array, got ", shortJson(shape));
   if (shape.size() > static_cast<size_t>(kMaxTensorRank)) {
     ES_THROW(FormatError, where, ": rank ", shape.size(), " exceeds the limit ", kMaxTensorRank);
   }
@@ -79,7 +82,8 @@ TensorInfo parseTensorEntry(const std::string& name, const json& entry, std::str
   bool overflow = false;
   for (size_t i = 0; i < shape.size(); ++i) {
     uint64_t dim = 0;
-    if (!readUnsigned(shape[i], &dim) || dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    if (!readUnsigned(shape[i], &dim) ||
+        dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       ES_THROW(FormatError, where, ": shape[", i, "] = ", shortJson(shape[i]),
                " must be an integer in [0, 2^63)");
     }
@@ -87,14 +91,16 @@ TensorInfo parseTensorEntry(const std::string& name, const json& entry, std::str
     if (!overflow && __builtin_mul_overflow(numel, dim, &numel)) overflow = true;
   }
   uint64_t expected_bytes = 0;
-  if (!overflow && __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(info.dtype)), &expected_bytes)) {
+  if (!overflow && __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(info.dtype)),
+                                          &expected_bytes)) {
     overflow = true;
   }
 
   const json& offsets = entry.at("data_offsets");
   if (!offsets.is_array() || offsets.size() != 2 || !readUnsigned(offsets[0], &info.begin) ||
       !readUnsigned(offsets[1], &info.end)) {
-    ES_THROW(FormatError, where, ": 'data_offsets' must be [begin, end] of non-negative integers, got ",
+    ES_THROW(FormatError, where,
+             ": 'data_offsets' must be [begin, end] of non-negative integers, got ",
              shortJson(offsets));
   }
   if (info.begin > info.end) {
@@ -112,7 +118,8 @@ TensorInfo parseTensorEntry(const std::string& name, const json& entry, std::str
     } else {
       os << expected_bytes;
     }
-    os << " bytes but data_offsets [" << info.begin << ", " << info.end << ") hold " << info.byteSize();
+    os << " bytes but data_offsets [" << info.begin << ", " << info.end << ") hold "
+       << info.byteSize();
     throw FormatError(os.str());
   }
   return info;
@@ -169,7 +176,8 @@ SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file, std::str
     ES_THROW(FormatError, source, ": header length ", n, " is past the end of the file (",
              available, " bytes after the length field; truncated?)");
   }
-  if (n < 2) ES_THROW(FormatError, source, ": header length ", n, " is too short for a JSON object");
+  if (n < 2)
+    ES_THROW(FormatError, source, ": header length ", n, " is too short for a JSON object");
 
   SafetensorsHeader header;
   header.header_bytes = n;
@@ -252,8 +260,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
 const TensorInfo& SafetensorsFile::info(std::string_view name) const {
   const TensorInfo* t = header_.find(name);
   if (t == nullptr) {
-    ES_THROW(InvalidArgument, "SafetensorsFile::info: argument 'name' = ", name, " is not a tensor of ",
-             path_.string());
+    ES_THROW(InvalidArgument, "SafetensorsFile::info: argument 'name' = ", name,
+             " is not a tensor of ", path_.string());
   }
   return *t;
 }

@@ -38,10 +38,10 @@ struct TensorInfo {
 };
 
 struct SafetensorsHeader {
-  uint64_t header_bytes = 0;  // N, the JSON length
-  uint64_t data_offset = 0;   // 8 + N: where the data section starts in the file
-  uint64_t data_bytes = 0;    // file size - data_offset
-  std::vector<TensorInfo> tensors;  // sorted by name, names unique
+  uint64_t header_bytes = 0;                    // N, the JSON length
+  uint64_t data_offset = 0;                     // 8 + N: where the data section starts in the file
+  uint64_t data_bytes = 0;                      // file size - data_offset
+  std::vector<TensorInfo> tensors;              // sorted by name, names unique
   std::map<std::string, std::string> metadata;  // "__metadata__"; non-string values as JSON
 
   // nullptr when absent.

@@ -35,8 +35,8 @@ DType chooseMatrixDtype(const WeightStore& store, const ModelConfig& c, DType co
   if (compute != DType::kF32 || store.isGguf()) return compute;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = layerPrefix(c, l);
-    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                          "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
       if (store.info(p + m + ".weight").dtype != DType::kBF16) return compute;
     }
   }
@@ -45,8 +45,8 @@ DType chooseMatrixDtype(const WeightStore& store, const ModelConfig& c, DType co
 
 }  // namespace
 
-TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend,
-                         int32_t maxTokens, std::vector<int32_t> tapLayers, int32_t maxLogitRows)
+TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend, int32_t maxTokens,
+                         std::vector<int32_t> tapLayers, int32_t maxLogitRows)
     : config_(loadModelConfig(dir)),
       backend_(backend),
       dtype_(backend.computeDtype()),
@@ -54,12 +54,12 @@ TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend
       maxTokens_(maxTokens),
       maxLogitRows_(maxLogitRows == 0 ? maxTokens : maxLogitRows),
       tapLayers_(std::move(tapLayers)) {
-  ES_CHECK_ARG(!config_.isDraft(), "TargetModel", "architecture", architectureName(config_.architecture),
-               "is a draft model, not a target");
+  ES_CHECK_ARG(!config_.isDraft(), "TargetModel", "architecture",
+               architectureName(config_.architecture), "is a draft model, not a target");
   ES_CHECK_ARG(maxTokens > 0 && maxTokens <= (1 << 20), "TargetModel", "maxTokens", maxTokens,
                "must be in [1, 1048576]");
-  ES_CHECK_ARG(maxLogitRows >= 0 && maxLogitRows <= maxTokens, "TargetModel", "maxLogitRows", maxLogitRows,
-               "must be in [0, maxTokens = ", maxTokens, "] (0: maxTokens)");
+  ES_CHECK_ARG(maxLogitRows >= 0 && maxLogitRows <= maxTokens, "TargetModel", "maxLogitRows",
+               maxLogitRows, "must be in [0, maxTokens = ", maxTokens, "] (0: maxTokens)");
   ES_CHECK_ARG(config_.head_dim == 64 || config_.head_dim == 128 || config_.head_dim == 256,
                "TargetModel", "head_dim", config_.head_dim, "must be 64, 128 or 256");
   for (int32_t t : tapLayers_) {
@@ -115,10 +115,12 @@ void TargetModel::loadWeights(const std::filesystem::path& dir) {
     const std::string p = layerPrefix(c, l);
     w.inputNorm = one(p + "input_layernorm.weight");
     w.postNorm = one(p + "post_attention_layernorm.weight");
-    const std::string q = p + "self_attn.q_proj", k = p + "self_attn.k_proj", v = p + "self_attn.v_proj";
+    const std::string q = p + "self_attn.q_proj", k = p + "self_attn.k_proj",
+                      v = p + "self_attn.v_proj";
     w.qkv = matrix({q + ".weight", k + ".weight", v + ".weight"});
     if (c.qkv_bias) {
-      w.qkvBias = uploadConcatenated(backend_, store, {q + ".bias", k + ".bias", v + ".bias"}, dtype_);
+      w.qkvBias =
+          uploadConcatenated(backend_, store, {q + ".bias", k + ".bias", v + ".bias"}, dtype_);
     }
     w.qNorm = optional(c.qk_norm, p + "self_attn.q_norm.weight");
     w.kNorm = optional(c.qk_norm, p + "self_attn.k_norm.weight");
@@ -132,15 +134,17 @@ void TargetModel::loadWeights(const std::filesystem::path& dir) {
     if (gateUpLayout_ == kernel::GateUpLayout::kInterleaved8) {
       w.gateUp = interleaveGateUp(backend_, w.gateUp, c.intermediate_size,
                                   c.hidden_size * dtype_size(matrixDtype_));
-      if (c.mlp_bias) w.gateUpBias = interleaveGateUp(backend_, w.gateUpBias, c.intermediate_size, dtype_size(dtype_));
+      if (c.mlp_bias)
+        w.gateUpBias =
+            interleaveGateUp(backend_, w.gateUpBias, c.intermediate_size, dtype_size(dtype_));
     }
     w.down = matrix({p + "mlp.down_proj.weight"});
     w.downBias = optional(c.mlp_bias, p + "mlp.down_proj.bias");
   }
   weightBytes_ = embed_.bytes() + finalNorm_.bytes() + lmHead_.bytes();
   for (const TargetLayerWeights& w : layers_) {
-    for (const Buffer* b : {&w.inputNorm, &w.postNorm, &w.qkv, &w.qkvBias, &w.qNorm, &w.kNorm,
-                            &w.o, &w.oBias, &w.gateUp, &w.gateUpBias, &w.down, &w.downBias}) {
+    for (const Buffer* b : {&w.inputNorm, &w.postNorm, &w.qkv, &w.qkvBias, &w.qNorm, &w.kNorm, &w.o,
+                            &w.oBias, &w.gateUp, &w.gateUpBias, &w.down, &w.downBias}) {
       weightBytes_ += b->bytes();
     }
   }
@@ -169,13 +173,15 @@ void TargetModel::allocateWorkspace() {
   alloc(act_, T * c.intermediate_size * es);
   alloc(rows_, int64_t{maxLogitRows_} * c.hidden_size * es);
   alloc(logits_, int64_t{maxLogitRows_} * c.vocab_size * 4);
-  if (!tapLayers_.empty()) alloc(taps_, static_cast<int64_t>(tapLayers_.size()) * T * c.hidden_size * es);
+  if (!tapLayers_.empty())
+    alloc(taps_, static_cast<int64_t>(tapLayers_.size()) * T * c.hidden_size * es);
   // Split-KV partials of decode/verify-shaped attention (rows <= 16 per sequence), for any batch
   // of this workspace and any context the RoPE table allows (the CPU reference needs none).
   if (backend_.space() == MemorySpace::kDevice) {
     const int64_t bytes = kernel::pagedAttentionWorkspaceBytes(
         maxTokens_, kernel::kSplitKvMaxQSeqLen, static_cast<int32_t>(c.num_attention_heads),
-        static_cast<int32_t>(c.num_key_value_heads), static_cast<int32_t>(c.head_dim), maxPositions_, maxTokens_);
+        static_cast<int32_t>(c.num_key_value_heads), static_cast<int32_t>(c.head_dim),
+        maxPositions_, maxTokens_);
     if (bytes > 0) alloc(attnSplit_, bytes);
   }
 }
@@ -190,9 +196,10 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
   ES_CHECK_ARG(b.positions.size() == b.tokens.size() && b.tokenToSequence.size() == b.tokens.size(),
                "TargetModel::forward", "positions/tokenToSequence size", b.positions.size(),
                "must equal tokens.size() = ", T);
-  ES_CHECK_ARG(B > 0 && B <= cache.maxBatchSize() && b.cuQSeqLens.size() == static_cast<size_t>(B) + 1,
-               "TargetModel::forward", "kvLengths.size()", B,
-               "must be in [1, maxBatch] with cuQSeqLens of B + 1 entries");
+  ES_CHECK_ARG(
+      B > 0 && B <= cache.maxBatchSize() && b.cuQSeqLens.size() == static_cast<size_t>(B) + 1,
+      "TargetModel::forward", "kvLengths.size()", B,
+      "must be in [1, maxBatch] with cuQSeqLens of B + 1 entries");
   ES_CHECK_ARG(b.cuQSeqLens.front() == 0 && b.cuQSeqLens.back() == T, "TargetModel::forward",
                "cuQSeqLens", b.cuQSeqLens.back(), "must run from 0 to tokens.size() = ", T);
   for (int32_t t : b.tokens) {
@@ -207,17 +214,21 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
   ES_CHECK_ARG(R <= maxLogitRows_, "TargetModel::forward", "logitRows.size()", R,
                "must be <= maxLogitRows = ", maxLogitRows_);
   for (int32_t r : b.logitRows) {
-    ES_CHECK_ARG(r >= 0 && r < T, "TargetModel::forward", "logitRows", r, "must be in [0, ", T, ")");
+    ES_CHECK_ARG(r >= 0 && r < T, "TargetModel::forward", "logitRows", r, "must be in [0, ", T,
+                 ")");
   }
   int32_t maxQ = 0;
-  for (int32_t s = 0; s < B; ++s) maxQ = std::max(maxQ, b.cuQSeqLens[static_cast<size_t>(s) + 1] - b.cuQSeqLens[static_cast<size_t>(s)]);
+  for (int32_t s = 0; s < B; ++s)
+    maxQ = std::max(
+        maxQ, b.cuQSeqLens[static_cast<size_t>(s) + 1] - b.cuQSeqLens[static_cast<size_t>(s)]);
   if (cache.swaPages()) {
     // Every key a sliding row can see, (position - W, position], must be mapped in the window
     // table: unmapped pages are skipped by the kernels, which would silently drop keys.
     const int64_t W = cache.plan().slidingWindow;
     for (int32_t s = 0; s < B; ++s) {
       int64_t lo = INT64_MAX, hi = -1;
-      for (int32_t r = b.cuQSeqLens[static_cast<size_t>(s)]; r < b.cuQSeqLens[static_cast<size_t>(s) + 1]; ++r) {
+      for (int32_t r = b.cuQSeqLens[static_cast<size_t>(s)];
+           r < b.cuQSeqLens[static_cast<size_t>(s) + 1]; ++r) {
         const int32_t p = b.positions[static_cast<size_t>(r)];
         if (p < 0) continue;
         lo = std::min<int64_t>(lo, std::max<int64_t>(0, p - W + 1));
@@ -229,8 +240,8 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
   const int32_t maskWords = (maxQ + 31) / 32;
   if (b.mask == kernel::AttentionMask::kPackedTree) {
     ES_CHECK_ARG(b.packedMask.size() == static_cast<size_t>(T) * maskWords, "TargetModel::forward",
-                 "packedMask.size()", b.packedMask.size(), "must be tokens * ceil(maxQ/32) = ",
-                 static_cast<int64_t>(T) * maskWords);
+                 "packedMask.size()", b.packedMask.size(),
+                 "must be tokens * ceil(maxQ/32) = ", static_cast<int64_t>(T) * maskWords);
   }
 
   // Metadata to the backend: tokens | positions | owners | cuQ | kvLens | logitRows | mask.
@@ -245,20 +256,30 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
                oOwner = append(b.tokenToSequence), oCuQ = append(b.cuQSeqLens),
                oKvLen = append(b.kvLengths), oRows = append(b.logitRows),
                oMask = append(b.packedMask);
-  if (meta_.bytes() < static_cast<int64_t>(meta.size() * 4)) meta_ = backend_.allocate(static_cast<int64_t>(meta.size()) * 4);
+  if (meta_.bytes() < static_cast<int64_t>(meta.size() * 4))
+    meta_ = backend_.allocate(static_cast<int64_t>(meta.size()) * 4);
   backend_.copyFromHost(meta_.data(), meta.data(), static_cast<int64_t>(meta.size()) * 4);
   const int32_t* dmeta = meta_.as<int32_t>();
 
   DeviceForwardBatch d;
-  d.tokens = dmeta + oTokens; d.positions = dmeta + oPos; d.tokenToSequence = dmeta + oOwner;
-  d.cuQSeqLens = dmeta + oCuQ; d.kvLengths = dmeta + oKvLen; d.logitRows = dmeta + oRows;
+  d.tokens = dmeta + oTokens;
+  d.positions = dmeta + oPos;
+  d.tokenToSequence = dmeta + oOwner;
+  d.cuQSeqLens = dmeta + oCuQ;
+  d.kvLengths = dmeta + oKvLen;
+  d.logitRows = dmeta + oRows;
   d.packedMask = b.mask == kernel::AttentionMask::kPackedTree ? dmeta + oMask : nullptr;
-  d.numTokens = T; d.batchSize = B; d.maxQSeqLen = maxQ; d.numLogitRows = R; d.mask = b.mask;
+  d.numTokens = T;
+  d.batchSize = B;
+  d.maxQSeqLen = maxQ;
+  d.numLogitRows = R;
+  d.mask = b.mask;
   forwardDevice(d, cache);
 
   ForwardResult result;
   if (R > 0) {
-    result.logits = toHostFloats(backend_, logits_.data(), DType::kF32, static_cast<int64_t>(R) * c.vocab_size);
+    result.logits =
+        toHostFloats(backend_, logits_.data(), DType::kF32, static_cast<int64_t>(R) * c.vocab_size);
   }
   if (!tapLayers_.empty()) {
     result.taps = toHostFloats(backend_, taps_.data(), dtype_,
@@ -278,31 +299,37 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
   constexpr const char* kWhere = "TargetModel::forwardDevice";
   const ModelConfig& c = config_;
   const int32_t T = b.numTokens, B = b.batchSize, R = b.numLogitRows, maxQ = b.maxQSeqLen;
-  ES_CHECK_ARG(T > 0 && T <= maxTokens_, kWhere, "numTokens", T, "must be in [1, maxTokens = ", maxTokens_, "]");
-  ES_CHECK_ARG(B > 0 && B <= cache.maxBatchSize(), kWhere, "batchSize", B, "must be in [1, cache maxBatchSize = ",
-               cache.maxBatchSize(), "]");
-  ES_CHECK_ARG(R >= 0 && R <= maxLogitRows_, kWhere, "numLogitRows", R, "must be in [0, maxLogitRows = ",
-               maxLogitRows_, "]");
-  ES_CHECK_ARG(maxQ > 0 && maxQ <= T, kWhere, "maxQSeqLen", maxQ, "must be in [1, numTokens = ", T, "]");
+  ES_CHECK_ARG(T > 0 && T <= maxTokens_, kWhere, "numTokens", T,
+               "must be in [1, maxTokens = ", maxTokens_, "]");
+  ES_CHECK_ARG(B > 0 && B <= cache.maxBatchSize(), kWhere, "batchSize", B,
+               "must be in [1, cache maxBatchSize = ", cache.maxBatchSize(), "]");
+  ES_CHECK_ARG(R >= 0 && R <= maxLogitRows_, kWhere, "numLogitRows", R,
+               "must be in [0, maxLogitRows = ", maxLogitRows_, "]");
+  ES_CHECK_ARG(maxQ > 0 && maxQ <= T, kWhere, "maxQSeqLen", maxQ, "must be in [1, numTokens = ", T,
+               "]");
   ES_CHECK_ARG(b.tokens && b.positions && b.tokenToSequence && b.cuQSeqLens && b.kvLengths, kWhere,
                "tokens/positions/tokenToSequence/cuQSeqLens/kvLengths", "null", "must not be null");
-  ES_CHECK_ARG(R == 0 || b.logitRows, kWhere, "logitRows", "null", "must not be null when numLogitRows > 0");
-  ES_CHECK_ARG(b.mask != kernel::AttentionMask::kPackedTree || b.packedMask, kWhere, "packedMask", "null",
-               "must not be null for a tree mask");
+  ES_CHECK_ARG(R == 0 || b.logitRows, kWhere, "logitRows", "null",
+               "must not be null when numLogitRows > 0");
+  ES_CHECK_ARG(b.mask != kernel::AttentionMask::kPackedTree || b.packedMask, kWhere, "packedMask",
+               "null", "must not be null for a tree mask");
   ES_CHECK_ARG(cache.space() == backend_.space(), kWhere, "cache memory space",
                static_cast<int>(cache.space()), "must be the backend's");
   kv::PageTable& table = cache.basePageTable();
   const kv::KvCachePlan& plan = cache.plan();
   ES_CHECK_ARG(static_cast<int64_t>(plan.base.size()) == c.num_hidden_layers, kWhere,
-               "cache base layers", plan.base.size(), "must equal num_hidden_layers = ", c.num_hidden_layers);
+               "cache base layers", plan.base.size(),
+               "must equal num_hidden_layers = ", c.num_hidden_layers);
   for (size_t l = 0; l < plan.base.size(); ++l) {
     // A reduced layer's pool holds only its window: the layer must attend within that window.
-    const bool sliding = l < c.layer_types.size() && c.layer_types[l] == LayerType::kSlidingAttention;
-    ES_CHECK_ARG(!plan.base[l].reduced || (sliding && c.sliding_window.value_or(0) == plan.slidingWindow),
-                 kWhere, "cache layer " + std::to_string(l) + " window", plan.base[l].capacity,
-                 "is bounded, but the model's layer ", sliding ? "slides over " : "is full attention",
-                 sliding ? std::to_string(c.sliding_window.value_or(0)) : std::string(),
-                 " (build the cache from kvLayerShapes)");
+    const bool sliding =
+        l < c.layer_types.size() && c.layer_types[l] == LayerType::kSlidingAttention;
+    ES_CHECK_ARG(
+        !plan.base[l].reduced || (sliding && c.sliding_window.value_or(0) == plan.slidingWindow),
+        kWhere, "cache layer " + std::to_string(l) + " window", plan.base[l].capacity,
+        "is bounded, but the model's layer ", sliding ? "slides over " : "is full attention",
+        sliding ? std::to_string(c.sliding_window.value_or(0)) : std::string(),
+        " (build the cache from kvLayerShapes)");
   }
   // Both copies are current after this (a no-op when syncPageTable just ran).
   const auto [pageTable, windowTable] = syncPageTable(cache);
@@ -335,8 +362,14 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     backend_.linear(linearParams(x, w, bias, y, m, n, k, outDtype, wDtype));
   };
   auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
-    backend_.rmsNorm({.x = x, .residual = residual, .weight = w.data(), .out = out, .rows = T,
-                      .hiddenSize = H, .eps = eps, .dtype = dtype_});
+    backend_.rmsNorm({.x = x,
+                      .residual = residual,
+                      .weight = w.data(),
+                      .out = out,
+                      .rows = T,
+                      .hiddenSize = H,
+                      .eps = eps,
+                      .dtype = dtype_});
   };
   auto saveTap = [&](int32_t layer) {
     for (size_t i = 0; i < tapLayers_.size(); ++i) {
@@ -347,9 +380,13 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     }
   };
 
-  backend_.embedding({.tokens = b.tokens, .table = embed_.data(), .out = residual_.data(),
-                      .numTokens = T, .vocabSize = static_cast<int32_t>(c.vocab_size),
-                      .hiddenSize = H, .dtype = dtype_});
+  backend_.embedding({.tokens = b.tokens,
+                      .table = embed_.data(),
+                      .out = residual_.data(),
+                      .numTokens = T,
+                      .vocabSize = static_cast<int32_t>(c.vocab_size),
+                      .hiddenSize = H,
+                      .dtype = dtype_});
 
   // A single-sequence cache's decode and verify rows (<= 16) may have each RMSNorm fused into
   // the linear layer after it and each residual add into the one before it (linear.h:
@@ -373,12 +410,12 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     // residual += previous layer's MLP output, then the input norm (both fused into the linear
     // layers with fusedNorms).
     if (!fusedNorms) {
-      norm(l == 0 ? residual_.data() : tmp_.data(), l == 0 ? nullptr : residual_.data(), w.inputNorm,
-           normed_.data());
+      norm(l == 0 ? residual_.data() : tmp_.data(), l == 0 ? nullptr : residual_.data(),
+           w.inputNorm, normed_.data());
     }
     if (l > 0) saveTap(l - 1);
-    kernel::LinearParams qkv = linearParams(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H,
-                                            dtype_, matrixDtype_);
+    kernel::LinearParams qkv = linearParams(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T,
+                                            qkvDim, H, dtype_, matrixDtype_);
     normedInput(qkv, w.inputNorm);
     backend_.linear(qkv);
 
@@ -436,8 +473,8 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
         .maxKvLength = std::min(cache.capacity(), maxPositions_),
         .workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr,
         .workspaceBytes = attnSplit_.bytes()};
-    kernel::LinearParams o = linearParams(attn_.data(), w.o, w.oBias, blockOut, T, H, Hq * D, dtype_,
-                                          matrixDtype_);
+    kernel::LinearParams o =
+        linearParams(attn_.data(), w.o, w.oBias, blockOut, T, H, Hq * D, dtype_, matrixDtype_);
     o.accumulate = fusedNorms;
     att.nextFillsSms = backend_.linearFillsSms(o);  // the o projection comes right after
     backend_.pagedAttention(att);
@@ -451,19 +488,26 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
         .layout = gateUpLayout_};
     normedInput(mlp.linear, w.postNorm);
     backend_.gateUpSwiglu(mlp);
-    kernel::LinearParams down = linearParams(act_.data(), w.down, w.downBias, blockOut, T, H, I, dtype_,
-                                             matrixDtype_);
+    kernel::LinearParams down =
+        linearParams(act_.data(), w.down, w.downBias, blockOut, T, H, I, dtype_, matrixDtype_);
     down.accumulate = fusedNorms;
     backend_.linear(down);
   }
-  if (fusedNorms) norm(residual_.data(), nullptr, finalNorm_, normed_.data());
-  else norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());
+  if (fusedNorms)
+    norm(residual_.data(), nullptr, finalNorm_, normed_.data());
+  else
+    norm(tmp_.data(), residual_.data(), finalNorm_, normed_.data());
   saveTap(static_cast<int32_t>(c.num_hidden_layers) - 1);
 
   if (R > 0) {
     // Row gather: the rows are the "vocabulary".
-    backend_.embedding({.tokens = b.logitRows, .table = normed_.data(), .out = rows_.data(),
-                        .numTokens = R, .vocabSize = T, .hiddenSize = H, .dtype = dtype_});
+    backend_.embedding({.tokens = b.logitRows,
+                        .table = normed_.data(),
+                        .out = rows_.data(),
+                        .numTokens = R,
+                        .vocabSize = T,
+                        .hiddenSize = H,
+                        .dtype = dtype_});
     linear(rows_.data(), lmHead_.bytes() ? lmHead_ : embed_, Buffer(), logits_.data(), R,
            static_cast<int32_t>(c.vocab_size), H, DType::kF32, dtype_);
   }

@@ -21,18 +21,18 @@
 namespace es::model {
 
 struct TargetLayerWeights {
-  Buffer inputNorm;      // [H]
-  Buffer postNorm;       // [H]
-  Buffer qkv;            // [(Hq + 2 Hkv) D, H]   q_proj | k_proj | v_proj rows
-  Buffer qkvBias;        // [(Hq + 2 Hkv) D] or empty
-  Buffer qNorm;          // [D] or empty (Qwen3)
-  Buffer kNorm;          // [D] or empty
-  Buffer o;              // [H, Hq D]
-  Buffer oBias;          // [H] or empty
-  Buffer gateUp;         // [2 I, H]   gate_proj and up_proj rows in TargetModel::gateUpLayout_
-  Buffer gateUpBias;     // [2 I] or empty, same order
-  Buffer down;           // [H, I]
-  Buffer downBias;       // [H] or empty
+  Buffer inputNorm;   // [H]
+  Buffer postNorm;    // [H]
+  Buffer qkv;         // [(Hq + 2 Hkv) D, H]   q_proj | k_proj | v_proj rows
+  Buffer qkvBias;     // [(Hq + 2 Hkv) D] or empty
+  Buffer qNorm;       // [D] or empty (Qwen3)
+  Buffer kNorm;       // [D] or empty
+  Buffer o;           // [H, Hq D]
+  Buffer oBias;       // [H] or empty
+  Buffer gateUp;      // [2 I, H]   gate_proj and up_proj rows in TargetModel::gateUpLayout_
+  Buffer gateUpBias;  // [2 I] or empty, same order
+  Buffer down;        // [H, I]
+  Buffer downBias;    // [H] or empty
 };
 
 // One forward's rows, on the host; the model copies them to the backend.
@@ -43,8 +43,8 @@ struct ForwardBatch {
   std::vector<int32_t> cuQSeqLens;       // [B + 1] ragged row offsets per sequence
   std::vector<int32_t> kvLengths;        // [B] keys per sequence after this forward's writes
   kernel::AttentionMask mask = kernel::AttentionMask::kCausal;
-  std::vector<int32_t> packedMask;       // [T, ceil(maxQ/32)] for kPackedTree
-  std::vector<int32_t> logitRows;        // rows whose logits are wanted (may be empty)
+  std::vector<int32_t> packedMask;  // [T, ceil(maxQ/32)] for kPackedTree
+  std::vector<int32_t> logitRows;   // rows whose logits are wanted (may be empty)
 };
 
 // The same rows with every array already in backend memory (the device-resident loop: nothing
@@ -56,11 +56,11 @@ struct DeviceForwardBatch {
   const int32_t* cuQSeqLens = nullptr;       // [batchSize + 1] i32
   const int32_t* kvLengths = nullptr;        // [batchSize] i32
   const int32_t* logitRows = nullptr;        // [numLogitRows] i32 (null when 0)
-  const int32_t* packedMask = nullptr;       // [numTokens, ceil(maxQSeqLen/32)] i32, kPackedTree only
-  int32_t numTokens = 0;                     // T in [1, maxTokens]
-  int32_t batchSize = 0;                     // B in [1, cache maxBatchSize]
-  int32_t maxQSeqLen = 0;                    // >= every sequence's rows
-  int32_t numLogitRows = 0;                  // R in [0, maxTokens]
+  const int32_t* packedMask = nullptr;  // [numTokens, ceil(maxQSeqLen/32)] i32, kPackedTree only
+  int32_t numTokens = 0;                // T in [1, maxTokens]
+  int32_t batchSize = 0;                // B in [1, cache maxBatchSize]
+  int32_t maxQSeqLen = 0;               // >= every sequence's rows
+  int32_t numLogitRows = 0;             // R in [0, maxTokens]
   kernel::AttentionMask mask = kernel::AttentionMask::kCausal;
 };
 
@@ -127,9 +127,11 @@ class TargetModel {
   ModelConfig config_;
   ops::Backend& backend_;
   DType dtype_;
-  DType matrixDtype_;  // the layer matrices' dtype on the backend: dtype_, or bf16 on the CPU (loadWeights)
+  DType matrixDtype_;  // the layer matrices' dtype on the backend: dtype_, or bf16 on the CPU
+                       // (loadWeights)
   // Row order of the gate/up matrices (kernels/swiglu.h): kInterleaved8 whenever the intermediate
-  // size allows (the decode gemv then applies SwiGLU in its epilogue), else the checkpoint's halves.
+  // size allows (the decode gemv then applies SwiGLU in its epilogue), else the checkpoint's
+  // halves.
   kernel::GateUpLayout gateUpLayout_ = kernel::GateUpLayout::kHalves;
   int32_t maxTokens_;
   int32_t maxLogitRows_;  // in [1, maxTokens]
@@ -146,9 +148,9 @@ class TargetModel {
 
   // Workspace, sized for maxTokens rows.
   Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, rows_, logits_, taps_;
-  Buffer attnSplit_;     // split-KV attention partials (CUDA backend; empty when none are needed)
-  Buffer meta_;          // i32 metadata, see forward()
-  BackendPageTable pageTable_;  // backend copy of the base page table
+  Buffer attnSplit_;  // split-KV attention partials (CUDA backend; empty when none are needed)
+  Buffer meta_;       // i32 metadata, see forward()
+  BackendPageTable pageTable_;     // backend copy of the base page table
   BackendPageTable swaPageTable_;  // backend copy of the window table (reduced layers)
 };
 

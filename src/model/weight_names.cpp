@@ -12,14 +12,17 @@ namespace {
 constexpr size_t kListedPerCategory = 8;
 
 bool endsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void appendCategory(std::ostringstream& os, const char* what, const std::vector<std::string>& items) {
+void appendCategory(std::ostringstream& os, const char* what,
+                    const std::vector<std::string>& items) {
   if (items.empty()) return;
   os << "\n  " << items.size() << " " << what << ":";
   for (size_t i = 0; i < items.size() && i < kListedPerCategory; ++i) os << "\n    " << items[i];
-  if (items.size() > kListedPerCategory) os << "\n    ... and " << items.size() - kListedPerCategory << " more";
+  if (items.size() > kListedPerCategory)
+    os << "\n    ... and " << items.size() - kListedPerCategory << " more";
 }
 
 }  // namespace
@@ -110,7 +113,8 @@ WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& conf
     }
     const TensorInfo& info = store.info(e.name);
     if (info.shape != e.shape) {
-      wrong_shape.push_back(e.name + ": expected " + shapeText(e.shape) + ", found " + shapeText(info.shape));
+      wrong_shape.push_back(e.name + ": expected " + shapeText(e.shape) + ", found " +
+                            shapeText(info.shape));
     }
     // The safetensors parser admits only these today; checked here too because it is the
     // contract the backends rely on, whatever the reader learns later.
@@ -122,8 +126,9 @@ WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& conf
 
   for (const std::string& name : store.names()) {
     if (expected.find(name) != expected.end()) continue;
-    const bool tolerated = endsWith(name, ".rotary_emb.inv_freq") ||
-                           (!config.isDraft() && config.tie_word_embeddings && name == "lm_head.weight");
+    const bool tolerated =
+        endsWith(name, ".rotary_emb.inv_freq") ||
+        (!config.isDraft() && config.tie_word_embeddings && name == "lm_head.weight");
     if (tolerated) {
       report.ignored.push_back(name);
     } else {
@@ -142,8 +147,9 @@ WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& conf
     throw FormatError(os.str());
   }
   for (const std::string& name : report.ignored) {
-    ES_LOG_WARN(store.source(), ": ignoring tensor ", name,
-                name == "lm_head.weight" ? " (embeddings are tied)" : " (recomputed from the config)");
+    ES_LOG_WARN(
+        store.source(), ": ignoring tensor ", name,
+        name == "lm_head.weight" ? " (embeddings are tied)" : " (recomputed from the config)");
   }
   return report;
 }

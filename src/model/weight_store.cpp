@@ -139,8 +139,8 @@ WeightStore WeightStore::openFolder(const fs::path& dir) {
                  "' that weight_map does not list");
       }
       if (listed_it->second != shard) {
-        ES_THROW(FormatError, where, ": weight_map puts tensor '", t.name, "' in '", listed_it->second,
-                 "' but it is in '", shard, "'");
+        ES_THROW(FormatError, where, ": weight_map puts tensor '", t.name, "' in '",
+                 listed_it->second, "' but it is in '", shard, "'");
       }
     }
   }
@@ -160,12 +160,15 @@ std::vector<std::string> WeightStore::names() const {
   return out;
 }
 
-bool WeightStore::contains(std::string_view name) const { return location_.find(name) != location_.end(); }
+bool WeightStore::contains(std::string_view name) const {
+  return location_.find(name) != location_.end();
+}
 
 size_t WeightStore::indexOf(std::string_view name) const {
   auto it = location_.find(name);
   if (it == location_.end()) {
-    ES_THROW(InvalidArgument, "WeightStore: argument 'name' = ", name, " is not a tensor of ", source_);
+    ES_THROW(InvalidArgument, "WeightStore: argument 'name' = ", name, " is not a tensor of ",
+             source_);
   }
   return it->second;
 }
@@ -178,8 +181,9 @@ const TensorInfo& WeightStore::info(std::string_view name) const {
 TensorView WeightStore::view(std::string_view name) const {
   const size_t i = indexOf(name);
   if (gguf_) {
-    ES_THROW(InvalidArgument, "WeightStore::view: argument 'name' = ", name, " is a tensor of the GGUF file ",
-             source_, ", which has no mapped view in ", dtype_name(gguf_->dtype()), "; use read()");
+    ES_THROW(InvalidArgument, "WeightStore::view: argument 'name' = ", name,
+             " is a tensor of the GGUF file ", source_, ", which has no mapped view in ",
+             dtype_name(gguf_->dtype()), "; use read()");
   }
   return files_[i].view(name);
 }
@@ -212,8 +216,8 @@ std::string WeightStore::ggufOrigin(std::string_view name) const {
 const SafetensorsFile& WeightStore::fileOf(std::string_view name) const {
   const size_t i = indexOf(name);
   if (gguf_) {
-    ES_THROW(InvalidArgument, "WeightStore::fileOf: argument 'name' = ", name, " is a tensor of the GGUF file ",
-             source_, ", not of a safetensors file");
+    ES_THROW(InvalidArgument, "WeightStore::fileOf: argument 'name' = ", name,
+             " is a tensor of the GGUF file ", source_, ", not of a safetensors file");
   }
   return files_[i];
 }

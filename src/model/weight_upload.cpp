@@ -24,7 +24,8 @@ void uploadTensor(ops::Backend& backend, const WeightStore& store, std::string_v
     return;
   }
   const int64_t chunkElems = kUploadChunkBytes / 4;
-  std::vector<uint8_t> staging(static_cast<size_t>(std::min(numel, chunkElems) * dtype_size(dtype)));
+  std::vector<uint8_t> staging(
+      static_cast<size_t>(std::min(numel, chunkElems) * dtype_size(dtype)));
   for (int64_t first = 0; first < numel; first += chunkElems) {
     const int64_t n = std::min(chunkElems, numel - first);
     for (int64_t i = 0; i < n; ++i) {
@@ -47,7 +48,8 @@ Buffer uploadConcatenated(ops::Backend& backend, const WeightStore& store,
   return buffer;
 }
 
-Buffer interleaveGateUp(ops::Backend& backend, const Buffer& halves, int64_t features, int64_t rowBytes) {
+Buffer interleaveGateUp(ops::Backend& backend, const Buffer& halves, int64_t features,
+                        int64_t rowBytes) {
   constexpr int64_t G = kernel::kGateUpGroup;
   ES_CHECK_ARG(features > 0 && features % G == 0, "interleaveGateUp", "features", features,
                "must be a positive multiple of 8");
@@ -57,8 +59,8 @@ Buffer interleaveGateUp(ops::Backend& backend, const Buffer& halves, int64_t fea
   const int64_t groupBytes = G * rowBytes;
   // Gate group g -> rows [16g, 16g + 8) of out, up group g -> rows [16g + 8, 16g + 16).
   backend.copy2D(out.data(), 2 * groupBytes, halves.data(), groupBytes, groupBytes, features / G);
-  backend.copy2D(out.as<uint8_t>() + groupBytes, 2 * groupBytes, halves.as<uint8_t>() + features * rowBytes,
-                 groupBytes, groupBytes, features / G);
+  backend.copy2D(out.as<uint8_t>() + groupBytes, 2 * groupBytes,
+                 halves.as<uint8_t>() + features * rowBytes, groupBytes, groupBytes, features / G);
   backend.synchronize();  // the copies have read `halves` before the caller frees it
   return out;
 }

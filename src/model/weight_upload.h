@@ -27,6 +27,7 @@ Buffer uploadConcatenated(ops::Backend& backend, const WeightStore& store,
 // The [2 * features, ...] gate/up matrix (or bias) `halves` (gate rows, then up rows, rowBytes
 // each) reordered into kernel::GateUpLayout::kInterleaved8 (8 gate rows, the 8 up rows of the same
 // features, ...) in a new backend buffer; features % 8 == 0. Two strided copies on the backend.
-Buffer interleaveGateUp(ops::Backend& backend, const Buffer& halves, int64_t features, int64_t rowBytes);
+Buffer interleaveGateUp(ops::Backend& backend, const Buffer& halves, int64_t features,
+                        int64_t rowBytes);
 
 }  // namespace es::model

@@ -53,8 +53,8 @@ class Backend {
   virtual void copyToHost(void* dst, const void* src, int64_t bytes) = 0;
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
   // Backend -> backend, `rows` rows of `rowBytes` each, rows `dstPitch` / `srcPitch` bytes apart.
-  virtual void copy2D(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch, int64_t rowBytes,
-                      int64_t rows) = 0;
+  virtual void copy2D(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch,
+                      int64_t rowBytes, int64_t rows) = 0;
   // Waits for all queued work.
   virtual void synchronize() = 0;
 
@@ -63,7 +63,8 @@ class Backend {
   virtual void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) = 0;
   virtual void pagedAttention(const kernel::PagedAttentionParams& p) = 0;
   virtual void swiglu(const kernel::SwigluParams& p) = 0;
-  // The gate/up projection and SwiGLU (kernels/gate_up_swiglu.h): one kernel on the GPU at decode rows.
+  // The gate/up projection and SwiGLU (kernels/gate_up_swiglu.h): one kernel on the GPU at decode
+  // rows.
   virtual void gateUpSwiglu(const kernel::GateUpSwigluParams& p) = 0;
   virtual void linear(const kernel::LinearParams& p) = 0;
   // Whether linear() fuses LinearParams::normWeight and accumulate at `rows` rows (linear.h):

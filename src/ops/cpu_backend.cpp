@@ -24,7 +24,8 @@ class CpuBackend final : public Backend {
   void copy2D(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch, int64_t rowBytes,
               int64_t rows) override {
     for (int64_t r = 0; r < rows; ++r) {
-      copy(static_cast<uint8_t*>(dst) + r * dstPitch, static_cast<const uint8_t*>(src) + r * srcPitch, rowBytes);
+      copy(static_cast<uint8_t*>(dst) + r * dstPitch,
+           static_cast<const uint8_t*>(src) + r * srcPitch, rowBytes);
     }
   }
   void synchronize() override {}
@@ -37,9 +38,15 @@ class CpuBackend final : public Backend {
   void linear(const kernel::LinearParams& p) override { ref::linear(p); }
   void gateUpSwiglu(const kernel::GateUpSwigluParams& p) override { ref::gateUpSwiglu(p); }
   void argmax(const ArgmaxParams& p) override { ref::argmaxRows(p); }
-  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32& p) override { ref::dflashTargetKVCacheUpdate(p); }
-  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF16& p) override { ref::dflashTargetKVCacheUpdate(p); }
-  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsBF16& p) override { ref::dflashTargetKVCacheUpdate(p); }
+  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32& p) override {
+    ref::dflashTargetKVCacheUpdate(p);
+  }
+  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF16& p) override {
+    ref::dflashTargetKVCacheUpdate(p);
+  }
+  void dflashKvUpdate(const kernel::DFlashKvUpdateParamsBF16& p) override {
+    ref::dflashTargetKVCacheUpdate(p);
+  }
 
   void eagleAccept(const kernel::EagleAcceptParams& p) override { ref::eagleAccept(p); }
   void dflashDeltaMetadata(const kernel::DFlashDeltaMetadataParams& p) override {

@@ -23,7 +23,8 @@ class CudaGraph final : public CapturedWork {
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
-    if (cuda_device_count() == 0) ES_THROW(Error, "the CUDA backend needs a CUDA device; none is usable");
+    if (cuda_device_count() == 0)
+      ES_THROW(Error, "the CUDA backend needs a CUDA device; none is usable");
     ES_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     linear_ = std::make_unique<kernel::LinearContext>();
   }
@@ -38,7 +39,8 @@ class CudaBackend final : public Backend {
 
   void copyFromHost(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) {
-      ES_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+      ES_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
       // Pageable sources may be reused by the caller right away: wait for the copy.
       ES_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
@@ -52,21 +54,24 @@ class CudaBackend final : public Backend {
   }
   void copyToHost(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) {
-      ES_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
+      ES_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
     }
     ES_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void copy(void* dst, const void* src, int64_t bytes) override {
     if (bytes > 0) {
-      ES_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
+      ES_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
     }
   }
   void copy2D(void* dst, int64_t dstPitch, const void* src, int64_t srcPitch, int64_t rowBytes,
               int64_t rows) override {
     if (rowBytes > 0 && rows > 0) {
-      ES_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dstPitch), src, static_cast<size_t>(srcPitch),
-                                      static_cast<size_t>(rowBytes), static_cast<size_t>(rows),
-                                      cudaMemcpyDeviceToDevice, stream_));
+      ES_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dstPitch), src,
+                                      static_cast<size_t>(srcPitch), static_cast<size_t>(rowBytes),
+                                      static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
+                                      stream_));
     }
   }
   void synchronize() override { ES_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
@@ -80,7 +85,9 @@ class CudaBackend final : public Backend {
     kernel::launchPagedAttention(p, stream_);
   }
   void swiglu(const kernel::SwigluParams& p) override { kernel::launchSwiglu(p, stream_); }
-  void linear(const kernel::LinearParams& p) override { kernel::launchLinear(p, *linear_, stream_); }
+  void linear(const kernel::LinearParams& p) override {
+    kernel::launchLinear(p, *linear_, stream_);
+  }
   bool fusesRowNorms(int32_t rows) const override { return kernel::linearFusesRowNorm(rows); }
   bool linearFillsSms(const kernel::LinearParams& p) override {
     return kernel::linearFillsSms(p, *linear_);
@@ -90,8 +97,10 @@ class CudaBackend final : public Backend {
   }
   void argmax(const ArgmaxParams& p) override { kernel::argmaxRows(p, stream_); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32&) override {
-    ES_THROW(InvalidArgument, "CudaBackend::dflashKvUpdate: argument 'dtype' = f32 is not supported: "
-             "launchDFlashTargetKVCacheUpdate writes fp16/bf16 caches only (f32 is the CPU backend's)");
+    ES_THROW(
+        InvalidArgument,
+        "CudaBackend::dflashKvUpdate: argument 'dtype' = f32 is not supported: "
+        "launchDFlashTargetKVCacheUpdate writes fp16/bf16 caches only (f32 is the CPU backend's)");
   }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF16& p) override {
     kernel::launchDFlashTargetKVCacheUpdate(p, stream_);
@@ -100,7 +109,9 @@ class CudaBackend final : public Backend {
     kernel::launchDFlashTargetKVCacheUpdate(p, stream_);
   }
 
-  void eagleAccept(const kernel::EagleAcceptParams& p) override { kernel::launchEagleAccept(p, stream_); }
+  void eagleAccept(const kernel::EagleAcceptParams& p) override {
+    kernel::launchEagleAccept(p, stream_);
+  }
   void dflashDeltaMetadata(const kernel::DFlashDeltaMetadataParams& p) override {
     kernel::launchDFlashPrepareDeltaMetadata(p, stream_);
   }
@@ -113,7 +124,9 @@ class CudaBackend final : public Backend {
   void dflashLinearVerifyInputs(const kernel::DFlashLinearVerifyInputsParams& p) override {
     kernel::launchDFlashBuildLinearVerifyInputs(p, stream_);
   }
-  void specCommit(const kernel::SpecCommitParams& p) override { kernel::launchSpecCommit(p, stream_); }
+  void specCommit(const kernel::SpecCommitParams& p) override {
+    kernel::launchSpecCommit(p, stream_);
+  }
   void replayProposal(const kernel::ReplayProposalParams& p) override {
     kernel::launchReplayProposal(p, stream_);
   }

@@ -9,9 +9,12 @@ namespace es::ref {
 namespace {
 float load(const ArgmaxParams& p, int64_t i) {
   switch (p.dtype) {
-    case DType::kF16: return to_float(static_cast<const fp16*>(p.logits)[i]);
-    case DType::kBF16: return to_float(static_cast<const bf16*>(p.logits)[i]);
-    default: return static_cast<const float*>(p.logits)[i];
+    case DType::kF16:
+      return to_float(static_cast<const fp16*>(p.logits)[i]);
+    case DType::kBF16:
+      return to_float(static_cast<const bf16*>(p.logits)[i]);
+    default:
+      return static_cast<const float*>(p.logits)[i];
   }
 }
 }  // namespace

@@ -14,9 +14,12 @@ namespace es::ref::detail {
 // v rounded to t and back (the value a store followed by a load gives).
 inline float roundTo(DType t, float v) {
   switch (t) {
-    case DType::kF16: return to_float(to_fp16(v));
-    case DType::kBF16: return to_float(to_bf16(v));
-    default: return v;
+    case DType::kF16:
+      return to_float(to_fp16(v));
+    case DType::kBF16:
+      return to_float(to_bf16(v));
+    default:
+      return v;
   }
 }
 

@@ -50,7 +50,9 @@ __attribute__((always_inline)) inline float reduceLanes(const Lanes& a) {
 
 // W element loads: fp32 in place, or bf16 widened in registers (exact: a bf16 is the top half of
 // an fp32), so bf16 W is read from memory at half the bytes and never copied.
-__attribute__((always_inline)) inline void loadW(Lanes& v, const float* p) { v = *reinterpret_cast<const LanesAt*>(p); }
+__attribute__((always_inline)) inline void loadW(Lanes& v, const float* p) {
+  v = *reinterpret_cast<const LanesAt*>(p);
+}
 __attribute__((always_inline)) inline void loadW(Lanes& v, const uint16_t* p) {
   const Bits bits = __builtin_convertvector(*reinterpret_cast<const Bf16At*>(p), Bits) << 16;
   v = (Lanes)bits;  // a vector cast between equal sizes reinterprets the bits
@@ -67,8 +69,8 @@ __attribute__((always_inline)) inline float wAt(const uint16_t* p, int64_t i) {
 // R * C accumulators stay in registers). Inlined into the cloned caller, so it is compiled once
 // per target there. WT: float or uint16_t (bf16 bits).
 template <int R, int C, typename WT>
-__attribute__((always_inline)) inline void dotTile(const float* const* x, const WT* const* w, int64_t k,
-                                                   float (&out)[R][C]) {
+__attribute__((always_inline)) inline void dotTile(const float* const* x, const WT* const* w,
+                                                   int64_t k, float (&out)[R][C]) {
   Lanes acc[R][C] = {};
   int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
@@ -100,7 +102,7 @@ struct BlockJob {
   const WT* w;        // [rows, k] fp32 or bf16 bits: W rows j0 … j0 + rows − 1
   const float* bias;  // [n] fp32, or null
   int64_t m, k, n, j0, rows;
-  void* y;            // [m, n] outDtype
+  void* y;  // [m, n] outDtype
   DType outDtype;
 };
 
@@ -166,7 +168,8 @@ void linear(const kernel::LinearParams& p) {
     linear(plain);
     if (p.accumulate) {
       for (int64_t i = 0; i < m * n; ++i) {
-        storeFromFloat(p.y, p.dtype, i, loadAsFloat(p.y, p.dtype, i) + loadAsFloat(product.data(), p.dtype, i));
+        storeFromFloat(p.y, p.dtype, i,
+                       loadAsFloat(p.y, p.dtype, i) + loadAsFloat(product.data(), p.dtype, i));
       }
     }
     return;
@@ -187,8 +190,8 @@ void linear(const kernel::LinearParams& p) {
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t j0 = blk * kWBlockRows, rows = std::min(kWBlockRows, n - j0);
       if (wDtype == DType::kBF16) {
-        runBlock(BlockJob<uint16_t>{xf.data(), static_cast<const uint16_t*>(p.w) + j0 * k, biasF, m, k, n, j0,
-                                    rows, p.y, p.outDtype});
+        runBlock(BlockJob<uint16_t>{xf.data(), static_cast<const uint16_t*>(p.w) + j0 * k, biasF, m,
+                                    k, n, j0, rows, p.y, p.outDtype});
         continue;
       }
       const float* w = static_cast<const float*>(p.w) + j0 * k;

@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/paged_attention.h"
 #include "common/kv_page.h"
+#include "kernels/paged_attention.h"
 #include "ref/forward_ref_util.h"
 
 namespace es::ref {
@@ -58,8 +58,9 @@ void pagedAttention(const kernel::PagedAttentionParams& p) {
           case kernel::AttentionMask::kPackedTree:
             if (j >= past) {
               const int32_t c = j - past;
-              visible = c < words * 32 &&
-                        ((static_cast<uint32_t>(p.packedMask[r * words + c / 32]) >> (c % 32)) & 1u);
+              visible =
+                  c < words * 32 &&
+                  ((static_cast<uint32_t>(p.packedMask[r * words + c / 32]) >> (c % 32)) & 1u);
             }
             break;
           case kernel::AttentionMask::kBidirectional:
@@ -82,8 +83,8 @@ void pagedAttention(const kernel::PagedAttentionParams& p) {
         for (size_t n = 0; n < keys.size(); ++n) {
           const int32_t j = keys[n];
           const int32_t kp = tableRow[j / kPage];
-          loadFloats(kv.pool, p.dtype, ((int64_t{kp} * kPage + j % kPage) * hkv + hk) * dim,
-                           dim, kf.data());
+          loadFloats(kv.pool, p.dtype, ((int64_t{kp} * kPage + j % kPage) * hkv + hk) * dim, dim,
+                     kf.data());
           double s = 0.0;
           for (int32_t d = 0; d < dim; ++d) s += double{qf[d]} * kf[d];
           scores[n] = s * p.scale;
@@ -96,8 +97,8 @@ void pagedAttention(const kernel::PagedAttentionParams& p) {
           const int32_t vp = tableRow[kv.maxPagesPerSeq + j / kPage];
           const double w = std::exp(scores[n] - maxScore);
           denom += w;
-          loadFloats(kv.pool, p.dtype, ((int64_t{vp} * kPage + j % kPage) * hkv + hk) * dim,
-                           dim, kf.data());
+          loadFloats(kv.pool, p.dtype, ((int64_t{vp} * kPage + j % kPage) * hkv + hk) * dim, dim,
+                     kf.data());
           for (int32_t d = 0; d < dim; ++d) acc[d] += w * kf[d];
         }
         for (int32_t d = 0; d < dim; ++d) {

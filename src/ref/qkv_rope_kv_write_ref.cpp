@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/qkv_rope_kv_write.h"
 #include "common/kv_page.h"
+#include "kernels/qkv_rope_kv_write.h"
 #include "ref/forward_ref_util.h"
 
 namespace es::ref {
@@ -15,7 +15,7 @@ namespace {
 
 // Norm (if weight) and rotation of one head in place.
 void normRope(float* v, const float* weight, float eps, const float* cs, int32_t dim,
-               int32_t rotary, std::vector<float>& tmp) {
+              int32_t rotary, std::vector<float>& tmp) {
   if (weight != nullptr) {
     double sumSq = 0.0;
     for (int32_t i = 0; i < dim; ++i) sumSq += double{v[i]} * v[i];
@@ -72,8 +72,7 @@ void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) {
       const int64_t row = t * rowElems;
       for (int32_t h = 0; h < hq; ++h) {
         loadFloats(p.qkv, p.dtype, row + int64_t{h} * dim, dim, v.data());
-        normRope(v.data(), qW.empty() ? nullptr : qW.data(), p.normEps, cs, dim, p.rotaryDim,
-                  tmp);
+        normRope(v.data(), qW.empty() ? nullptr : qW.data(), p.normEps, cs, dim, p.rotaryDim, tmp);
         for (int32_t i = 0; i < dim; ++i) {
           storeFromFloat(p.qOut, p.dtype, (t * hq + h) * dim + i, v[i]);
         }
@@ -90,8 +89,8 @@ void qkvRopeKvWrite(const kernel::QkvRopeKvWriteParams& p) {
       for (int32_t h = 0; h < hkv; ++h) {
         if (writeK) {
           loadFloats(p.qkv, p.dtype, row + int64_t{hq + h} * dim, dim, v.data());
-          normRope(v.data(), kW.empty() ? nullptr : kW.data(), p.normEps, cs, dim,
-                    p.rotaryDim, tmp);
+          normRope(v.data(), kW.empty() ? nullptr : kW.data(), p.normEps, cs, dim, p.rotaryDim,
+                   tmp);
           const int64_t dst = ((int64_t{kPageId} * kPage + slot) * hkv + h) * dim;
           for (int32_t i = 0; i < dim; ++i) storeFromFloat(p.kvPool, p.dtype, dst + i, v[i]);
         }

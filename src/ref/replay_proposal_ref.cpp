@@ -14,8 +14,8 @@ void replayProposal(const kernel::ReplayProposalParams& p) {
       const int32_t pos = p.positions[static_cast<int64_t>(b) * p.blockSize + i];
       const bool recorded = pos >= 0 && pos < p.recordedLengths[b];
       int32_t token = recorded ? row[pos] : 0;
-      const bool corrupt =
-          p.corruptRate > 0.0f && request_uniform(p.seed, pos, RngPurpose::kProposal, 0) < p.corruptRate;
+      const bool corrupt = p.corruptRate > 0.0f &&
+                           request_uniform(p.seed, pos, RngPurpose::kProposal, 0) < p.corruptRate;
       if (corrupt) token = token + 1 == p.vocab ? 0 : token + 1;
       out[i] = token;
     }

@@ -24,8 +24,8 @@ namespace {
 // this prefix is exactly the full sort's prefix), sorted; the rest of `ranks` in any order.
 void sortPrefix(std::vector<uint64_t>& ranks, size_t count) {
   if (count < ranks.size()) {
-    std::partial_sort(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(count), ranks.end(),
-                      std::greater<uint64_t>());
+    std::partial_sort(ranks.begin(), ranks.begin() + static_cast<std::ptrdiff_t>(count),
+                      ranks.end(), std::greater<uint64_t>());
   } else {
     std::sort(ranks.begin(), ranks.end(), std::greater<uint64_t>());
   }
@@ -33,7 +33,7 @@ void sortPrefix(std::vector<uint64_t>& ranks, size_t count) {
 }  // namespace
 
 bool rowProbs(const float* logits, int32_t vocab, float temperature, int32_t topK, float topP,
-               TopPMode mode, float* probs) {
+              TopPMode mode, float* probs) {
   const RowParams rp = makeRowParams(temperature, topK, topP, vocab);
   std::vector<float> s(vocab);
   bool poisoned = false;
@@ -61,8 +61,9 @@ bool rowProbs(const float* logits, int32_t vocab, float temperature, int32_t top
     return true;
   }
   const int32_t kept = rp.k;  // top-k set: the first `kept` entries of the order
-  if (kept < vocab) {  // the set only: its order is settled below where it matters
-    std::nth_element(order.begin(), order.begin() + (kept - 1), order.end(), std::greater<uint64_t>());
+  if (kept < vocab) {         // the set only: its order is settled below where it matters
+    std::nth_element(order.begin(), order.begin() + (kept - 1), order.end(),
+                     std::greater<uint64_t>());
     order.resize(kept);
   }
   // Each kept entry's mass, by vocabulary index (computed once: the steps below read it again).
@@ -85,7 +86,8 @@ bool rowProbs(const float* logits, int32_t vocab, float temperature, int32_t top
   const uint64_t budget = topPBudget(rp.topP, total);
   size_t cut = 0;
   uint64_t beforeCut = 0, running = 0;  // prefix masses before entry cut - 1 and through it
-  for (size_t sorted = std::min<size_t>(order.size(), 1024);; sorted = std::min(order.size(), sorted * 8)) {
+  for (size_t sorted = std::min<size_t>(order.size(), 1024);;
+       sorted = std::min(order.size(), sorted * 8)) {
     sortPrefix(order, sorted);  // the sorted prefix only grows; its entries never move
     for (; cut < sorted && (cut == 0 || running < budget); ++cut) {
       beforeCut = running;
@@ -149,7 +151,8 @@ void sampleRows(const SamplingParams& p) {
     const bool uniform = rowProbs(row.data(), p.vocab, t, k, tp, p.topPMode, out);
     if (p.tokens) {
       const uint32_t lane = static_cast<uint32_t>(b % p.rowsPerRequest);
-      const float u = p.uniforms ? p.uniforms[b] : request_uniform(p.seeds[q], p.positions[q], p.purpose, lane);
+      const float u =
+          p.uniforms ? p.uniforms[b] : request_uniform(p.seeds[q], p.positions[q], p.purpose, lane);
       p.tokens[b] = uniform ? uniformRowToken(u, p.vocab) : sampleFromProbs(out, p.vocab, u);
     }
   }

@@ -23,7 +23,7 @@ void specVerify(const SpecVerifyParams& p) {
     auto uniform = [&](RngPurpose purpose, int32_t lane) {
       if (p.uniforms) {
         const float* u = p.uniforms + static_cast<size_t>(b) * (2 * L + 1);
-        const int32_t slot = purpose == RngPurpose::kAccept ? lane
+        const int32_t slot = purpose == RngPurpose::kAccept     ? lane
                              : purpose == RngPurpose::kResidual ? L + lane
                                                                 : 2 * L;
         return u[slot];
@@ -45,11 +45,15 @@ void specVerify(const SpecVerifyParams& p) {
     bool stopped = false;
     for (int32_t s = 0; s < L && !stopped; ++s) {
       const bool uniformRow = targetRow(s);
-      const int32_t x = p.draftTokens[static_cast<size_t>(b) * (p.draftTokensStride > 0 ? p.draftTokensStride : L) + s];
+      const int32_t x = p.draftTokens[static_cast<size_t>(b) *
+                                          (p.draftTokensStride > 0 ? p.draftTokensStride : L) +
+                                      s];
       const float* qrow =
-          p.draftProbs
-              ? p.draftProbs + (static_cast<size_t>(b) * (p.draftProbsStride > 0 ? p.draftProbsStride : L) + s) * V
-              : nullptr;
+          p.draftProbs ? p.draftProbs + (static_cast<size_t>(b) *
+                                             (p.draftProbsStride > 0 ? p.draftProbsStride : L) +
+                                         s) *
+                                            V
+                       : nullptr;
       const float px = probs[x];
       const float qx = qrow ? qrow[x] : 1.0f;
       const float alpha = qx <= kDraftProbFloor ? 1.0f : std::min(1.0f, fdivRn(px, qx));

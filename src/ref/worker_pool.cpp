@@ -12,7 +12,8 @@ thread_local bool insideRun = false;
 }  // namespace
 
 WorkerPool& WorkerPool::instance() {
-  static WorkerPool pool(std::clamp<int64_t>(int64_t{std::thread::hardware_concurrency()} - 1, 0, 7));
+  static WorkerPool pool(
+      std::clamp<int64_t>(int64_t{std::thread::hardware_concurrency()} - 1, 0, 7));
   return pool;
 }
 
@@ -32,7 +33,8 @@ WorkerPool::~WorkerPool() {
 
 void WorkerPool::run(int64_t count, const std::function<void(int64_t)>& task) {
   std::unique_lock<std::mutex> runLock;
-  if (!insideRun && !workers_.empty() && count > 1) runLock = std::unique_lock<std::mutex>(runMutex_, std::try_to_lock);
+  if (!insideRun && !workers_.empty() && count > 1)
+    runLock = std::unique_lock<std::mutex>(runMutex_, std::try_to_lock);
   if (!runLock.owns_lock()) {  // nested, busy with another thread's run, no workers, or one task
     for (int64_t i = 0; i < count; ++i) task(i);
     return;
@@ -80,7 +82,8 @@ void WorkerPool::workerLoop() {
     // sleeping, so a run does not pay a futex wake-up per worker. Polling by yielding, not with
     // `pause`: on a machine whose cores are all busy, a spinning worker took the caller's core
     // (decode 17 -> 11 tok/s with two busy processes on 2 cores); yielding hands it back.
-    for (int spin = 0; spin < kSpinPolls && generationSeen_.load(std::memory_order_acquire) == seen; ++spin) {
+    for (int spin = 0; spin < kSpinPolls && generationSeen_.load(std::memory_order_acquire) == seen;
+         ++spin) {
       std::this_thread::yield();
     }
     {

@@ -18,7 +18,8 @@ namespace es::ref::detail {
 
 class WorkerPool {
  public:
-  // The process-wide pool with `hardware_concurrency − 1` workers (at most 7); started on first use.
+  // The process-wide pool with `hardware_concurrency − 1` workers (at most 7); started on first
+  // use.
   static WorkerPool& instance();
 
   WorkerPool(const WorkerPool&) = delete;

@@ -13,29 +13,37 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 }  // namespace
 
-DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache, DraftProposer* proposer,
-                           EngineOptions options)
-    : target_(target), cache_(cache), proposer_(proposer), backend_(target.backend()), options_(options) {
+DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache,
+                           DraftProposer* proposer, EngineOptions options)
+    : target_(target),
+      cache_(cache),
+      proposer_(proposer),
+      backend_(target.backend()),
+      options_(options) {
   constexpr const char* kWhere = "DecodeEngine";
   vocab_ = static_cast<int32_t>(target_.config().vocab_size);
   blockSize_ = proposer_ ? proposer_->blockSize() : 1;
-  ES_CHECK_ARG(!proposer_ || (blockSize_ >= 2 && blockSize_ <= kernel::kDFlashMaxBlockSize), kWhere, "blockSize",
-               blockSize_, "must be in [2, ", kernel::kDFlashMaxBlockSize, "]");
+  ES_CHECK_ARG(!proposer_ || (blockSize_ >= 2 && blockSize_ <= kernel::kDFlashMaxBlockSize), kWhere,
+               "blockSize", blockSize_, "must be in [2, ", kernel::kDFlashMaxBlockSize, "]");
   if (proposer_) {
     width_ = options_.verifyWidth == 0 ? blockSize_ : options_.verifyWidth;
-    ES_CHECK_ARG(width_ >= 2 && width_ <= blockSize_, kWhere, "EngineOptions::verifyWidth", options_.verifyWidth,
+    ES_CHECK_ARG(width_ >= 2 && width_ <= blockSize_, kWhere, "EngineOptions::verifyWidth",
+                 options_.verifyWidth,
                  "must be 0 (the block size) or in [2, block size = ", blockSize_, "]");
   } else {
-    ES_CHECK_ARG(options_.verifyWidth == 0, kWhere, "EngineOptions::verifyWidth", options_.verifyWidth,
+    ES_CHECK_ARG(options_.verifyWidth == 0, kWhere, "EngineOptions::verifyWidth",
+                 options_.verifyWidth,
                  "must be 0 without a proposer (plain decoding verifies one row)");
     width_ = 1;
   }
-  ES_CHECK_ARG(cache_.space() == backend_.space(), kWhere, "cache memory space", static_cast<int>(cache_.space()),
-               "must be the target backend's");
+  ES_CHECK_ARG(cache_.space() == backend_.space(), kWhere, "cache memory space",
+               static_cast<int>(cache_.space()), "must be the target backend's");
   // A step's B x W rows are one forward and all get logits: maxLogitRows (<= maxTokens) bounds B.
   maxBatch_ = std::min(cache_.maxBatchSize(), target_.maxLogitRows() / width_);
   if (proposer_) {
@@ -80,26 +88,51 @@ void DecodeEngine::allocate() {
   }
 
   // One arena: i32 arrays, then i64/u64 (8-byte aligned), f32, i8, workspace (256-aligned).
-  struct Slot { void** at; int64_t bytes; };
+  struct Slot {
+    void** at;
+    int64_t bytes;
+  };
   std::vector<Slot> slots;
-  auto i32 = [&](int32_t*& p, int64_t n) { slots.push_back({reinterpret_cast<void**>(&p), n * 4}); };
-  i32(lengths_, B); i32(newLengths_, B); i32(lastTokens_, B); i32(zeros_, B); i32(topKs_, B);
+  auto i32 = [&](int32_t*& p, int64_t n) {
+    slots.push_back({reinterpret_cast<void**>(&p), n * 4});
+  };
+  i32(lengths_, B);
+  i32(newLengths_, B);
+  i32(lastTokens_, B);
+  i32(zeros_, B);
+  i32(topKs_, B);
   // Verify side: W rows per sequence; proposal side: BS rows per sequence, of which the
   // proposer returns the first W (draftOut_, proposalProbs_).
-  i32(owners_, B * W); i32(cuQ_, B + 1); i32(rows_, B * W);
-  i32(verifyTokens_, B * W); i32(verifyPositions_, B * W); i32(verifyKvLengths_, B);
-  i32(verifyMask_, B * W * maskWords); i32(argmax_, B * W); i32(acceptNodes_, B * W); i32(acceptCounts_, B);
-  i32(out_, B + B * W); i32(deltaPositions_, B * W); i32(deltaOwners_, B * W);
-  i32(propMask_, B * BS * propMaskWords); i32(propAttPos_, B * BS); i32(propContextLengths_, B);
-  i32(propPositions_, B * BS); i32(propQStart_, B + 1); i32(propQLengths_, B); i32(propPast_, B);
-  i32(propSeqLengths_, B); i32(draftOut_, B * W);
+  i32(owners_, B * W);
+  i32(cuQ_, B + 1);
+  i32(rows_, B * W);
+  i32(verifyTokens_, B * W);
+  i32(verifyPositions_, B * W);
+  i32(verifyKvLengths_, B);
+  i32(verifyMask_, B * W * maskWords);
+  i32(argmax_, B * W);
+  i32(acceptNodes_, B * W);
+  i32(acceptCounts_, B);
+  i32(out_, B + B * W);
+  i32(deltaPositions_, B * W);
+  i32(deltaOwners_, B * W);
+  i32(propMask_, B * BS * propMaskWords);
+  i32(propAttPos_, B * BS);
+  i32(propContextLengths_, B);
+  i32(propPositions_, B * BS);
+  i32(propQStart_, B + 1);
+  i32(propQLengths_, B);
+  i32(propPast_, B);
+  i32(propSeqLengths_, B);
+  i32(draftOut_, B * W);
   slots.push_back({reinterpret_cast<void**>(&anchors_), B * 8});
   slots.push_back({reinterpret_cast<void**>(&selectIndices_), B * W * 8});
   slots.push_back({reinterpret_cast<void**>(&seeds_), B * 8});
   slots.push_back({reinterpret_cast<void**>(&temperatures_), B * 4});
   slots.push_back({reinterpret_cast<void**>(&topPs_), B * 4});
   slots.push_back({reinterpret_cast<void**>(&treeMask_), B * W * W});
-  if (sampledProposals) slots.push_back({reinterpret_cast<void**>(&proposalProbs_), B * W * vocab_ * 4});
+  if (sampledProposals)
+    slots.push_back({reinterpret_cast<void**>(&proposalProbs_), B * W * vocab_ * 4});
   slots.push_back({&sampleWorkspace_, static_cast<int64_t>(sampleWorkspaceBytes_)});
   std::vector<int64_t> offsets;
   int64_t total = 0;
@@ -135,35 +168,40 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
   ES_CHECK_ARG(cache_.activeCount() == 0, kWhere, "active slots", cache_.activeCount(),
                "must be 0: the cache must be empty");
   ES_CHECK_ARG(n > 0 && n <= maxBatch_, kWhere, "requests.size()", n, "must be in [1, ", maxBatch_,
-               "] (min of cache maxBatchSize = ", cache_.maxBatchSize(), ", target maxLogitRows / step width = ",
-               target_.maxLogitRows() / width_, proposer_ ? ", draft maxBatch" : "", ")");
+               "] (min of cache maxBatchSize = ", cache_.maxBatchSize(),
+               ", target maxLogitRows / step width = ", target_.maxLogitRows() / width_,
+               proposer_ ? ", draft maxBatch" : "", ")");
   for (int32_t r = 0; r < n; ++r) {
     const GenerationRequest& q = requests[static_cast<size_t>(r)];
     const std::string name = "requests[" + std::to_string(r) + "]";
     ES_CHECK_ARG(!q.prompt.empty(), kWhere, name + ".prompt.size()", 0, "must be > 0");
     for (int32_t t : q.prompt) {
-      ES_CHECK_ARG(t >= 0 && t < vocab_, kWhere, name + ".prompt token", t, "must be in [0, vocab = ", vocab_, ")");
+      ES_CHECK_ARG(t >= 0 && t < vocab_, kWhere, name + ".prompt token", t,
+                   "must be in [0, vocab = ", vocab_, ")");
     }
-    ES_CHECK_ARG(q.maxNewTokens >= 1, kWhere, name + ".maxNewTokens", q.maxNewTokens, "must be >= 1");
-    ES_CHECK_ARG(q.sampling.temperature >= 0.0f, kWhere, name + ".sampling.temperature", q.sampling.temperature,
-                 "must be >= 0");
+    ES_CHECK_ARG(q.maxNewTokens >= 1, kWhere, name + ".maxNewTokens", q.maxNewTokens,
+                 "must be >= 1");
+    ES_CHECK_ARG(q.sampling.temperature >= 0.0f, kWhere, name + ".sampling.temperature",
+                 q.sampling.temperature, "must be >= 0");
     ES_CHECK_ARG(q.sampling.topP > 0.0f && q.sampling.topP <= 1.0f, kWhere, name + ".sampling.topP",
                  q.sampling.topP, "must be in (0, 1]");
     // The positions the request may write (runtime/kv_capacity.h) must exist in the cache and in
     // the RoPE tables.
     const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens;
     const int64_t needed = positionsNeeded(q);
-    const int64_t positions =
-        std::min<int64_t>(target_.maxPositions(), proposer_ ? proposer_->maxPositions() : INT32_MAX);
+    const int64_t positions = std::min<int64_t>(target_.maxPositions(),
+                                                proposer_ ? proposer_->maxPositions() : INT32_MAX);
     const int64_t limit = std::min<int64_t>(cache_.capacity(), positions) - (needed - total);
-    ES_CHECK_ARG(total <= limit, kWhere, name + " prompt + maxNewTokens", total, "must be <= ", limit,
-                 ": the KV capacity (", cache_.capacity(), ") and RoPE tables (", positions,
-                 " positions) less ", needed - total, " rows a speculative step may write past the budget");
+    ES_CHECK_ARG(total <= limit, kWhere, name + " prompt + maxNewTokens", total,
+                 "must be <= ", limit, ": the KV capacity (", cache_.capacity(),
+                 ") and RoPE tables (", positions, " positions) less ", needed - total,
+                 " rows a speculative step may write past the budget");
   }
 }
 
 int64_t DecodeEngine::positionsNeeded(const GenerationRequest& q) const {
-  return kvCapacityTokens(static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens, width_, blockSize_);
+  return kvCapacityTokens(static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens, width_,
+                          blockSize_);
 }
 
 void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
@@ -196,8 +234,11 @@ void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens
 // per-slot arrays and out_ are free until uploadState fills them for the loop.
 int32_t DecodeEngine::sampleFirstToken(const SamplingConfig& sampling, int64_t lastPosition) {
   if (isGreedy(sampling)) {
-    backend_.argmax(ArgmaxParams{.logits = target_.logitsDevice(), .dtype = DType::kF32, .rows = 1,
-                                 .vocab = vocab_, .out = out_});
+    backend_.argmax(ArgmaxParams{.logits = target_.logitsDevice(),
+                                 .dtype = DType::kF32,
+                                 .rows = 1,
+                                 .vocab = vocab_,
+                                 .out = out_});
   } else {
     backend_.copyFromHost(temperatures_, &sampling.temperature, 4);
     backend_.copyFromHost(topKs_, &sampling.topK, 4);
@@ -445,11 +486,11 @@ struct DecodeEngine::Call {
   const std::vector<GenerationRequest>& requests;
   const TokenCallback& onToken;
   std::vector<GenerationResult> results;
-  std::vector<int32_t> pending;  // per request: the last emitted token (the next anchor)
-  std::vector<int32_t> slotOf;   // per request: its slot, -1 once finished
-  std::vector<uint8_t> keep;     // per slot: 0 retires it at the next compaction
+  std::vector<int32_t> pending;        // per request: the last emitted token (the next anchor)
+  std::vector<int32_t> slotOf;         // per request: its slot, -1 once finished
+  std::vector<uint8_t> keep;           // per slot: 0 retires it at the next compaction
   std::vector<int32_t> requestOfSlot;  // per slot: its request (a step's buffer, reused)
-  bool withDraft = false;        // the proposer keeps context in the cache's draft pools
+  bool withDraft = false;              // the proposer keeps context in the cache's draft pools
 };
 
 // Emits `token` for request r; returns true when the request is finished.

@@ -61,7 +61,8 @@ struct SpeculationStats {
   double prefillSeconds = 0.0;           // host wall clock
   double decodeSeconds = 0.0;            // host wall clock of the loop
   double meanAcceptLength() const {
-    return verifySteps ? static_cast<double>(acceptedTokens) / static_cast<double>(verifySteps) : 0.0;
+    return verifySteps ? static_cast<double>(acceptedTokens) / static_cast<double>(verifySteps)
+                       : 0.0;
   }
 };
 
@@ -71,8 +72,8 @@ class DecodeEngine {
   // must have the taps the draft needs. proposer == null: plain decoding. A cache with prefix
   // reuse (KvCacheConfig::prefixCachePages > 0) makes every generate() reuse the prompt blocks
   // published by earlier requests (of this call or earlier ones) and publish its own.
-  DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache, DraftProposer* proposer = nullptr,
-               EngineOptions options = {});
+  DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache,
+               DraftProposer* proposer = nullptr, EngineOptions options = {});
   ~DecodeEngine();
 
   // Sequences one step can carry: min(cache maxBatchSize, target maxLogitRows / W, draft maxBatch).
@@ -113,7 +114,7 @@ class DecodeEngine {
   EngineOptions options_;
   int32_t blockSize_ = 1;  // BS: rows of one proposal (1 without a proposer)
   int32_t width_ = 1;      // W: verify rows per sequence and step, <= BS
-  int32_t maxBatch_ = 0;  // B_max
+  int32_t maxBatch_ = 0;   // B_max
   int32_t vocab_ = 0;
   bool sampled_ = false;  // this generate() call samples (else every request is greedy)
   SpeculationStats stats_;
@@ -123,7 +124,8 @@ class DecodeEngine {
   int32_t *lengths_ = nullptr, *newLengths_ = nullptr, *lastTokens_ = nullptr, *zeros_ = nullptr;
   int32_t *topKs_ = nullptr, *owners_ = nullptr, *cuQ_ = nullptr, *rows_ = nullptr;
   int32_t *verifyTokens_ = nullptr, *verifyPositions_ = nullptr, *verifyKvLengths_ = nullptr;
-  int32_t *verifyMask_ = nullptr, *argmax_ = nullptr, *acceptNodes_ = nullptr, *acceptCounts_ = nullptr;
+  int32_t *verifyMask_ = nullptr, *argmax_ = nullptr, *acceptNodes_ = nullptr,
+          *acceptCounts_ = nullptr;
   int32_t *out_ = nullptr, *deltaPositions_ = nullptr, *deltaOwners_ = nullptr;
   int32_t *propMask_ = nullptr, *propAttPos_ = nullptr, *propContextLengths_ = nullptr;
   int32_t *propPositions_ = nullptr, *propQStart_ = nullptr, *propQLengths_ = nullptr;

@@ -27,7 +27,9 @@ class DFlashProposer final : public DraftProposer {
   const float* proposalLogits() const override { return draft_.logitsDevice(); }
   bool usesDraftCache() const override { return true; }
   int32_t maxPositions() const override { return draft_.maxPositions(); }
-  const void* prepareLaunch(kv::KvCacheManager& cache) override { return draft_.syncPageTable(cache); }
+  const void* prepareLaunch(kv::KvCacheManager& cache) override {
+    return draft_.syncPageTable(cache);
+  }
 
  private:
   model::DFlashDraft& draft_;

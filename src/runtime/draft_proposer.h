@@ -27,7 +27,8 @@ class DraftProposer {
 
   // Prefill (host path): the target forward that just ran committed its rows; row r is new
   // context at positions[r] for page-table row owners[r] (-1: padding). Its taps are in place.
-  virtual void appendContext(const model::TargetModel& target, const std::vector<int32_t>& positions,
+  virtual void appendContext(const model::TargetModel& target,
+                             const std::vector<int32_t>& positions,
                              const std::vector<int32_t>& owners, kv::KvCacheManager& cache) = 0;
 
   // Device path, inside the engine's step (may be captured in a CUDA graph: enqueue work only).

@@ -13,16 +13,16 @@ namespace es::runtime {
 // request's output depends only on its own prompt, settings and seed, never on its batch-mates.
 struct SamplingConfig {
   float temperature = 0.0f;
-  int32_t topK = 0;     // <= 0: off
-  float topP = 1.0f;    // (0, 1]
+  int32_t topK = 0;   // <= 0: off
+  float topP = 1.0f;  // (0, 1]
   uint64_t seed = 0;
 };
 
 struct GenerationRequest {
-  std::vector<int32_t> prompt = {};       // non-empty
-  int32_t maxNewTokens = 0;               // >= 1
-  std::vector<int32_t> stopTokens = {};   // generation ends after emitting one of these
-  SamplingConfig sampling = {};           // default: greedy
+  std::vector<int32_t> prompt = {};      // non-empty
+  int32_t maxNewTokens = 0;              // >= 1
+  std::vector<int32_t> stopTokens = {};  // generation ends after emitting one of these
+  SamplingConfig sampling = {};          // default: greedy
   // Asked after each generated token (after the token callback saw it): true ends the request
   // there (FinishReason::kStop), e.g. when the decoded text now holds a stop string.
   std::function<bool()> stopWhen = {};

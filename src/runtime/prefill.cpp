@@ -17,15 +17,16 @@ std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManage
   ES_CHECK_ARG(firstPosition >= 0 && firstPosition < L, kWhere, "firstPosition", firstPosition,
                "must be in [0, prompt.size() = ", L, ")");
   ES_CHECK_ARG(cache.baseLength(slot) == firstPosition, kWhere, "firstPosition", firstPosition,
-               "must equal slot " + std::to_string(slot) + "'s committed length ", cache.baseLength(slot));
+               "must equal slot " + std::to_string(slot) + "'s committed length ",
+               cache.baseLength(slot));
   std::vector<float> last;
   for (int32_t first = firstPosition; first < L;) {
     // A chunk binds the window pages of all its rows at once: with sliding-window layers the
     // slot's reservation bounds it (maxStepTokens >= 128 once earlier steps completed).
     const int32_t count = static_cast<int32_t>(
         std::min<int64_t>({target.maxTokens(), L - first, cache.maxStepTokens(slot)}));
-    ES_CHECK_ARG(count > 0, kWhere, "slot", slot, "has no room for a prefill chunk at position ", first,
-                 " (capacity or window reservation; complete the running steps first)");
+    ES_CHECK_ARG(count > 0, kWhere, "slot", slot, "has no room for a prefill chunk at position ",
+                 first, " (capacity or window reservation; complete the running steps first)");
     cache.checkWritable(slot, first, count);
     // Batch entry b is page-table row b: the lower slots take part with no rows.
     model::ForwardBatch b;

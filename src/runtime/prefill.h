@@ -16,9 +16,9 @@ namespace es::runtime {
 // (beginStep, forward, completeStep), committing each chunk to the base cache and then calling
 // onChunk with that chunk's forward batch. Returns the f32 logits [vocab] of the prompt's last
 // row.
-std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache,
-                                   int32_t slot, const std::vector<int32_t>& prompt,
-                                   const std::function<void(const model::ForwardBatch&)>& onChunk = {},
-                                   int32_t firstPosition = 0);
+std::vector<float> prefillSequence(
+    model::TargetModel& target, kv::KvCacheManager& cache, int32_t slot,
+    const std::vector<int32_t>& prompt,
+    const std::function<void(const model::ForwardBatch&)>& onChunk = {}, int32_t firstPosition = 0);
 
 }  // namespace es::runtime

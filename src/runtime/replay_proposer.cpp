@@ -10,8 +10,13 @@ namespace es::runtime {
 ReplayProposer::ReplayProposer(ops::Backend& backend, int32_t blockSize, int32_t maxBatch,
                                std::vector<std::vector<int32_t>> recordings, int32_t vocab,
                                float corruptRate, uint64_t seed)
-    : backend_(backend), blockSize_(blockSize), maxBatch_(maxBatch), vocab_(vocab),
-      corruptRate_(corruptRate), seed_(seed), recordings_(std::move(recordings)) {
+    : backend_(backend),
+      blockSize_(blockSize),
+      maxBatch_(maxBatch),
+      vocab_(vocab),
+      corruptRate_(corruptRate),
+      seed_(seed),
+      recordings_(std::move(recordings)) {
   constexpr const char* kWhere = "ReplayProposer";
   ES_CHECK_ARG(blockSize >= 2, kWhere, "blockSize", blockSize, "must be >= 2");
   ES_CHECK_ARG(maxBatch >= 1, kWhere, "maxBatch", maxBatch, "must be >= 1");
@@ -46,8 +51,9 @@ void ReplayProposer::upload() {
 void ReplayProposer::onAdmit(int32_t slot, int32_t request) {
   ES_CHECK_ARG(slot >= 0 && slot < maxBatch_, "ReplayProposer::onAdmit", "slot", slot,
                "must be in [0, maxBatch = ", maxBatch_, ")");
-  ES_CHECK_ARG(request >= 0 && request < static_cast<int32_t>(recordings_.size()), "ReplayProposer::onAdmit",
-               "request", request, "must index the recordings (", recordings_.size(), ")");
+  ES_CHECK_ARG(request >= 0 && request < static_cast<int32_t>(recordings_.size()),
+               "ReplayProposer::onAdmit", "request", request, "must index the recordings (",
+               recordings_.size(), ")");
   requestOfSlot_[static_cast<size_t>(slot)] = request;
   upload();
 }
@@ -63,8 +69,9 @@ void ReplayProposer::onCompact(const std::vector<int32_t>& oldToNew) {
 
 void ReplayProposer::propose(const model::DraftProposalInputs& in, kv::KvCacheManager&) {
   const int32_t W = in.rowsPerBlock == 0 ? blockSize_ : in.rowsPerBlock;
-  ES_CHECK_ARG(W >= 1 && W <= blockSize_, "ReplayProposer::propose", "rowsPerBlock", in.rowsPerBlock,
-               "must be 0 (the block size) or in [1, block size = ", blockSize_, "]");
+  ES_CHECK_ARG(W >= 1 && W <= blockSize_, "ReplayProposer::propose", "rowsPerBlock",
+               in.rowsPerBlock, "must be 0 (the block size) or in [1, block size = ", blockSize_,
+               "]");
   // The kernel writes whole blocks [B, BS]; a caller of W < BS rows gets their first W rows
   // (the same tokens a full-width proposal has there).
   int32_t* blocks = W == blockSize_ ? in.argmaxOut : block_.as<int32_t>();  // [B, BS] i32
@@ -82,14 +89,15 @@ void ReplayProposer::propose(const model::DraftProposalInputs& in, kv::KvCacheMa
                            .corruptRate = corruptRate_,
                            .seed = seed_});
   if (blocks != in.argmaxOut) {
-    backend_.copy2D(in.argmaxOut, int64_t{W} * 4, blocks, int64_t{blockSize_} * 4, int64_t{W} * 4, in.batchSize);
+    backend_.copy2D(in.argmaxOut, int64_t{W} * 4, blocks, int64_t{blockSize_} * 4, int64_t{W} * 4,
+                    in.batchSize);
   }
 }
 
-std::vector<std::vector<int32_t>> ReplayProposer::recordingsOf(const std::vector<GenerationRequest>& requests,
-                                                                const std::vector<GenerationResult>& results) {
-  ES_CHECK_ARG(results.size() == requests.size(), "ReplayProposer::recordingsOf", "results.size()", results.size(),
-               "must equal requests.size() = ", requests.size());
+std::vector<std::vector<int32_t>> ReplayProposer::recordingsOf(
+    const std::vector<GenerationRequest>& requests, const std::vector<GenerationResult>& results) {
+  ES_CHECK_ARG(results.size() == requests.size(), "ReplayProposer::recordingsOf", "results.size()",
+               results.size(), "must equal requests.size() = ", requests.size());
   std::vector<std::vector<int32_t>> recordings;
   recordings.reserve(requests.size());
   for (size_t r = 0; r < requests.size(); ++r) {

@@ -22,15 +22,15 @@ class ReplayProposer final : public DraftProposer {
                  uint64_t seed = 1);
 
   // The recordings of a run: requests[r]'s prompt followed by the tokens results[r] generated.
-  static std::vector<std::vector<int32_t>> recordingsOf(const std::vector<GenerationRequest>& requests,
-                                                        const std::vector<GenerationResult>& results);
+  static std::vector<std::vector<int32_t>> recordingsOf(
+      const std::vector<GenerationRequest>& requests, const std::vector<GenerationResult>& results);
 
   int32_t blockSize() const override { return blockSize_; }
   int32_t maxContextRows() const override { return INT32_MAX; }
   int32_t maxBatch() const override { return maxBatch_; }
 
-  void appendContext(const model::TargetModel&, const std::vector<int32_t>&, const std::vector<int32_t>&,
-                     kv::KvCacheManager&) override {}
+  void appendContext(const model::TargetModel&, const std::vector<int32_t>&,
+                     const std::vector<int32_t>&, kv::KvCacheManager&) override {}
   void appendContext(const model::DraftContextDelta&, kv::KvCacheManager&) override {}
   void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) override;
   void onAdmit(int32_t slot, int32_t request) override;
@@ -47,7 +47,7 @@ class ReplayProposer final : public DraftProposer {
   int32_t stride_ = 1;
   std::vector<int32_t> requestOfSlot_;  // [maxBatch], -1 = empty
   Buffer table_;                        // [maxBatch, stride] i32 then [maxBatch] i32 lengths
-  Buffer block_;                        // [maxBatch, BS] i32 whole blocks when the caller takes W < BS rows
+  Buffer block_;  // [maxBatch, BS] i32 whole blocks when the caller takes W < BS rows
 };
 
 }  // namespace es::runtime

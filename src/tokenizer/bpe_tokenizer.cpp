@@ -98,9 +98,7 @@ constexpr size_t kCacheMaxEntries = 1 << 17;
 
 char32_t byteToUnicode(uint8_t byte) { return byteLevelTables().toUnicode[byte]; }
 
-int byteFromUnicode(char32_t cp) {
-  return cp < 512 ? byteLevelTables().fromUnicode[cp] : -1;
-}
+int byteFromUnicode(char32_t cp) { return cp < 512 ? byteLevelTables().fromUnicode[cp] : -1; }
 
 std::string bytesToByteLevel(std::string_view bytes) {
   std::string out;
@@ -145,7 +143,8 @@ struct BpeTokenizer::Impl {
 void BpeTokenizer::Impl::build() {
   size_t size = spec.vocab.size();
   for (const AddedToken& t : spec.addedTokens) {
-    if (t.id < 0) ES_THROW(FormatError, "tokenizer spec: added token '", t.content, "' has id ", t.id);
+    if (t.id < 0)
+      ES_THROW(FormatError, "tokenizer spec: added token '", t.content, "' has id ", t.id);
     if (t.content.empty()) ES_THROW(FormatError, "tokenizer spec: added token ", t.id, " is empty");
     size = std::max(size, static_cast<size_t>(t.id) + 1);
   }
@@ -358,8 +357,8 @@ std::vector<int32_t> BpeTokenizer::encodePrompt(std::string_view text, bool pars
 }
 
 const std::string& BpeTokenizer::tokenBytes(int32_t id) const {
-  ES_CHECK_ARG(id >= 0 && id < vocabSize(), "BpeTokenizer", "token id", id,
-               "must be in [0, ", vocabSize(), ")");
+  ES_CHECK_ARG(id >= 0 && id < vocabSize(), "BpeTokenizer", "token id", id, "must be in [0, ",
+               vocabSize(), ")");
   return impl_->bytes[id];
 }
 

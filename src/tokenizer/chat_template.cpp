@@ -13,8 +13,8 @@ bool contains(std::string_view text, std::string_view what) {
 // '<|im_start|>system\n...<|im_end|>' inside a string literal, where the newline is either an
 // escape sequence or a real newline (both occur in shipped templates).
 std::string defaultChatMLSystem(std::string_view jinja) {
-  for (std::string_view open : {std::string_view("'<|im_start|>system\\n"),
-                                std::string_view("'<|im_start|>system\n")}) {
+  for (std::string_view open :
+       {std::string_view("'<|im_start|>system\\n"), std::string_view("'<|im_start|>system\n")}) {
     for (size_t begin = jinja.find(open); begin != std::string_view::npos;
          begin = jinja.find(open, begin + 1)) {
       const size_t textBegin = begin + open.size();
@@ -59,8 +59,8 @@ ChatTemplate ChatTemplate::fromTemplateText(std::string_view jinja) {
     t.family_ = ChatFamily::kChatML;
     t.defaultSystem_ = defaultChatMLSystem(jinja);
   } else {
-    ES_THROW(InvalidArgument, "chat template: argument 'template' = \"",
-             jinja.substr(0, 60), jinja.size() > 60 ? "..." : "",
+    ES_THROW(InvalidArgument, "chat template: argument 'template' = \"", jinja.substr(0, 60),
+             jinja.size() > 60 ? "..." : "",
              "\" is not a supported family (ChatML, Qwen3 or Llama-3)");
   }
   return t;
@@ -94,8 +94,9 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
     out += "<|im_start|>system\n" + defaultSystem_ + "<|im_end|>\n";
   }
   for (const ChatMessage& m : messages) {
-    const std::string content =
-        family_ == ChatFamily::kQwen3 && m.role == "assistant" ? withoutThinking(m.content) : m.content;
+    const std::string content = family_ == ChatFamily::kQwen3 && m.role == "assistant"
+                                    ? withoutThinking(m.content)
+                                    : m.content;
     out += "<|im_start|>" + m.role + "\n" + content + "<|im_end|>\n";
   }
   if (addGenerationPrompt) {

@@ -7,7 +7,8 @@
 //   ChatML (SmolLM2, Qwen2/2.5): <|im_start|>{role}\n{content}<|im_end|>\n per message; a default
 //     system message taken from the template text when the conversation has none.
 //   Qwen3: ChatML without a default system message; earlier assistant turns keep only the text
-//     after </think>; enable_thinking = false appends an empty think block to the generation prompt.
+//     after </think>; enable_thinking = false appends an empty think block to the generation
+//     prompt.
 //   Llama-3: <|begin_of_text|><|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>;
 //     3.1+ templates (they mention "Cutting Knowledge Date") get their dated system preamble.
 #include <span>
@@ -38,7 +39,7 @@ class ChatTemplate {
 
  private:
   ChatFamily family_ = ChatFamily::kChatML;
-  std::string defaultSystem_;   // ChatML only; empty when the template injects none
+  std::string defaultSystem_;  // ChatML only; empty when the template injects none
   bool llamaDatedPreamble_ = false;
 };
 

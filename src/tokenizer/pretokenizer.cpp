@@ -169,10 +169,18 @@ void preTokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
   Splitter s(decoded, text, out);
   const size_t n = decoded.cp.size();
   switch (kind) {
-    case PreTokenizer::kGpt2: s.gpt2(0, n); break;
-    case PreTokenizer::kLlama3: s.llama3(n, 3); break;
-    case PreTokenizer::kQwen2: s.llama3(n, 1); break;
-    case PreTokenizer::kSmolLm: s.smolLm(n); break;
+    case PreTokenizer::kGpt2:
+      s.gpt2(0, n);
+      break;
+    case PreTokenizer::kLlama3:
+      s.llama3(n, 3);
+      break;
+    case PreTokenizer::kQwen2:
+      s.llama3(n, 1);
+      break;
+    case PreTokenizer::kSmolLm:
+      s.smolLm(n);
+      break;
   }
 }
 

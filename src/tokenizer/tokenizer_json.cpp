@@ -1,9 +1,8 @@
 #include "tokenizer/tokenizer_json.h"
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "common/errors.h"
 #include "common/json.h"
@@ -64,7 +63,8 @@ void readModel(const Reader& r, const json& model, TokenizerSpec& spec) {
   if (const json* type = r.optional(model, "type"); type && r.string(*type, "model.type") != "BPE")
     r.fail("model.type", "is '" + type->get<std::string>() + "'; only BPE is supported");
   if (r.flag(model, "byte_fallback", "model.byte_fallback", false))
-    r.fail("model.byte_fallback", "is true (a SentencePiece-style BPE); only byte-level BPE is supported");
+    r.fail("model.byte_fallback",
+           "is true (a SentencePiece-style BPE); only byte-level BPE is supported");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const std::string field = std::string("model.") + key;
     if (const json* v = r.optional(model, key); v && !r.string(*v, field).empty())
@@ -169,36 +169,46 @@ void readPreTokenizer(const Reader& r, const json& root, TokenizerSpec& spec) {
     spec.preTokenizer = PreTokenizer::kGpt2;
     return;
   }
-  if (type != "Sequence") r.fail("pre_tokenizer.type", "is '" + type + "'; not a byte-level BPE pre-tokenizer");
+  if (type != "Sequence")
+    r.fail("pre_tokenizer.type", "is '" + type + "'; not a byte-level BPE pre-tokenizer");
   const json& list = r.member(p, "pretokenizers", "pre_tokenizer.pretokenizers");
   if (!list.is_array() || list.size() != 2)
-    r.fail("pre_tokenizer.pretokenizers", "must be [Split or Digits, ByteLevel], got " + shortText(list.dump()));
+    r.fail("pre_tokenizer.pretokenizers",
+           "must be [Split or Digits, ByteLevel], got " + shortText(list.dump()));
   const std::string first = typeOf(list[0], "pre_tokenizer.pretokenizers[0]");
   const std::string second = typeOf(list[1], "pre_tokenizer.pretokenizers[1]");
-  if (second != "ByteLevel") r.fail("pre_tokenizer.pretokenizers[1].type", "is '" + second + "', not ByteLevel");
+  if (second != "ByteLevel")
+    r.fail("pre_tokenizer.pretokenizers[1].type", "is '" + second + "', not ByteLevel");
   if (first == "Digits") {  // SmolLM/SmolLM2
-    if (!r.flag(list[0], "individual_digits", "pre_tokenizer.pretokenizers[0].individual_digits", false))
+    if (!r.flag(list[0], "individual_digits", "pre_tokenizer.pretokenizers[0].individual_digits",
+                false))
       r.fail("pre_tokenizer.pretokenizers[0].individual_digits", "must be true");
     checkByteLevel(r, list[1], "pre_tokenizer.pretokenizers[1]", true);
     spec.preTokenizer = PreTokenizer::kSmolLm;
     return;
   }
-  if (first != "Split") r.fail("pre_tokenizer.pretokenizers[0].type", "is '" + first + "'; expected Split or Digits");
+  if (first != "Split")
+    r.fail("pre_tokenizer.pretokenizers[0].type", "is '" + first + "'; expected Split or Digits");
   checkByteLevel(r, list[1], "pre_tokenizer.pretokenizers[1]", false);
   const std::string field = "pre_tokenizer.pretokenizers[0]";
   const json& pattern = r.member(list[0], "pattern", field + ".pattern");
-  const std::string regex = r.string(r.member(pattern, "Regex", field + ".pattern.Regex"), field + ".pattern.Regex");
-  const std::string behavior = r.string(r.member(list[0], "behavior", field + ".behavior"), field + ".behavior");
-  if (behavior != "Isolated") r.fail(field + ".behavior", "is '" + behavior + "'; only Isolated is supported");
-  if (r.flag(list[0], "invert", field + ".invert", false)) r.fail(field + ".invert", "is true; not supported");
+  const std::string regex =
+      r.string(r.member(pattern, "Regex", field + ".pattern.Regex"), field + ".pattern.Regex");
+  const std::string behavior =
+      r.string(r.member(list[0], "behavior", field + ".behavior"), field + ".behavior");
+  if (behavior != "Isolated")
+    r.fail(field + ".behavior", "is '" + behavior + "'; only Isolated is supported");
+  if (r.flag(list[0], "invert", field + ".invert", false))
+    r.fail(field + ".invert", "is true; not supported");
   for (PreTokenizer kind : {PreTokenizer::kQwen2, PreTokenizer::kLlama3, PreTokenizer::kGpt2}) {
     if (regex == preTokenizerRegex(kind)) {
       spec.preTokenizer = kind;
       return;
     }
   }
-  r.fail(field + ".pattern.Regex", "is '" + regex + "', which is not one of the implemented "
-         "pre-tokenizers (GPT-2, Llama-3, Qwen2)");
+  r.fail(field + ".pattern.Regex", "is '" + regex +
+                                       "', which is not one of the implemented "
+                                       "pre-tokenizers (GPT-2, Llama-3, Qwen2)");
 }
 
 // Llama-3 adds <|begin_of_text|> through a TemplateProcessing post-processor, not through
@@ -219,8 +229,9 @@ void readPostProcessor(const Reader& r, const json& root, TokenizerSpec& spec) {
     if (!single || !single->is_array() || single->empty()) continue;
     const json* first = r.optional((*single)[0], "SpecialToken");
     if (!first) continue;
-    const std::string content = r.string(r.member(*first, "id", "post_processor.single[0].SpecialToken.id"),
-                                         "post_processor.single[0].SpecialToken.id");
+    const std::string content =
+        r.string(r.member(*first, "id", "post_processor.single[0].SpecialToken.id"),
+                 "post_processor.single[0].SpecialToken.id");
     for (const AddedToken& t : spec.addedTokens) {
       if (t.content == content) {
         spec.bosId = t.id;
@@ -260,12 +271,14 @@ TokenizerSpec parseTokenizerJson(std::string_view text, std::string_view source)
 void applyTokenizerConfig(TokenizerSpec& spec, std::string_view text, std::string_view source) {
   const json root = parseJsonStrict(text, source);
   const Reader r(source);
-  if (!root.is_object()) ES_THROW(FormatError, source, ": tokenizer_config.json must be a JSON object");
+  if (!root.is_object())
+    ES_THROW(FormatError, source, ": tokenizer_config.json must be a JSON object");
   const auto tokenId = [&](const char* key) -> std::optional<int32_t> {
     const json* v = r.optional(root, key);
     if (!v) return std::nullopt;
     const std::string content =
-        v->is_object() ? r.string(r.member(*v, "content", std::string(key) + ".content"), std::string(key) + ".content")
+        v->is_object() ? r.string(r.member(*v, "content", std::string(key) + ".content"),
+                                  std::string(key) + ".content")
                        : r.string(*v, key);
     for (const AddedToken& t : spec.addedTokens)
       if (t.content == content) return t.id;
@@ -277,7 +290,8 @@ void applyTokenizerConfig(TokenizerSpec& spec, std::string_view text, std::strin
   if (auto id = tokenId("bos_token")) spec.bosId = id;
   if (auto id = tokenId("eos_token")) spec.eosId = id;
   if (auto id = tokenId("pad_token")) spec.padId = id;
-  if (const json* v = r.optional(root, "add_bos_token")) spec.addBos = r.boolean(*v, "add_bos_token");
+  if (const json* v = r.optional(root, "add_bos_token"))
+    spec.addBos = r.boolean(*v, "add_bos_token");
   if (spec.addBos && !spec.bosId) r.fail("add_bos_token", "is true but there is no bos_token");
   if (const json* v = r.optional(root, "chat_template")) {
     if (v->is_string()) {
@@ -286,7 +300,8 @@ void applyTokenizerConfig(TokenizerSpec& spec, std::string_view text, std::strin
       for (size_t i = 0; i < v->size(); ++i) {
         const std::string field = "chat_template[" + std::to_string(i) + "]";
         if (r.string(r.member((*v)[i], "name", field + ".name"), field + ".name") == "default")
-          spec.chatTemplate = r.string(r.member((*v)[i], "template", field + ".template"), field + ".template");
+          spec.chatTemplate =
+              r.string(r.member((*v)[i], "template", field + ".template"), field + ".template");
       }
     } else {
       r.fail("chat_template", "must be a string or a list of {name, template}");
@@ -298,7 +313,8 @@ TokenizerSpec loadTokenizerJson(const std::filesystem::path& path) {
   TokenizerSpec spec = parseTokenizerJson(readFile(path), path.string());
   const std::filesystem::path config = path.parent_path() / "tokenizer_config.json";
   std::error_code ec;
-  if (std::filesystem::is_regular_file(config, ec)) applyTokenizerConfig(spec, readFile(config), config.string());
+  if (std::filesystem::is_regular_file(config, ec))
+    applyTokenizerConfig(spec, readFile(config), config.string());
   return spec;
 }
 

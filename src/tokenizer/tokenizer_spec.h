@@ -27,14 +27,14 @@ struct AddedToken {
 };
 
 struct TokenizerSpec {
-  std::vector<std::string> vocab;    // id -> token string in the byte-level alphabet (GPT-2 map)
+  std::vector<std::string> vocab;  // id -> token string in the byte-level alphabet (GPT-2 map)
   std::vector<std::pair<std::string, std::string>> merges;  // rank order
   std::vector<AddedToken> addedTokens;
   PreTokenizer preTokenizer = PreTokenizer::kGpt2;
-  bool nfc = false;                  // apply Unicode NFC normalisation before splitting
+  bool nfc = false;  // apply Unicode NFC normalisation before splitting
   std::optional<int32_t> bosId, eosId, padId;
-  bool addBos = false;               // prepend bos when encoding a prompt
-  std::string chatTemplate;          // the model's Jinja chat template, if shipped
+  bool addBos = false;       // prepend bos when encoding a prompt
+  std::string chatTemplate;  // the model's Jinja chat template, if shipped
   // A pre-token that is itself in the vocabulary becomes that token without running the merges
   // (tokenizer.json model.ignore_merges; Llama-3, GGUF tokenizer.ggml.pre "llama-bpe"/"llama3").
   bool ignoreMerges = false;

@@ -52,9 +52,8 @@ Utf8Step stepUtf8(std::string_view text, size_t pos) {
 
 template <typename Entry>
 const Entry* findRange(const Entry* begin, const Entry* end, char32_t cp) {
-  const Entry* it = std::upper_bound(begin, end, cp, [](char32_t c, const Entry& e) {
-    return c < e.first;
-  });
+  const Entry* it =
+      std::upper_bound(begin, end, cp, [](char32_t c, const Entry& e) { return c < e.first; });
   if (it == begin) return nullptr;
   --it;
   return cp <= it->last ? it : nullptr;
@@ -90,10 +89,11 @@ void decomposeInto(char32_t cp, std::vector<char32_t>& out) {
   }
   const auto* begin = std::begin(tables::kDecompositions);
   const auto* end = std::end(tables::kDecompositions);
-  const auto* it = std::lower_bound(begin, end, cp, [](const tables::Decomposition& d,
-                                                       char32_t c) { return d.cp < c; });
+  const auto* it = std::lower_bound(
+      begin, end, cp, [](const tables::Decomposition& d, char32_t c) { return d.cp < c; });
   if (it != end && it->cp == cp) {
-    for (uint32_t k = 0; k < it->length; ++k) out.push_back(tables::kDecompositionPool[it->offset + k]);
+    for (uint32_t k = 0; k < it->length; ++k)
+      out.push_back(tables::kDecompositionPool[it->offset + k]);
   } else {
     out.push_back(cp);
   }
@@ -108,11 +108,11 @@ char32_t compose(char32_t a, char32_t b) {
     return a + (b - kTBase);
   const auto* begin = std::begin(tables::kCompositions);
   const auto* end = std::end(tables::kCompositions);
-  const auto* it = std::lower_bound(begin, end, std::pair{a, b},
-                                    [](const tables::Composition& c, std::pair<char32_t, char32_t> k) {
-                                      return c.first != k.first ? c.first < k.first
-                                                                : c.second < k.second;
-                                    });
+  const auto* it =
+      std::lower_bound(begin, end, std::pair{a, b},
+                       [](const tables::Composition& c, std::pair<char32_t, char32_t> k) {
+                         return c.first != k.first ? c.first < k.first : c.second < k.second;
+                       });
   return (it != end && it->first == a && it->second == b) ? it->composite : 0;
 }
 
@@ -220,9 +220,8 @@ std::string nfc(std::string_view text) {
     }
     size_t j = i;
     while (j < cps.size() && combiningClass(cps[j]) != 0) ++j;
-    std::stable_sort(cps.begin() + i, cps.begin() + j, [](char32_t a, char32_t b) {
-      return combiningClass(a) < combiningClass(b);
-    });
+    std::stable_sort(cps.begin() + i, cps.begin() + j,
+                     [](char32_t a, char32_t b) { return combiningClass(a) < combiningClass(b); });
     i = j;
   }
   // Canonical composition (UAX #15, sample code of section 14).

@@ -1,7 +1,8 @@
 #pragma once
 // UTF-8 and the bits of Unicode the byte-level BPE tokenizers need: code point decoding that never
 // fails (invalid bytes become U+FFFD deterministically), the \p{L} / \p{N} / \s classes of the
-// pre-tokenizer regexes, and NFC. Tables are generated (unicode_tables.h, tools/gen_unicode_tables.py).
+// pre-tokenizer regexes, and NFC. Tables are generated (unicode_tables.h,
+// tools/gen_unicode_tables.py).
 #include <cstdint>
 #include <string>
 #include <string_view>

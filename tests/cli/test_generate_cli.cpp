@@ -38,8 +38,17 @@ TEST(CliDraft, GenerateWithADFlashDraftEqualsPlainGreedy) {
   model::test_draft::DraftSpec spec;
   spec.blockSize = 4;
   model::test_draft::writeDraft(tmp / "draft", spec);
-  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "-n", "20", "--raw",
-                                         "--model", (tmp / "q.gguf").string(), "--prompt", "hello there general"};
+  const std::vector<std::string> base = {"generate",
+                                         "--backend",
+                                         "cpu",
+                                         "--json",
+                                         "-n",
+                                         "20",
+                                         "--raw",
+                                         "--model",
+                                         (tmp / "q.gguf").string(),
+                                         "--prompt",
+                                         "hello there general"};
   std::vector<std::string> withDraft = base;
   withDraft.insert(withDraft.end(), {"--draft", (tmp / "draft").string()});
   const nlohmann::json plain = runJson(base), spec_out = runJson(withDraft);
@@ -48,7 +57,8 @@ TEST(CliDraft, GenerateWithADFlashDraftEqualsPlainGreedy) {
   ASSERT_TRUE(spec_out.contains("tau"));
   EXPECT_GE(spec_out["tau"].get<double>(), 1.0);
   EXPECT_FALSE(plain.contains("tau"));
-  EXPECT_EQ(spec_out["verify_width"].get<int>(), runtime::kCpuVerifyWidth);  // auto on cpu (block 4)
+  EXPECT_EQ(spec_out["verify_width"].get<int>(),
+            runtime::kCpuVerifyWidth);  // auto on cpu (block 4)
   EXPECT_EQ(spec_out["accept_histogram"].size(), static_cast<size_t>(runtime::kCpuVerifyWidth) + 1);
 
   // --verify-width 2: the same tokens, steps of at most 2; 5 is above the block and refused.
@@ -65,9 +75,19 @@ TEST(CliDraft, GenerateWithADFlashDraftEqualsPlainGreedy) {
 
 TEST(CliGenerate, StopStringEndsTheAnswerBeforeIt) {
   test::TempDir tmp;
-  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
-  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "-n", "24", "--raw",
-                                         "--model", (tmp / "q.gguf").string(), "--prompt", "hello there general"};
+  test::writeBytes(tmp / "q.gguf",
+                   test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  const std::vector<std::string> base = {"generate",
+                                         "--backend",
+                                         "cpu",
+                                         "--json",
+                                         "-n",
+                                         "24",
+                                         "--raw",
+                                         "--model",
+                                         (tmp / "q.gguf").string(),
+                                         "--prompt",
+                                         "hello there general"};
   const nlohmann::json full = runJson(base);
   const std::string text = full["text"];
   ASSERT_GT(text.size(), 12u);
@@ -87,13 +107,16 @@ TEST(CliGenerate, StopStringEndsTheAnswerBeforeIt) {
 // tokens as one forward; the JSON reports the rows; bad values are refused by name.
 TEST(CliGenerate, PrefillChunkIsExactAndChecked) {
   test::TempDir tmp;
-  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  test::writeBytes(tmp / "q.gguf",
+                   test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
   std::string prompt;
   for (int i = 0; i < 12; ++i) prompt += "the quick brown fox ";
-  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "-n", "12", "--raw",
-                                         "--model", (tmp / "q.gguf").string(), "--prompt", prompt};
+  const std::vector<std::string> base = {"generate", "--backend", "cpu",
+                                         "--json",   "-n",        "12",
+                                         "--raw",    "--model",   (tmp / "q.gguf").string(),
+                                         "--prompt", prompt};
   const nlohmann::json whole = runJson(base);
-  ASSERT_GT(whole["prompt_tokens"].get<int>(), 32);  // at least three 16-row forwards below
+  ASSERT_GT(whole["prompt_tokens"].get<int>(), 32);   // at least three 16-row forwards below
   EXPECT_EQ(whole["prefill_chunk"].get<int>(), 256);  // auto on the cpu
   std::vector<std::string> chunked = base;
   chunked.insert(chunked.end(), {"--prefill-chunk", "16"});
@@ -115,19 +138,21 @@ TEST(CliGenerate, PrefillChunkResolution) {
   EXPECT_EQ(runtime::resolvePrefillChunk(std::nullopt, "cuda", 256), 256);
   EXPECT_EQ(runtime::resolvePrefillChunk(std::nullopt, "cuda", 257), 512);
   EXPECT_EQ(runtime::resolvePrefillChunk(std::nullopt, "cuda", 4096), 4096);
-  EXPECT_EQ(runtime::resolvePrefillChunk(std::nullopt, "cuda", 100000), runtime::kMaxAutoPrefillChunk);
+  EXPECT_EQ(runtime::resolvePrefillChunk(std::nullopt, "cuda", 100000),
+            runtime::kMaxAutoPrefillChunk);
   EXPECT_EQ(runtime::resolvePrefillChunk(16, "cuda", 100000), 16);
   EXPECT_EQ(runtime::resolvePrefillChunk(65536, "cpu", 1), 65536);
 }
 
 TEST(CliGenerate, InputFileBatchEqualsRequestsAlone) {
   test::TempDir tmp;
-  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  test::writeBytes(tmp / "q.gguf",
+                   test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
   test::writeText(tmp / "in.json",
                   R"(["hello there", {"prompt": "general kenobi", "max_new_tokens": 5},
                       {"prompt": "a longer prompt with more words in it", "temperature": 0.8, "seed": 9}])");
-  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "--raw",
-                                         "--model", (tmp / "q.gguf").string()};
+  const std::vector<std::string> base = {
+      "generate", "--backend", "cpu", "--json", "--raw", "--model", (tmp / "q.gguf").string()};
   std::vector<std::string> batch = base;
   batch.insert(batch.end(), {"-n", "12", "--input-file", (tmp / "in.json").string()});
   testing::internal::CaptureStdout();
@@ -144,9 +169,8 @@ TEST(CliGenerate, InputFileBatchEqualsRequestsAlone) {
   EXPECT_EQ(outs[0]["tokens"], alone({"--prompt", "hello there", "-n", "12"})["tokens"]);
   EXPECT_EQ(outs[1]["tokens"], alone({"--prompt", "general kenobi", "-n", "5"})["tokens"]);
   EXPECT_EQ(outs[1]["tokens"].size(), 5u);
-  EXPECT_EQ(outs[2]["tokens"],
-            alone({"--prompt", "a longer prompt with more words in it", "-n", "12", "--temperature", "0.8", "--seed",
-                   "9"})["tokens"]);
+  EXPECT_EQ(outs[2]["tokens"], alone({"--prompt", "a longer prompt with more words in it", "-n",
+                                      "12", "--temperature", "0.8", "--seed", "9"})["tokens"]);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(outs[static_cast<size_t>(r)]["request"], r);
 
   std::vector<std::string> bad = base;
@@ -181,21 +205,23 @@ TEST(CliGenerate, InputFileBatchEqualsRequestsAlone) {
 // answer (and, with a draft, its own accept statistics) equals the request run by itself.
 TEST(CliGenerate, OneAtATimeEqualsRequestsAlone) {
   test::TempDir tmp;
-  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  test::writeBytes(tmp / "q.gguf",
+                   test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
   model::test_draft::DraftSpec spec;
   spec.blockSize = 4;
   model::test_draft::writeDraft(tmp / "draft", spec);
   test::writeText(tmp / "in.json",
                   R"(["hello there", {"prompt": "general kenobi", "max_new_tokens": 5},
                       {"prompt": "a longer prompt with more words in it", "temperature": 0.8, "seed": 9}])");
-  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "--raw",
-                                         "--model", (tmp / "q.gguf").string()};
+  const std::vector<std::string> base = {
+      "generate", "--backend", "cpu", "--json", "--raw", "--model", (tmp / "q.gguf").string()};
   for (const bool withDraft : {false, true}) {
     std::vector<std::string> extra;
     if (withDraft) extra = {"--draft", (tmp / "draft").string()};
     std::vector<std::string> seq = base;
     seq.insert(seq.end(), extra.begin(), extra.end());
-    seq.insert(seq.end(), {"-n", "12", "--warmup", "--one-at-a-time", "--input-file", (tmp / "in.json").string()});
+    seq.insert(seq.end(), {"-n", "12", "--warmup", "--one-at-a-time", "--input-file",
+                           (tmp / "in.json").string()});
     testing::internal::CaptureStdout();
     ASSERT_EQ(runCli(seq), 0);
     std::istringstream lines(testing::internal::GetCapturedStdout());
@@ -205,7 +231,8 @@ TEST(CliGenerate, OneAtATimeEqualsRequestsAlone) {
     const std::vector<std::vector<std::string>> alone = {
         {"--prompt", "hello there", "-n", "12"},
         {"--prompt", "general kenobi", "-n", "5"},
-        {"--prompt", "a longer prompt with more words in it", "-n", "12", "--temperature", "0.8", "--seed", "9"}};
+        {"--prompt", "a longer prompt with more words in it", "-n", "12", "--temperature", "0.8",
+         "--seed", "9"}};
     for (size_t r = 0; r < 3; ++r) {
       std::vector<std::string> a = base;
       a.insert(a.end(), extra.begin(), extra.end());
@@ -235,44 +262,51 @@ TEST(CliGenerate, OneAtATimeEqualsRequestsAlone) {
   EXPECT_EQ(runCli(seq65), 0);
   std::istringstream lines(testing::internal::GetCapturedStdout());
   int count = 0;
-  for (std::string line; std::getline(lines, line);) count += nlohmann::json::parse(line)["request"] == count ? 1 : 0;
+  for (std::string line; std::getline(lines, line);)
+    count += nlohmann::json::parse(line)["request"] == count ? 1 : 0;
   EXPECT_EQ(count, 65);
 }
 
 TEST(CliDraft, BenchReplayDraftAcceptsWholeBlocksAndMatchesPlain) {
   const std::string target = test::test_data_dir() + "/models/qwen3";
-  const nlohmann::json out = runJson({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size", "4",
-                                      "--prompt-len", "20", "--gen-len", "33", "--repeats", "2", "--json"});
+  const nlohmann::json out =
+      runJson({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size", "4",
+               "--prompt-len", "20", "--gen-len", "33", "--repeats", "2", "--json"});
   EXPECT_EQ(out["identical_prefix_fraction"].get<double>(), 1.0);
-  EXPECT_GT(out["tau"].get<double>(), 3.5);  // 32 tokens in blocks of 4 (the last one cut by the budget)
+  EXPECT_GT(out["tau"].get<double>(),
+            3.5);  // 32 tokens in blocks of 4 (the last one cut by the budget)
   EXPECT_GT(out["plain_tok_s"].get<double>(), 0.0);
   EXPECT_GT(out["verify_forward_ms"].get<double>(), 0.0);
   EXPECT_EQ(out["prefill_chunk"].get<int>(), 256);  // the default rows per target forward
 
   // --prefill-chunk 16: the 40-token prompt prefills in 3 forwards; the run is still exact.
-  const nlohmann::json chunked = runJson({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size",
-                                          "4", "--prompt-len", "40", "--gen-len", "9", "--repeats", "1",
-                                          "--prefill-chunk", "16", "--json"});
+  const nlohmann::json chunked =
+      runJson({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size", "4",
+               "--prompt-len", "40", "--gen-len", "9", "--repeats", "1", "--prefill-chunk", "16",
+               "--json"});
   EXPECT_EQ(chunked["prefill_chunk"].get<int>(), 16);
   EXPECT_EQ(chunked["identical_prefix_fraction"].get<double>(), 1.0);
   test::expectInvalidArgument(
-      [&] { runCli({"bench", "--model", target, "--backend", "cpu", "--prefill-chunk", "8"}); }, "--prefill-chunk");
+      [&] {
+        runCli({"bench", "--model", target, "--backend", "cpu", "--prefill-chunk", "8"});
+      },
+      "--prefill-chunk");
 }
 
 // --verify-width W (bench): a replay draft of block 4 verified 2 rows at a time emits at most 2
 // tokens a step, and still the plain tokens.
 TEST(CliDraft, BenchVerifyWidthCapsTheTokensPerStep) {
   const std::string target = test::test_data_dir() + "/models/qwen3";
-  const nlohmann::json out =
-      runJson({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size", "4", "--verify-width", "2",
-               "--prompt-len", "20", "--gen-len", "33", "--repeats", "2", "--json"});
+  const nlohmann::json out = runJson({"bench", "--model", target, "--backend", "cpu", "--replay",
+                                      "--block-size", "4", "--verify-width", "2", "--prompt-len",
+                                      "20", "--gen-len", "33", "--repeats", "2", "--json"});
   EXPECT_EQ(out["identical_prefix_fraction"].get<double>(), 1.0);
   EXPECT_EQ(out["verify_width"].get<int>(), 2);
   EXPECT_GT(out["tau"].get<double>(), 1.9);
   EXPECT_LE(out["tau"].get<double>(), 2.0);
   EXPECT_EQ(out["accept_histogram"].size(), 3u);
-  EXPECT_THROW(runCli({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size", "4",
-                       "--verify-width", "5"}),
+  EXPECT_THROW(runCli({"bench", "--model", target, "--backend", "cpu", "--replay", "--block-size",
+                       "4", "--verify-width", "5"}),
                InvalidArgument);
 }
 
@@ -306,10 +340,12 @@ TEST(CliDraft, MismatchedDraftIsAClearError) {
   spec.hidden = 64;  // the target's hidden size is 128
   spec.layers = 1;
   model::test_draft::writeDraft(tmp / "draft", spec);
-  EXPECT_THROW(runCli({"generate", "--backend", "cpu", "-n", "4", "--raw", "--model", (tmp / "q.gguf").string(),
-                       "--draft", (tmp / "draft").string()}),
+  EXPECT_THROW(runCli({"generate", "--backend", "cpu", "-n", "4", "--raw", "--model",
+                       (tmp / "q.gguf").string(), "--draft", (tmp / "draft").string()}),
                InvalidArgument);
-  EXPECT_THROW(runCli({"bench", "--model", target, "--replay", "--draft", (tmp / "draft").string()}), InvalidArgument);
+  EXPECT_THROW(
+      runCli({"bench", "--model", target, "--replay", "--draft", (tmp / "draft").string()}),
+      InvalidArgument);
 }
 
 // The default model's draft (ES_CACHE_DIR/smollm2-135m-instruct-dflash, installed by
@@ -317,15 +353,19 @@ TEST(CliDraft, MismatchedDraftIsAClearError) {
 // decodes plainly; --draft still forces it; --no-draft together with --draft is an error.
 TEST(CliDraft, DefaultDraftIsNotUsedOnTheCpu) {
   test::TempDir tmp;
-  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
-  ASSERT_EQ(runCli({"convert", (tmp / "q.gguf").string(), (tmp / "smollm2-135m-instruct").string(), "-q"}), 0);
+  test::writeBytes(tmp / "q.gguf",
+                   test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  ASSERT_EQ(runCli({"convert", (tmp / "q.gguf").string(), (tmp / "smollm2-135m-instruct").string(),
+                    "-q"}),
+            0);
   model::test_draft::DraftSpec spec;
   spec.blockSize = 4;
   model::test_draft::writeDraft(tmp / "smollm2-135m-instruct-dflash", spec);
   const char* old = std::getenv("ES_CACHE_DIR");
   const std::string saved = old ? old : "";
   setenv("ES_CACHE_DIR", tmp.path().c_str(), 1);
-  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "-n", "8", "--raw", "-p", "hello"};
+  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "-n",
+                                         "8",        "--raw",     "-p",  "hello"};
   const nlohmann::json plain = runJson(base);
   std::vector<std::string> forced = base;
   forced.insert(forced.end(), {"--draft", (tmp / "smollm2-135m-instruct-dflash").string()});
@@ -333,7 +373,10 @@ TEST(CliDraft, DefaultDraftIsNotUsedOnTheCpu) {
   std::vector<std::string> both = forced;
   both.push_back("--no-draft");
   EXPECT_THROW(runCli(both), InvalidArgument);
-  if (old) setenv("ES_CACHE_DIR", saved.c_str(), 1); else unsetenv("ES_CACHE_DIR");
+  if (old)
+    setenv("ES_CACHE_DIR", saved.c_str(), 1);
+  else
+    unsetenv("ES_CACHE_DIR");
   EXPECT_FALSE(plain.contains("tau"));
   ASSERT_TRUE(withDraft.contains("tau"));
   EXPECT_EQ(withDraft["tokens"], plain["tokens"]);

@@ -26,13 +26,16 @@ using test::runCli;
 
 nlohmann::json runJson(const std::vector<std::string>& args) { return test::runCliJson(args); }
 
-std::string fixture(const std::string& family) { return test::test_data_dir() + "/models/" + family; }
+std::string fixture(const std::string& family) {
+  return test::test_data_dir() + "/models/" + family;
+}
 
 // The qwen2 fixture as a GGUF: projections Q8_0 (biases F32), the rest F32.
 void writeQwen2Gguf(const fs::path& path) {
   test::GgufFromFolderOptions o;
   o.type = [](const std::string& name) {
-    return name.find("proj.weight") != std::string::npos ? model::GgmlType::kQ8_0 : model::GgmlType::kF32;
+    return name.find("proj.weight") != std::string::npos ? model::GgmlType::kQ8_0
+                                                         : model::GgmlType::kF32;
   };
   test::writeBytes(path, test::ggufFromFolder(fixture("qwen2"), o).build());
 }
@@ -40,8 +43,10 @@ void writeQwen2Gguf(const fs::path& path) {
 TEST(CliGguf, InspectTensorsOfAGguf) {
   test::TempDir tmp;
   writeQwen2Gguf(tmp / "q.gguf");
-  const nlohmann::json out = runJson({"inspect", "--model", (tmp / "q.gguf").string(), "--tensors", "--json"});
-  ASSERT_EQ(out["tensors"].size(), 3u + 2 * 12);  // as the HF folder: embed, norm, lm_head + 12 per layer
+  const nlohmann::json out =
+      runJson({"inspect", "--model", (tmp / "q.gguf").string(), "--tensors", "--json"});
+  ASSERT_EQ(out["tensors"].size(),
+            3u + 2 * 12);  // as the HF folder: embed, norm, lm_head + 12 per layer
   bool sawQ = false;
   for (const auto& t : out["tensors"]) {
     EXPECT_EQ(t["dtype"], "f32");
@@ -63,8 +68,8 @@ TEST(CliGguf, InspectTensorsOfAGguf) {
 TEST(CliGguf, InspectPlanOfAGguf) {
   test::TempDir tmp;
   writeQwen2Gguf(tmp / "q.gguf");
-  const nlohmann::json plan = runJson({"inspect", "--model", (tmp / "q.gguf").string(), "--max-batch", "2",
-                                       "--max-seq-len", "256", "--json"});
+  const nlohmann::json plan = runJson({"inspect", "--model", (tmp / "q.gguf").string(),
+                                       "--max-batch", "2", "--max-seq-len", "256", "--json"});
   ASSERT_EQ(plan["base_layers"].size(), 2u);  // qwen2 fixture: 2 layers, 1 KV head of 64
   EXPECT_EQ(plan["base_layers"][0]["num_kv_heads"], 1);
   EXPECT_EQ(plan["base_layers"][0]["head_dim"], 64);
@@ -77,7 +82,8 @@ TEST(CliGguf, GenerateOnAGgufEqualsTheConvertedFolder) {
   f32.dtype = DType::kF32;
   model::convertGgufToHf(tmp / "q.gguf", tmp / "hf", f32);
   for (const bool raw : {false, true}) {
-    std::vector<std::string> args = {"generate", "--backend", "cpu", "--json", "-n", "12", "--prompt", "hello there"};
+    std::vector<std::string> args = {"generate", "--backend", "cpu",      "--json",
+                                     "-n",       "12",        "--prompt", "hello there"};
     if (raw) args.push_back("--raw");
     std::vector<std::string> a = args, b = args;
     a.insert(a.begin() + 1, {"--model", (tmp / "q.gguf").string()});
@@ -114,7 +120,8 @@ TEST(CliGguf, GenerateErrorsNameTheFile) {
   }
   // Truncated: the GGUF reader's FormatError, naming the file.
   test::writeText(tmp / "cut.gguf", "GGUF\x03");
-  EXPECT_THROW(runCli({"generate", "--backend", "cpu", "--model", (tmp / "cut.gguf").string()}), FormatError);
+  EXPECT_THROW(runCli({"generate", "--backend", "cpu", "--model", (tmp / "cut.gguf").string()}),
+               FormatError);
 }
 
 // The default model (ES_SMOLLM2_GGUF): generate on the GGUF gives the tokens of its f32 conversion.
@@ -125,8 +132,9 @@ TEST(CliGguf, RealSmolLM2GenerateEqualsConverted) {
   model::ConvertOptions f32;
   f32.dtype = DType::kF32;
   model::convertGgufToHf(path, tmp / "hf", f32);
-  const std::vector<std::string> args = {"generate", "--backend", "cpu", "--json", "-n", "24", "--prompt",
-                                         "What is the capital of France?"};
+  const std::vector<std::string> args = {
+      "generate", "--backend", "cpu",      "--json",
+      "-n",       "24",        "--prompt", "What is the capital of France?"};
   std::vector<std::string> a = args, b = args;
   a.insert(a.begin() + 1, {"--model", path});
   b.insert(b.begin() + 1, {"--model", (tmp / "hf").string()});

@@ -33,7 +33,8 @@ TEST(CliInspect, JsonPlanOnStdout) {
 TEST(CliInspect, PlanFromAModelFolder) {
   testing::internal::CaptureStdout();
   const std::string dir = test::test_data_dir() + "/models/llama";
-  ASSERT_EQ(runCli({"inspect", "--model", dir, "--max-batch", "2", "--max-seq-len", "256", "--json"}), 0);
+  ASSERT_EQ(
+      runCli({"inspect", "--model", dir, "--max-batch", "2", "--max-seq-len", "256", "--json"}), 0);
   const nlohmann::json plan = nlohmann::json::parse(testing::internal::GetCapturedStdout());
   ASSERT_EQ(plan["base_layers"].size(), 2u);  // the fixture's config: 2 layers, 1 KV head of 64
   EXPECT_EQ(plan["base_layers"][0]["num_kv_heads"], 1);
@@ -49,7 +50,8 @@ TEST(CliInspect, TensorListOfAModelFolder) {
   // Qwen2, 2 layers: embed, norm, lm_head + 12 per layer (q/k/v with biases, o, 2 norms, 3 mlp).
   ASSERT_EQ(out["tensors"].size(), 3u + 2 * 12);
   bool sawBias = false;
-  for (const auto& t : out["tensors"]) sawBias |= t["name"] == "model.layers.1.self_attn.k_proj.bias";
+  for (const auto& t : out["tensors"])
+    sawBias |= t["name"] == "model.layers.1.self_attn.k_proj.bias";
   EXPECT_TRUE(sawBias);
 }
 
@@ -60,9 +62,10 @@ TEST(CliInspect, BadInputIsAnErrorNamingTheArgument) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("maxBatchSize"), std::string::npos);
   }
-  EXPECT_THROW(runCli({"inspect", "--swa-layers", "99", "--sliding-window", "512"}), InvalidArgument);
+  EXPECT_THROW(runCli({"inspect", "--swa-layers", "99", "--sliding-window", "512"}),
+               InvalidArgument);
   EXPECT_THROW(runCli({"inspect", "--swa-layers", "1"}), InvalidArgument);  // no window given
-  EXPECT_NE(runCli({"inspect", "--preset", "no-such-model"}), 0);          // parse error exit code
+  EXPECT_NE(runCli({"inspect", "--preset", "no-such-model"}), 0);           // parse error exit code
 }
 
 }  // namespace

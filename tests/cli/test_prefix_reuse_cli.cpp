@@ -40,13 +40,24 @@ std::vector<nlohmann::json> jsonLines(const std::vector<std::string>& args) {
 
 TEST(CliPrefixReuse, GenerateBatchSharingAPrefixEqualsNoReuse) {
   test::TempDir tmp;
-  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
+  test::writeBytes(tmp / "q.gguf",
+                   test::ggufFromFolder(test::test_data_dir() + "/models/qwen3").build());
   std::string shared;
-  for (int i = 0; i < 9; ++i) shared += "the same long system text, line " + std::to_string(i) + ". ";
+  for (int i = 0; i < 9; ++i)
+    shared += "the same long system text, line " + std::to_string(i) + ". ";
   const nlohmann::json requests = {shared + "first question?", shared + "a second, different one"};
   test::writeText(tmp / "in.json", requests.dump());
-  const std::vector<std::string> base = {"generate", "--backend", "cpu", "--json", "--raw", "-n", "8",
-                                         "--model", (tmp / "q.gguf").string(), "--input-file", (tmp / "in.json").string()};
+  const std::vector<std::string> base = {"generate",
+                                         "--backend",
+                                         "cpu",
+                                         "--json",
+                                         "--raw",
+                                         "-n",
+                                         "8",
+                                         "--model",
+                                         (tmp / "q.gguf").string(),
+                                         "--input-file",
+                                         (tmp / "in.json").string()};
   std::vector<std::string> reuse = base;
   reuse.insert(reuse.end(), {"--prefix-cache-pages", "4"});
   const std::vector<nlohmann::json> off = jsonLines(base), on = jsonLines(reuse);
@@ -67,18 +78,27 @@ TEST(CliPrefixReuse, GenerateBatchSharingAPrefixEqualsNoReuse) {
 }
 
 TEST(CliPrefixReuse, InspectReportsTheRetainedPages) {
-  const nlohmann::json plan = runCliJson({"inspect", "--preset", "qwen3-8b", "--max-batch", "8", "--max-seq-len",
-                                          "4096", "--prefix-cache-pages", "64", "--json"});
+  const nlohmann::json plan =
+      runCliJson({"inspect", "--preset", "qwen3-8b", "--max-batch", "8", "--max-seq-len", "4096",
+                  "--prefix-cache-pages", "64", "--json"});
   EXPECT_EQ(plan["num_pages"], 256 + 64);
   EXPECT_EQ(plan["prefix_cache_pages"], 64);
   // 36 layers, K and V, 128 tokens of 8 heads x 128 bf16 each: 512 KiB a page per layer.
   EXPECT_EQ(plan["prefix_cache_bytes"], int64_t{64} * 36 * 2 * 128 * 8 * 128 * 2);
   testing::internal::CaptureStdout();
   ASSERT_EQ(runCli({"inspect", "--preset", "qwen3-8b", "--prefix-cache-pages", "64"}), 0);
-  EXPECT_NE(testing::internal::GetCapturedStdout().find("prefix reuse: 64 retained pages"), std::string::npos);
-  test::expectInvalidArgument([] { runCli({"inspect", "--prefix-cache-pages", "-3"}); }, "--prefix-cache-pages");
-  test::expectInvalidArgument([] { runCli({"inspect", "--prefix-cache-pages", "2", "--num-pages", "100"}); },
-                              "--num-pages");
+  EXPECT_NE(testing::internal::GetCapturedStdout().find("prefix reuse: 64 retained pages"),
+            std::string::npos);
+  test::expectInvalidArgument(
+      [] {
+        runCli({"inspect", "--prefix-cache-pages", "-3"});
+      },
+      "--prefix-cache-pages");
+  test::expectInvalidArgument(
+      [] {
+        runCli({"inspect", "--prefix-cache-pages", "2", "--num-pages", "100"});
+      },
+      "--num-pages");
 }
 
 TEST(CliPrefixReuse, BenchTimesFirstTokenWithAndWithoutReuse) {
@@ -88,8 +108,9 @@ TEST(CliPrefixReuse, BenchTimesFirstTokenWithAndWithoutReuse) {
   spec.blockSize = 4;
   model::test_draft::writeDraft(tmp / "draft", spec);
   for (bool draft : {false, true}) {
-    std::vector<std::string> args = {"bench", "--model", target, "--backend", "cpu", "--prefix-reuse",
-                                     "--prompt-len", "300", "--shared-len", "256", "--ttft-runs", "2", "--json"};
+    std::vector<std::string> args = {
+        "bench", "--model",      target, "--backend",   "cpu", "--prefix-reuse", "--prompt-len",
+        "300",   "--shared-len", "256",  "--ttft-runs", "2",   "--json"};
     if (draft) args.insert(args.end(), {"--draft", (tmp / "draft").string()});
     const nlohmann::json out = runCliJson(args);
     EXPECT_EQ(out["prefill_rows_reuse_off"], 300);
@@ -99,9 +120,12 @@ TEST(CliPrefixReuse, BenchTimesFirstTokenWithAndWithoutReuse) {
     EXPECT_GT(out["ttft_ms_reuse_off"].get<double>(), 0.0);
     EXPECT_GT(out["ttft_ms_reuse_on"].get<double>(), 0.0);
   }
-  test::expectInvalidArgument([&] { runCli({"bench", "--model", target, "--backend", "cpu", "--prefix-reuse",
-                                            "--prompt-len", "200", "--shared-len", "256"}); },
-                              "--shared-len");
+  test::expectInvalidArgument(
+      [&] {
+        runCli({"bench", "--model", target, "--backend", "cpu", "--prefix-reuse", "--prompt-len",
+                "200", "--shared-len", "256"});
+      },
+      "--shared-len");
 }
 
 }  // namespace

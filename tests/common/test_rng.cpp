@@ -16,14 +16,14 @@ TEST(Rng, PhiloxKnownAnswers) {
   EXPECT_EQ(zero.v[1], 0xe169c58du);
   EXPECT_EQ(zero.v[2], 0xbc57ac4cu);
   EXPECT_EQ(zero.v[3], 0x9b00dbd8u);
-  const Philox4x32Block ones =
-      philox4x32_10({{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}, 0xffffffffu, 0xffffffffu);
+  const Philox4x32Block ones = philox4x32_10({{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}},
+                                             0xffffffffu, 0xffffffffu);
   EXPECT_EQ(ones.v[0], 0x408f276du);
   EXPECT_EQ(ones.v[1], 0x41c83b0eu);
   EXPECT_EQ(ones.v[2], 0xa20bc7c6u);
   EXPECT_EQ(ones.v[3], 0x6d5451fdu);
-  const Philox4x32Block pi =
-      philox4x32_10({{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u, 0x299f31d0u);
+  const Philox4x32Block pi = philox4x32_10({{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
+                                           0xa4093822u, 0x299f31d0u);
   EXPECT_EQ(pi.v[0], 0xd16cfe09u);
   EXPECT_EQ(pi.v[1], 0x94fdccebu);
   EXPECT_EQ(pi.v[2], 0x5001e420u);

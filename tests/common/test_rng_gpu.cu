@@ -50,7 +50,8 @@ TEST(RngGpu, DeviceMatchesHostBitForBit) {
   const std::vector<uint32_t> blocks = device_b.download();
   for (int i = 0; i < kBlocks; ++i) {
     const uint32_t u = static_cast<uint32_t>(i);
-    const Philox4x32Block want = philox4x32_10({{u, ~u, u * 7u, 0x243f6a88u}}, 0xa4093822u, 0x299f31d0u);
+    const Philox4x32Block want =
+        philox4x32_10({{u, ~u, u * 7u, 0x243f6a88u}}, 0xa4093822u, 0x299f31d0u);
     for (int k = 0; k < 4; ++k) ASSERT_EQ(blocks[i * 4 + k], want.v[k]) << "block " << i;
   }
 }

@@ -26,7 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (h.alignment == 0 || (h.alignment & (h.alignment - 1)) != 0) __builtin_trap();
   for (const GgufTensorInfo& t : h.tensors) {
     if (h.findTensor(t.name) != &t) __builtin_trap();
-    if (t.offset % h.alignment != 0 || t.offset > h.data_bytes || t.bytes > h.data_bytes - t.offset) __builtin_trap();
+    if (t.offset % h.alignment != 0 || t.offset > h.data_bytes || t.bytes > h.data_bytes - t.offset)
+      __builtin_trap();
     if (t.dims.empty() || t.dims.size() > static_cast<size_t>(kGgufMaxDims)) __builtin_trap();
     if (t.bytes > 0) {
       // Touch the first and last byte through the arithmetic GgufFile::bytes uses.
@@ -49,7 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (value.type == GgufValueType::kString) h.getString(key);
       if (value.isInteger()) h.getInt(key, INT64_MIN, INT64_MAX);
       if (value.isFloat()) h.getFloat(key);
-      if (value.type == GgufValueType::kArray && value.element_type == GgufValueType::kString) h.getStringArray(key);
+      if (value.type == GgufValueType::kArray && value.element_type == GgufValueType::kString)
+        h.getStringArray(key);
       if (value.type == GgufValueType::kArray) h.getIntArray(key);
     } catch (const es::FormatError&) {
     }

@@ -26,7 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)first;
         (void)last;
       }
-      if (t.numel() * es::dtype_size(t.dtype) != static_cast<int64_t>(t.byteSize())) __builtin_trap();
+      if (t.numel() * es::dtype_size(t.dtype) != static_cast<int64_t>(t.byteSize()))
+        __builtin_trap();
       previous = &t;
     }
   } catch (const es::FormatError&) {

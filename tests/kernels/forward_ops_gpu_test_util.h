@@ -27,24 +27,34 @@ inline constexpr Tol kTolBF16{1e-2, 1e-2};
 
 template <typename T>
 constexpr Tol tol_for() {
-  if constexpr (std::is_same_v<T, float>) return kTolF32;
-  else if constexpr (std::is_same_v<T, fp16>) return kTolF16;
-  else return kTolBF16;
+  if constexpr (std::is_same_v<T, float>)
+    return kTolF32;
+  else if constexpr (std::is_same_v<T, fp16>)
+    return kTolF16;
+  else
+    return kTolBF16;
 }
 
 template <typename T>
 T cast(float v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else if constexpr (std::is_same_v<T, bf16>) return to_bf16(v);
-  else return to_fp16(v);
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else if constexpr (std::is_same_v<T, bf16>)
+    return to_bf16(v);
+  else
+    return to_fp16(v);
 }
 template <typename T>
 double to_d(T v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else return to_float(v);
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else
+    return to_float(v);
 }
 template <typename T>
-bool same_bits(const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }
+bool same_bits(const T& a, const T& b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
 
 template <typename T>
 void fill(std::vector<T>& v, std::mt19937& rng, float lo, float hi) {

@@ -14,10 +14,10 @@ namespace {
 TEST(ArgmaxRef, TiesNanStrideAndDtypes) {
   const float nan = std::nanf("");
   // rows of 5 with stride 6 (last element of each row is padding that must be ignored)
-  std::vector<float> x = {1, 3, 3, 2, 0, 99,  // tie -> 1
-                          -1, -0.0f, 0.0f, -2, -5, 99,  // -0 and +0 tie -> 1
-                          1, nan, 7, nan, 0, 99,  // first NaN wins
-                          -9, -8, -7, -6, -5, 99};
+  std::vector<float> x = {1,  3,     3,    2,   0,  99,  // tie -> 1
+                          -1, -0.0f, 0.0f, -2,  -5, 99,  // -0 and +0 tie -> 1
+                          1,  nan,   7,    nan, 0,  99,  // first NaN wins
+                          -9, -8,    -7,   -6,  -5, 99};
   std::vector<int32_t> out(4, -7);
   ArgmaxParams p;
   p.logits = x.data();

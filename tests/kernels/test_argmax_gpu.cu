@@ -26,9 +26,12 @@ void check(int32_t rows, int32_t vocab, int64_t stride, uint32_t seed) {
       if (r % 4 == 1 && i < vocab && i % 997 == 5) v = 30.0f;  // several tied maxima
       if (r % 4 == 2 && i == vocab / 2) v = std::nanf("");
       if (r % 4 == 3 && i == vocab - 1) v = 40.0f;  // maximum in the last element
-      if constexpr (std::is_same_v<T, float>) x[r * stride + i] = v;
-      else if constexpr (std::is_same_v<T, fp16>) x[r * stride + i] = to_fp16(v);
-      else x[r * stride + i] = to_bf16(v);
+      if constexpr (std::is_same_v<T, float>)
+        x[r * stride + i] = v;
+      else if constexpr (std::is_same_v<T, fp16>)
+        x[r * stride + i] = to_fp16(v);
+      else
+        x[r * stride + i] = to_bf16(v);
     }
   }
   std::vector<int32_t> want(rows, -3);

@@ -25,9 +25,13 @@ inline float toF(bf16 v) { return to_float(v); }
 template <typename T>
 T fromF(float v);
 template <>
-fp16 fromF<fp16>(float v) { return to_fp16(v); }
+fp16 fromF<fp16>(float v) {
+  return to_fp16(v);
+}
 template <>
-bf16 fromF<bf16>(float v) { return to_bf16(v); }
+bf16 fromF<bf16>(float v) {
+  return to_bf16(v);
+}
 
 // Throws es::InvalidArgument whose message quotes the argument name.
 // A pool [2, numPages, 128, hkv, dim] filled with a recognisable per-element bit pattern that no
@@ -35,7 +39,8 @@ bf16 fromF<bf16>(float v) { return to_bf16(v); }
 template <typename T>
 std::vector<T> sentinelPool(int32_t num_pages, int32_t hkv, int32_t dim) {
   std::vector<T> pool(size_t{2} * num_pages * kPage * hkv * dim);
-  for (size_t i = 0; i < pool.size(); ++i) pool[i].bits = static_cast<uint16_t>(0x7000u | (i & 0x3ffu));
+  for (size_t i = 0; i < pool.size(); ++i)
+    pool[i].bits = static_cast<uint16_t>(0x7000u | (i & 0x3ffu));
   return pool;
 }
 
@@ -84,8 +89,10 @@ TYPED_TEST(KvUpdateRef, HandComputedRotateHalf) {
     EXPECT_EQ(toF(pool[poolOffset<T>(1, 3, 0, d, 1, 4)]), 5.0f + d) << "v dim " << d;
   }
   for (size_t i = 0; i < pool.size(); ++i) {
-    const bool written = (i >= size_t(poolOffset<T>(0, 3, 0, 0, 1, 4)) && i < size_t(poolOffset<T>(0, 4, 0, 0, 1, 4))) ||
-                         (i >= size_t(poolOffset<T>(1, 3, 0, 0, 1, 4)) && i < size_t(poolOffset<T>(1, 4, 0, 0, 1, 4)));
+    const bool written = (i >= size_t(poolOffset<T>(0, 3, 0, 0, 1, 4)) &&
+                          i < size_t(poolOffset<T>(0, 4, 0, 0, 1, 4))) ||
+                         (i >= size_t(poolOffset<T>(1, 3, 0, 0, 1, 4)) &&
+                          i < size_t(poolOffset<T>(1, 4, 0, 0, 1, 4)));
     if (!written) {
       ASSERT_EQ(pool[i].bits, before[i].bits) << "untouched element " << i;
     }
@@ -169,23 +176,25 @@ TYPED_TEST(KvUpdateRef, ScrambledTableAndPerPlaneSkipping) {
   const int32_t hkv = 2, dim = 16, rotaryDim = 8, num_pages = 6, max_pages = 3, batch = 2;
   // [B, 2, maxPages]: K ids then V ids (V ids carry +numPages = +6).
   const std::vector<int32_t> table = {
-      4, 1, 5, /* V */ 8, 6, 3,    // seq 0: V page 2 holds a K-plane id (3): V skipped there
-      2, -1, 9, /* V */ 11, 9, 12  // seq 1: K -1 and 9 >= numPages skip K; V 12 = 2*numPages skips V
+      4,          1,  5,
+      /* V */ 8,  6,  3,  // seq 0: V page 2 holds a K-plane id (3): V skipped there
+      2,          -1, 9,
+      /* V */ 11, 9,  12  // seq 1: K -1 and 9 >= numPages skip K; V 12 = 2*numPages skips V
   };
   struct Row {
     int32_t owner, pos;
   };
-  const std::vector<Row> rows = {{0, 0},   {0, 127}, {0, 128}, {0, 129}, {0, 383}, {0, 384},
-                                 {-1, 5},  {1, -1},  {2, 5},   {1, 130}, {1, 300}, {1, 127}};
+  const std::vector<Row> rows = {{0, 0},  {0, 127}, {0, 128}, {0, 129}, {0, 383}, {0, 384},
+                                 {-1, 5}, {1, -1},  {2, 5},   {1, 130}, {1, 300}, {1, 127}};
   const int32_t tokens = static_cast<int32_t>(rows.size());
   // Hand-derived writes: (flat page, slot, row, plane 0 = K / 1 = V).
   struct Write {
     int32_t page, slot, row, plane;
   };
-  const std::vector<Write> writes = {{4, 0, 0, 0},     {8, 0, 0, 1},    {4, 127, 1, 0},
-                                     {8, 127, 1, 1},   {1, 0, 2, 0},    {6, 0, 2, 1},
-                                     {1, 1, 3, 0},     {6, 1, 3, 1},    {5, 127, 4, 0},
-                                     {9, 2, 9, 1},     {2, 127, 11, 0}, {11, 127, 11, 1}};
+  const std::vector<Write> writes = {{4, 0, 0, 0},   {8, 0, 0, 1},    {4, 127, 1, 0},
+                                     {8, 127, 1, 1}, {1, 0, 2, 0},    {6, 0, 2, 1},
+                                     {1, 1, 3, 0},   {6, 1, 3, 1},    {5, 127, 4, 0},
+                                     {9, 2, 9, 1},   {2, 127, 11, 0}, {11, 127, 11, 1}};
 
   std::vector<int32_t> positions, owners;
   for (const Row& r : rows) {
@@ -208,7 +217,8 @@ TYPED_TEST(KvUpdateRef, ScrambledTableAndPerPlaneSkipping) {
     const std::vector<T>& src = w.plane == 0 ? k : v;
     for (int32_t h = 0; h < hkv; ++h) {
       for (int32_t d = 0; d < dim; ++d) {
-        want[poolOffset<T>(w.page, w.slot, h, d, hkv, dim)] = src[(size_t(w.row) * hkv + h) * dim + d];
+        want[poolOffset<T>(w.page, w.slot, h, d, hkv, dim)] =
+            src[(size_t(w.row) * hkv + h) * dim + d];
       }
     }
   }
@@ -230,8 +240,8 @@ TYPED_TEST(KvUpdateRef, ScrambledTableAndPerPlaneSkipping) {
   p.maxPagesPerSeq = max_pages;
   ref::dflashTargetKVCacheUpdate(p);
   for (size_t i = 0; i < pool.size(); ++i) {
-    ASSERT_EQ(pool[i].bits, want[i].bits) << "pool element " << i << " (flat page "
-                                          << i / (size_t(kPage) * hkv * dim) << ")";
+    ASSERT_EQ(pool[i].bits, want[i].bits)
+        << "pool element " << i << " (flat page " << i / (size_t(kPage) * hkv * dim) << ")";
   }
 }
 

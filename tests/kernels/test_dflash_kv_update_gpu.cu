@@ -49,9 +49,9 @@ int ulpDistance(uint16_t a, uint16_t b) {
 
 template <typename T>
 void runCase(const Shape& s, std::mt19937& rng, bool misaligned) {
-  SCOPED_TRACE(::testing::Message() << "B " << s.batch << " Hkv " << s.hkv << " D " << s.dim
-                                    << " rot " << s.rotary << " W " << s.width
-                                    << (misaligned ? " misaligned" : ""));
+  SCOPED_TRACE(::testing::Message()
+               << "B " << s.batch << " Hkv " << s.hkv << " D " << s.dim << " rot " << s.rotary
+               << " W " << s.width << (misaligned ? " misaligned" : ""));
   const int32_t num_pages = s.batch * s.max_pages + 3;  // spare pages nobody maps
   const int32_t tokens = s.batch * s.width;
   const int64_t row = int64_t{s.hkv} * s.dim;
@@ -69,11 +69,16 @@ void runCase(const Shape& s, std::mt19937& rng, bool misaligned) {
       const int32_t e = b * s.max_pages + lp;
       int32_t k = kIds[e], v = vIds[e] + num_pages;
       const int roll = b == 0 ? 99 : coin(rng);  // sequence 0 stays fully mapped
-      if (roll < 5) k = -1;
-      else if (roll < 8) k = num_pages + k;             // past the K plane
-      else if (roll < 11) v = -1;
-      else if (roll < 14) v = v - num_pages;            // a K-plane id in the V row
-      else if (roll < 16) v = 2 * num_pages + (v & 7);  // past the V plane
+      if (roll < 5)
+        k = -1;
+      else if (roll < 8)
+        k = num_pages + k;  // past the K plane
+      else if (roll < 11)
+        v = -1;
+      else if (roll < 14)
+        v = v - num_pages;  // a K-plane id in the V row
+      else if (roll < 16)
+        v = 2 * num_pages + (v & 7);  // past the V plane
       table[size_t(b) * 2 * s.max_pages + lp] = k;
       table[size_t(b) * 2 * s.max_pages + s.max_pages + lp] = v;
     }
@@ -88,9 +93,14 @@ void runCase(const Shape& s, std::mt19937& rng, bool misaligned) {
     const int32_t len = std::uniform_int_distribution<int32_t>(b == 0 ? 1 : 0, s.width)(rng);
     int32_t start;
     switch (b % 4) {
-      case 0: start = 126; break;
-      case 1: start = capacity - 2; break;
-      default: start = std::uniform_int_distribution<int32_t>(0, capacity - 1)(rng);
+      case 0:
+        start = 126;
+        break;
+      case 1:
+        start = capacity - 2;
+        break;
+      default:
+        start = std::uniform_int_distribution<int32_t>(0, capacity - 1)(rng);
     }
     for (int32_t t = 0; t < s.width; ++t) {
       const int32_t r = b * s.width + t;
@@ -163,8 +173,8 @@ void runCase(const Shape& s, std::mt19937& rng, bool misaligned) {
   namespace ku = kernel::kvupdate;
   const bool pair = ku::pairPathApplies(q);
   enum class Path { kLauncher, kPair1, kPair2, kPair2Plain, kPair1Plain, kScalar };
-  const char* names[] = {"launcher", "pair tok1", "pair tok2", "pair tok2 plain", "pair tok1 plain",
-                         "scalar"};
+  const char* names[] = {"launcher",        "pair tok1",       "pair tok2",
+                         "pair tok2 plain", "pair tok1 plain", "scalar"};
   for (const Path path : {Path::kLauncher, Path::kPair1, Path::kPair2, Path::kPair2Plain,
                           Path::kPair1Plain, Path::kScalar}) {
     if (path != Path::kLauncher && path != Path::kScalar && !pair) continue;
@@ -172,12 +182,24 @@ void runCase(const Shape& s, std::mt19937& rng, bool misaligned) {
     test::DeviceArray<T> dPool(pool);
     q.kvCache = dPool.get();
     switch (path) {
-      case Path::kLauncher: kernel::launchDFlashTargetKVCacheUpdate(q, nullptr); break;
-      case Path::kPair1: ku::launchPair<1, true>(q, nullptr); break;
-      case Path::kPair2: ku::launchPair<2, true>(q, nullptr); break;
-      case Path::kPair2Plain: ku::launchPair<2, false>(q, nullptr); break;
-      case Path::kPair1Plain: ku::launchPair<1, false>(q, nullptr); break;
-      case Path::kScalar: ku::launchScalar(q, nullptr); break;
+      case Path::kLauncher:
+        kernel::launchDFlashTargetKVCacheUpdate(q, nullptr);
+        break;
+      case Path::kPair1:
+        ku::launchPair<1, true>(q, nullptr);
+        break;
+      case Path::kPair2:
+        ku::launchPair<2, true>(q, nullptr);
+        break;
+      case Path::kPair2Plain:
+        ku::launchPair<2, false>(q, nullptr);
+        break;
+      case Path::kPair1Plain:
+        ku::launchPair<1, false>(q, nullptr);
+        break;
+      case Path::kScalar:
+        ku::launchScalar(q, nullptr);
+        break;
     }
     ASSERT_EQ(cudaGetLastError(), cudaSuccess);
     const std::vector<T> got = dPool.download();
@@ -211,7 +233,10 @@ TYPED_TEST(KvUpdateGpu, MatchesReferenceOverRandomShapes) {
       for (const int32_t rotary : {dim, dim / 2, 24}) {
         // Keep the pool modest for the widest rows; B = 64 appears in the dedicated case below.
         const int32_t maxB = hkv * dim >= 1024 ? 16 : 64;
-        const Shape s{std::uniform_int_distribution<int32_t>(1, maxB)(rng), hkv, dim, rotary,
+        const Shape s{std::uniform_int_distribution<int32_t>(1, maxB)(rng),
+                      hkv,
+                      dim,
+                      rotary,
                       std::uniform_int_distribution<int32_t>(2, 4)(rng),
                       std::uniform_int_distribution<int32_t>(1, 40)(rng)};
         runCase<TypeParam>(s, rng, index % 7 == 3);
@@ -236,7 +261,7 @@ TYPED_TEST(KvUpdateGpu, PairKernelEdgeCases) {
   ES_SKIP_IF_NO_GPU();
   std::mt19937 rng(99u + std::is_same_v<TypeParam, bf16>);
   runCase<TypeParam>(Shape{3, 4, 128, 16, 2, 7}, rng, false);    // T = 21
-  runCase<TypeParam>(Shape{5, 2, 64, 48, 3, 9}, rng, false);      // T = 45
+  runCase<TypeParam>(Shape{5, 2, 64, 48, 3, 9}, rng, false);     // T = 45
   runCase<TypeParam>(Shape{2, 8, 256, 48, 2, 13}, rng, false);   // T = 26
   runCase<TypeParam>(Shape{3, 2, 128, 40, 2, 5}, rng, false);    // scalar: half = 20
   runCase<TypeParam>(Shape{3, 16, 256, 64, 2, 11}, rng, false);  // 448 units per token

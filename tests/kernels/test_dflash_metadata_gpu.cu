@@ -32,12 +32,13 @@ TEST(DFlashMetadataGpu, ProposalInputsMatchReference) {
     const bool causal = (trial / 5) % 2 == 1;
     SCOPED_TRACE(::testing::Message() << "B " << batch << " BS " << bs << " causal " << causal);
     const size_t words = size_t(kernel::dflashMaskWords(bs));
-    const I32 oldLens = test::randomInts(rng, batch, 0, 5000), delta = test::randomInts(rng, batch, 0, 16);
+    const I32 oldLens = test::randomInts(rng, batch, 0, 5000),
+              delta = test::randomInts(rng, batch, 0, 16);
     const I32 state = test::randomInts(rng, batch, 0, 100);
 
     I32 mask = poisoned<int32_t>(batch * bs * words), posId = poisoned<int32_t>(batch * bs),
-        positions = posId, context = poisoned<int32_t>(batch), qstart = poisoned<int32_t>(batch + 1),
-        qlen = context, past = context, seqlen = context;
+        positions = posId, context = poisoned<int32_t>(batch),
+        qstart = poisoned<int32_t>(batch + 1), qlen = context, past = context, seqlen = context;
     const kernel::DFlashProposalInputsParams p{.oldDraftCacheLengths = oldLens.data(),
                                                .deltaLengths = delta.data(),
                                                .blockSize = bs,

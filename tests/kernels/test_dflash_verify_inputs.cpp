@@ -143,16 +143,18 @@ TEST(DFlashLinearVerifyInputsRef, Validation) {
     mutate(p);
     test::expectInvalidArgument([&] { ref::dflashBuildLinearVerifyInputs(p); }, name);
   };
-  expect([](P& p) { p.verifySize = 3; }, "verifySize");            // != proposalLen + 1
+  expect([](P& p) { p.verifySize = 3; }, "verifySize");  // != proposalLen + 1
   expect([](P& p) { p.verifySize = 5; }, "verifySize");
   expect([](P& p) { p.draftTokenStride = 3; }, "draftTokenStride");  // = proposalLen: one short
   expect([](P& p) { p.proposalLen = -1; }, "proposalLen");
   expect([](P& p) { p.batchSize = -1; }, "batchSize");
-  expect([](P& p) {
-    p.proposalLen = kernel::kDFlashMaxBlockSize;
-    p.verifySize = kernel::kDFlashMaxBlockSize + 1;
-    p.draftTokenStride = p.verifySize;
-  }, "verifySize");
+  expect(
+      [](P& p) {
+        p.proposalLen = kernel::kDFlashMaxBlockSize;
+        p.verifySize = kernel::kDFlashMaxBlockSize + 1;
+        p.draftTokenStride = p.verifySize;
+      },
+      "verifySize");
   expect([](P& p) { p.lastAcceptedTokens = nullptr; }, "lastAcceptedTokens");
   expect([](P& p) { p.draftTokenIds = nullptr; }, "draftTokenIds");
   expect([](P& p) { p.verifyTokenIds = nullptr; }, "verifyTokenIds");

@@ -31,8 +31,8 @@ TEST(DFlashVerifyInputsGpu, BaseVerifyInputsMatchReference) {
     SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s);
     const size_t rows = size_t(batch) * s;
     const I32 base = test::randomInts(rng, batch, 0, 50000);
-    I32 mask = poisoned<int32_t>(rows * kernel::dflashMaskWords(s)), posId = poisoned<int32_t>(rows),
-        context = poisoned<int32_t>(batch);
+    I32 mask = poisoned<int32_t>(rows * kernel::dflashMaskWords(s)),
+        posId = poisoned<int32_t>(rows), context = poisoned<int32_t>(batch);
     std::vector<int64_t> select = poisoned<int64_t>(rows);
     ref::dflashPrepareBaseVerifyInputs({.baseKVCacheLengths = base.data(),
                                         .verifySize = s,
@@ -65,7 +65,8 @@ TEST(DFlashVerifyInputsGpu, LinearVerifyInputsMatchReference) {
   for (int trial = 0; trial < 30; ++trial) {
     const int32_t batch = trial == 0 ? 64 : std::uniform_int_distribution<int32_t>(1, 64)(rng);
     const int32_t s = verifySize(rng, trial);
-    const int32_t stride = s + (trial % 3 == 0 ? 0 : std::uniform_int_distribution<int32_t>(1, 9)(rng));
+    const int32_t stride =
+        s + (trial % 3 == 0 ? 0 : std::uniform_int_distribution<int32_t>(1, 9)(rng));
     SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s << " stride " << stride);
     const I32 anchors = test::randomInts(rng, batch, 0, 150000);
     const I32 draft = test::randomInts(rng, size_t(batch) * stride, 0, 150000);

@@ -21,8 +21,11 @@ using I32 = std::vector<int32_t>;
 // and budgets [B]; run() poisons the outputs and calls the reference.
 struct AcceptCase {
   AcceptCase(I32 topIds, I32 verifyIds, I32 parentIds, I32 budgets, int32_t batchSize = 1)
-      : top(std::move(topIds)), verify(std::move(verifyIds)), parents(std::move(parentIds)),
-        budget(std::move(budgets)), batch(batchSize) {}
+      : top(std::move(topIds)),
+        verify(std::move(verifyIds)),
+        parents(std::move(parentIds)),
+        budget(std::move(budgets)),
+        batch(batchSize) {}
   I32 top, verify, parents, budget;
   I32 tokens, nodes, lengths;
   int32_t batch;

@@ -28,8 +28,8 @@ TEST(EagleAcceptGpu, MatchesReferenceOnRandomTreesAndChains) {
     const int32_t s = sizes[trial % 5];
     const bool tree = trial % 2 == 1, withBudget = trial % 3 != 0;
     const int32_t vocab = 1 + trial % 3;  // 1..3 token values: matches are common
-    SCOPED_TRACE(::testing::Message() << "B " << batch << " S " << s << " tree " << tree
-                                      << " budget " << withBudget);
+    SCOPED_TRACE(::testing::Message()
+                 << "B " << batch << " S " << s << " tree " << tree << " budget " << withBudget);
     const size_t n = size_t(batch) * s;
     std::uniform_int_distribution<int32_t> token(0, vocab - 1);
     I32 top(n), verify(n), parents(n), budget(batch);

@@ -18,9 +18,12 @@ void checkLookup(DType dtype) {
   std::vector<T> table(size_t(vocab) * hidden);
   for (size_t i = 0; i < table.size(); ++i) {
     const float v = 0.25f * float(i) - 2.0f;
-    if constexpr (std::is_same_v<T, float>) table[i] = v;
-    else if constexpr (std::is_same_v<T, bf16>) table[i] = to_bf16(v);
-    else table[i] = to_fp16(v);
+    if constexpr (std::is_same_v<T, float>)
+      table[i] = v;
+    else if constexpr (std::is_same_v<T, bf16>)
+      table[i] = to_bf16(v);
+    else
+      table[i] = to_fp16(v);
   }
   const std::vector<int32_t> tokens = {2, 0, -1, 4, 3, 2};
   std::vector<T> out(tokens.size() * hidden);
@@ -68,19 +71,26 @@ TEST(EmbeddingRef, Validation) {
   p.numTokens = 0;
   p.tokens = nullptr;
   EXPECT_FALSE(kernel::validate(p));
-  p = make(); p.numTokens = -1;
+  p = make();
+  p.numTokens = -1;
   test::expectInvalidArgument([&] { ref::embedding(p); }, "numTokens");
-  p = make(); p.vocabSize = 0;
+  p = make();
+  p.vocabSize = 0;
   test::expectInvalidArgument([&] { ref::embedding(p); }, "vocabSize");
-  p = make(); p.hiddenSize = 0;
+  p = make();
+  p.hiddenSize = 0;
   test::expectInvalidArgument([&] { ref::embedding(p); }, "hiddenSize");
-  p = make(); p.dtype = DType::kI32;
+  p = make();
+  p.dtype = DType::kI32;
   test::expectInvalidArgument([&] { ref::embedding(p); }, "dtype");
-  p = make(); p.tokens = nullptr;
+  p = make();
+  p.tokens = nullptr;
   test::expectInvalidArgument([&] { ref::embedding(p); }, "tokens");
-  p = make(); p.table = nullptr;
+  p = make();
+  p.table = nullptr;
   test::expectInvalidArgument([&] { ref::embedding(p); }, "table");
-  p = make(); p.out = nullptr;
+  p = make();
+  p.out = nullptr;
   test::expectInvalidArgument([&] { ref::embedding(p); }, "out");
 }
 

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/embedding.h"
 #include "forward_ops_gpu_test_util.h"
+#include "kernels/embedding.h"
 
 namespace es {
 namespace {
@@ -16,9 +16,9 @@ using namespace fwdtest;
 
 template <typename T>
 void run(int32_t vocab, int32_t hidden, int32_t tokens, bool offsetOut, std::mt19937& rng) {
-  SCOPED_TRACE(::testing::Message() << "vocab " << vocab << " hidden " << hidden << " tokens "
-                                    << tokens << " offset " << offsetOut << " "
-                                    << dtype_name(dtype_of<T>));
+  SCOPED_TRACE(::testing::Message()
+               << "vocab " << vocab << " hidden " << hidden << " tokens " << tokens << " offset "
+               << offsetOut << " " << dtype_name(dtype_of<T>));
   std::vector<T> table(size_t(vocab) * hidden);
   fill(table, rng, -3.0f, 3.0f);
   std::vector<int32_t> ids(tokens);

@@ -62,7 +62,9 @@ TEST(GateUpLayout, SwigluInterleavedEqualsHalves) {
                          .intermediateSize = I,
                          .dtype = DType::kF32};
   ref::swiglu(p);
-  p.gateUp = inter.data(); p.out = b.data(); p.layout = GateUpLayout::kInterleaved8;
+  p.gateUp = inter.data();
+  p.out = b.data();
+  p.layout = GateUpLayout::kInterleaved8;
   ref::swiglu(p);
   EXPECT_EQ(a, b);
   p.intermediateSize = 12;  // not a multiple of 8
@@ -91,7 +93,8 @@ TEST(GateUpSwiglu, InterleavedEqualsHalvesAndTheTwoSteps) {
   // Row interleavedRow(i) of the reordered matrix is row i of the checkpoint's.
   for (int64_t i = 0; i < 2 * I; ++i) {
     const bf16* got = wInter.as<bf16>() + interleavedRow(i, I) * K;
-    for (int32_t k = 0; k < K; ++k) ASSERT_EQ(got[k].bits, w[size_t(i) * K + k].bits) << i << "," << k;
+    for (int32_t k = 0; k < K; ++k)
+      ASSERT_EQ(got[k].bits, w[size_t(i) * K + k].bits) << i << "," << k;
     EXPECT_EQ(bInter.as<float>()[interleavedRow(i, I)], bias[size_t(i)]);
   }
 
@@ -100,10 +103,16 @@ TEST(GateUpSwiglu, InterleavedEqualsHalvesAndTheTwoSteps) {
     const bool inter = variant == 1;
     out[variant].assign(size_t{m} * I, -7.0f);
     kernel::GateUpSwigluParams p;
-    p.linear.x = x.data(); p.linear.w = inter ? wInter.data() : wHalves.data();
-    p.linear.bias = inter ? bInter.data() : bHalves.data(); p.linear.y = scratch.data();
-    p.linear.m = m; p.linear.n = 2 * I; p.linear.k = K;
-    p.linear.dtype = DType::kF32; p.linear.outDtype = DType::kF32; p.linear.weightDtype = DType::kBF16;
+    p.linear.x = x.data();
+    p.linear.w = inter ? wInter.data() : wHalves.data();
+    p.linear.bias = inter ? bInter.data() : bHalves.data();
+    p.linear.y = scratch.data();
+    p.linear.m = m;
+    p.linear.n = 2 * I;
+    p.linear.k = K;
+    p.linear.dtype = DType::kF32;
+    p.linear.outDtype = DType::kF32;
+    p.linear.weightDtype = DType::kBF16;
     p.out = out[variant].data();
     p.layout = inter ? GateUpLayout::kInterleaved8 : GateUpLayout::kHalves;
     if (variant < 2) {
@@ -122,31 +131,45 @@ TEST(GateUpSwiglu, Validation) {
   std::vector<float> x(8), w(16 * 8), y(16), out(8);
   auto make = [&] {
     kernel::GateUpSwigluParams p;
-    p.linear.x = x.data(); p.linear.w = w.data(); p.linear.y = y.data();
-    p.linear.m = 1; p.linear.n = 16; p.linear.k = 8;
-    p.linear.dtype = DType::kF32; p.linear.outDtype = DType::kF32;
-    p.out = out.data(); p.layout = GateUpLayout::kInterleaved8;
+    p.linear.x = x.data();
+    p.linear.w = w.data();
+    p.linear.y = y.data();
+    p.linear.m = 1;
+    p.linear.n = 16;
+    p.linear.k = 8;
+    p.linear.dtype = DType::kF32;
+    p.linear.outDtype = DType::kF32;
+    p.out = out.data();
+    p.layout = GateUpLayout::kInterleaved8;
     return p;
   };
   EXPECT_TRUE(kernel::validate(make()));
-  auto p = make(); p.linear.m = 0;
+  auto p = make();
+  p.linear.m = 0;
   EXPECT_FALSE(kernel::validate(p));  // no rows: a no-op
-  p = make(); p.linear.n = 8;
+  p = make();
+  p.linear.n = 8;
   test::expectInvalidArgument([&] { ref::gateUpSwiglu(p); }, "linear.n");
-  p = make(); p.linear.n = 6; p.layout = GateUpLayout::kHalves;
+  p = make();
+  p.linear.n = 6;
+  p.layout = GateUpLayout::kHalves;
   EXPECT_TRUE(kernel::validate(p));
   p.linear.n = 5;
   test::expectInvalidArgument([&] { ref::gateUpSwiglu(p); }, "linear.n");
-  p = make(); p.linear.dtype = DType::kBF16;  // f32 logits-style output: the linear layer allows it
+  p = make();
+  p.linear.dtype = DType::kBF16;  // f32 logits-style output: the linear layer allows it
   test::expectInvalidArgument([&] { ref::gateUpSwiglu(p); }, "linear.outDtype");
-  p = make(); p.out = nullptr;
+  p = make();
+  p.out = nullptr;
   test::expectInvalidArgument([&] { ref::gateUpSwiglu(p); }, "out");
-  p = make(); p.out = y.data();
+  p = make();
+  p.out = y.data();
   test::expectInvalidArgument([&] { ref::gateUpSwiglu(p); }, "out");
   auto backend = ops::makeCpuBackend();
   Buffer b = backend->allocate(20 * 4);
   test::expectInvalidArgument([&] { model::interleaveGateUp(*backend, b, 10, 4); }, "features");
-  test::expectInvalidArgument([&] { model::interleaveGateUp(*backend, b, 8, 4); }, "halves.bytes()");
+  test::expectInvalidArgument([&] { model::interleaveGateUp(*backend, b, 8, 4); },
+                              "halves.bytes()");
 }
 
 }  // namespace

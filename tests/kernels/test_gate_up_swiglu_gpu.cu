@@ -16,9 +16,9 @@
 #include <random>
 #include <vector>
 
+#include "forward_ops_gpu_test_util.h"
 #include "kernels/gate_up_swiglu.h"
 #include "kernels/linear_gemv.h"
-#include "forward_ops_gpu_test_util.h"
 
 namespace es {
 namespace {
@@ -40,9 +40,19 @@ struct Problem {
   test::DeviceArray<T> dX, dWh, dWi, dBh, dBi;
 
   Problem(int32_t m_, int32_t I_, int32_t k_, std::mt19937& rng)
-      : m(m_), I(I_), k(k_), x(size_t(m_) * k_), wHalves(size_t(2) * I_ * k_),
-        wInter(wHalves.size()), bHalves(size_t(2) * I_), bInter(bHalves.size()),
-        dX(0), dWh(0), dWi(0), dBh(0), dBi(0) {
+      : m(m_),
+        I(I_),
+        k(k_),
+        x(size_t(m_) * k_),
+        wHalves(size_t(2) * I_ * k_),
+        wInter(wHalves.size()),
+        bHalves(size_t(2) * I_),
+        bInter(bHalves.size()),
+        dX(0),
+        dWh(0),
+        dWi(0),
+        dBh(0),
+        dBi(0) {
     fill(x, rng, -0.5f, 0.5f);
     fill(wHalves, rng, -0.5f, 0.5f);
     fill(bHalves, rng, -1.0f, 1.0f);
@@ -57,7 +67,8 @@ struct Problem {
     dBh = test::DeviceArray<T>(bHalves);
     dBi = test::DeviceArray<T>(bInter);
   }
-  kernel::GateUpSwigluParams params(GateUpLayout layout, bool bias, void* scratch, void* out) const {
+  kernel::GateUpSwigluParams params(GateUpLayout layout, bool bias, void* scratch,
+                                    void* out) const {
     const bool inter = layout == GateUpLayout::kInterleaved8;
     kernel::GateUpSwigluParams p;
     p.linear.x = dX.get();
@@ -82,9 +93,9 @@ void everyConfiguration(int32_t m, bool bias, std::mt19937& rng) {
       twostep(size_t(m) * pr.I);
   for (int32_t tiles : {1, 2}) {
     for (int32_t split : {1, 2, 4, 8}) {
-      SCOPED_TRACE(::testing::Message() << "m " << m << " bias " << bias << " "
-                                        << dtype_name(dtype_of<T>) << " rowTiles " << tiles
-                                        << " kSplit " << split);
+      SCOPED_TRACE(::testing::Message()
+                   << "m " << m << " bias " << bias << " " << dtype_name(dtype_of<T>)
+                   << " rowTiles " << tiles << " kSplit " << split);
       const kernel::detail::GemvConfig cfg{tiles, split};
       const kernel::GateUpSwigluParams p =
           pr.params(GateUpLayout::kInterleaved8, bias, scratch.get(), twostep.get());
@@ -117,7 +128,7 @@ double swigluOf(double g, double u) { return g / (1.0 + std::exp(-g)) * u; }
 
 template <typename T>
 void throughLauncher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t k, bool bias,
-                      std::mt19937& rng) {
+                     std::mt19937& rng) {
   SCOPED_TRACE(::testing::Message() << "m " << m << " I " << I << " k " << k << " bias " << bias
                                     << " " << dtype_name(dtype_of<T>));
   Problem<T> pr(m, I, k, rng);
@@ -150,7 +161,8 @@ void throughLauncher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t k
   ref::swiglu(s);
   expect_bits(out[0], want, "CPU SwiGLU of the GPU's gate/up");
   if (m > kernel::kGemvAutoMaxRows) {  // cuBLASLt then the interleaved SwiGLU kernel: same check
-    s.gateUp = gate_up[1].data(); s.layout = GateUpLayout::kInterleaved8;
+    s.gateUp = gate_up[1].data();
+    s.layout = GateUpLayout::kInterleaved8;
     ref::swiglu(s);
     expect_bits(out[1], want, "CPU SwiGLU of the interleaved gate/up");
   } else {  // the fused path never wrote the scratch
@@ -176,7 +188,8 @@ void throughLauncher(kernel::LinearContext& ctx, int32_t m, int32_t I, int32_t k
       for (int h = 0; h < 2; ++h) {
         const int64_t row = i + h * I;
         double acc = bias ? bf[size_t(row)] : 0.0;
-        for (int32_t kk = 0; kk < k; ++kk) acc += double(xf[size_t(r) * k + kk]) * wf[size_t(row) * k + kk];
+        for (int32_t kk = 0; kk < k; ++kk)
+          acc += double(xf[size_t(r) * k + kk]) * wf[size_t(row) * k + kk];
         gu[h] = acc;
       }
       const double g = gu[0], u = gu[1], wantO = swigluOf(g, u);
@@ -208,14 +221,14 @@ TEST(GateUpSwigluGpu, CapturedInAGraph) {
   std::mt19937 rng(12);
   Problem<bf16> pr(1, 3072, 1024, rng);
   test::DeviceArray<bf16> scratch(2 * 3072), eager(3072), replayed(3072);
-  kernel::launchGateUpSwiglu(pr.params(GateUpLayout::kInterleaved8, true, scratch.get(), eager.get()),
-                             ctx, nullptr);
+  kernel::launchGateUpSwiglu(
+      pr.params(GateUpLayout::kInterleaved8, true, scratch.get(), eager.get()), ctx, nullptr);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cudaGraph_t graph;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  kernel::launchGateUpSwiglu(pr.params(GateUpLayout::kInterleaved8, true, scratch.get(), replayed.get()),
-                             ctx, stream);
+  kernel::launchGateUpSwiglu(
+      pr.params(GateUpLayout::kInterleaved8, true, scratch.get(), replayed.get()), ctx, stream);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);

@@ -44,8 +44,19 @@ struct Problem {
   test::DeviceArray<T> dX, dNormW, dW, dBias, dY0;
 
   Problem(int32_t m_, int32_t n_, int32_t k_, std::mt19937& rng)
-      : m(m_), n(n_), k(k_), x(size_t(m_) * k_), normW(size_t(k_)), w(size_t(n_) * k_),
-        bias(size_t(n_)), y0(size_t(m_) * n_), dX(0), dNormW(0), dW(0), dBias(0), dY0(0) {
+      : m(m_),
+        n(n_),
+        k(k_),
+        x(size_t(m_) * k_),
+        normW(size_t(k_)),
+        w(size_t(n_) * k_),
+        bias(size_t(n_)),
+        y0(size_t(m_) * n_),
+        dX(0),
+        dNormW(0),
+        dW(0),
+        dBias(0),
+        dY0(0) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (int32_t r = 0; r < m; ++r) {
       const float scale = std::ldexp(1.0f, 2 * (r % 5 - 2));
@@ -85,7 +96,8 @@ struct Problem {
       for (int32_t j = 0; j < n; ++j) {
         double sum = to_d(bias[size_t(j)]), absSum = std::abs(sum);
         for (int32_t c = 0; c < k; ++c) {
-          const double term = to_d(w[size_t(j) * k + c]) * to_d(x[size_t(r) * k + c]) * scale * to_d(normW[size_t(c)]);
+          const double term = to_d(w[size_t(j) * k + c]) * to_d(x[size_t(r) * k + c]) * scale *
+                              to_d(normW[size_t(c)]);
           sum += term;
           absSum += std::abs(term);
         }
@@ -110,7 +122,8 @@ struct Problem {
 // The residual launchRmsNorm leaves after adding `product` [m, n] to a copy of y0.
 template <typename T>
 std::vector<T> residualAfterNorm(const Problem<T>& pr, const test::DeviceArray<T>& product) {
-  test::DeviceArray<T> residual(pr.y0), normed(pr.y0.size()), ones(std::vector<T>(size_t(pr.n), cast<T>(1.0f)));
+  test::DeviceArray<T> residual(pr.y0), normed(pr.y0.size()),
+      ones(std::vector<T>(size_t(pr.n), cast<T>(1.0f)));
   kernel::RmsNormParams r{.x = product.get(),
                           .residual = residual.get(),
                           .weight = ones.get(),
@@ -128,7 +141,7 @@ std::vector<T> residualAfterNorm(const Problem<T>& pr, const test::DeviceArray<T
 // the fp32 sums.
 template <typename T>
 void expectWithinRounding(const std::vector<T>& got, const std::vector<double>& want,
-                            const std::vector<double>& mag, const char* what) {
+                          const std::vector<double>& mag, const char* what) {
   const double u = std::is_same_v<T, bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
   size_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -155,12 +168,12 @@ void everyConfiguration(int32_t m, int32_t k, std::mt19937& rng) {
   std::vector<double> want, mag;
   pr.exact(want, mag);
   test::DeviceArray<T> normed(size_t(m) * k), unfused(size_t(m) * kN), fused(size_t(m) * kN),
-      oneRow(static_cast<size_t>(kN)), swigluFused(size_t(m) * kN / 2), swigluWant(size_t(m) * kN / 2);
+      oneRow(static_cast<size_t>(kN)), swigluFused(size_t(m) * kN / 2),
+      swigluWant(size_t(m) * kN / 2);
   for (int32_t tiles : {1, 2}) {
     for (int32_t split : {1, 2, 4, 8}) {
-      SCOPED_TRACE(::testing::Message() << "m " << m << " k " << k << " "
-                                        << dtype_name(dtype_of<T>) << " rowTiles " << tiles
-                                        << " kSplit " << split);
+      SCOPED_TRACE(::testing::Message() << "m " << m << " k " << k << " " << dtype_name(dtype_of<T>)
+                                        << " rowTiles " << tiles << " kSplit " << split);
       const GemvConfig cfg{tiles, split};
       normed.poison();
       pr.normInto(normed.get());
@@ -168,19 +181,21 @@ void everyConfiguration(int32_t m, int32_t k, std::mt19937& rng) {
       kernel::detail::launchLinearGemv(pr.linear(normed.get(), unfused.get(), true), cfg, nullptr);
       expectWithinRounding(unfused.download(), want, mag, "rmsnorm + gemv vs exact");
       fused.poison();
-      kernel::detail::launchLinearGemv(withNorm(pr.linear(pr.dX.get(), fused.get(), true), pr),
-                                       cfg, nullptr);
+      kernel::detail::launchLinearGemv(withNorm(pr.linear(pr.dX.get(), fused.get(), true), pr), cfg,
+                                       nullptr);
       const std::vector<T> got = fused.download();
       expectWithinRounding(got, want, mag, "fused norm vs exact");
 
       // Row r alone gives row r of the m-row call, bit for bit.
       for (int32_t r = 0; r < m; ++r) {
-        kernel::LinearParams p = withNorm(pr.linear(pr.dX.get() + size_t(r) * k, oneRow.get(), true), pr);
+        kernel::LinearParams p =
+            withNorm(pr.linear(pr.dX.get() + size_t(r) * k, oneRow.get(), true), pr);
         p.m = 1;
         oneRow.poison();
         kernel::detail::launchLinearGemv(p, cfg, nullptr);
         const std::vector<T> row = oneRow.download();
-        expect_bits(row, std::vector<T>(got.begin() + size_t(r) * kN, got.begin() + size_t(r + 1) * kN),
+        expect_bits(row,
+                    std::vector<T>(got.begin() + size_t(r) * kN, got.begin() + size_t(r + 1) * kN),
                     "a row alone vs in the m-row call");
       }
 
@@ -194,9 +209,11 @@ void everyConfiguration(int32_t m, int32_t k, std::mt19937& rng) {
       swigluWant.poison();
       kernel::launchSwiglu(sw, nullptr);
       swigluFused.poison();
-      kernel::detail::launchLinearGemv(withNorm(pr.linear(pr.dX.get(), swigluFused.get(), true), pr),
-                                       cfg, nullptr, GemvEpilogue::kSwiglu);
-      expect_bits(swigluFused.download(), swigluWant.download(), "fused norm + SwiGLU vs + launchSwiglu");
+      kernel::detail::launchLinearGemv(
+          withNorm(pr.linear(pr.dX.get(), swigluFused.get(), true), pr), cfg, nullptr,
+          GemvEpilogue::kSwiglu);
+      expect_bits(swigluFused.download(), swigluWant.download(),
+                  "fused norm + SwiGLU vs + launchSwiglu");
 
       // accumulate, without and with the norm = the same product, then launchRmsNorm's add.
       for (bool norm : {false, true}) {
@@ -245,7 +262,10 @@ TEST(GemvNormGpu, LauncherFusesUpTo16RowsAndMatchesTheCpuReference) {
     // roundings of each other (the normalized x, the output) plus one of the sum with y0.
     std::vector<bf16> cpu = pr.y0;
     kernel::LinearParams h = p;
-    h.x = pr.x.data(); h.w = pr.w.data(); h.bias = pr.bias.data(); h.y = cpu.data();
+    h.x = pr.x.data();
+    h.w = pr.w.data();
+    h.bias = pr.bias.data();
+    h.y = cpu.data();
     h.normWeight = pr.normW.data();
     ref::linear(h);
     std::vector<double> want, mag;

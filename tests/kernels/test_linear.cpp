@@ -27,12 +27,7 @@ TEST(LinearRef, HandComputed) {
   const std::vector<float> w = {1, 0, -1, 0.5f, 0.5f, 0.5f};
   const std::vector<float> bias = {10, -10};
   std::vector<float> y(4, -1.0f);
-  kernel::LinearParams p{.x = x.data(),
-                         .w = w.data(),
-                         .y = y.data(),
-                         .m = 2,
-                         .n = 2,
-                         .k = 3};
+  kernel::LinearParams p{.x = x.data(), .w = w.data(), .y = y.data(), .m = 2, .n = 2, .k = 3};
   p.dtype = p.outDtype = DType::kF32;
   ref::linear(p);
   EXPECT_EQ(y, (std::vector<float>{-2.0f, 3.0f, -5.0f, 1.5f}));
@@ -43,19 +38,24 @@ TEST(LinearRef, HandComputed) {
 
 template <typename T>
 void naiveCase(DType dtype, DType outDtype, int32_t m, int32_t n, int32_t k, bool withBias,
-                double rel) {
+               double rel) {
   SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k << " dtype "
                                     << dtype_name(dtype) << " out " << dtype_name(outDtype));
   std::mt19937 rng(uint32_t(m * 1000 + n * 10 + k));
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   auto cast = [](float v) {
-    if constexpr (std::is_same_v<T, float>) return v;
-    else if constexpr (std::is_same_v<T, bf16>) return to_bf16(v);
-    else return to_fp16(v);
+    if constexpr (std::is_same_v<T, float>)
+      return v;
+    else if constexpr (std::is_same_v<T, bf16>)
+      return to_bf16(v);
+    else
+      return to_fp16(v);
   };
   auto back = [](T v) -> double {
-    if constexpr (std::is_same_v<T, float>) return v;
-    else return to_float(v);
+    if constexpr (std::is_same_v<T, float>)
+      return v;
+    else
+      return to_float(v);
   };
   std::vector<T> x(size_t(m) * k), w(size_t(n) * k), bias(n);
   for (auto& v : x) v = cast(dist(rng));
@@ -82,9 +82,12 @@ void naiveCase(DType dtype, DType outDtype, int32_t m, int32_t n, int32_t k, boo
       }
       double got;
       const size_t e = size_t(i) * n + j;
-      if (outDtype == DType::kF32) got = reinterpret_cast<const float*>(y.data())[e];
-      else if (outDtype == DType::kBF16) got = to_float(reinterpret_cast<const bf16*>(y.data())[e]);
-      else got = to_float(reinterpret_cast<const fp16*>(y.data())[e]);
+      if (outDtype == DType::kF32)
+        got = reinterpret_cast<const float*>(y.data())[e];
+      else if (outDtype == DType::kBF16)
+        got = to_float(reinterpret_cast<const bf16*>(y.data())[e]);
+      else
+        got = to_float(reinterpret_cast<const fp16*>(y.data())[e]);
       // fp32 accumulation error bound ~ k * 2^-24 * sum|terms|, plus one output rounding.
       EXPECT_NEAR(got, want, rel * std::abs(want) + 1e-6 * k * mag + 1e-7) << i << "," << j;
     }
@@ -107,12 +110,14 @@ TEST(LinearRef, MatchesNaiveDoubleLoop) {
 // elements l, l + 8, …; the k % 8 tail goes to the first lanes), every product rounded, reduced
 // as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), then the bias.
 float definedOrderDot(const float* x, const float* w, int64_t k, float bias) {
-  volatile float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // volatile: no fused multiply-add here either
+  volatile float lanes[8] = {0, 0, 0, 0,
+                             0, 0, 0, 0};  // volatile: no fused multiply-add here either
   for (int64_t i = 0; i < k; ++i) {
     const float product = x[i] * w[i];
     lanes[i & 7] = lanes[i & 7] + product;
   }
-  const float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  const float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                    ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
   return sum + bias;
 }
 
@@ -120,7 +125,8 @@ float roundedTo(DType t, float v) { return t == DType::kBF16 ? to_float(to_bf16(
 
 std::vector<uint8_t> bytesOf(const std::vector<float>& v, DType t) {
   std::vector<uint8_t> out(v.size() * static_cast<size_t>(dtype_size(t)));
-  for (size_t i = 0; i < v.size(); ++i) storeFromFloat(out.data(), t, static_cast<int64_t>(i), v[i]);
+  for (size_t i = 0; i < v.size(); ++i)
+    storeFromFloat(out.data(), t, static_cast<int64_t>(i), v[i]);
   return out;
 }
 
@@ -130,17 +136,20 @@ std::vector<uint8_t> bytesOf(const std::vector<float>& v, DType t) {
 TEST(LinearRef, EveryOutputSumsInTheDefinedOrderBitForBit) {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const int32_t shapes[][3] = {{1, 1, 1},  {1, 3, 7},   {2, 5, 9},    {3, 33, 8},   {4, 2, 17},
-                               {5, 65, 64}, {7, 31, 71}, {16, 70, 576}, {17, 33, 45}, {64, 192, 160}};
+  const int32_t shapes[][3] = {{1, 1, 1},    {1, 3, 7},     {2, 5, 9},   {3, 33, 8},
+                               {4, 2, 17},   {5, 65, 64},   {7, 31, 71}, {16, 70, 576},
+                               {17, 33, 45}, {64, 192, 160}};
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     for (const auto& s : shapes) {
       const int32_t m = s[0], n = s[1], k = s[2];
-      std::vector<float> xf(static_cast<size_t>(m) * k), wf(static_cast<size_t>(n) * k), bf(static_cast<size_t>(n));
+      std::vector<float> xf(static_cast<size_t>(m) * k), wf(static_cast<size_t>(n) * k),
+          bf(static_cast<size_t>(n));
       for (float& v : xf) v = roundedTo(dtype, dist(rng));
       for (float& v : wf) v = roundedTo(dtype, dist(rng));
       for (float& v : bf) v = roundedTo(dtype, dist(rng));
       std::vector<uint8_t> x = bytesOf(xf, dtype), w = bytesOf(wf, dtype), b = bytesOf(bf, dtype);
-      std::vector<float> y(static_cast<size_t>(m) * n, std::nanf("")), row(static_cast<size_t>(n), std::nanf(""));
+      std::vector<float> y(static_cast<size_t>(m) * n, std::nanf("")),
+          row(static_cast<size_t>(n), std::nanf(""));
       kernel::LinearParams p{.x = x.data(),
                              .w = w.data(),
                              .bias = b.data(),
@@ -158,11 +167,14 @@ TEST(LinearRef, EveryOutputSumsInTheDefinedOrderBitForBit) {
         one.m = 1;
         ref::linear(one);
         for (int32_t j = 0; j < n; ++j) {
-          const float want = definedOrderDot(&xf[static_cast<size_t>(i) * k], &wf[static_cast<size_t>(j) * k], k, bf[j]);
+          const float want = definedOrderDot(&xf[static_cast<size_t>(i) * k],
+                                             &wf[static_cast<size_t>(j) * k], k, bf[j]);
           const float got = y[static_cast<size_t>(i) * n + j];
-          ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << dtype_name(dtype) << " m " << m << " n " << n << " k " << k
-                                                    << " at " << i << "," << j << ": " << got << " vs " << want;
-          ASSERT_EQ(std::memcmp(&row[j], &got, 4), 0) << "row " << i << " alone differs at column " << j;
+          ASSERT_EQ(std::memcmp(&got, &want, 4), 0)
+              << dtype_name(dtype) << " m " << m << " n " << n << " k " << k << " at " << i << ","
+              << j << ": " << got << " vs " << want;
+          ASSERT_EQ(std::memcmp(&row[j], &got, 4), 0)
+              << "row " << i << " alone differs at column " << j;
         }
       }
     }
@@ -176,80 +188,101 @@ TEST(LinearRef, Bf16WeightsUnderF32ActivationsEqualWidenedWeights) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (const auto& s : {std::array<int32_t, 3>{1, 33, 576}, {3, 7, 9}, {16, 70, 64}, {5, 65, 71}}) {
     const int32_t m = s[0], n = s[1], k = s[2];
-    std::vector<float> x(static_cast<size_t>(m) * k), wf(static_cast<size_t>(n) * k), bias(static_cast<size_t>(n));
+    std::vector<float> x(static_cast<size_t>(m) * k), wf(static_cast<size_t>(n) * k),
+        bias(static_cast<size_t>(n));
     for (float& v : x) v = dist(rng);
     for (float& v : wf) v = roundedTo(DType::kBF16, dist(rng));
     for (float& v : bias) v = dist(rng);
     const std::vector<uint8_t> w16 = bytesOf(wf, DType::kBF16);
-    std::vector<float> want(static_cast<size_t>(m) * n, std::nanf("")), got(want.size(), std::nanf(""));
-    kernel::LinearParams p{.x = x.data(),
-                           .w = wf.data(),
-                           .bias = bias.data(),
-                           .y = want.data()};
-    p.m = m; p.n = n; p.k = k; p.dtype = p.outDtype = DType::kF32;
+    std::vector<float> want(static_cast<size_t>(m) * n, std::nanf("")),
+        got(want.size(), std::nanf(""));
+    kernel::LinearParams p{.x = x.data(), .w = wf.data(), .bias = bias.data(), .y = want.data()};
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.dtype = p.outDtype = DType::kF32;
     ref::linear(p);
-    p.w = w16.data(); p.y = got.data(); p.weightDtype = DType::kBF16;
+    p.w = w16.data();
+    p.y = got.data();
+    p.weightDtype = DType::kBF16;
     ref::linear(p);
-    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "m " << m << " n " << n << " k " << k;
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+        << "m " << m << " n " << n << " k " << k;
   }
   std::vector<float> x(8, 1.0f), y(1);
   std::vector<uint8_t> w(16);
-  kernel::LinearParams p{.x = x.data(),
-                         .w = w.data(),
-                         .y = y.data(),
-                         .m = 1,
-                         .n = 1,
-                         .k = 8};
-  p.dtype = DType::kBF16; p.outDtype = DType::kF32; p.weightDtype = DType::kF32;  // f32 W under bf16 x
+  kernel::LinearParams p{.x = x.data(), .w = w.data(), .y = y.data(), .m = 1, .n = 1, .k = 8};
+  p.dtype = DType::kBF16;
+  p.outDtype = DType::kF32;
+  p.weightDtype = DType::kF32;  // f32 W under bf16 x
   test::expectInvalidArgument([&] { ref::linear(p); }, "weightDtype");
-  p.dtype = DType::kF32; p.weightDtype = DType::kI8;
+  p.dtype = DType::kF32;
+  p.weightDtype = DType::kI8;
   test::expectInvalidArgument([&] { ref::linear(p); }, "weightDtype");
-  p.dtype = DType::kBF16; p.weightDtype = DType::kBF16;  // equal: fine
+  p.dtype = DType::kBF16;
+  p.weightDtype = DType::kBF16;  // equal: fine
   EXPECT_NO_THROW(ref::linear(p));
 }
 
 TEST(LinearRef, Validation) {
   std::vector<float> x(6), w(6), y(4);
   auto make = [&] {
-    kernel::LinearParams p{.x = x.data(),
-                           .w = w.data(),
-                           .y = y.data(),
-                           .m = 2,
-                           .n = 2,
-                           .k = 3};
+    kernel::LinearParams p{.x = x.data(), .w = w.data(), .y = y.data(), .m = 2, .n = 2, .k = 3};
     p.dtype = p.outDtype = DType::kF32;
     return p;
   };
   EXPECT_TRUE(kernel::validate(make()));
-  auto p = make(); p.m = 0; p.x = nullptr;
+  auto p = make();
+  p.m = 0;
+  p.x = nullptr;
   EXPECT_FALSE(kernel::validate(p));
-  p = make(); p.m = -1;
+  p = make();
+  p.m = -1;
   test::expectInvalidArgument([&] { ref::linear(p); }, "m");
-  p = make(); p.n = 0;
+  p = make();
+  p.n = 0;
   test::expectInvalidArgument([&] { ref::linear(p); }, "n");
-  p = make(); p.k = -3;
+  p = make();
+  p.k = -3;
   test::expectInvalidArgument([&] { ref::linear(p); }, "k");
-  p = make(); p.dtype = DType::kI32; p.outDtype = DType::kI32;
+  p = make();
+  p.dtype = DType::kI32;
+  p.outDtype = DType::kI32;
   test::expectInvalidArgument([&] { ref::linear(p); }, "dtype");
-  p = make(); p.dtype = DType::kBF16; p.outDtype = DType::kF16;
+  p = make();
+  p.dtype = DType::kBF16;
+  p.outDtype = DType::kF16;
   test::expectInvalidArgument([&] { ref::linear(p); }, "outDtype");
-  p = make(); p.x = nullptr;
+  p = make();
+  p.x = nullptr;
   test::expectInvalidArgument([&] { ref::linear(p); }, "x");
-  p = make(); p.w = nullptr;
+  p = make();
+  p.w = nullptr;
   test::expectInvalidArgument([&] { ref::linear(p); }, "w");
-  p = make(); p.y = nullptr;
+  p = make();
+  p.y = nullptr;
   test::expectInvalidArgument([&] { ref::linear(p); }, "y");
-  p = make(); p.y = x.data();
+  p = make();
+  p.y = x.data();
   test::expectInvalidArgument([&] { ref::linear(p); }, "y");
-  p = make(); p.algo = static_cast<kernel::LinearAlgo>(7);
+  p = make();
+  p.algo = static_cast<kernel::LinearAlgo>(7);
   test::expectInvalidArgument([&] { ref::linear(p); }, "algo");
-  p = make(); p.algo = kernel::LinearAlgo::kGemv;  // the reference ignores the CUDA path choice
+  p = make();
+  p.algo = kernel::LinearAlgo::kGemv;  // the reference ignores the CUDA path choice
   EXPECT_TRUE(kernel::validate(p));
-  p = make(); p.normWeight = w.data(); p.normEps = 0.0f;
+  p = make();
+  p.normWeight = w.data();
+  p.normEps = 0.0f;
   test::expectInvalidArgument([&] { ref::linear(p); }, "normEps");
-  p = make(); p.normWeight = w.data(); p.normEps = std::nanf("");
+  p = make();
+  p.normWeight = w.data();
+  p.normEps = std::nanf("");
   test::expectInvalidArgument([&] { ref::linear(p); }, "normEps");
-  p = make(); p.dtype = DType::kBF16; p.outDtype = DType::kF32; p.accumulate = true;
+  p = make();
+  p.dtype = DType::kBF16;
+  p.outDtype = DType::kF32;
+  p.accumulate = true;
   test::expectInvalidArgument([&] { ref::linear(p); }, "outDtype");
 }
 
@@ -262,12 +295,14 @@ TEST(LinearRef, FusedNormAndResidualAddHandComputed) {
   w[0] = 1.0f;
   w[8 + 7] = 1.0f;
   for (int c = 0; c < 8; ++c) w[16 + c] = 1.0f;
-  kernel::LinearParams p{.x = x.data(),
-                         .w = w.data(),
-                         .bias = bias.data(),
-                         .y = y.data()};
-  p.m = 1; p.n = 3; p.k = 8; p.dtype = p.outDtype = DType::kF32;
-  p.normWeight = weight.data(); p.normEps = 1e-6f; p.accumulate = true;
+  kernel::LinearParams p{.x = x.data(), .w = w.data(), .bias = bias.data(), .y = y.data()};
+  p.m = 1;
+  p.n = 3;
+  p.k = 8;
+  p.dtype = p.outDtype = DType::kF32;
+  p.normWeight = weight.data();
+  p.normEps = 1e-6f;
+  p.accumulate = true;
   ref::linear(p);
   const double s = 1.0 / std::sqrt(12.0 + 1e-6);
   EXPECT_NEAR(y[0], 1.0 + 2.0 * s + 0.5, 1e-5);
@@ -285,49 +320,64 @@ TEST(LinearRef, FusedNormAndResidualAddHandComputed) {
 TEST(LinearGemvRules, Eligibility) {
   alignas(16) static uint8_t x[1024], w[1024], y[1024], b[64];
   auto make = [&] {
-    kernel::LinearParams p{.x = x,
-                           .w = w,
-                           .y = y,
-                           .m = 1,
-                           .n = 8,
-                           .k = 32};
+    kernel::LinearParams p{.x = x, .w = w, .y = y, .m = 1, .n = 8, .k = 32};
     p.dtype = p.outDtype = DType::kBF16;
     return p;
   };
   EXPECT_TRUE(kernel::gemvSupported(make()));
-  auto p = make(); p.m = 16; p.bias = b;
+  auto p = make();
+  p.m = 16;
+  p.bias = b;
   EXPECT_TRUE(kernel::gemvSupported(p));
-  p = make(); p.dtype = p.outDtype = DType::kF16;
+  p = make();
+  p.dtype = p.outDtype = DType::kF16;
   EXPECT_TRUE(kernel::gemvSupported(p));
-  p = make(); p.outDtype = DType::kF32;
+  p = make();
+  p.outDtype = DType::kF32;
   EXPECT_TRUE(kernel::gemvSupported(p));
-  p = make(); p.k = 8; p.n = 1;
+  p = make();
+  p.k = 8;
+  p.n = 1;
   EXPECT_TRUE(kernel::gemvSupported(p));
-  p = make(); p.dtype = p.outDtype = DType::kF32;
+  p = make();
+  p.dtype = p.outDtype = DType::kF32;
   EXPECT_STREQ(kernel::gemvRejection(p), "dtype must be bf16 or f16");
-  p = make(); p.m = 17;
+  p = make();
+  p.m = 17;
   EXPECT_STREQ(kernel::gemvRejection(p), "m must be in [1, 16]");
-  p = make(); p.m = 0;
+  p = make();
+  p.m = 0;
   EXPECT_FALSE(kernel::gemvSupported(p));
-  p = make(); p.k = 36;
+  p = make();
+  p.k = 36;
   EXPECT_STREQ(kernel::gemvRejection(p), "k must be a positive multiple of 8");
-  p = make(); p.x = x + 8;
+  p = make();
+  p.x = x + 8;
   EXPECT_STREQ(kernel::gemvRejection(p), "x must be 16-byte aligned");
-  p = make(); p.w = w + 2;
+  p = make();
+  p.w = w + 2;
   EXPECT_STREQ(kernel::gemvRejection(p), "w must be 16-byte aligned");
-  p = make(); p.y = y + 1;
+  p = make();
+  p.y = y + 1;
   EXPECT_STREQ(kernel::gemvRejection(p), "y must be aligned to its element size");
-  p = make(); p.outDtype = DType::kF32; p.y = y + 2;
+  p = make();
+  p.outDtype = DType::kF32;
+  p.y = y + 2;
   EXPECT_STREQ(kernel::gemvRejection(p), "y must be aligned to its element size");
-  p = make(); p.bias = b + 1;
+  p = make();
+  p.bias = b + 1;
   EXPECT_STREQ(kernel::gemvRejection(p), "bias must be 2-byte aligned");
-  p = make(); p.weightDtype = DType::kF16;
+  p = make();
+  p.weightDtype = DType::kF16;
   EXPECT_STREQ(kernel::gemvRejection(p), "weightDtype must equal dtype");
-  p = make(); p.weightDtype = DType::kBF16;
+  p = make();
+  p.weightDtype = DType::kBF16;
   EXPECT_TRUE(kernel::gemvSupported(p));
-  p = make(); p.normWeight = w;
+  p = make();
+  p.normWeight = w;
   EXPECT_TRUE(kernel::gemvSupported(p));
-  p = make(); p.normWeight = w + 8;
+  p = make();
+  p.normWeight = w + 8;
   EXPECT_STREQ(kernel::gemvRejection(p), "normWeight must be 16-byte aligned");
 }
 
@@ -359,8 +409,8 @@ TEST(LinearGemvRules, GridChoice) {
   expect(chooseGemvConfig(1024, 2048, 132), 1, 4);
   expect(chooseGemvConfig(1024, 3072, 132), 1, 4);
   expect(chooseGemvConfig(1024, 1024, 132), 1, 4);
-  expect(chooseGemvConfig(1, 8, 132), 1, 1);     // one K block: no split
-  expect(chooseGemvConfig(64, 520, 132), 1, 2);  // 17 blocks: at most 2 x 8 warps
+  expect(chooseGemvConfig(1, 8, 132), 1, 1);      // one K block: no split
+  expect(chooseGemvConfig(64, 520, 132), 1, 2);   // 17 blocks: at most 2 x 8 warps
   expect(chooseGemvConfig(4096, 4096, 0), 2, 1);  // unknown SM count: 1 SM
 }
 
@@ -378,7 +428,7 @@ TEST(LinearGemvRules, FillsSms) {
   EXPECT_EQ(o8b.kSplit, 2);
   EXPECT_TRUE(fills(16, 4096, 4096, false));
   EXPECT_TRUE(fills(9, 4096, 4096, false));
-  EXPECT_FALSE(fills(8, 4096, 4096, false));   // one n8 tile of x: registers to spare
+  EXPECT_FALSE(fills(8, 4096, 4096, false));  // one n8 tile of x: registers to spare
   EXPECT_FALSE(fills(1, 4096, 4096, false));
   const auto o06b = chooseGemvConfig(1024, 2048, 132);
   EXPECT_EQ(o06b.rowTiles, 1);
@@ -413,14 +463,14 @@ TEST(LinearGemvRules, CtasPerSm) {
 // one wave of 2 an SM and k >= 2048, whatever the rowTiles chosen.
 TEST(LinearGemvRules, NormOccupancy) {
   using kernel::detail::chooseGemvConfig;
-  EXPECT_EQ(chooseGemvConfig(6144, 4096, 132).normCtasPerSm, 3);    // 8B qkv: 384 > 264 CTAs
-  EXPECT_EQ(chooseGemvConfig(24576, 4096, 132).normCtasPerSm, 3);   // 8B gate_up: 1,536
-  EXPECT_EQ(chooseGemvConfig(6144, 1024, 132).normCtasPerSm, 2);    // 0.6B gate_up: k 1024
-  EXPECT_EQ(chooseGemvConfig(4096, 1024, 132).normCtasPerSm, 2);    // 0.6B qkv
-  EXPECT_EQ(chooseGemvConfig(4096, 2048, 132).normCtasPerSm, 2);    // 256 CTAs: one wave
-  EXPECT_EQ(chooseGemvConfig(4224, 2048, 132).normCtasPerSm, 2);    // 264 CTAs: one wave
-  EXPECT_EQ(chooseGemvConfig(4240, 2048, 132).normCtasPerSm, 3);    // 265 CTAs
-  EXPECT_EQ(chooseGemvConfig(4240, 2048, 300).normCtasPerSm, 2);    // 530 CTAs on 300 SMs
+  EXPECT_EQ(chooseGemvConfig(6144, 4096, 132).normCtasPerSm, 3);   // 8B qkv: 384 > 264 CTAs
+  EXPECT_EQ(chooseGemvConfig(24576, 4096, 132).normCtasPerSm, 3);  // 8B gate_up: 1,536
+  EXPECT_EQ(chooseGemvConfig(6144, 1024, 132).normCtasPerSm, 2);   // 0.6B gate_up: k 1024
+  EXPECT_EQ(chooseGemvConfig(4096, 1024, 132).normCtasPerSm, 2);   // 0.6B qkv
+  EXPECT_EQ(chooseGemvConfig(4096, 2048, 132).normCtasPerSm, 2);   // 256 CTAs: one wave
+  EXPECT_EQ(chooseGemvConfig(4224, 2048, 132).normCtasPerSm, 2);   // 264 CTAs: one wave
+  EXPECT_EQ(chooseGemvConfig(4240, 2048, 132).normCtasPerSm, 3);   // 265 CTAs
+  EXPECT_EQ(chooseGemvConfig(4240, 2048, 300).normCtasPerSm, 2);   // 530 CTAs on 300 SMs
 }
 
 }  // namespace

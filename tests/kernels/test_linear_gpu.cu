@@ -18,9 +18,9 @@
 #include <random>
 #include <vector>
 
+#include "forward_ops_gpu_test_util.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
-#include "forward_ops_gpu_test_util.h"
 
 namespace es {
 namespace {
@@ -37,8 +37,16 @@ struct Problem {
   test::DeviceArray<T> dX, dW, dB;
 
   Problem(int32_t m_, int32_t n_, int32_t k_, size_t off_, std::mt19937& rng)
-      : m(m_), n(n_), k(k_), off(off_), x(off_ + size_t(m_) * k_), w(size_t(n_) * k_),
-        bias(n_), dX(0), dW(0), dB(0) {
+      : m(m_),
+        n(n_),
+        k(k_),
+        off(off_),
+        x(off_ + size_t(m_) * k_),
+        w(size_t(n_) * k_),
+        bias(n_),
+        dX(0),
+        dW(0),
+        dB(0) {
     fill(x, rng, -1.0f, 1.0f);
     fill(w, rng, -1.0f, 1.0f);
     fill(bias, rng, -1.0f, 1.0f);
@@ -87,12 +95,11 @@ std::vector<int32_t> columns(int32_t n, bool sampled, std::mt19937& rng) {
 // Launches through `launch(params)` twice (poisoned y each time) and compares the chosen
 // columns with the CPU reference run on those columns' rows of W.
 template <typename T, typename O, typename Launch>
-void check(const Problem<T>& pr, bool withBias, const std::vector<int32_t>& cols,
-           Launch&& launch) {
-  SCOPED_TRACE(::testing::Message() << "m " << pr.m << " n " << pr.n << " k " << pr.k << " bias "
-                                    << withBias << " offset " << pr.off << " "
-                                    << dtype_name(dtype_of<T>) << " -> "
-                                    << dtype_name(dtype_of<O>) << " columns " << cols.size());
+void check(const Problem<T>& pr, bool withBias, const std::vector<int32_t>& cols, Launch&& launch) {
+  SCOPED_TRACE(::testing::Message()
+               << "m " << pr.m << " n " << pr.n << " k " << pr.k << " bias " << withBias
+               << " offset " << pr.off << " " << dtype_name(dtype_of<T>) << " -> "
+               << dtype_name(dtype_of<O>) << " columns " << cols.size());
   const int32_t m = pr.m, k = pr.k, nc = int32_t(cols.size());
   std::vector<T> wSub(size_t(nc) * k), bSub(nc);
   for (int32_t j = 0; j < nc; ++j) {
@@ -332,12 +339,7 @@ TEST(LinearGpu, GemvRejectsUnsupportedParams) {
   test::DeviceArray<bf16> x(17 * 64 + 8), w(64 * 64 + 8), y(17 * 64);
   test::DeviceArray<float> xf(64), wf(64 * 64), yf(64);
   auto make = [&] {
-    kernel::LinearParams p{.x = x.get(),
-                           .w = w.get(),
-                           .y = y.get(),
-                           .m = 1,
-                           .n = 64,
-                           .k = 64};
+    kernel::LinearParams p{.x = x.get(), .w = w.get(), .y = y.get(), .m = 1, .n = 64, .k = 64};
     p.dtype = p.outDtype = DType::kBF16;
     p.algo = LinearAlgo::kGemv;
     return p;
@@ -362,9 +364,15 @@ TEST(LinearGpu, GemvRejectsUnsupportedParams) {
   test::expectInvalidArgument([&] { kernel::launchLinear(p, ctx, nullptr); }, "params");
   p = make();
   test::expectInvalidArgument(
-      [&] { kernel::detail::launchLinearGemv(p, {3, 1}, nullptr); }, "rowTiles");
+      [&] {
+        kernel::detail::launchLinearGemv(p, {3, 1}, nullptr);
+      },
+      "rowTiles");
   test::expectInvalidArgument(
-      [&] { kernel::detail::launchLinearGemv(p, {1, 3}, nullptr); }, "kSplit");
+      [&] {
+        kernel::detail::launchLinearGemv(p, {1, 3}, nullptr);
+      },
+      "kSplit");
   ES_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

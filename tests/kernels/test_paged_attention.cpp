@@ -3,7 +3,8 @@
 // windows (including unmapped pages that fell out of the window), GQA group sizes 1/2/3/4/8,
 // padding rows, scrambled page tables across the 127/128/129 boundary, bf16 storage, validation
 // (including the split-KV fields), and the split-KV plan (split counts, row tiles, fallbacks,
-// forced counts, the start-up workspace bound). The oracle below recomputes every output in double from explicit visible-key lists.
+// forced counts, the start-up workspace bound). The oracle below recomputes every output in double
+// from explicit visible-key lists.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,8 +48,8 @@ struct Attn {
   std::vector<int32_t> table;          // [B, 2, maxPages]
   std::vector<int32_t> packed;         // [totalQ, words]
   int32_t maxQ = 0;
-  std::vector<float> q;                // [totalQ, hq, dim]
-  std::vector<float> pool;             // [2 * numPages, 128, hkv, dim]
+  std::vector<float> q;     // [totalQ, hq, dim]
+  std::vector<float> pool;  // [2 * numPages, 128, hkv, dim]
 
   int32_t batch() const { return int32_t(qLens.size()); }
   int32_t totalQ() const { return std::accumulate(qLens.begin(), qLens.end(), 0); }
@@ -94,9 +95,12 @@ template <typename T>
 std::vector<T> toStorage(const std::vector<float>& v) {
   std::vector<T> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
-    if constexpr (std::is_same_v<T, float>) out[i] = v[i];
-    else if constexpr (std::is_same_v<T, bf16>) out[i] = to_bf16(v[i]);
-    else out[i] = to_fp16(v[i]);
+    if constexpr (std::is_same_v<T, float>)
+      out[i] = v[i];
+    else if constexpr (std::is_same_v<T, bf16>)
+      out[i] = to_bf16(v[i]);
+    else
+      out[i] = to_fp16(v[i]);
   }
   return out;
 }
@@ -132,8 +136,10 @@ std::vector<double> runRefTyped(const Attn& s) {
   ref::pagedAttention(p);
   std::vector<double> res(out.size());
   for (size_t i = 0; i < out.size(); ++i) {
-    if constexpr (std::is_same_v<T, float>) res[i] = out[i];
-    else res[i] = to_float(out[i]);
+    if constexpr (std::is_same_v<T, float>)
+      res[i] = out[i];
+    else
+      res[i] = to_float(out[i]);
   }
   return res;
 }
@@ -145,7 +151,8 @@ std::vector<double> runRef(const Attn& s) {
 }
 
 // Softmax attention of row r, head h over an explicit key list, in double.
-std::vector<double> oracle(Attn& s, int32_t b, int32_t r, int32_t h, const std::vector<int32_t>& keys) {
+std::vector<double> oracle(Attn& s, int32_t b, int32_t r, int32_t h,
+                           const std::vector<int32_t>& keys) {
   const int32_t hk = h / (s.hq / s.hkv);
   std::vector<double> out(s.dim, 0.0);
   if (keys.empty()) return out;
@@ -399,9 +406,9 @@ TEST(PagedAttentionRef, RandomMatchesOracle) {
           s.packed.assign(size_t(s.totalQ()) * s.words(), 0);
           for (auto& w : s.packed) w = int32_t(rng());
         }
-        SCOPED_TRACE(::testing::Message() << "case " << n << " mask " << int(mask) << " window "
-                                          << window << " group " << g << " D " << s.dim << " "
-                                          << dtype_name(s.dtype));
+        SCOPED_TRACE(::testing::Message()
+                     << "case " << n << " mask " << int(mask) << " window " << window << " group "
+                     << g << " D " << s.dim << " " << dtype_name(s.dtype));
         const auto out = runRef(s);
         if (s.dtype == DType::kF32)
           expectMatchesOracle(s, out, 1e-5, 1e-6);
@@ -437,7 +444,10 @@ TEST(PagedAttentionRef, Validation) {
     return p;
   };
   EXPECT_TRUE(kernel::validate(make()));
-  auto p = make(); p.batchSize = 0; p.query.totalQ = 0; p.query.q = nullptr;
+  auto p = make();
+  p.batchSize = 0;
+  p.query.totalQ = 0;
+  p.query.q = nullptr;
   EXPECT_FALSE(kernel::validate(p));
   using P = kernel::PagedAttentionParams;
   auto bad = [&](auto mutate, const char* arg) {
@@ -450,7 +460,12 @@ TEST(PagedAttentionRef, Validation) {
   bad([](P& x) { x.query.maxQSeqLen = -1; }, "query.maxQSeqLen");
   bad([](P& x) { x.query.numQHeads = 0; }, "query.numQHeads");
   bad([](P& x) { x.kv.numKVHeads = 0; }, "kv.numKVHeads");
-  bad([](P& x) { x.query.numQHeads = 9; x.kv.numKVHeads = 2; }, "query.numQHeads");
+  bad(
+      [](P& x) {
+        x.query.numQHeads = 9;
+        x.kv.numKVHeads = 2;
+      },
+      "query.numQHeads");
   bad([](P& x) { x.headDim = 80; }, "headDim");
   bad([](P& x) { x.kv.numPages = 0; }, "kv.numPages");
   bad([](P& x) { x.kv.maxPagesPerSeq = 0; }, "kv.maxPagesPerSeq");
@@ -467,15 +482,30 @@ TEST(PagedAttentionRef, Validation) {
   bad([](P& x) { x.kv.pageTable = nullptr; }, "kv.pageTable");
   bad([](P& x) { x.kvLengths = nullptr; }, "kvLengths");
   bad([](P& x) { x.mask = AttentionMask::kPackedTree; }, "packedMask");
-  bad([](P& x) { x.mask = AttentionMask::kPackedTree; x.packedMask = nullptr; x.query.maxQSeqLen = 0; },
+  bad(
+      [](P& x) {
+        x.mask = AttentionMask::kPackedTree;
+        x.packedMask = nullptr;
+        x.query.maxQSeqLen = 0;
+      },
       "query.maxQSeqLen");
   // Split-KV planning fields (checked even for an empty call: they are plain host values).
   bad([](P& x) { x.maxKvLength = -1; }, "maxKvLength");
   bad([](P& x) { x.workspaceBytes = -1; }, "workspaceBytes");
   bad([](P& x) { x.workspaceBytes = 64; }, "workspace");
-  bad([&](P& x) { x.workspace = reinterpret_cast<char*>(pool.data()) + 4; x.workspaceBytes = 64; },
+  bad(
+      [&](P& x) {
+        x.workspace = reinterpret_cast<char*>(pool.data()) + 4;
+        x.workspaceBytes = 64;
+      },
       "workspace");
-  bad([](P& x) { x.batchSize = 0; x.query.totalQ = 0; x.maxKvLength = -5; }, "maxKvLength");
+  bad(
+      [](P& x) {
+        x.batchSize = 0;
+        x.query.totalQ = 0;
+        x.maxKvLength = -5;
+      },
+      "maxKvLength");
   auto ok = make();
   ok.maxKvLength = 1;
   ok.workspace = pool.data();
@@ -519,7 +549,8 @@ int64_t partialBytes(int64_t splits, int64_t rows, int64_t hq, int64_t dim) {
 
 TEST(PagedAttentionPlan, DecodeSplitCounts) {
   // Qwen3-8B-like decode: 32 q / 8 kv heads, D 128. 132 SMs x 2 CTAs = 264 slots.
-  {  // B 1, 32k: 8 (seq, head) pairs -> 33 splits wanted, 512 tiles of 64 keys -> 16 per split -> 32
+  {  // B 1, 32k: 8 (seq, head) pairs -> 33 splits wanted, 512 tiles of 64 keys -> 16 per split ->
+     // 32
     PlanShape s(1, 1, 32, 8, 128, 32768);
     const auto plan = kernel::planPagedAttention(s.p);
     EXPECT_TRUE(plan.splitKv) << plan.reason;
@@ -597,7 +628,8 @@ TEST(PagedAttentionPlan, SplitBoundariesDoNotDependOnTheQueryRows) {
               const auto verify = kernel::planPagedAttention(many.p);
               ASSERT_TRUE(verify.splitKv && decode.splitKv);
               EXPECT_EQ(verify.numSplits, decode.numSplits) << batch << " " << kv << " " << qLen;
-              EXPECT_EQ(verify.tilesPerSplit, decode.tilesPerSplit) << batch << " " << kv << " " << qLen;
+              EXPECT_EQ(verify.tilesPerSplit, decode.tilesPerSplit)
+                  << batch << " " << kv << " " << qLen;
             }
           }
         }
@@ -760,16 +792,16 @@ TEST(PagedAttentionPlan, VerifyRowTiles) {
            Want{1, 8, 32, 8, 128, M::kCausal, 2, 1, 1},   // 32: 2 tiles
            Want{1, 4, 32, 8, 128, M::kCausal, 1, 1, 1},   // 16: one tile (decode's kernel)
            Want{1, 2, 32, 8, 128, M::kCausal, 1, 1, 1},
-           Want{1, 1, 32, 8, 128, M::kCausal, 1, 1, 1},   // decode
-           Want{1, 16, 16, 8, 128, M::kCausal, 2, 1, 1},  // GQA 2: 32 rows, 2 tiles
-           Want{1, 9, 16, 8, 128, M::kCausal, 2, 1, 1},   //   18 rows: 2 tiles
-           Want{1, 8, 16, 8, 128, M::kCausal, 1, 1, 1},   //   16 rows: 1 tile
-           Want{1, 16, 64, 8, 128, M::kCausal, 2, 1, 4},  // GQA 8: 8 tiles
-           Want{1, 5, 64, 8, 128, M::kCausal, 2, 1, 2},   //   40 rows: 3 tiles
-           Want{1, 16, 16, 16, 128, M::kCausal, 1, 1, 1}, // GQA 1: 16 rows, 1 tile
+           Want{1, 1, 32, 8, 128, M::kCausal, 1, 1, 1},          // decode
+           Want{1, 16, 16, 8, 128, M::kCausal, 2, 1, 1},         // GQA 2: 32 rows, 2 tiles
+           Want{1, 9, 16, 8, 128, M::kCausal, 2, 1, 1},          //   18 rows: 2 tiles
+           Want{1, 8, 16, 8, 128, M::kCausal, 1, 1, 1},          //   16 rows: 1 tile
+           Want{1, 16, 64, 8, 128, M::kCausal, 2, 1, 4},         // GQA 8: 8 tiles
+           Want{1, 5, 64, 8, 128, M::kCausal, 2, 1, 2},          //   40 rows: 3 tiles
+           Want{1, 16, 16, 16, 128, M::kCausal, 1, 1, 1},        // GQA 1: 16 rows, 1 tile
            Want{1, 16, 32, 8, 128, M::kPackedTree, 2, 1, 2},     // tree verify (DFlash / EAGLE)
            Want{1, 16, 32, 8, 128, M::kBidirectional, 2, 1, 2},  // DFlash proposal block
-           Want{1, 16, 9, 3, 64, M::kCausal, 1, 1, 3},    // D 64 and 256: not built
+           Want{1, 16, 9, 3, 64, M::kCausal, 1, 1, 3},           // D 64 and 256: not built
            Want{1, 16, 16, 2, 256, M::kCausal, 1, 1, 8},
            Want{2, 16, 32, 8, 128, M::kCausal, 1, 4, 1},  // batch 2: 4 tiles per CTA, warpsM 4
        }) {
@@ -862,7 +894,10 @@ TEST(PagedAttentionPlan, FallbacksToTheSimpleKernel) {
   };
   using P = kernel::PagedAttentionParams;
   EXPECT_NE(reason([](P& p) { p.maxKvLength = 0; }).find("maxKvLength"), std::string::npos);
-  EXPECT_NE(reason([](P& p) { p.workspace = nullptr; p.workspaceBytes = 0; }).find("workspace"),
+  EXPECT_NE(reason([](P& p) {
+              p.workspace = nullptr;
+              p.workspaceBytes = 0;
+            }).find("workspace"),
             std::string::npos);
   EXPECT_NE(reason([](P& p) { p.dtype = DType::kF32; }).find("dtype"), std::string::npos);
   EXPECT_NE(reason([](P& p) {
@@ -872,10 +907,12 @@ TEST(PagedAttentionPlan, FallbacksToTheSimpleKernel) {
             }).find("tree"),
             std::string::npos);
   EXPECT_NE(reason([](P& p) { p.query.maxQSeqLen = 0; }).find("maxQSeqLen"), std::string::npos);
-  EXPECT_NE(reason([](P& p) { p.query.q = static_cast<const char*>(p.query.q) + 2; }).find("aligned"),
-            std::string::npos);
-  EXPECT_NE(reason([](P& p) { p.kv.pool = static_cast<const char*>(p.kv.pool) + 8; }).find("aligned"),
-            std::string::npos);
+  EXPECT_NE(
+      reason([](P& p) { p.query.q = static_cast<const char*>(p.query.q) + 2; }).find("aligned"),
+      std::string::npos);
+  EXPECT_NE(
+      reason([](P& p) { p.kv.pool = static_cast<const char*>(p.kv.pool) + 8; }).find("aligned"),
+      std::string::npos);
   // Too small by one byte for the planned 32 splits: simple kernel (never a smaller plan).
   EXPECT_NE(reason([](P& p) { p.workspaceBytes = partialBytes(32, 1, 32, 128) - 1; }).find("small"),
             std::string::npos);
@@ -914,7 +951,8 @@ TEST(PagedAttentionPlan, WorkspaceBoundCoversEveryCall) {
   for (const int32_t dim : {64, 128, 256}) {
     for (const auto& [hq, hkv] : {std::pair{32, 8}, std::pair{9, 3}, std::pair{16, 1}}) {
       const int32_t maxBatch = 24, maxQ = 16, maxKv = 20000;
-      const int64_t bound = kernel::pagedAttentionWorkspaceBytes(maxBatch, maxQ, hq, hkv, dim, maxKv);
+      const int64_t bound =
+          kernel::pagedAttentionWorkspaceBytes(maxBatch, maxQ, hq, hkv, dim, maxKv);
       for (int32_t b = 1; b <= maxBatch; b += 3) {
         for (int32_t ql : {1, 2, 5, 16}) {
           for (int32_t kv : {1, 64, 65, 1000, 4096, 19999, 20000}) {
@@ -924,8 +962,9 @@ TEST(PagedAttentionPlan, WorkspaceBoundCoversEveryCall) {
               s.p.slidingWindow = window;
               const auto plan = kernel::planPagedAttention(s.p);
               ASSERT_TRUE(plan.splitKv) << plan.reason;
-              EXPECT_LE(plan.workspaceBytes, bound) << "B " << b << " qLen " << ql << " kv " << kv
-                                                    << " W " << window << " D " << dim << " " << hq << "/" << hkv;
+              EXPECT_LE(plan.workspaceBytes, bound)
+                  << "B " << b << " qLen " << ql << " kv " << kv << " W " << window << " D " << dim
+                  << " " << hq << "/" << hkv;
               s.p.workspaceBytes = bound;
               EXPECT_TRUE(kernel::planPagedAttention(s.p).splitKv);
             }

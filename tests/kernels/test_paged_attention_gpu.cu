@@ -34,10 +34,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "forward_ops_gpu_test_util.h"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_attention_prefill.h"
 #include "kv/page_geometry.h"
-#include "forward_ops_gpu_test_util.h"
 
 namespace es {
 namespace {
@@ -417,9 +417,9 @@ void runSplit(const SplitCase& c, std::mt19937& rng) {
     // (maxRowTiles).
     for (const int32_t rt :
          c.rowTiles > 0 && forced == 0 ? std::vector<int32_t>{0, 1, 2} : std::vector<int32_t>{0}) {
-      SCOPED_TRACE(::testing::Message() << "splits " << (forced ? forced : plan.numSplits)
-                                        << (forced ? " (forced)" : " (planned)")
-                                        << " maxRowTiles " << rt);
+      SCOPED_TRACE(::testing::Message()
+                   << "splits " << (forced ? forced : plan.numSplits)
+                   << (forced ? " (forced)" : " (planned)") << " maxRowTiles " << rt);
       dOut.poison();
       if (forced == 0 && rt == 0) {
         kernel::launchPagedAttention(p, nullptr);
@@ -828,9 +828,11 @@ void expectVerifyRowsEqualDecodeRows(int32_t hq, int32_t hkv, int32_t dim, int32
           const T& want = decode[b * rowElems + e];
           const T& got = verify[v][(size_t(b) * rows + i) * rowElems + e];
           if (!same_bits(got, want) && ++bad <= 5) {
-            ADD_FAILURE() << (v == 0 ? "plan" : v == 1 ? "rowTiles 1" : "rowTiles 2")
-                          << ": sequence " << b << " row " << i << " element " << e
-                          << ": verify " << to_d(got) << " decode " << to_d(want);
+            ADD_FAILURE() << (v == 0   ? "plan"
+                              : v == 1 ? "rowTiles 1"
+                                       : "rowTiles 2")
+                          << ": sequence " << b << " row " << i << " element " << e << ": verify "
+                          << to_d(got) << " decode " << to_d(want);
           }
         }
       }

@@ -23,14 +23,19 @@ constexpr int32_t kPage = kv::kTokensPerPage;
 
 template <typename T>
 T cast(float v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else if constexpr (std::is_same_v<T, bf16>) return to_bf16(v);
-  else return to_fp16(v);
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else if constexpr (std::is_same_v<T, bf16>)
+    return to_bf16(v);
+  else
+    return to_fp16(v);
 }
 template <typename T>
 double back(T v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else return to_float(v);
+  if constexpr (std::is_same_v<T, float>)
+    return v;
+  else
+    return to_float(v);
 }
 
 // cos/sin table [maxPositions, rotaryDim] for theta = 10000.
@@ -48,7 +53,7 @@ std::vector<float> ropeTable(int32_t maxPositions, int32_t rotary) {
 
 // The contract in double: optional RMSNorm, then NeoX rotation of the first `rotary` dims.
 std::vector<double> expectedHead(const std::vector<double>& x, const std::vector<double>* w,
-                                  double eps, const float* cs, int32_t rotary) {
+                                 double eps, const float* cs, int32_t rotary) {
   const size_t dim = x.size();
   std::vector<double> n = x;
   if (w != nullptr) {
@@ -70,14 +75,18 @@ template <typename T>
 std::vector<T> sentinelPool(size_t n) {
   std::vector<T> pool(n);
   for (size_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, float>) pool[i] = 1000.0f + float(i % 97);
-    else pool[i].bits = static_cast<uint16_t>(0x7000u | (i & 0x3ffu));
+    if constexpr (std::is_same_v<T, float>)
+      pool[i] = 1000.0f + float(i % 97);
+    else
+      pool[i].bits = static_cast<uint16_t>(0x7000u | (i & 0x3ffu));
   }
   return pool;
 }
 
 template <typename T>
-bool same_bits(const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }
+bool same_bits(const T& a, const T& b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
 
 // Hq = Hkv = 1, D = 64, full rotary, position 1 (cos/sin of angle 10000^(-2i/64)).
 // q = [1 x32 | 2 x32] so q'[i] = c_i - 2 s_i and q'[i+32] = 2 c_i + s_i; at i = 0 the angle is
@@ -148,18 +157,19 @@ struct Case {
 // pool element must keep its sentinel bits; padding q rows must be zero.
 template <typename T>
 void gqaCase(DType dtype, const Case& c, double rel) {
-  SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " Hq " << c.hq << " Hkv " << c.hkv
-                                    << " D " << c.dim << " rot " << c.rotary << " qn " << c.q_norm
-                                    << " kn " << c.k_norm);
+  SCOPED_TRACE(::testing::Message()
+               << dtype_name(dtype) << " Hq " << c.hq << " Hkv " << c.hkv << " D " << c.dim
+               << " rot " << c.rotary << " qn " << c.q_norm << " kn " << c.k_norm);
   const int32_t num_pages = 7, max_pages = 3, batch = 2, maxPos = 3 * kPage;
   // Sequence 0: K pages {4, 0, 6}; sequence 1: K pages {-1 (unmapped), 2, 5} with V of logical
   // page 2 pointing into the K plane (id 1 < numPages): skipped for V only.
-  const std::vector<int32_t> table = {4, 0, 6, 3 + num_pages, 1 + num_pages, 5 + num_pages,
+  const std::vector<int32_t> table = {4,  0, 6, 3 + num_pages, 1 + num_pages, 5 + num_pages,
                                       -1, 2, 5, 6 + num_pages, 2 + num_pages, 1};
-  struct Tok { int32_t pos, owner; };
-  const std::vector<Tok> toks = {{127, 0}, {128, 0}, {129, 0}, {-1, 0},   {5, -1},
-                                 {3, 1},   {130, 1}, {300, 1}, {maxPos, 0}, {7, batch},
-                                 {383, 0}};
+  struct Tok {
+    int32_t pos, owner;
+  };
+  const std::vector<Tok> toks = {{127, 0}, {128, 0}, {129, 0},    {-1, 0},    {5, -1}, {3, 1},
+                                 {130, 1}, {300, 1}, {maxPos, 0}, {7, batch}, {383, 0}};
   const int32_t n = int32_t(toks.size());
   const int32_t row = (c.hq + 2 * c.hkv) * c.dim;
   std::mt19937 rng(uint32_t(c.hq * 31 + c.dim));
@@ -214,17 +224,17 @@ void gqaCase(DType dtype, const Case& c, double rel) {
     return x;
   };
   auto near = [&](double got, double want, const char* what, int32_t t, int32_t h, int32_t i) {
-    EXPECT_NEAR(got, want, rel * std::abs(want) + 1e-5) << what << " token " << t << " head " << h
-                                                         << " dim " << i;
+    EXPECT_NEAR(got, want, rel * std::abs(want) + 1e-5)
+        << what << " token " << t << " head " << h << " dim " << i;
   };
   for (int32_t t = 0; t < n; ++t) {
-    const bool live = toks[t].pos >= 0 && toks[t].pos < maxPos && toks[t].owner >= 0 &&
-                      toks[t].owner < batch;
+    const bool live =
+        toks[t].pos >= 0 && toks[t].pos < maxPos && toks[t].owner >= 0 && toks[t].owner < batch;
     for (int32_t h = 0; h < c.hq; ++h) {
       std::vector<double> want(c.dim, 0.0);
       if (live) {
         want = expectedHead(headOf(t, h), c.q_norm ? &qwd : nullptr, 1e-6,
-                             cs.data() + size_t(toks[t].pos) * c.rotary, c.rotary);
+                            cs.data() + size_t(toks[t].pos) * c.rotary, c.rotary);
       }
       for (int32_t i = 0; i < c.dim; ++i) {
         const T got = qOut[(size_t(t) * c.hq + h) * c.dim + i];
@@ -242,7 +252,7 @@ void gqaCase(DType dtype, const Case& c, double rel) {
     for (int32_t h = 0; h < c.hkv; ++h) {
       if (kp >= 0 && kp < num_pages) {
         const auto want = expectedHead(headOf(t, c.hq + h), c.k_norm ? &kwd : nullptr, 1e-6,
-                                        cs.data() + size_t(toks[t].pos) * c.rotary, c.rotary);
+                                       cs.data() + size_t(toks[t].pos) * c.rotary, c.rotary);
         const size_t base = ((size_t(kp) * kPage + slot) * c.hkv + h) * c.dim;
         for (int32_t i = 0; i < c.dim; ++i) {
           near(back(pool[base + i]), want[i], "k", t, h, i);
@@ -304,7 +314,10 @@ TEST(QkvRopeKvWriteRef, Validation) {
     return p;
   };
   EXPECT_TRUE(kernel::validate(make()));
-  auto p = make(); p.numTokens = 0; p.qkv = nullptr; p.batchSize = 0;
+  auto p = make();
+  p.numTokens = 0;
+  p.qkv = nullptr;
+  p.batchSize = 0;
   EXPECT_FALSE(kernel::validate(p));
   auto bad = [&](auto mutate, const char* arg) {
     auto pp = make();
@@ -315,8 +328,18 @@ TEST(QkvRopeKvWriteRef, Validation) {
   bad([](P& x) { x.numTokens = -1; }, "numTokens");
   bad([](P& x) { x.numQHeads = 0; }, "numQHeads");
   bad([](P& x) { x.numKVHeads = 0; }, "numKVHeads");
-  bad([](P& x) { x.numQHeads = 3; x.numKVHeads = 2; }, "numQHeads");
-  bad([](P& x) { x.headDim = 96; x.rotaryDim = 32; }, "headDim");
+  bad(
+      [](P& x) {
+        x.numQHeads = 3;
+        x.numKVHeads = 2;
+      },
+      "numQHeads");
+  bad(
+      [](P& x) {
+        x.headDim = 96;
+        x.rotaryDim = 32;
+      },
+      "headDim");
   bad([](P& x) { x.rotaryDim = 0; }, "rotaryDim");
   bad([](P& x) { x.rotaryDim = 31; }, "rotaryDim");
   bad([](P& x) { x.rotaryDim = 66; }, "rotaryDim");
@@ -324,7 +347,12 @@ TEST(QkvRopeKvWriteRef, Validation) {
   bad([](P& x) { x.numPages = 0; }, "numPages");
   bad([](P& x) { x.maxPagesPerSeq = 0; }, "maxPagesPerSeq");
   bad([](P& x) { x.dtype = DType::kU8; }, "dtype");
-  bad([&](P& x) { x.qNormWeight = q.data(); x.normEps = 0.0f; }, "normEps");
+  bad(
+      [&](P& x) {
+        x.qNormWeight = q.data();
+        x.normEps = 0.0f;
+      },
+      "normEps");
   bad([](P& x) { x.batchSize = 0; }, "batchSize");
   bad([](P& x) { x.qkv = nullptr; }, "qkv");
   bad([](P& x) { x.cosSin = nullptr; }, "cosSin");

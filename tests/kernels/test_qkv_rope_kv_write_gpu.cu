@@ -13,9 +13,9 @@
 #include <random>
 #include <vector>
 
+#include "forward_ops_gpu_test_util.h"
 #include "kernels/qkv_rope_kv_write.h"
 #include "kv/page_geometry.h"
-#include "forward_ops_gpu_test_util.h"
 
 namespace es {
 namespace {
@@ -30,10 +30,10 @@ struct Shape {
 
 template <typename T>
 void run(const Shape& s, std::mt19937& rng) {
-  SCOPED_TRACE(::testing::Message() << "B " << s.batch << " Hq " << s.hq << " Hkv " << s.hkv
-                                    << " D " << s.dim << " rot " << s.rotary << " T " << s.tokens
-                                    << " qn " << s.q_norm << " kn " << s.k_norm << " "
-                                    << dtype_name(dtype_of<T>));
+  SCOPED_TRACE(::testing::Message()
+               << "B " << s.batch << " Hq " << s.hq << " Hkv " << s.hkv << " D " << s.dim << " rot "
+               << s.rotary << " T " << s.tokens << " qn " << s.q_norm << " kn " << s.k_norm << " "
+               << dtype_name(dtype_of<T>));
   const int32_t num_pages = s.batch * s.max_pages + 2;
   const int32_t maxPos = s.max_pages * kPage;
   std::uniform_int_distribution<int> coin(0, 99);
@@ -48,10 +48,14 @@ void run(const Shape& s, std::mt19937& rng) {
       const size_t e = size_t(b) * s.max_pages + lp;
       int32_t k = kIds[e], v = vIds[e] + num_pages;
       const int roll = b == 0 ? 99 : coin(rng);  // sequence 0 stays fully mapped
-      if (roll < 5) k = -1;
-      else if (roll < 8) k = num_pages + k;  // past the K plane
-      else if (roll < 11) v = -1;
-      else if (roll < 14) v = v - num_pages;  // a K-plane id in the V row
+      if (roll < 5)
+        k = -1;
+      else if (roll < 8)
+        k = num_pages + k;  // past the K plane
+      else if (roll < 11)
+        v = -1;
+      else if (roll < 14)
+        v = v - num_pages;  // a K-plane id in the V row
       table[size_t(b) * 2 * s.max_pages + lp] = k;
       table[size_t(b) * 2 * s.max_pages + s.max_pages + lp] = v;
     }
@@ -65,10 +69,14 @@ void run(const Shape& s, std::mt19937& rng) {
     positions[t] = std::min(starts[b % 5] + i, maxPos - 1 - (i % 2));
     owners[t] = b;
     const int roll = t == 0 ? 99 : coin(rng);  // token 0 is live, so every case writes
-    if (roll < 4) positions[t] = -1;
-    else if (roll < 7) owners[t] = -1;
-    else if (roll < 9) owners[t] = s.batch;
-    else if (roll < 11) positions[t] = maxPos;  // >= maxPositions: padding
+    if (roll < 4)
+      positions[t] = -1;
+    else if (roll < 7)
+      owners[t] = -1;
+    else if (roll < 9)
+      owners[t] = s.batch;
+    else if (roll < 11)
+      positions[t] = maxPos;  // >= maxPositions: padding
   }
   // Drop duplicates of (owner, position) that the min() above can create.
   for (int32_t t = 0; t < s.tokens; ++t) {
@@ -154,8 +162,8 @@ void run(const Shape& s, std::mt19937& rng) {
       ok = std::abs(g - w) <= tol.rel * std::abs(w) + tol.abs;
     }
     if (!ok && ++bad <= 5) {
-      ADD_FAILURE() << "pool[" << i << "] got " << to_d(gotPool[i]) << " want "
-                    << to_d(wantPool[i]) << " initial " << to_d(pool[i]);
+      ADD_FAILURE() << "pool[" << i << "] got " << to_d(gotPool[i]) << " want " << to_d(wantPool[i])
+                    << " initial " << to_d(pool[i]);
     }
   }
   EXPECT_EQ(bad, 0u);
@@ -166,13 +174,13 @@ TEST(QkvRopeKvWriteGpu, MatchesReference) {
   ES_SKIP_IF_NO_GPU();
   std::mt19937 rng(17);
   const Shape shapes[] = {
-      {2, 9, 3, 64, 64, 3, 40, false, false},    // SmolLM2-135M heads
-      {3, 16, 8, 128, 128, 2, 90, true, true},   // Qwen3-style q/k norm
-      {1, 8, 1, 128, 64, 3, 300, false, true},   // group 8, partial rotary
-      {4, 4, 4, 256, 256, 2, 64, true, false},   // group 1, D 256
-      {2, 8, 4, 256, 128, 2, 20, true, true},    // group 2
-      {5, 12, 3, 64, 32, 2, 33, false, false},   // group 4
-      {1, 14, 2, 64, 64, 1, 1, true, true},      // decode, group 7
+      {2, 9, 3, 64, 64, 3, 40, false, false},   // SmolLM2-135M heads
+      {3, 16, 8, 128, 128, 2, 90, true, true},  // Qwen3-style q/k norm
+      {1, 8, 1, 128, 64, 3, 300, false, true},  // group 8, partial rotary
+      {4, 4, 4, 256, 256, 2, 64, true, false},  // group 1, D 256
+      {2, 8, 4, 256, 128, 2, 20, true, true},   // group 2
+      {5, 12, 3, 64, 32, 2, 33, false, false},  // group 4
+      {1, 14, 2, 64, 64, 1, 1, true, true},     // decode, group 7
   };
   for (const Shape& s : shapes) {
     run<float>(s, rng);

@@ -15,10 +15,10 @@ namespace {
 using I32 = std::vector<int32_t>;
 
 TEST(ReplayProposal, CopiesTheRecordAtTheBlockPositions) {
-  const I32 recorded = {100, 101, 102, 103, 104, 105,   200, 201, 202, 203, -7, -7};
+  const I32 recorded = {100, 101, 102, 103, 104, 105, 200, 201, 202, 203, -7, -7};
   const I32 lengths = {6, 4};
   const I32 anchors = {9, 8};
-  const I32 positions = {3, 4, 5, 6,   1, 2, 3, 4};  // T_0 = 3, T_1 = 1
+  const I32 positions = {3, 4, 5, 6, 1, 2, 3, 4};  // T_0 = 3, T_1 = 1
   I32 out = test::poisoned<int32_t>(8);
   kernel::ReplayProposalParams p{.recorded = recorded.data(),
                                  .recordedLengths = lengths.data(),
@@ -31,7 +31,7 @@ TEST(ReplayProposal, CopiesTheRecordAtTheBlockPositions) {
                                  .vocab = 1000};
   ref::replayProposal(p);
   // Row 0 is the anchor; position 6 of row 0 and 4 of row 1 are past the record.
-  EXPECT_EQ(out, (I32{9, 104, 105, 0,   8, 202, 203, 0}));
+  EXPECT_EQ(out, (I32{9, 104, 105, 0, 8, 202, 203, 0}));
 }
 
 TEST(ReplayProposal, CorruptionRateIsHonouredAndDeterministic) {
@@ -71,10 +71,7 @@ TEST(ReplayProposal, CorruptionRateIsHonouredAndDeterministic) {
 }
 
 TEST(ReplayProposal, BadArgumentsAreClearErrors) {
-  kernel::ReplayProposalParams p{.stride = 4,
-                                 .batchSize = 1,
-                                 .blockSize = 4,
-                                 .vocab = 10};
+  kernel::ReplayProposalParams p{.stride = 4, .batchSize = 1, .blockSize = 4, .vocab = 10};
   EXPECT_THROW(ref::replayProposal(p), InvalidArgument);  // null pointers
   p.corruptRate = 1.5f;
   EXPECT_THROW(ref::replayProposal(p), InvalidArgument);

@@ -42,8 +42,11 @@ TEST(ReplayProposalGpu, MatchesReference) {
     test::DeviceArray<int32_t> dRec(recorded), dLen(lengths), dAnchor(anchors), dPos(positions),
         d_out(positions.size());
     kernel::ReplayProposalParams q = p;
-    q.recorded = dRec.get(); q.recordedLengths = dLen.get(); q.anchors = dAnchor.get();
-    q.positions = dPos.get(); q.out = d_out.get();
+    q.recorded = dRec.get();
+    q.recordedLengths = dLen.get();
+    q.anchors = dAnchor.get();
+    q.positions = dPos.get();
+    q.out = d_out.get();
     kernel::launchReplayProposal(q, nullptr);
     EXPECT_EQ(d_out.download(), out) << "trial " << trial;
   }

@@ -77,13 +77,18 @@ void randomCase(DType dtype, double rel, bool withResidual) {
   std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
   const int32_t rows = 6, hidden = 75;
   auto cast = [](float v) {
-    if constexpr (std::is_same_v<T, float>) return v;
-    else if constexpr (std::is_same_v<T, bf16>) return to_bf16(v);
-    else return to_fp16(v);
+    if constexpr (std::is_same_v<T, float>)
+      return v;
+    else if constexpr (std::is_same_v<T, bf16>)
+      return to_bf16(v);
+    else
+      return to_fp16(v);
   };
   auto back = [](T v) -> double {
-    if constexpr (std::is_same_v<T, float>) return v;
-    else return to_float(v);
+    if constexpr (std::is_same_v<T, float>)
+      return v;
+    else
+      return to_float(v);
   };
   std::vector<T> x(size_t(rows) * hidden), res(x.size()), w(hidden), out(x.size());
   for (auto& v : x) v = cast(dist(rng));
@@ -138,23 +143,33 @@ TEST(RmsNormRef, Validation) {
     return p;
   };
   EXPECT_TRUE(kernel::validate(make()));
-  auto p = make(); p.rows = 0; p.x = nullptr;
+  auto p = make();
+  p.rows = 0;
+  p.x = nullptr;
   EXPECT_FALSE(kernel::validate(p));
-  p = make(); p.rows = -1;
+  p = make();
+  p.rows = -1;
   test::expectInvalidArgument([&] { ref::rmsNorm(p); }, "rows");
-  p = make(); p.hiddenSize = 0;
+  p = make();
+  p.hiddenSize = 0;
   test::expectInvalidArgument([&] { ref::rmsNorm(p); }, "hiddenSize");
-  p = make(); p.eps = 0.0f;
+  p = make();
+  p.eps = 0.0f;
   test::expectInvalidArgument([&] { ref::rmsNorm(p); }, "eps");
-  p = make(); p.dtype = DType::kI64;
+  p = make();
+  p.dtype = DType::kI64;
   test::expectInvalidArgument([&] { ref::rmsNorm(p); }, "dtype");
-  p = make(); p.x = nullptr;
+  p = make();
+  p.x = nullptr;
   test::expectInvalidArgument([&] { ref::rmsNorm(p); }, "x");
-  p = make(); p.weight = nullptr;
+  p = make();
+  p.weight = nullptr;
   test::expectInvalidArgument([&] { ref::rmsNorm(p); }, "weight");
-  p = make(); p.out = nullptr;
+  p = make();
+  p.out = nullptr;
   test::expectInvalidArgument([&] { ref::rmsNorm(p); }, "out");
-  p = make(); p.residual = out.data();
+  p = make();
+  p.residual = out.data();
   test::expectInvalidArgument([&] { ref::rmsNorm(p); }, "residual");
 }
 

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/rmsnorm.h"
 #include "forward_ops_gpu_test_util.h"
+#include "kernels/rmsnorm.h"
 
 namespace es {
 namespace {
@@ -17,9 +17,9 @@ using namespace fwdtest;
 
 template <typename T>
 void run(int32_t rows, int32_t hidden, bool withResidual, bool in_place, std::mt19937& rng) {
-  SCOPED_TRACE(::testing::Message() << "rows " << rows << " hidden " << hidden << " residual "
-                                    << withResidual << " in-place " << in_place << " "
-                                    << dtype_name(dtype_of<T>));
+  SCOPED_TRACE(::testing::Message()
+               << "rows " << rows << " hidden " << hidden << " residual " << withResidual
+               << " in-place " << in_place << " " << dtype_name(dtype_of<T>));
   const size_t n = size_t(rows) * hidden;
   std::vector<T> x(n), res(n), w(hidden);
   fill(x, rng, -4.0f, 4.0f);

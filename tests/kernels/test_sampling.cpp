@@ -22,8 +22,8 @@ using namespace es::sampling;
 std::vector<float> probs_of(const std::vector<float>& logits, float t, int32_t k, float p,
                             TopPMode mode = TopPMode::kNucleus, bool* uniform = nullptr) {
   std::vector<float> out(logits.size(), -7.0f);  // poison
-  const bool u = ref::rowProbs(logits.data(), static_cast<int32_t>(logits.size()), t, k, p, mode,
-                                out.data());
+  const bool u =
+      ref::rowProbs(logits.data(), static_cast<int32_t>(logits.size()), t, k, p, mode, out.data());
   if (uniform) *uniform = u;
   return out;
 }
@@ -45,9 +45,9 @@ double chi_square(const std::vector<int64_t>& counts, const std::vector<double>&
 // Upper 0.001 quantiles of chi-square (fixed p-value 1e-3, seeds fixed: the tests are
 // deterministic; the threshold only says how unlikely a correct sampler's statistic is).
 double chi_square_limit(int dof) {
-  static const double q999[] = {0,     10.828, 13.816, 16.266, 18.467, 20.515, 22.458,
-                                24.322, 26.124, 27.877, 29.588, 31.264, 32.909, 34.528,
-                                36.123, 37.697, 39.252};
+  static const double q999[] = {0,      10.828, 13.816, 16.266, 18.467, 20.515,
+                                22.458, 24.322, 26.124, 27.877, 29.588, 31.264,
+                                32.909, 34.528, 36.123, 37.697, 39.252};
   return q999[dof];
 }
 
@@ -72,9 +72,7 @@ TEST(SamplingMath, ExpMatchesLibmAndIsExactAtZero) {
 // massBelowMax skips the exp below d = -28; it must equal massOf(expNonpos(d)) for every d.
 // Exhaustive over the floats in [-64, -16] (every d around the shortcut), sampled elsewhere.
 TEST(SamplingMath, MassBelowMaxEqualsMassOfExp) {
-  auto check = [](float d) {
-    ASSERT_EQ(massBelowMax(d, 0.0f), massOf(expNonpos(d))) << "d " << d;
-  };
+  auto check = [](float d) { ASSERT_EQ(massBelowMax(d, 0.0f), massOf(expNonpos(d))) << "d " << d; };
   for (uint32_t b = f2u(-16.0f); b <= f2u(-64.0f); ++b) {
     const float d = u2f(b);
     if (massBelowMax(d, 0.0f) != massOf(expNonpos(d))) check(d);  // fast path, then report
@@ -83,13 +81,15 @@ TEST(SamplingMath, MassBelowMaxEqualsMassOfExp) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> uni(-200.0f, 0.0f);
   for (int i = 0; i < 100000; ++i) check(uni(rng));
-  for (float d : {0.0f, -0.0f, -1e-30f, -27.7f, -28.0f, -103.9f, -104.0f, -__builtin_huge_valf()}) check(d);
+  for (float d : {0.0f, -0.0f, -1e-30f, -27.7f, -28.0f, -103.9f, -104.0f, -__builtin_huge_valf()})
+    check(d);
   EXPECT_EQ(massBelowMax(3.0f, 5.0f), massOf(expNonpos(-2.0f)));
 }
 
 TEST(SamplingMath, OrderKeyIsMonotoneAndZerosTie) {
-  const float values[] = {-__builtin_huge_valf(), -1e30f, -2.5f, -1e-40f, -0.0f,
-                          0.0f, 1e-40f, 1.0f, 3e38f, __builtin_huge_valf()};
+  const float values[] = {
+      -__builtin_huge_valf(), -1e30f, -2.5f, -1e-40f, -0.0f, 0.0f, 1e-40f, 1.0f, 3e38f,
+      __builtin_huge_valf()};
   for (size_t i = 0; i + 1 < sizeof(values) / sizeof(values[0]); ++i) {
     if (values[i] == values[i + 1]) {
       EXPECT_EQ(orderKey(values[i]), orderKey(values[i + 1]));
@@ -182,7 +182,8 @@ TEST(SamplingRef, NonFiniteRowsFallBackToUniform) {
   probs_of({3e38f, 1.0f}, 0.01f, 0, 1.0f, TopPMode::kNucleus, &uniform);
   EXPECT_TRUE(uniform);
   // -inf entries alone are fine: they get zero probability.
-  const std::vector<float> p = probs_of({-inf, 0.0f, -inf}, 1.0f, 0, 1.0f, TopPMode::kNucleus, &uniform);
+  const std::vector<float> p =
+      probs_of({-inf, 0.0f, -inf}, 1.0f, 0, 1.0f, TopPMode::kNucleus, &uniform);
   EXPECT_FALSE(uniform);
   EXPECT_EQ(p[1], 1.0f);
   EXPECT_EQ(p[0], 0.0f);
@@ -233,7 +234,12 @@ TEST(SamplingRef, BadParametersThrowNamingTheArgument) {
   expect_throw([](SamplingParams& p) { p.logits = nullptr; }, "logits");
   expect_throw([](SamplingParams& p) { p.uniforms = nullptr; }, "uniforms");
   expect_throw([](SamplingParams& p) { p.logitsDtype = DType::kI32; }, "logits_dtype");
-  expect_throw([](SamplingParams& p) { p.path = SamplingPath::kSmallVocab; p.vocab = 5000; }, "vocab");
+  expect_throw(
+      [](SamplingParams& p) {
+        p.path = SamplingPath::kSmallVocab;
+        p.vocab = 5000;
+      },
+      "vocab");
   // Valid edge values do not throw.
   SamplingParams ok;
   ok.logits = logits.data();
@@ -303,7 +309,8 @@ TEST(SamplingRef, MatchesBruteForceOnRandomRows) {
     }
     const float t = (trial % 4 == 0) ? 0.7f : 1.0f;
     const int32_t k = (trial % 3 == 0) ? 0 : 1 + static_cast<int32_t>(rng() % (v + 2));
-    const float p = (trial % 2 == 0) ? 1.0f : 0.05f + 0.9f * static_cast<float>(rng() % 1000) / 1000;
+    const float p =
+        (trial % 2 == 0) ? 1.0f : 0.05f + 0.9f * static_cast<float>(rng() % 1000) / 1000;
     const TopPMode mode = (trial % 4 < 2) ? TopPMode::kNucleus : TopPMode::kTruncate;
     double gap = 0;
     const std::vector<double> want = brute_probs(logits, t, k, p, mode, &gap);
@@ -325,8 +332,8 @@ TEST(SamplingRef, MatchesBruteForceOnRandomRows) {
 
 // The spec's definition run literally: all V ranks sorted, masses and prefixes over the whole
 // top-k set (ref::rowProbs sorts only the prefix of the order it reads).
-std::vector<float> full_sort_probs(const std::vector<float>& logits, float temperature, int32_t topK,
-                                   float topP, TopPMode mode) {
+std::vector<float> full_sort_probs(const std::vector<float>& logits, float temperature,
+                                   int32_t topK, float topP, TopPMode mode) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   const sampling::RowParams rp = sampling::makeRowParams(temperature, topK, topP, vocab);
   std::vector<float> s(vocab), probs(vocab, 0.0f);
@@ -347,7 +354,8 @@ std::vector<float> full_sort_probs(const std::vector<float>& logits, float tempe
   std::vector<uint64_t> mass(kept), prefix(kept);
   uint64_t running = 0;
   for (int32_t j = 0; j < kept; ++j) {
-    mass[j] = sampling::massOf(sampling::expNonpos(sampling::fsubRn(s[sampling::compositeIndex(order[j])], rowMax)));
+    mass[j] = sampling::massOf(
+        sampling::expNonpos(sampling::fsubRn(s[sampling::compositeIndex(order[j])], rowMax)));
     prefix[j] = (running += mass[j]);
   }
   int32_t cut = kept;
@@ -358,10 +366,12 @@ std::vector<float> full_sort_probs(const std::vector<float>& logits, float tempe
     while (prefix[cut] < budget) ++cut;
     ++cut;
     norm = mode == TopPMode::kNucleus ? prefix[cut - 1] : budget;
-    lastWeight = mode == TopPMode::kNucleus ? mass[cut - 1] : budget - (cut >= 2 ? prefix[cut - 2] : 0);
+    lastWeight =
+        mode == TopPMode::kNucleus ? mass[cut - 1] : budget - (cut >= 2 ? prefix[cut - 2] : 0);
   }
   for (int32_t j = 0; j < cut; ++j) {
-    probs[sampling::compositeIndex(order[j])] = sampling::probOf(j == cut - 1 ? lastWeight : mass[j], norm);
+    probs[sampling::compositeIndex(order[j])] =
+        sampling::probOf(j == cut - 1 ? lastWeight : mass[j], norm);
   }
   return probs;
 }
@@ -379,9 +389,12 @@ TEST(SamplingRef, PrefixSelectionEqualsTheFullSort) {
       std::normal_distribution<float> nd(0.0f, scale);
       std::vector<float> logits(v);
       for (float& x : logits) x = nd(rng);
-      if (trial % 6 == 1) for (float& x : logits) x = std::round(x * 4.0f) / 4.0f;   // many ties
-      if (trial % 6 == 2) for (int32_t i = 0; i < v; i += 7) logits[i] = (i % 2) ? 0.0f : -0.0f;
-      if (trial % 6 == 3) for (int32_t i = 0; i < v; i += 3) logits[i] = -INFINITY;
+      if (trial % 6 == 1)
+        for (float& x : logits) x = std::round(x * 4.0f) / 4.0f;  // many ties
+      if (trial % 6 == 2)
+        for (int32_t i = 0; i < v; i += 7) logits[i] = (i % 2) ? 0.0f : -0.0f;
+      if (trial % 6 == 3)
+        for (int32_t i = 0; i < v; i += 3) logits[i] = -INFINITY;
       const float t = std::array<float, 4>{0.0f, 0.6f, 1.0f, 1.0f}[rng() % 4];  // 0: greedy
       const int32_t k = std::array<int32_t, 6>{0, 1, 50, 2000, v, 0}[rng() % 6];
       const float p = std::array<float, 4>{1.0f, 0.9f, 0.99f, 0.3f}[rng() % 4];
@@ -391,7 +404,8 @@ TEST(SamplingRef, PrefixSelectionEqualsTheFullSort) {
       int32_t support = 0;
       for (int32_t i = 0; i < v; ++i) {
         ASSERT_EQ(sampling::f2u(got[i]), sampling::f2u(want[i]))
-            << "V " << v << " trial " << trial << " index " << i << " got " << got[i] << " want " << want[i];
+            << "V " << v << " trial " << trial << " index " << i << " got " << got[i] << " want "
+            << want[i];
         support += want[i] > 0.0f;
       }
       wide_nuclei += (p < 1.0f && support > 1024);
@@ -527,7 +541,8 @@ TEST(SamplingRef, RowsPerRequestShareParametersAndTakeLaneUniforms) {
     const std::vector<float> row(logits.begin() + r * v, logits.begin() + (r + 1) * v);
     const std::vector<float> want = probs_of(row, temps[q], ks[q], ps[q]);
     for (int32_t i = 0; i < v; ++i) EXPECT_EQ(probs[r * v + i], want[i]) << "row " << r;
-    const float u = request_uniform(seeds[q], positions[q], RngPurpose::kProposal, static_cast<uint32_t>(r % rows));
+    const float u = request_uniform(seeds[q], positions[q], RngPurpose::kProposal,
+                                    static_cast<uint32_t>(r % rows));
     EXPECT_EQ(tokens[r], ref::sampleFromProbs(want.data(), v, u)) << "row " << r;
   }
   p.batch = b - 1;  // not a whole number of requests

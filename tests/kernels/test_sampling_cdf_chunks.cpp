@@ -74,11 +74,21 @@ std::vector<float> make_row(Kind kind, int n, std::mt19937& rng) {
     case Kind::kJunk:  // zeros, negatives and NaN are skipped by the definition
       for (auto& x : v) {
         switch (rng() % 6) {
-          case 0: x = 0.0f; break;
-          case 1: x = -0.0f; break;
-          case 2: x = -uni(rng); break;
-          case 3: x = std::numeric_limits<float>::quiet_NaN(); break;
-          default: x = uni(rng) * 1e-3f; break;
+          case 0:
+            x = 0.0f;
+            break;
+          case 1:
+            x = -0.0f;
+            break;
+          case 2:
+            x = -uni(rng);
+            break;
+          case 3:
+            x = std::numeric_limits<float>::quiet_NaN();
+            break;
+          default:
+            x = uni(rng) * 1e-3f;
+            break;
         }
       }
       break;
@@ -195,8 +205,8 @@ int split_search(const std::vector<float>& v, int chunkLen, const SplitRow& r, f
     for (int j = 0; j < chunks; ++j) last = std::max(last, r.lastPositive[j]);
     return last;
   }
-  const int i = chunkSearch([&](int j) { return v[j]; }, c * chunkLen, std::min(n, (c + 1) * chunkLen),
-                             r.start[c], threshold);
+  const int i = chunkSearch([&](int j) { return v[j]; }, c * chunkLen,
+                            std::min(n, (c + 1) * chunkLen), r.start[c], threshold);
   EXPECT_GE(i, 0) << "the chunk whose end exceeds the threshold must hold the crossing";
   return i;
 }
@@ -229,7 +239,8 @@ TEST(SamplingCdfChunks, StepOfMatchesOneFloatAdd) {
   int checked = 0;
   for (int t = 0; t < 200000; ++t) {
     const float s = u2f(static_cast<uint32_t>(rng() % 0x7f000000u));  // any finite s >= 0
-    const float x = (t % 3 == 0) ? std::ldexp(static_cast<float>(1 + rng() % 5), static_cast<int>(binadeOf(s)) - 150 - 1)
+    const float x = (t % 3 == 0) ? std::ldexp(static_cast<float>(1 + rng() % 5),
+                                              static_cast<int>(binadeOf(s)) - 150 - 1)
                                  : u2f(1u + static_cast<uint32_t>(rng() % 0x7f000000u));
     if (!(x > 0.0f) || !std::isfinite(x)) continue;
     const int e = binadeOf(s);
@@ -259,7 +270,7 @@ TEST(SamplingCdfChunks, ChunkSummaryFromAnyStartMatchesReplay) {
         // above the chunk's own sum, where the chunk usually stays inside one binade.
         std::uniform_real_distribution<float> uni(2.0f, 40.0f);
         const float own = chunkReplay(val, 0, n, 0.0f);
-        float s = (k == 0) ? 0.0f
+        float s = (k == 0)   ? 0.0f
                   : (k == 1) ? std::ldexp(1.0f, -static_cast<int>(rng() % 40))
                   : (k < 4)  ? u2f(static_cast<uint32_t>(rng() % 0x42000000u))
                              : own * uni(rng);
@@ -270,9 +281,11 @@ TEST(SamplingCdfChunks, ChunkSummaryFromAnyStartMatchesReplay) {
         const float ref = chunkReplay(val, 0, n, s);
         if (summaryEnd(sm, s, &end)) {
           ++applied;
-          ASSERT_EQ(f2u(end), f2u(ref)) << "kind " << static_cast<int>(kind) << " n " << n << " s " << s;
+          ASSERT_EQ(f2u(end), f2u(ref))
+              << "kind " << static_cast<int>(kind) << " n " << n << " s " << s;
         } else {
-          ASSERT_GT(binadeOf(ref), e) << "a summary may only be refused when the sum leaves the binade";
+          ASSERT_GT(binadeOf(ref), e)
+              << "a summary may only be refused when the sum leaves the binade";
         }
         // A summary for another binade must never apply.
         const ChunkSummary other{e == 0 ? 1 : e - 1, 0, chunkStep(val, 0, n, e == 0 ? 1 : e - 1)};
@@ -297,11 +310,12 @@ TEST(SamplingCdfChunks, SplitTotalAndSearchEqualSequential) {
         if (chunkLen == 1 && n > 4000) continue;  // O(n^2) model
         for (int mode = 0; mode < 3; ++mode) {
           const SplitRow r = split_pass_ab(v, chunkLen, mode, rng, &stats[mode]);
-          ASSERT_EQ(f2u(r.total), f2u(total))
-              << "kind " << static_cast<int>(kind) << " n " << n << " chunk " << chunkLen << " mode " << mode;
+          ASSERT_EQ(f2u(r.total), f2u(total)) << "kind " << static_cast<int>(kind) << " n " << n
+                                              << " chunk " << chunkLen << " mode " << mode;
           for (float h : th) {
             ASSERT_EQ(split_search(v, chunkLen, r, h), seq_search(v, h))
-                << "kind " << static_cast<int>(kind) << " n " << n << " chunk " << chunkLen << " threshold " << h;
+                << "kind " << static_cast<int>(kind) << " n " << n << " chunk " << chunkLen
+                << " threshold " << h;
           }
         }
       }
@@ -329,7 +343,8 @@ TEST(SamplingCdfChunks, SplitTokensEqualReferenceAtFullVocab) {
       }
       EXPECT_LE(st.replays, st.chunks / 2 + 2) << "n " << n << " kind " << static_cast<int>(kind);
       // The GPU cost driver: each replay is one chunk summed sequentially by one CTA.
-      std::printf("  V=%d kind %d: %d of %d chunks replayed\n", n, static_cast<int>(kind), st.replays, st.chunks);
+      std::printf("  V=%d kind %d: %d of %d chunks replayed\n", n, static_cast<int>(kind),
+                  st.replays, st.chunks);
     }
   }
 }
@@ -349,8 +364,12 @@ constexpr int kModelItems = 4;
 
 struct ModelCta {
   explicit ModelCta(int chunks)
-      : bar(kModelThreads), start(chunks + 1, -1.0f), in_c(kModelThreads), in_r0(kModelThreads),
-        in_th(kModelThreads), found(kModelThreads) {}
+      : bar(kModelThreads),
+        start(chunks + 1, -1.0f),
+        in_c(kModelThreads),
+        in_r0(kModelThreads),
+        in_th(kModelThreads),
+        found(kModelThreads) {}
   std::barrier<> bar;
   std::vector<float> start;  // __shared__ float start[chunks + 1]
   ChainShared sh{-7, -7, -7.0f};
@@ -408,7 +427,9 @@ struct ModelCollectives {
       if (!(x > 0.0f)) continue;
       last = i;
       r = faddRn(r, x);
-      if (mine == kNone && r > threshold && (i % (kModelThreads * kModelItems)) / kModelItems == blk.t) mine = i;
+      if (mine == kNone && r > threshold &&
+          (i % (kModelThreads * kModelItems)) / kModelItems == blk.t)
+        mine = i;
     }
     ModelCta& m = *blk.cta;
     m.found[blk.t] = mine;
@@ -423,7 +444,8 @@ struct ModelCollectives {
 // Runs body(ModelBlock, ModelCollectives) on every thread of a model CTA; returns thread 0's
 // result (the kernel's thread 0 writes the token) and checks the others agree.
 template <typename Body>
-int run_model_cta(ModelCta& cta, const std::vector<float>& v, int chunkLen, Body body, bool* agree) {
+int run_model_cta(ModelCta& cta, const std::vector<float>& v, int chunkLen, Body body,
+                  bool* agree) {
   std::vector<int> out(kModelThreads, -9);
   std::vector<std::thread> threads;
   for (int t = 0; t < kModelThreads; ++t) {
@@ -437,61 +459,69 @@ int run_model_cta(ModelCta& cta, const std::vector<float>& v, int chunkLen, Body
   return out[0];
 }
 
-int model_bc(const std::vector<float>& v, const SplitRow& r, int chunkLen, float u, ModelCta& cta, bool* agree) {
+int model_bc(const std::vector<float>& v, const SplitRow& r, int chunkLen, float u, ModelCta& cta,
+             bool* agree) {
   const int chunks = static_cast<int>(r.end.size());
-  return run_model_cta(cta, v, chunkLen, [&](const ModelBlock& blk, const ModelCollectives& col) {
-    return chainAndSearch(
-        blk, chunks, chunkLen, r.summ.data(), u, cta.start.data(), cta.sh,
-        [&](int c, float r0) { return col.replay(c, r0); },
-        [&](int c, float r0, float th) { return col.search(c, r0, th); },
-        [&] { return *std::max_element(r.lastPositive.begin(), r.lastPositive.end()); });
-  }, agree);
+  return run_model_cta(
+      cta, v, chunkLen,
+      [&](const ModelBlock& blk, const ModelCollectives& col) {
+        return chainAndSearch(
+            blk, chunks, chunkLen, r.summ.data(), u, cta.start.data(), cta.sh,
+            [&](int c, float r0) { return col.replay(c, r0); },
+            [&](int c, float r0, float th) { return col.search(c, r0, th); },
+            [&] { return *std::max_element(r.lastPositive.begin(), r.lastPositive.end()); });
+      },
+      agree);
 }
 
 // A wrong BC (the mutant of PerThreadTotalChainFailsOnAModelCta): thread 0 carries the running
 // sum s through the chunks whose summaries apply; the others only update theirs on a replay;
 // afterwards every thread takes its own s as the total.
-int model_bc_per_thread_total(const std::vector<float>& v, const SplitRow& r, int chunkLen,
-                              float u, ModelCta& cta, bool* agree) {
+int model_bc_per_thread_total(const std::vector<float>& v, const SplitRow& r, int chunkLen, float u,
+                              ModelCta& cta, bool* agree) {
   const int chunks = static_cast<int>(r.end.size());
   const ChunkSummary* summ = r.summ.data();
-  return run_model_cta(cta, v, chunkLen, [&](const ModelBlock& blk, const ModelCollectives& col) {
-    float* start = cta.start.data();
-    int c = 0;
-    float s = 0.0f;
-    for (;;) {
-      if (blk.tid() == 0) {
-        float end;
-        while (c < chunks && summariesEnd(summ + 2 * c, 2, s, &end)) {
-          start[c++] = s;
-          s = end;
+  return run_model_cta(
+      cta, v, chunkLen,
+      [&](const ModelBlock& blk, const ModelCollectives& col) {
+        float* start = cta.start.data();
+        int c = 0;
+        float s = 0.0f;
+        for (;;) {
+          if (blk.tid() == 0) {
+            float end;
+            while (c < chunks && summariesEnd(summ + 2 * c, 2, s, &end)) {
+              start[c++] = s;
+              s = end;
+            }
+            if (c < chunks) start[c] = s;
+            cta.sh.nextChunk = c;
+          }
+          blk.sync();
+          c = cta.sh.nextChunk;
+          if (c == chunks) break;
+          s = start[c];
+          blk.sync();
+          s = col.replay(c, s);
+          ++c;
         }
-        if (c < chunks) start[c] = s;
-        cta.sh.nextChunk = c;
-      }
-      blk.sync();
-      c = cta.sh.nextChunk;
-      if (c == chunks) break;
-      s = start[c];
-      blk.sync();
-      s = col.replay(c, s);
-      ++c;
-    }
-    if (blk.tid() == 0) start[chunks] = s;
-    blk.sync();
-    const float total = s;
-    const float threshold = fmulRn(u, total);
-    int token = -1;
-    if (blk.tid() == 0) {
-      const int found = firstChunkAbove(start + 1, chunks, threshold);
-      cta.sh.found = found;
-      if (found == chunks) token = *std::max_element(r.lastPositive.begin(), r.lastPositive.end());
-    }
-    blk.sync();
-    const int found = cta.sh.found;
-    if (found == chunks) return token;
-    return found * chunkLen + col.search(found, start[found], threshold);
-  }, agree);
+        if (blk.tid() == 0) start[chunks] = s;
+        blk.sync();
+        const float total = s;
+        const float threshold = fmulRn(u, total);
+        int token = -1;
+        if (blk.tid() == 0) {
+          const int found = firstChunkAbove(start + 1, chunks, threshold);
+          cta.sh.found = found;
+          if (found == chunks)
+            token = *std::max_element(r.lastPositive.begin(), r.lastPositive.end());
+        }
+        blk.sync();
+        const int found = cta.sh.found;
+        if (found == chunks) return token;
+        return found * chunkLen + col.search(found, start[found], threshold);
+      },
+      agree);
 }
 
 std::vector<float> model_uniforms(std::mt19937& rng, int count) {
@@ -504,7 +534,8 @@ std::vector<float> model_uniforms(std::mt19937& rng, int count) {
 // Probabilities of a row as the GPU tests build them (tests/kernels/test_sampling_cdf_split_gpu.cu:
 // Gaussian logits of scale 1..4, kind 1 coarse (ties), kind 3 one peak), through the reference's
 // temperature / top-p (the same fixed-point masses and divisions as fullRowKernel).
-std::vector<float> gpu_like_row(int n, uint32_t seed, int kind, float temperature, float topP, TopPMode mode) {
+std::vector<float> gpu_like_row(int n, uint32_t seed, int kind, float temperature, float topP,
+                                TopPMode mode) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f + static_cast<float>(seed % 4));
   std::vector<float> x(n), probs(n);
@@ -534,7 +565,8 @@ TEST(SamplingCdfChunks, ChainAndSearchOnAModelCtaEqualsReference) {
   std::mt19937 rng(6);
   int rows = 0, replays = 0, chunks_seen = 0;
   for (int n : {151936, 100003, 49152, 4096 * 3}) {
-    for (Kind kind : {Kind::kSoftmax, Kind::kFlat, Kind::kHalfUlp, Kind::kTies, Kind::kJunk, Kind::kNearPow2}) {
+    for (Kind kind :
+         {Kind::kSoftmax, Kind::kFlat, Kind::kHalfUlp, Kind::kTies, Kind::kJunk, Kind::kNearPow2}) {
       const auto v = make_row(kind, n, rng);
       for (int mode = 0; mode < 3; ++mode) {
         const SplitRow r = split_pass_ab(v, kCdfChunk, mode, rng, nullptr);
@@ -543,7 +575,8 @@ TEST(SamplingCdfChunks, ChainAndSearchOnAModelCtaEqualsReference) {
           bool agree = false;
           const int got = model_bc(v, r, kCdfChunk, u, cta, &agree);
           const int want = ref::sampleFromProbs(v.data(), n, u);
-          ASSERT_EQ(got, want) << "n " << n << " kind " << static_cast<int>(kind) << " mode " << mode << " u " << u;
+          ASSERT_EQ(got, want) << "n " << n << " kind " << static_cast<int>(kind) << " mode "
+                               << mode << " u " << u;
           ASSERT_TRUE(agree);
           ASSERT_EQ(cta.nonuniform.load(), 0) << "a collective got thread-dependent inputs";
           ASSERT_EQ(f2u(cta.start.back()), f2u(r.total));
@@ -564,7 +597,8 @@ TEST(SamplingCdfChunks, ChainAndSearchOnAModelCtaEqualsReference) {
         ModelCta cta(static_cast<int>(r.end.size()));
         bool agree = false;
         ASSERT_EQ(model_bc(v, r, kCdfChunk, u, cta, &agree), ref::sampleFromProbs(v.data(), n, u))
-            << "GPU-like row kind " << kind << " T " << gc.temperature << " p " << gc.topP << " u " << u;
+            << "GPU-like row kind " << kind << " T " << gc.temperature << " p " << gc.topP << " u "
+            << u;
         ASSERT_TRUE(agree);
         ASSERT_EQ(cta.nonuniform.load(), 0);
         ++rows;
@@ -610,9 +644,10 @@ TEST(SamplingCdfChunks, PerThreadTotalChainFailsOnAModelCta) {
       }
     }
   }
-  std::printf("  per-thread-total chain: %d of %d tokens wrong (%d near the chunk start), %d with "
-              "thread-dependent collective inputs\n",
-              wrong, runs, near_start, nonuniform);
+  std::printf(
+      "  per-thread-total chain: %d of %d tokens wrong (%d near the chunk start), %d with "
+      "thread-dependent collective inputs\n",
+      wrong, runs, near_start, nonuniform);
   EXPECT_GT(wrong, runs / 3);
   EXPECT_GT(near_start, wrong / 2);
   EXPECT_GE(nonuniform, wrong);
@@ -631,7 +666,8 @@ TEST(SamplingCdfChunks, NaiveCompositionsDisagreeWithSequential) {
       // (a) each chunk summed in float from zero, then the chunk sums added in order.
       float naive = 0.0f;
       for (int b = 0; b < n; b += 512) {
-        naive = faddRn(naive, chunkReplay([&](int i) { return v[i]; }, b, std::min(n, b + 512), 0.0f));
+        naive =
+            faddRn(naive, chunkReplay([&](int i) { return v[i]; }, b, std::min(n, b + 512), 0.0f));
       }
       if (f2u(naive) != f2u(total)) ++naive_float_wrong;
       // (b) the integer composition with ties rounded up instead of to even.

@@ -30,7 +30,8 @@ struct SplitCase {
 std::string describe(const SplitCase& c, uint32_t seed) {
   return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " +
          std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.temperature) +
-         " p=" + std::to_string(c.topP) + " k=" + std::to_string(c.topK) + " seed=" + std::to_string(seed);
+         " p=" + std::to_string(c.topP) + " k=" + std::to_string(c.topK) +
+         " seed=" + std::to_string(seed);
 }
 
 SamplingParams params_of(const SplitCase& c) {
@@ -63,12 +64,14 @@ std::vector<float> make_logits(const SplitCase& c, uint32_t seed, bool same_row)
 
 // Tokens only on either side (no probabilities); the device workspace is poisoned, so nothing may
 // be read before it is written.
-std::vector<int32_t> run_gpu(const SplitCase& c, const std::vector<float>& x, const std::vector<float>& u) {
+std::vector<int32_t> run_gpu(const SplitCase& c, const std::vector<float>& x,
+                             const std::vector<float>& u) {
   const test::GpuSampleOptions tokens_only{.probs = false, .download_workspace = false};
   return test::run_sample_rows_gpu(params_of(c), x, u, tokens_only).tokens;
 }
 
-std::vector<int32_t> run_ref(const SplitCase& c, const std::vector<float>& x, const std::vector<float>& u) {
+std::vector<int32_t> run_ref(const SplitCase& c, const std::vector<float>& x,
+                             const std::vector<float>& u) {
   return test::run_sample_rows_ref(params_of(c), x, u, /*with_probs=*/false).tokens;
 }
 

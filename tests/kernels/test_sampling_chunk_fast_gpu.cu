@@ -42,9 +42,11 @@ struct CfCase {
 };
 
 std::string describe(const CfCase& c, uint32_t seed) {
-  return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " + std::string(dtype_name(c.dtype)) +
-         " T=" + std::to_string(c.temperature) + " k=" + std::to_string(c.topK) + " p=" + std::to_string(c.topP) +
-         (c.mode == TopPMode::kTruncate ? " truncate" : " nucleus") + " seed=" + std::to_string(seed);
+  return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " +
+         std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.temperature) +
+         " k=" + std::to_string(c.topK) + " p=" + std::to_string(c.topP) +
+         (c.mode == TopPMode::kTruncate ? " truncate" : " nucleus") +
+         " seed=" + std::to_string(seed);
 }
 
 // Row b by b % 10: 0 N(0, 3); 1 a 0.5 grid (ties); 2 constant (one tie group); 3 a peak over
@@ -62,17 +64,31 @@ std::vector<float> make_logits(const CfCase& c, uint32_t seed) {
     for (int32_t i = 0; i < c.vocab; ++i) {
       float v = nd(rng);
       switch (shape) {
-        case 1: v = std::round(v * 2.0f) * 0.5f; break;
-        case 2: v = 0.25f; break;
-        case 3: v = v / 3.0f; break;
-        case 4: v = coin(rng) ? -kInf : v; break;
-        case 5: v = -kInf; break;
-        case 8: v = coin(rng) ? 0.0f : -0.0f; break;
-        default: break;
+        case 1:
+          v = std::round(v * 2.0f) * 0.5f;
+          break;
+        case 2:
+          v = 0.25f;
+          break;
+        case 3:
+          v = v / 3.0f;
+          break;
+        case 4:
+          v = coin(rng) ? -kInf : v;
+          break;
+        case 5:
+          v = -kInf;
+          break;
+        case 8:
+          v = coin(rng) ? 0.0f : -0.0f;
+          break;
+        default:
+          break;
       }
       row[i] = v;
     }
-    const int32_t at = static_cast<int32_t>((seed * 7919u + 104729u * static_cast<uint32_t>(b)) % static_cast<uint32_t>(c.vocab));
+    const int32_t at = static_cast<int32_t>((seed * 7919u + 104729u * static_cast<uint32_t>(b)) %
+                                            static_cast<uint32_t>(c.vocab));
     if (shape == 3) row[at] = 12.0f;
     if (shape == 6) row[at] = std::numeric_limits<float>::quiet_NaN();
     if (shape == 7) {
@@ -80,7 +96,8 @@ std::vector<float> make_logits(const CfCase& c, uint32_t seed) {
       row[at] = overflow ? 3.3e38f : kInf;  // 3.3e38 / 0.95 > FLT_MAX
     }
     if (shape == 8) {
-      for (int j = 0; j < 5; ++j) row[(at + 977 * j) % c.vocab] = 0.001f * static_cast<float>(j % 3);
+      for (int j = 0; j < 5; ++j)
+        row[(at + 977 * j) % c.vocab] = 0.001f * static_cast<float>(j % 3);
     }
   }
   if (c.dtype == DType::kF16) {
@@ -103,8 +120,9 @@ constexpr test::GpuSampleOptions kWithRecords{.probs = true, .download_workspace
 // record is exactly the top-min(k, entries) composites of its run, descending. How the runs fall
 // depends on the grid (the device's resident CTAs), so any tiling passes.
 // row_k[b]: row b's effective top-k (rows above the plan's kcap have no records).
-void check_records(const SamplingParams& p, const std::vector<float>& x, const std::vector<float>& temps,
-                   const std::vector<int32_t>& row_k, const std::vector<uint64_t>& ws, const std::string& what) {
+void check_records(const SamplingParams& p, const std::vector<float>& x,
+                   const std::vector<float>& temps, const std::vector<int32_t>& row_k,
+                   const std::vector<uint64_t>& ws, const std::string& what) {
   const sampling::GeneralPlan plan = sampling::planGeneral(p);
   ASSERT_TRUE(plan.anyCandidate) << what;
   const size_t cap = static_cast<size_t>(sampling::recordCap(plan));
@@ -132,12 +150,14 @@ void check_records(const SamplingParams& p, const std::vector<float>& x, const s
       const int32_t len = std::min(plan.chunkLen, p.vocab - start);
       bool poisoned = false;
       for (int32_t i = start; i < start + len; ++i) {
-        const float s = sampling::scaleLogit(x[static_cast<size_t>(b) * p.vocab + i], rp.invT, rp.greedy);
+        const float s =
+            sampling::scaleLogit(x[static_cast<size_t>(b) * p.vocab + i], rp.invT, rp.greedy);
         poisoned = poisoned || sampling::poisonsRow(s);
         comp[i] = composite(orderKey(s), static_cast<uint32_t>(i));
       }
       const uint64_t h = headers[static_cast<size_t>(b) * plan.chunks + c];
-      if (sampling::headerPoisoned(h) != poisoned) fail(b, "chunk " + std::to_string(c) + ": poison flag wrong");
+      if (sampling::headerPoisoned(h) != poisoned)
+        fail(b, "chunk " + std::to_string(c) + ": poison flag wrong");
       row_poisoned = row_poisoned || poisoned;
     }
     if (row_poisoned) continue;  // finalFastKernel reads no candidates of a poisoned row
@@ -147,8 +167,8 @@ void check_records(const SamplingParams& p, const std::vector<float>& x, const s
       const int32_t n = sampling::headerCount(h), first = sampling::headerFirstChunk(h);
       if (n == 0) continue;
       if (first != next_first) {
-        fail(b, "record at chunk " + std::to_string(c) + " starts at chunk " + std::to_string(first) +
-                    ", expected " + std::to_string(next_first));
+        fail(b, "record at chunk " + std::to_string(c) + " starts at chunk " +
+                    std::to_string(first) + ", expected " + std::to_string(next_first));
         break;
       }
       const int32_t lo = first * plan.chunkLen, hi = std::min(p.vocab, (c + 1) * plan.chunkLen);
@@ -159,12 +179,14 @@ void check_records(const SamplingParams& p, const std::vector<float>& x, const s
       const uint64_t* rec = ws.data() + (static_cast<size_t>(b) * plan.chunks + first) * cap;
       for (int32_t j = 0; j < kk && ok; ++j) ok = rec[j] == run[j];
       if (!ok) {
-        fail(b, "record of chunks " + std::to_string(first) + ".." + std::to_string(c) + " (count " +
-                    std::to_string(n) + ", expected " + std::to_string(kk) + ") is not their top-k");
+        fail(b, "record of chunks " + std::to_string(first) + ".." + std::to_string(c) +
+                    " (count " + std::to_string(n) + ", expected " + std::to_string(kk) +
+                    ") is not their top-k");
       }
       next_first = c + 1;
     }
-    if (next_first != plan.chunks) fail(b, "records cover chunks [0, " + std::to_string(next_first) + ") only");
+    if (next_first != plan.chunks)
+      fail(b, "records cover chunks [0, " + std::to_string(next_first) + ") only");
   }
   EXPECT_EQ(wrong, 0) << what << ": " << wrong << " wrong of " << checked << " rows";
 }
@@ -183,8 +205,8 @@ void check(const CfCase& c, uint32_t seed) {
   const test::SampleOutputs got = test::run_sample_rows_gpu(p, x, u, kWithRecords);
   test::expect_same_samples(got, want, c.batch, c.vocab, what);
   const sampling::RowParams rp = sampling::makeRowParams(c.temperature, c.topK, 1.0f, c.vocab);
-  check_records(p, x, std::vector<float>(c.batch, c.temperature), std::vector<int32_t>(c.batch, rp.greedy ? 1 : c.topK),
-                got.workspace, what);
+  check_records(p, x, std::vector<float>(c.batch, c.temperature),
+                std::vector<int32_t>(c.batch, rp.greedy ? 1 : c.topK), got.workspace, what);
 }
 
 // The plans these cases rely on: chunk lengths 2048 (R = 1), ~6100 (R = 3), 8192 (R = 4).
@@ -192,7 +214,8 @@ TEST(SamplingChunkFastGpu, PlanShapes) {
   EXPECT_EQ(sampling::planGeneral(params_of({151936, 1, DType::kF32, 1.0f, 50})).chunkLen, 2048);
   EXPECT_EQ(sampling::planGeneral(params_of({151936, 256, DType::kF32, 1.0f, 50})).chunkLen, 8192);
   EXPECT_EQ(sampling::planGeneral(params_of({151936, 256, DType::kF32, 1.0f, 50})).chunks, 19);
-  const int32_t big = sampling::planGeneral(params_of({1000003, 1, DType::kF32, 1.0f, 50})).chunkLen;
+  const int32_t big =
+      sampling::planGeneral(params_of({1000003, 1, DType::kF32, 1.0f, 50})).chunkLen;
   EXPECT_GT(big, 4096);
   EXPECT_LE(big, 6144);
   EXPECT_TRUE(sampling::planGeneral(params_of({128256, 16, DType::kF32, 1.0f, 512})).anyCandidate);
@@ -228,7 +251,7 @@ TEST(SamplingChunkFastGpu, OddVocabularies) {
   check({100003, 16, DType::kF32, 0.8f, 50, 0.9f}, 21);
   check({100003, 16, DType::kF16, 0.8f, 50, 0.9f}, 22);
   check({100003, 1, DType::kF32, 1.0f, 512}, 23);
-  check({4097, 16, DType::kF32, 1.0f, 50, 0.8f}, 24);    // 3 chunks of 2048, the last of 1 entry
+  check({4097, 16, DType::kF32, 1.0f, 50, 0.8f}, 24);  // 3 chunks of 2048, the last of 1 entry
   check({4097, 16, DType::kF16, 0.0f, 0}, 25);
   check({12289, 256, DType::kF32, 0.5f, 50, 0.9f}, 26);  // T 0.5: the overflow rows
   check({1000003, 1, DType::kF32, 1.0f, 50, 0.9f}, 27);  // R = 3
@@ -245,7 +268,7 @@ TEST(SamplingChunkFastGpu, PerRowParameters) {
   const std::vector<float> ts = {1.0f, 0.7f, 1.3f, 1.0f, 1.0f, 0.0f, 0.5f, 1.0f,
                                  2.0f, 0.9f, 1.0f, 1.0f, 0.0f, 1.0f, 0.8f, 1.0f};
   const std::vector<float> ps = {0.9f, 1.0f, 0.5f, 0.9f, 0.9f, 0.9f, 0.95f, 1.0f,
-                                 0.9f, 0.3f, 1.0f, 0.9f, 0.9f, 0.9f, 0.7f, 0.9f};
+                                 0.9f, 0.3f, 1.0f, 0.9f, 0.9f, 0.9f, 0.7f,  0.9f};
   for (uint32_t seed = 0; seed < 2; ++seed) {
     const auto x = make_logits(c, 900 + seed);
     std::mt19937 rng(seed);

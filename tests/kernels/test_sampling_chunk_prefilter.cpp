@@ -49,7 +49,8 @@ struct ChunkOut {
 // The brute-force answer: the kc largest composites of the chunk (as the reference orders them).
 std::vector<uint64_t> brute_top(const std::vector<float>& s, int len, uint32_t start, int kc) {
   std::vector<uint64_t> all(len);
-  for (int i = 0; i < len; ++i) all[i] = composite(orderKey(s[i]), start + static_cast<uint32_t>(i));
+  for (int i = 0; i < len; ++i)
+    all[i] = composite(orderKey(s[i]), start + static_cast<uint32_t>(i));
   std::partial_sort(all.begin(), all.begin() + kc, all.end(), std::greater<>());
   all.resize(kc);
   return all;
@@ -87,8 +88,8 @@ std::vector<uint32_t> kth_largest_candidates(const std::vector<uint32_t>& uni, i
 }
 
 // One item of chunkFastKernel on the host: s[0, len) are the chunk's scaled logits.
-ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int groups, bool vec, int kc,
-                     Mutant mutant = Mutant::kNone) {
+ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int groups, bool vec,
+                     int kc, Mutant mutant = Mutant::kNone) {
   const int per = 4 * groups;
   EXPECT_LE(len, per * kThreads);
   ChunkOut out;
@@ -99,7 +100,8 @@ ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int g
       const int off = pf::slotOffset(j, t, vec);
       float v = off < len ? s[off] : 0.0f;  // the loads fill absent slots with 0
       out.poisoned |= poisonsRow(v);
-      if (off >= len) v = mutant == Mutant::kAbsentAsZero ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+      if (off >= len)
+        v = mutant == Mutant::kAbsentAsZero ? 0.0f : std::numeric_limits<float>::quiet_NaN();
       val[t][j] = v;
       tmax[t] = std::fmax(tmax[t], v);  // fmaxf: a NaN operand is ignored
     }
@@ -129,10 +131,12 @@ ChunkOut model_chunk(const std::vector<float>& s, int len, uint32_t start, int g
       if (!((mask >> j) & 1u)) continue;
       // The key-domain meaning of the float compare.
       EXPECT_GE(orderKey(val[t][j]), theta);
-      const uint64_t c = composite(orderKey(val[t][j]),
-                                   start + static_cast<uint32_t>(pf::slotOffset(j, t, vec_for_index)));
+      const uint64_t c = composite(
+          orderKey(val[t][j]), start + static_cast<uint32_t>(pf::slotOffset(j, t, vec_for_index)));
       if (__builtin_popcount(mask) == 1) {  // the kernel's shortcut: the thread maximum's key
-        EXPECT_EQ(composite(orderKey(tmax[t]), start + static_cast<uint32_t>(pf::slotOffset(j, t, vec_for_index))), c);
+        EXPECT_EQ(composite(orderKey(tmax[t]),
+                            start + static_cast<uint32_t>(pf::slotOffset(j, t, vec_for_index))),
+                  c);
       }
       surv.push_back(c);
     }
@@ -181,17 +185,34 @@ std::vector<uint64_t> model_final(const std::vector<uint64_t>& cand, int k, int*
 }
 
 // Rows of scaled logits of several shapes.
-enum class Shape { kNormal, kGrid, kConstant, kPeak, kHalfMinusInf, kAllMinusInf, kSignedZeros, kGumbel };
+enum class Shape {
+  kNormal,
+  kGrid,
+  kConstant,
+  kPeak,
+  kHalfMinusInf,
+  kAllMinusInf,
+  kSignedZeros,
+  kGumbel
+};
 const char* shape_name(Shape s) {
   switch (s) {
-    case Shape::kNormal: return "normal";
-    case Shape::kGrid: return "grid0.5";
-    case Shape::kConstant: return "constant";
-    case Shape::kPeak: return "peak";
-    case Shape::kHalfMinusInf: return "half-inf";
-    case Shape::kAllMinusInf: return "all-inf";
-    case Shape::kSignedZeros: return "zeros";
-    case Shape::kGumbel: return "gumbel";
+    case Shape::kNormal:
+      return "normal";
+    case Shape::kGrid:
+      return "grid0.5";
+    case Shape::kConstant:
+      return "constant";
+    case Shape::kPeak:
+      return "peak";
+    case Shape::kHalfMinusInf:
+      return "half-inf";
+    case Shape::kAllMinusInf:
+      return "all-inf";
+    case Shape::kSignedZeros:
+      return "zeros";
+    case Shape::kGumbel:
+      return "gumbel";
   }
   return "?";
 }
@@ -203,14 +224,30 @@ std::vector<float> make_values(Shape shape, int n, uint32_t seed) {
   std::vector<float> v(n);
   for (int i = 0; i < n; ++i) {
     switch (shape) {
-      case Shape::kNormal: v[i] = nd(rng) / 0.8f; break;
-      case Shape::kGrid: v[i] = std::round(nd(rng) * 2.0f) * 0.5f; break;
-      case Shape::kConstant: v[i] = 0.25f; break;
-      case Shape::kPeak: v[i] = nd(rng) / 3.0f; break;
-      case Shape::kHalfMinusInf: v[i] = coin(rng) ? -kInf : nd(rng); break;
-      case Shape::kAllMinusInf: v[i] = -kInf; break;
-      case Shape::kSignedZeros: v[i] = coin(rng) ? 0.0f : -0.0f; break;
-      case Shape::kGumbel: v[i] = gd(rng); break;
+      case Shape::kNormal:
+        v[i] = nd(rng) / 0.8f;
+        break;
+      case Shape::kGrid:
+        v[i] = std::round(nd(rng) * 2.0f) * 0.5f;
+        break;
+      case Shape::kConstant:
+        v[i] = 0.25f;
+        break;
+      case Shape::kPeak:
+        v[i] = nd(rng) / 3.0f;
+        break;
+      case Shape::kHalfMinusInf:
+        v[i] = coin(rng) ? -kInf : nd(rng);
+        break;
+      case Shape::kAllMinusInf:
+        v[i] = -kInf;
+        break;
+      case Shape::kSignedZeros:
+        v[i] = coin(rng) ? 0.0f : -0.0f;
+        break;
+      case Shape::kGumbel:
+        v[i] = gd(rng);
+        break;
     }
   }
   if (shape == Shape::kPeak) v[(seed * 7919u) % n] = 12.0f;
@@ -223,7 +260,8 @@ struct Tally {
   std::string first;
 };
 
-void run_case(Shape shape, int len, int groups, bool vec, int kc, uint32_t seed, Mutant mutant, Tally* tally) {
+void run_case(Shape shape, int len, int groups, bool vec, int kc, uint32_t seed, Mutant mutant,
+              Tally* tally) {
   const std::vector<float> s = make_values(shape, len, seed);
   const uint32_t start = 8192u * (seed % 19u);
   const ChunkOut got = model_chunk(s, len, start, groups, vec, kc, mutant);
@@ -232,8 +270,9 @@ void run_case(Shape shape, int len, int groups, bool vec, int kc, uint32_t seed,
   tally->fallbacks += got.fallback ? 1 : 0;
   if (got.top != brute_top(s, len, start, kc)) {
     if (tally->wrong++ == 0) {
-      tally->first = std::string(shape_name(shape)) + " len=" + std::to_string(len) + " R=" + std::to_string(groups) +
-                     (vec ? " vec" : " scalar") + " kc=" + std::to_string(kc) + " seed=" + std::to_string(seed);
+      tally->first = std::string(shape_name(shape)) + " len=" + std::to_string(len) +
+                     " R=" + std::to_string(groups) + (vec ? " vec" : " scalar") +
+                     " kc=" + std::to_string(kc) + " seed=" + std::to_string(seed);
     }
   }
 }
@@ -241,8 +280,9 @@ void run_case(Shape shape, int len, int groups, bool vec, int kc, uint32_t seed,
 // Every shape, chunk length (short last chunks included), layout, R and kc.
 Tally sweep(Mutant mutant) {
   Tally tally;
-  const Shape shapes[] = {Shape::kNormal, Shape::kGrid,         Shape::kConstant,    Shape::kPeak,
-                          Shape::kHalfMinusInf, Shape::kAllMinusInf, Shape::kSignedZeros, Shape::kGumbel};
+  const Shape shapes[] = {Shape::kNormal,      Shape::kGrid,         Shape::kConstant,
+                          Shape::kPeak,        Shape::kHalfMinusInf, Shape::kAllMinusInf,
+                          Shape::kSignedZeros, Shape::kGumbel};
   const int lens[] = {1, 3, 50, 511, 513, 2047, 2048, 3001, 4748, 6144, 8191, 8192};
   const int kcs[] = {1, 2, 16, 17, 50, 64, 128, 256, 512};
   uint32_t seed = 1;
@@ -252,7 +292,8 @@ Tally sweep(Mutant mutant) {
         const int kc = std::min(kc_want, len);
         for (bool vec : {true, false}) {
           const int gmin = pf::groupsFor(len);
-          for (int groups = gmin; groups <= 4; groups += (gmin == 4 ? 1 : 4 - gmin)) {  // minimal and R = 4
+          for (int groups = gmin; groups <= 4;
+               groups += (gmin == 4 ? 1 : 4 - gmin)) {  // minimal and R = 4
             run_case(shape, len, groups, vec, kc, seed++, mutant, &tally);
           }
         }
@@ -298,7 +339,8 @@ TEST(SamplingChunkPrefilter, ModelMatchesBruteForce) {
   const Tally t = sweep(Mutant::kNone);
   std::printf("%d cases, %d through the fallback\n", t.cases, t.fallbacks);
   EXPECT_EQ(t.wrong, 0) << "of " << t.cases << " cases; first: " << t.first;
-  EXPECT_GT(t.fallbacks, 0) << "the sweep should reach the > 512 survivors fallback (ties, -inf rows)";
+  EXPECT_GT(t.fallbacks, 0)
+      << "the sweep should reach the > 512 survivors fallback (ties, -inf rows)";
   EXPECT_LT(t.fallbacks, t.cases / 2);
 }
 
@@ -306,12 +348,14 @@ TEST(SamplingChunkPrefilter, CatchesMutants) {
   for (Mutant m : {Mutant::kThetaTooHigh, Mutant::kAbsentAsZero, Mutant::kScalarOffsetsForVec}) {
     const Tally t = sweep(m);
     std::printf("mutant %d: %d of %d cases wrong\n", static_cast<int>(m), t.wrong, t.cases);
-    EXPECT_GT(t.wrong, 0) << "mutant " << static_cast<int>(m) << " passed all " << t.cases << " cases";
+    EXPECT_GT(t.wrong, 0) << "mutant " << static_cast<int>(m) << " passed all " << t.cases
+                          << " cases";
   }
 }
 
 TEST(SamplingChunkPrefilter, PoisonedChunks) {
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), kInf, -std::numeric_limits<float>::quiet_NaN()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), kInf, -std::numeric_limits<float>::quiet_NaN()}) {
     std::vector<float> s = make_values(Shape::kNormal, 4748, 3);
     s[4000] = bad;
     EXPECT_TRUE(model_chunk(s, 4748, 0, 3, true, 50).poisoned);
@@ -330,7 +374,8 @@ TEST(SamplingChunkPrefilter, FewSurvivorsOnTypicalRows) {
     int worst = 0;
     const int trials = 40;
     for (int trial = 0; trial < trials; ++trial) {
-      const std::vector<float> s = make_values(trial % 2 ? Shape::kNormal : Shape::kGumbel, 8192, 100 + trial);
+      const std::vector<float> s =
+          make_values(trial % 2 ? Shape::kNormal : Shape::kGumbel, 8192, 100 + trial);
       const ChunkOut o = model_chunk(s, 8192, 0, 4, true, kc);
       ASSERT_FALSE(o.fallback) << "kc " << kc << " trial " << trial;
       sum += o.survivors;
@@ -346,8 +391,9 @@ TEST(SamplingChunkPrefilter, FewSurvivorsOnTypicalRows) {
 // The final merge on the concatenated records of model chunks (every shape, chunk length and k):
 // the top-k of the union, as sorting all records gives it.
 TEST(SamplingChunkPrefilter, FinalMergeMatchesBruteForce) {
-  const Shape shapes[] = {Shape::kNormal, Shape::kGrid,         Shape::kConstant,    Shape::kPeak,
-                          Shape::kHalfMinusInf, Shape::kAllMinusInf, Shape::kSignedZeros, Shape::kGumbel};
+  const Shape shapes[] = {Shape::kNormal,      Shape::kGrid,         Shape::kConstant,
+                          Shape::kPeak,        Shape::kHalfMinusInf, Shape::kAllMinusInf,
+                          Shape::kSignedZeros, Shape::kGumbel};
   int cases = 0, fallbacks = 0;
   uint32_t seed = 5;
   for (Shape shape : shapes) {
@@ -359,7 +405,8 @@ TEST(SamplingChunkPrefilter, FinalMergeMatchesBruteForce) {
         for (int start = 0; start < vocab; start += chunkLen) {
           const int len = std::min(chunkLen, vocab - start);
           const std::vector<float> part(s.begin() + start, s.begin() + start + len);
-          const std::vector<uint64_t> top = brute_top(part, len, static_cast<uint32_t>(start), std::min(k, len));
+          const std::vector<uint64_t> top =
+              brute_top(part, len, static_cast<uint32_t>(start), std::min(k, len));
           records.insert(records.end(), top.begin(), top.end());
         }
         if (records.size() > static_cast<size_t>(kMaxFinalCandidates)) continue;
@@ -411,8 +458,8 @@ TEST(SamplingChunkPrefilter, RowMatchesReferenceSupport) {
             std::vector<float> s(len);
             for (int i = 0; i < len; ++i) s[i] = scaleLogit(x[start + i], rp.invT, rp.greedy);
             const int kc = std::min(rp.k, len);
-            const ChunkOut o = model_chunk(s, len, static_cast<uint32_t>(start), pf::groupsFor(plan.chunkLen),
-                                           (c + shape) % 2 == 0, kc);
+            const ChunkOut o = model_chunk(s, len, static_cast<uint32_t>(start),
+                                           pf::groupsFor(plan.chunkLen), (c + shape) % 2 == 0, kc);
             ASSERT_EQ(o.top, brute_top(s, len, static_cast<uint32_t>(start), kc));
             merged.insert(merged.end(), o.top.begin(), o.top.end());
           }
@@ -421,7 +468,8 @@ TEST(SamplingChunkPrefilter, RowMatchesReferenceSupport) {
           std::sort(all_sorted.begin(), all_sorted.end(), std::greater<>());
           all_sorted.resize(rp.k);
           merged = model_final(merged, rp.k, &final_survivors);
-          ASSERT_EQ(merged, all_sorted) << "final merge, V=" << vocab << " B=" << batch << " k=" << k;
+          ASSERT_EQ(merged, all_sorted)
+              << "final merge, V=" << vocab << " B=" << batch << " k=" << k;
           if (shape == 0 && k == 50) {
             EXPECT_LE(final_survivors, 120) << "final survivors, V=" << vocab << " B=" << batch;
           }
@@ -429,12 +477,14 @@ TEST(SamplingChunkPrefilter, RowMatchesReferenceSupport) {
           for (uint64_t c : merged) ours.push_back(static_cast<int32_t>(compositeIndex(c)));
           std::sort(ours.begin(), ours.end());
           std::vector<float> probs(vocab);
-          ASSERT_FALSE(ref::rowProbs(x.data(), vocab, p.temperature, k, 1.0f, TopPMode::kNucleus, probs.data()));
+          ASSERT_FALSE(ref::rowProbs(x.data(), vocab, p.temperature, k, 1.0f, TopPMode::kNucleus,
+                                     probs.data()));
           std::vector<int32_t> support;
           for (int i = 0; i < vocab; ++i) {
             if (probs[i] > 0.0f) support.push_back(i);
           }
-          EXPECT_EQ(ours, support) << "V=" << vocab << " B=" << batch << " k=" << k << " shape " << shape;
+          EXPECT_EQ(ours, support)
+              << "V=" << vocab << " B=" << batch << " k=" << k << " shape " << shape;
         }
       }
     }

@@ -34,7 +34,13 @@ namespace {
 
 using namespace es::sampling;
 
-enum class Mutant { kNone, kStrictCompare /* exact too */, kThresholdTooHigh, kMergeIgnoresSurvivors, kFallbackLastChunkOnly };
+enum class Mutant {
+  kNone,
+  kStrictCompare /* exact too */,
+  kThresholdTooHigh,
+  kMergeIgnoresSurvivors,
+  kFallbackLastChunkOnly
+};
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -48,8 +54,8 @@ std::vector<uint64_t> top(std::vector<uint64_t> v, int k) {
 
 // mergeTopK of the kernel: best (descending) and b (any order, disjoint), each value's rank =
 // entries of best above it (binary search) + entries of b above it.
-std::vector<uint64_t> merge_by_rank(const std::vector<uint64_t>& best, const std::vector<uint64_t>& b, int k,
-                                    Mutant mutant) {
+std::vector<uint64_t> merge_by_rank(const std::vector<uint64_t>& best,
+                                    const std::vector<uint64_t>& b, int k, Mutant mutant) {
   const int n = std::min<int>(k, static_cast<int>(best.size() + b.size()));
   std::vector<uint64_t> out(n, 0);
   auto above_in_b = [&](uint64_t v) {
@@ -61,8 +67,9 @@ std::vector<uint64_t> merge_by_rank(const std::vector<uint64_t>& best, const std
     if (rank < n) out[rank] = best[i];
   }
   for (uint64_t v : b) {
-    const int in_best = static_cast<int>(
-        std::lower_bound(best.begin(), best.end(), v, std::greater<>()) - best.begin());  // entries > v
+    const int in_best =
+        static_cast<int>(std::lower_bound(best.begin(), best.end(), v, std::greater<>()) -
+                         best.begin());  // entries > v
     const int rank = in_best + above_in_b(v);
     if (rank < n) out[rank] = v;
   }
@@ -74,14 +81,15 @@ std::vector<uint64_t> merge_by_rank(const std::vector<uint64_t>& best, const std
 // items between two merges filter by the threshold of the last merge (the first group: the first
 // chunk's, when it holds k entries), their survivors are merged together, and a group with more
 // than 512 survivors merges each of its chunks' exact top-kc instead.
-std::vector<uint64_t> model_segment(const std::vector<float>& s, int chunkLen, int c0, int c1, int k,
-                                    bool merge_each, Mutant mutant) {
+std::vector<uint64_t> model_segment(const std::vector<float>& s, int chunkLen, int c0, int c1,
+                                    int k, bool merge_each, Mutant mutant) {
   const int V = static_cast<int>(s.size());
   std::vector<uint64_t> best;
   auto chunk_composites = [&](int c) {
     const int start = c * chunkLen, len = std::min(chunkLen, V - start);
     std::vector<uint64_t> chunk(len);
-    for (int i = 0; i < len; ++i) chunk[i] = composite(orderKey(s[start + i]), static_cast<uint32_t>(start + i));
+    for (int i = 0; i < len; ++i)
+      chunk[i] = composite(orderKey(s[start + i]), static_cast<uint32_t>(start + i));
     return chunk;
   };
   // The threshold of the group being walked: -inf until a k-th key is known.
@@ -94,7 +102,8 @@ std::vector<uint64_t> model_segment(const std::vector<float>& s, int chunkLen, i
     const int start = c * chunkLen, len = static_cast<int>(chunk.size());
     const int kc = std::min(k, len);
     if (c == c0) {
-      const std::vector<uint64_t> first = top(chunk, kc);  // the union threshold's survivors reduce to these (other test)
+      const std::vector<uint64_t> first =
+          top(chunk, kc);  // the union threshold's survivors reduce to these (other test)
       group.insert(group.end(), first.begin(), first.end());
       // The union threshold is <= this k-th key; the model takes the k-th key itself (the tighter,
       // riskier bound) when the chunk has k entries.
@@ -111,7 +120,8 @@ std::vector<uint64_t> model_segment(const std::vector<float>& s, int chunkLen, i
       const int from = mutant == Mutant::kFallbackLastChunkOnly ? c : group_c0;
       for (int g = from; g <= c; ++g) {
         const std::vector<uint64_t> gc = chunk_composites(g);
-        best = merge_by_rank(best, top(gc, std::min<int>(k, static_cast<int>(gc.size()))), k, mutant);
+        best =
+            merge_by_rank(best, top(gc, std::min<int>(k, static_cast<int>(gc.size()))), k, mutant);
       }
     } else {
       best = merge_by_rank(best, group, k, mutant);
@@ -138,12 +148,23 @@ std::vector<float> make_row(int V, int r, uint32_t seed) {
   for (int i = 0; i < V; ++i) {
     float v = nd(rng);
     switch (r % 6) {
-      case 1: v = std::round(v * 2.0f) * 0.5f; break;
-      case 2: v = 0.25f; break;
-      case 3: v = coin(rng) ? -kInf : v; break;
-      case 4: v = coin(rng) ? 0.0f : -0.0f; break;
-      case 5: v = static_cast<float>(four(rng)); break;
-      default: break;
+      case 1:
+        v = std::round(v * 2.0f) * 0.5f;
+        break;
+      case 2:
+        v = 0.25f;
+        break;
+      case 3:
+        v = coin(rng) ? -kInf : v;
+        break;
+      case 4:
+        v = coin(rng) ? 0.0f : -0.0f;
+        break;
+      case 5:
+        v = static_cast<float>(four(rng));
+        break;
+      default:
+        break;
     }
     s[i] = v;
   }
@@ -155,7 +176,8 @@ std::vector<float> make_row(int V, int r, uint32_t seed) {
 
 // Segments of every shape the kernel's runs give: a run of `per` items cut at the row boundaries.
 // Returns the number of segments that differ from the brute force.
-int wrong_segments(int V, int chunkLen, int k, int per, bool merge_each, Mutant mutant, int* checked) {
+int wrong_segments(int V, int chunkLen, int k, int per, bool merge_each, Mutant mutant,
+                   int* checked) {
   const int chunks = (V + chunkLen - 1) / chunkLen;
   int wrong = 0;
   for (int r = 0; r < 6; ++r) {
@@ -163,11 +185,13 @@ int wrong_segments(int V, int chunkLen, int k, int per, bool merge_each, Mutant 
     const int first_item = r * chunks;  // rows r of a batch: item r * chunks is the row's chunk 0
     int c0 = 0;
     while (c0 < chunks) {
-      const int run_end = ((first_item + c0) / per + 1) * per;  // the run holding chunk c0 ends here
+      const int run_end =
+          ((first_item + c0) / per + 1) * per;  // the run holding chunk c0 ends here
       const int c1 = std::min(chunks, run_end - first_item) - 1;
       std::vector<uint64_t> all;
       const int lo = c0 * chunkLen, hi = std::min(V, (c1 + 1) * chunkLen);
-      for (int i = lo; i < hi; ++i) all.push_back(composite(orderKey(s[i]), static_cast<uint32_t>(i)));
+      for (int i = lo; i < hi; ++i)
+        all.push_back(composite(orderKey(s[i]), static_cast<uint32_t>(i)));
       const std::vector<uint64_t> want = top(all, k);
       const std::vector<uint64_t> got = model_segment(s, chunkLen, c0, c1, k, merge_each, mutant);
       ++*checked;
@@ -183,23 +207,24 @@ TEST(SamplingChunkSegments, RunningThresholdGivesTheSegmentTopK) {
     int V, chunkLen, k, per;
   };
   const std::vector<Case> cases = {
-      {151936, 8192, 50, 19},   // verify: one row per CTA
-      {151936, 8192, 50, 5},    // batch 64: 4-5 segments per row
-      {151936, 2048, 50, 1},    // batch 1: one chunk per segment
-      {100003, 8192, 7, 7},     // odd vocabulary, short last chunk
-      {40961, 2048, 512, 3},    // k 512: the fallback above 512 survivors
-      {12289, 2048, 1, 4},      // greedy
-      {4097, 2048, 128, 2},     // a last chunk of 1 entry
+      {151936, 8192, 50, 19},  // verify: one row per CTA
+      {151936, 8192, 50, 5},   // batch 64: 4-5 segments per row
+      {151936, 2048, 50, 1},   // batch 1: one chunk per segment
+      {100003, 8192, 7, 7},    // odd vocabulary, short last chunk
+      {40961, 2048, 512, 3},   // k 512: the fallback above 512 survivors
+      {12289, 2048, 1, 4},     // greedy
+      {4097, 2048, 128, 2},    // a last chunk of 1 entry
   };
   for (const Case& c : cases) {
     for (bool each : {false, true}) {
       for (Mutant m : {Mutant::kNone, Mutant::kStrictCompare}) {
         int checked = 0;
         const int wrong = wrong_segments(c.V, c.chunkLen, c.k, c.per, each, m, &checked);
-        EXPECT_EQ(wrong, 0) << "V " << c.V << " chunk " << c.chunkLen << " k " << c.k << " run " << c.per
-                            << (each ? " merge each item" : " merge groups")
-                            << (m == Mutant::kStrictCompare ? " (strict compare)" : "") << ": " << wrong << " of "
-                            << checked << " segments differ from the brute force";
+        EXPECT_EQ(wrong, 0) << "V " << c.V << " chunk " << c.chunkLen << " k " << c.k << " run "
+                            << c.per << (each ? " merge each item" : " merge groups")
+                            << (m == Mutant::kStrictCompare ? " (strict compare)" : "") << ": "
+                            << wrong << " of " << checked
+                            << " segments differ from the brute force";
         EXPECT_GE(checked, 6);
       }
     }
@@ -232,11 +257,13 @@ TEST(SamplingChunkSegments, NextMergeMatchesRule) {
 }
 
 TEST(SamplingChunkSegments, CatchesMutants) {
-  for (Mutant m : {Mutant::kThresholdTooHigh, Mutant::kMergeIgnoresSurvivors, Mutant::kFallbackLastChunkOnly}) {
+  for (Mutant m : {Mutant::kThresholdTooHigh, Mutant::kMergeIgnoresSurvivors,
+                   Mutant::kFallbackLastChunkOnly}) {
     int checked = 0, wrong = 0;
     wrong += wrong_segments(151936, 8192, 50, 19, false, m, &checked);
     wrong += wrong_segments(40961, 2048, 512, 3, false, m, &checked);
-    EXPECT_GT(wrong, 0) << "mutant " << static_cast<int>(m) << " passed all " << checked << " segments";
+    EXPECT_GT(wrong, 0) << "mutant " << static_cast<int>(m) << " passed all " << checked
+                        << " segments";
   }
 }
 

@@ -28,8 +28,12 @@ using fullrow::Cut;
 // Shared state of the model cluster ("shared memory" of all its CTAs).
 struct ModelCluster {
   ModelCluster(int ranks, int threads)
-      : ranks(ranks), threads(threads), bar(ranks * threads), slot(ranks * threads),
-        hist(ranks * threads, std::vector<uint64_t>(256)), found(ranks) {}
+      : ranks(ranks),
+        threads(threads),
+        bar(ranks * threads),
+        slot(ranks * threads),
+        hist(ranks * threads, std::vector<uint64_t>(256)),
+        found(ranks) {}
   int ranks, threads;
   std::barrier<> bar;
   std::vector<uint64_t> slot;
@@ -166,7 +170,8 @@ std::vector<float> model_probs(const std::vector<float>& x, const Case& cs, int 
 
 std::vector<float> ref_probs(const std::vector<float>& x, const Case& cs) {
   std::vector<float> p(x.size(), -7.0f);
-  ref::rowProbs(x.data(), static_cast<int32_t>(x.size()), cs.temperature, cs.topK, cs.topP, cs.mode, p.data());
+  ref::rowProbs(x.data(), static_cast<int32_t>(x.size()), cs.temperature, cs.topK, cs.topP, cs.mode,
+                p.data());
   return p;
 }
 
@@ -220,19 +225,20 @@ constexpr Case kCases[] = {
 TEST(SamplingFullRowCut, ModelClusterEqualsReference) {
   std::mt19937 rng(11);
   int checked = 0;
-  const Row kinds[] = {Row::kGauss3, Row::kFlat, Row::kCoarseTies, Row::kAllEqual, Row::kPeakAndTies,
-                       Row::kSomeMinusInf};
+  const Row kinds[] = {Row::kGauss3,   Row::kFlat,        Row::kCoarseTies,
+                       Row::kAllEqual, Row::kPeakAndTies, Row::kSomeMinusInf};
   for (int n : {151936, 128256, 49152, 40961, 4099, 20}) {
     for (Row kind : kinds) {
       const auto x = make_row(kind, n, rng);
       for (const Case& cs : kCases) {
-        if (n > 50000 && (&cs - kCases) % 2 == (static_cast<int>(kind) % 2)) continue;  // time: half at full size
+        if (n > 50000 && (&cs - kCases) % 2 == (static_cast<int>(kind) % 2))
+          continue;  // time: half at full size
         const auto want = ref_probs(x, cs);
         for (int ranks : {16, 8, 4, 2, 1}) {
           if (n > 50000 && ranks != 16 && ranks != 1) continue;
           const auto got = model_probs(x, cs, ranks, 4);
-          ASSERT_EQ(mismatches(got, want), 0)
-              << "n " << n << " kind " << static_cast<int>(kind) << " case " << (&cs - kCases) << " ranks " << ranks;
+          ASSERT_EQ(mismatches(got, want), 0) << "n " << n << " kind " << static_cast<int>(kind)
+                                              << " case " << (&cs - kCases) << " ranks " << ranks;
           ++checked;
         }
       }
@@ -264,10 +270,12 @@ TEST(SamplingFullRowCut, NaiveClusterTieSearchDisagrees) {
   int wrong = 0, runs = 0;
   for (Row kind : {Row::kAllEqual, Row::kPeakAndTies, Row::kCoarseTies}) {
     const auto x = make_row(kind, n, rng);
-    for (const Case& cs : {Case{1.0f, 0, 0.5f, TopPMode::kNucleus}, Case{1.0f, 20000, 1.0f, TopPMode::kNucleus},
-                           Case{1.0f, 0, 0.7f, TopPMode::kTruncate}}) {
+    for (const Case& cs :
+         {Case{1.0f, 0, 0.5f, TopPMode::kNucleus}, Case{1.0f, 20000, 1.0f, TopPMode::kNucleus},
+          Case{1.0f, 0, 0.7f, TopPMode::kTruncate}}) {
       ++runs;
-      wrong += mismatches(model_probs(x, cs, 16, 4, Mutant::kNaiveJth), ref_probs(x, cs)) > 0 ? 1 : 0;
+      wrong +=
+          mismatches(model_probs(x, cs, 16, 4, Mutant::kNaiveJth), ref_probs(x, cs)) > 0 ? 1 : 0;
       EXPECT_EQ(mismatches(model_probs(x, cs, 16, 4), ref_probs(x, cs)), 0);
     }
   }
@@ -301,12 +309,13 @@ TEST(SamplingFullRowCut, SlicesCoverTheRowInOrder) {
 // two CTAs per SM, never below 2.
 TEST(SamplingFullRowCut, SplitRanksFollowTheBatch) {
   using sampling::fullrowSplitRanks;
-  for (int32_t rows = 1; rows <= 16; ++rows) EXPECT_EQ(fullrowSplitRanks(rows, 16, 132), 16) << rows;
+  for (int32_t rows = 1; rows <= 16; ++rows)
+    EXPECT_EQ(fullrowSplitRanks(rows, 16, 132), 16) << rows;
   EXPECT_EQ(fullrowSplitRanks(17, 16, 132), 8);
   EXPECT_EQ(fullrowSplitRanks(33, 16, 132), 8);
   EXPECT_EQ(fullrowSplitRanks(34, 16, 132), 4);
   EXPECT_EQ(fullrowSplitRanks(64, 16, 132), 4);
-  EXPECT_EQ(fullrowSplitRanks(64, 8, 132), 4);   // the portable widest size halves the same way
+  EXPECT_EQ(fullrowSplitRanks(64, 8, 132), 4);  // the portable widest size halves the same way
   EXPECT_EQ(fullrowSplitRanks(8, 8, 132), 8);
   EXPECT_EQ(fullrowSplitRanks(200, 16, 132), 2);  // never below 2
   EXPECT_EQ(fullrowSplitRanks(1, 16, 4), 8);      // a small GPU: 8 CTAs = 2 per SM

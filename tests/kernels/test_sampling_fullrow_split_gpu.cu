@@ -29,9 +29,11 @@ struct FrCase {
 };
 
 std::string describe(const FrCase& c, uint32_t seed) {
-  return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " + std::string(dtype_name(c.dtype)) +
-         " T=" + std::to_string(c.temperature) + " p=" + std::to_string(c.topP) + " k=" + std::to_string(c.topK) +
-         (c.mode == TopPMode::kTruncate ? " truncate" : " nucleus") + " seed=" + std::to_string(seed);
+  return "V=" + std::to_string(c.vocab) + " B=" + std::to_string(c.batch) + " " +
+         std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.temperature) +
+         " p=" + std::to_string(c.topP) + " k=" + std::to_string(c.topK) +
+         (c.mode == TopPMode::kTruncate ? " truncate" : " nucleus") +
+         " seed=" + std::to_string(seed);
 }
 
 SamplingParams params_of(const FrCase& c) {
@@ -69,7 +71,8 @@ test::SampleOutputs run_gpu(const SamplingParams& p, const std::vector<float>& x
 
 void check(const FrCase& c, uint32_t seed) {
   const SamplingParams p = params_of(c);
-  ASSERT_TRUE(sampling::planGeneral(p).fullrowSplit) << "not the split decision: " << describe(c, seed);
+  ASSERT_TRUE(sampling::planGeneral(p).fullrowSplit)
+      << "not the split decision: " << describe(c, seed);
   const auto x = make_logits(c, seed);
   std::mt19937 rng(seed ^ 0x5bd1e995u);
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
@@ -109,11 +112,11 @@ TEST(SamplingFullRowSplitGpu, ProbsAndTokensEqualReference) {
 
 TEST(SamplingFullRowSplitGpu, TopKAboveCapFp16AndTinyTopP) {
   ES_SKIP_IF_NO_GPU();
-  check({151936, 4, DType::kF32, 1.0f, 0.95f, 2000}, 1);   // top-k select + tie across CTAs
-  check({151936, 4, DType::kF32, 1.0f, 1.0f, 60000}, 2);   // top-k only
+  check({151936, 4, DType::kF32, 1.0f, 0.95f, 2000}, 1);  // top-k select + tie across CTAs
+  check({151936, 4, DType::kF32, 1.0f, 1.0f, 60000}, 2);  // top-k only
   check({151936, 8, DType::kF16, 1.0f, 0.9f}, 3);
   check({49152, 8, DType::kF16, 0.8f, 0.9f, 0, TopPMode::kTruncate}, 4);
-  check({151936, 2, DType::kF32, 1.0f, 1e-6f}, 5);          // budget 1: the top token only
+  check({151936, 2, DType::kF32, 1.0f, 1e-6f}, 5);  // budget 1: the top token only
 }
 
 // Per-row parameters: candidate rows (chunk + final kernels), full-row rows (the cluster), a
@@ -145,10 +148,12 @@ TEST(SamplingFullRowSplitGpu, MixedRows) {
     for (bool with_probs : {true, false}) {
       const test::SampleOutputs got = run_gpu(p, x, u, with_probs);
       for (int32_t b = 0; b < c.batch; ++b) {
-        EXPECT_EQ(got.tokens[b], want.tokens[b]) << "seed " << seed << " row " << b << " k " << ks[b];
+        EXPECT_EQ(got.tokens[b], want.tokens[b])
+            << "seed " << seed << " row " << b << " k " << ks[b];
       }
       if (!with_probs) continue;
-      for (int32_t b = 0; b < c.batch; ++b) {  // candidate rows may differ in float rounding nowhere either
+      for (int32_t b = 0; b < c.batch;
+           ++b) {  // candidate rows may differ in float rounding nowhere either
         int bad = 0;
         for (int32_t i = 0; i < c.vocab; ++i) {
           const size_t k = static_cast<size_t>(b) * c.vocab + i;
@@ -163,9 +168,11 @@ TEST(SamplingFullRowSplitGpu, MixedRows) {
 // Batch 65 is above the split's row limit: the plan says so (the one-CTA kernel serves).
 TEST(SamplingFullRowSplitGpu, PlanLimits) {
   EXPECT_TRUE(sampling::planGeneral(params_of({151936, 64, DType::kF32, 1.0f, 0.9f})).fullrowSplit);
-  EXPECT_FALSE(sampling::planGeneral(params_of({151936, 65, DType::kF32, 1.0f, 0.9f})).fullrowSplit);
+  EXPECT_FALSE(
+      sampling::planGeneral(params_of({151936, 65, DType::kF32, 1.0f, 0.9f})).fullrowSplit);
   EXPECT_FALSE(sampling::planGeneral(params_of({32767, 1, DType::kF32, 1.0f, 0.9f})).fullrowSplit);
-  EXPECT_FALSE(sampling::planGeneral(params_of({151936, 1, DType::kF32, 1.0f, 0.9f, 50})).fullrowSplit);
+  EXPECT_FALSE(
+      sampling::planGeneral(params_of({151936, 1, DType::kF32, 1.0f, 0.9f, 50})).fullrowSplit);
 }
 
 }  // namespace

@@ -62,7 +62,8 @@ HostRows make_rows(const Case& c, uint32_t seed, bool poison_some) {
       if (ties) v = std::round(v * 2.0f) * 0.5f;
       h.f32[static_cast<size_t>(b) * c.vocab + i] = v;
     }
-    if (b % 5 == 4) h.f32[static_cast<size_t>(b) * c.vocab + (b * 7919) % c.vocab] = 25.0f;  // peaked
+    if (b % 5 == 4)
+      h.f32[static_cast<size_t>(b) * c.vocab + (b * 7919) % c.vocab] = 25.0f;  // peaked
     if (poison_some && b % 4 == 2) {
       h.f32[static_cast<size_t>(b) * c.vocab + (b * 31) % c.vocab] = std::nanf("");
     }
@@ -159,9 +160,11 @@ void compare(const Case& c, const HostRows& h, const Result& want, const Result&
     const int32_t tw = want.tokens[b], tg = got.tokens[b];
     ASSERT_GE(tg, 0) << what << " row " << b;
     ASSERT_LT(tg, c.vocab) << what << " row " << b;
-    ASSERT_GT(want.probs[base + tg], 0.0f) << what << " sampled a zero-probability token, row " << b;
+    ASSERT_GT(want.probs[base + tg], 0.0f)
+        << what << " sampled a zero-probability token, row " << b;
     if (tw != tg) {
-      ASSERT_TRUE(allow_boundary) << what << " token mismatch row " << b << ": " << tw << " vs " << tg;
+      ASSERT_TRUE(allow_boundary) << what << " token mismatch row " << b << ": " << tw << " vs "
+                                  << tg;
       const double gap = cdf_gap(&want.probs[base], c.vocab, h.uniforms[b], tw, tg);
       ASSERT_LE(gap, 1e-5) << what << " token mismatch off a CDF boundary, row " << b;
       ++boundary;
@@ -182,7 +185,8 @@ void check_case(const Case& c, bool poison_some = false) {
     compare(c, h, want, small, "small vs ref", full_row_mode(c, SamplingPath::kSmallVocab));
     EXPECT_EQ(small.tokens, general.tokens) << "paths disagree on tokens";
     for (size_t i = 0; i < small.probs.size(); ++i) {
-      ASSERT_LE(std::fabs(small.probs[i] - general.probs[i]), 1e-5) << "paths disagree, entry " << i;
+      ASSERT_LE(std::fabs(small.probs[i] - general.probs[i]), 1e-5)
+          << "paths disagree, entry " << i;
     }
   }
 }
@@ -219,7 +223,7 @@ TEST(SamplingGpu, SmallAndOddVocabBothPaths) {
       check_case({v, 64, dt, 1.0f, 50, 0.8f, kN});
       check_case({v, 7, dt, 0.7f, 50, 0.8f, kT});
     }
-    check_case({v, 7, DType::kF32, 1.0f, 0, 0.9f, kN});   // full sort / full row
+    check_case({v, 7, DType::kF32, 1.0f, 0, 0.9f, kN});    // full sort / full row
     check_case({v, 7, DType::kF32, 1.0f, 600, 1.0f, kN});  // k > 512
     check_case({v, 7, DType::kF32, 1.0f, 300, 0.95f, kT});
     check_case({v, 1, DType::kF32, 0.0f, 0, 1.0f, kN});
@@ -289,7 +293,8 @@ TEST(SamplingGpu, DeviceUniformsAndPerRowParameters) {
       if (r == 3 || r == 4) continue;  // k off / k = 600: full-row CDF (boundary rule elsewhere)
       EXPECT_EQ(got[r], want_tokens[r]) << "V " << v << " row " << r;
     }
-    for (size_t i = 0; i < got_p.size(); ++i) ASSERT_LE(std::fabs(got_p[i] - want_probs[i]), 1e-5) << i;
+    for (size_t i = 0; i < got_p.size(); ++i)
+      ASSERT_LE(std::fabs(got_p[i] - want_probs[i]), 1e-5) << i;
   }
 }
 
@@ -304,7 +309,8 @@ TEST(SamplingGpu, ChiSquareOnDevice) {
   std::vector<float> probs(v);
   ref::rowProbs(row.data(), v, 1.0f, 0, 1.0f, TopPMode::kNucleus, probs.data());
   std::vector<float> logits(static_cast<size_t>(n) * v);
-  for (int32_t i = 0; i < n; ++i) std::copy(row.begin(), row.end(), logits.begin() + static_cast<size_t>(i) * v);
+  for (int32_t i = 0; i < n; ++i)
+    std::copy(row.begin(), row.end(), logits.begin() + static_cast<size_t>(i) * v);
   std::vector<uint64_t> seeds(n, 99);
   std::vector<int64_t> positions(n);
   for (int32_t i = 0; i < n; ++i) positions[i] = i;

@@ -37,7 +37,7 @@ kernel::SpecCommitParams params(const I32& counts, int32_t offset, const I32& to
 }
 
 TEST(SpecCommit, AcceptLengthsAdvanceLengthsAndPickTheLastEmittedToken) {
-  const I32 tokens = {10, 11, 12, 13,  20, 21, -1, -1,  30, -1, -1, -1};
+  const I32 tokens = {10, 11, 12, 13, 20, 21, -1, -1, 30, -1, -1, -1};
   const I32 lengths = {5, 128, 0};
   Outputs o;
   ref::specCommit(params({4, 2, 1}, 0, tokens, lengths, o, 4));
@@ -49,7 +49,7 @@ TEST(SpecCommit, AcceptLengthsAdvanceLengthsAndPickTheLastEmittedToken) {
 
 TEST(SpecCommit, NumAcceptedTakesTheResidualOrBonusTokenToo) {
   // specVerify: numAccepted drafts, then one residual/bonus token.
-  const I32 tokens = {7, 8, 9,  4, 5, -1,  6, -1, -1};
+  const I32 tokens = {7, 8, 9, 4, 5, -1, 6, -1, -1};
   Outputs o;
   ref::specCommit(params({2, 1, 0}, 1, tokens, {3, 4, 5}, o, 3));
   EXPECT_EQ(o.emit, (I32{3, 2, 1}));
@@ -66,7 +66,7 @@ TEST(SpecCommit, PlainDecodingEmitsOneTokenPerSequence) {
 }
 
 TEST(SpecCommit, CorruptCountsAreClampedIntoTheRow) {
-  const I32 tokens = {1, 2,  3, 4,  5, 6};
+  const I32 tokens = {1, 2, 3, 4, 5, 6};
   Outputs o;
   ref::specCommit(params({0, 9, -4}, 0, tokens, {0, 0, 0}, o, 2));
   EXPECT_EQ(o.emit, (I32{1, 2, 1}));

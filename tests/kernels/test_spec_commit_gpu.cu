@@ -22,7 +22,8 @@ TEST(SpecCommitGpu, MatchesReference) {
     const int32_t width = 1 + trial % 16;
     const int32_t offset = trial % 2;
     const bool plain = trial % 5 == 4;
-    SCOPED_TRACE(::testing::Message() << "B " << batch << " width " << width << " offset " << offset);
+    SCOPED_TRACE(::testing::Message()
+                 << "B " << batch << " width " << width << " offset " << offset);
     I32 tokens(size_t(batch) * width), lengths(batch), counts(batch);
     for (auto& t : tokens) t = std::uniform_int_distribution<int32_t>(0, 151935)(rng);
     for (auto& l : lengths) l = std::uniform_int_distribution<int32_t>(0, 40000)(rng);

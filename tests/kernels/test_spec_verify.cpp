@@ -119,11 +119,11 @@ TEST(SpecVerifyRef, LosslessForSeveralDraftDistributions) {
 TEST(SpecVerifyRef, ChainStructureAndUniformLayout) {
   // V = 4, L = 3. Target rows one-hot-ish (greedy), so acceptance is deterministic.
   const int32_t v = 4, L = 3;
-  std::vector<float> logits = {0, 5, 0, 0,  // row 0 -> 1
-                               0, 0, 5, 0,  // row 1 -> 2
-                               5, 0, 0, 0,  // row 2 -> 0
+  std::vector<float> logits = {0, 5, 0, 0,   // row 0 -> 1
+                               0, 0, 5, 0,   // row 1 -> 2
+                               5, 0, 0, 0,   // row 2 -> 0
                                0, 0, 0, 5};  // row 3 (bonus) -> 3
-  std::vector<int32_t> drafts = {1, 2, 3};  // third is wrong
+  std::vector<int32_t> drafts = {1, 2, 3};   // third is wrong
   std::vector<float> u(2 * L + 1, 0.5f);
   std::vector<int32_t> out(L + 1, -5), acc(1, -5);
   SpecVerifyParams p;
@@ -205,7 +205,8 @@ TEST(SpecVerifyRef, DraftProbsStrideSkipsRowsBetweenSequences) {
   std::uniform_real_distribution<float> ud(0.0f, 1.0f);
   std::vector<float> logits(static_cast<size_t>(batch) * (L + 1) * v);
   for (float& x : logits) x = 3.0f * ud(rng);
-  std::vector<float> compact(static_cast<size_t>(batch) * L * v), strided(static_cast<size_t>(batch) * (L + 1) * v, 0.0f);
+  std::vector<float> compact(static_cast<size_t>(batch) * L * v),
+      strided(static_cast<size_t>(batch) * (L + 1) * v, 0.0f);
   for (int32_t b = 0; b < batch; ++b) {
     for (int32_t s = 0; s < L; ++s) {
       float sum = 0.0f;

@@ -23,7 +23,7 @@ struct VCase {
   int32_t topK;
   float topP;
   TopPMode mode;
-  bool with_q;   // draft probabilities (else onehot / argmax draft)
+  bool with_q;  // draft probabilities (else onehot / argmax draft)
   bool device_uniforms;
   SamplingPath path;
 };
@@ -59,7 +59,8 @@ void expect_matches_reference(const VCase& c, const VInputs& in, std::vector<int
   p.path = c.path;
   std::vector<int32_t> want_out(rows, -9);
   want_acc->assign(c.batch, -9);
-  p.targetLogits = c.dtype == DType::kF32 ? static_cast<const void*>(in.logits.data()) : logits16.data();
+  p.targetLogits =
+      c.dtype == DType::kF32 ? static_cast<const void*>(in.logits.data()) : logits16.data();
   p.draftTokens = in.drafts.data();
   p.draftProbs = c.with_q ? in.q.data() : nullptr;
   if (c.device_uniforms) {
@@ -78,7 +79,8 @@ void expect_matches_reference(const VCase& c, const VInputs& in, std::vector<int
   test::DeviceArray<float> d_q(in.q), d_u(in.u);
   test::DeviceArray<uint64_t> d_seeds(in.seeds);
   test::DeviceArray<int64_t> d_anchors(in.anchors);
-  p.targetLogits = c.dtype == DType::kF32 ? static_cast<const void*>(d_logits.get()) : d_logits16.get();
+  p.targetLogits =
+      c.dtype == DType::kF32 ? static_cast<const void*>(d_logits.get()) : d_logits16.get();
   p.draftTokens = d_drafts.get();
   p.draftProbs = c.with_q ? d_q.get() : nullptr;
   if (c.device_uniforms) {
@@ -147,12 +149,14 @@ void check(const VCase& c) {
     for (size_t r = 0; r < static_cast<size_t>(c.batch) * c.L; ++r) {
       double sum = 0;
       for (int32_t i = 0; i < c.vocab; ++i) sum += (q[r * c.vocab + i] = std::exp(nd(rng)));
-      for (int32_t i = 0; i < c.vocab; ++i) q[r * c.vocab + i] = static_cast<float>(q[r * c.vocab + i] / sum);
+      for (int32_t i = 0; i < c.vocab; ++i)
+        q[r * c.vocab + i] = static_cast<float>(q[r * c.vocab + i] / sum);
       q[r * c.vocab + in.drafts[r]] = std::max(q[r * c.vocab + in.drafts[r]], 0.3f);
     }
   }
   in.u.resize(static_cast<size_t>(c.batch) * (2 * c.L + 1));
-  for (size_t i = 0; i < in.u.size(); ++i) in.u[i] = request_uniform(77, static_cast<int64_t>(i), RngPurpose::kAccept, 0);
+  for (size_t i = 0; i < in.u.size(); ++i)
+    in.u[i] = request_uniform(77, static_cast<int64_t>(i), RngPurpose::kAccept, 0);
   for (int32_t b = 0; b < c.batch; ++b) {
     in.seeds.push_back(1000 + b);
     in.anchors.push_back(50 + 3 * b);
@@ -161,7 +165,8 @@ void check(const VCase& c) {
   expect_matches_reference(c, in, &want_acc);
   int64_t total_acc = 0;
   for (int32_t a : want_acc) total_acc += a;
-  if (c.L > 0) EXPECT_GT(total_acc, 0) << "test has no power: nothing accepted";  // L = 0: bonus only
+  if (c.L > 0)
+    EXPECT_GT(total_acc, 0) << "test has no power: nothing accepted";  // L = 0: bonus only
 }
 
 // Chains whose first rejection is placed: at draft 0, 1, 5, in a warp's second or third round
@@ -175,8 +180,8 @@ void check(const VCase& c) {
 // accepted draft 1; and at the first rejection of odd sequences q = 1 at every index: the residual
 // max(P - Q, 0) is 0, so the token comes from the target row (the residual mass floor's fallback).
 void check_placed_rejections(const VCase& c) {
-  SCOPED_TRACE(testing::Message() << "placed rejections: V " << c.vocab << " k " << c.topK
-                                  << " q " << c.with_q);
+  SCOPED_TRACE(testing::Message() << "placed rejections: V " << c.vocab << " k " << c.topK << " q "
+                                  << c.with_q);
   const int32_t V = c.vocab, L = c.L;
   const std::vector<int32_t> firstRejected = {0, 1, 5, 17, 20, 34, L - 1, L, L};  // L: bonus
   ASSERT_EQ(c.batch, static_cast<int32_t>(firstRejected.size()));
@@ -263,11 +268,13 @@ TEST(SpecVerifyGpu, PlacedRejections) {
     // used: the kernel holds a row in 16 slots per lane) and of top-k 1 (one entry), and dense
     // rows (top-k off).
     for (const int32_t k : {50, 512, 1, 0}) {
-      check_placed_rejections({9, 37, 6000, DType::kF32, 1.0f, k, 1.0f, kN, with_q, false, SamplingPath::kAuto});
+      check_placed_rejections(
+          {9, 37, 6000, DType::kF32, 1.0f, k, 1.0f, kN, with_q, false, SamplingPath::kAuto});
     }
     // Small-vocab path, list rows.
     for (const int32_t k : {50, 512}) {
-      check_placed_rejections({9, 37, 2048, DType::kF32, 1.0f, k, 1.0f, kN, with_q, false, SamplingPath::kAuto});
+      check_placed_rejections(
+          {9, 37, 2048, DType::kF32, 1.0f, k, 1.0f, kN, with_q, false, SamplingPath::kAuto});
     }
   }
 }

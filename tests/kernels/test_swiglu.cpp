@@ -39,11 +39,16 @@ void randomRows(DType dtype, double rel) {
   std::vector<float> guF(gate_up.size());
   for (size_t i = 0; i < gate_up.size(); ++i) {
     const float v = dist(rng);
-    if constexpr (std::is_same_v<T, float>) gate_up[i] = v;
-    else if constexpr (std::is_same_v<T, bf16>) gate_up[i] = to_bf16(v);
-    else gate_up[i] = to_fp16(v);
-    if constexpr (std::is_same_v<T, float>) guF[i] = gate_up[i];
-    else guF[i] = to_float(gate_up[i]);
+    if constexpr (std::is_same_v<T, float>)
+      gate_up[i] = v;
+    else if constexpr (std::is_same_v<T, bf16>)
+      gate_up[i] = to_bf16(v);
+    else
+      gate_up[i] = to_fp16(v);
+    if constexpr (std::is_same_v<T, float>)
+      guF[i] = gate_up[i];
+    else
+      guF[i] = to_float(gate_up[i]);
   }
   kernel::SwigluParams p{.gateUp = gate_up.data(),
                          .out = out.data(),
@@ -53,10 +58,13 @@ void randomRows(DType dtype, double rel) {
   ref::swiglu(p);
   for (int32_t r = 0; r < rows; ++r) {
     for (int32_t i = 0; i < inter; ++i) {
-      const double want = siluMul(guF[size_t(r) * 2 * inter + i], guF[size_t(r) * 2 * inter + inter + i]);
+      const double want =
+          siluMul(guF[size_t(r) * 2 * inter + i], guF[size_t(r) * 2 * inter + inter + i]);
       double got;
-      if constexpr (std::is_same_v<T, float>) got = out[size_t(r) * inter + i];
-      else got = to_float(out[size_t(r) * inter + i]);
+      if constexpr (std::is_same_v<T, float>)
+        got = out[size_t(r) * inter + i];
+      else
+        got = to_float(out[size_t(r) * inter + i]);
       EXPECT_NEAR(got, want, rel * std::abs(want) + 1e-6) << r << "," << i;
     }
   }
@@ -79,17 +87,24 @@ TEST(SwigluRef, Validation) {
     return p;
   };
   EXPECT_TRUE(kernel::validate(make()));
-  auto p = make(); p.rows = 0; p.gateUp = nullptr;
+  auto p = make();
+  p.rows = 0;
+  p.gateUp = nullptr;
   EXPECT_FALSE(kernel::validate(p));
-  p = make(); p.rows = -2;
+  p = make();
+  p.rows = -2;
   test::expectInvalidArgument([&] { ref::swiglu(p); }, "rows");
-  p = make(); p.intermediateSize = 0;
+  p = make();
+  p.intermediateSize = 0;
   test::expectInvalidArgument([&] { ref::swiglu(p); }, "intermediateSize");
-  p = make(); p.dtype = DType::kI8;
+  p = make();
+  p.dtype = DType::kI8;
   test::expectInvalidArgument([&] { ref::swiglu(p); }, "dtype");
-  p = make(); p.gateUp = nullptr;
+  p = make();
+  p.gateUp = nullptr;
   test::expectInvalidArgument([&] { ref::swiglu(p); }, "gateUp");
-  p = make(); p.out = nullptr;
+  p = make();
+  p.out = nullptr;
   test::expectInvalidArgument([&] { ref::swiglu(p); }, "out");
 }
 

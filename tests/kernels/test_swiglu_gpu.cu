@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/swiglu.h"
 #include "forward_ops_gpu_test_util.h"
+#include "kernels/swiglu.h"
 
 namespace es {
 namespace {
@@ -18,9 +18,8 @@ using namespace fwdtest;
 template <typename T>
 void run(int32_t rows, int32_t inter, bool offset, std::mt19937& rng,
          kernel::GateUpLayout layout = kernel::GateUpLayout::kHalves) {
-  SCOPED_TRACE(::testing::Message() << "rows " << rows << " inter " << inter << " offset "
-                                    << offset << " " << dtype_name(dtype_of<T>) << " layout "
-                                    << int(layout));
+  SCOPED_TRACE(::testing::Message() << "rows " << rows << " inter " << inter << " offset " << offset
+                                    << " " << dtype_name(dtype_of<T>) << " layout " << int(layout));
   const size_t off = offset ? 1 : 0;
   std::vector<T> gate_up(off + size_t(rows) * 2 * inter);
   fill(gate_up, rng, -8.0f, 8.0f);

@@ -35,14 +35,16 @@ TEST(WorkerPool, EveryTaskRunsExactlyOnce) {
   for (int64_t count : {1, 2, 3, 8, 17, 1000}) {
     std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
     pool.run(count, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); });
-    for (int64_t i = 0; i < count; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << count << " tasks, task " << i;
+    for (int64_t i = 0; i < count; ++i)
+      ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << count << " tasks, task " << i;
   }
 }
 
 TEST(WorkerPool, ParallelForCoversTheRangeOnce) {
   for (int64_t count : {0, 1, 2, 5, 31, 4096}) {
     const std::vector<int> hits = visitCounts(count);
-    for (int64_t i = 0; i < count; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << count << ": " << i;
+    for (int64_t i = 0; i < count; ++i)
+      ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << count << ": " << i;
   }
 }
 

@@ -2,11 +2,10 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kv/kv_cache_manager.h"
 #include "support/test_util.h"
@@ -193,7 +192,11 @@ TEST(KvCacheManager, RandomOperationsKeepEveryInvariant) {
   for (uint32_t seed = 1; seed <= 20; ++seed) {
     KvCacheManager m(tiny(kBatch, kSeq), MemorySpace::kHost);
     const int32_t capacity = m.capacity();
-    struct Seq { int id; int32_t base; int32_t draft; };
+    struct Seq {
+      int id;
+      int32_t base;
+      int32_t draft;
+    };
     std::vector<Seq> model;  // index = slot
     int nextId = 1;
     std::mt19937 rng(seed);

@@ -204,7 +204,8 @@ struct Model {
   }
   bool hasChild(const std::vector<int32_t>& k) const {
     for (const auto& [other, r] : records) {
-      if (other.size() == k.size() + 1 && std::equal(k.begin(), k.end(), other.begin())) return true;
+      if (other.size() == k.size() + 1 && std::equal(k.begin(), k.end(), other.begin()))
+        return true;
     }
     return false;
   }
@@ -239,7 +240,8 @@ struct Model {
     auto victim = records.end();
     for (auto it = records.begin(); it != records.end(); ++it) {
       const ModelRecord& r = it->second;
-      if (hasChild(it->first) || activeBase(r.base) || (r.draft >= 0 && activeDraft(r.draft))) continue;
+      if (hasChild(it->first) || activeBase(r.base) || (r.draft >= 0 && activeDraft(r.draft)))
+        continue;
       if (victim == records.end() || r.lastUse < victim->second.lastUse) victim = it;
     }
     if (victim == records.end()) return false;
@@ -274,8 +276,10 @@ void expectMatchesModel(const KvCacheManager& m, const Model& model, int step) {
     const bool live = s < m.activeCount();
     for (int32_t p = 0; p < m.plan().maxPagesPerSeq; ++p) {
       const ModelSlot* ms = live ? &model.slots[static_cast<size_t>(s)] : nullptr;
-      const PageId base = ms && p < static_cast<int32_t>(ms->base.size()) ? ms->base[static_cast<size_t>(p)] : -1;
-      const PageId draft = ms && p < static_cast<int32_t>(ms->draft.size()) ? ms->draft[static_cast<size_t>(p)] : -1;
+      const PageId base =
+          ms && p < static_cast<int32_t>(ms->base.size()) ? ms->base[static_cast<size_t>(p)] : -1;
+      const PageId draft =
+          ms && p < static_cast<int32_t>(ms->draft.size()) ? ms->draft[static_cast<size_t>(p)] : -1;
       ASSERT_EQ(m.basePageTable().kPage(s, p), base) << "slot " << s << " page " << p;
       ASSERT_EQ(m.draftPageTable().kPage(s, p), draft) << "slot " << s << " page " << p;
     }
@@ -294,7 +298,9 @@ TEST(KvPrefixReuse, RandomizedSequencesMatchTheReferenceModel) {
     int64_t evictions = 0;
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    auto uniform = [&](int32_t lo, int32_t hi) { return std::uniform_int_distribution<int32_t>(lo, hi)(rng); };
+    auto uniform = [&](int32_t lo, int32_t hi) {
+      return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
+    };
     KvCacheManager m(tinyReuse(kBatch, kSeq, kRetained), MemorySpace::kHost);
     Model model;
     model.numPages = m.plan().numPages;
@@ -328,11 +334,13 @@ TEST(KvPrefixReuse, RandomizedSequencesMatchTheReferenceModel) {
         const int32_t blocks = (total + P - 1) / P;
         model.slots.push_back(s);
         for (int32_t b = matched; b < blocks; ++b) {
-          while (model.usedBase() == model.numPages || (s.withDraft && model.usedDraft() == model.numPages)) {
+          while (model.usedBase() == model.numPages ||
+                 (s.withDraft && model.usedDraft() == model.numPages)) {
             ASSERT_TRUE(model.evictOne()) << "the minimum pool must always serve active slots";
             ++evictions;
           }
-          model.slots.back().base.push_back(-2 - b);  // a placeholder until the manager's choice is known
+          model.slots.back().base.push_back(
+              -2 - b);  // a placeholder until the manager's choice is known
           if (s.withDraft) model.slots.back().draft.push_back(-2 - b);
         }
         const KvCacheManager::Admission a = m.admit(prompt, total, s.withDraft);
@@ -354,7 +362,8 @@ TEST(KvPrefixReuse, RandomizedSequencesMatchTheReferenceModel) {
             continue;
           }
           ASSERT_FALSE(model.activeBase(base)) << "page " << base << " handed out while in use";
-          for (const auto& [k, r] : model.records) ASSERT_NE(r.base, base) << "a record's page handed out";
+          for (const auto& [k, r] : model.records)
+            ASSERT_NE(r.base, base) << "a record's page handed out";
           ASSERT_EQ(std::count(ms.base.begin(), ms.base.begin() + b, base), 0);
           ms.base[static_cast<size_t>(b)] = base;
           if (s.withDraft) {
@@ -381,14 +390,15 @@ TEST(KvPrefixReuse, RandomizedSequencesMatchTheReferenceModel) {
             ms.chainOpen = false;
             break;
           }
-          model.records[k] = {ms.base[static_cast<size_t>(b)], ms.withDraft ? ms.draft[static_cast<size_t>(b)] : -1,
-                              ++model.clock};
+          model.records[k] = {ms.base[static_cast<size_t>(b)],
+                              ms.withDraft ? ms.draft[static_cast<size_t>(b)] : -1, ++model.clock};
           ++ms.published;
           ++expected;
         }
         ASSERT_EQ(m.publish(slot, ms.tokens), expected);
         if (ms.published > 0) {
-          expectInvalidArgument([&] { m.checkWritable(slot, ms.published * P - 1, 1); }, "firstPosition");
+          expectInvalidArgument([&] { m.checkWritable(slot, ms.published * P - 1, 1); },
+                                "firstPosition");
         }
       } else if (op == 2 && m.activeCount() > 0) {  // retire a random subset
         std::vector<uint8_t> keep;

@@ -41,8 +41,9 @@ TEST(KvSwaWiring, PlanBoundsSlidingLayersBelowCapacityOnly) {
   EXPECT_EQ(p.numSwaPages, computeMinimumSwaPoolPages(3, 160));
   EXPECT_EQ(p.base[1].numPages, p.numSwaPages);
   EXPECT_EQ(p.base[0].numPages, p.numPages);
-  EXPECT_NE(p.describe().find("sliding-window pool: 21 pages (window 160, 7 private pages per slot)"),
-            std::string::npos)
+  EXPECT_NE(
+      p.describe().find("sliding-window pool: 21 pages (window 160, 7 private pages per slot)"),
+      std::string::npos)
       << p.describe();
   EXPECT_EQ(p.toJson()["swa_private_pages_per_slot"], 7);
 
@@ -176,7 +177,9 @@ TEST(KvSwaWiring, PropertyStepsThroughTheManagerNeverClobberWhatARunningStepRead
       const int32_t k = mirror[static_cast<size_t>(int64_t{slot} * 2 * maxPages + pos / P)];
       return k < 0 ? -1 : int64_t{k} * P + pos % P;
     };
-    auto value = [](int64_t request, int64_t pos) { return static_cast<float>(request * 4096 + pos); };
+    auto value = [](int64_t request, int64_t pos) {
+      return static_cast<float>(request * 4096 + pos);
+    };
     std::vector<int64_t> requestOf(static_cast<size_t>(maxB), -1);
     int64_t nextRequest = 0;
     std::vector<RunningStep> running;
@@ -184,7 +187,8 @@ TEST(KvSwaWiring, PropertyStepsThroughTheManagerNeverClobberWhatARunningStepRead
 
     auto checkAll = [&] {
       for (int32_t s = 0; s < cache.activeCount(); ++s) {
-        ASSERT_EQ(m.boundPages(s) + m.pendingPages(s) + m.reservedPages(s), cache.plan().swaPrivatePagesPerSlot)
+        ASSERT_EQ(m.boundPages(s) + m.pendingPages(s) + m.reservedPages(s),
+                  cache.plan().swaPrivatePagesPerSlot)
             << "slot " << s;
         ASSERT_EQ(m.length(s), cache.baseLength(s));
         const int64_t L = cache.baseLength(s);
@@ -220,8 +224,9 @@ TEST(KvSwaWiring, PropertyStepsThroughTheManagerNeverClobberWhatARunningStepRead
         swa_test::remapAwaiting(awaiting, oldToNew);
         table.syncDirtyToHost(mirror);
       } else if (kind <= 3 && !running.empty()) {
-        swa_test::completeOldestSteps(running, awaiting, rng, [&](int64_t id) { cache.completeStep(id); },
-                                      [&](int32_t slot, int32_t rows) { cache.commitBase(slot, rows); });
+        swa_test::completeOldestSteps(
+            running, awaiting, rng, [&](int64_t id) { cache.completeStep(id); },
+            [&](int32_t slot, int32_t rows) { cache.commitBase(slot, rows); });
         table.syncDirtyToHost(mirror);
       } else if (cache.activeCount() > 0) {
         std::vector<SwaStepWrite> writes;
@@ -231,8 +236,9 @@ TEST(KvSwaWiring, PropertyStepsThroughTheManagerNeverClobberWhatARunningStepRead
           const int64_t room = cache.maxStepTokens(s);
           if (room <= 0) continue;
           const bool isPrefill = std::uniform_int_distribution<int>(0, 1)(rng) == 0;
-          const int64_t want = isPrefill ? std::uniform_int_distribution<int64_t>(1, 2 * W + 130)(rng)
-                                         : std::uniform_int_distribution<int64_t>(1, 16)(rng);
+          const int64_t want = isPrefill
+                                   ? std::uniform_int_distribution<int64_t>(1, 2 * W + 130)(rng)
+                                   : std::uniform_int_distribution<int64_t>(1, 16)(rng);
           writes.push_back({s, static_cast<int32_t>(std::min(room, want))});
           prefill.push_back(isPrefill);
         }
@@ -264,7 +270,8 @@ TEST(KvSwaWiring, PropertyStepsThroughTheManagerNeverClobberWhatARunningStepRead
             ASSERT_EQ(written.count(r), 0u) << "step " << id << " writes physical row " << r
                                             << " that running step " << other.id << " reads";
             ASSERT_EQ(newlyBound.count(static_cast<int32_t>(r / P)), 0u)
-                << "step " << id << " binds page " << r / P << " that running step " << other.id << " reads";
+                << "step " << id << " binds page " << r / P << " that running step " << other.id
+                << " reads";
           }
         }
         // The step's K/V writes, through the uploaded table, into both sliding layers.

@@ -47,7 +47,8 @@ TEST(PageGeometry, MaxPagesPerSeqAndPadding) {
   EXPECT_EQ(computeMaxPagesPerSeq(kMaxKvCacheCapacity), 16777215);
   EXPECT_EQ(padKvCacheCapacity(129), 256);
   EXPECT_EQ(padKvCacheCapacity(kMaxKvCacheCapacity), kMaxKvCacheCapacity);
-  expectInvalidArgument([] { computeMaxPagesPerSeq(kMaxKvCacheCapacity + 1); }, "maxKVCacheCapacity");
+  expectInvalidArgument([] { computeMaxPagesPerSeq(kMaxKvCacheCapacity + 1); },
+                        "maxKVCacheCapacity");
   expectInvalidArgument([] { computeMaxPagesPerSeq(kInt32Max); }, "maxKVCacheCapacity");
   expectInvalidArgument([] { computeMaxPagesPerSeq(0); }, "maxKVCacheCapacity");
   expectInvalidArgument([] { padKvCacheCapacity(-5); }, "maxKVCacheCapacity");
@@ -77,14 +78,15 @@ TEST(PageGeometry, SwaPrivatePages) {
   expectInvalidArgument([] { computeSwaPrivatePagesPerSlot(0, 128, 1); }, "slidingWindowCapacity");
   expectInvalidArgument([] { computeSwaPrivatePagesPerSlot(512, 0, 1); }, "tokensPerPage");
   expectInvalidArgument([] { computeSwaPrivatePagesPerSlot(512, 128, 0); }, "replacementPageCount");
-  expectInvalidArgument([] { computeSwaPrivatePagesPerSlot(-512, 128, 1); }, "slidingWindowCapacity");
+  expectInvalidArgument([] { computeSwaPrivatePagesPerSlot(-512, 128, 1); },
+                        "slidingWindowCapacity");
   expectInvalidArgument([] { computeSwaPrivatePagesPerSlot(int64_t{1} << 40, 128, 1); },
-                 "slidingWindowCapacity");
+                        "slidingWindowCapacity");
   EXPECT_EQ(computeMinimumSwaPoolPages(4, 512), 44);
   EXPECT_EQ(computeMinimumSwaPoolPages(1, 4096), 67);
   expectInvalidArgument([] { computeMinimumSwaPoolPages(0, 512); }, "maxBatchSize");
-  expectInvalidArgument([] { computeMinimumSwaPoolPages(std::numeric_limits<int64_t>::max(), 512); },
-                 "maxBatchSize");
+  expectInvalidArgument(
+      [] { computeMinimumSwaPoolPages(std::numeric_limits<int64_t>::max(), 512); }, "maxBatchSize");
 }
 
 TEST(PageGeometry, MinimumKvPoolPages) {
@@ -98,9 +100,10 @@ TEST(PageGeometry, MinimumKvPoolPages) {
   expectInvalidArgument([] { computeMinimumKvPoolPages(-1, 128); }, "maxBatchSize");
   expectInvalidArgument([] { computeMinimumKvPoolPages(1, 0); }, "maxKVCacheCapacity");
   expectInvalidArgument([] { computeMinimumKvPoolPages(1, int64_t{kMaxKvCacheCapacity} + 1); },
-                 "maxKVCacheCapacity");
-  expectInvalidArgument([] { computeMinimumKvPoolPages(std::numeric_limits<int64_t>::max() / 2, 4096); },
-                 "maxBatchSize");
+                        "maxKVCacheCapacity");
+  expectInvalidArgument(
+      [] { computeMinimumKvPoolPages(std::numeric_limits<int64_t>::max() / 2, 4096); },
+      "maxBatchSize");
 }
 
 TEST(PageGeometry, CheckedPoolPagesNarrowing) {

@@ -20,7 +20,8 @@ TEST(PageTable, ConstructionValidates) {
   expectInvalidArgument([] { PageTable(0, 4, 16); }, "maxBatch");
   expectInvalidArgument([] { PageTable(2, 0, 16); }, "maxPagesPerSeq");
   expectInvalidArgument([] { PageTable(2, 4, 0); }, "numPages");
-  expectInvalidArgument([] { PageTable(2, 4, static_cast<int32_t>(kMaxKvPoolPages + 1)); }, "numPages");
+  expectInvalidArgument([] { PageTable(2, 4, static_cast<int32_t>(kMaxKvPoolPages + 1)); },
+                        "numPages");
   PageTable t(3, 4, 20);
   for (int b = 0; b < 3; ++b)
     for (int p = 0; p < 4; ++p) EXPECT_EQ(t.kPage(b, p), kUnusedPageEntry);
@@ -48,7 +49,7 @@ TEST(PageTable, SetRowDenseValidation) {
   PageTable t(2, 4, 10);
   t.setIdentity();
   t.setRow(1, std::vector<PageId>{9, 2});  // shorter rows are padded with -1
-  EXPECT_FALSE(t.isIdentity());  // any mutation after identity mapping clears the flag
+  EXPECT_FALSE(t.isIdentity());            // any mutation after identity mapping clears the flag
   EXPECT_EQ(t.kPage(1, 0), 9);
   EXPECT_EQ(t.vPage(1, 1), 12);
   EXPECT_EQ(t.kPage(1, 2), kUnusedPageEntry);
@@ -66,7 +67,9 @@ TEST(PageTable, SetRowDenseValidation) {
   t.setRow(0, std::vector<PageId>{-1, 3, -1, 4}, PageTableValidation::kSparseWindow);
   EXPECT_EQ(t.kPage(0, 1), 3);
   expectInvalidArgument(
-      [&] { t.setRow(0, std::vector<PageId>{-1, 3, -1, 3}, PageTableValidation::kSparseWindow); },
+      [&] {
+        t.setRow(0, std::vector<PageId>{-1, 3, -1, 3}, PageTableValidation::kSparseWindow);
+      },
       "slot 0 page[3]");
   expectInvalidArgument([&] { t.validateRow(0, PageTableValidation::kDense); }, "slot 0 page[1]");
   EXPECT_NO_THROW(t.validateRow(0, PageTableValidation::kSparseWindow));

@@ -38,14 +38,17 @@ void randomMutation(PageTable& t, std::mt19937& rng) {
     return row;
   };
   switch (kind(rng)) {
-    case 0: t.setRow(slot(rng), randomDenseRow()); break;
+    case 0:
+      t.setRow(slot(rng), randomDenseRow());
+      break;
     case 1: {
       std::vector<PageTableRowUpdate> updates;
       std::vector<int32_t> slots(static_cast<size_t>(B));
       std::iota(slots.begin(), slots.end(), 0);
       std::shuffle(slots.begin(), slots.end(), rng);
       const int32_t n = 1 + static_cast<int32_t>(rng() % std::min(B, 4));
-      for (int32_t i = 0; i < n; ++i) updates.push_back({slots[static_cast<size_t>(i)], randomDenseRow()});
+      for (int32_t i = 0; i < n; ++i)
+        updates.push_back({slots[static_cast<size_t>(i)], randomDenseRow()});
       t.setRows(updates);
       break;
     }
@@ -56,7 +59,9 @@ void randomMutation(PageTable& t, std::mt19937& rng) {
       if (std::find(row.begin(), row.end(), id) == row.end()) t.setEntry(s, p, id);
       break;
     }
-    case 3: t.clearEntry(slot(rng), logical(rng)); break;
+    case 3:
+      t.clearEntry(slot(rng), logical(rng));
+      break;
     case 4: {
       std::vector<int32_t> perm(static_cast<size_t>(B));
       std::iota(perm.begin(), perm.end(), 0);
@@ -109,7 +114,10 @@ TEST(PageTableUploadGpu, DeviceCopyMatchesHostAfterRandomMutations) {
       }
       // Restore the clean rows (they were correct before poisoning) for the next step.
       for (size_t i = 0; i < got.size(); ++i)
-        if (!isDirty[i]) poisoned[i] = before[i]; else poisoned[i] = got[i];
+        if (!isDirty[i])
+          poisoned[i] = before[i];
+        else
+          poisoned[i] = got[i];
       device.upload(poisoned);
       ASSERT_EQ(device.download(), want);
     }

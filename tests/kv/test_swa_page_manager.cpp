@@ -16,7 +16,6 @@ using test::expectInvalidArgument;
 
 constexpr int32_t P = kTokensPerPage;
 
-
 // Physical (page, row) of a slot's position through the host table; -1 when unmapped.
 int64_t physicalRow(const PageTable& t, int32_t slot, int64_t pos) {
   const PageId p = t.kPage(slot, static_cast<int32_t>(pos / P));
@@ -228,8 +227,7 @@ TEST(SwaPageManager, PropertyRandomStepsNeverWriteWhatARunningStepReads) {
     const int32_t maxB = std::uniform_int_distribution<int32_t>(1, 4)(rng);
     const int32_t maxPages = std::uniform_int_distribution<int32_t>(8, 40)(rng);
     const int32_t extra = std::uniform_int_distribution<int32_t>(0, 3)(rng);
-    PageTable t(maxB, maxPages,
-                static_cast<int32_t>(computeMinimumSwaPoolPages(maxB, W)) + extra);
+    PageTable t(maxB, maxPages, static_cast<int32_t>(computeMinimumSwaPoolPages(maxB, W)) + extra);
     SwaPageManager m(t, W);
     std::vector<RunningStep> running;
     // Slots whose last step was a verify step: they commit only once it completes.
@@ -246,8 +244,9 @@ TEST(SwaPageManager, PropertyRandomStepsNeverWriteWhatARunningStepReads) {
         swa_test::remapAwaiting(awaiting, m.retireAndCompact(keep));
       } else if (kind <= 3 && !running.empty()) {
         // Complete the oldest step (or several); verify slots then commit their accepted rows.
-        swa_test::completeOldestSteps(running, awaiting, rng, [&](int64_t id) { m.completeStep(id); },
-                                      [&](int32_t slot, int32_t rows) { m.commit(slot, rows); });
+        swa_test::completeOldestSteps(
+            running, awaiting, rng, [&](int64_t id) { m.completeStep(id); },
+            [&](int32_t slot, int32_t rows) { m.commit(slot, rows); });
       } else if (m.activeCount() > 0) {
         std::vector<SwaStepWrite> writes;
         std::vector<uint8_t> prefill;
@@ -256,8 +255,9 @@ TEST(SwaPageManager, PropertyRandomStepsNeverWriteWhatARunningStepReads) {
           const int64_t room = std::min<int64_t>(m.maxStepTokens(s), m.capacity() - m.length(s));
           if (room <= 0) continue;
           const bool isPrefill = std::uniform_int_distribution<int>(0, 1)(rng) == 0;
-          const int64_t want = isPrefill ? std::uniform_int_distribution<int64_t>(1, 2 * W + 130)(rng)
-                                         : std::uniform_int_distribution<int64_t>(1, 16)(rng);
+          const int64_t want = isPrefill
+                                   ? std::uniform_int_distribution<int64_t>(1, 2 * W + 130)(rng)
+                                   : std::uniform_int_distribution<int64_t>(1, 16)(rng);
           writes.push_back({s, static_cast<int32_t>(std::min(room, want))});
           prefill.push_back(isPrefill);
         }

@@ -20,7 +20,9 @@
 
 namespace es::model::oracle {
 
-inline std::filesystem::path fixtureDir() { return std::filesystem::path(test::test_data_dir()) / "models" / "dflash_tiny"; }
+inline std::filesystem::path fixtureDir() {
+  return std::filesystem::path(test::test_data_dir()) / "models" / "dflash_tiny";
+}
 
 struct Sequence {
   std::vector<int32_t> prompt;
@@ -45,18 +47,21 @@ struct Fixture {
 inline Fixture loadFixture() {
   const std::filesystem::path dir = fixtureDir();
   if (!std::filesystem::exists(dir / "reference.json")) {
-    throw std::runtime_error("missing DFlash oracle fixture " + dir.string() +
-                             " (python3 tools/dflash_reference.py make-fixture tests/data/models/dflash_tiny)");
+    throw std::runtime_error(
+        "missing DFlash oracle fixture " + dir.string() +
+        " (python3 tools/dflash_reference.py make-fixture tests/data/models/dflash_tiny)");
   }
   std::ifstream f(dir / "reference.json");
-  Fixture fx{nlohmann::json::parse(f), SafetensorsFile::open(dir / "reference.safetensors"), {}, {}};
+  Fixture fx{
+      nlohmann::json::parse(f), SafetensorsFile::open(dir / "reference.safetensors"), {}, {}};
   const nlohmann::json& m = fx.meta;
   fx.blockSize = m.at("block_size");
   fx.vocab = m.at("vocab_size");
   fx.hidden = m.at("hidden_size");
   fx.taps = m.at("target_layer_ids").get<std::vector<int32_t>>();
   for (const auto& s : m.at("sequences")) {
-    fx.seqs.push_back({s.at("prompt").get<std::vector<int32_t>>(), s.at("verify").get<std::vector<int32_t>>(),
+    fx.seqs.push_back({s.at("prompt").get<std::vector<int32_t>>(),
+                       s.at("verify").get<std::vector<int32_t>>(),
                        s.at("accepted").get<int32_t>()});
   }
   for (int r = 0; r < 2; ++r) {
@@ -64,8 +69,10 @@ inline Fixture loadFixture() {
     Round& rd = fx.rounds[r];
     rd.blockStarts = j.at("block_starts").get<std::vector<int32_t>>();
     rd.anchors = j.at("anchors").get<std::vector<int32_t>>();
-    for (const auto& row : j.at("argmax")) for (int32_t t : row) rd.argmax.push_back(t);
-    for (const auto& row : j.at("top2_margin")) for (double v : row) rd.margins.push_back(v);
+    for (const auto& row : j.at("argmax"))
+      for (int32_t t : row) rd.argmax.push_back(t);
+    for (const auto& row : j.at("top2_margin"))
+      for (double v : row) rd.margins.push_back(v);
   }
   return fx;
 }
@@ -79,7 +86,8 @@ struct Outcome {
 
 inline Outcome runScenario(ops::Backend& backend, const Fixture& fx) {
   const std::filesystem::path dir = fixtureDir();
-  const std::vector<int32_t> taps = DFlashDraft::requiredTargetTaps(dir / "draft", loadModelConfig(dir / "target"));
+  const std::vector<int32_t> taps =
+      DFlashDraft::requiredTargetTaps(dir / "draft", loadModelConfig(dir / "target"));
   EXPECT_EQ(taps, fx.taps);
   TargetModel target(dir / "target", backend, 320, taps);
   DFlashDraft draft(dir / "draft", backend, target, 320, 2);
@@ -97,14 +105,16 @@ inline Outcome runScenario(ops::Backend& backend, const Fixture& fx) {
   Outcome out;
   out.taps.resize(static_cast<size_t>(B));
   // Appends rows [first, first + count) of forward taps [n, T, H] to sequence b's taps.
-  auto keepTaps = [&](const std::vector<float>& t, int32_t T, int32_t b, int32_t first, int32_t count) {
+  auto keepTaps = [&](const std::vector<float>& t, int32_t T, int32_t b, int32_t first,
+                      int32_t count) {
     std::vector<float>& dst = out.taps[static_cast<size_t>(b)];
     const int32_t have = static_cast<int32_t>(dst.size() / (static_cast<size_t>(n) * H));
     std::vector<float> merged(static_cast<size_t>(n) * (have + count) * H);
     for (int32_t i = 0; i < n; ++i) {
       std::copy_n(dst.begin() + static_cast<int64_t>(i) * have * H, static_cast<int64_t>(have) * H,
                   merged.begin() + static_cast<int64_t>(i) * (have + count) * H);
-      std::copy_n(t.begin() + (static_cast<int64_t>(i) * T + first) * H, static_cast<int64_t>(count) * H,
+      std::copy_n(t.begin() + (static_cast<int64_t>(i) * T + first) * H,
+                  static_cast<int64_t>(count) * H,
                   merged.begin() + (static_cast<int64_t>(i) * (have + count) + have) * H);
     }
     dst = std::move(merged);

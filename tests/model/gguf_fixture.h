@@ -33,7 +33,8 @@ namespace es::test {
 // The forward permutation of llama.cpp's converter, written directly from its numpy expression
 // w.reshape(n, 2, d/2, in).swapaxes(1, 2).reshape(w.shape): element [h, i, j] of the swapped
 // array (i < d/2, j < 2) is element [h, j, i] of the reshaped one.
-inline std::vector<float> permuteLikeLlamaCpp(const std::vector<float>& w, int64_t n, int64_t rows, int64_t cols) {
+inline std::vector<float> permuteLikeLlamaCpp(const std::vector<float>& w, int64_t n, int64_t rows,
+                                              int64_t cols) {
   const int64_t d = rows / n;
   std::vector<float> p(w.size());
   for (int64_t h = 0; h < n; ++h)
@@ -50,11 +51,11 @@ inline std::string ggufNameOf(const std::string& hf) {
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";
   static const std::map<std::string, std::string> layer = {
-      {"input_layernorm", "attn_norm"}, {"post_attention_layernorm", "ffn_norm"},
-      {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"},
+      {"input_layernorm", "attn_norm"},    {"post_attention_layernorm", "ffn_norm"},
+      {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},
       {"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"},
-      {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},
+      {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
   const std::string prefix = "model.layers.";
   if (hf.rfind(prefix, 0) != 0) return "";
@@ -77,16 +78,22 @@ inline void putHalfBits(std::vector<uint8_t>& b, uint16_t bits) {
 inline std::vector<uint8_t> encodeAs(model::GgmlType type, const std::vector<float>& x) {
   std::vector<uint8_t> b;
   switch (type) {
-    case model::GgmlType::kF32: return f32Bytes(x);
-    case model::GgmlType::kF16: for (float v : x) putHalfBits(b, to_fp16(v).bits); return b;
-    case model::GgmlType::kBF16: for (float v : x) putHalfBits(b, to_bf16(v).bits); return b;
+    case model::GgmlType::kF32:
+      return f32Bytes(x);
+    case model::GgmlType::kF16:
+      for (float v : x) putHalfBits(b, to_fp16(v).bits);
+      return b;
+    case model::GgmlType::kBF16:
+      for (float v : x) putHalfBits(b, to_bf16(v).bits);
+      return b;
     case model::GgmlType::kQ8_0:
       for (size_t k = 0; k < x.size(); k += 32) {
         float amax = 0;
         for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[k + j]));
         const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
         putHalfBits(b, to_fp16(d).bits);
-        for (int j = 0; j < 32; ++j) b.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[k + j] * id))));
+        for (int j = 0; j < 32; ++j)
+          b.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[k + j] * id))));
       }
       return b;
     case model::GgmlType::kQ4_1:
@@ -96,12 +103,15 @@ inline std::vector<uint8_t> encodeAs(model::GgmlType type, const std::vector<flo
         const float d = (hi - lo) / 15.0f, id = d != 0 ? 1.0f / d : 0.0f;
         putHalfBits(b, to_fp16(d).bits);
         putHalfBits(b, to_fp16(lo).bits);
-        auto q = [&](int j) { return std::clamp(static_cast<int>(std::lround((x[k + j] - lo) * id)), 0, 15); };
+        auto q = [&](int j) {
+          return std::clamp(static_cast<int>(std::lround((x[k + j] - lo) * id)), 0, 15);
+        };
         for (int j = 0; j < 16; ++j) b.push_back(static_cast<uint8_t>(q(j) | (q(j + 16) << 4)));
       }
       return b;
     default:
-      throw std::runtime_error("encodeAs: no quantiser for ggml type " + std::to_string(static_cast<int>(type)));
+      throw std::runtime_error("encodeAs: no quantiser for ggml type " +
+                               std::to_string(static_cast<int>(type)));
   }
 }
 
@@ -109,20 +119,25 @@ inline std::vector<uint8_t> encodeAs(model::GgmlType type, const std::vector<flo
 inline std::vector<uint8_t> randomBlocks(model::GgmlType type, uint64_t numel, std::mt19937& rng) {
   std::uniform_int_distribution<int> byte(0, 255);
   std::vector<uint8_t> b;
-  auto bytes = [&](int n) { for (int i = 0; i < n; ++i) b.push_back(static_cast<uint8_t>(byte(rng))); };
+  auto bytes = [&](int n) {
+    for (int i = 0; i < n; ++i) b.push_back(static_cast<uint8_t>(byte(rng)));
+  };
   for (uint64_t k = 0; k < numel / 256; ++k) {
     switch (type) {
       case model::GgmlType::kQ4_K:  // d, dmin, scales[12], qs[128]
-        putHalfBits(b, to_fp16(0.0008f).bits), putHalfBits(b, to_fp16(0.0004f).bits), bytes(12 + 128);
+        putHalfBits(b, to_fp16(0.0008f).bits), putHalfBits(b, to_fp16(0.0004f).bits),
+            bytes(12 + 128);
         break;
       case model::GgmlType::kQ5_K:  // d, dmin, scales[12], qh[32], qs[128]
-        putHalfBits(b, to_fp16(0.0004f).bits), putHalfBits(b, to_fp16(0.0002f).bits), bytes(12 + 32 + 128);
+        putHalfBits(b, to_fp16(0.0004f).bits), putHalfBits(b, to_fp16(0.0002f).bits),
+            bytes(12 + 32 + 128);
         break;
       case model::GgmlType::kQ6_K:  // ql[128], qh[64], scales[16], d
         bytes(128 + 64 + 16), putHalfBits(b, to_fp16(0.0002f).bits);
         break;
       default:
-        throw std::runtime_error("randomBlocks: not a K-quant: " + std::to_string(static_cast<int>(type)));
+        throw std::runtime_error("randomBlocks: not a K-quant: " +
+                                 std::to_string(static_cast<int>(type)));
     }
   }
   return b;
@@ -132,10 +147,14 @@ inline std::vector<uint8_t> randomBlocks(model::GgmlType type, uint64_t numel, s
 
 inline std::string ggufArchOf(const model::ModelConfig& c) {
   switch (c.architecture) {
-    case model::Architecture::kLlama: return "llama";
-    case model::Architecture::kQwen2: return "qwen2";
-    case model::Architecture::kQwen3: return "qwen3";
-    default: throw std::runtime_error("ggufArchOf: no GGUF architecture for a draft");
+    case model::Architecture::kLlama:
+      return "llama";
+    case model::Architecture::kQwen2:
+      return "qwen2";
+    case model::Architecture::kQwen3:
+      return "qwen3";
+    default:
+      throw std::runtime_error("ggufArchOf: no GGUF architecture for a draft");
   }
 }
 
@@ -155,7 +174,8 @@ inline void writeModelMetadata(GgufTestWriter& w, const model::ModelConfig& c) {
   w.kvF32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   w.kvF32(a + ".rope.freq_base", static_cast<float>(c.rope.theta));
   if (c.rope.type == model::RopeType::kLinear || c.rope.type == model::RopeType::kYarn) {
-    w.kvString(a + ".rope.scaling.type", c.rope.type == model::RopeType::kLinear ? "linear" : "yarn");
+    w.kvString(a + ".rope.scaling.type",
+               c.rope.type == model::RopeType::kLinear ? "linear" : "yarn");
     w.kvF32(a + ".rope.scaling.factor", static_cast<float>(c.rope.factor));
     if (c.rope.original_max_position_embeddings > 0) {
       w.kvU32(a + ".rope.scaling.original_context_length",
@@ -167,8 +187,8 @@ inline void writeModelMetadata(GgufTestWriter& w, const model::ModelConfig& c) {
 }
 
 // A byte-level BPE vocabulary of `vocab` tokens (>= 260): the 256 byte symbols, two-letter
-// merges, unreachable fillers, and the last three ids <|endoftext|> (eos), <|im_start|>, <|im_end|> as control tokens;
-// a ChatML chat template.
+// merges, unreachable fillers, and the last three ids <|endoftext|> (eos), <|im_start|>, <|im_end|>
+// as control tokens; a ChatML chat template.
 inline void writeTokenizerMetadata(GgufTestWriter& w, int64_t vocab) {
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
@@ -201,7 +221,8 @@ inline void writeTokenizerMetadata(GgufTestWriter& w, int64_t vocab) {
   w.kvU32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab - 3));
   w.kvBool("tokenizer.ggml.add_bos_token", false);
   w.kvString("tokenizer.chat_template",
-             "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+             "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ "
+             "message['content'] }}<|im_end|>\n"
              "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
 }
 
@@ -214,7 +235,8 @@ struct GgufFromFolderOptions {
 };
 
 // A GGUF holding the HF folder `dir`'s model (its tensors quantised as options.type says).
-inline GgufTestWriter ggufFromFolder(const std::filesystem::path& dir, const GgufFromFolderOptions& options = {}) {
+inline GgufTestWriter ggufFromFolder(const std::filesystem::path& dir,
+                                     const GgufFromFolderOptions& options = {}) {
   const model::ModelConfig c = model::loadModelConfig(dir);
   const model::WeightStore store = model::WeightStore::openFolder(dir);
   GgufTestWriter w;
@@ -240,7 +262,8 @@ inline GgufTestWriter ggufFromFolder(const std::filesystem::path& dir, const Ggu
 
 // A GGUF of the model `c` with random weights: norms F32 around 1, every matrix in the ggml
 // type `type(hf_name)` (K-quants: random blocks; others: random values quantised).
-inline GgufTestWriter randomGguf(const model::ModelConfig& c, const std::function<model::GgmlType(const std::string&)>& type,
+inline GgufTestWriter randomGguf(const model::ModelConfig& c,
+                                 const std::function<model::GgmlType(const std::string&)>& type,
                                  uint32_t seed = 7) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> real(-0.5f, 0.5f);

@@ -28,8 +28,21 @@ inline void putF32(std::vector<uint8_t>& out, float f) {
 }
 
 // GGUF value type ids.
-enum : uint32_t { kGU8 = 0, kGI8 = 1, kGU16 = 2, kGI16 = 3, kGU32 = 4, kGI32 = 5, kGF32 = 6, kGBool = 7,
-                  kGString = 8, kGArray = 9, kGU64 = 10, kGI64 = 11, kGF64 = 12 };
+enum : uint32_t {
+  kGU8 = 0,
+  kGI8 = 1,
+  kGU16 = 2,
+  kGI16 = 3,
+  kGU32 = 4,
+  kGI32 = 5,
+  kGF32 = 6,
+  kGBool = 7,
+  kGString = 8,
+  kGArray = 9,
+  kGU64 = 10,
+  kGI64 = 11,
+  kGF64 = 12
+};
 
 struct GgufTestTensor {
   std::string name;
@@ -43,7 +56,8 @@ class GgufTestWriter {
  public:
   uint32_t version = 3;
   std::string magic = "GGUF";
-  uint64_t alignment = 32;  // used for layout; write general.alignment yourself to change the file's
+  uint64_t alignment =
+      32;  // used for layout; write general.alignment yourself to change the file's
   std::optional<uint64_t> tensor_count_override, kv_count_override;
 
   // One metadata entry with its value bytes already encoded (type id + value).
@@ -123,8 +137,10 @@ class GgufTestWriter {
     const size_t data_start = out.size();
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const GgufTestTensor& t = tensors_[i];
-      if (out.size() < data_start + offsets[i] + t.data.size()) out.resize(data_start + offsets[i] + t.data.size(), 0);
-      std::copy(t.data.begin(), t.data.end(), out.begin() + static_cast<std::ptrdiff_t>(data_start + offsets[i]));
+      if (out.size() < data_start + offsets[i] + t.data.size())
+        out.resize(data_start + offsets[i] + t.data.size(), 0);
+      std::copy(t.data.begin(), t.data.end(),
+                out.begin() + static_cast<std::ptrdiff_t>(data_start + offsets[i]));
     }
     if (!tensors_.empty()) {
       while ((out.size() - data_start) % alignment != 0) out.push_back(0);

@@ -26,7 +26,7 @@ struct DraftSpec {
   int64_t maskTokenId = 383;
   std::string tapIds = "[0, 1]";  // JSON, or "" for none
   bool numTargetLayers = true;
-  int64_t fcTaps = 2;             // columns of fc.weight / hidden
+  int64_t fcTaps = 2;  // columns of fc.weight / hidden
   bool maskEmbedding = false;
   double ropeTheta = 20000.0;
   uint32_t seed = 7;
@@ -37,13 +37,22 @@ using Weights = std::map<std::string, Vec>;
 
 inline Weights writeDraft(const std::filesystem::path& dir, const DraftSpec& s) {
   std::filesystem::create_directories(dir);
-  nlohmann::json cfg = {
-      {"architectures", {"DFlashDraftModel"}}, {"model_type", "qwen3"}, {"hidden_size", s.hidden},
-      {"intermediate_size", s.inter}, {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
-      {"num_key_value_heads", s.kvHeads}, {"head_dim", s.headDim}, {"vocab_size", 384},
-      {"max_position_embeddings", 1024}, {"rms_norm_eps", 1e-6}, {"rope_theta", s.ropeTheta},
-      {"attention_bias", false}, {"tie_word_embeddings", false}, {"block_size", s.blockSize},
-      {"torch_dtype", "bfloat16"}};
+  nlohmann::json cfg = {{"architectures", {"DFlashDraftModel"}},
+                        {"model_type", "qwen3"},
+                        {"hidden_size", s.hidden},
+                        {"intermediate_size", s.inter},
+                        {"num_hidden_layers", s.layers},
+                        {"num_attention_heads", s.heads},
+                        {"num_key_value_heads", s.kvHeads},
+                        {"head_dim", s.headDim},
+                        {"vocab_size", 384},
+                        {"max_position_embeddings", 1024},
+                        {"rms_norm_eps", 1e-6},
+                        {"rope_theta", s.ropeTheta},
+                        {"attention_bias", false},
+                        {"tie_word_embeddings", false},
+                        {"block_size", s.blockSize},
+                        {"torch_dtype", "bfloat16"}};
   nlohmann::json df = {{"mask_token_id", s.maskTokenId}};
   if (!s.tapIds.empty()) df["target_layer_ids"] = nlohmann::json::parse(s.tapIds);
   cfg["dflash_config"] = df;

@@ -16,9 +16,9 @@ namespace es::test {
 
 struct FakeTensor {
   std::string name;
-  std::string dtype;           // safetensors spelling: "BF16", "F16", "F32", ...
+  std::string dtype;  // safetensors spelling: "BF16", "F16", "F32", ...
   std::vector<int64_t> shape;
-  std::vector<uint8_t> data;   // exactly numel * element size bytes for a well-formed file
+  std::vector<uint8_t> data;  // exactly numel * element size bytes for a well-formed file
 };
 
 inline int64_t fakeElementSize(const std::string& dtype) {
@@ -72,8 +72,8 @@ inline std::string headerJsonFor(const std::vector<FakeTensor>& tensors,
 
 // 8-byte little-endian length + header (space-padded to 8 bytes like the reference writer when
 // `pad`) + data.
-inline std::vector<uint8_t> assembleSafetensors(std::string header, const std::vector<uint8_t>& data,
-                                                bool pad = true) {
+inline std::vector<uint8_t> assembleSafetensors(std::string header,
+                                                const std::vector<uint8_t>& data, bool pad = true) {
   if (pad) {
     while (header.size() % 8 != 0) header += ' ';
   }
@@ -95,7 +95,8 @@ inline std::vector<uint8_t> makeSafetensors(const std::vector<FakeTensor>& tenso
 
 inline void writeBytes(const std::filesystem::path& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 inline void writeText(const std::filesystem::path& path, const std::string& text) {

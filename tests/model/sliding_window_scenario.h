@@ -40,7 +40,8 @@ inline constexpr KvStorage kDeviceBF16{DType::kBF16, MemorySpace::kDevice};
 
 inline std::string fixtureDir() { return test::test_data_dir() + "/models/qwen3_swa"; }
 
-inline kv::KvCacheConfig cacheFor(const TargetModel& m, kv::SlidingWindowStorage storage, DType dtype) {
+inline kv::KvCacheConfig cacheFor(const TargetModel& m, kv::SlidingWindowStorage storage,
+                                  DType dtype) {
   kv::KvCacheConfig c;
   c.maxBatchSize = 2;
   // The dense layout spans 2 * 16 pages, far more than the window pool's 2 * 7: a layer that
@@ -83,14 +84,16 @@ struct ScenarioRun {
   std::vector<float> decodeB;  // [steps, V] decode rows of b
 
   // Prompt a's last row (position 599), the one logits_a_full has a full-attention reference of.
-  const float* lastPromptRowA() const { return logitsA.data() + logitsA.size() - static_cast<size_t>(vocab); }
+  const float* lastPromptRowA() const {
+    return logitsA.data() + logitsA.size() - static_cast<size_t>(vocab);
+  }
 };
 
 // Prompt a in chunks of 100, 200 and 300 rows (slot 0; the first chunk in one ragged forward
 // with all of prompt b in slot 1), then `steps` decode steps of both sequences. Every
 // forward is one cache step: beginStep, forward, completeStep, commit.
-inline ScenarioRun runScenario(TargetModel& model, kv::KvCacheManager& cache, const nlohmann::json& meta,
-                               int32_t steps) {
+inline ScenarioRun runScenario(TargetModel& model, kv::KvCacheManager& cache,
+                               const nlohmann::json& meta, int32_t steps) {
   const int64_t V = model.config().vocab_size;
   const std::vector<int32_t> a = meta["prompts"]["a"], b = meta["prompts"]["b"];
   const std::vector<int32_t> rowsA = meta["rows"]["a"], rowsB = meta["rows"]["b"];
@@ -108,12 +111,14 @@ inline ScenarioRun runScenario(TargetModel& model, kv::KvCacheManager& cache, co
   };
   // Adds rows [first, end) of `prompt` for `slot` and asks the logits of the wanted ones; `where`
   // collects (wanted index, logit row) pairs.
-  auto addRows = [&](ForwardBatch& f, const std::vector<int32_t>& prompt, int32_t slot, int32_t first,
-                     int32_t end, const std::vector<int32_t>& wanted, std::vector<std::pair<size_t, int32_t>>& where) {
+  auto addRows = [&](ForwardBatch& f, const std::vector<int32_t>& prompt, int32_t slot,
+                     int32_t first, int32_t end, const std::vector<int32_t>& wanted,
+                     std::vector<std::pair<size_t, int32_t>>& where) {
     for (int32_t i = first; i < end; ++i) {
       const auto it = std::find(wanted.begin(), wanted.end(), i);
       if (it != wanted.end()) {
-        where.push_back({static_cast<size_t>(it - wanted.begin()), static_cast<int32_t>(f.logitRows.size())});
+        where.push_back(
+            {static_cast<size_t>(it - wanted.begin()), static_cast<int32_t>(f.logitRows.size())});
         f.logitRows.push_back(static_cast<int32_t>(f.tokens.size()));
       }
       f.tokens.push_back(prompt[static_cast<size_t>(i)]);
@@ -165,7 +170,8 @@ inline ScenarioRun runScenario(TargetModel& model, kv::KvCacheManager& cache, co
 // the window pool after: each slot holds its 7 private pages, at most ceil(160/128) + 1 bound.
 inline ScenarioRun runBounded(Fixture& fx, KvStorage kv) {
   EXPECT_EQ(fx.model.config().sliding_window.value_or(0), kWindow);
-  kv::KvCacheManager cache(cacheFor(fx.model, kv::SlidingWindowStorage::kBounded, kv.dtype), kv.space);
+  kv::KvCacheManager cache(cacheFor(fx.model, kv::SlidingWindowStorage::kBounded, kv.dtype),
+                           kv.space);
   const kv::KvCachePlan& plan = cache.plan();
   EXPECT_EQ(plan.base.size(), 3u);
   if (plan.base.size() == 3u) {
@@ -184,7 +190,8 @@ inline ScenarioRun runBounded(Fixture& fx, KvStorage kv) {
 
 // Calls check(what, got, want, V) for every row transformers computed: prompt a's and b's rows
 // (reference.json "rows") and a's decode rows past the window (positions 600 ... 659).
-using RowCheck = std::function<void(const std::string& what, const float* got, const float* want, int64_t V)>;
+using RowCheck =
+    std::function<void(const std::string& what, const float* got, const float* want, int64_t V)>;
 inline void forEachReferenceRow(const Fixture& fx, const ScenarioRun& run, const RowCheck& check) {
   const int64_t V = run.vocab;
   auto rows = [&](const char* prompt, const std::vector<float>& got, const std::string& name) {
@@ -193,8 +200,8 @@ inline void forEachReferenceRow(const Fixture& fx, const ScenarioRun& run, const
     ASSERT_EQ(got.size(), index.size() * static_cast<size_t>(V));
     ASSERT_EQ(want.size(), got.size());
     for (size_t i = 0; i < index.size(); ++i) {
-      check(std::string("prompt ") + prompt + " row " + std::to_string(index[i]), got.data() + i * V,
-            want.data() + i * V, V);
+      check(std::string("prompt ") + prompt + " row " + std::to_string(index[i]),
+            got.data() + i * V, want.data() + i * V, V);
     }
   };
   rows("a", run.logitsA, "logits_a");
@@ -210,12 +217,14 @@ inline void forEachReferenceRow(const Fixture& fx, const ScenarioRun& run, const
 
 // The scenario's first `steps` decode steps with the sliding layers in the bounded window pool
 // and with every layer stored at full capacity (the window then only a mask), on one model.
-inline std::pair<ScenarioRun, ScenarioRun> runBoundedAndFullCapacity(ops::Backend& backend, KvStorage kv,
-                                                                     int32_t steps) {
+inline std::pair<ScenarioRun, ScenarioRun> runBoundedAndFullCapacity(ops::Backend& backend,
+                                                                     KvStorage kv, int32_t steps) {
   const nlohmann::json meta = Fixture::loadMeta();
   TargetModel model(fixtureDir(), backend, 512);
-  kv::KvCacheManager bounded(cacheFor(model, kv::SlidingWindowStorage::kBounded, kv.dtype), kv.space);
-  kv::KvCacheManager full(cacheFor(model, kv::SlidingWindowStorage::kFullCapacity, kv.dtype), kv.space);
+  kv::KvCacheManager bounded(cacheFor(model, kv::SlidingWindowStorage::kBounded, kv.dtype),
+                             kv.space);
+  kv::KvCacheManager full(cacheFor(model, kv::SlidingWindowStorage::kFullCapacity, kv.dtype),
+                          kv.space);
   EXPECT_NE(bounded.swaPages(), nullptr);
   EXPECT_EQ(full.swaPages(), nullptr);
   ScenarioRun a = runScenario(model, bounded, meta, steps);

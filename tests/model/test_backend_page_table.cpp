@@ -21,7 +21,9 @@ TEST(BackendPageTable, FollowsWhicheverTableItIsGiven) {
   b.setIdentity();
   b.compactRows(std::vector<int32_t>{2, 0, 1});  // same geometry, other rows
   BackendPageTable copy;
-  auto read = [&](const int32_t* p) { return std::vector<int32_t>(p, p + a.deviceLayoutElements()); };
+  auto read = [&](const int32_t* p) {
+    return std::vector<int32_t>(p, p + a.deviceLayoutElements());
+  };
   EXPECT_EQ(read(copy.sync(*backend, a)), layout(a));
   EXPECT_EQ(read(copy.sync(*backend, b)), layout(b));
   // a has no dirty rows of its own any more: the copy must still switch back to it entirely.

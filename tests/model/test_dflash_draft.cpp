@@ -15,11 +15,11 @@
 
 #include "kv/kv_cache_manager.h"
 #include "model/dflash_draft.h"
+#include "model/random_draft.h"
 #include "model/safetensors.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
 #include "safetensors_test_writer.h"
-#include "model/random_draft.h"
 #include "support/test_util.h"
 
 namespace es::model {
@@ -38,10 +38,17 @@ Vec tensorAsDoubles(const SafetensorsFile& f, const std::string& name) {
   Vec out(static_cast<size_t>(v.numel()));
   for (int64_t i = 0; i < v.numel(); ++i) {
     switch (v.dtype) {
-      case DType::kF32: out[i] = static_cast<const float*>(v.data)[i]; break;
-      case DType::kBF16: out[i] = to_float(static_cast<const bf16*>(v.data)[i]); break;
-      case DType::kF16: out[i] = to_float(static_cast<const fp16*>(v.data)[i]); break;
-      default: ADD_FAILURE() << "unexpected dtype of " << name;
+      case DType::kF32:
+        out[i] = static_cast<const float*>(v.data)[i];
+        break;
+      case DType::kBF16:
+        out[i] = to_float(static_cast<const bf16*>(v.data)[i]);
+        break;
+      case DType::kF16:
+        out[i] = to_float(static_cast<const fp16*>(v.data)[i]);
+        break;
+      default:
+        ADD_FAILURE() << "unexpected dtype of " << name;
     }
   }
   return out;
@@ -100,7 +107,8 @@ struct Reference {
   // Context K/V per layer for rows x[T, taps·H] at positions 0..T−1: k[l] [T, Hkv·D], v[l].
   void context(const Vec& concat, int64_t T, std::vector<Vec>& k, std::vector<Vec>& v) const {
     const int64_t H = s.hidden, D = s.headDim, kv = s.kvHeads * D;
-    const Vec ctx = rmsnorm(matmul(concat, W("fc.weight"), T, H, s.fcTaps * H), W("hidden_norm.weight"), H);
+    const Vec ctx =
+        rmsnorm(matmul(concat, W("fc.weight"), T, H, s.fcTaps * H), W("hidden_norm.weight"), H);
     k.assign(s.layers, {});
     v.assign(s.layers, {});
     for (int64_t l = 0; l < s.layers; ++l) {
@@ -112,18 +120,23 @@ struct Reference {
   }
 
   // Logits [BS, V] of one block at positions T…T+BS−1 over context K/V of T tokens.
-  Vec block(int32_t anchor, const std::vector<Vec>& ck, const std::vector<Vec>& cv, int64_t T) const {
-    const int64_t H = s.hidden, D = s.headDim, BS = s.blockSize, Hq = s.heads, Hkv = s.kvHeads, I = s.inter;
+  Vec block(int32_t anchor, const std::vector<Vec>& ck, const std::vector<Vec>& cv,
+            int64_t T) const {
+    const int64_t H = s.hidden, D = s.headDim, BS = s.blockSize, Hq = s.heads, Hkv = s.kvHeads,
+                  I = s.inter;
     Vec h(static_cast<size_t>(BS * H));
     for (int64_t i = 0; i < BS; ++i)
       for (int64_t j = 0; j < H; ++j)
-        h[i * H + j] = i == 0 ? embed[anchor * H + j]
-                              : (s.maskEmbedding ? W("mask_embedding")[j] : embed[s.maskTokenId * H + j]);
+        h[i * H + j] =
+            i == 0 ? embed[anchor * H + j]
+                   : (s.maskEmbedding ? W("mask_embedding")[j] : embed[s.maskTokenId * H + j]);
     for (int64_t l = 0; l < s.layers; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
       const Vec x = rmsnorm(h, W(p + "input_layernorm.weight"), H);
-      Vec q = rmsnorm(matmul(x, W(p + "self_attn.q_proj.weight"), BS, Hq * D, H), W(p + "self_attn.q_norm.weight"), D);
-      Vec k = rmsnorm(matmul(x, W(p + "self_attn.k_proj.weight"), BS, Hkv * D, H), W(p + "self_attn.k_norm.weight"), D);
+      Vec q = rmsnorm(matmul(x, W(p + "self_attn.q_proj.weight"), BS, Hq * D, H),
+                      W(p + "self_attn.q_norm.weight"), D);
+      Vec k = rmsnorm(matmul(x, W(p + "self_attn.k_proj.weight"), BS, Hkv * D, H),
+                      W(p + "self_attn.k_norm.weight"), D);
       const Vec v = matmul(x, W(p + "self_attn.v_proj.weight"), BS, Hkv * D, H);
       for (int64_t i = 0; i < BS; ++i) {
         rope(&q[i * Hq * D], Hq, D, T + i, s.ropeTheta);
@@ -167,16 +180,20 @@ struct Reference {
 
 Reference makeReference(const DraftSpec& s, Weights w) {
   const SafetensorsFile f = SafetensorsFile::open(targetDir() + "/model.safetensors");
-  Reference r{s, std::move(w), tensorAsDoubles(f, "model.embed_tokens.weight"), tensorAsDoubles(f, "lm_head.weight")};
+  Reference r{s, std::move(w), tensorAsDoubles(f, "model.embed_tokens.weight"),
+              tensorAsDoubles(f, "lm_head.weight")};
   return r;
 }
 
-// Rows [first, first + count) of taps [numTaps, T, H] as the concatenated fc input [count, numTaps·H].
-Vec concatRows(const std::vector<float>& taps, int64_t numTaps, int64_t T, int64_t H, int64_t first, int64_t count) {
+// Rows [first, first + count) of taps [numTaps, T, H] as the concatenated fc input [count,
+// numTaps·H].
+Vec concatRows(const std::vector<float>& taps, int64_t numTaps, int64_t T, int64_t H, int64_t first,
+               int64_t count) {
   Vec out(static_cast<size_t>(count * numTaps * H));
   for (int64_t r = 0; r < count; ++r)
     for (int64_t i = 0; i < numTaps; ++i)
-      for (int64_t j = 0; j < H; ++j) out[(r * numTaps + i) * H + j] = taps[(i * T + first + r) * H + j];
+      for (int64_t j = 0; j < H; ++j)
+        out[(r * numTaps + i) * H + j] = taps[(i * T + first + r) * H + j];
   return out;
 }
 
@@ -196,7 +213,8 @@ struct Prefill {
 };
 
 // Ragged prefill of `prompts` (slot i = prompt i), committed to the base cache.
-Prefill prefill(TargetModel& target, kv::KvCacheManager& cache, const std::vector<std::vector<int32_t>>& prompts) {
+Prefill prefill(TargetModel& target, kv::KvCacheManager& cache,
+                const std::vector<std::vector<int32_t>>& prompts) {
   Prefill p;
   p.batch.cuQSeqLens = {0};
   for (size_t s = 0; s < prompts.size(); ++s) {
@@ -210,7 +228,8 @@ Prefill prefill(TargetModel& target, kv::KvCacheManager& cache, const std::vecto
     p.batch.kvLengths.push_back(static_cast<int32_t>(prompts[s].size()));
   }
   p.result = target.forward(p.batch, cache);
-  for (size_t s = 0; s < prompts.size(); ++s) cache.commitBase(static_cast<int32_t>(s), static_cast<int32_t>(prompts[s].size()));
+  for (size_t s = 0; s < prompts.size(); ++s)
+    cache.commitBase(static_cast<int32_t>(s), static_cast<int32_t>(prompts[s].size()));
   return p;
 }
 
@@ -221,7 +240,8 @@ nlohmann::json fixtureMeta() {
 
 double maxError(const float* got, const double* want, int64_t n) {
   double worst = 0;
-  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i])));
+  for (int64_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i])));
   return worst;
 }
 
@@ -236,7 +256,8 @@ TEST_P(DFlashDraftCpu, ProposalMatchesDoubleReference) {
   Weights w = writeDraft(tmp / "draft", spec);
   const Reference ref = makeReference(spec, std::move(w));
   auto backend = ops::makeCpuBackend();
-  const std::vector<int32_t> taps = DFlashDraft::requiredTargetTaps(tmp / "draft", loadModelConfig(targetDir()));
+  const std::vector<int32_t> taps =
+      DFlashDraft::requiredTargetTaps(tmp / "draft", loadModelConfig(targetDir()));
   ASSERT_EQ(taps, (std::vector<int32_t>{0, 1}));
   TargetModel target(targetDir(), *backend, 400, taps);
   DFlashDraft draft(tmp / "draft", *backend, target, 400, 2);
@@ -252,7 +273,8 @@ TEST_P(DFlashDraftCpu, ProposalMatchesDoubleReference) {
   // Delta = the prefill's own rows (row r of the delta reads row r of the taps).
   draft.appendContext(target, p.batch.positions, p.batch.tokenToSequence, cache);
   const std::vector<int32_t> anchors{17, 251};
-  const std::vector<int32_t> starts{static_cast<int32_t>(a.size()), static_cast<int32_t>(lng.size())};
+  const std::vector<int32_t> starts{static_cast<int32_t>(a.size()),
+                                    static_cast<int32_t>(lng.size())};
   const DraftProposal out = draft.propose(anchors, starts, cache, /*wantLogits=*/true);
   ASSERT_EQ(out.tokens.size(), static_cast<size_t>(2 * spec.blockSize));
 
@@ -294,7 +316,8 @@ TEST_P(DFlashDraftCpu, ProposalMatchesDoubleReference) {
     ASSERT_EQ(part.logits.size(), static_cast<size_t>(2 * W * ref.V));
     for (int64_t b = 0; b < 2; ++b) {
       for (int64_t i = 0; i < W; ++i) {
-        EXPECT_EQ(part.tokens[static_cast<size_t>(b * W + i)], out.tokens[static_cast<size_t>(b * BS + i)])
+        EXPECT_EQ(part.tokens[static_cast<size_t>(b * W + i)],
+                  out.tokens[static_cast<size_t>(b * BS + i)])
             << "sequence " << b << " row " << i;
         const auto got = part.logits.begin() + (b * W + i) * ref.V;
         const auto want = out.logits.begin() + (b * BS + i) * ref.V;
@@ -314,8 +337,10 @@ DraftSpec withMaskEmbedding() {
   return s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Drafts, DFlashDraftCpu, ::testing::Values(DraftSpec{}, withMaskEmbedding()),
-                         [](const auto& info) { return info.param.maskEmbedding ? "MaskEmbedding" : "TargetMaskRow"; });
+INSTANTIATE_TEST_SUITE_P(Drafts, DFlashDraftCpu,
+                         ::testing::Values(DraftSpec{}, withMaskEmbedding()), [](const auto& info) {
+                           return info.param.maskEmbedding ? "MaskEmbedding" : "TargetMaskRow";
+                         });
 
 // The context of one sequence appended in one delta, in two deltas of the same target rows
 // (padding the others, crossing a page boundary), with a proposal between them (block scratch
@@ -329,7 +354,8 @@ TEST(DFlashDraft, ContextInTwoDeltasEqualsOne) {
   TargetModel target(targetDir(), *backend, 400, {0, 1});
   DFlashDraft draft(tmp / "draft", *backend, target, 400, 1);
   const std::vector<int32_t> prompt = fixtureMeta()["prompts"]["long"];
-  const int32_t L = static_cast<int32_t>(prompt.size()), k = 100, H = static_cast<int32_t>(spec.hidden);
+  const int32_t L = static_cast<int32_t>(prompt.size()), k = 100,
+                H = static_cast<int32_t>(spec.hidden);
   ASSERT_GT(L, 2 * kv::kTokensPerPage);
 
   auto run = [&](int variant) {
@@ -373,8 +399,8 @@ TEST(DFlashDraft, ContextInTwoDeltasEqualsOne) {
 TEST(DFlashDraft, MismatchedPairsAreRefused) {
   auto backend = ops::makeCpuBackend();
   TargetModel target(targetDir(), *backend, 64, {0, 1});
-  auto expectError = [&](const DraftSpec& s, bool formatError, const std::vector<std::string>& needles,
-                         const TargetModel& t) {
+  auto expectError = [&](const DraftSpec& s, bool formatError,
+                         const std::vector<std::string>& needles, const TargetModel& t) {
     test::TempDir tmp;
     writeDraft(tmp / "draft", s);
     try {
@@ -382,17 +408,21 @@ TEST(DFlashDraft, MismatchedPairsAreRefused) {
       ADD_FAILURE() << "expected the pair to be refused";
     } catch (const InvalidArgument& e) {
       EXPECT_FALSE(formatError) << e.what();
-      for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in " << e.what();
+      for (const std::string& n : needles)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in " << e.what();
     } catch (const FormatError& e) {
       EXPECT_TRUE(formatError) << e.what();
-      for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in " << e.what();
+      for (const std::string& n : needles)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " in " << e.what();
     }
   };
   const std::string targetCfg = "models/qwen3/config.json";
   {
     DraftSpec s;
     s.hidden = 64;  // consistent with itself, not with the target
-    expectError(s, false, {"'hidden_size' = 64", "'hidden_size' = 128", targetCfg, "draft/config.json"}, target);
+    expectError(s, false,
+                {"'hidden_size' = 64", "'hidden_size' = 128", targetCfg, "draft/config.json"},
+                target);
   }
   {
     DraftSpec s;
@@ -403,7 +433,10 @@ TEST(DFlashDraft, MismatchedPairsAreRefused) {
   {
     DraftSpec s;
     s.maskTokenId = 384;
-    expectError(s, false, {"'dflash_config.mask_token_id' = 384", "'vocab_size' = 384", "mask_embedding", targetCfg}, target);
+    expectError(
+        s, false,
+        {"'dflash_config.mask_token_id' = 384", "'vocab_size' = 384", "mask_embedding", targetCfg},
+        target);
   }
   {
     DraftSpec s;
@@ -426,11 +459,13 @@ TEST(DFlashDraft, MismatchedPairsAreRefused) {
       DFlashDraft d(tmp / "draft", *backend, target, 64, 1);
       ADD_FAILURE() << "expected a refusal";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("'num_target_layers' = 3"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'num_target_layers' = 3"), std::string::npos)
+          << e.what();
     }
   }
   // A target folder is not a draft.
-  test::expectInvalidArgument([&] { DFlashDraft d(targetDir(), *backend, target, 64, 1); }, "architecture");
+  test::expectInvalidArgument([&] { DFlashDraft d(targetDir(), *backend, target, 64, 1); },
+                              "architecture");
   // The mask token may lie outside the vocabulary when the draft ships mask_embedding.
   {
     DraftSpec s;
@@ -454,11 +489,17 @@ TEST(DFlashDraft, BadCallsAreClearErrors) {
   cache.admit();
   test::expectInvalidArgument([&] { draft.propose({400}, {0}, cache); }, "anchor");
   test::expectInvalidArgument([&] { draft.propose({1}, {254}, cache); }, "blockStart");
-  test::expectInvalidArgument([&] { draft.propose({1, 2, 3}, {0, 0, 0}, cache); }, "anchors.size()");
-  test::expectInvalidArgument([&] { draft.propose({1}, {0}, cache, false, draft.blockSize() + 1); }, "rowsPerBlock");
+  test::expectInvalidArgument(
+      [&] {
+        draft.propose({1, 2, 3}, {0, 0, 0}, cache);
+      },
+      "anchors.size()");
+  test::expectInvalidArgument([&] { draft.propose({1}, {0}, cache, false, draft.blockSize() + 1); },
+                              "rowsPerBlock");
   test::expectInvalidArgument([&] { draft.propose({1}, {0}, cache, false, -1); }, "rowsPerBlock");
   std::vector<int32_t> many(65, 0);
-  test::expectInvalidArgument([&] { draft.appendContext(target.tapsDevice(), many, many, cache); }, "positions.size()");
+  test::expectInvalidArgument([&] { draft.appendContext(target.tapsDevice(), many, many, cache); },
+                              "positions.size()");
   kv::KvCacheConfig noDraft = cacheFor(target, draft, 1, 128);
   noDraft.draftLayers.clear();
   kv::KvCacheManager baseOnly(noDraft, MemorySpace::kHost);

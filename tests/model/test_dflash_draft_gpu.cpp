@@ -33,10 +33,20 @@ std::string targetDir() { return test::test_data_dir() + "/models/qwen3"; }
 void writeDraft(const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
   const nlohmann::json cfg = {
-      {"architectures", {"DFlashDraftModel"}}, {"model_type", "qwen3"}, {"hidden_size", 128},
-      {"intermediate_size", 96}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
-      {"num_key_value_heads", 1}, {"head_dim", 64}, {"vocab_size", 384}, {"max_position_embeddings", 1024},
-      {"rms_norm_eps", 1e-6}, {"rope_theta", 20000.0}, {"block_size", 8}, {"num_target_layers", 2},
+      {"architectures", {"DFlashDraftModel"}},
+      {"model_type", "qwen3"},
+      {"hidden_size", 128},
+      {"intermediate_size", 96},
+      {"num_hidden_layers", 2},
+      {"num_attention_heads", 2},
+      {"num_key_value_heads", 1},
+      {"head_dim", 64},
+      {"vocab_size", 384},
+      {"max_position_embeddings", 1024},
+      {"rms_norm_eps", 1e-6},
+      {"rope_theta", 20000.0},
+      {"block_size", 8},
+      {"num_target_layers", 2},
       {"dflash_config", {{"mask_token_id", 383}, {"target_layer_ids", {0, 1}}}}};
   test::writeText(dir / "config.json", cfg.dump(2));
   std::mt19937 rng(3);
@@ -80,7 +90,8 @@ struct DraftRun {
 
 // Prefill prompts a and long (slot 1, three pages) on `backend`, context in one delta, propose;
 // then 5 verify-like target rows per sequence of which 3 are committed, a second delta, propose.
-DraftRun runOn(ops::Backend& backend, const std::filesystem::path& draftDir, const nlohmann::json& meta) {
+DraftRun runOn(ops::Backend& backend, const std::filesystem::path& draftDir,
+               const nlohmann::json& meta) {
   TargetModel target(targetDir(), backend, 400, {0, 1});
   DFlashDraft draft(draftDir, backend, target, 400, 2);
   kv::KvCacheConfig c;
@@ -96,7 +107,9 @@ DraftRun runOn(ops::Backend& backend, const std::filesystem::path& draftDir, con
   for (size_t s = 0; s < prompts.size(); ++s) {
     const int32_t slot = cache.admit();
     for (size_t i = 0; i < prompts[s].size(); ++i) {
-      pre.tokens.push_back(prompts[s][i]); pre.positions.push_back(static_cast<int32_t>(i)); pre.tokenToSequence.push_back(slot);
+      pre.tokens.push_back(prompts[s][i]);
+      pre.positions.push_back(static_cast<int32_t>(i));
+      pre.tokenToSequence.push_back(slot);
     }
     pre.cuQSeqLens.push_back(static_cast<int32_t>(pre.tokens.size()));
     pre.kvLengths.push_back(static_cast<int32_t>(prompts[s].size()));
@@ -118,7 +131,9 @@ DraftRun runOn(ops::Backend& backend, const std::filesystem::path& draftDir, con
   v.cuQSeqLens = {0};
   for (int32_t s = 0; s < 2; ++s) {
     for (int32_t i = 0; i < 5; ++i) {
-      v.tokens.push_back(10 + 7 * i + s); v.positions.push_back(lens[static_cast<size_t>(s)] + i); v.tokenToSequence.push_back(s);
+      v.tokens.push_back(10 + 7 * i + s);
+      v.positions.push_back(lens[static_cast<size_t>(s)] + i);
+      v.tokenToSequence.push_back(s);
       dpos.push_back(i < 3 ? lens[static_cast<size_t>(s)] + i : -1);
       down.push_back(i < 3 ? s : -1);
     }
@@ -143,7 +158,8 @@ TEST(DFlashDraftGpu, CudaMatchesCpu) {
   const DraftRun got = runOn(*gpu, tmp / "draft", meta);
   const int64_t V = 384, BS = 8;
   int64_t nearTies = 0, rows = 0;
-  for (const auto& [g, w] : {std::pair(&got.first, &want.first), std::pair(&got.second, &want.second)}) {
+  for (const auto& [g, w] :
+       {std::pair(&got.first, &want.first), std::pair(&got.second, &want.second)}) {
     ASSERT_EQ(g->logits.size(), static_cast<size_t>(2 * BS * V));
     for (int64_t r = 0; r < 2 * BS; ++r, ++rows) {
       const float* gr = g->logits.data() + r * V;
@@ -160,7 +176,8 @@ TEST(DFlashDraftGpu, CudaMatchesCpu) {
         ++nearTies;
         continue;
       }
-      EXPECT_EQ(g->tokens[static_cast<size_t>(r)], w->tokens[static_cast<size_t>(r)]) << "row " << r;
+      EXPECT_EQ(g->tokens[static_cast<size_t>(r)], w->tokens[static_cast<size_t>(r)])
+          << "row " << r;
     }
   }
   std::printf("DFlash draft CUDA vs CPU: %lld of %lld rows are near-ties (margin < %.2g)\n",

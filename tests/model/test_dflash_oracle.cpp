@@ -23,10 +23,10 @@
 
 #include "kv/kv_cache_manager.h"
 #include "model/dflash_draft.h"
+#include "model/dflash_oracle_scenario.h"
 #include "model/safetensors.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
-#include "model/dflash_oracle_scenario.h"
 #include "support/test_util.h"
 
 namespace es::model {
@@ -39,7 +39,6 @@ constexpr double kLogitTolerance = 2e-4;  // max |got − want| / max(1, max |wa
 constexpr double kTapTolerance = 1e-4;    // the same over each tap row
 constexpr double kNearTie = 1e-3;         // fixture top-1/top-2 margin (logit units)
 constexpr int kMaxNearTies = 2;
-
 
 // max |got − want| / max(1, max |want|) over n values.
 double scaledError(const float* got, const float* want, int64_t n) {
@@ -64,10 +63,12 @@ TEST(DFlashOracle, FixtureIsConsistent) {
     const float* l = v.as<float>();
     for (int64_t i = 0; i < rows; ++i) {
       const float* row = l + i * fx.vocab;
-      EXPECT_EQ(std::max_element(row, row + fx.vocab) - row, fx.rounds[r].argmax[static_cast<size_t>(i)]);
+      EXPECT_EQ(std::max_element(row, row + fx.vocab) - row,
+                fx.rounds[r].argmax[static_cast<size_t>(i)]);
     }
     // Block rows differ from each other (attention and positions make them so).
-    EXPECT_NE(std::vector<float>(l, l + fx.vocab), std::vector<float>(l + fx.vocab, l + 2 * fx.vocab));
+    EXPECT_NE(std::vector<float>(l, l + fx.vocab),
+              std::vector<float>(l + fx.vocab, l + 2 * fx.vocab));
   }
   for (size_t b = 0; b < fx.seqs.size(); ++b) {
     const TensorView t = fx.reference.view("taps_seq" + std::to_string(b));
@@ -82,7 +83,8 @@ TEST(DFlashOracle, CpuDraftMatchesPyTorch) {
   const Fixture fx = loadFixture();
   auto backend = ops::makeCpuBackend();
   const Outcome out = runScenario(*backend, fx);
-  const int32_t B = static_cast<int32_t>(fx.seqs.size()), BS = fx.blockSize, V = fx.vocab, H = fx.hidden;
+  const int32_t B = static_cast<int32_t>(fx.seqs.size()), BS = fx.blockSize, V = fx.vocab,
+                H = fx.hidden;
 
   double worstTap = 0;
   for (int32_t b = 0; b < B; ++b) {
@@ -107,7 +109,8 @@ TEST(DFlashOracle, CpuDraftMatchesPyTorch) {
       const int64_t at = static_cast<int64_t>(row) * V;
       const double e = scaledError(p.logits.data() + at, want + at, V);
       worstLogit = std::max(worstLogit, e);
-      EXPECT_LT(e, kLogitTolerance) << "round " << r << " sequence " << row / BS << " row " << row % BS;
+      EXPECT_LT(e, kLogitTolerance)
+          << "round " << r << " sequence " << row / BS << " row " << row % BS;
       if (fx.rounds[r].margins[static_cast<size_t>(row)] < kNearTie) {
         ++nearTies;
         continue;
@@ -117,8 +120,10 @@ TEST(DFlashOracle, CpuDraftMatchesPyTorch) {
     }
   }
   EXPECT_LE(nearTies, kMaxNearTies);
-  std::printf("DFlash oracle (CPU): worst tap error %.2e, worst logit error %.2e, %d near-ties of %d rows\n",
-              worstTap, worstLogit, nearTies, 2 * B * BS);
+  std::printf(
+      "DFlash oracle (CPU): worst tap error %.2e, worst logit error %.2e, %d near-ties of %d "
+      "rows\n",
+      worstTap, worstLogit, nearTies, 2 * B * BS);
 }
 
 }  // namespace

@@ -17,10 +17,10 @@
 
 #include "kv/kv_cache_manager.h"
 #include "model/dflash_draft.h"
+#include "model/dflash_oracle_scenario.h"
 #include "model/safetensors.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
-#include "model/dflash_oracle_scenario.h"
 #include "support/test_util.h"
 
 namespace es::model {
@@ -39,7 +39,6 @@ constexpr double kTapTolerance = 5e-2;
 constexpr double kNearTie = 2e-2;
 constexpr int kMaxNearTies = 8;  // of 32 rows
 
-
 // max |got − want| and max |want| over n values.
 std::pair<double, double> errorAndScale(const float* got, const float* want, int64_t n) {
   double worst = 0, scale = 0;
@@ -55,7 +54,8 @@ TEST(DFlashOracleGpu, CudaDraftMatchesPyTorch) {
   const Fixture fx = loadFixture();
   auto backend = ops::makeCudaBackend();
   const Outcome out = runScenario(*backend, fx);
-  const int32_t B = static_cast<int32_t>(fx.seqs.size()), BS = fx.blockSize, V = fx.vocab, H = fx.hidden;
+  const int32_t B = static_cast<int32_t>(fx.seqs.size()), BS = fx.blockSize, V = fx.vocab,
+                H = fx.hidden;
 
   double worstTap = 0;
   for (int32_t b = 0; b < B; ++b) {
@@ -80,7 +80,8 @@ TEST(DFlashOracleGpu, CudaDraftMatchesPyTorch) {
       const auto [e, scale] = errorAndScale(p.logits.data() + static_cast<int64_t>(row) * V,
                                             want + static_cast<int64_t>(row) * V, V);
       worstLogit = std::max(worstLogit, e / (1 + scale));
-      EXPECT_LT(e / (1 + scale), kLogitTolerance) << "round " << r << " sequence " << row / BS << " row " << row % BS;
+      EXPECT_LT(e / (1 + scale), kLogitTolerance)
+          << "round " << r << " sequence " << row / BS << " row " << row % BS;
       if (fx.rounds[r].margins[static_cast<size_t>(row)] < kNearTie * (1 + scale)) {
         ++nearTies;
         continue;
@@ -90,8 +91,10 @@ TEST(DFlashOracleGpu, CudaDraftMatchesPyTorch) {
     }
   }
   EXPECT_LE(nearTies, kMaxNearTies);
-  std::printf("DFlash oracle (CUDA bf16): worst tap error %.2e, worst logit error %.2e (of 1 + scale), "
-              "%d near-ties of %d rows\n", worstTap, worstLogit, nearTies, 2 * B * BS);
+  std::printf(
+      "DFlash oracle (CUDA bf16): worst tap error %.2e, worst logit error %.2e (of 1 + scale), "
+      "%d near-ties of %d rows\n",
+      worstTap, worstLogit, nearTies, 2 * B * BS);
 }
 
 }  // namespace

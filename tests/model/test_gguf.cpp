@@ -26,7 +26,8 @@ GgufTestWriter smallFile() {
   w.kvU64("some.u64", 123456789012345ull);
   w.kvStringArray("tokenizer.ggml.tokens", {"a", "b", "Ġc"});
   w.kvI32Array("tokenizer.ggml.token_type", {1, 3, 1});
-  w.tensor({"token_embd.weight", {4, 3}, 0, test::f32Bytes({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}), {}});
+  w.tensor(
+      {"token_embd.weight", {4, 3}, 0, test::f32Bytes({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}), {}});
   w.tensor({"output_norm.weight", {4}, 0, test::f32Bytes({1, 1, 1, 1}), {}});
   std::vector<uint8_t> q(20, 0x11);
   w.tensor({"blk.0.attn_q.weight", {32, 1}, 3, q, {}});  // Q4_1: one block
@@ -38,14 +39,16 @@ GgufHeader parse(const std::vector<uint8_t>& bytes) {
 }
 
 // Expects a FormatError whose message contains every fragment.
-void expectFormatError(const std::vector<uint8_t>& bytes, std::initializer_list<std::string> fragments) {
+void expectFormatError(const std::vector<uint8_t>& bytes,
+                       std::initializer_list<std::string> fragments) {
   try {
     parse(bytes);
     ADD_FAILURE() << "expected FormatError";
   } catch (const FormatError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("test.gguf"), std::string::npos) << msg;
-    for (const std::string& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "'" << f << "' not in: " << msg;
+    for (const std::string& f : fragments)
+      EXPECT_NE(msg.find(f), std::string::npos) << "'" << f << "' not in: " << msg;
   }
 }
 
@@ -87,13 +90,16 @@ TEST(Gguf, TypedGetterErrorsNameKeyAndType) {
     h.getString("llama.block_count");
     FAIL();
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("'llama.block_count' has type u32, expected string"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'llama.block_count' has type u32, expected string"),
+              std::string::npos)
+        << e.what();
   }
   try {
     h.getInt("missing.key", 0, 1);
     FAIL();
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("'missing.key' is missing"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'missing.key' is missing"), std::string::npos)
+        << e.what();
   }
   try {
     h.getInt("llama.block_count", 3, 10);

@@ -5,9 +5,8 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "common/errors.h"
 #include "model/gguf_convert.h"
@@ -50,8 +49,9 @@ TEST(GgufConvert, UnpermuteHandMade) {
       for (int64_t j = 0; j < 2; ++j)
         EXPECT_EQ(back[(h * d + j * (d / 2) + i) * cols], p[(h * d + 2 * i + j) * cols]);
 
-  EXPECT_THROW(unpermuteLlamaRows(p, back, 5, rows, cols), InvalidArgument);      // 5 does not divide 24
-  EXPECT_THROW(unpermuteLlamaRows(p, back, 24, rows, cols), InvalidArgument);     // odd head size 1
+  EXPECT_THROW(unpermuteLlamaRows(p, back, 5, rows, cols),
+               InvalidArgument);  // 5 does not divide 24
+  EXPECT_THROW(unpermuteLlamaRows(p, back, 24, rows, cols), InvalidArgument);  // odd head size 1
   std::vector<float> small(3);
   EXPECT_THROW(unpermuteLlamaRows(p, small, n, rows, cols), InvalidArgument);
 }
@@ -61,7 +61,8 @@ TEST(GgufConvert, TensorNames) {
   EXPECT_EQ(hfTensorName("output.weight"), "lm_head.weight");
   EXPECT_EQ(hfTensorName("output_norm.weight"), "model.norm.weight");
   EXPECT_EQ(hfTensorName("blk.12.attn_output.weight"), "model.layers.12.self_attn.o_proj.weight");
-  EXPECT_EQ(hfTensorName("blk.0.ffn_norm.weight"), "model.layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(hfTensorName("blk.0.ffn_norm.weight"),
+            "model.layers.0.post_attention_layernorm.weight");
   EXPECT_EQ(hfTensorName("blk.3.attn_k_norm.weight"), "model.layers.3.self_attn.k_norm.weight");
   EXPECT_EQ(hfTensorName("blk.1.attn_v.bias"), "model.layers.1.self_attn.v_proj.bias");
   EXPECT_EQ(hfTensorName("blk.x.attn_q.weight"), "");
@@ -75,7 +76,10 @@ std::vector<uint8_t> randomTensorBytes(GgmlType type, uint64_t numel, std::mt199
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> real(-1.0f, 1.0f);
   std::vector<uint8_t> b;
-  auto half = [&](uint16_t bits) { b.push_back(bits & 0xFF); b.push_back(bits >> 8); };
+  auto half = [&](uint16_t bits) {
+    b.push_back(bits & 0xFF);
+    b.push_back(bits >> 8);
+  };
   switch (type) {
     case GgmlType::kF32:
       for (uint64_t i = 0; i < numel; ++i) {
@@ -84,8 +88,12 @@ std::vector<uint8_t> randomTensorBytes(GgmlType type, uint64_t numel, std::mt199
         b.insert(b.end(), p, p + 4);
       }
       break;
-    case GgmlType::kF16: for (uint64_t i = 0; i < numel; ++i) half(to_fp16(real(rng)).bits); break;
-    case GgmlType::kBF16: for (uint64_t i = 0; i < numel; ++i) half(to_bf16(real(rng)).bits); break;
+    case GgmlType::kF16:
+      for (uint64_t i = 0; i < numel; ++i) half(to_fp16(real(rng)).bits);
+      break;
+    case GgmlType::kBF16:
+      for (uint64_t i = 0; i < numel; ++i) half(to_bf16(real(rng)).bits);
+      break;
     case GgmlType::kQ8_0:
       for (uint64_t k = 0; k < numel / 32; ++k) {
         half(to_fp16(0.01f * (1 + k % 7)).bits);
@@ -146,10 +154,15 @@ GgufTestWriter tinyGguf(const TinyModel& m) {
   auto add = [&](const std::string& name, std::vector<uint64_t> dims, GgmlType type) {
     uint64_t numel = 1;
     for (uint64_t d : dims) numel *= d;
-    w.tensor({name, std::move(dims), static_cast<uint32_t>(type), randomTensorBytes(type, numel, rng), {}});
+    w.tensor({name,
+              std::move(dims),
+              static_cast<uint32_t>(type),
+              randomTensorBytes(type, numel, rng),
+              {}});
   };
   const auto h = static_cast<uint64_t>(m.hidden), q = static_cast<uint64_t>(m.heads * m.head_dim),
-             kv = static_cast<uint64_t>(m.kv_heads * m.head_dim), in = static_cast<uint64_t>(m.inter);
+             kv = static_cast<uint64_t>(m.kv_heads * m.head_dim),
+             in = static_cast<uint64_t>(m.inter);
   add("token_embd.weight", {h, static_cast<uint64_t>(m.vocab)}, GgmlType::kQ8_0);
   for (int64_t l = 0; l < m.layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -220,11 +233,15 @@ TEST(GgufConvert, TinyLlamaLoadsThroughHfPath) {
     unpermuteLlamaRows(q, u, 2, 64, 64);
     return u;
   }());
-  EXPECT_EQ(permuteLikeLlamaCpp(floatsOf(store, "model.layers.0.self_attn.k_proj.weight"), 1, 32, 64),
-            dequantizeTensor(g, g.info("blk.0.attn_k.weight")));
-  EXPECT_EQ(floatsOf(store, "model.layers.0.self_attn.v_proj.weight"), dequantizeTensor(g, g.info("blk.0.attn_v.weight")));
-  EXPECT_EQ(floatsOf(store, "model.embed_tokens.weight"), dequantizeTensor(g, g.info("token_embd.weight")));
-  EXPECT_EQ(floatsOf(store, "model.layers.1.mlp.down_proj.weight"), dequantizeTensor(g, g.info("blk.1.ffn_down.weight")));
+  EXPECT_EQ(
+      permuteLikeLlamaCpp(floatsOf(store, "model.layers.0.self_attn.k_proj.weight"), 1, 32, 64),
+      dequantizeTensor(g, g.info("blk.0.attn_k.weight")));
+  EXPECT_EQ(floatsOf(store, "model.layers.0.self_attn.v_proj.weight"),
+            dequantizeTensor(g, g.info("blk.0.attn_v.weight")));
+  EXPECT_EQ(floatsOf(store, "model.embed_tokens.weight"),
+            dequantizeTensor(g, g.info("token_embd.weight")));
+  EXPECT_EQ(floatsOf(store, "model.layers.1.mlp.down_proj.weight"),
+            dequantizeTensor(g, g.info("blk.1.ffn_down.weight")));
 
   // Tokenizer files.
   std::ifstream tj(dir / "hf" / "tokenizer.json");
@@ -274,7 +291,8 @@ TEST(GgufConvert, Qwen3IsNotPermuted) {
   EXPECT_TRUE(r.config.qk_norm);
   const WeightStore store = WeightStore::openFolder(dir / "hf");
   const GgufFile g = GgufFile::open(dir / "tiny.gguf");
-  EXPECT_EQ(floatsOf(store, "model.layers.0.self_attn.q_proj.weight"), dequantizeTensor(g, g.info("blk.0.attn_q.weight")));
+  EXPECT_EQ(floatsOf(store, "model.layers.0.self_attn.q_proj.weight"),
+            dequantizeTensor(g, g.info("blk.0.attn_q.weight")));
   EXPECT_TRUE(store.contains("model.layers.1.self_attn.k_norm.weight"));
   std::ifstream tj(dir / "hf" / "tokenizer.json");
   const auto tok = nlohmann::json::parse(tj);
@@ -289,7 +307,8 @@ void expectConvertError(const GgufTestWriter& w, std::initializer_list<std::stri
     convertGgufToHf(dir / "bad.gguf", dir / "hf");
     ADD_FAILURE() << "expected FormatError";
   } catch (const FormatError& e) {
-    for (const std::string& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+    for (const std::string& f : fragments)
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(dir / "hf" / "model.safetensors"));  // nothing half-written
 }
@@ -302,7 +321,8 @@ TEST(GgufConvert, ClearErrors) {
   GgufTestWriter q3 = tinyGguf(TinyModel{});
   auto& t = q3.tensors()[2];  // blk.0.attn_q.weight (64, 64) -> Q3_K needs 256-element rows
   t.dims = {256, 16};
-  t.type = static_cast<uint32_t>(GgmlType::kQ3_K);  // a known layout this runtime does not dequantise
+  t.type =
+      static_cast<uint32_t>(GgmlType::kQ3_K);  // a known layout this runtime does not dequantise
   t.data.assign(16 * 110, 0);
   expectConvertError(q3, {"blk.0.attn_q.weight (Q3_K)", "cannot be dequantised", "misshapen"});
 
@@ -362,7 +382,8 @@ TEST(GgufConvert, RealSmolLM2) {
   const WeightStore store = WeightStore::openFolder(dir / "hf");
   EXPECT_NO_THROW(checkWeights(store, c));
   EXPECT_EQ(store.size(), 272u);
-  EXPECT_EQ(store.info("model.layers.29.self_attn.k_proj.weight").shape, (std::vector<int64_t>{192, 576}));
+  EXPECT_EQ(store.info("model.layers.29.self_attn.k_proj.weight").shape,
+            (std::vector<int64_t>{192, 576}));
   EXPECT_EQ(store.info("model.embed_tokens.weight").shape, (std::vector<int64_t>{49152, 576}));
   EXPECT_EQ(r.tensors, 272u);
 }

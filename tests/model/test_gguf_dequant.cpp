@@ -43,8 +43,8 @@ TEST(GgufDequant, Q4_0) {
   for (int j = 0; j < 16; ++j) b.push_back(static_cast<uint8_t>(j | ((15 - j) << 4)));
   const auto out = run(GgmlType::kQ4_0, b, 32);
   for (int j = 0; j < 16; ++j) {
-    EXPECT_EQ(out[j], static_cast<float>((j - 8) * 2)) << j;             // low nibble -> element j
-    EXPECT_EQ(out[j + 16], static_cast<float>((15 - j - 8) * 2)) << j;   // high nibble -> j + 16
+    EXPECT_EQ(out[j], static_cast<float>((j - 8) * 2)) << j;            // low nibble -> element j
+    EXPECT_EQ(out[j + 16], static_cast<float>((15 - j - 8) * 2)) << j;  // high nibble -> j + 16
   }
   EXPECT_EQ(out[0], -16.0f);
   EXPECT_EQ(out[16], 14.0f);
@@ -139,7 +139,8 @@ TEST(GgufDequant, Q4_K) {
     const KBlock& k = blocks[blk];
     for (int e = 0; e < 256; ++e) {
       const int s = e / 32;  // sub-block of 32 elements
-      EXPECT_EQ(out[256 * blk + e], k.d * static_cast<float>(k.sc[s] * k.q[e]) - k.dmin * static_cast<float>(k.m[s]))
+      EXPECT_EQ(out[256 * blk + e],
+                k.d * static_cast<float>(k.sc[s] * k.q[e]) - k.dmin * static_cast<float>(k.m[s]))
           << blk << " " << e;
     }
   }
@@ -175,7 +176,8 @@ TEST(GgufDequant, Q5_K) {
     const KBlock& k = blocks[blk];
     for (int e = 0; e < 256; ++e) {
       const int s = e / 32;
-      EXPECT_EQ(out[256 * blk + e], k.d * static_cast<float>(k.sc[s] * k.q[e]) - k.dmin * static_cast<float>(k.m[s]))
+      EXPECT_EQ(out[256 * blk + e],
+                k.d * static_cast<float>(k.sc[s] * k.q[e]) - k.dmin * static_cast<float>(k.m[s]))
           << blk << " " << e;
     }
   }
@@ -206,7 +208,8 @@ TEST(GgufDequant, Q6_K) {
     }
     bytes.insert(bytes.end(), ql.begin(), ql.end());
     bytes.insert(bytes.end(), qh.begin(), qh.end());
-    for (int g = 0; g < 16; ++g) bytes.push_back(static_cast<uint8_t>(static_cast<int8_t>(9 * g - 70)));
+    for (int g = 0; g < 16; ++g)
+      bytes.push_back(static_cast<uint8_t>(static_cast<int8_t>(9 * g - 70)));
     putHalf(bytes, blk == 0 ? 0x3800 : 0xB400);
   }
   ASSERT_EQ(bytes.size(), 2u * 210);
@@ -215,7 +218,8 @@ TEST(GgufDequant, Q6_K) {
     const float d = blk == 0 ? 0.5f : -0.25f;
     for (int e = 0; e < 256; ++e) {
       const int scale = 9 * (e / 16) - 70;  // one scale per 16 elements
-      EXPECT_EQ(out[256 * blk + e], d * static_cast<float>(scale * (qOf(blk, e) - 32))) << blk << " " << e;
+      EXPECT_EQ(out[256 * blk + e], d * static_cast<float>(scale * (qOf(blk, e) - 32)))
+          << blk << " " << e;
     }
   }
   // By hand: element 0: q 11, scale -70 -> 0.5 * -70 * (11 - 32) = 735. Element 255: q
@@ -280,20 +284,24 @@ TEST(GgufDequant, ErrorsNameTensorAndType) {
   EXPECT_THROW(dequantizeToF32(static_cast<uint32_t>(GgmlType::kQ6_K), q6, out, "x"), FormatError);
   std::vector<float> out128(128);
   std::vector<uint8_t> q4k(72);
-  EXPECT_THROW(dequantizeToF32(static_cast<uint32_t>(GgmlType::kQ4_K), q4k, out128, "x"), FormatError);
+  EXPECT_THROW(dequantizeToF32(static_cast<uint32_t>(GgmlType::kQ4_K), q4k, out128, "x"),
+               FormatError);
   std::vector<uint8_t> short_q4(19);
   std::vector<float> out32(32);
-  EXPECT_THROW(dequantizeToF32(static_cast<uint32_t>(GgmlType::kQ4_1), short_q4, out32, "x"), FormatError);
+  EXPECT_THROW(dequantizeToF32(static_cast<uint32_t>(GgmlType::kQ4_1), short_q4, out32, "x"),
+               FormatError);
   std::vector<float> out33(33);
   std::vector<uint8_t> q4(40);
-  EXPECT_THROW(dequantizeToF32(static_cast<uint32_t>(GgmlType::kQ4_1), q4, out33, "x"), FormatError);
+  EXPECT_THROW(dequantizeToF32(static_cast<uint32_t>(GgmlType::kQ4_1), q4, out33, "x"),
+               FormatError);
   // Empty tensors (null spans) are fine (found by the fuzzer: memcpy on a null pointer).
   EXPECT_NO_THROW(dequantizeToF32(static_cast<uint32_t>(GgmlType::kF32), {}, {}, "empty"));
   EXPECT_TRUE(ggmlTypeDequantizable(static_cast<uint32_t>(GgmlType::kQ4_1)));
   for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     EXPECT_TRUE(ggmlTypeDequantizable(static_cast<uint32_t>(t)));
   }
-  for (GgmlType t : {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ8_K, GgmlType::kQ5_0, GgmlType::kQ8_1}) {
+  for (GgmlType t :
+       {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ8_K, GgmlType::kQ5_0, GgmlType::kQ8_1}) {
     EXPECT_FALSE(ggmlTypeDequantizable(static_cast<uint32_t>(t)));
   }
 }

@@ -38,7 +38,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string fixtureDir(const std::string& family) { return test::test_data_dir() + "/models/" + family; }
+std::string fixtureDir(const std::string& family) {
+  return test::test_data_dir() + "/models/" + family;
+}
 
 // The Llama fixture uses llama3 RoPE scaling, which GGUF has no metadata for (llama.cpp writes a
 // rope_freqs tensor, unsupported here). Its GGUF gets plain RoPE at the same theta, and the
@@ -71,7 +73,8 @@ Source sourceFor(const std::string& family, const test::TempDir& tmp) {
 }
 
 // Logits of every row of a prefill of `prompt`, then of `steps` greedy decode steps (CPU backend).
-std::vector<float> runLogits(const fs::path& model_path, const std::vector<int32_t>& prompt, int steps) {
+std::vector<float> runLogits(const fs::path& model_path, const std::vector<int32_t>& prompt,
+                             int steps) {
   auto backend = ops::makeCpuBackend();
   TargetModel model(model_path, *backend, 64);
   const int64_t V = model.config().vocab_size;
@@ -141,7 +144,8 @@ TEST_P(GgufLoadFixture, ConfigFromMetadataEqualsTheFolders) {
   const ModelConfig got = loadModelConfig(tmp / "m.gguf");
   EXPECT_EQ(got.source, (tmp / "m.gguf").string());
   expectSameModel(got, want);
-  EXPECT_EQ(got.eos_token_ids, (std::vector<int64_t>{want.vocab_size - 3}));  // the test vocabulary's eos
+  EXPECT_EQ(got.eos_token_ids,
+            (std::vector<int64_t>{want.vocab_size - 3}));  // the test vocabulary's eos
 }
 
 TEST_P(GgufLoadFixture, ExactTypesGiveTheFixtureLogits) {
@@ -165,7 +169,8 @@ TEST_P(GgufLoadFixture, ExactTypesGiveTheFixtureLogits) {
     const HostTensor t = gguf.read(name);
     const TensorView v = folder.view(name);
     for (int64_t i = 0; i < fi.numel(); ++i) {
-      ASSERT_EQ(t.view.as<float>()[i], loadAsFloat(v.data, fi.dtype, i)) << name << " [" << i << "]";
+      ASSERT_EQ(t.view.as<float>()[i], loadAsFloat(v.data, fi.dtype, i))
+          << name << " [" << i << "]";
     }
   }
   // And the model computes exactly what it computes from the folder.
@@ -179,13 +184,16 @@ TEST_P(GgufLoadFixture, QuantisedDirectLoadEqualsConvertThenLoad) {
   test::TempDir tmp;
   Source src = sourceFor(GetParam(), tmp);
   src.options.type = [](const std::string& name) {
-    if (name.find("q_proj.weight") != std::string::npos || name.find("up_proj") != std::string::npos) {
+    if (name.find("q_proj.weight") != std::string::npos ||
+        name.find("up_proj") != std::string::npos) {
       return GgmlType::kQ4_1;
     }
-    if (name.find("k_proj.weight") != std::string::npos || name.find("embed") != std::string::npos) {
+    if (name.find("k_proj.weight") != std::string::npos ||
+        name.find("embed") != std::string::npos) {
       return GgmlType::kQ8_0;
     }
-    if (name.find("proj.weight") != std::string::npos || name == "lm_head.weight") return GgmlType::kF16;
+    if (name.find("proj.weight") != std::string::npos || name == "lm_head.weight")
+      return GgmlType::kF16;
     return GgmlType::kF32;
   };
   test::writeBytes(tmp / "m.gguf", test::ggufFromFolder(src.folder, src.options).build());
@@ -200,15 +208,18 @@ TEST_P(GgufLoadFixture, QuantisedDirectLoadEqualsConvertThenLoad) {
   for (const GgufTensorInfo& t : file.tensors()) {
     const std::string name = hfTensorName(t.name);
     std::vector<float> want = dequantizeTensor(file, t);
-    if (c.architecture == Architecture::kLlama && (name.ends_with("q_proj.weight") || name.ends_with("k_proj.weight"))) {
+    if (c.architecture == Architecture::kLlama &&
+        (name.ends_with("q_proj.weight") || name.ends_with("k_proj.weight"))) {
       std::vector<float> u(want.size());
-      const int64_t heads = name.ends_with("q_proj.weight") ? c.num_attention_heads : c.num_key_value_heads;
+      const int64_t heads =
+          name.ends_with("q_proj.weight") ? c.num_attention_heads : c.num_key_value_heads;
       const auto shape = t.rowMajorShape();
       unpermuteLlamaRows(want, u, heads, shape[0], shape[1]);
       want.swap(u);
     }
     const HostTensor got = gguf.read(name);
-    ASSERT_EQ(std::vector<float>(got.view.as<float>(), got.view.as<float>() + want.size()), want) << name;
+    ASSERT_EQ(std::vector<float>(got.view.as<float>(), got.view.as<float>() + want.size()), want)
+        << name;
   }
   const auto want = runLogits(tmp / "hf", kPrompt, 4);
   const auto got = runLogits(tmp / "m.gguf", kPrompt, 4);
@@ -225,7 +236,8 @@ TEST_P(GgufLoadFixture, QuantisedDirectLoadEqualsConvertThenLoad) {
     syy += (got[i] - my) * (got[i] - my);
   }
   const double correlation = sxy / std::sqrt(sxx * syy);
-  std::printf("%s: correlation of quantised and exact logits %.5f\n", GetParam().c_str(), correlation);
+  std::printf("%s: correlation of quantised and exact logits %.5f\n", GetParam().c_str(),
+              correlation);
   EXPECT_GT(correlation, 0.95);
 }
 
@@ -256,7 +268,8 @@ GgmlType kQuantTypeOf(const std::string& name) {
       name.find("down_proj") != std::string::npos) {
     return GgmlType::kQ4_K;
   }
-  if (name.find("k_proj") != std::string::npos || name.find("gate_proj") != std::string::npos) return GgmlType::kQ5_K;
+  if (name.find("k_proj") != std::string::npos || name.find("gate_proj") != std::string::npos)
+    return GgmlType::kQ5_K;
   return GgmlType::kQ6_K;  // v_proj, up_proj, the embedding
 }
 
@@ -380,9 +393,11 @@ TEST(GgufLoad, ClearErrors) {
 
   // An unknown tensor and a missing one.
   auto extra = test::randomGguf(kQuantConfig(), kQuantTypeOf);
-  extra.tensors().push_back({"blk.0.attn_qkv.weight", {256}, 0, test::f32Bytes(std::vector<float>(256)), {}});
+  extra.tensors().push_back(
+      {"blk.0.attn_qkv.weight", {256}, 0, test::f32Bytes(std::vector<float>(256)), {}});
   auto& ts = extra.tensors();
-  ts.erase(std::find_if(ts.begin(), ts.end(), [](const auto& t) { return t.name == "blk.0.attn_norm.weight"; }));
+  ts.erase(std::find_if(ts.begin(), ts.end(),
+                        [](const auto& t) { return t.name == "blk.0.attn_norm.weight"; }));
   test::writeBytes(tmp / "extra.gguf", extra.build());
   msg = errorOf<FormatError>([&] { TargetModel(tmp / "extra.gguf", *backend, 8); });
   EXPECT_NE(msg.find("unknown tensors: blk.0.attn_qkv.weight"), std::string::npos) << msg;
@@ -397,7 +412,8 @@ TEST(GgufLoad, ClearErrors) {
 
   // Llama-3.1 RoPE frequency factors have no equivalent here: refused, not ignored.
   auto freqs = test::randomGguf(kQuantConfig(), kQuantTypeOf);
-  freqs.tensors().push_back({"rope_freqs.weight", {32}, 0, test::f32Bytes(std::vector<float>(32, 1.0f)), {}});
+  freqs.tensors().push_back(
+      {"rope_freqs.weight", {32}, 0, test::f32Bytes(std::vector<float>(32, 1.0f)), {}});
   test::writeBytes(tmp / "freqs.gguf", freqs.build());
   msg = errorOf<FormatError>([&] { TargetModel(tmp / "freqs.gguf", *backend, 8); });
   EXPECT_NE(msg.find("rope_freqs.weight"), std::string::npos) << msg;
@@ -421,7 +437,8 @@ TEST(GgufLoad, RealSmolLM2DirectEqualsConverted) {
   EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
 
-  // The tokenizer from the GGUF metadata encodes a chat prompt as the converted tokenizer.json does.
+  // The tokenizer from the GGUF metadata encodes a chat prompt as the converted tokenizer.json
+  // does.
   const tokenizer::TokenizerSpec sa = tokenizerSpecFromGguf(GgufFile::open(path));
   const tokenizer::TokenizerSpec sb = tokenizer::loadTokenizerJson(tmp / "hf" / "tokenizer.json");
   EXPECT_EQ(sa.vocab, sb.vocab);
@@ -430,7 +447,8 @@ TEST(GgufLoad, RealSmolLM2DirectEqualsConverted) {
   EXPECT_EQ(sa.eosId, sb.eosId);
   EXPECT_EQ(sa.bosId, sb.bosId);
   EXPECT_EQ(sa.addBos, sb.addBos);
-  const std::string prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+  const std::string prompt =
+      "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
   const std::vector<int32_t> ids = tokenizer::BpeTokenizer(sa).encode(prompt, true);
   EXPECT_EQ(ids, tokenizer::BpeTokenizer(sb).encode(prompt, true));
 

@@ -14,7 +14,8 @@ GgufTestWriter vocabFile(const std::string& pre = "smollm") {
   GgufTestWriter w;
   w.kvString("tokenizer.ggml.model", "gpt2");
   if (!pre.empty()) w.kvString("tokenizer.ggml.pre", pre);
-  w.kvStringArray("tokenizer.ggml.tokens", {"<|endoftext|>", "<|im_start|>", "a", "b", "ab", "Ġab", "<extra>"});
+  w.kvStringArray("tokenizer.ggml.tokens",
+                  {"<|endoftext|>", "<|im_start|>", "a", "b", "ab", "Ġab", "<extra>"});
   w.kvI32Array("tokenizer.ggml.token_type", {3, 3, 1, 1, 1, 1, 4});
   w.kvStringArray("tokenizer.ggml.merges", {"a b", "Ġ ab"});
   w.kvU32("tokenizer.ggml.bos_token_id", 1);
@@ -65,7 +66,9 @@ TEST(GgufTokenizer, PreTokenizerFamilies) {
     specOf(vocabFile("deepseek-coder"));
     FAIL();
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("'deepseek-coder' is an unsupported pre-tokenizer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'deepseek-coder' is an unsupported pre-tokenizer"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(specOf(vocabFile("")), FormatError);
 }

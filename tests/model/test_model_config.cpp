@@ -24,7 +24,8 @@ void expectFormatError(F&& f, std::initializer_list<std::string> parts) {
   } catch (const FormatError& e) {
     const std::string message = e.what();
     for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "missing '" << part << "' in: " << message;
     }
   }
 }
@@ -180,9 +181,9 @@ TEST(ModelConfig, Qwen2HasQkvBiasAndDisabledWindow) {
 
 TEST(ModelConfig, DefaultsWhenOptionalFieldsAbsent) {
   json j = json::parse(kSmolLM2);
-  for (const char* k : {"num_key_value_heads", "rms_norm_eps", "max_position_embeddings",
-                        "tie_word_embeddings", "rope_theta", "rope_scaling", "torch_dtype",
-                        "bos_token_id", "eos_token_id"}) {
+  for (const char* k :
+       {"num_key_value_heads", "rms_norm_eps", "max_position_embeddings", "tie_word_embeddings",
+        "rope_theta", "rope_scaling", "torch_dtype", "bos_token_id", "eos_token_id"}) {
     j.erase(k);
   }
   ModelConfig c = parse(j);
@@ -240,9 +241,9 @@ TEST(ModelConfig, Llama3RopeInTransformers5) {
   json j = json::parse(kLlama31_8B);
   j.erase("rope_theta");
   j.erase("rope_scaling");
-  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 32.0},
-                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                          {"original_max_position_embeddings", 8192}};
+  j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                          {"factor", 32.0},          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   ModelConfig c = parse(j);
   EXPECT_EQ(c.rope.type, RopeType::kLlama3);
   EXPECT_DOUBLE_EQ(c.rope.factor, 32.0);
@@ -252,7 +253,8 @@ TEST(ModelConfig, Llama3RopeInTransformers5) {
 
 TEST(ModelConfig, YarnRopeBothDialects) {
   json v4 = json::parse(kQwen3_0_6B);
-  v4["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  v4["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
   ModelConfig c = parse(v4);
   EXPECT_EQ(c.rope.type, RopeType::kYarn);
   EXPECT_DOUBLE_EQ(c.rope.factor, 4.0);
@@ -263,9 +265,9 @@ TEST(ModelConfig, YarnRopeBothDialects) {
   EXPECT_TRUE(c.rope.truncate);
 
   json v5 = json::parse(kQwen3V5);
-  v5["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 2.0},
-                           {"beta_fast", 16.0}, {"beta_slow", 2.0}, {"attention_factor", 0.8},
-                           {"truncate", false}};
+  v5["rope_parameters"] = {
+      {"rope_type", "yarn"}, {"rope_theta", 10000.0},   {"factor", 2.0},    {"beta_fast", 16.0},
+      {"beta_slow", 2.0},    {"attention_factor", 0.8}, {"truncate", false}};
   c = parse(v5);
   EXPECT_EQ(c.rope.type, RopeType::kYarn);
   EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
@@ -284,7 +286,8 @@ TEST(ModelConfig, RopeThetaPlacementAcrossDialects) {
   j["rope_parameters"]["rope_theta"] = 5000.0;  // both, agreeing
   EXPECT_DOUBLE_EQ(parse(j).rope.theta, 5000.0);
   j["rope_parameters"]["rope_theta"] = 6000.0;
-  expectFormatError([&] { parse(j); }, {"'rope_theta' = 5000", "rope_parameters.rope_theta' = 6000", "disagree"});
+  expectFormatError([&] { parse(j); },
+                    {"'rope_theta' = 5000", "rope_parameters.rope_theta' = 6000", "disagree"});
   json d = json::parse(kQwen3_0_6B);
   d["rope_scaling"] = {{"rope_type", "default"}};
   EXPECT_EQ(parse(d).rope.type, RopeType::kDefault);
@@ -321,7 +324,8 @@ TEST(ModelConfig, SlidingWindowLayers) {
 }
 
 TEST(ModelConfig, TapFormulaMatchesPythonRound) {
-  EXPECT_EQ(defaultDFlashTargetLayerIds(30, 5), (std::vector<int64_t>{1, 8, 14, 20, 27}));  // 20.5 -> 20
+  EXPECT_EQ(defaultDFlashTargetLayerIds(30, 5),
+            (std::vector<int64_t>{1, 8, 14, 20, 27}));  // 20.5 -> 20
   EXPECT_EQ(defaultDFlashTargetLayerIds(36, 5), (std::vector<int64_t>{1, 9, 17, 25, 33}));
   EXPECT_EQ(defaultDFlashTargetLayerIds(36, 1), (std::vector<int64_t>{18}));
   EXPECT_EQ(defaultDFlashTargetLayerIds(29, 1), (std::vector<int64_t>{14}));
@@ -373,9 +377,11 @@ TEST(ModelConfig, DFlashDraftDefaultTaps) {
   json explicit_ids = json::parse(kDFlashDraft);
   explicit_ids.erase("num_target_layers");
   c = parse(explicit_ids);
-  test::expectInvalidArgument([&] { c.resolvedTargetLayerIds(20); }, "target_num_layers");  // tap 33
+  test::expectInvalidArgument([&] { c.resolvedTargetLayerIds(20); },
+                              "target_num_layers");  // tap 33
 
-  test::expectInvalidArgument([] { parseModelConfig(kQwen3_0_6B).resolvedTargetLayerIds(36); }, "architecture");
+  test::expectInvalidArgument([] { parseModelConfig(kQwen3_0_6B).resolvedTargetLayerIds(36); },
+                              "architecture");
 }
 
 TEST(ModelConfig, DFlashDraftErrors) {
@@ -431,7 +437,8 @@ TEST(ModelConfig, AbsurdSizesNameFieldValueAndLimit) {
       {"rope_theta", 0, "'rope_theta' = 0"},
       {"rope_theta", -10000, "'rope_theta' = -10000"},
       {"tie_word_embeddings", "yes", "'tie_word_embeddings' = \"yes\" must be true or false"},
-      {"num_hidden_layers", json::parse("18446744073709551615"), "'num_hidden_layers' = 18446744073709551615"},
+      {"num_hidden_layers", json::parse("18446744073709551615"),
+       "'num_hidden_layers' = 18446744073709551615"},
       {"eos_token_id", -1, "'eos_token_id' = -1"},
       {"eos_token_id", {1, -2}, "'eos_token_id[1]' = -2"},
   };
@@ -449,7 +456,8 @@ TEST(ModelConfig, AbsurdSizesNameFieldValueAndLimit) {
 TEST(ModelConfig, InconsistentHeads) {
   json j = json::parse(kSmolLM2);
   j["num_key_value_heads"] = 2;  // 9 % 2 != 0
-  expectFormatError([&] { parse(j); }, {"'num_key_value_heads' = 2 must divide num_attention_heads = 9"});
+  expectFormatError([&] { parse(j); },
+                    {"'num_key_value_heads' = 2 must divide num_attention_heads = 9"});
   j = json::parse(kSmolLM2);
   j["num_attention_heads"] = 7;  // 576 % 7 != 0, no head_dim
   j["num_key_value_heads"] = 7;
@@ -460,13 +468,15 @@ TEST(ModelConfig, InconsistentHeads) {
   expectFormatError([&] { parse(j); }, {"head_dim = 63 must be even"});
   j = json::parse(kSmolLM2);
   j["hidden_size"] = 9 * 2048;  // derived head_dim 2048 > 1024
-  expectFormatError([&] { parse(j); }, {"head_dim = hidden_size / num_attention_heads = 2048", "limit 1024"});
+  expectFormatError([&] { parse(j); },
+                    {"head_dim = hidden_size / num_attention_heads = 2048", "limit 1024"});
 }
 
 TEST(ModelConfig, UnsupportedArchitectureActivationRopeAndDType) {
   json j = json::parse(kSmolLM2);
   j["architectures"] = {"MistralForCausalLM"};
-  expectFormatError([&] { parse(j); }, {"unsupported architecture 'MistralForCausalLM'", "Qwen3ForCausalLM"});
+  expectFormatError([&] { parse(j); },
+                    {"unsupported architecture 'MistralForCausalLM'", "Qwen3ForCausalLM"});
   j.erase("architectures");
   expectFormatError([&] { parse(j); }, {"'architectures' is missing"});
   j["architectures"] = json::array();
@@ -478,7 +488,8 @@ TEST(ModelConfig, UnsupportedArchitectureActivationRopeAndDType) {
 
   j = json::parse(kSmolLM2);
   j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
-  expectFormatError([&] { parse(j); }, {"'rope_scaling.type' = 'dynamic'", "unsupported RoPE type"});
+  expectFormatError([&] { parse(j); },
+                    {"'rope_scaling.type' = 'dynamic'", "unsupported RoPE type"});
   j["rope_scaling"] = {{"factor", 2.0}};
   expectFormatError([&] { parse(j); }, {"rope_scaling has no 'rope_type'"});
   j["rope_scaling"] = {{"type", "linear"}, {"rope_type", "yarn"}, {"factor", 2.0}};
@@ -487,7 +498,9 @@ TEST(ModelConfig, UnsupportedArchitectureActivationRopeAndDType) {
   expectFormatError([&] { parse(j); }, {"'rope_scaling.factor' is missing"});
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 0.0}};
   expectFormatError([&] { parse(j); }, {"'rope_scaling.factor' = 0.0"});
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0},
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"high_freq_factor", 4.0},
                        {"original_max_position_embeddings", 8192}};
   expectFormatError([&] { parse(j); }, {"'rope_scaling.low_freq_factor' is missing"});
   j["rope_scaling"]["low_freq_factor"] = 4.0;
@@ -511,7 +524,8 @@ TEST(ModelConfig, UnsupportedArchitectureActivationRopeAndDType) {
 }
 
 TEST(ModelConfig, MalformedJson) {
-  expectFormatError([] { parseModelConfig("{\"hidden_size\": ", "c.json"); }, {"c.json", "invalid JSON"});
+  expectFormatError([] { parseModelConfig("{\"hidden_size\": ", "c.json"); },
+                    {"c.json", "invalid JSON"});
   expectFormatError([] { parseModelConfig("[1, 2]", "c.json"); }, {"must be a JSON object"});
   std::string dup = kSmolLM2;
   dup.insert(dup.find('{') + 1, R"("hidden_size": 64, )");

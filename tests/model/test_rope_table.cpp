@@ -47,7 +47,7 @@ TEST(RopeTable, Llama3KeepsHighScalesLowSmoothsMedium) {
   rope.high_freq_factor = 4.0;
   rope.original_max_position_embeddings = 1024;
   const std::vector<float> inv = ropeInverseFrequencies(rope, 8, 2048);
-  EXPECT_FLOAT_EQ(inv[0], 1.0f);    // wavelength < 256: unchanged
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);  // wavelength < 256: unchanged
   EXPECT_FLOAT_EQ(inv[1], 0.1f);
   EXPECT_FLOAT_EQ(inv[3], 0.001f / 8.0f);  // wavelength > 1024: divided by the factor
   // 628 is medium: smooth = (1024/628.3 - 1) / 3; f = (1 - smooth) f/8 + smooth f.

@@ -9,9 +9,9 @@
 
 #include "common/errors.h"
 #include "model/safetensors.h"
+#include "model/safetensors_test_writer.h"
 #include "model/weight_store.h"
 #include "support/test_util.h"
-#include "model/safetensors_test_writer.h"
 
 namespace es::model {
 namespace {
@@ -44,13 +44,15 @@ void expectFormatError(F&& f, std::initializer_list<std::string> parts) {
   } catch (const FormatError& e) {
     const std::string message = e.what();
     for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "missing '" << part << "' in: " << message;
     }
   }
 }
 
 SafetensorsHeader parseBytes(const std::vector<uint8_t>& bytes) {
-  return parseSafetensorsHeader(std::span<const uint8_t>(bytes.data(), bytes.size()), "t.safetensors");
+  return parseSafetensorsHeader(std::span<const uint8_t>(bytes.data(), bytes.size()),
+                                "t.safetensors");
 }
 
 // Header text + `data_bytes` zero bytes of data.
@@ -155,7 +157,8 @@ TEST(Safetensors, UnpaddedHeaderIsReadableButReportedUnaligned) {
   std::string header = R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
   if (header.size() % 2 == 0) header += ' ';
   TempDir dir;
-  test::writeBytes(dir / "u.safetensors", test::assembleSafetensors(header, floatBytes({2.5f}), false));
+  test::writeBytes(dir / "u.safetensors",
+                   test::assembleSafetensors(header, floatBytes({2.5f}), false));
   SafetensorsFile f = SafetensorsFile::open(dir / "u.safetensors");
   EXPECT_FALSE(f.isAligned("x"));
   float v = 0;
@@ -191,13 +194,15 @@ TEST(SafetensorsMalformed, TruncatedFile) {
   // Cut into the data section: the last tensor's end (32) is past the remaining 30 bytes.
   auto cut = bytes;
   cut.resize(bytes.size() - 2);
-  expectFormatError([&] { parseBytes(cut); }, {"'b.bias'", "end 32", "past the data section (30 bytes)"});
+  expectFormatError([&] { parseBytes(cut); },
+                    {"'b.bias'", "end 32", "past the data section (30 bytes)"});
   // Cut into the header: the header length points past the end of the file.
   cut.resize(20);
   expectFormatError([&] { parseBytes(cut); }, {"header length", "past the end", "12 bytes"});
   TempDir dir;
   test::writeBytes(dir / "trunc.safetensors", cut);
-  expectFormatError([&] { SafetensorsFile::open(dir / "trunc.safetensors"); }, {"trunc.safetensors"});
+  expectFormatError([&] { SafetensorsFile::open(dir / "trunc.safetensors"); },
+                    {"trunc.safetensors"});
 }
 
 TEST(SafetensorsMalformed, HeaderLengthPastEndOrHuge) {
@@ -208,7 +213,8 @@ TEST(SafetensorsMalformed, HeaderLengthPastEndOrHuge) {
 
   std::vector<uint8_t> huge(64, 0);
   huge[5] = 1;  // 2^40
-  expectFormatError([&] { parseBytes(huge); }, {"header length 1099511627776", "exceeds the limit 100000000"});
+  expectFormatError([&] { parseBytes(huge); },
+                    {"header length 1099511627776", "exceeds the limit 100000000"});
   std::vector<uint8_t> all_ones(16, 0xff);  // 2^64 - 1: must not wrap in the bounds arithmetic
   expectFormatError([&] { parseBytes(all_ones); }, {"header length 18446744073709551615"});
 }
@@ -218,118 +224,165 @@ TEST(SafetensorsMalformed, HeaderNotJson) {
   expectFormatError([] { parseBytes(rawFile("[1,2,3]", 0)); }, {"does not start with '{'"});
   expectFormatError([] { parseBytes(rawFile("        ", 0)); }, {"does not start with '{'"});
   expectFormatError([] { parseBytes(rawFile(R"({"a":1} trailing)", 0)); }, {"invalid JSON"});
-  expectFormatError([] { parseBytes(rawFile("{\"a\xff\":1}", 0)); }, {"invalid JSON"});  // bad UTF-8
+  expectFormatError([] { parseBytes(rawFile("{\"a\xff\":1}", 0)); },
+                    {"invalid JSON"});  // bad UTF-8
   // Zero-length header.
   std::vector<uint8_t> zero(8, 0);
   expectFormatError([&] { parseBytes(zero); }, {"header length 0"});
 }
 
 TEST(SafetensorsMalformed, OverlappingOffsets) {
-  const std::string header =
-      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
-      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})";
-  expectFormatError([&] { parseBytes(rawFile(header, 20)); }, {"'a' [0, 16)", "'b' [12, 20)", "overlap"});
+  const std::string header = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})";
+  expectFormatError([&] { parseBytes(rawFile(header, 20)); },
+                    {"'a' [0, 16)", "'b' [12, 20)", "overlap"});
   // Identical ranges overlap too.
-  const std::string same =
-      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}})";
+  const std::string same = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                           R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}})";
   expectFormatError([&] { parseBytes(rawFile(same, 8)); }, {"overlap"});
   // An empty tensor sitting inside another one's range is not an overlap (no bytes).
-  const std::string empty_inside =
-      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})";
+  const std::string empty_inside = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                   R"("z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})";
   EXPECT_EQ(parseBytes(rawFile(empty_inside, 8)).tensors.size(), 2u);
 }
 
 TEST(SafetensorsMalformed, OffsetsOutOfFileOrReversedOrMistyped) {
-  expectFormatError([] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 8)); },
-                    {"'a'", "end 16", "past the data section (8 bytes)"});
-  expectFormatError([] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})", 8)); },
-                    {"begin 8 > end 4"});
   expectFormatError(
-      [] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,18446744073709551616]}})", 8)); },
+      [] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 8)); },
+      {"'a'", "end 16", "past the data section (8 bytes)"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})", 8)); },
+      {"begin 8 > end 4"});
+  expectFormatError(
+      [] {
+        parseBytes(rawFile(
+            R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,18446744073709551616]}})",
+            8));
+      },
       {"'a'", "data_offsets"});
-  expectFormatError([] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 8)); },
-                    {"non-negative integers"});
-  expectFormatError([] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 8)); },
-                    {"[begin, end]"});
-  expectFormatError([] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}})", 8)); },
-                    {"[begin, end]"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 8)); },
+      {"non-negative integers"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 8)); },
+      {"[begin, end]"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}})", 8)); },
+      {"[begin, end]"});
   // u64 offsets near 2^64: end - 0 must not wrap into something that passes the size check.
   expectFormatError(
-      [] { parseBytes(rawFile(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551615]}})", 8)); },
+      [] {
+        parseBytes(rawFile(
+            R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551615]}})", 8));
+      },
       {"past the data section"});
 }
 
 TEST(SafetensorsMalformed, ShapeTimesDTypeNotByteSize) {
-  expectFormatError([] { parseBytes(rawFile(R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,8]}})", 8)); },
-                    {"'w'", "[2,3] x bf16 needs 12 bytes", "[0, 8) hold 8"});
-  expectFormatError([] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[],"data_offsets":[0,2]}})", 8)); },
-                    {"needs 4 bytes"});
+  expectFormatError(
+      [] {
+        parseBytes(rawFile(R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,8]}})", 8));
+      },
+      {"'w'", "[2,3] x bf16 needs 12 bytes", "[0, 8) hold 8"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[],"data_offsets":[0,2]}})", 8)); },
+      {"needs 4 bytes"});
 }
 
 TEST(SafetensorsMalformed, NegativeFractionalAndOverflowingDims) {
-  expectFormatError([] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[-1,4],"data_offsets":[0,16]}})", 16)); },
-                    {"'w'", "shape[0] = -1"});
-  expectFormatError([] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,16]}})", 16)); },
-                    {"shape[0] = 2.5"});
-  expectFormatError([] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":["4"],"data_offsets":[0,16]}})", 16)); },
-                    {"shape[0]"});
+  expectFormatError(
+      [] {
+        parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[-1,4],"data_offsets":[0,16]}})", 16));
+      },
+      {"'w'", "shape[0] = -1"});
+  expectFormatError(
+      [] {
+        parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,16]}})", 16));
+      },
+      {"shape[0] = 2.5"});
+  expectFormatError(
+      [] {
+        parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":["4"],"data_offsets":[0,16]}})", 16));
+      },
+      {"shape[0]"});
   // 2^32 * 2^32 * 16 overflows u64; must be caught, not wrapped to a small number.
   expectFormatError(
-      [] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,16]}})", 16)); },
+      [] {
+        parseBytes(rawFile(
+            R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,16]}})",
+            16));
+      },
       {"'w'", "more than 2^64"});
   // 2^62 * 4 bytes = 2^64 overflows only in the dtype multiply.
   expectFormatError(
-      [] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,16]}})", 16)); },
+      [] {
+        parseBytes(rawFile(
+            R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,16]}})", 16));
+      },
       {"more than 2^64"});
   // A dim beyond int64.
   expectFormatError(
-      [] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,0]}})", 16)); },
+      [] {
+        parseBytes(rawFile(
+            R"({"w":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,0]}})", 16));
+      },
       {"shape[0] = 9223372036854775808", "[0, 2^63)"});
   // A zero dim does not hide an overflowing one from the product: 0 * anything fits.
-  EXPECT_EQ(parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[0,4294967296],"data_offsets":[0,0]}})", 0))
-                .find("w")->numel(),
-            0);
+  EXPECT_EQ(
+      parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[0,4294967296],"data_offsets":[0,0]}})", 0))
+          .find("w")
+          ->numel(),
+      0);
   expectFormatError(
-      [] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1],"data_offsets":[0,4]}})", 4)); },
+      [] {
+        parseBytes(
+            rawFile(R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1],"data_offsets":[0,4]}})", 4));
+      },
       {"rank 7 exceeds the limit 6"});
 }
 
 TEST(SafetensorsMalformed, DuplicateNamesAndKeys) {
-  const std::string dup =
-      R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-      R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  const std::string dup = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                          R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
   expectFormatError([&] { parseBytes(rawFile(dup, 8)); }, {"duplicate JSON key 'w'"});
-  const std::string dup_field = R"({"w":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})";
+  const std::string dup_field =
+      R"({"w":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})";
   expectFormatError([&] { parseBytes(rawFile(dup_field, 4)); }, {"duplicate JSON key 'dtype'"});
   // The same key in two different objects is fine.
-  const std::string distinct =
-      R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  const std::string distinct = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                               R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
   EXPECT_EQ(parseBytes(rawFile(distinct, 8)).tensors.size(), 2u);
 }
 
 TEST(SafetensorsMalformed, UnsupportedAndUnknownDTypes) {
-  expectFormatError([] { parseBytes(rawFile(R"({"ids":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8)); },
-                    {"'ids'", "unsupported dtype 'I64'", "BF16, F16, F32"});
-  expectFormatError([] { parseBytes(rawFile(R"({"q":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", 8)); },
-                    {"'q'", "unsupported dtype 'F8_E4M3'"});
-  expectFormatError([] { parseBytes(rawFile(R"({"q":{"dtype":"Q4_K","shape":[1],"data_offsets":[0,1]}})", 8)); },
-                    {"unknown dtype 'Q4_K'"});
-  expectFormatError([] { parseBytes(rawFile(R"({"q":{"dtype":3,"shape":[1],"data_offsets":[0,1]}})", 8)); },
-                    {"'dtype' must be a string"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"ids":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8)); },
+      {"'ids'", "unsupported dtype 'I64'", "BF16, F16, F32"});
+  expectFormatError(
+      [] {
+        parseBytes(rawFile(R"({"q":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", 8));
+      },
+      {"'q'", "unsupported dtype 'F8_E4M3'"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"q":{"dtype":"Q4_K","shape":[1],"data_offsets":[0,1]}})", 8)); },
+      {"unknown dtype 'Q4_K'"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"q":{"dtype":3,"shape":[1],"data_offsets":[0,1]}})", 8)); },
+      {"'dtype' must be a string"});
 }
 
 TEST(SafetensorsMalformed, StructuralErrors) {
   expectFormatError([] { parseBytes(rawFile(R"({"w":{"shape":[1],"data_offsets":[0,4]}})", 4)); },
                     {"'w'", "missing field 'dtype'"});
   expectFormatError([] { parseBytes(rawFile(R"({"w":[1,2]})", 4)); }, {"'w'", "must be an object"});
-  expectFormatError([] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":4,"data_offsets":[0,4]}})", 4)); },
-                    {"'shape' must be an array"});
-  expectFormatError([] { parseBytes(rawFile(R"({"__metadata__":"x"})", 0)); }, {"'__metadata__' must be an object"});
-  expectFormatError([] { parseBytes(rawFile(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)); },
-                    {"empty name"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"w":{"dtype":"F32","shape":4,"data_offsets":[0,4]}})", 4)); },
+      {"'shape' must be an array"});
+  expectFormatError([] { parseBytes(rawFile(R"({"__metadata__":"x"})", 0)); },
+                    {"'__metadata__' must be an object"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)); },
+      {"empty name"});
   std::string deep = R"({"__metadata__":{"k":)";
   for (int i = 0; i < 100; ++i) deep += "[";
   for (int i = 0; i < 100; ++i) deep += "]";
@@ -372,7 +425,8 @@ TEST(SafetensorsMalformed, RandomCorruptionOnlyThrowsFormatError) {
 
 // ---- model folders --------------------------------------------------------------------------
 
-void writeShard(const TempDir& dir, const std::string& name, const std::vector<FakeTensor>& tensors) {
+void writeShard(const TempDir& dir, const std::string& name,
+                const std::vector<FakeTensor>& tensors) {
   test::writeBytes(dir / name, test::makeSafetensors(tensors));
 }
 
@@ -463,33 +517,41 @@ TEST(WeightStore, ShardedIndexErrors) {
     writeShard(dir, "s1.safetensors", {t[0]});
     test::writeText(dir / "model.safetensors.index.json",
                     indexJson({{"a.weight", "s1.safetensors"}, {"a.weight", "s1.safetensors"}}));
-    expectFormatError([&] { WeightStore::openFolder(dir.path()); }, {"duplicate JSON key 'a.weight'"});
+    expectFormatError([&] { WeightStore::openFolder(dir.path()); },
+                      {"duplicate JSON key 'a.weight'"});
   }
   {
     TempDir dir;  // shard holds a tensor the map does not list
     writeShard(dir, "s1.safetensors", {t[0], t[1]});
-    test::writeText(dir / "model.safetensors.index.json", indexJson({{"a.weight", "s1.safetensors"}}));
+    test::writeText(dir / "model.safetensors.index.json",
+                    indexJson({{"a.weight", "s1.safetensors"}}));
     expectFormatError([&] { WeightStore::openFolder(dir.path()); }, {"'b.bias'", "does not list"});
   }
   {
     TempDir dir;  // shard path escaping the folder
-    test::writeText(dir / "model.safetensors.index.json", indexJson({{"a.weight", "../s1.safetensors"}}));
-    expectFormatError([&] { WeightStore::openFolder(dir.path()); }, {"'../s1.safetensors'", "not a file name"});
+    test::writeText(dir / "model.safetensors.index.json",
+                    indexJson({{"a.weight", "../s1.safetensors"}}));
+    expectFormatError([&] { WeightStore::openFolder(dir.path()); },
+                      {"'../s1.safetensors'", "not a file name"});
   }
   {
     TempDir dir;  // structure
     test::writeText(dir / "model.safetensors.index.json", R"({"metadata":{}})");
     expectFormatError([&] { WeightStore::openFolder(dir.path()); }, {"'weight_map'"});
     test::writeText(dir / "model.safetensors.index.json", R"({"weight_map":{"a":1}})");
-    expectFormatError([&] { WeightStore::openFolder(dir.path()); }, {"weight_map['a']", "shard file name"});
+    expectFormatError([&] { WeightStore::openFolder(dir.path()); },
+                      {"weight_map['a']", "shard file name"});
     test::writeText(dir / "model.safetensors.index.json", R"({"weight_map":)");
-    expectFormatError([&] { WeightStore::openFolder(dir.path()); }, {"model.safetensors.index.json", "invalid JSON"});
+    expectFormatError([&] { WeightStore::openFolder(dir.path()); },
+                      {"model.safetensors.index.json", "invalid JSON"});
   }
   {
     TempDir dir;  // a malformed shard names the shard file
     test::writeBytes(dir / "s1.safetensors", {9, 0, 0, 0, 0, 0, 0, 0, '{'});
-    test::writeText(dir / "model.safetensors.index.json", indexJson({{"a.weight", "s1.safetensors"}}));
-    expectFormatError([&] { WeightStore::openFolder(dir.path()); }, {"s1.safetensors", "header length 9"});
+    test::writeText(dir / "model.safetensors.index.json",
+                    indexJson({{"a.weight", "s1.safetensors"}}));
+    expectFormatError([&] { WeightStore::openFolder(dir.path()); },
+                      {"s1.safetensors", "header length 9"});
   }
 }
 

@@ -28,9 +28,10 @@ TEST(SlidingWindowModel, BoundedWindowPoolMatchesTransformers) {
   auto backend = ops::makeCpuBackend();
   swa::Fixture fx(*backend, 512);
   const swa::ScenarioRun run = swa::runBounded(fx, swa::kHostF32);
-  swa::forEachReferenceRow(fx, run, [](const std::string& what, const float* got, const float* want, int64_t V) {
-    EXPECT_LT(test::maxError(got, want, V), kLogitTolerance) << what;
-  });
+  swa::forEachReferenceRow(
+      fx, run, [](const std::string& what, const float* got, const float* want, int64_t V) {
+        EXPECT_LT(test::maxError(got, want, V), kLogitTolerance) << what;
+      });
   // The window matters: full attention everywhere gives other logits for row 599.
   const std::vector<float> full = fx.rows("logits_a_full");
   EXPECT_GT(test::maxError(run.lastPromptRowA(), full.data(), run.vocab), 100 * kLogitTolerance);
@@ -46,11 +47,14 @@ TEST(SlidingWindowModel, BoundedAndFullCapacityStorageGiveIdenticalLogits) {
 TEST(SlidingWindowModel, ForwardWithoutAStepIsRefused) {
   auto backend = ops::makeCpuBackend();
   TargetModel model(swa::fixtureDir(), *backend, 64);
-  kv::KvCacheManager cache(swa::cacheFor(model, kv::SlidingWindowStorage::kBounded, DType::kF32), MemorySpace::kHost);
+  kv::KvCacheManager cache(swa::cacheFor(model, kv::SlidingWindowStorage::kBounded, DType::kF32),
+                           MemorySpace::kHost);
   const int32_t s = cache.admit();
   ForwardBatch f;
   for (int32_t i = 0; i < 10; ++i) {
-    f.tokens.push_back(i); f.positions.push_back(i); f.tokenToSequence.push_back(s);
+    f.tokens.push_back(i);
+    f.positions.push_back(i);
+    f.tokenToSequence.push_back(s);
   }
   f.cuQSeqLens = {0, 10};
   f.kvLengths = {10};

@@ -33,14 +33,15 @@ TEST(SlidingWindowModelGpu, BoundedWindowPoolMatchesTransformers) {
   swa::Fixture fx(*backend, 512);
   const swa::ScenarioRun run = swa::runBounded(fx, swa::kDeviceBF16);
   double worst = 0;
-  swa::forEachReferenceRow(fx, run, [&worst](const std::string& what, const float* got, const float* want, int64_t V) {
-    const double err = test::rowError(got, want, V);
-    worst = std::max(worst, err);
-    EXPECT_LT(err, kLogitTolerance) << what;
-    if (test::topMargin(want, V) >= kNearTie) {
-      EXPECT_EQ(test::argmaxOf(got, V), test::argmaxOf(want, V)) << what;
-    }
-  });
+  swa::forEachReferenceRow(
+      fx, run, [&worst](const std::string& what, const float* got, const float* want, int64_t V) {
+        const double err = test::rowError(got, want, V);
+        worst = std::max(worst, err);
+        EXPECT_LT(err, kLogitTolerance) << what;
+        if (test::topMargin(want, V) >= kNearTie) {
+          EXPECT_EQ(test::argmaxOf(got, V), test::argmaxOf(want, V)) << what;
+        }
+      });
 
   // The window matters. transformers with full attention everywhere (logits_a_full) puts row 599
   // D = max |windowed - full| = 0.32 away from the windowed reference: rowError 0.079, only 1.3x
@@ -60,8 +61,10 @@ TEST(SlidingWindowModelGpu, BoundedWindowPoolMatchesTransformers) {
   const double toFull = test::maxAbsDiff(run.lastPromptRowA(), full.data(), run.vocab);
   EXPECT_LT(toWindowed, D / 2);
   EXPECT_GT(toFull, D / 2);
-  std::printf("[ qwen3_swa ] worst rowError %.4f (tolerance %.2f); row 599: max |gpu - windowed| %.4f, "
-              "max |gpu - full| %.4f, D %.4f\n", worst, kLogitTolerance, toWindowed, toFull, D);
+  std::printf(
+      "[ qwen3_swa ] worst rowError %.4f (tolerance %.2f); row 599: max |gpu - windowed| %.4f, "
+      "max |gpu - full| %.4f, D %.4f\n",
+      worst, kLogitTolerance, toWindowed, toFull, D);
 }
 
 // Bit for bit on the GPU too: both layouts run the same kernels with the same launch shapes on the

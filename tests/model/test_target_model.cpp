@@ -72,10 +72,14 @@ TEST_P(TargetModelCpu, RaggedPrefillDecodeAndVerifyMatchTransformers) {
   const int32_t La = static_cast<int32_t>(a.size()), Lb = static_cast<int32_t>(b.size());
   ForwardBatch prefill;
   for (int32_t i = 0; i < La; ++i) {
-    prefill.tokens.push_back(a[i]); prefill.positions.push_back(i); prefill.tokenToSequence.push_back(s0);
+    prefill.tokens.push_back(a[i]);
+    prefill.positions.push_back(i);
+    prefill.tokenToSequence.push_back(s0);
   }
   for (int32_t i = 0; i < Lb; ++i) {
-    prefill.tokens.push_back(b[i]); prefill.positions.push_back(i); prefill.tokenToSequence.push_back(s1);
+    prefill.tokens.push_back(b[i]);
+    prefill.positions.push_back(i);
+    prefill.tokenToSequence.push_back(s1);
   }
   prefill.cuQSeqLens = {0, La, La + Lb};
   prefill.kvLengths = {La, Lb};
@@ -84,20 +88,26 @@ TEST_P(TargetModelCpu, RaggedPrefillDecodeAndVerifyMatchTransformers) {
   cache.commitBase(s0, La);
   cache.commitBase(s1, Lb);
 
-  const std::vector<float> logitsA = referenceRows(fx, "logits_a"), logitsB = referenceRows(fx, "logits_b");
+  const std::vector<float> logitsA = referenceRows(fx, "logits_a"),
+                           logitsB = referenceRows(fx, "logits_b");
   EXPECT_LT(maxError(out.logits.data(), logitsA.data(), La * V), kLogitTolerance);
   EXPECT_LT(maxError(out.logits.data() + La * V, logitsB.data(), Lb * V), kLogitTolerance);
   // Taps: [layer, row, H] against the per-layer outputs of transformers.
   const std::vector<float> tapsA = referenceRows(fx, "taps_a"), tapsB = referenceRows(fx, "taps_b");
   const int64_t T = La + Lb;
   for (int64_t l = 0; l < 2; ++l) {
-    EXPECT_LT(maxError(out.taps.data() + l * T * H, tapsA.data() + l * La * H, La * H), kLogitTolerance) << "layer " << l;
-    EXPECT_LT(maxError(out.taps.data() + l * T * H + La * H, tapsB.data() + l * Lb * H, Lb * H), kLogitTolerance) << "layer " << l;
+    EXPECT_LT(maxError(out.taps.data() + l * T * H, tapsA.data() + l * La * H, La * H),
+              kLogitTolerance)
+        << "layer " << l;
+    EXPECT_LT(maxError(out.taps.data() + l * T * H + La * H, tapsB.data() + l * Lb * H, Lb * H),
+              kLogitTolerance)
+        << "layer " << l;
   }
 
   // Greedy decode of both sequences together, one token each per step.
   const std::vector<int32_t> greedyA = fx.meta["greedy"]["a"], greedyB = fx.meta["greedy"]["b"];
-  const std::vector<float> stepA = referenceRows(fx, "greedy_logits_a"), stepB = referenceRows(fx, "greedy_logits_b");
+  const std::vector<float> stepA = referenceRows(fx, "greedy_logits_a"),
+                           stepB = referenceRows(fx, "greedy_logits_b");
   int32_t nextA = argmaxOf(out.logits.data() + (La - 1) * V, V);
   int32_t nextB = argmaxOf(out.logits.data() + (La + Lb - 1) * V, V);
   const int32_t steps = fx.meta["steps"];
@@ -105,11 +115,14 @@ TEST_P(TargetModelCpu, RaggedPrefillDecodeAndVerifyMatchTransformers) {
     ASSERT_EQ(nextA, greedyA[s]) << "step " << s;
     ASSERT_EQ(nextB, greedyB[s]) << "step " << s;
     if (s + 1 == steps) break;
-    const ForwardResult r = model.forward(test::decodeBatch(cache, {s0, s1}, {nextA, nextB}), cache);
+    const ForwardResult r =
+        model.forward(test::decodeBatch(cache, {s0, s1}, {nextA, nextB}), cache);
     cache.commitBase(s0, 1);
     cache.commitBase(s1, 1);
-    EXPECT_LT(maxError(r.logits.data(), stepA.data() + (s + 1) * V, V), kLogitTolerance) << "step " << s;
-    EXPECT_LT(maxError(r.logits.data() + V, stepB.data() + (s + 1) * V, V), kLogitTolerance) << "step " << s;
+    EXPECT_LT(maxError(r.logits.data(), stepA.data() + (s + 1) * V, V), kLogitTolerance)
+        << "step " << s;
+    EXPECT_LT(maxError(r.logits.data() + V, stepB.data() + (s + 1) * V, V), kLogitTolerance)
+        << "step " << s;
     nextA = argmaxOf(r.logits.data(), V);
     nextB = argmaxOf(r.logits.data() + V, V);
   }
@@ -128,7 +141,9 @@ TEST_P(TargetModelCpu, VerifyBlockEqualsDecodeStepsCausalAndTreeMask) {
     const int32_t slot = cache.admit();
     ForwardBatch prefill;
     for (int32_t i = 0; i < La; ++i) {
-      prefill.tokens.push_back(a[i]); prefill.positions.push_back(i); prefill.tokenToSequence.push_back(slot);
+      prefill.tokens.push_back(a[i]);
+      prefill.positions.push_back(i);
+      prefill.tokenToSequence.push_back(slot);
     }
     prefill.cuQSeqLens = {0, La};
     prefill.kvLengths = {La};
@@ -137,8 +152,10 @@ TEST_P(TargetModelCpu, VerifyBlockEqualsDecodeStepsCausalAndTreeMask) {
     // Verify S greedy tokens at once: row i must give the logits of decode step i + 1.
     ForwardBatch verify;
     for (int32_t i = 0; i < S; ++i) {
-      verify.tokens.push_back(greedyA[i]); verify.positions.push_back(La + i);
-      verify.tokenToSequence.push_back(slot); verify.logitRows.push_back(i);
+      verify.tokens.push_back(greedyA[i]);
+      verify.positions.push_back(La + i);
+      verify.tokenToSequence.push_back(slot);
+      verify.logitRows.push_back(i);
       verify.packedMask.push_back(static_cast<int32_t>((1u << (i + 1)) - 1u));  // causal as a tree
     }
     verify.cuQSeqLens = {0, S};
@@ -167,7 +184,9 @@ TEST_P(TargetModelCpu, ThreePagePrefill) {
   const int32_t slot = cache.admit();  // slot 1: pages 4..7, not the first ones
   ForwardBatch prefill;
   for (int32_t i = 0; i < L; ++i) {
-    prefill.tokens.push_back(prompt[i]); prefill.positions.push_back(i); prefill.tokenToSequence.push_back(slot);
+    prefill.tokens.push_back(prompt[i]);
+    prefill.positions.push_back(i);
+    prefill.tokenToSequence.push_back(slot);
   }
   // Batch entry b is page-table row b: row 0 takes part with no rows and no keys.
   prefill.cuQSeqLens = {0, 0, L};
@@ -196,8 +215,8 @@ TEST(TargetModel, BadInputIsAClearError) {
   b.positions = {0, 1};
   b.logitRows = {2};
   test::expectInvalidArgument([&] { model.forward(b, cache); }, "logitRows");
-  test::expectInvalidArgument([&] { TargetModel(test::test_data_dir() + "/models/qwen3", *backend, 0); },
-                              "maxTokens");
+  test::expectInvalidArgument(
+      [&] { TargetModel(test::test_data_dir() + "/models/qwen3", *backend, 0); }, "maxTokens");
   b.logitRows.assign(17, 0);  // more rows than the workspace holds (maxTokens 16)
   test::expectInvalidArgument([&] { model.forward(b, cache); }, "logitRows.size()");
 }
@@ -308,7 +327,9 @@ TEST(TargetModel, SlidingWindowLayersMaskOldKeys) {
     cache.admit();
     ForwardBatch b;
     for (int32_t i = 0; i < 20; ++i) {
-      b.tokens.push_back(a[i]); b.positions.push_back(i); b.tokenToSequence.push_back(0);
+      b.tokens.push_back(a[i]);
+      b.positions.push_back(i);
+      b.tokenToSequence.push_back(0);
       b.logitRows.push_back(i);
     }
     b.cuQSeqLens = {0, 20};

@@ -44,7 +44,8 @@ const float* referenceRows(const Fixture& fx, const std::string& name) {
 }
 
 using test::argmaxOf;
-using test::rowError;  // max |a - b| / (1 + max |b|) over a row: bf16 error scales with its magnitude
+using test::rowError;  // max |a - b| / (1 + max |b|) over a row: bf16 error scales with its
+                       // magnitude
 using test::topMargin;
 
 class TargetModelGpu : public ::testing::TestWithParam<std::string> {};
@@ -67,8 +68,10 @@ TEST_P(TargetModelGpu, PrefillDecodeVerifyMatchTransformers) {
   const int32_t La = static_cast<int32_t>(a.size());
   ForwardBatch prefill;
   for (int32_t i = 0; i < La; ++i) {
-    prefill.tokens.push_back(a[i]); prefill.positions.push_back(i);
-    prefill.tokenToSequence.push_back(slot); prefill.logitRows.push_back(i);
+    prefill.tokens.push_back(a[i]);
+    prefill.positions.push_back(i);
+    prefill.tokenToSequence.push_back(slot);
+    prefill.logitRows.push_back(i);
   }
   prefill.cuQSeqLens = {0, La};
   prefill.kvLengths = {La};
@@ -76,7 +79,8 @@ TEST_P(TargetModelGpu, PrefillDecodeVerifyMatchTransformers) {
   cache.commitBase(slot, La);
   const float* logitsA = referenceRows(fx, "logits_a");
   for (int32_t i = 0; i < La; ++i) {
-    EXPECT_LT(rowError(out.logits.data() + i * V, logitsA + i * V, V), kLogitTolerance) << "row " << i;
+    EXPECT_LT(rowError(out.logits.data() + i * V, logitsA + i * V, V), kLogitTolerance)
+        << "row " << i;
   }
 
   // Greedy decode, one token per step, as long as the f32 reference has no near-tie.
@@ -121,10 +125,14 @@ TEST_P(TargetModelGpu, VerifyBlockAndThreePagePrefill) {
   const int32_t Ll = static_cast<int32_t>(longPrompt.size());
   ForwardBatch prefill;
   for (int32_t i = 0; i < La; ++i) {
-    prefill.tokens.push_back(a[i]); prefill.positions.push_back(i); prefill.tokenToSequence.push_back(s0);
+    prefill.tokens.push_back(a[i]);
+    prefill.positions.push_back(i);
+    prefill.tokenToSequence.push_back(s0);
   }
   for (int32_t i = 0; i < Ll; ++i) {
-    prefill.tokens.push_back(longPrompt[i]); prefill.positions.push_back(i); prefill.tokenToSequence.push_back(s1);
+    prefill.tokens.push_back(longPrompt[i]);
+    prefill.positions.push_back(i);
+    prefill.tokenToSequence.push_back(s1);
   }
   prefill.cuQSeqLens = {0, La, La + Ll};
   prefill.kvLengths = {La, Ll};
@@ -135,15 +143,18 @@ TEST_P(TargetModelGpu, VerifyBlockAndThreePagePrefill) {
 
   ForwardBatch verify;
   for (int32_t i = 0; i < S; ++i) {
-    verify.tokens.push_back(greedy[i]); verify.positions.push_back(La + i);
-    verify.tokenToSequence.push_back(s0); verify.logitRows.push_back(i);
+    verify.tokens.push_back(greedy[i]);
+    verify.positions.push_back(La + i);
+    verify.tokenToSequence.push_back(s0);
+    verify.logitRows.push_back(i);
   }
   verify.cuQSeqLens = {0, S, S};  // sequence 1 takes no rows this time
   verify.kvLengths = {La + S, 0};
   const ForwardResult r = model.forward(verify, cache);
   const float* steps = referenceRows(fx, "greedy_logits_a");
   for (int32_t i = 0; i < S; ++i) {
-    EXPECT_LT(rowError(r.logits.data() + i * V, steps + (i + 1) * V, V), kLogitTolerance) << "row " << i;
+    EXPECT_LT(rowError(r.logits.data() + i * V, steps + (i + 1) * V, V), kLogitTolerance)
+        << "row " << i;
     if (topMargin(steps + (i + 1) * V, V) >= kNearTie) {
       EXPECT_EQ(argmaxOf(r.logits.data() + i * V, V), greedy[i + 1]) << "row " << i;
     }

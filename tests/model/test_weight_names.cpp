@@ -29,16 +29,18 @@ void expectFormatError(F&& f, std::initializer_list<std::string> parts) {
   } catch (const FormatError& e) {
     const std::string message = e.what();
     for (const std::string& part : parts) {
-      EXPECT_NE(message.find(part), std::string::npos) << "missing '" << part << "' in: " << message;
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "missing '" << part << "' in: " << message;
     }
   }
 }
 
 // Tiny configs: hidden 8, 2 query heads / 1 KV head of dim 4, intermediate 12, vocab 16, 2 layers.
 json tinyConfig(const char* arch) {
-  return json{{"architectures", {arch}}, {"hidden_size", 8},      {"intermediate_size", 12},
-              {"num_hidden_layers", 2},  {"num_attention_heads", 2}, {"num_key_value_heads", 1},
-              {"head_dim", 4},           {"vocab_size", 16},       {"tie_word_embeddings", false}};
+  return json{
+      {"architectures", {arch}}, {"hidden_size", 8},         {"intermediate_size", 12},
+      {"num_hidden_layers", 2},  {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+      {"head_dim", 4},           {"vocab_size", 16},         {"tie_word_embeddings", false}};
 }
 
 ModelConfig configOf(const json& j) { return parseModelConfig(j.dump(), "tiny/config.json"); }
@@ -46,16 +48,18 @@ ModelConfig configOf(const json& j) { return parseModelConfig(j.dump(), "tiny/co
 // Per-layer Qwen3 tensors (prefix "model.layers.i." or "layers.i."), shapes by hand:
 // q [2*4, 8], k/v [1*4, 8], o [8, 2*4], q/k norm [4], gate/up [12, 8], down [8, 12].
 Shapes qwen3Layer(const std::string& p) {
-  return {{p + "input_layernorm.weight", {8}},        {p + "post_attention_layernorm.weight", {8}},
-          {p + "self_attn.q_proj.weight", {8, 8}},    {p + "self_attn.k_proj.weight", {4, 8}},
-          {p + "self_attn.v_proj.weight", {4, 8}},    {p + "self_attn.o_proj.weight", {8, 8}},
-          {p + "self_attn.q_norm.weight", {4}},       {p + "self_attn.k_norm.weight", {4}},
-          {p + "mlp.gate_proj.weight", {12, 8}},      {p + "mlp.up_proj.weight", {12, 8}},
+  return {{p + "input_layernorm.weight", {8}},     {p + "post_attention_layernorm.weight", {8}},
+          {p + "self_attn.q_proj.weight", {8, 8}}, {p + "self_attn.k_proj.weight", {4, 8}},
+          {p + "self_attn.v_proj.weight", {4, 8}}, {p + "self_attn.o_proj.weight", {8, 8}},
+          {p + "self_attn.q_norm.weight", {4}},    {p + "self_attn.k_norm.weight", {4}},
+          {p + "mlp.gate_proj.weight", {12, 8}},   {p + "mlp.up_proj.weight", {12, 8}},
           {p + "mlp.down_proj.weight", {8, 12}}};
 }
 
 Shapes qwen3Target() {
-  Shapes s = {{"model.embed_tokens.weight", {16, 8}}, {"model.norm.weight", {8}}, {"lm_head.weight", {16, 8}}};
+  Shapes s = {{"model.embed_tokens.weight", {16, 8}},
+              {"model.norm.weight", {8}},
+              {"lm_head.weight", {16, 8}}};
   for (int i = 0; i < 2; ++i) {
     for (auto& t : qwen3Layer("model.layers." + std::to_string(i) + ".")) s.push_back(t);
   }
@@ -74,7 +78,8 @@ Shapes expectedOf(const ModelConfig& c) {
 }
 
 // Writes a model folder holding `tensors` (bf16, zero bytes) and opens it.
-WeightStore storeWith(const test::TempDir& dir, const Shapes& tensors, const std::string& dtype = "BF16") {
+WeightStore storeWith(const test::TempDir& dir, const Shapes& tensors,
+                      const std::string& dtype = "BF16") {
   std::vector<test::FakeTensor> fakes;
   for (const auto& [name, shape] : tensors) fakes.push_back(test::fakeTensor(name, dtype, shape));
   test::writeBytes(dir / "model.safetensors", test::makeSafetensors(fakes));
@@ -123,7 +128,9 @@ TEST(WeightNames, DFlashDraftSet) {
   j["dflash_config"] = {{"mask_token_id", 15}, {"target_layer_ids", {1, 2, 3}}};
   const ModelConfig c = configOf(j);
   EXPECT_EQ(draftTapCount(c), 3);
-  Shapes want = {{"fc.weight", {8, 24}}, {"hidden_norm.weight", {8}}, {"norm.weight", {8}},
+  Shapes want = {{"fc.weight", {8, 24}},
+                 {"hidden_norm.weight", {8}},
+                 {"norm.weight", {8}},
                  {"mask_embedding", {8}}};
   for (int i = 0; i < 2; ++i) {
     for (auto& t : qwen3Layer("layers." + std::to_string(i) + ".")) want.push_back(t);
@@ -163,7 +170,9 @@ TEST(WeightCheck, CompleteStorePassesInEveryDType) {
 TEST(WeightCheck, MissingTensor) {
   const ModelConfig c = configOf(tinyConfig("Qwen3ForCausalLM"));
   Shapes s = qwen3Target();
-  s.erase(std::find_if(s.begin(), s.end(), [](const auto& t) { return t.first == "model.layers.1.self_attn.k_norm.weight"; }));
+  s.erase(std::find_if(s.begin(), s.end(), [](const auto& t) {
+    return t.first == "model.layers.1.self_attn.k_norm.weight";
+  }));
   test::TempDir dir;
   const WeightStore store = storeWith(dir, s);
   expectFormatError([&] { checkWeights(store, c); },
@@ -179,7 +188,8 @@ TEST(WeightCheck, WrongShape) {
   }
   test::TempDir dir;
   expectFormatError([&] { checkWeights(storeWith(dir, s), c); },
-                    {"1 with a wrong shape", "model.layers.0.self_attn.k_proj.weight: expected [4, 8], found [8, 4]"});
+                    {"1 with a wrong shape",
+                     "model.layers.0.self_attn.k_proj.weight: expected [4, 8], found [8, 4]"});
 }
 
 TEST(WeightCheck, UnexpectedTensorIsAnError) {
@@ -201,7 +211,8 @@ TEST(WeightCheck, ToleratedExtras) {
   s.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", {2}});
   test::TempDir dir;
   WeightCheckReport r = checkWeights(storeWith(dir, s, "F32"), c);
-  EXPECT_EQ(r.ignored, (std::vector<std::string>{"lm_head.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"}));
+  EXPECT_EQ(r.ignored, (std::vector<std::string>{"lm_head.weight",
+                                                 "model.layers.0.self_attn.rotary_emb.inv_freq"}));
 }
 
 TEST(WeightCheck, UntiedConfigNeedsLmHead) {
@@ -211,7 +222,8 @@ TEST(WeightCheck, UntiedConfigNeedsLmHead) {
   for (const ExpectedTensor& e : expectedTensors(configOf(j))) tied.emplace_back(e.name, e.shape);
   j["tie_word_embeddings"] = false;
   test::TempDir dir;
-  expectFormatError([&] { checkWeights(storeWith(dir, tied), configOf(j)); }, {"1 missing", "lm_head.weight [16, 8]"});
+  expectFormatError([&] { checkWeights(storeWith(dir, tied), configOf(j)); },
+                    {"1 missing", "lm_head.weight [16, 8]"});
 }
 
 TEST(WeightCheck, ManyProblemsAreSummarised) {

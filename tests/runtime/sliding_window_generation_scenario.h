@@ -27,13 +27,13 @@ namespace es::runtime::swa {
 
 using model::swa::cacheFor;
 using model::swa::fixtureDir;
-using model::swa::KvStorage;
 using model::swa::kPrivatePages;  // 2 * (ceil(160/128) + 1) + 1
+using model::swa::KvStorage;
 
 struct Usage {
-  int32_t maxBound = 0;        // most window pages bound in one slot
-  int32_t maxOwned = 0;        // most window pages one slot owned (bound + pending + reserved)
-  int32_t maxDensePages = 0;   // most dense pages one slot's committed length reaches
+  int32_t maxBound = 0;       // most window pages bound in one slot
+  int32_t maxOwned = 0;       // most window pages one slot owned (bound + pending + reserved)
+  int32_t maxDensePages = 0;  // most dense pages one slot's committed length reaches
   int64_t observations = 0;
 };
 
@@ -58,8 +58,10 @@ inline std::vector<GenerationRequest> requests() {
   const nlohmann::json meta = nlohmann::json::parse(in);
   // Prompt a (600 tokens) decodes 260 more, prompt b (390) 300 more: both end far past the
   // window, with different budgets so the batch compacts midway.
-  return {GenerationRequest{meta["prompts"]["a"].get<std::vector<int32_t>>(), 260, {}, {1.0f, 0, 0.95f, 11}},
-          GenerationRequest{meta["prompts"]["b"].get<std::vector<int32_t>>(), 300, {}, {0.9f, 40, 1.0f, 12}}};
+  return {GenerationRequest{
+              meta["prompts"]["a"].get<std::vector<int32_t>>(), 260, {}, {1.0f, 0, 0.95f, 11}},
+          GenerationRequest{
+              meta["prompts"]["b"].get<std::vector<int32_t>>(), 300, {}, {0.9f, 40, 1.0f, 12}}};
 }
 
 // Plain decoding with the bounded window pool against full capacity, KV in `kv`.
@@ -69,11 +71,13 @@ inline void plainDecodingPastTheWindow(ops::Backend& backend, KvStorage kv) {
   model::TargetModel target(fixtureDir(), backend, 256);
   const std::vector<GenerationRequest> reqs = requests();
 
-  kv::KvCacheManager full(cacheFor(target, kv::SlidingWindowStorage::kFullCapacity, kv.dtype), kv.space);
+  kv::KvCacheManager full(cacheFor(target, kv::SlidingWindowStorage::kFullCapacity, kv.dtype),
+                          kv.space);
   ASSERT_EQ(full.swaPages(), nullptr);
   const std::vector<GenerationResult> want = DecodeEngine(target, full).generate(reqs);
 
-  kv::KvCacheManager bounded(cacheFor(target, kv::SlidingWindowStorage::kBounded, kv.dtype), kv.space);
+  kv::KvCacheManager bounded(cacheFor(target, kv::SlidingWindowStorage::kBounded, kv.dtype),
+                             kv.space);
   ASSERT_NE(bounded.swaPages(), nullptr);
   Usage u;
   DecodeEngine decoder(target, bounded);
@@ -117,11 +121,13 @@ inline void speculativeVerifyStepsPastTheWindow(ops::Backend& backend, KvStorage
   // (rows past the committed length are scratch in the window pages too).
   std::vector<std::vector<int32_t>> recordings;
   {
-    kv::KvCacheManager full(cacheFor(target, kv::SlidingWindowStorage::kFullCapacity, kv.dtype), kv.space);
+    kv::KvCacheManager full(cacheFor(target, kv::SlidingWindowStorage::kFullCapacity, kv.dtype),
+                            kv.space);
     const std::vector<GenerationResult> plain = DecodeEngine(target, full).generate(reqs);
     for (size_t r = 0; r < reqs.size(); ++r) {
       recordings.push_back(reqs[r].prompt);
-      recordings.back().insert(recordings.back().end(), plain[r].tokens.begin(), plain[r].tokens.end());
+      recordings.back().insert(recordings.back().end(), plain[r].tokens.begin(),
+                               plain[r].tokens.end());
     }
   }
   auto speculate = [&](kv::SlidingWindowStorage storage, Usage& u, SpeculationStats& stats) {
@@ -134,15 +140,18 @@ inline void speculativeVerifyStepsPastTheWindow(ops::Backend& backend, KvStorage
   };
   Usage fullUse, boundedUse;
   SpeculationStats fullStats, boundedStats;
-  const std::vector<GenerationResult> want = speculate(kv::SlidingWindowStorage::kFullCapacity, fullUse, fullStats);
-  const std::vector<GenerationResult> got = speculate(kv::SlidingWindowStorage::kBounded, boundedUse, boundedStats);
+  const std::vector<GenerationResult> want =
+      speculate(kv::SlidingWindowStorage::kFullCapacity, fullUse, fullStats);
+  const std::vector<GenerationResult> got =
+      speculate(kv::SlidingWindowStorage::kBounded, boundedUse, boundedStats);
   for (size_t r = 0; r < reqs.size(); ++r) {
     EXPECT_EQ(got[r].tokens, want[r].tokens) << "request " << r;
     EXPECT_EQ(got[r].tokens.size(), 200u);
   }
   EXPECT_EQ(boundedStats.acceptHistogram, fullStats.acceptHistogram);
   for (const GenerationResult& r : got) {
-    EXPECT_GT(std::set<int32_t>(r.tokens.begin(), r.tokens.end()).size(), 8u);  // (about 15 on the CPU)
+    EXPECT_GT(std::set<int32_t>(r.tokens.begin(), r.tokens.end()).size(),
+              8u);  // (about 15 on the CPU)
   }
   EXPECT_GT(boundedStats.meanAcceptLength(), 1.0);  // some multi-token accepts (about 1.05) ...
   EXPECT_LT(boundedStats.meanAcceptLength(), 7.5);  // ... and some rejections

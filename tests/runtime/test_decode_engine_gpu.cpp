@@ -21,8 +21,8 @@
 #include "model/random_draft.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
-#include "runtime/dflash_proposer.h"
 #include "runtime/decode_engine.h"
+#include "runtime/dflash_proposer.h"
 #include "runtime/replay_proposer.h"
 #include "support/test_util.h"
 
@@ -42,7 +42,8 @@ kv::KvCacheConfig cacheFor(const model::TargetModel& m, int32_t batch, DType dty
   return c;
 }
 
-std::vector<GenerationRequest> raggedRequests(int32_t vocab, uint64_t seedBase = 0, float temperature = 0.0f) {
+std::vector<GenerationRequest> raggedRequests(int32_t vocab, uint64_t seedBase = 0,
+                                              float temperature = 0.0f) {
   std::mt19937 rng(11);
   std::vector<GenerationRequest> requests;
   for (const auto& [len, budget] : {std::pair{5, 17}, std::pair{131, 25}, std::pair{40, 31}}) {
@@ -58,7 +59,9 @@ std::vector<GenerationRequest> raggedRequests(int32_t vocab, uint64_t seedBase =
 // The f32 CPU model judges a divergence: the prefix prompt + tokens[0, k) must end in a near-tie.
 class NearTieJudge {
  public:
-  NearTieJudge() : backend_(ops::makeCpuBackend()), model_(test::test_data_dir() + "/models/qwen3", *backend_, 256) {}
+  NearTieJudge()
+      : backend_(ops::makeCpuBackend()),
+        model_(test::test_data_dir() + "/models/qwen3", *backend_, 256) {}
   double margin(const std::vector<int32_t>& prompt, const std::vector<int32_t>& tokens, size_t k) {
     std::vector<int32_t> seq = prompt;
     seq.insert(seq.end(), tokens.begin(), tokens.begin() + static_cast<int64_t>(k));
@@ -88,7 +91,8 @@ class NearTieJudge {
 
 // Expects `got` to equal `want` up to a divergence after a near-tie; returns divergences seen.
 int expectEqualUpToNearTies(NearTieJudge& judge, const std::vector<GenerationRequest>& requests,
-                            const std::vector<GenerationResult>& want, const std::vector<GenerationResult>& got) {
+                            const std::vector<GenerationResult>& want,
+                            const std::vector<GenerationResult>& got) {
   int divergences = 0;
   for (size_t r = 0; r < requests.size(); ++r) {
     const std::vector<int32_t>& a = want[r].tokens;
@@ -102,7 +106,8 @@ int expectEqualUpToNearTies(NearTieJudge& judge, const std::vector<GenerationReq
       continue;
     }
     const double m = judge.margin(requests[r].prompt, a, k);
-    EXPECT_LT(m, kNearTie) << "request " << r << " diverges at token " << k << " where the f32 margin is " << m;
+    EXPECT_LT(m, kNearTie) << "request " << r << " diverges at token " << k
+                           << " where the f32 margin is " << m;
   }
   return divergences;
 }
@@ -125,10 +130,14 @@ TEST(DecodeEngineGpu, GraphsReplayExactlyTheEagerSteps) {
       EXPECT_EQ(graphed[r].tokens, eager[r].tokens) << "plain, request " << r;
       EXPECT_EQ(graphed[r].tokens.size(), static_cast<size_t>(requests[r].maxNewTokens));
     }
-    const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, eager);
-    ReplayProposer replayA(*gpu, 8, 3, recordings, V, 0.3f), replayB(*gpu, 8, 3, recordings, V, 0.3f);
-    const std::vector<GenerationResult> specEager = run(false, &replayA), specGraphed = run(true, &replayB);
-    for (size_t r = 0; r < requests.size(); ++r) EXPECT_EQ(specGraphed[r].tokens, specEager[r].tokens) << "speculative, request " << r;
+    const std::vector<std::vector<int32_t>> recordings =
+        ReplayProposer::recordingsOf(requests, eager);
+    ReplayProposer replayA(*gpu, 8, 3, recordings, V, 0.3f),
+        replayB(*gpu, 8, 3, recordings, V, 0.3f);
+    const std::vector<GenerationResult> specEager = run(false, &replayA),
+                                        specGraphed = run(true, &replayB);
+    for (size_t r = 0; r < requests.size(); ++r)
+      EXPECT_EQ(specGraphed[r].tokens, specEager[r].tokens) << "speculative, request " << r;
   }
 }
 
@@ -143,7 +152,8 @@ TEST(DecodeEngineGpu, ReplaySpeculationEqualsPlainGreedyUpToNearTies) {
     kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16), MemorySpace::kDevice);
     plain = DecodeEngine(target, cache).generate(requests);
   }
-  const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, plain);
+  const std::vector<std::vector<int32_t>> recordings =
+      ReplayProposer::recordingsOf(requests, plain);
   NearTieJudge judge;
   int divergences = 0;
   for (const int32_t BS : {4, 16}) {
@@ -192,10 +202,12 @@ TEST(DecodeEngineGpu, DFlashDraftEqualsPlainGreedyUpToNearTies) {
   const std::vector<GenerationRequest> requests = raggedRequests(V);
   std::vector<GenerationResult> plain;
   {
-    kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+    kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()),
+                             MemorySpace::kDevice);
     plain = DecodeEngine(target, cache).generate(requests);
   }
-  kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+  kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()),
+                           MemorySpace::kDevice);
   DFlashProposer proposer(draft);
   DecodeEngine decoder(target, cache, &proposer);
   const std::vector<GenerationResult> out = decoder.generate(requests);
@@ -222,19 +234,23 @@ TEST(DecodeEngineGpu, BatchOneSpeculationEqualsPlainGreedyExactly) {
     const std::vector<GenerationRequest> one = {request};
     std::vector<int32_t> plain;
     {
-      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()),
+                               MemorySpace::kDevice);
       plain = DecodeEngine(target, cache).generate(one)[0].tokens;
     }
     std::vector<int32_t> recording = request.prompt;
     recording.insert(recording.end(), plain.begin(), plain.end());
     for (const auto& [BS, corrupt] : {std::pair{4, 0.0f}, std::pair{16, 0.3f}}) {
-      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()),
+                               MemorySpace::kDevice);
       ReplayProposer proposer(*gpu, BS, 1, {recording}, V, corrupt);
       DecodeEngine decoder(target, cache, &proposer);
-      EXPECT_EQ(decoder.generate(one)[0].tokens, plain) << "replay BS " << BS << " corrupt " << corrupt;
+      EXPECT_EQ(decoder.generate(one)[0].tokens, plain)
+          << "replay BS " << BS << " corrupt " << corrupt;
       multiTokenAccepts += decoder.stats().meanAcceptLength() > 1.5;
     }
-    kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+    kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()),
+                             MemorySpace::kDevice);
     DFlashProposer proposer(draft);
     DecodeEngine decoder(target, cache, &proposer);
     EXPECT_EQ(decoder.generate(one)[0].tokens, plain) << "DFlash draft";
@@ -256,28 +272,35 @@ TEST(DecodeEngineGpu, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
   const std::vector<GenerationRequest> requests = raggedRequests(V);
   std::vector<GenerationResult> plain;
   {
-    kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+    kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()),
+                             MemorySpace::kDevice);
     plain = DecodeEngine(target, cache).generate(requests);
   }
-  const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, plain);
+  const std::vector<std::vector<int32_t>> recordings =
+      ReplayProposer::recordingsOf(requests, plain);
   int64_t fullWidthAccepts = 0;
   for (size_t r = 0; r < requests.size(); ++r) {
     SCOPED_TRACE(::testing::Message() << "request " << r << " alone");
     const std::vector<GenerationRequest> one = {requests[r]};
     std::vector<int32_t> plainOne;
     {
-      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()),
+                               MemorySpace::kDevice);
       plainOne = DecodeEngine(target, cache).generate(one)[0].tokens;
     }
     for (const auto& [W, corrupt] : {std::pair{2, 0.0f}, std::pair{5, 0.3f}}) {
-      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+      kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()),
+                               MemorySpace::kDevice);
       ReplayProposer proposer(*gpu, 16, 1, {recordings[r]}, V, corrupt);
       DecodeEngine decoder(target, cache, &proposer, EngineOptions{.verifyWidth = W});
-      EXPECT_EQ(decoder.generate(one)[0].tokens, plainOne) << "replay BS 16 W " << W << " corrupt " << corrupt;
+      EXPECT_EQ(decoder.generate(one)[0].tokens, plainOne)
+          << "replay BS 16 W " << W << " corrupt " << corrupt;
       ASSERT_EQ(decoder.stats().acceptHistogram.size(), static_cast<size_t>(W) + 1);
-      if (corrupt == 0.0f) fullWidthAccepts += decoder.stats().acceptHistogram[static_cast<size_t>(W)] > 0;
+      if (corrupt == 0.0f)
+        fullWidthAccepts += decoder.stats().acceptHistogram[static_cast<size_t>(W)] > 0;
     }
-    kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+    kv::KvCacheManager cache(cacheFor(target, 1, DType::kBF16, draft.kvLayerShapes()),
+                             MemorySpace::kDevice);
     DFlashProposer proposer(draft);
     DecodeEngine decoder(target, cache, &proposer, EngineOptions{.verifyWidth = 3});
     EXPECT_EQ(decoder.generate(one)[0].tokens, plainOne) << "DFlash draft W 3";
@@ -285,14 +308,16 @@ TEST(DecodeEngineGpu, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
   EXPECT_EQ(fullWidthAccepts, 3) << "uncorrupted replay drafts must fill whole verify widths";
 
   NearTieJudge judge;
-  kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+  kv::KvCacheManager cache(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()),
+                           MemorySpace::kDevice);
   ReplayProposer proposer(*gpu, 16, 3, recordings, V, 0.0f);
   DecodeEngine decoder(target, cache, &proposer, EngineOptions{.verifyWidth = 4});
   const std::vector<GenerationResult> batch = decoder.generate(requests);
   EXPECT_LE(expectEqualUpToNearTies(judge, requests, plain, batch), 1);
   EXPECT_GT(decoder.stats().meanAcceptLength(), 0.6 * 4);
   DFlashProposer dflash(draft);
-  kv::KvCacheManager cache2(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()), MemorySpace::kDevice);
+  kv::KvCacheManager cache2(cacheFor(target, 3, DType::kBF16, draft.kvLayerShapes()),
+                            MemorySpace::kDevice);
   DecodeEngine withDraft(target, cache2, &dflash, EngineOptions{.verifyWidth = 3});
   EXPECT_LE(expectEqualUpToNearTies(judge, requests, plain, withDraft.generate(requests)), 1);
 }

@@ -13,8 +13,8 @@
 #include "model/random_draft.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
-#include "runtime/dflash_proposer.h"
 #include "runtime/decode_engine.h"
+#include "runtime/dflash_proposer.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -22,7 +22,8 @@ namespace {
 
 TEST(DFlashSpeculative, BatchEqualsPlainGreedy) {
   const std::string targetDir = test::test_data_dir() + "/models/qwen3";
-  const std::filesystem::path draftDir = std::filesystem::temp_directory_path() / "es_spec_random_draft";
+  const std::filesystem::path draftDir =
+      std::filesystem::temp_directory_path() / "es_spec_random_draft";
   model::test_draft::DraftSpec spec;
   spec.blockSize = 4;
   model::test_draft::writeDraft(draftDir, spec);
@@ -71,13 +72,15 @@ TEST(DFlashSpeculative, BatchEqualsPlainGreedy) {
 // W rows. Alone and in a batch of 3, the output equals plain greedy decoding exactly.
 TEST(DFlashSpeculative, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
   const std::string targetDir = test::test_data_dir() + "/models/qwen3";
-  const std::filesystem::path draftDir = std::filesystem::temp_directory_path() / "es_spec_random_draft_w";
+  const std::filesystem::path draftDir =
+      std::filesystem::temp_directory_path() / "es_spec_random_draft_w";
   model::test_draft::DraftSpec spec;
   spec.blockSize = 8;
   model::test_draft::writeDraft(draftDir, spec);
 
   auto backend = ops::makeCpuBackend();
-  const std::vector<int32_t> taps = model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(targetDir));
+  const std::vector<int32_t> taps =
+      model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(targetDir));
   model::TargetModel target(targetDir, *backend, 64, taps);
   model::DFlashDraft draft(draftDir, *backend, target, 64, 3);
 

@@ -46,13 +46,15 @@ TEST_P(PlainDecodingCpu, GreedyMatchesTransformersWithStopAndCompaction) {
   GenerationRequest a{meta["prompts"]["a"], static_cast<int32_t>(greedyA.size()), {}, {}};
   // b stops at its 4th token (if that token appears earlier, at its first occurrence).
   const int32_t stop = greedyB[3];
-  const size_t stopAt = static_cast<size_t>(std::find(greedyB.begin(), greedyB.end(), stop) - greedyB.begin());
+  const size_t stopAt =
+      static_cast<size_t>(std::find(greedyB.begin(), greedyB.end(), stop) - greedyB.begin());
   GenerationRequest b{meta["prompts"]["b"], static_cast<int32_t>(greedyB.size()), {stop}, {}};
   // c: the same prompt as a but only 2 tokens: it retires first, before a and b.
   GenerationRequest c{meta["prompts"]["a"], 2, {}, {}};
   std::vector<std::vector<int32_t>> streamed(3);
-  const std::vector<GenerationResult> out =
-      decoder.generate({c, a, b}, [&](int32_t r, int32_t token) { streamed[static_cast<size_t>(r)].push_back(token); });
+  const std::vector<GenerationResult> out = decoder.generate(
+      {c, a, b},
+      [&](int32_t r, int32_t token) { streamed[static_cast<size_t>(r)].push_back(token); });
   for (size_t r = 0; r < 3; ++r) EXPECT_EQ(streamed[r], out[r].tokens) << "request " << r;
 
   EXPECT_EQ(out[0].tokens, std::vector<int32_t>(greedyA.begin(), greedyA.begin() + 2));
@@ -90,9 +92,15 @@ TEST(PlainDecoding, SampledDecodingIsRequestStableAndSeeded) {
     const int64_t lastPosition = static_cast<int64_t>(a.prompt.size()) - 1;
     int32_t expected = -1;
     SamplingParams p;
-    p.logits = logits.data(); p.batch = 1; p.vocab = static_cast<int32_t>(logits.size());
-    p.temperature = a.sampling.temperature; p.topK = a.sampling.topK; p.topP = a.sampling.topP;
-    p.seeds = &a.sampling.seed; p.positions = &lastPosition; p.tokens = &expected;
+    p.logits = logits.data();
+    p.batch = 1;
+    p.vocab = static_cast<int32_t>(logits.size());
+    p.temperature = a.sampling.temperature;
+    p.topK = a.sampling.topK;
+    p.topP = a.sampling.topP;
+    p.seeds = &a.sampling.seed;
+    p.positions = &lastPosition;
+    p.tokens = &expected;
     ref::sampleRows(p);
     EXPECT_EQ(alone[0].tokens[0], expected);
   }
@@ -113,16 +121,36 @@ TEST(PlainDecoding, BadRequestsAreClearErrors) {
   kv::KvCacheManager cache(cacheFor(target, 2), MemorySpace::kHost);
   DecodeEngine decoder(target, cache);
   test::expectInvalidArgument([&] { decoder.generate({}); }, "requests.size()");
-  test::expectInvalidArgument([&] { decoder.generate({{{}, 4, {}, {}}}); }, "requests[0].prompt.size()");
-  test::expectInvalidArgument([&] { decoder.generate({{{1, 2}, 0, {}, {}}}); }, "requests[0].maxNewTokens");
-  test::expectInvalidArgument([&] { decoder.generate({{{1, 2}, 300, {}, {}}}); },
-                              "requests[0] prompt + maxNewTokens");
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 1, {}, {}}, {{1}, 1, {}, {}}, {{1}, 1, {}, {}}}); },
-                              "requests.size()");
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 1, {}, {-1.0f, 0, 1.0f, 0}}}); },
-                              "requests[0].sampling.temperature");
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 1, {}, {1.0f, 0, 0.0f, 0}}}); },
-                              "requests[0].sampling.topP");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{}, 4, {}, {}}});
+      },
+      "requests[0].prompt.size()");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{1, 2}, 0, {}, {}}});
+      },
+      "requests[0].maxNewTokens");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{1, 2}, 300, {}, {}}});
+      },
+      "requests[0] prompt + maxNewTokens");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{1}, 1, {}, {}}, {{1}, 1, {}, {}}, {{1}, 1, {}, {}}});
+      },
+      "requests.size()");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{1}, 1, {}, {-1.0f, 0, 1.0f, 0}}});
+      },
+      "requests[0].sampling.temperature");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{1}, 1, {}, {1.0f, 0, 0.0f, 0}}});
+      },
+      "requests[0].sampling.topP");
   EXPECT_EQ(cache.activeCount(), 0);  // nothing was admitted by the rejected calls
 }
 

@@ -22,8 +22,8 @@
 #include "ops/backend.h"
 #include "runtime/decode_engine.h"
 #include "runtime/dflash_proposer.h"
-#include "support/forwarding_proposer.h"
 #include "runtime/prefill.h"
+#include "support/forwarding_proposer.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -46,10 +46,12 @@ kv::KvCacheConfig cacheConfig(const model::TargetModel& target, const model::DFl
 // Without reuse every page is fresh: all of them hold NaN until written.
 void poisonAllPools(kv::KvCacheManager& cache) {
   for (size_t l = 0; l < cache.plan().base.size(); ++l) {
-    std::memset(cache.basePool(static_cast<int32_t>(l)).data, 0xFF, static_cast<size_t>(cache.plan().base[l].bytes));
+    std::memset(cache.basePool(static_cast<int32_t>(l)).data, 0xFF,
+                static_cast<size_t>(cache.plan().base[l].bytes));
   }
   for (size_t l = 0; l < cache.plan().draft.size(); ++l) {
-    std::memset(cache.draftPool(static_cast<int32_t>(l)).data, 0xFF, static_cast<size_t>(cache.plan().draft[l].bytes));
+    std::memset(cache.draftPool(static_cast<int32_t>(l)).data, 0xFF,
+                static_cast<size_t>(cache.plan().draft[l].bytes));
   }
 }
 
@@ -69,7 +71,8 @@ class RecordingProposer final : public test::ForwardingProposer {
   void propose(const model::DraftProposalInputs& inputs, kv::KvCacheManager& cache) override {
     ForwardingProposer::propose(inputs, cache);
     const int32_t* out = inputs.argmaxOut;
-    const int32_t rows = inputs.rowsPerBlock == 0 ? blockSize() : inputs.rowsPerBlock;  // [B, W] written
+    const int32_t rows =
+        inputs.rowsPerBlock == 0 ? blockSize() : inputs.rowsPerBlock;  // [B, W] written
     log.emplace_back(out, out + static_cast<ptrdiff_t>(inputs.batchSize) * rows);
   }
   std::vector<std::vector<int32_t>> log;
@@ -100,8 +103,8 @@ struct Prompts {
 
 constexpr int32_t kCalls = 6;
 
-std::vector<GenerationRequest> callRequests(int32_t index, const Prompts& p,
-                                            const std::vector<std::vector<GenerationResult>>& done) {
+std::vector<GenerationRequest> callRequests(
+    int32_t index, const Prompts& p, const std::vector<std::vector<GenerationResult>>& done) {
   auto req = [](std::vector<int32_t> prompt, int32_t maxNew) {
     GenerationRequest q;
     q.prompt = std::move(prompt);
@@ -110,12 +113,18 @@ std::vector<GenerationRequest> callRequests(int32_t index, const Prompts& p,
   };
   const std::vector<int32_t> a256(p.a.begin(), p.a.begin() + 256);
   switch (index) {
-    case 0: return {req(p.a, 100)};                                  // 300 + 100: block 2 partly decoded
-    case 1: return {req(cat(a256, p.bTail), 20), req(a256, 20)};     // 2 blocks then diverges; aligned
-    case 2: return {req(cat(cat(p.a, done[0][0].tokens), p.dTail), 20)};  // reuses decode-written K/V
-    case 3: return {req(p.e, 20), req(cat({p.e.begin(), p.e.begin() + 128}, p.fTail), 20)};  // one batch
-    case 4: return {req(p.g, 20), req(p.h, 20)};                     // fresh: pages run out in a tight pool
-    default: return {req(a256, 20)};
+    case 0:
+      return {req(p.a, 100)};  // 300 + 100: block 2 partly decoded
+    case 1:
+      return {req(cat(a256, p.bTail), 20), req(a256, 20)};  // 2 blocks then diverges; aligned
+    case 2:
+      return {req(cat(cat(p.a, done[0][0].tokens), p.dTail), 20)};  // reuses decode-written K/V
+    case 3:
+      return {req(p.e, 20), req(cat({p.e.begin(), p.e.begin() + 128}, p.fTail), 20)};  // one batch
+    case 4:
+      return {req(p.g, 20), req(p.h, 20)};  // fresh: pages run out in a tight pool
+    default:
+      return {req(a256, 20)};
   }
 }
 
@@ -156,10 +165,12 @@ void expectIdenticalRuns(const Scenario& off, const Scenario& on, const char* wh
       EXPECT_EQ(b[r].tokens, a[r].tokens) << "call " << i << " request " << r;
       EXPECT_EQ(b[r].finish, a[r].finish);
     }
-    EXPECT_EQ(on.histograms[static_cast<size_t>(i)], off.histograms[static_cast<size_t>(i)]) << "call " << i;
+    EXPECT_EQ(on.histograms[static_cast<size_t>(i)], off.histograms[static_cast<size_t>(i)])
+        << "call " << i;
     // Reused rows are not computed again: the rest of each prompt is.
     EXPECT_EQ(on.prefillRows[static_cast<size_t>(i)] + on.reusedTokens[static_cast<size_t>(i)],
-              off.prefillRows[static_cast<size_t>(i)]) << "call " << i;
+              off.prefillRows[static_cast<size_t>(i)])
+        << "call " << i;
     EXPECT_EQ(off.reusedTokens[static_cast<size_t>(i)], 0);
   }
   // The draft's proposals read its context K/V, reused pages included: the same proposals show
@@ -173,7 +184,8 @@ class PrefixReuseEngine : public ::testing::TestWithParam<bool> {};
 TEST_P(PrefixReuseEngine, GreedyOutputsAreIdenticalWithAndWithoutReuse) {
   const bool withDraft = GetParam();
   const std::string targetDir = test::test_data_dir() + "/models/qwen3";
-  const std::filesystem::path draftDir = std::filesystem::temp_directory_path() / "es_prefix_reuse_draft";
+  const std::filesystem::path draftDir =
+      std::filesystem::temp_directory_path() / "es_prefix_reuse_draft";
   auto backend = ops::makeCpuBackend();
   std::vector<int32_t> taps;
   if (withDraft) {
@@ -184,10 +196,11 @@ TEST_P(PrefixReuseEngine, GreedyOutputsAreIdenticalWithAndWithoutReuse) {
   }
   model::TargetModel target(targetDir, *backend, kMaxTokens, taps);
   std::unique_ptr<model::DFlashDraft> draft;
-  if (withDraft) draft = std::make_unique<model::DFlashDraft>(draftDir, *backend, target, kMaxTokens, 2);
+  if (withDraft)
+    draft = std::make_unique<model::DFlashDraft>(draftDir, *backend, target, kMaxTokens, 2);
 
   const Scenario off = runScenario(target, draft.get(), 0);
-  const Scenario on = runScenario(target, draft.get(), 16);  // room for every record
+  const Scenario on = runScenario(target, draft.get(), 16);    // room for every record
   const Scenario tight = runScenario(target, draft.get(), 1);  // records get evicted
   expectIdenticalRuns(off, on, "16 retained pages");
   expectIdenticalRuns(off, tight, "1 retained page");
@@ -215,7 +228,8 @@ TEST(PrefixReuse, SuffixPrefillLogitsAreBitIdentical) {
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, kMaxTokens);
   std::mt19937 rng(5);
   const std::vector<int32_t> first = randomTokens(rng, 300);
-  const std::vector<int32_t> second = cat({first.begin(), first.begin() + 256}, randomTokens(rng, 80));
+  const std::vector<int32_t> second =
+      cat({first.begin(), first.begin() + 256}, randomTokens(rng, 80));
 
   kv::KvCacheManager reuse(cacheConfig(target, nullptr, 4), MemorySpace::kHost);
   reuse.setPoisonFreshPages(true);
@@ -226,8 +240,10 @@ TEST(PrefixReuse, SuffixPrefillLogitsAreBitIdentical) {
   const kv::KvCacheManager::Admission a = reuse.admit(second, 336, false);
   ASSERT_EQ(a.reusedTokens, 256);
   // The reused rows are refused as a prefill start: writing them would change shared pages.
-  test::expectInvalidArgument([&] { prefillSequence(target, reuse, a.slot, second, {}, 0); }, "firstPosition");
-  const std::vector<float> reused = prefillSequence(target, reuse, a.slot, second, {}, a.reusedTokens);
+  test::expectInvalidArgument([&] { prefillSequence(target, reuse, a.slot, second, {}, 0); },
+                              "firstPosition");
+  const std::vector<float> reused =
+      prefillSequence(target, reuse, a.slot, second, {}, a.reusedTokens);
 
   kv::KvCacheManager fresh(cacheConfig(target, nullptr, 0), MemorySpace::kHost);
   poisonAllPools(fresh);

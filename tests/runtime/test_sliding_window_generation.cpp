@@ -33,13 +33,15 @@ TEST(SlidingWindowGeneration, SpeculativeVerifyStepsPastTheWindowMatchFullCapaci
 TEST(SlidingWindowGeneration, AFailedCallLeavesTheWindowPoolWhole) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(swa::fixtureDir(), *backend, 256);
-  kv::KvCacheManager bounded(swa::cacheFor(target, kv::SlidingWindowStorage::kBounded, DType::kF32), MemorySpace::kHost);
+  kv::KvCacheManager bounded(swa::cacheFor(target, kv::SlidingWindowStorage::kBounded, DType::kF32),
+                             MemorySpace::kHost);
   DecodeEngine decoder(target, bounded);
   std::vector<GenerationRequest> reqs = swa::requests();
   int32_t seen = 0;
-  EXPECT_THROW(decoder.generate(reqs, [&](int32_t, int32_t) {
-                 if (++seen == 50) throw std::runtime_error("callback failure");
-               }),
+  EXPECT_THROW(decoder.generate(reqs,
+                                [&](int32_t, int32_t) {
+                                  if (++seen == 50) throw std::runtime_error("callback failure");
+                                }),
                std::runtime_error);
   EXPECT_EQ(bounded.activeCount(), 0);
   EXPECT_EQ(bounded.swaPages()->freePoolPages(), bounded.plan().numSwaPages);

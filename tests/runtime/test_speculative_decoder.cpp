@@ -82,14 +82,17 @@ TEST(SpeculativeDecoding, StopTokenInsideAnAcceptedBlock) {
     truth = DecodeEngine(target, cache).generate({{prompt, 30, {}, {}}})[0].tokens;
   }
   const int32_t stop = truth[9];
-  const size_t stopAt = static_cast<size_t>(std::find(truth.begin(), truth.end(), stop) - truth.begin());
+  const size_t stopAt =
+      static_cast<size_t>(std::find(truth.begin(), truth.end(), stop) - truth.begin());
   kv::KvCacheManager plainCache(cacheFor(target, 1), MemorySpace::kHost);
-  const GenerationResult plain = DecodeEngine(target, plainCache).generate({{prompt, 30, {stop}, {}}})[0];
+  const GenerationResult plain =
+      DecodeEngine(target, plainCache).generate({{prompt, 30, {stop}, {}}})[0];
   kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
   std::vector<int32_t> recording = prompt;
   recording.insert(recording.end(), truth.begin(), truth.end());
   ReplayProposer proposer(*backend, 8, 1, {recording}, V, 0.0f);
-  const GenerationResult spec = DecodeEngine(target, cache, &proposer).generate({{prompt, 30, {stop}, {}}})[0];
+  const GenerationResult spec =
+      DecodeEngine(target, cache, &proposer).generate({{prompt, 30, {stop}, {}}})[0];
   EXPECT_EQ(spec.tokens, plain.tokens);
   EXPECT_EQ(spec.tokens.size(), stopAt + 1);
   EXPECT_EQ(spec.finish, FinishReason::kStop);
@@ -115,12 +118,14 @@ TEST(SpeculativeDecoding, RaggedBatchEqualsPlainGreedy) {
     kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
     plain = DecodeEngine(target, cache).generate(requests);
   }
-  const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(requests, plain);
+  const std::vector<std::vector<int32_t>> recordings =
+      ReplayProposer::recordingsOf(requests, plain);
   kv::KvCacheManager cache(cacheFor(target, 3), MemorySpace::kHost);
   ReplayProposer proposer(*backend, 4, 3, recordings, V, 0.3f, 5);
   DecodeEngine decoder(target, cache, &proposer);
   const std::vector<GenerationResult> spec = decoder.generate(requests);
-  for (size_t r = 0; r < requests.size(); ++r) EXPECT_EQ(spec[r].tokens, plain[r].tokens) << "request " << r;
+  for (size_t r = 0; r < requests.size(); ++r)
+    EXPECT_EQ(spec[r].tokens, plain[r].tokens) << "request " << r;
   const SpeculationStats& s = decoder.stats();
   EXPECT_GT(s.meanAcceptLength(), 1.2);  // 30 % corruption of 3 drafts: partial blocks
   EXPECT_LT(s.meanAcceptLength(), 3.5);
@@ -149,9 +154,11 @@ TEST(SpeculativeDecoding, StopWhenEndsTheRequestAtThatToken) {
     GenerationRequest q{prompt, 30, {}, {}};
     q.stopWhen = [&seen] { return seen == 11; };
     const TokenCallback count = [&seen](int32_t, int32_t) { ++seen; };
-    const GenerationResult out = speculative ? DecodeEngine(target, cache, &proposer).generate({q}, count)[0]
-                                             : DecodeEngine(target, cache).generate({q}, count)[0];
-    EXPECT_EQ(out.tokens, std::vector<int32_t>(truth.begin(), truth.begin() + 11)) << "speculative " << speculative;
+    const GenerationResult out =
+        speculative ? DecodeEngine(target, cache, &proposer).generate({q}, count)[0]
+                    : DecodeEngine(target, cache).generate({q}, count)[0];
+    EXPECT_EQ(out.tokens, std::vector<int32_t>(truth.begin(), truth.begin() + 11))
+        << "speculative " << speculative;
     EXPECT_EQ(out.finish, FinishReason::kStop);
     EXPECT_EQ(seen, 11);
     EXPECT_EQ(cache.activeCount(), 0);
@@ -186,15 +193,31 @@ TEST(SpeculativeDecoding, BadRequestsAreClearErrors) {
   ReplayProposer proposer(*backend, 8, 2, {{1, 2}, {2, 3}}, 384, 0.0f);
   DecodeEngine decoder(target, cache, &proposer);
   // Two sequences of 8-row blocks need 16 rows in one verify forward; maxTokens is 8.
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {}}, {{2}, 4, {}, {}}}); },
-                              "requests.size()");
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 250, {}, {}}}); },
-                              "requests[0] prompt + maxNewTokens");
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {-0.5f, 0, 1.0f, 1}}}); },
-                              "requests[0].sampling.temperature");
-  test::expectInvalidArgument([&] { decoder.generate({{{1}, 4, {}, {0.5f, 0, 0.0f, 1}}}); },
-                              "requests[0].sampling.topP");
-  test::expectInvalidArgument([&] { decoder.generate({{{384}, 4, {}, {}}}); }, "requests[0].prompt token");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{1}, 4, {}, {}}, {{2}, 4, {}, {}}});
+      },
+      "requests.size()");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{1}, 250, {}, {}}});
+      },
+      "requests[0] prompt + maxNewTokens");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{1}, 4, {}, {-0.5f, 0, 1.0f, 1}}});
+      },
+      "requests[0].sampling.temperature");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{1}, 4, {}, {0.5f, 0, 0.0f, 1}}});
+      },
+      "requests[0].sampling.topP");
+  test::expectInvalidArgument(
+      [&] {
+        decoder.generate({{{384}, 4, {}, {}}});
+      },
+      "requests[0].prompt token");
   EXPECT_EQ(cache.activeCount(), 0) << "a refused request leaves the cache untouched";
   // A draft that cannot take the target's 8-row forwards is refused at construction.
   ReplayProposer small(*backend, 4, 2, {{1}}, 384, 0.0f);
@@ -204,10 +227,12 @@ TEST(SpeculativeDecoding, BadRequestsAreClearErrors) {
     int32_t blockSize() const override { return inner.blockSize(); }
     int32_t maxContextRows() const override { return 4; }
     int32_t maxBatch() const override { return 2; }
-    void appendContext(const model::TargetModel&, const std::vector<int32_t>&, const std::vector<int32_t>&,
-                       kv::KvCacheManager&) override {}
+    void appendContext(const model::TargetModel&, const std::vector<int32_t>&,
+                       const std::vector<int32_t>&, kv::KvCacheManager&) override {}
     void appendContext(const model::DraftContextDelta&, kv::KvCacheManager&) override {}
-    void propose(const model::DraftProposalInputs& in, kv::KvCacheManager& c) override { inner.propose(in, c); }
+    void propose(const model::DraftProposalInputs& in, kv::KvCacheManager& c) override {
+      inner.propose(in, c);
+    }
   } narrow(small);
   kv::KvCacheManager cache2(cacheFor(target, 2), MemorySpace::kHost);
   test::expectInvalidArgument([&] { DecodeEngine(target, cache2, &narrow); }, "target maxTokens");
@@ -241,7 +266,8 @@ TEST(SpeculativeDecoding, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
       kv::KvCacheManager cache(cacheFor(target, n), MemorySpace::kHost);
       plain = DecodeEngine(target, cache).generate(*requests);
     }
-    const std::vector<std::vector<int32_t>> recordings = ReplayProposer::recordingsOf(*requests, plain);
+    const std::vector<std::vector<int32_t>> recordings =
+        ReplayProposer::recordingsOf(*requests, plain);
     for (const int32_t W : {2, 3, 5, BS}) {
       for (const float corrupt : {0.0f, 0.3f}) {
         SCOPED_TRACE(::testing::Message() << "batch " << n << " W " << W << " corrupt " << corrupt);
@@ -252,7 +278,8 @@ TEST(SpeculativeDecoding, VerifyWidthBelowTheBlockEqualsPlainGreedy) {
         EXPECT_EQ(decoder.blockSize(), BS);
         const std::vector<GenerationResult> spec = decoder.generate(*requests);
         for (int32_t r = 0; r < n; ++r) {
-          EXPECT_EQ(spec[static_cast<size_t>(r)].tokens, plain[static_cast<size_t>(r)].tokens) << "request " << r;
+          EXPECT_EQ(spec[static_cast<size_t>(r)].tokens, plain[static_cast<size_t>(r)].tokens)
+              << "request " << r;
         }
         const SpeculationStats& s = decoder.stats();
         ASSERT_EQ(s.acceptHistogram.size(), static_cast<size_t>(W) + 1);
@@ -300,25 +327,28 @@ TEST(SpeculativeDecoding, VerifyWidthOutsideTwoToTheBlockSizeIsAClearError) {
   ReplayProposer proposer(*backend, 8, 1, {{1, 2, 3}}, V, 0.0f);
   for (const int32_t W : {1, 9, -1}) {
     SCOPED_TRACE(::testing::Message() << "W " << W);
-    test::expectInvalidArgument([&] { DecodeEngine(target, cache, &proposer, EngineOptions{.verifyWidth = W}); },
-                                "EngineOptions::verifyWidth");
+    test::expectInvalidArgument(
+        [&] { DecodeEngine(target, cache, &proposer, EngineOptions{.verifyWidth = W}); },
+        "EngineOptions::verifyWidth");
     try {
       DecodeEngine(target, cache, &proposer, EngineOptions{.verifyWidth = W});
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("[2, block size = 8]"), std::string::npos) << e.what();
     }
   }
-  test::expectInvalidArgument([&] { DecodeEngine(target, cache, nullptr, EngineOptions{.verifyWidth = 4}); },
-                              "EngineOptions::verifyWidth");
+  test::expectInvalidArgument(
+      [&] { DecodeEngine(target, cache, nullptr, EngineOptions{.verifyWidth = 4}); },
+      "EngineOptions::verifyWidth");
   EXPECT_EQ(DecodeEngine(target, cache, &proposer, EngineOptions{.verifyWidth = 0}).stepWidth(), 8);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    DraftQuality, SpeculativeDecodingCpu,
-    ::testing::Combine(::testing::Values("qwen3", "llama"), ::testing::Values(0.0, 0.3, 1.0)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_err" + std::to_string(static_cast<int>(std::get<1>(info.param) * 10));
-    });
+INSTANTIATE_TEST_SUITE_P(DraftQuality, SpeculativeDecodingCpu,
+                         ::testing::Combine(::testing::Values("qwen3", "llama"),
+                                            ::testing::Values(0.0, 0.3, 1.0)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_err" +
+                                  std::to_string(static_cast<int>(std::get<1>(info.param) * 10));
+                         });
 
 }  // namespace
 }  // namespace es::runtime

@@ -2,8 +2,8 @@
 // greedy continuation (accepted with probability p(x)) or always a wrong token (always the
 // residual path), and with a draft that samples its proposals from its own distribution q
 // (accepted with min(1, p / q)), the second generated token of a fixed prompt, over many seeds,
-// follows the target's filtered distribution given the first one. The reference distribution comes from a
-// separate host forward of prompt + first token and the CPU sampling reference's rowProbs;
+// follows the target's filtered distribution given the first one. The reference distribution comes
+// from a separate host forward of prompt + first token and the CPU sampling reference's rowProbs;
 // Pearson chi-square with a fixed 1e-3 threshold (fixed seeds: the test is deterministic).
 #include <gtest/gtest.h>
 
@@ -12,10 +12,10 @@
 #include <random>
 #include <vector>
 
+#include "common/buffer.h"
 #include "kernels/sampling.h"
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
-#include "common/buffer.h"
 #include "ops/backend.h"
 #include "runtime/decode_engine.h"
 #include "runtime/replay_proposer.h"
@@ -28,8 +28,9 @@ namespace {
 // Upper 0.001 quantiles of chi-square by degrees of freedom: the table up to 16, then the
 // Wilson-Hilferty approximation (within 0.5 % from 16 on).
 double chiSquareLimit(int dof) {
-  static const double q999[] = {0,      10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322, 26.124,
-                                27.877, 29.588, 31.264, 32.909, 34.528, 36.123, 37.697, 39.252};
+  static const double q999[] = {0,      10.828, 13.816, 16.266, 18.467, 20.515,
+                                22.458, 24.322, 26.124, 27.877, 29.588, 31.264,
+                                32.909, 34.528, 36.123, 37.697, 39.252};
   if (dof <= 16) return q999[dof];
   const double k = dof, z = 3.090232;  // the standard normal's upper 0.001 quantile
   const double c = 1.0 - 2.0 / (9.0 * k) + z * std::sqrt(2.0 / (9.0 * k));
@@ -46,8 +47,8 @@ kv::KvCacheConfig cacheFor(const model::TargetModel& m, int32_t batch) {
 }
 
 // p(second | prompt, first) under `sampling`'s filtering, from a host forward.
-std::vector<float> secondTokenProbs(model::TargetModel& target, const std::vector<int32_t>& prompt, int32_t first,
-                                    const SamplingConfig& sampling) {
+std::vector<float> secondTokenProbs(model::TargetModel& target, const std::vector<int32_t>& prompt,
+                                    int32_t first, const SamplingConfig& sampling) {
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
   kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
   cache.admit();
@@ -65,15 +66,15 @@ std::vector<float> secondTokenProbs(model::TargetModel& target, const std::vecto
   const model::ForwardResult out = target.forward(b, cache);
   std::vector<float> probs(static_cast<size_t>(V));
   ref::rowProbs(out.logits.data(), V, sampling.temperature, sampling.topK, sampling.topP,
-                 TopPMode::kNucleus, probs.data());
+                TopPMode::kNucleus, probs.data());
   return probs;
 }
 
 // Pearson chi-square of the second tokens seen after each first token against the target's
 // distribution (cells with expectation >= 5), and no filtered-out token ever emitted.
 template <typename ProbsOf>
-void expectSecondTokensFollow(const std::map<int32_t, std::map<int32_t, int64_t>>& counts, ProbsOf probsOf,
-                              int32_t V) {
+void expectSecondTokensFollow(const std::map<int32_t, std::map<int32_t, int64_t>>& counts,
+                              ProbsOf probsOf, int32_t V) {
   double chi = 0.0;
   int cells = 0;
   for (const auto& [first, seconds] : counts) {
@@ -95,7 +96,8 @@ void expectSecondTokensFollow(const std::map<int32_t, std::map<int32_t, int64_t>
     if (groupCells > 0) cells += groupCells - 1;
   }
   ASSERT_GT(cells, 0);
-  EXPECT_LT(chi, chiSquareLimit(cells)) << "chi-square " << chi << " with " << cells << " degrees of freedom";
+  EXPECT_LT(chi, chiSquareLimit(cells))
+      << "chi-square " << chi << " with " << cells << " degrees of freedom";
 }
 
 TEST(SpeculativeSampling, SecondTokenFollowsTheTargetDistribution) {
@@ -108,11 +110,14 @@ TEST(SpeculativeSampling, SecondTokenFollowsTheTargetDistribution) {
   std::vector<int32_t> recording = prompt;
   {
     kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
-    const std::vector<int32_t> greedy = DecodeEngine(target, cache).generate({{prompt, 8, {}, {}}})[0].tokens;
+    const std::vector<int32_t> greedy =
+        DecodeEngine(target, cache).generate({{prompt, 8, {}, {}}})[0].tokens;
     recording.insert(recording.end(), greedy.begin(), greedy.end());
   }
 
-  auto secondTokenProbsOf = [&](int32_t first) { return secondTokenProbs(target, prompt, first, sampling); };
+  auto secondTokenProbsOf = [&](int32_t first) {
+    return secondTokenProbs(target, prompt, first, sampling);
+  };
 
   for (const float corrupt : {0.0f, 1.0f}) {
     SCOPED_TRACE(::testing::Message() << "corrupt " << corrupt);
@@ -127,9 +132,11 @@ TEST(SpeculativeSampling, SecondTokenFollowsTheTargetDistribution) {
         requests.push_back({prompt, 3, {}, s});
       }
       kv::KvCacheManager cache(cacheFor(target, kBatch), MemorySpace::kHost);
-      ReplayProposer proposer(*backend, 4, kBatch, std::vector<std::vector<int32_t>>(kBatch, recording), V, corrupt);
+      ReplayProposer proposer(*backend, 4, kBatch,
+                              std::vector<std::vector<int32_t>>(kBatch, recording), V, corrupt);
       DecodeEngine decoder(target, cache, &proposer);
-      for (const GenerationResult& r : decoder.generate(requests)) ++counts[r.tokens[0]][r.tokens[1]];
+      for (const GenerationResult& r : decoder.generate(requests))
+        ++counts[r.tokens[0]][r.tokens[1]];
       accepted += decoder.stats().acceptHistogram[2];
       rejected += decoder.stats().acceptHistogram[1];
     }
@@ -151,7 +158,8 @@ TEST(SpeculativeSampling, SecondTokenFollowsTheTargetDistribution) {
 class UniformProposer final : public test::ForwardingProposer {
  public:
   UniformProposer(ops::Backend& backend, int32_t blockSize, int32_t maxBatch,
-                  std::vector<std::vector<int32_t>> recordings, int32_t vocab, bool rowDependent = false)
+                  std::vector<std::vector<int32_t>> recordings, int32_t vocab,
+                  bool rowDependent = false)
       : ForwardingProposer(replay_),
         replay_(backend, blockSize, maxBatch, std::move(recordings), vocab, 0.0f),
         zeros_(backend.allocate(int64_t{maxBatch} * blockSize * vocab * 4)) {
@@ -171,7 +179,8 @@ class UniformProposer final : public test::ForwardingProposer {
 };
 
 // Sampled proposals (q uniform) at block size BS, verifying W <= BS rows per step.
-void expectSampledProposalsKeepTheTargetDistribution(int32_t blockSize, int32_t verifyWidth, bool rowDependent) {
+void expectSampledProposalsKeepTheTargetDistribution(int32_t blockSize, int32_t verifyWidth,
+                                                     bool rowDependent) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
@@ -192,8 +201,8 @@ void expectSampledProposalsKeepTheTargetDistribution(int32_t blockSize, int32_t 
       requests.push_back({prompt, 3, {}, s});
     }
     kv::KvCacheManager cache(cacheFor(target, kBatch), MemorySpace::kHost);
-    UniformProposer proposer(*backend, blockSize, kBatch, std::vector<std::vector<int32_t>>(kBatch, recording), V,
-                             rowDependent);
+    UniformProposer proposer(*backend, blockSize, kBatch,
+                             std::vector<std::vector<int32_t>>(kBatch, recording), V, rowDependent);
     DecodeEngine decoder(target, cache, &proposer, EngineOptions{.verifyWidth = verifyWidth});
     for (const GenerationResult& r : decoder.generate(requests)) ++counts[r.tokens[0]][r.tokens[1]];
     const std::vector<int64_t>& h = decoder.stats().acceptHistogram;
@@ -203,7 +212,8 @@ void expectSampledProposalsKeepTheTargetDistribution(int32_t blockSize, int32_t 
   }
   EXPECT_GT(accepted, 100) << "proposals drawn from q must be accepted often";
   EXPECT_GT(rejected, 100);
-  expectSecondTokensFollow(counts, [&](int32_t first) { return secondTokenProbs(target, prompt, first, sampling); }, V);
+  expectSecondTokensFollow(
+      counts, [&](int32_t first) { return secondTokenProbs(target, prompt, first, sampling); }, V);
 }
 
 TEST(SpeculativeSampling, SampledProposalsKeepTheTargetDistribution) {

@@ -11,7 +11,8 @@ namespace es::test {
 
 // Sequence i of the batch is page-table row slots[i]: token tokens[i] at that slot's committed
 // length (its K/V written there), keys up to and including it, its logits wanted.
-inline model::ForwardBatch decodeBatch(const kv::KvCacheManager& cache, const std::vector<int32_t>& slots,
+inline model::ForwardBatch decodeBatch(const kv::KvCacheManager& cache,
+                                       const std::vector<int32_t>& slots,
                                        const std::vector<int32_t>& tokens) {
   model::ForwardBatch f;
   f.tokens = tokens;

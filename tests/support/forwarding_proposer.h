@@ -31,7 +31,9 @@ class ForwardingProposer : public runtime::DraftProposer {
   const float* proposalLogits() const override { return inner_.proposalLogits(); }
   bool usesDraftCache() const override { return inner_.usesDraftCache(); }
   int32_t maxPositions() const override { return inner_.maxPositions(); }
-  const void* prepareLaunch(kv::KvCacheManager& cache) override { return inner_.prepareLaunch(cache); }
+  const void* prepareLaunch(kv::KvCacheManager& cache) override {
+    return inner_.prepareLaunch(cache);
+  }
   void onAdmit(int32_t slot, int32_t request) override { inner_.onAdmit(slot, request); }
   void onCompact(const std::vector<int32_t>& oldToNew) override { inner_.onCompact(oldToNew); }
 

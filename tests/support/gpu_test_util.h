@@ -45,8 +45,8 @@ class DeviceArray {
     std::vector<T> host(count_);
     ES_CUDA_CHECK(cudaDeviceSynchronize());
     if (count_)
-      ES_CUDA_CHECK(cudaMemcpy(host.data(), buffer_.data(), sizeof(T) * count_,
-                               cudaMemcpyDeviceToHost));
+      ES_CUDA_CHECK(
+          cudaMemcpy(host.data(), buffer_.data(), sizeof(T) * count_, cudaMemcpyDeviceToHost));
     return host;
   }
 

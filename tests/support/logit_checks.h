@@ -13,7 +13,8 @@ namespace es::test {
 inline double maxError(const float* got, const float* want, int64_t n) {
   double worst = 0;
   for (int64_t i = 0; i < n; ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]) / (1.0 + std::abs(want[i])));
+    worst = std::max(worst,
+                     std::abs(static_cast<double>(got[i]) - want[i]) / (1.0 + std::abs(want[i])));
   }
   return worst;
 }
@@ -21,7 +22,8 @@ inline double maxError(const float* got, const float* want, int64_t n) {
 // max |a - b| over a range.
 inline double maxAbsDiff(const float* got, const float* want, int64_t n) {
   double worst = 0;
-  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
+  for (int64_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
   return worst;
 }
 

@@ -20,8 +20,7 @@ namespace es::test {
 // Parameters with scalars for every row (no per-row arrays) and no buffers yet.
 inline SamplingParams sampling_params(int32_t batch, int32_t vocab, DType logitsDtype,
                                       float temperature, int32_t topK, float topP,
-                                      TopPMode topPMode,
-                                      SamplingPath path = SamplingPath::kAuto) {
+                                      TopPMode topPMode, SamplingPath path = SamplingPath::kAuto) {
   SamplingParams p;
   p.batch = batch;
   p.vocab = vocab;

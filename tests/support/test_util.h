@@ -14,8 +14,8 @@
 namespace es::test {
 
 // Skips the current test (GTEST_SKIP) when no CUDA device is usable; GPU tests call this first.
-#define ES_SKIP_IF_NO_GPU()                                           \
-  do {                                                                \
+#define ES_SKIP_IF_NO_GPU()                                               \
+  do {                                                                    \
     if (::es::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 

@@ -17,8 +17,8 @@ namespace {
 using Ids = std::vector<int32_t>;
 
 const BpeTokenizer& qwen3() {
-  static const BpeTokenizer tok(loadTokenizerJson(
-      std::filesystem::path(test::test_data_dir()) / "tokenizer" / "qwen3" / "tokenizer.json"));
+  static const BpeTokenizer tok(loadTokenizerJson(std::filesystem::path(test::test_data_dir()) /
+                                                  "tokenizer" / "qwen3" / "tokenizer.json"));
   return tok;
 }
 
@@ -63,16 +63,22 @@ TEST(Qwen3Tokenizer, SpecialTokensOnlyWhenAsked) {
 
 TEST(Qwen3Tokenizer, NfcBeforeSplitting) {
   // e + COMBINING ACUTE normalises to é first, so both spellings tokenize alike.
-  EXPECT_EQ(qwen3().encode("caf" "e\xCC\x81"), qwen3().encode("caf\xC3\xA9"));
+  EXPECT_EQ(qwen3().encode("caf"
+                           "e\xCC\x81"),
+            qwen3().encode("caf\xC3\xA9"));
 }
 
 TEST(Qwen3Tokenizer, RoundTrips) {
   const BpeTokenizer& t = qwen3();
   for (const std::string& text : std::vector<std::string>{
-        "The quick brown fox jumps over the lazy dog.\n\n  Indented   spaces\t\ttabs\r\n",
-        "def f(x):\n    return x**2  # comment\n", "\xD0\xBD\xD0\xB5\xD1\x89\xD0\xBE \xF0\x9F\xA6\x99 "
-        "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8" "apple\xE5\xB7\xA5\xE4\xBD\x9C" "1314151\xE5\xA4\xA9\xEF\xBD\x9E",
-        "I'M SHOUTING, y'all'll see 'quotes' 1,234.56", std::string(300, 'a') + std::string(70, ' ')}) {
+           "The quick brown fox jumps over the lazy dog.\n\n  Indented   spaces\t\ttabs\r\n",
+           "def f(x):\n    return x**2  # comment\n",
+           "\xD0\xBD\xD0\xB5\xD1\x89\xD0\xBE \xF0\x9F\xA6\x99 "
+           "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8"
+           "apple\xE5\xB7\xA5\xE4\xBD\x9C"
+           "1314151\xE5\xA4\xA9\xEF\xBD\x9E",
+           "I'M SHOUTING, y'all'll see 'quotes' 1,234.56",
+           std::string(300, 'a') + std::string(70, ' ')}) {
     EXPECT_EQ(t.decode(t.encode(text)), text) << text;
   }
 }
@@ -126,10 +132,11 @@ TEST(StreamingDecoder, FlushReplacesAnUnfinishedCharacter) {
 // A vocabulary of the bytes plus a few merges, to pin down merge order.
 TokenizerSpec tinySpec() {
   TokenizerSpec s;
-  for (int b = 0; b < 256; ++b) s.vocab.push_back(bytesToByteLevel(std::string(1, static_cast<char>(b))));
-  s.vocab.push_back("aa");                      // 256
-  s.vocab.push_back("aaa");                     // 257
-  s.vocab.push_back(bytesToByteLevel(" a"));    // 258 "Ġa"
+  for (int b = 0; b < 256; ++b)
+    s.vocab.push_back(bytesToByteLevel(std::string(1, static_cast<char>(b))));
+  s.vocab.push_back("aa");                    // 256
+  s.vocab.push_back("aaa");                   // 257
+  s.vocab.push_back(bytesToByteLevel(" a"));  // 258 "Ġa"
   s.merges = {{"a", "a"}, {"Ġ", "a"}, {"aa", "a"}};
   s.addedTokens = {{259, "<s>", true}, {260, "<s>x", false}};
   return s;
@@ -138,8 +145,8 @@ TokenizerSpec tinySpec() {
 TEST(BpeTokenizer, MergeOrderAndLongestAddedToken) {
   const BpeTokenizer t(tinySpec());
   const int32_t b = 'b';
-  EXPECT_EQ(t.encode("aaa"), (Ids{257}));         // a a -> aa (rank 0), then aa a -> aaa
-  EXPECT_EQ(t.encode("aaaa"), (Ids{256, 256}));   // leftmost first, then the rank-0 pair again
+  EXPECT_EQ(t.encode("aaa"), (Ids{257}));           // a a -> aa (rank 0), then aa a -> aaa
+  EXPECT_EQ(t.encode("aaaa"), (Ids{256, 256}));     // leftmost first, then the rank-0 pair again
   EXPECT_EQ(t.encode(" aab"), (Ids{' ', 256, b}));  // rank 0 "a a" beats the leftmost "Ġ a"
   EXPECT_EQ(t.encode("<s>x<s>"), (Ids{260, 259}));  // longest added token wins
   EXPECT_EQ(t.encode("<s>x<s>", false), (Ids{260, '<', 's', '>'}));  // special only when asked
@@ -157,14 +164,16 @@ TEST(BpeTokenizer, InconsistentSpecIsAFormatError) {
   try {
     BpeTokenizer{s};
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("merge 3 ('b' 'c'): its result"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("merge 3 ('b' 'c'): its result"), std::string::npos)
+        << e.what();
   }
   TokenizerSpec bad = tinySpec();
   bad.eosId = 5000;
   EXPECT_THROW(BpeTokenizer{bad}, FormatError);
 }
 
-std::string minimalJson(const std::string& preTokenizer, const std::string& merges = R"([["a", "b"]])") {
+std::string minimalJson(const std::string& preTokenizer,
+                        const std::string& merges = R"([["a", "b"]])") {
   return R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": )" + merges +
          R"(}, "pre_tokenizer": )" + preTokenizer + "}";
 }
@@ -180,28 +189,37 @@ void expectFormatError(const std::string& json, const std::string& fragment) {
 }
 
 TEST(TokenizerJson, FamiliesAndMergeFormats) {
-  const std::string byteLevel = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
+  const std::string byteLevel =
+      R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
   EXPECT_EQ(parseTokenizerJson(minimalJson(byteLevel), "t").preTokenizer, PreTokenizer::kGpt2);
   EXPECT_EQ(parseTokenizerJson(minimalJson(byteLevel, R"(["a b"])"), "t").merges,
             (std::vector<std::pair<std::string, std::string>>{{"a", "b"}}));
-  const std::string smol = R"({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true},)" + byteLevel + "]}";
+  const std::string smol =
+      R"({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true},)" +
+      byteLevel + "]}";
   EXPECT_EQ(parseTokenizerJson(minimalJson(smol), "t").preTokenizer, PreTokenizer::kSmolLm);
-  const std::string llama3 = R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})";
+  const std::string llama3 =
+      R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})";
   EXPECT_EQ(parseTokenizerJson(minimalJson(llama3), "t").preTokenizer, PreTokenizer::kLlama3);
 }
 
 TEST(TokenizerJson, ErrorsNameFileAndField) {
   const std::string byteLevel = R"({"type": "ByteLevel", "use_regex": true})";
-  expectFormatError(R"({"model": {"type": "WordPiece", "vocab": {}}, "pre_tokenizer": {}})", "'model.type'");
+  expectFormatError(R"({"model": {"type": "WordPiece", "vocab": {}}, "pre_tokenizer": {}})",
+                    "'model.type'");
   expectFormatError(minimalJson(byteLevel, R"(["ab"])"), "'model.merges[0]'");
   expectFormatError(minimalJson(byteLevel, R"([["a", 3]])"), "'model.merges[0]'");
   expectFormatError(R"({"pre_tokenizer": {"type": "ByteLevel"}})", "'model' is missing");
-  const std::string unknownRegex = R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated"}, {"type": "ByteLevel", "use_regex": false}]})";
+  const std::string unknownRegex =
+      R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated"}, {"type": "ByteLevel", "use_regex": false}]})";
   expectFormatError(minimalJson(unknownRegex), "is '\\w+', which is not one of the implemented");
-  expectFormatError(R"({"model": {"vocab": {"a": 0, "b": 0}, "merges": []}, "pre_tokenizer": )" + byteLevel + "}",
-                    "reuses id 0");
-  expectFormatError(R"({"model": {"vocab": {}, "merges": []}, "normalizer": {"type": "NFKC"}, "pre_tokenizer": )" + byteLevel + "}",
-                    "'normalizer.type'");
+  expectFormatError(
+      R"({"model": {"vocab": {"a": 0, "b": 0}, "merges": []}, "pre_tokenizer": )" + byteLevel + "}",
+      "reuses id 0");
+  expectFormatError(
+      R"({"model": {"vocab": {}, "merges": []}, "normalizer": {"type": "NFKC"}, "pre_tokenizer": )" +
+          byteLevel + "}",
+      "'normalizer.type'");
   expectFormatError("{\"model\": 1,", "invalid JSON");
   EXPECT_THROW((void)loadTokenizerJson("/nonexistent/tokenizer.json"), InvalidArgument);
 }

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/chat_template.h"
 #include "support/test_util.h"
+#include "tokenizer/chat_template.h"
 
 namespace es::tokenizer {
 namespace {
@@ -22,7 +22,8 @@ std::string templateText(const std::string& name) {
 TEST(ChatTemplate, SmolLM2InjectsItsDefaultSystemMessage) {
   const ChatTemplate t = ChatTemplate::fromTemplateText(templateText("smollm2"));
   EXPECT_EQ(t.family(), ChatFamily::kChatML);
-  EXPECT_EQ(t.defaultSystem(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_EQ(t.defaultSystem(),
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   const std::vector<ChatMessage> user = {{"user", "What is 2+2?"}};
   EXPECT_EQ(t.render(user),
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "

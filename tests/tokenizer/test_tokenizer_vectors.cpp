@@ -39,7 +39,8 @@ void checkVocab(const std::string& name, size_t expectedCases) {
       EXPECT_EQ(tok.decode(c.ids), c.text) << name << " '" << c.text << "'";
     }
   }
-  std::cout << "[ vectors  ] " << name << ": " << passed << "/" << cases.size() << " inputs match\n";
+  std::cout << "[ vectors  ] " << name << ": " << passed << "/" << cases.size()
+            << " inputs match\n";
 }
 
 TEST(TokenizerVectors, Qwen2) { checkVocab("qwen2", 46); }
@@ -49,8 +50,8 @@ TEST(TokenizerVectors, Qwen2InputsThroughQwen3TokenizerJson) {
   const std::filesystem::path gguf = test::vectorsDir() / "ggml-vocab-qwen2.gguf";
   ASSERT_TRUE(std::filesystem::exists(gguf.string() + ".inp"))
       << gguf << ".inp is missing: run tools/fetch_tokenizer_vectors.sh";
-  const BpeTokenizer tok(loadTokenizerJson(std::filesystem::path(test::test_data_dir()) / "tokenizer" /
-                                           "qwen3" / "tokenizer.json"));
+  const BpeTokenizer tok(loadTokenizerJson(std::filesystem::path(test::test_data_dir()) /
+                                           "tokenizer" / "qwen3" / "tokenizer.json"));
   for (const test::VocabTest& c : test::readVocabTests(gguf))
     EXPECT_EQ(tok.encode(c.text, false), c.ids) << "input '" << c.text << "'";
 }

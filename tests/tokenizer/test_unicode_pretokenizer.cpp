@@ -30,14 +30,16 @@ TEST(Utf8, DecodeValidAndIllFormed) {
   EXPECT_EQ(cps, (std::vector<char32_t>{U'a', 0xE9, 0x4F60, 0x1F600}));
   const std::string r = "\xEF\xBF\xBD";
   // Python: b"...".decode("utf-8", "replace")
-  EXPECT_EQ(sanitizeUtf8("\xE0\x80"), r + r);               // overlong lead: 2 replacements
-  EXPECT_EQ(sanitizeUtf8("\xF0\x9F\x98"), r);               // truncated: 1
-  EXPECT_EQ(sanitizeUtf8("a\xFF" "b"), "a" + r + "b");
-  EXPECT_EQ(sanitizeUtf8("\xED\xA0\x80"), r + r + r);       // surrogate: 3
+  EXPECT_EQ(sanitizeUtf8("\xE0\x80"), r + r);  // overlong lead: 2 replacements
+  EXPECT_EQ(sanitizeUtf8("\xF0\x9F\x98"), r);  // truncated: 1
+  EXPECT_EQ(sanitizeUtf8("a\xFF"
+                         "b"),
+            "a" + r + "b");
+  EXPECT_EQ(sanitizeUtf8("\xED\xA0\x80"), r + r + r);          // surrogate: 3
   EXPECT_EQ(sanitizeUtf8("\xF4\x90\x80\x80"), r + r + r + r);  // > U+10FFFF: 4
   EXPECT_EQ(sanitizeUtf8(text), text);
-  EXPECT_EQ(completeUtf8Prefix("ab\xF0\x9F\x98"), 2u);      // holds back a truncated emoji
-  EXPECT_EQ(completeUtf8Prefix("ab\xFF"), 3u);              // ill-formed is not held back
+  EXPECT_EQ(completeUtf8Prefix("ab\xF0\x9F\x98"), 2u);  // holds back a truncated emoji
+  EXPECT_EQ(completeUtf8Prefix("ab\xFF"), 3u);          // ill-formed is not held back
   EXPECT_EQ(completeUtf8Prefix(text), text.size());
   std::string out;
   appendUtf8(out, 0x1F600);
@@ -57,12 +59,15 @@ TEST(Unicode, Classes) {
 }
 
 TEST(Unicode, Nfc) {
-  EXPECT_EQ(nfc("e\xCC\x81"), "\xC3\xA9");                             // e + U+0301 -> é
+  EXPECT_EQ(nfc("e\xCC\x81"), "\xC3\xA9");                                 // e + U+0301 -> é
   EXPECT_EQ(nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // jamo -> 각
-  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                          // Å (Angstrom) -> Å
-  EXPECT_EQ(nfc("a\xCC\xA3\xCC\x82"), "\xE1\xBA\xAD");                 // ậ
-  EXPECT_EQ(nfc("\xCC\x81" "e"), "\xCC\x81" "e");                      // leading mark stays
-  EXPECT_EQ(nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");            // reordered, no composite
+  EXPECT_EQ(nfc("\xE2\x84\xAB"), "\xC3\x85");                              // Å (Angstrom) -> Å
+  EXPECT_EQ(nfc("a\xCC\xA3\xCC\x82"), "\xE1\xBA\xAD");                     // ậ
+  EXPECT_EQ(nfc("\xCC\x81"
+                "e"),
+            "\xCC\x81"
+            "e");                                            // leading mark stays
+  EXPECT_EQ(nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");  // reordered, no composite
   EXPECT_TRUE(isNfcQuick("Hello, world! \xC3\xA9\xE4\xBD\xA0"));
   EXPECT_FALSE(isNfcQuick("e\xCC\x81"));
 }
@@ -71,8 +76,8 @@ TEST(PreTokenizer, Gpt2) {
   const auto k = PreTokenizer::kGpt2;
   EXPECT_EQ(split(k, "Hello world"), (Pieces{"Hello", " world"}));
   EXPECT_EQ(split(k, "   Hello"), (Pieces{"  ", " Hello"}));  // \s+(?!\S) leaves one space
-  EXPECT_EQ(split(k, "a  "), (Pieces{"a", "  "}));             // at the end: the whole run
-  EXPECT_EQ(split(k, "\tHi"), (Pieces{"\t", "Hi"}));           // a single run char: \s+
+  EXPECT_EQ(split(k, "a  "), (Pieces{"a", "  "}));            // at the end: the whole run
+  EXPECT_EQ(split(k, "\tHi"), (Pieces{"\t", "Hi"}));          // a single run char: \s+
   EXPECT_EQ(split(k, "I'm it's 'Tis''s"), (Pieces{"I", "'m", " it", "'s", " '", "Tis", "''", "s"}));
   EXPECT_EQ(split(k, "x 123 !!?"), (Pieces{"x", " 123", " !!?"}));
   EXPECT_EQ(split(k, "I'M"), (Pieces{"I", "'", "M"}));  // contractions are case-sensitive here

@@ -55,7 +55,8 @@ inline tokenizer::TokenizerSpec specFromVocabGguf(const std::filesystem::path& p
   } else if (pre == "smollm") {
     spec.preTokenizer = tokenizer::PreTokenizer::kSmolLm;
   } else {
-    ES_THROW(FormatError, path.string(), ": pre-tokenizer '", pre, "' not handled by the test helper");
+    ES_THROW(FormatError, path.string(), ": pre-tokenizer '", pre,
+             "' not handled by the test helper");
   }
   spec.vocab = h.getStringArray("tokenizer.ggml.tokens");
   const std::vector<int64_t> types = h.getIntArray("tokenizer.ggml.token_type");
@@ -109,7 +110,8 @@ inline std::vector<VocabTest> readVocabTests(const std::filesystem::path& gguf) 
     tests.push_back(std::move(t));
   }
   if (tests.size() != inputs.size())
-    ES_THROW(FormatError, gguf.string(), ": ", inputs.size(), " inputs but ", tests.size(), " outputs");
+    ES_THROW(FormatError, gguf.string(), ": ", inputs.size(), " inputs but ", tests.size(),
+             " outputs");
   return tests;
 }
 
