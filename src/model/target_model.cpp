@@ -186,7 +186,7 @@ void TargetModel::allocateWorkspace() {
   }
 }
 
-ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& cache) {
+void TargetModel::forwardOnBackend(const ForwardBatch& b, kv::KvCacheManager& cache) {
   const ModelConfig& c = config_;
   const int32_t T = static_cast<int32_t>(b.tokens.size());
   const int32_t B = static_cast<int32_t>(b.kvLengths.size());
@@ -275,17 +275,21 @@ ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& ca
   d.numLogitRows = R;
   d.mask = b.mask;
   forwardDevice(d, cache);
+  backend_.synchronize();
+}
 
+ForwardResult TargetModel::forward(const ForwardBatch& b, kv::KvCacheManager& cache) {
+  forwardOnBackend(b, cache);
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t R = static_cast<int64_t>(b.logitRows.size());
   ForwardResult result;
   if (R > 0) {
-    result.logits =
-        toHostFloats(backend_, logits_.data(), DType::kF32, static_cast<int64_t>(R) * c.vocab_size);
+    result.logits = toHostFloats(backend_, logits_.data(), DType::kF32, R * config_.vocab_size);
   }
   if (!tapLayers_.empty()) {
     result.taps = toHostFloats(backend_, taps_.data(), dtype_,
-                               static_cast<int64_t>(tapLayers_.size()) * T * c.hidden_size);
+                               static_cast<int64_t>(tapLayers_.size()) * T * config_.hidden_size);
   }
-  backend_.synchronize();
   return result;
 }
 

@@ -99,6 +99,9 @@ class TargetModel {
   // Runs one forward over `batch`, writing K/V into `cache` (whose pools must live in the
   // backend's memory space). Host in, host out: tests and simple callers.
   ForwardResult forward(const ForwardBatch& batch, kv::KvCacheManager& cache);
+  // The same forward with its outputs left on the backend (logitsDevice(), tapsDevice()), for
+  // callers that read them there (the engine's prefill); returns once the forward has completed.
+  void forwardOnBackend(const ForwardBatch& batch, kv::KvCacheManager& cache);
 
   // The same forward on backend-resident rows; enqueues work only (no host copies or waits once
   // the page tables are in sync), so it can be captured. Logits land in logitsDevice() [R, vocab]

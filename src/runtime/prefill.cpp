@@ -7,10 +7,10 @@
 
 namespace es::runtime {
 
-std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache,
-                                   int32_t slot, const std::vector<int32_t>& prompt,
-                                   const std::function<void(const model::ForwardBatch&)>& onChunk,
-                                   int32_t firstPosition) {
+void prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache, int32_t slot,
+                     const std::vector<int32_t>& prompt,
+                     const std::function<void(const model::ForwardBatch&)>& onChunk,
+                     int32_t firstPosition) {
   constexpr const char* kWhere = "prefillSequence";
   const int32_t L = static_cast<int32_t>(prompt.size());
   // The last row's logits are the point of a prefill: at least one row runs.
@@ -19,7 +19,6 @@ std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManage
   ES_CHECK_ARG(cache.baseLength(slot) == firstPosition, kWhere, "firstPosition", firstPosition,
                "must equal slot " + std::to_string(slot) + "'s committed length ",
                cache.baseLength(slot));
-  std::vector<float> last;
   for (int32_t first = firstPosition; first < L;) {
     // A chunk binds the window pages of all its rows at once: with sliding-window layers the
     // slot's reservation bounds it (maxStepTokens >= 128 once earlier steps completed).
@@ -43,16 +42,14 @@ std::vector<float> prefillSequence(model::TargetModel& target, kv::KvCacheManage
     if (first + count == L) b.logitRows = {count - 1};
     const kv::SwaStepWrite write{slot, count};
     const int64_t step = cache.beginStep({&write, 1});
-    model::ForwardResult out = target.forward(b, cache);
-    // forward() returned host copies after synchronizing the backend: the chunk has completed,
-    // so the pages that leave the window with this commit go straight back to the reservation.
+    target.forwardOnBackend(b, cache);
+    // forwardOnBackend() returned once the chunk completed, so the pages that leave the window
+    // with this commit go straight back to the reservation.
     cache.completeStep(step);
     cache.commitBase(slot, count);
     if (onChunk) onChunk(b);
-    if (first + count == L) last = std::move(out.logits);
     first += count;
   }
-  return last;
 }
 
 }  // namespace es::runtime

@@ -14,11 +14,11 @@ namespace es::runtime {
 // tokens committed: a reused prefix, 0 without one), in chunks of at most target.maxTokens()
 // rows (and cache.maxStepTokens(slot): sliding-window reservations), each one cache step
 // (beginStep, forward, completeStep), committing each chunk to the base cache and then calling
-// onChunk with that chunk's forward batch. Returns the f32 logits [vocab] of the prompt's last
-// row.
-std::vector<float> prefillSequence(
-    model::TargetModel& target, kv::KvCacheManager& cache, int32_t slot,
-    const std::vector<int32_t>& prompt,
-    const std::function<void(const model::ForwardBatch&)>& onChunk = {}, int32_t firstPosition = 0);
+// onChunk with that chunk's forward batch. The prompt's last row's f32 logits [vocab] are left on
+// the backend, in target.logitsDevice() (no host copy: the engine chooses the token there).
+void prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache, int32_t slot,
+                     const std::vector<int32_t>& prompt,
+                     const std::function<void(const model::ForwardBatch&)>& onChunk = {},
+                     int32_t firstPosition = 0);
 
 }  // namespace es::runtime

@@ -12,7 +12,7 @@
 #include "model/target_model.h"
 #include "ops/backend.h"
 #include "runtime/decode_engine.h"
-#include "runtime/prefill.h"
+#include "support/prefill_logits.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -88,7 +88,7 @@ TEST(PlainDecoding, SampledDecodingIsRequestStableAndSeeded) {
   // position, kTarget, 0), as the sampling reference draws it (spec §3.6).
   {
     kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
-    const std::vector<float> logits = prefillSequence(target, cache, cache.admit(), a.prompt);
+    const std::vector<float> logits = test::prefillLogits(target, cache, cache.admit(), a.prompt);
     const int64_t lastPosition = static_cast<int64_t>(a.prompt.size()) - 1;
     int32_t expected = -1;
     SamplingParams p;

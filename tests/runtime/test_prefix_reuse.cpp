@@ -24,6 +24,7 @@
 #include "runtime/dflash_proposer.h"
 #include "runtime/prefill.h"
 #include "support/forwarding_proposer.h"
+#include "support/prefill_logits.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -243,11 +244,11 @@ TEST(PrefixReuse, SuffixPrefillLogitsAreBitIdentical) {
   test::expectInvalidArgument([&] { prefillSequence(target, reuse, a.slot, second, {}, 0); },
                               "firstPosition");
   const std::vector<float> reused =
-      prefillSequence(target, reuse, a.slot, second, {}, a.reusedTokens);
+      test::prefillLogits(target, reuse, a.slot, second, a.reusedTokens);
 
   kv::KvCacheManager fresh(cacheConfig(target, nullptr, 0), MemorySpace::kHost);
   poisonAllPools(fresh);
-  const std::vector<float> full = prefillSequence(target, fresh, fresh.admit(), second);
+  const std::vector<float> full = test::prefillLogits(target, fresh, fresh.admit(), second);
   ASSERT_EQ(reused.size(), full.size());
   EXPECT_EQ(std::memcmp(reused.data(), full.data(), full.size() * sizeof(float)), 0);
 }
