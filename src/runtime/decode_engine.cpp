@@ -245,21 +245,25 @@ int32_t DecodeEngine::sampleFirstToken(const SamplingConfig& sampling, int64_t l
     backend_.copyFromHost(topPs_, &sampling.topP, 4);
     backend_.copyFromHost(seeds_, &sampling.seed, 8);
     backend_.copyFromHost(anchors_, &lastPosition, 8);
-    backend_.sampleRows({.logits = target_.logitsDevice(),
-                         .batch = 1,
-                         .vocab = vocab_,
-                         .temperatures = temperatures_,
-                         .topKs = topKs_,
-                         .topPs = topPs_,
-                         .seeds = seeds_,
-                         .positions = anchors_,
-                         .tokens = out_,
-                         .workspace = sampleWorkspace_,
-                         .workspaceBytes = sampleWorkspaceBytes_});
+    sampleRows(target_.logitsDevice(), 1, out_);
   }
   int32_t token = -1;
   backend_.copyToHost(&token, out_, 4);
   return token;
+}
+
+void DecodeEngine::sampleRows(const float* logits, int32_t rows, int32_t* tokens) {
+  backend_.sampleRows({.logits = logits,
+                       .batch = rows,
+                       .vocab = vocab_,
+                       .temperatures = temperatures_,
+                       .topKs = topKs_,
+                       .topPs = topPs_,
+                       .seeds = seeds_,
+                       .positions = anchors_,
+                       .tokens = tokens,
+                       .workspace = sampleWorkspace_,
+                       .workspaceBytes = sampleWorkspaceBytes_});
 }
 
 // The next step's inputs from lengths_ (committed) and lastTokens_ (anchors): the draft's
@@ -372,17 +376,7 @@ void DecodeEngine::step(int32_t B) {
       commit.counts = acceptCounts_;
     }
   } else if (W == 1) {
-    backend_.sampleRows({.logits = logits,
-                         .batch = B,
-                         .vocab = vocab_,
-                         .temperatures = temperatures_,
-                         .topKs = topKs_,
-                         .topPs = topPs_,
-                         .seeds = seeds_,
-                         .positions = anchors_,
-                         .tokens = tokens,
-                         .workspace = sampleWorkspace_,
-                         .workspaceBytes = sampleWorkspaceBytes_});
+    sampleRows(logits, B, tokens);
   } else {
     // With proposal distributions, rows 1 … W−1 of each [W, V] block are the drafts' q.
     const bool withQ = proposalProbs_ != nullptr;

@@ -92,6 +92,9 @@ class DecodeEngine {
   int64_t positionsNeeded(const GenerationRequest& q) const;
   // The first token from the logits of the prompt's last row, sampled by the backend.
   int32_t sampleFirstToken(const SamplingConfig& sampling, int64_t lastPosition);
+  // Samples `rows` rows of f32 `logits` [rows, vocab] into `tokens` with the per-row sampling
+  // parameters and anchors already in temperatures_, topKs_, topPs_, seeds_ and anchors_.
+  void sampleRows(const float* logits, int32_t rows, int32_t* tokens);
   struct Call;
   std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests,
                                     const TokenCallback& onToken);
