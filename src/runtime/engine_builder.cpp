@@ -11,7 +11,6 @@ namespace es::runtime {
 namespace {
 
 constexpr const char* kWhere = "engine";
-constexpr int32_t kMaxReplayBlockSize = 32;
 
 bool isSpeculative(DraftKind kind) { return kind != DraftKind::kNone; }
 

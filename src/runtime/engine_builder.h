@@ -39,7 +39,7 @@ enum class DraftKind {
 struct DraftConfig {
   DraftKind kind = DraftKind::kNone;
   std::filesystem::path dir = {};  // kDFlash, kDefaultDFlash
-  int32_t replayBlockSize = 16;    // kReplay: BS in [2, kernel::kDFlashMaxBlockSize]
+  int32_t replayBlockSize = 16;    // kReplay: BS in [2, kMaxReplayBlockSize]
   // kDefaultDFlash: every request's temperature (the default draft runs only if all are 0).
   std::vector<float> temperatures = {};
 };
@@ -64,6 +64,7 @@ struct EngineConfig {
 };
 
 inline constexpr int32_t kMaxEngineBatch = 256;
+inline constexpr int32_t kMaxReplayBlockSize = 32;  // a replay draft's largest block
 inline constexpr int32_t kMinPrefillChunk = 16;
 inline constexpr int32_t kMaxPrefillChunk = 65536;
 // The verify width on the cpu backend when none is asked for: the fastest of 3 to 16 rows on a
