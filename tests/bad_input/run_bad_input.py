@@ -20,14 +20,12 @@ The id's prefix before the first '.' is the row's category (counted in the summa
 import argparse
 import concurrent.futures
 import json
-import math
 import os
 import re
 import resource
 import shlex
 import shutil
 import signal
-import stat
 import struct
 import subprocess
 import sys
@@ -48,11 +46,11 @@ BF16_INF = b"\x80\x7f"  # 0x7F80
 
 def gpt2_byte_chars():
     """GPT-2's byte-level alphabet: byte b -> the unicode character tokenizer.json uses for it."""
-    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD))
-                 + list(range(0xAE, 0x100)))
+    shown = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD))
+             + list(range(0xAE, 0x100)))
     chars, extra = {}, 0
     for b in range(256):
-        if b in printable:
+        if b in shown:
             chars[b] = chr(b)
         else:
             chars[b] = chr(256 + extra)
@@ -150,8 +148,9 @@ def replace_with_special(path, kind):
         raise ValueError("unknown special file kind " + kind)
 
 
-def json_arg(text):
-    return json.loads(text)
+def unescape(text):
+    """The bytes a table cell spells with Python escapes (\\x00, \\n, \\xff: one byte each)."""
+    return text.encode("utf-8").decode("unicode_escape").encode("latin-1")
 
 
 def set_fields(obj, fields):
@@ -195,6 +194,79 @@ def gguf_file(kvs=None, tensors=None, magic=b"GGUF", version=3, tensor_count=Non
     return out + data
 
 
+GGUF_U32_TYPE, GGUF_I32_TYPE, GGUF_F32_TYPE, GGUF_BOOL_TYPE = 4, 5, 6, 7
+GGML_BF16 = 30
+GGUF_LAYER_NAMES = {
+    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down"}
+
+
+def gguf_name(hf):
+    """llama.cpp's GGUF name of an HF tensor name."""
+    top = {"model.embed_tokens.weight": "token_embd.weight",
+           "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+    if hf in top:
+        return top[hf]
+    layer, rest = hf[len("model.layers."):].split(".", 1)
+    module, kind = rest.rsplit(".", 1)
+    return f"blk.{layer}.{GGUF_LAYER_NAMES[module]}.{kind}"
+
+
+def gguf_from_qwen3(rename=None, nan=None):
+    """The tiny qwen3 fixture as a valid GGUF (bf16 tensors, a byte-level BPE vocabulary that
+    `generate` can use); rename maps a GGUF tensor name to the name (bytes) written instead; the
+    tensor named `nan` is all NaN."""
+    folder = os.path.join(MODELS, "qwen3")
+    with open(os.path.join(folder, "config.json")) as f:
+        c = json.load(f)
+    header, body = read_safetensors(os.path.join(folder, "model.safetensors"))
+    tok = tokenizer_json(c["vocab_size"])
+    tokens = [None] * c["vocab_size"]
+    for text, i in tok["model"]["vocab"].items():
+        tokens[i] = text
+    types = [1] * c["vocab_size"]
+    for t in tok["added_tokens"]:
+        tokens[t["id"]], types[t["id"]] = t["content"], 3
+    a = "qwen3"
+    u32 = lambda k, v: (k.encode(), GGUF_U32_TYPE, struct.pack("<I", v))
+    f32 = lambda k, v: (k.encode(), GGUF_F32_TYPE, struct.pack("<f", v))
+    strings = lambda vs: struct.pack("<IQ", GGUF_STRING, len(vs)) + b"".join(
+        gguf_string(v) for v in vs)
+    kvs = [(b"general.architecture", GGUF_STRING, gguf_string(a)),
+           u32(a + ".block_count", c["num_hidden_layers"]),
+           u32(a + ".context_length", c["max_position_embeddings"]),
+           u32(a + ".embedding_length", c["hidden_size"]),
+           u32(a + ".feed_forward_length", c["intermediate_size"]),
+           u32(a + ".attention.head_count", c["num_attention_heads"]),
+           u32(a + ".attention.head_count_kv", c["num_key_value_heads"]),
+           u32(a + ".attention.key_length", c["head_dim"]),
+           u32(a + ".attention.value_length", c["head_dim"]),
+           f32(a + ".attention.layer_norm_rms_epsilon", c["rms_norm_eps"]),
+           f32(a + ".rope.freq_base", c["rope_parameters"]["rope_theta"]),
+           (b"tokenizer.ggml.model", GGUF_STRING, gguf_string("gpt2")),
+           (b"tokenizer.ggml.pre", GGUF_STRING, gguf_string("gpt2")),
+           (b"tokenizer.ggml.tokens", GGUF_ARRAY, strings(tokens)),
+           (b"tokenizer.ggml.token_type", GGUF_ARRAY,
+            struct.pack("<IQ", GGUF_I32_TYPE, len(types)) + struct.pack(f"<{len(types)}i", *types)),
+           (b"tokenizer.ggml.merges", GGUF_ARRAY,
+            strings([l + " " + r for l, r in tok["model"]["merges"]])),
+           u32("tokenizer.ggml.eos_token_id", c["vocab_size"] - 2)]
+    tensors, data = [], b""
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        g = gguf_name(name)
+        values = body[begin:end] if g != nan else BF16_NAN * ((end - begin) // 2)
+        tensors.append(((rename or {}).get(g, g.encode()), list(reversed(info["shape"])),
+                        GGML_BF16, len(data)))
+        data += values + b"\0" * (-(end - begin) % 32)
+    return gguf_file(kvs=kvs, tensors=tensors, data=data)
+
+
 # ---------------------------------------------------------------------------------------------
 # Setup recipes: recipe(row_dir, *args) -> placeholders for the command. Every recipe that needs
 # a model starts from a fresh copy of a tiny fixture in row_dir, so rows never share files.
@@ -227,7 +299,7 @@ def r_text(row_dir, name, text):
     """The tiny model with file `name` replaced by `text` (Python escapes such as \\x00 and
     \\n are decoded)."""
     p = base(row_dir)
-    raw = text.encode("utf-8").decode("unicode_escape").encode("latin-1")
+    raw = unescape(text)
     with open(os.path.join(p["model"], name), "wb") as f:
         f.write(raw)
     return p
@@ -239,7 +311,7 @@ def r_config(row_dir, fields):
     path = os.path.join(p["model"], "config.json")
     with open(path) as f:
         config = json.load(f)
-    set_fields(config, json_arg(fields))
+    set_fields(config, json.loads(fields))
     write_json(path, config)
     return p
 
@@ -250,7 +322,7 @@ def r_tokenizer(row_dir, fields):
     path = os.path.join(p["model"], "tokenizer.json")
     with open(path) as f:
         tok = json.load(f)
-    set_fields(tok, json_arg(fields))
+    set_fields(tok, json.loads(fields))
     write_json(path, tok)
     return p
 
@@ -266,7 +338,7 @@ def r_st_header(row_dir, fields):
     p = base(row_dir)
     path = os.path.join(p["model"], "model.safetensors")
     header, body = read_safetensors(path)
-    for name, change in json_arg(fields).items():
+    for name, change in json.loads(fields).items():
         if change is None:
             header.pop(name)
         elif name in header and isinstance(change, dict):
@@ -291,7 +363,7 @@ def r_st_raw(row_dir, header_len, header_text):
     """model.safetensors as an 8-byte header length and the given header bytes (escapes
     decoded), followed by 64 zero bytes."""
     p = base(row_dir)
-    raw = header_text.encode("utf-8").decode("unicode_escape").encode("latin-1")
+    raw = unescape(header_text)
     with open(os.path.join(p["model"], "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", int(header_len)) + raw + b"\0" * 64)
     return p
@@ -328,7 +400,8 @@ def r_nonfinite(row_dir, tensor, value, which="all"):
 def r_index(row_dir, mode):
     """The tiny model's weights as one shard behind model.safetensors.index.json, broken per
     `mode`: missing-shard, escape, absolute, empty-map, not-object, wrong-tensor, invalid-json,
-    fifo, sparse."""
+    fifo, sparse:8G, dir (the index itself), shard-fifo, shard-dir, shard-truncated (the
+    shard)."""
     p = base(row_dir)
     m = p["model"]
     shard = "model-00001-of-00001.safetensors"
@@ -353,6 +426,13 @@ def r_index(row_dir, mode):
     elif mode in ("fifo", "sparse:8G", "dir"):
         replace_with_special(index_path, mode)
         return p
+    elif mode.startswith("shard-"):
+        shard_path = os.path.join(m, shard)
+        if mode == "shard-truncated":
+            with open(shard_path, "r+b") as f:
+                f.truncate(100)
+        else:
+            replace_with_special(shard_path, mode[len("shard-"):])
     elif mode == "invalid-json":
         write_text(index_path, '{"weight_map": {')
         return p
@@ -398,6 +478,17 @@ def r_gguf(row_dir, variant):
         "name-invalid-utf8": name_with(b"blk.\xff\xfe.weight_tail"),
         "no-tensors": gguf_file(tensors=[]),
     }
+    model_variants = {  # the tiny qwen3 model as a GGUF, one thing broken
+        "model": lambda: gguf_from_qwen3(),
+        "model-truncated": lambda: gguf_from_qwen3()[:-1000],
+        "model-name-control": lambda: gguf_from_qwen3(
+            rename={"blk.0.attn_q.weight": b"blk.0.attn_q\x1b[2J\x07.weight_tail"}),
+        "model-name-nul": lambda: gguf_from_qwen3(
+            rename={"blk.0.attn_q.weight": b"blk.0.attn_q\x00.weight_tail"}),
+        "model-nan": lambda: gguf_from_qwen3(nan="output_norm.weight"),
+    }
+    if variant in model_variants:
+        variants[variant] = model_variants[variant]()
     if variant in ("fifo", "dir") or variant.startswith(("sparse:", "link:")):
         replace_with_special(path, variant)
     else:
@@ -416,7 +507,7 @@ def r_draft(row_dir, fields="{}", target="dflash_tiny/target"):
     path = os.path.join(draft, "config.json")
     with open(path) as f:
         config = json.load(f)
-    set_fields(config, json_arg(fields))
+    set_fields(config, json.loads(fields))
     write_json(path, config)
     p["draft"] = draft
     return p
@@ -433,7 +524,7 @@ def r_req(row_dir, text):
     """{req}: a request file holding `text` (escapes decoded)."""
     p = base(row_dir)
     p["req"] = os.path.join(row_dir, "req.json")
-    raw = text.encode("utf-8").decode("unicode_escape").encode("latin-1")
+    raw = unescape(text)
     with open(p["req"], "wb") as f:
         f.write(raw)
     return p
@@ -539,6 +630,12 @@ class Result:
         return (errors or lines or [""])[0][:200]
 
 
+def printable(text):
+    """`text` with control characters escaped, so that a hostile name in a message cannot drive
+    the terminal the report is read on."""
+    return "".join(c if c >= " " or c == "\t" else f"\\x{ord(c):02x}" for c in text)
+
+
 def check(row, rc, stderr, timed_out):
     """Why the run does not meet the row, or None."""
     if timed_out:
@@ -610,10 +707,11 @@ def main():
     if args.list:
         for r in results:
             print(f"{'FAIL' if r.problem else 'pass'}\t{r.row.id}\trc={r.rc}\t{r.seconds:.1f}s\t"
-                  f"{r.first_stderr_line()}")
+                  f"{printable(r.first_stderr_line())}")
     for r in failures:
-        print(f"FAIL {r.row.id}: {r.problem}\n  command: {shlex.join(r.argv)}\n  exit code: "
-              f"{r.rc}\n  stderr:\n" + "".join(f"    {l}\n" for l in r.stderr.splitlines()[-20:]))
+        tail = "".join(f"    {printable(l)}\n" for l in r.stderr.splitlines()[-20:])
+        print(f"FAIL {r.row.id}: {r.problem}\n  command: {shlex.join(r.argv)}\n"
+              f"  exit code: {r.rc}\n  stderr:\n{tail}")
     categories = {}
     for r in results:
         categories[r.row.category] = categories.get(r.row.category, 0) + 1
