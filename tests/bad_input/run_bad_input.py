@@ -16,6 +16,7 @@ Table format (tab-separated; '#' starts a comment line):
 The id's prefix before the first '.' is the row's category (counted in the summary).
 
   python3 tests/bad_input/run_bad_input.py --edgespec build/edgespec [--filter REGEX] [--list]
+  python3 tests/bad_input/run_bad_input.py --recipes      (what each setup recipe makes)
 """
 import argparse
 import concurrent.futures
@@ -443,7 +444,10 @@ def r_index(row_dir, mode):
 
 
 def r_gguf(row_dir, variant):
-    """{gguf}: a small hand-made GGUF broken per `variant`."""
+    """{gguf}: a GGUF file per `variant`: a small hand-made header broken one way (empty,
+    bad-magic, version-1, truncated-*, huge-*, unknown-type, offset-out-of-range, name-*, ...),
+    the tiny qwen3 model as a GGUF (model) or that model broken (model-truncated, model-name-*,
+    model-nan), or a special file (fifo, dir, sparse:SIZE, link:TARGET)."""
     p = base(row_dir)
     path = os.path.join(row_dir, "bad.gguf")
     good = gguf_file(data=b"\0" * 1024)
@@ -499,8 +503,9 @@ def r_gguf(row_dir, variant):
 
 
 def r_draft(row_dir, fields="{}", target="dflash_tiny/target"):
-    """{model}: a target with a tokenizer; {draft}: a copy of the tiny DFlash draft with config
-    fields set (dotted keys; null removes)."""
+    """{model}: a target with a tokenizer (the draft's own tiny target, or the fixture family
+    `target`); {draft}: a copy of the tiny DFlash draft with config fields set (dotted keys;
+    null removes)."""
     p = base(row_dir, target)
     draft = os.path.join(row_dir, "draft")
     shutil.copytree(os.path.join(MODELS, "dflash_tiny", "draft"), draft)
@@ -690,13 +695,20 @@ def run_row(row, edgespec, work_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--edgespec", required=True, help="path of the edgespec binary")
+    ap.add_argument("--edgespec", help="path of the edgespec binary")
     ap.add_argument("--cases", default=os.path.join(HERE, "cases.tsv"))
     ap.add_argument("--filter", default="", help="only rows whose id matches this regex")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--list", action="store_true",
                     help="print every row's outcome (pass/FAIL, exit code, first stderr line)")
+    ap.add_argument("--recipes", action="store_true", help="describe the setup recipes and exit")
     args = ap.parse_args()
+    if args.recipes:
+        for name, recipe in RECIPES.items():
+            print(f"{name}: {' '.join(recipe.__doc__.split())}")
+        return 0
+    if not args.edgespec:
+        ap.error("--edgespec is required")
     edgespec = os.path.abspath(args.edgespec)
     rows = [r for r in read_cases(args.cases) if re.search(args.filter, r.id)]
     start = time.monotonic()
