@@ -552,6 +552,14 @@ def r_req_many(row_dir, count):
     return p
 
 
+def r_req_long(row_dir, words):
+    """{req}: one request whose prompt is `words` words long."""
+    p = base(row_dir)
+    p["req"] = os.path.join(row_dir, "req.json")
+    write_json(p["req"], ["hello world " * (int(words) // 2)])
+    return p
+
+
 def r_req_deep(row_dir, depth):
     """{req}: `depth` nested JSON arrays (a parser recursion bomb)."""
     p = base(row_dir)
@@ -580,6 +588,7 @@ RECIPES = {
     "req": r_req,
     "req_special": r_req_special,
     "req_many": r_req_many,
+    "req_long": r_req_long,
     "req_deep": r_req_deep,
 }
 
