@@ -35,7 +35,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "..", "data", "models")
-MEMORY_LIMIT_BYTES = 1 << 30  # per edgespec process (RLIMIT_DATA)
+MEMORY_LIMIT_MB = 2048  # per edgespec process (RLIMIT_DATA), --memory-limit-mb
 OUTPUT_LIMIT_BYTES = 1 << 20  # stdout/stderr kept per run; the rest is read and dropped
 
 BF16_NAN = b"\xc0\x7f"  # 0x7FC0 little-endian
@@ -625,12 +625,15 @@ def read_cases(path):
     return rows
 
 
-def limit_child():
-    """In the child before exec: its own process group (a timeout kills all of it) and a bounded
-    data segment (a size bomb fails with an allocation error instead of exhausting the host)."""
-    os.setsid()
-    resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+def child_limits(memory_bytes):
+    """What runs in the child before exec: its own process group (a timeout kills all of it) and
+    a bounded data segment (a size bomb fails with an allocation error instead of exhausting the
+    host; the control rows show that the legitimate runs fit)."""
+    def apply():
+        os.setsid()
+        resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
 
 
 class Result:
@@ -668,7 +671,7 @@ def check(row, rc, stderr, timed_out):
     return None
 
 
-def run_row(row, edgespec, work_dir):
+def run_row(row, edgespec, work_dir, memory_bytes):
     # Named by nothing of the row: the paths in a message must not match a row's fragment.
     row_dir = tempfile.mkdtemp(prefix="row.", dir=work_dir)
     setup = shlex.split(row.setup)
@@ -686,7 +689,7 @@ def run_row(row, edgespec, work_dir):
     out_path, err_path = os.path.join(row_dir, "stdout"), os.path.join(row_dir, "stderr")
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                cwd=row_dir, env=env, preexec_fn=limit_child)
+                                cwd=row_dir, env=env, preexec_fn=child_limits(memory_bytes))
         timed_out = False
         try:
             rc = proc.wait(timeout=row.timeout)
@@ -710,6 +713,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--list", action="store_true",
                     help="print every row's outcome (pass/FAIL, exit code, first stderr line)")
+    ap.add_argument("--memory-limit-mb", type=int, default=MEMORY_LIMIT_MB,
+                    help="data-segment limit of each edgespec process (default %(default)s)")
     ap.add_argument("--recipes", action="store_true", help="describe the setup recipes and exit")
     args = ap.parse_args()
     if args.recipes:
@@ -723,7 +728,8 @@ def main():
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="es_bad_input.") as work_dir:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            results = list(pool.map(lambda r: run_row(r, edgespec, work_dir), rows))
+            memory = args.memory_limit_mb << 20
+            results = list(pool.map(lambda r: run_row(r, edgespec, work_dir, memory), rows))
     failures = [r for r in results if r.problem]
     if args.list:
         for r in results:
