@@ -3,20 +3,15 @@
 // tokens chosen before; the other requests of the batch are unaffected. On the CPU backend, for
 // greedy and sampled decoding, plain and speculative (replay draft).
 //
-// The model is the qwen3 fixture with one embedding row set to +inf (token X): a sequence whose
-// input holds X gets NaN activations from X's row on (RMSNorm of inf), so its logits are NaN,
-// while sequences without X compute exactly what the clean model computes. Request a generates
+// The model is the qwen3 fixture with one embedding row set to +inf (token X): the row of an
+// input X gets NaN activations (RMSNorm of inf), so the logits it gives are NaN, while sequences
+// without X compute exactly what the clean model computes. Request a generates
 // X after a few tokens (it fails at the next one), request b ends its prompt with X (it fails at
 // its first token), request c never meets X.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,53 +21,11 @@
 #include "ops/backend.h"
 #include "runtime/decode_engine.h"
 #include "runtime/replay_proposer.h"
+#include "support/poisoned_model.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
 namespace {
-
-namespace fs = std::filesystem;
-
-std::string fixtureDir() { return test::test_data_dir() + "/models/qwen3"; }
-
-// A copy of the qwen3 fixture in a fresh folder whose bf16 tensor `name` [rows, cols] has row
-// `row` set to the bf16 bits `bits` (0x7f80: +inf, 0x7fc0: NaN).
-class PoisonedModel {
- public:
-  PoisonedModel(const std::string& name, int32_t row, uint16_t bits) {
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("es_non_finite_" + std::string(info->name()) + "_" +
-                                        std::to_string(::getpid()) + "_" + std::to_string(row));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    for (const fs::directory_entry& e : fs::directory_iterator(fixtureDir())) {
-      fs::copy_file(e.path(), dir_ / e.path().filename());
-    }
-    const fs::path weights = dir_ / "model.safetensors";
-    std::ifstream in(weights, std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    in.close();
-    uint64_t headerBytes = 0;
-    std::memcpy(&headerBytes, bytes.data(), 8);
-    const nlohmann::json header =
-        nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + headerBytes);
-    const nlohmann::json& t = header.at(name);
-    EXPECT_EQ(t.at("dtype"), "BF16");
-    const int64_t cols = t.at("shape")[1];
-    const int64_t begin = 8 + static_cast<int64_t>(headerBytes) +
-                          t.at("data_offsets")[0].get<int64_t>() + row * cols * 2;
-    for (int64_t i = 0; i < cols; ++i) std::memcpy(bytes.data() + begin + i * 2, &bits, 2);
-    std::ofstream out(weights, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
-  ~PoisonedModel() { fs::remove_all(dir_); }
-  std::string dir() const { return dir_.string(); }
-
- private:
-  fs::path dir_;
-};
-
-constexpr uint16_t kBf16Inf = 0x7f80, kBf16NaN = 0x7fc0;
 
 kv::KvCacheConfig cacheFor(const model::TargetModel& m, int32_t batch) {
   kv::KvCacheConfig c;
@@ -130,12 +83,13 @@ void checkVariant(const Variant& v) {
   const Variant plain{v.sampling, 0};
   for (const GenerationRequest& q : {a, c}) {
     std::vector<int32_t> rec = q.prompt;
-    const std::vector<int32_t> t = generate(fixtureDir(), plain, {q}, {})[0].tokens;
+    const std::vector<int32_t> t =
+        generate(test::PoisonedModel::fixtureDir(), plain, {q}, {})[0].tokens;
     rec.insert(rec.end(), t.begin(), t.end());
     recordings.push_back(rec);
   }
   const std::vector<GenerationResult> clean =
-      generate(fixtureDir(), v, {a, c}, {recordings[0], recordings[1]});
+      generate(test::PoisonedModel::fixtureDir(), v, {a, c}, {recordings[0], recordings[1]});
   const std::vector<int32_t>& truthA = clean[0].tokens;
   const std::vector<int32_t>& truthC = clean[1].tokens;
   ASSERT_EQ(truthA.size(), 24u);
@@ -158,7 +112,7 @@ void checkVariant(const Variant& v) {
   GenerationRequest b = c;
   b.prompt.push_back(x);
 
-  const PoisonedModel poisoned("model.embed_tokens.weight", x, kBf16Inf);
+  const test::PoisonedModel poisoned("model.embed_tokens.weight", x, test::kBf16Inf);
   const std::vector<GenerationResult> out =
       generate(poisoned.dir(), v, {a, b, c}, {recordings[0], recordings[1], recordings[1]});
   // a: its tokens through X, then the error at the token after X.
@@ -186,7 +140,7 @@ TEST(NonFiniteLogits, SampledSpeculativeReplay) { checkVariant({{0.9f, 40, 0.95f
 // NaN in an lm_head row makes that logit NaN in every row: every request fails at its first
 // token, greedy or sampled, and the engine serves the next call.
 TEST(NonFiniteLogits, NaNInTheLmHeadFailsEveryRequestAtItsFirstToken) {
-  const PoisonedModel poisoned("lm_head.weight", 7, kBf16NaN);
+  const test::PoisonedModel poisoned("lm_head.weight", 7, test::kBf16NaN);
   const GenerationRequest greedy{{3, 1, 4, 1, 5}, 8, {}, {}};
   const GenerationRequest sampled{{9, 2, 6}, 8, {}, {1.0f, 0, 1.0f, 5}};
   for (int32_t blockSize : {0, 4}) {
