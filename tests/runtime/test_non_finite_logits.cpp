@@ -1,7 +1,8 @@
 // A model whose logits go non-finite ends only the requests it happens to, with
 // FinishReason::kError and a message naming the generated token and its position, keeping the
 // tokens chosen before; the other requests of the batch are unaffected. On the CPU backend, for
-// greedy and sampled decoding, plain and speculative (replay draft).
+// greedy and sampled decoding, plain and speculative (replay draft; DFlash draft, which shares
+// the target's embeddings, so its proposals go non-finite too: they are only verified).
 //
 // The model is the qwen3 fixture with one embedding row set to +inf (token X): the row of an
 // input X gets NaN activations (RMSNorm of inf), so the logits it gives are NaN, while sequences
@@ -11,15 +12,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "model/dflash_draft.h"
+#include "model/random_draft.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
 #include "runtime/decode_engine.h"
+#include "runtime/dflash_proposer.h"
 #include "runtime/replay_proposer.h"
 #include "support/poisoned_model.h"
 #include "support/test_util.h"
@@ -27,31 +32,56 @@
 namespace es::runtime {
 namespace {
 
-kv::KvCacheConfig cacheFor(const model::TargetModel& m, int32_t batch) {
-  kv::KvCacheConfig c;
-  c.maxBatchSize = batch;
-  c.maxSequenceLength = 256;
-  c.dtype = DType::kF32;
-  c.baseLayers = m.kvLayerShapes();
-  return c;
-}
-
 // How a variant decodes: block size 0 is plain decoding, else the replay draft of that block
-// size, replaying `recordings` with a fifth of its drafts wrong.
+// size, replaying `recordings` with a fifth of its drafts wrong, or with `dflash` a random
+// DFlash draft of block 4.
 struct Variant {
   SamplingConfig sampling;
   int32_t blockSize;
+  bool dflash = false;
 };
+
+// The random DFlash draft (block 4), written once per process and removed at its exit.
+const std::filesystem::path& dflashDraftDir() {
+  struct DraftDir {
+    std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                 ("es_non_finite_draft_" + std::to_string(::getpid()));
+    DraftDir() {
+      model::test_draft::DraftSpec spec;
+      spec.blockSize = 4;
+      model::test_draft::writeDraft(path, spec);
+    }
+    ~DraftDir() { std::filesystem::remove_all(path); }
+  };
+  static const DraftDir dir;
+  return dir.path;
+}
 
 std::vector<GenerationResult> generate(const std::string& modelDir, const Variant& v,
                                        const std::vector<GenerationRequest>& requests,
                                        const std::vector<std::vector<int32_t>>& recordings) {
   auto backend = ops::makeCpuBackend();
-  model::TargetModel target(modelDir, *backend, 32);
+  std::vector<int32_t> taps;
+  if (v.dflash) {
+    taps =
+        model::DFlashDraft::requiredTargetTaps(dflashDraftDir(), model::loadModelConfig(modelDir));
+  }
+  model::TargetModel target(modelDir, *backend, 32, taps);
   const int32_t n = static_cast<int32_t>(requests.size());
-  kv::KvCacheManager cache(cacheFor(target, n), MemorySpace::kHost);
-  std::unique_ptr<ReplayProposer> proposer;
-  if (v.blockSize > 0) {
+  std::unique_ptr<model::DFlashDraft> draft;
+  if (v.dflash)
+    draft = std::make_unique<model::DFlashDraft>(dflashDraftDir(), *backend, target, 64, n);
+  kv::KvCacheConfig c;
+  c.maxBatchSize = n;
+  c.maxSequenceLength = 256;
+  c.dtype = DType::kF32;
+  c.baseLayers = target.kvLayerShapes();
+  if (draft) c.draftLayers = draft->kvLayerShapes();
+  kv::KvCacheManager cache(c, MemorySpace::kHost);
+  std::unique_ptr<DraftProposer> proposer;
+  if (draft) {
+    proposer = std::make_unique<DFlashProposer>(*draft);
+  } else if (v.blockSize > 0) {
     proposer =
         std::make_unique<ReplayProposer>(*backend, v.blockSize, n, recordings,
                                          static_cast<int32_t>(target.config().vocab_size), 0.2f);
@@ -80,7 +110,7 @@ void checkVariant(const Variant& v) {
   GenerationRequest c{prompt(9), 24, {}, v.sampling};
   // Drafts replay a plain run of the clean model (greedy: the true continuation).
   std::vector<std::vector<int32_t>> recordings;
-  const Variant plain{v.sampling, 0};
+  const Variant plain{v.sampling, 0, false};
   for (const GenerationRequest& q : {a, c}) {
     std::vector<int32_t> rec = q.prompt;
     const std::vector<int32_t> t =
@@ -136,6 +166,10 @@ TEST(NonFiniteLogits, SampledPlain) { checkVariant({{0.9f, 0, 0.95f, 11}, 0}); }
 TEST(NonFiniteLogits, GreedySpeculativeReplay) { checkVariant({{}, 4}); }
 
 TEST(NonFiniteLogits, SampledSpeculativeReplay) { checkVariant({{0.9f, 40, 0.95f, 11}, 4}); }
+
+TEST(NonFiniteLogits, GreedySpeculativeDFlash) { checkVariant({{}, 4, true}); }
+
+TEST(NonFiniteLogits, SampledSpeculativeDFlash) { checkVariant({{0.9f, 40, 0.95f, 11}, 4, true}); }
 
 // NaN in an lm_head row makes that logit NaN in every row: every request fails at its first
 // token, greedy or sampled, and the engine serves the next call.
