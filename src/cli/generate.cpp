@@ -462,6 +462,7 @@ BatchRun decodeBatch(const GenerateContext& c, int32_t first, int32_t count) {
   });
   for (AnswerText& a : run.answers) run.tails.push_back(a.finish());
   const Clock::time_point end = Clock::now();
+  if (run.generated == 0) firstToken = end;  // every request failed before its first token
   run.ttftS = std::chrono::duration<double>(firstToken - start).count();
   const double decodeS = std::chrono::duration<double>(end - firstToken).count();
   run.tokS = run.generated > count ? static_cast<double>(run.generated - count) / decodeS : 0.0;
