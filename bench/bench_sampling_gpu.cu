@@ -113,6 +113,7 @@ Row bench_sample(const std::string& name, int32_t batch, int32_t vocab, int32_t 
   sp.topP = p;
   sp.uniforms = d_u;
   sp.tokens = d_tokens;
+  sp.flagNonFinite = true;  // as the decode engine samples its target rows
   sp.logits = logits[0];
   const size_t ws = samplingWorkspaceBytes(sp);
   void* d_ws = device_alloc<uint8_t>(ws);
@@ -136,6 +137,7 @@ Row bench_argmax(int32_t rows, int32_t vocab, double target_us) {
   ap.rows = rows;
   ap.vocab = vocab;
   ap.out = d_out;
+  ap.flagNonFinite = true;  // as the decode engine chooses its target rows
   Row r = time_it("argmax V=151936 f32 B=" + std::to_string(rows), target_us, [&](int i) {
     ap.logits = logits[i % logits.size()];
     kernel::argmaxRows(ap, nullptr);
@@ -177,6 +179,7 @@ Row bench_verify(const std::string& name, int32_t batch, int32_t L, int32_t voca
   vp.anchors = d_anchors;
   vp.outTokens = d_out;
   vp.numAccepted = d_acc;
+  vp.flagNonFinite = true;  // as the decode engine verifies
   vp.targetLogits = logits[0];
   const size_t ws = specVerifyWorkspaceBytes(vp);
   void* d_ws = device_alloc<uint8_t>(ws);

@@ -462,6 +462,7 @@ BatchRun decodeBatch(const GenerateContext& c, int32_t first, int32_t count) {
   });
   for (AnswerText& a : run.answers) run.tails.push_back(a.finish());
   const Clock::time_point end = Clock::now();
+  if (run.generated == 0) firstToken = end;  // every request failed before its first token
   run.ttftS = std::chrono::duration<double>(firstToken - start).count();
   const double decodeS = std::chrono::duration<double>(end - firstToken).count();
   run.tokS = run.generated > count ? static_cast<double>(run.generated - count) / decodeS : 0.0;
@@ -475,19 +476,19 @@ nlohmann::json answerJson(const GenerateContext& c, const BatchRun& run, int32_t
   const AnswerText& answer = run.answers[static_cast<size_t>(i)];
   const runtime::EnginePlan& plan = c.engine.plan();
   const runtime::DecodeEngine& decoder = c.engine.decoder();
-  nlohmann::json out = {
-      {"text", answer.text()},
-      {"tokens", result.tokens},
-      {"prompt_tokens", c.prompts[static_cast<size_t>(r)].size()},
-      {"prompt_ids", c.prompts[static_cast<size_t>(r)]},
-      {"stop_ids", c.stopIds},
-      {"finish_reason", result.finish == runtime::FinishReason::kStop ? "stop" : "length"},
-      {"backend", c.engine.backend().name()},
-      {"load_s", c.loadS},
-      {"time_to_first_token_s", run.ttftS},
-      {"decode_tok_s", run.tokS},
-      {"prefill_chunk", plan.maxTokens}};
+  nlohmann::json out = {{"text", answer.text()},
+                        {"tokens", result.tokens},
+                        {"prompt_tokens", c.prompts[static_cast<size_t>(r)].size()},
+                        {"prompt_ids", c.prompts[static_cast<size_t>(r)]},
+                        {"stop_ids", c.stopIds},
+                        {"finish_reason", runtime::finishReasonName(result.finish)},
+                        {"backend", c.engine.backend().name()},
+                        {"load_s", c.loadS},
+                        {"time_to_first_token_s", run.ttftS},
+                        {"decode_tok_s", run.tokS},
+                        {"prefill_chunk", plan.maxTokens}};
   if (c.specs.size() > 1) out["request"] = r;
+  if (result.finish == runtime::FinishReason::kError) out["error"] = result.error;
   if (answer.stopped()) out["stop_string_hit"] = true;
   if (c.engine.cache().prefixReuse()) out["reused_prompt_tokens"] = decoder.stats().reusedTokens;
   if (c.engine.draft()) {
@@ -510,8 +511,8 @@ void printBatch(const GenerateContext& c, const BatchRun& run, int32_t first, in
     } else if (streaming) {
       std::printf("%s\n", run.tails[static_cast<size_t>(i)].c_str());
     } else {
-      const bool stop = run.results[static_cast<size_t>(i)].finish == runtime::FinishReason::kStop;
-      std::printf("=== request %d (%s) ===\n%s\n", r, stop ? "stop" : "length",
+      std::printf("=== request %d (%s) ===\n%s\n", r,
+                  runtime::finishReasonName(run.results[static_cast<size_t>(i)].finish),
                   run.answers[static_cast<size_t>(i)].text().c_str());
     }
   }
@@ -551,10 +552,21 @@ void runGenerate(const GenerateOptions& o) {
       .loadS = std::chrono::duration<double>(Clock::now() - loadStart).count()};
   const int32_t n = static_cast<int32_t>(specs.size());
   const int32_t batch = engine->plan().maxBatch;
+  // A failed request (FinishReason::kError) does not stop the others; the command then fails
+  // with each one's error ("request R: why"), after every answer is printed.
+  std::string failures;
   for (int32_t first = 0; first < n; first += batch) {
     const int32_t count = std::min(batch, n - first);
-    printBatch(context, decodeBatch(context, first, count), first, count);
+    const BatchRun run = decodeBatch(context, first, count);
+    printBatch(context, run, first, count);
+    for (int32_t i = 0; i < count; ++i) {
+      const runtime::GenerationResult& result = run.results[static_cast<size_t>(i)];
+      if (result.finish != runtime::FinishReason::kError) continue;
+      failures += (failures.empty() ? "request " : "; request ") + std::to_string(first + i) +
+                  ": " + result.error;
+    }
   }
+  if (!failures.empty()) ES_THROW(Error, failures);
 }
 
 }  // namespace

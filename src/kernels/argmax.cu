@@ -2,7 +2,8 @@
 // 16-byte loads to a composite rank (order key << 32 | ~index), so "max" means larger value
 // then lower index. For small batches a row is split over a thread-block cluster of 16 CTAs
 // (8 where the device cannot co-schedule 16) whose partial maxima meet in rank 0's shared memory
-// (distributed shared memory): no workspace, no second launch.
+// (distributed shared memory): no workspace, no second launch. The non-finite test
+// (flagNonFinite) reads the key of the merged maximum: no work per entry.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -32,9 +33,20 @@ __device__ __forceinline__ uint64_t rankOf(float v, int i) {
 }
 __device__ __forceinline__ uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
+// The row's token from its maximum rank: with flagNonFinite, a maximum of NaN (key all ones),
+// +inf (the largest number's key) or -inf (every entry -inf) gives kNonFiniteToken.
+__device__ __forceinline__ int32_t tokenOf(uint64_t best, bool flagNonFinite) {
+  constexpr uint32_t kMinusInfKey = 0x007fffffu, kPlusInfKey = 0xff800000u;  // orderKey(-+inf)
+  const uint32_t key = sampling::compositeKey(best);
+  const bool finite = key > kMinusInfKey && key < kPlusInfKey;
+  return flagNonFinite && !finite ? kNonFiniteToken
+                                  : static_cast<int32_t>(sampling::compositeIndex(best));
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kArgmaxThreads)
-    argmaxKernel(const T* logits, int vocab, int64_t stride, int32_t* out, int split) {
+    argmaxKernel(const T* logits, int vocab, int64_t stride, int32_t* out, int split,
+                 bool flagNonFinite) {
   constexpr int kVec = 16 / sizeof(T);
   __shared__ uint64_t warpBest[kArgmaxThreads / 32];
   __shared__ uint64_t partial[kClusterSplit];
@@ -82,7 +94,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     for (int w = 1; w < kArgmaxThreads / 32; ++w) best = umax(best, warpBest[w]);
   }
   if (split == 1) {
-    if (threadIdx.x == 0) out[row] = static_cast<int32_t>(sampling::compositeIndex(best));
+    if (threadIdx.x == 0) out[row] = tokenOf(best, flagNonFinite);
     return;
   }
   cg::cluster_group cluster = cg::this_cluster();
@@ -91,7 +103,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   if (cluster.block_rank() == 0 && threadIdx.x == 0) {
     uint64_t b = partial[0];
     for (int p = 1; p < split; ++p) b = umax(b, partial[p]);
-    out[row] = static_cast<int32_t>(sampling::compositeIndex(b));
+    out[row] = tokenOf(b, flagNonFinite);
   }
 }
 
@@ -113,7 +125,8 @@ void launch(const ArgmaxParams& p, cudaStream_t stream) {
   }
   ES_CHECK_ARG(p.rows <= 65535, "kernel::argmax_rows", "rows", p.rows, "must be <= 65535");
   kernel::cluster::launch(argmaxKernel<T>, dim3(split, p.rows, 1), dim3(kArgmaxThreads), split,
-                          stream, static_cast<const T*>(p.logits), p.vocab, stride, p.out, split);
+                          stream, static_cast<const T*>(p.logits), p.vocab, stride, p.out, split,
+                          p.flagNonFinite);
 }
 
 }  // namespace

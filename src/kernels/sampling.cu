@@ -132,7 +132,9 @@ __device__ void emitUniform(const RowsArgs& a, int row) {
     for (int i = threadIdx.x; i < V; i += kThreads) out[i] = pu;
   }
   if (threadIdx.x == 0) {
-    if (a.tokens) a.tokens[row] = uniformRowToken(rowUniform(a, row), V);
+    if (a.tokens) {
+      a.tokens[row] = a.flagNonFinite ? kNonFiniteToken : uniformRowToken(rowUniform(a, row), V);
+    }
     if (a.verifyRows) {
       a.verifyRows[row].status = kUniform;
       a.verifyRows[row].count = 0;
@@ -1382,6 +1384,7 @@ void sampleRows(const SamplingParams& p, cudaStream_t stream) {
   a.purpose = p.purpose;
   a.tokens = p.tokens;
   a.probs = p.probs;
+  a.flagNonFinite = p.flagNonFinite;
   a.smallVocab = p.path == SamplingPath::kSmallVocab ||
                  (p.path == SamplingPath::kAuto && p.vocab <= kSmallVocabMax);
   if (!a.smallVocab) {

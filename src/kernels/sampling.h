@@ -12,6 +12,7 @@
 #include "common/dtype.h"
 #include "common/rng.h"
 #include "common/stream.h"
+#include "kernels/sampling_non_finite.h"
 
 namespace es {
 
@@ -57,6 +58,10 @@ struct SamplingParams {
 
   int32_t* tokens = nullptr;  // [batch] i32 out, or null (probabilities only)
   float* probs = nullptr;     // [batch, vocab] f32 out, or null (tokens only)
+  // true: a uniform-fallback row (NaN or +inf among its scaled logits, or all -inf: its logits
+  // are not finite) gets the token kNonFiniteToken instead of a uniform sample (the target's
+  // rows, which the runtime turns into an error); its probs stay uniform either way.
+  bool flagNonFinite = false;
 
   // Device scratch of samplingWorkspaceBytes(*this) bytes (general path); no initialisation
   // needed, nothing kept between calls. May be null when that size is 0.
@@ -84,7 +89,8 @@ namespace ref {
 void sampleRows(const SamplingParams& p);
 
 // One row, exposed for the verification reference and the tests.
-// Writes probs[vocab]; returns true when the row took the uniform fallback.
+// Writes probs[vocab]; returns true when the row took the uniform fallback (its logits are not
+// finite, kernels/sampling_non_finite.h).
 bool rowProbs(const float* logitsF32, int32_t vocab, float temperature, int32_t topK, float topP,
               TopPMode mode, float* probs);
 // Inverse CDF of spec §3.5 (fp32 running sum in index order, strict >, skip <= 0, fallback to

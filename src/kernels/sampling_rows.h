@@ -36,6 +36,7 @@ struct RowsArgs {
   int32_t* tokens = nullptr;                 // [rows] or null
   float* probs = nullptr;                    // [rows, vocab] or null
   bool denseForSparseRows = true;            // false: rows with <= 512 kept entries skip `probs`
+  bool flagNonFinite = false;  // uniform-fallback rows get kNonFiniteToken (SamplingParams)
   // A verification's rows (specVerify): every row's status, and for a row whose kept set is a
   // short list (<= 512 entries: kSparse) its draft's accept test and stop token, computed here from
   // the list (specVerify::dev::verifyListRowWarp) with `chain`. Null for sampleRows().

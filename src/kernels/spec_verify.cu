@@ -42,6 +42,7 @@ struct VerifyArgs {
   const float* dense;     // [batch * (L + 1), V] or null
   int32_t* out;           // [batch, L + 1]
   int32_t* numAccepted;   // [batch]
+  bool flagNonFinite;     // a uniform (non-finite) row rejects its draft, token kNonFiniteToken
 };
 
 // What the verification of draft s needs besides its target row: none of it comes from the
@@ -85,6 +86,7 @@ __device__ RowWords loadRow(const VerifyArgs& a, int row, int x) {
 // Accept test of draft d on its target row r (the same in every lane).
 __device__ bool acceptDraft(const VerifyArgs& a, const RowWords& r, const Draft& d) {
   if (r.status == kSparse) return r.accepted != 0;
+  if (r.status == kUniform && a.flagNonFinite) return false;
   const float px = r.status == kUniform ? fdivRn(1.0f, static_cast<float>(a.chain.V)) : r.densePx;
   return acceptTest(px, d.qx, d.uAccept);
 }
@@ -175,7 +177,9 @@ __global__ void __launch_bounds__(kThreads) verifyKernel(VerifyArgs a) {
   }
   __syncthreads();
   int token = vs.token;
-  if (vs.status != kSparse) {
+  if (vs.status == kUniform && a.flagNonFinite) {
+    token = kNonFiniteToken;
+  } else if (vs.status != kSparse) {
     token = accepted < L ? residualFullRow(a, b, accepted, vs.status, vs.x, vs.u, scratch)
                          : targetFullRow(a, b * (L + 1) + L, vs.status, vs.u, scratch);
   }
@@ -234,6 +238,7 @@ void specVerify(const SpecVerifyParams& p, cudaStream_t stream) {
   v.dense = a.probs;
   v.out = p.outTokens;
   v.numAccepted = p.numAccepted;
+  v.flagNonFinite = p.flagNonFinite;
   kernel::pdl::launch(specVerify::verifyKernel, dim3(p.batch), dim3(sampling::kThreads), 0, stream,
                       v);
 }

@@ -7,6 +7,8 @@
 // Accept iff p > 0 and u_acc[s] <= min(1, p / q) (alpha = 1 when q <= 1e-20). On the first
 // reject sample from max(P_s - Q_s, 0) (from P_s when that mass <= 1e-20) with u_res[s] and stop;
 // if all L are accepted sample a bonus token from row L with uBonus.
+// With flagNonFinite a target row whose logits are not finite (kernels/sampling_non_finite.h)
+// stops the chain there: its draft is rejected and its token is kNonFiniteToken.
 #include <cstddef>
 #include <cstdint>
 
@@ -48,6 +50,9 @@ struct SpecVerifyParams {
   int32_t* outTokens = nullptr;    // [batch, numDraft + 1] i32: accepted drafts, then the
                                    // residual / bonus token, then -1
   int32_t* numAccepted = nullptr;  // [batch] i32 in [0, numDraft]
+  // true: the chain stops at a target row that is not finite, with kNonFiniteToken there (the
+  // runtime turns it into an error); false: such a row is the uniform fallback (spec §3.3).
+  bool flagNonFinite = false;
 
   void* workspace = nullptr;  // specVerifyWorkspaceBytes(*this) bytes of device memory
   size_t workspaceBytes = 0;

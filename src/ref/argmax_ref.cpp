@@ -1,4 +1,5 @@
-// CPU reference of row argmax: first index of the maximum; NaN beats every number.
+// CPU reference of row argmax: first index of the maximum; NaN beats every number. With
+// flagNonFinite a row whose maximum is not finite gets kNonFiniteToken.
 #include <cmath>
 
 #include "common/dtype.h"
@@ -32,7 +33,7 @@ void argmaxRows(const ArgmaxParams& p) {
         bestV = v;
       }
     }
-    p.out[r] = best;
+    p.out[r] = p.flagNonFinite && !std::isfinite(bestV) ? kNonFiniteToken : best;
   }
 }
 

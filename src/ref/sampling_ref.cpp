@@ -153,7 +153,11 @@ void sampleRows(const SamplingParams& p) {
       const uint32_t lane = static_cast<uint32_t>(b % p.rowsPerRequest);
       const float u =
           p.uniforms ? p.uniforms[b] : request_uniform(p.seeds[q], p.positions[q], p.purpose, lane);
-      p.tokens[b] = uniform ? uniformRowToken(u, p.vocab) : sampleFromProbs(out, p.vocab, u);
+      if (uniform) {
+        p.tokens[b] = p.flagNonFinite ? kNonFiniteToken : uniformRowToken(u, p.vocab);
+      } else {
+        p.tokens[b] = sampleFromProbs(out, p.vocab, u);
+      }
     }
   }
 }

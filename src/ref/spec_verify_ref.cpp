@@ -45,6 +45,11 @@ void specVerify(const SpecVerifyParams& p) {
     bool stopped = false;
     for (int32_t s = 0; s < L && !stopped; ++s) {
       const bool uniformRow = targetRow(s);
+      if (uniformRow && p.flagNonFinite) {  // the row decides nothing: the chain ends here
+        out[accepted] = kNonFiniteToken;
+        stopped = true;
+        break;
+      }
       const int32_t x = p.draftTokens[static_cast<size_t>(b) *
                                           (p.draftTokensStride > 0 ? p.draftTokensStride : L) +
                                       s];
@@ -79,7 +84,11 @@ void specVerify(const SpecVerifyParams& p) {
     if (!stopped) {
       const bool uniformRow = targetRow(L);
       const float u = uniform(RngPurpose::kBonus, 0);
-      out[L] = uniformRow ? uniformRowToken(u, V) : sampleFromProbs(probs.data(), V, u);
+      if (uniformRow) {
+        out[L] = p.flagNonFinite ? kNonFiniteToken : uniformRowToken(u, V);
+      } else {
+        out[L] = sampleFromProbs(probs.data(), V, u);
+      }
     }
     p.numAccepted[b] = accepted;
   }

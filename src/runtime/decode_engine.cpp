@@ -238,7 +238,8 @@ int32_t DecodeEngine::sampleFirstToken(const SamplingConfig& sampling, int64_t l
                                  .dtype = DType::kF32,
                                  .rows = 1,
                                  .vocab = vocab_,
-                                 .out = out_});
+                                 .out = out_,
+                                 .flagNonFinite = true});
   } else {
     backend_.copyFromHost(temperatures_, &sampling.temperature, 4);
     backend_.copyFromHost(topKs_, &sampling.topK, 4);
@@ -262,6 +263,7 @@ void DecodeEngine::sampleRows(const float* logits, int32_t rows, int32_t* tokens
                        .seeds = seeds_,
                        .positions = anchors_,
                        .tokens = tokens,
+                       .flagNonFinite = true,
                        .workspace = sampleWorkspace_,
                        .workspaceBytes = sampleWorkspaceBytes_});
 }
@@ -347,7 +349,9 @@ void DecodeEngine::step(int32_t B) {
                         cache_);
   const float* logits = target_.logitsDevice();
 
-  // Accept into out_ = [counts B | tokens B·W] (the step's device-to-host payload).
+  // Accept into out_ = [counts B | tokens B·W] (the step's device-to-host payload). A target row
+  // whose logits are not finite gives kNonFiniteToken and ends its sequence's accepted run there
+  // (greedy: it matches no draft; sampled: specVerify stops at it); the host makes it an error.
   int32_t* counts = out_;
   int32_t* tokens = out_ + B;
   // The accept below sets how many of each sequence's W tokens count (null: one each).
@@ -364,7 +368,8 @@ void DecodeEngine::step(int32_t B) {
                      .dtype = DType::kF32,
                      .rows = B * W,
                      .vocab = vocab_,
-                     .out = W == 1 ? tokens : argmax_});
+                     .out = W == 1 ? tokens : argmax_,
+                     .flagNonFinite = true});
     if (W > 1) {
       backend_.eagleAccept({.targetTopIds = argmax_,
                             .verifyTokenIds = verifyTokens_,
@@ -395,6 +400,7 @@ void DecodeEngine::step(int32_t B) {
                          .anchors = anchors_,
                          .outTokens = tokens,
                          .numAccepted = acceptCounts_,
+                         .flagNonFinite = true,
                          .workspace = sampleWorkspace_,
                          .workspaceBytes = sampleWorkspaceBytes_});
     commit.counts = acceptCounts_;
@@ -505,6 +511,18 @@ bool DecodeEngine::emit(Call& call, int32_t r, int32_t token) {
   return false;
 }
 
+// Ends request r with an error: the target's logits that would choose its next token are not
+// finite. The tokens it emitted before stay.
+void DecodeEngine::failNonFinite(Call& call, int32_t r) {
+  const GenerationRequest& q = call.requests[static_cast<size_t>(r)];
+  GenerationResult& res = call.results[static_cast<size_t>(r)];
+  const size_t index = res.tokens.size();
+  res.finish = FinishReason::kError;
+  res.error = "the target model's logits are not finite (NaN or inf) at generated token " +
+              std::to_string(index) + " (position " + std::to_string(q.prompt.size() + index) +
+              "); the model weights or activations overflowed";
+}
+
 // Admits request r, prefills its prompt (chunked; with a draft each chunk becomes draft context:
 // round 0) and emits its first token.
 void DecodeEngine::prefillRequest(Call& call, int32_t r) {
@@ -538,6 +556,11 @@ void DecodeEngine::prefillRequest(Call& call, int32_t r) {
   if (cache_.prefixReuse()) cache_.publish(slot, q.prompt);
   const int32_t first = sampleFirstToken(q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
   call.pending[static_cast<size_t>(r)] = first;
+  if (first == kNonFiniteToken) {
+    failNonFinite(call, r);
+    call.keep.push_back(0);
+    return;
+  }
   call.keep.push_back(emit(call, r, first) ? 0 : 1);
 }
 
@@ -607,8 +630,15 @@ bool DecodeEngine::decodeStep(Call& call, int32_t B) {
     }
     const int32_t* tokens = host + B + static_cast<int64_t>(s) * W;
     int32_t emitted = 0;
-    bool finished = false;
-    while (emitted < count && !finished) finished = emit(call, r, tokens[emitted++]);
+    bool finished = false, failed = false;
+    while (emitted < count && !finished) {
+      if (tokens[emitted] == kNonFiniteToken) {  // the accepted run ends at such a token
+        failNonFinite(call, r);
+        finished = failed = true;
+      } else {
+        finished = emit(call, r, tokens[emitted++]);
+      }
+    }
     ++stats_.verifySteps;
     stats_.acceptedTokens += emitted;
     ++stats_.acceptHistogram[static_cast<size_t>(emitted)];
@@ -617,7 +647,8 @@ bool DecodeEngine::decodeStep(Call& call, int32_t B) {
     if (proposer_) cache_.commitDraft(s, count);
     call.pending[static_cast<size_t>(r)] = tokens[count - 1];
     if (finished) {
-      publishFinished(call, r, s);
+      // A failed request's cache state came from non-finite activations: not shared further.
+      if (!failed) publishFinished(call, r, s);
       call.keep[static_cast<size_t>(s)] = 0;
       anyFinished = true;
     }

@@ -21,6 +21,9 @@
 // device-to-host copy brings back the emitted counts and tokens [B + B·W] i32. The host then
 // streams tokens, applies stop tokens and budgets, mirrors the commits in the KV cache manager,
 // and retires finished requests (compaction re-uploads the per-slot state: a few bytes per slot).
+// A target row whose logits are not finite (NaN or inf: the weights or activations overflowed)
+// comes back as the token kNonFiniteToken from the kernel that chose it, in that same copy; the
+// request ends there with FinishReason::kError (the others go on), keeping its earlier tokens.
 // Every buffer is allocated at construction (the arena); nothing is allocated in the loop.
 //
 // Random numbers are request-stable (spec §3.6): a request's output depends only on its prompt,
@@ -90,15 +93,18 @@ class DecodeEngine {
   void checkRequests(const std::vector<GenerationRequest>& requests) const;
   // KV positions a request may write (kvCapacityTokens of its prompt + maxNewTokens).
   int64_t positionsNeeded(const GenerationRequest& q) const;
-  // The first token from the logits of the prompt's last row, sampled by the backend.
+  // The first token from the logits of the prompt's last row, sampled by the backend
+  // (kNonFiniteToken when that row is not finite).
   int32_t sampleFirstToken(const SamplingConfig& sampling, int64_t lastPosition);
-  // Samples `rows` rows of f32 `logits` [rows, vocab] into `tokens` with the per-row sampling
-  // parameters and anchors already in temperatures_, topKs_, topPs_, seeds_ and anchors_.
+  // Samples `rows` target rows of f32 `logits` [rows, vocab] into `tokens` with the per-row
+  // sampling parameters and anchors already in temperatures_, topKs_, topPs_, seeds_ and
+  // anchors_; a row that is not finite gives kNonFiniteToken.
   void sampleRows(const float* logits, int32_t rows, int32_t* tokens);
   struct Call;
   std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests,
                                     const TokenCallback& onToken);
   bool emit(Call& call, int32_t r, int32_t token);
+  void failNonFinite(Call& call, int32_t r);
   void prefillRequest(Call& call, int32_t r);
   int32_t compactAndPrepare(Call& call);
   bool decodeStep(Call& call, int32_t B);

@@ -2,6 +2,7 @@
 // What a caller asks of the decoders and what it gets back.
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace es::runtime {
@@ -28,12 +29,22 @@ struct GenerationRequest {
   std::function<bool()> stopWhen = {};
 };
 
-enum class FinishReason { kLength, kStop };
+// kError: the request could not go on (GenerationResult::error says why); the other requests of
+// the call are not affected.
+enum class FinishReason { kLength, kStop, kError };
 
 struct GenerationResult {
   std::vector<int32_t> tokens = {};  // generated tokens (a stop token, if hit, is the last)
   FinishReason finish = FinishReason::kLength;
+  // finish == kError: one line saying why, without the request's index (a caller that batches
+  // requests names them its own way); empty otherwise. Tokens before the failure are kept.
+  std::string error = {};
 };
+
+// "stop", "length" or "error" (the JSON finish_reason).
+inline const char* finishReasonName(FinishReason f) {
+  return f == FinishReason::kStop ? "stop" : f == FinishReason::kError ? "error" : "length";
+}
 
 // Called with (request index, token) as each token is generated, e.g. to stream text.
 using TokenCallback = std::function<void(int32_t request, int32_t token)>;
