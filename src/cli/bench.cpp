@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/numeric_flags.h"
+#include "cli/progress_output.h"
 #include "common/errors.h"
 #include "kv/kv_cache_manager.h"
 #include "model/dflash_draft.h"
@@ -41,6 +42,7 @@ struct BenchOptions {
   int32_t repeats = 20;  // launches per isolated step timing
   std::string backend = "auto";
   bool json = false;
+  bool quiet = false;           // no progress lines for the load and the prefills
   bool prefixReuse = false;     // time to first token with and without prefix reuse instead
   int32_t sharedLength = 4096;  // prefix reuse: prompt tokens shared with an earlier request
   int32_t ttftRuns = 5;         // prefix reuse: timed requests per mode (median reported)
@@ -440,7 +442,10 @@ void printTable(const BenchOptions& o, const runtime::Engine& engine, const nloh
 void runBench(const BenchOptions& o) {
   validateOptions(o);
   const Clock::time_point loadStart = Clock::now();
-  const std::unique_ptr<runtime::Engine> engine = runtime::buildEngine(engineConfig(o));
+  const std::unique_ptr<ProgressPrinter> progress = o.quiet ? nullptr : stderrProgress();
+  runtime::EngineConfig config = engineConfig(o);
+  if (progress) config.onProgress = progress->callback();
+  const std::unique_ptr<runtime::Engine> engine = runtime::buildEngine(config);
   const double loadS = std::chrono::duration<double>(Clock::now() - loadStart).count();
   if (o.prefixReuse) {
     runPrefixReuseBench(o, *engine, loadS);
@@ -518,6 +523,8 @@ void addBenchCommand(CLI::App& app) {
   addIntegerFlag(cmd, "--ttft-runs", options->ttftRuns, 1, kMaxTtftRuns,
                  "--prefix-reuse: timed requests per mode (median)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of the table");
+  cmd->add_flag("-q,--quiet", options->quiet,
+                "No progress lines on stderr for a model load or prefill that takes over a second");
   cmd->callback([options] { runBench(*options); });
 }
 

@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "cli/numeric_flags.h"
+#include "cli/progress_output.h"
 #include "common/errors.h"
 #include "common/kv_page.h"
 #include "common/logging.h"
 #include "common/number_text.h"
+#include "common/progress.h"
 #include "model/gguf.h"
 #include "model/gguf_tokenizer.h"
 #include "model/gguf_weights.h"
@@ -53,6 +55,7 @@ struct GenerateOptions {
   int64_t prefixCachePages = 0;    // retained pages for prefix reuse (0 = off)
   bool warmup = false;             // an untimed short run first (graph capture, caches)
   bool oneAtATime = false;         // --input-file requests decoded alone, one after another
+  bool quiet = false;              // no progress lines for the load and the prefills
 };
 
 // One request: its text and settings (from the command line, or one entry of --input-file).
@@ -340,26 +343,28 @@ runtime::DraftConfig draftConfig(const GenerateOptions& o, const std::vector<Pro
 
 runtime::EngineConfig engineConfig(const GenerateOptions& o, const fs::path& model,
                                    const std::vector<PromptSpec>& specs,
-                                   const std::vector<std::vector<int32_t>>& prompts) {
+                                   const std::vector<std::vector<int32_t>>& prompts,
+                                   ProgressCallback onProgress) {
   int64_t longestPrompt = 0, longestRequest = 0;
   for (size_t r = 0; r < specs.size(); ++r) {
     const int64_t length = static_cast<int64_t>(prompts[r].size());
     longestPrompt = std::max(longestPrompt, length);
     longestRequest = std::max(longestRequest, length + specs[r].settings.maxNewTokens);
   }
-  return {.model = model,
-          .backend = o.backend,
-          .draft = draftConfig(o, specs),
-          .verifyWidth = parseAutoOrInteger(o.verifyWidth, "--verify-width"),
-          .prefillChunk = parseAutoOrInteger(o.prefillChunk, "--prefill-chunk"),
-          // All requests form one batch, or one at a time.
-          .maxBatch = o.oneAtATime ? 1 : static_cast<int32_t>(specs.size()),
-          .longestPrompt = longestPrompt,
-          .longestRequest = longestRequest,
-          .prefixCachePages = o.prefixCachePages,
-          .onStatus = [](const std::string& line) {
-            std::fprintf(stderr, "[edgespec] %s\n", line.c_str());
-          }};
+  return {
+      .model = model,
+      .backend = o.backend,
+      .draft = draftConfig(o, specs),
+      .verifyWidth = parseAutoOrInteger(o.verifyWidth, "--verify-width"),
+      .prefillChunk = parseAutoOrInteger(o.prefillChunk, "--prefill-chunk"),
+      // All requests form one batch, or one at a time.
+      .maxBatch = o.oneAtATime ? 1 : static_cast<int32_t>(specs.size()),
+      .longestPrompt = longestPrompt,
+      .longestRequest = longestRequest,
+      .prefixCachePages = o.prefixCachePages,
+      .onStatus =
+          [](const std::string& line) { std::fprintf(stderr, "[edgespec] %s\n", line.c_str()); },
+      .onProgress = std::move(onProgress)};
 }
 
 // What generate() gave for one batch and how long it took.
@@ -503,8 +508,9 @@ void runGenerate(const GenerateOptions& o) {
   const Clock::time_point loadStart = Clock::now();
   tokenizer::BpeTokenizer tok(loadTokenizer(model));
   const std::vector<std::vector<int32_t>> prompts = encodePrompts(o, tok, specs);
-  const std::unique_ptr<runtime::Engine> engine =
-      runtime::buildEngine(engineConfig(o, model, specs, prompts));
+  std::unique_ptr<ProgressPrinter> progress = o.quiet ? nullptr : stderrProgress();
+  const std::unique_ptr<runtime::Engine> engine = runtime::buildEngine(
+      engineConfig(o, model, specs, prompts, progress ? progress->callback() : nullptr));
   const std::vector<int32_t> stopIds = stopTokens(tok, engine->target().config());
   const GenerateContext context{
       .options = o,
@@ -614,6 +620,8 @@ void addGenerateCommand(CLI::App& app) {
                 "this one process "
                 "(the model loads once; up to " +
                     std::to_string(kMaxSequentialRequests) + " requests)");
+  cmd->add_flag("-q,--quiet", options->quiet,
+                "No progress lines on stderr for a model load or prefill that takes over a second");
   cmd->add_flag("--warmup", options->warmup,
                 "Run the requests for a few tokens first, untimed (graph capture), so timings are "
                 "steady-state");

@@ -203,7 +203,7 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
           ? std::vector<int32_t>{}
           : model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(config.model));
   e->target_ = std::make_unique<model::TargetModel>(config.model, *e->backend_, plan.maxTokens,
-                                                    taps, plan.maxLogitRows);
+                                                    taps, plan.maxLogitRows, config.onProgress);
   if (!draftDir.empty()) {
     status(config, "loading the DFlash draft " + draftDir.string() +
                        (config.draft.kind == DraftKind::kDefaultDFlash
@@ -217,9 +217,10 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
   e->cache_ = std::make_unique<kv::KvCacheManager>(e->cacheConfig_, e->backend_->space());
   if (config.draft.kind == DraftKind::kReplay) return e;
   if (e->draft_) e->proposer_ = std::make_unique<DFlashProposer>(*e->draft_);
-  e->decoder_ = std::make_unique<DecodeEngine>(
-      *e->target_, *e->cache_, e->proposer_.get(),
-      EngineOptions{.verifyWidth = e->draft_ ? plan.verifyWidth : 0});
+  e->decoder_ =
+      std::make_unique<DecodeEngine>(*e->target_, *e->cache_, e->proposer_.get(),
+                                     EngineOptions{.verifyWidth = e->draft_ ? plan.verifyWidth : 0,
+                                                   .onProgress = config.onProgress});
   return e;
 }
 

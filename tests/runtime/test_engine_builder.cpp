@@ -279,6 +279,30 @@ TEST(EngineBuilder, TooFewPositionsNameTheModelAndWhatIsNeeded) {
   EXPECT_NE(buildEngine(plain), nullptr);
 }
 
+// onProgress hears the target's layers as they load, then each prompt's prefill chunk by chunk
+// (the progress a front end prints for long work).
+TEST(EngineBuilder, ProgressOfTheLoadAndThePrefill) {
+  std::vector<std::string> heard;
+  EngineConfig config = cpuConfig("qwen3");
+  config.prefillChunk = 16;
+  config.longestPrompt = 40;
+  config.longestRequest = 42;
+  config.onProgress = [&](const ProgressUpdate& u) {
+    heard.push_back(std::string(u.task) + " " + std::to_string(u.done) + "/" +
+                    std::to_string(u.total) + " " + std::string(u.unit));
+  };
+  const std::unique_ptr<Engine> engine = buildEngine(config);
+  const std::vector<std::string> load = {"loading qwen3 0/2 layers", "loading qwen3 1/2 layers",
+                                         "loading qwen3 2/2 layers"};
+  EXPECT_EQ(heard, load);
+  heard.clear();
+  const int32_t vocab = static_cast<int32_t>(engine->target().config().vocab_size);
+  engine->decoder().generate({{.prompt = randomPrompt(40, 5, vocab), .maxNewTokens = 2}});
+  const std::vector<std::string> prefill = {"prefill 0/40 tokens", "prefill 16/40 tokens",
+                                            "prefill 32/40 tokens", "prefill 40/40 tokens"};
+  EXPECT_EQ(heard, prefill);
+}
+
 // The default draft resolves to plain decoding where it does not pay (the cpu backend), and says
 // so; the explicit width then has no effect.
 TEST(EngineBuilder, DefaultDraftSkippedOnTheCpu) {
