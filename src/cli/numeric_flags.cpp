@@ -29,6 +29,12 @@ void checkInt32Bounds(const std::string& names, int64_t lo, int64_t hi) {
   }
 }
 
+// The help text: the description and the accepted range.
+template <typename Bound>
+std::string withRange(const std::string& description, Bound lo, Bound hi) {
+  return detail::concat(description, " [", lo, ", ", hi, "]");
+}
+
 template <typename Store>
 CLI::Option* addParsed(CLI::App* cmd, const std::string& names, Store store,
                        const std::string& description, const std::string& shownDefault) {
@@ -69,7 +75,7 @@ CLI::Option* addIntegerFlag(CLI::App* cmd, const std::string& names, int32_t& ta
       [&target, where, flag, lo, hi](const std::string& text) {
         target = static_cast<int32_t>(parseIntegerFlag(where, flag, text, lo, hi));
       },
-      description, std::to_string(target));
+      withRange(description, lo, hi), std::to_string(target));
 }
 
 CLI::Option* addIntegerFlag(CLI::App* cmd, const std::string& names, int64_t& target, int64_t lo,
@@ -80,7 +86,7 @@ CLI::Option* addIntegerFlag(CLI::App* cmd, const std::string& names, int64_t& ta
       [&target, where, flag, lo, hi](const std::string& text) {
         target = parseIntegerFlag(where, flag, text, lo, hi);
       },
-      description, std::to_string(target));
+      withRange(description, lo, hi), std::to_string(target));
 }
 
 CLI::Option* addIntegerFlag(CLI::App* cmd, const std::string& names, std::optional<int32_t>& target,
@@ -92,7 +98,7 @@ CLI::Option* addIntegerFlag(CLI::App* cmd, const std::string& names, std::option
       [&target, where, flag, lo, hi](const std::string& text) {
         target = static_cast<int32_t>(parseIntegerFlag(where, flag, text, lo, hi));
       },
-      description, target ? std::to_string(*target) : std::string());
+      withRange(description, lo, hi), target ? std::to_string(*target) : std::string());
 }
 
 CLI::Option* addRealFlag(CLI::App* cmd, const std::string& names, float& target, double lo,
@@ -103,7 +109,7 @@ CLI::Option* addRealFlag(CLI::App* cmd, const std::string& names, float& target,
       [&target, where, flag, lo, hi](const std::string& text) {
         target = static_cast<float>(parseRealFlag(where, flag, text, lo, hi));
       },
-      description, formatDouble(target));
+      withRange(description, lo, hi), formatDouble(target));
 }
 
 }  // namespace es::cli
