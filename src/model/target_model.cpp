@@ -108,10 +108,7 @@ void TargetModel::loadWeights(const std::filesystem::path& dir,
   auto matrix = [&](const std::vector<std::string>& names) {
     return uploadConcatenated(backend_, store, names, matrixDtype_);
   };
-  embed_ = one("model.embed_tokens.weight");
-  finalNorm_ = one("model.norm.weight");
-  if (!c.tie_word_embeddings) lmHead_ = one("lm_head.weight");
-  layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+  // Progress counts layers; its clock starts before the embeddings and head load.
   const std::string task = "loading " + dir.filename().string();
   auto progress = [&](int64_t done) {
     if (onProgress) {
@@ -119,6 +116,10 @@ void TargetModel::loadWeights(const std::filesystem::path& dir,
     }
   };
   progress(0);
+  embed_ = one("model.embed_tokens.weight");
+  finalNorm_ = one("model.norm.weight");
+  if (!c.tie_word_embeddings) lmHead_ = one("lm_head.weight");
+  layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     TargetLayerWeights& w = layers_[static_cast<size_t>(l)];
     const std::string p = layerPrefix(c, l);
