@@ -25,6 +25,7 @@
 #include "model/gguf.h"
 #include "model/gguf_tokenizer.h"
 #include "model/gguf_weights.h"
+#include "model/model_config.h"
 #include "runtime/engine_builder.h"
 #include "runtime/request_settings.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -277,10 +278,24 @@ std::vector<int32_t> stopTokens(const tokenizer::BpeTokenizer& tok, const model:
   return stops;
 }
 
+// --verify-width and --prefill-chunk, range-checked as far as they do not depend on the model
+// (the engine checks the draft's block size).
+std::optional<int32_t> verifyWidthFlag(const GenerateOptions& o) {
+  return parseAutoOrInteger(o.verifyWidth, "--verify-width", 2,
+                            static_cast<int32_t>(model::kMaxDraftBlockSize));
+}
+
+std::optional<int32_t> prefillChunkFlag(const GenerateOptions& o) {
+  return parseAutoOrInteger(o.prefillChunk, "--prefill-chunk", runtime::kMinPrefillChunk,
+                            runtime::kMaxPrefillChunk);
+}
+
 // Checks of the flags that concern the command line only (the engine's own values are checked
-// by runtime::validateEngineConfig).
+// by runtime::validateEngineConfig), before anything loads.
 void validateOptions(const GenerateOptions& o) {
   runtime::validateRequestSettings(o.request, "generate", runtime::FieldNaming::kFlag);
+  verifyWidthFlag(o);
+  prefillChunkFlag(o);
   ES_CHECK_ARG(!(o.noDraft && !o.draft.empty()), "generate", "--no-draft", "set",
                "cannot be combined with --draft ", o.draft);
   for (const std::string& stop : o.stops) {
@@ -355,8 +370,8 @@ runtime::EngineConfig engineConfig(const GenerateOptions& o, const fs::path& mod
       .model = model,
       .backend = o.backend,
       .draft = draftConfig(o, specs),
-      .verifyWidth = parseAutoOrInteger(o.verifyWidth, "--verify-width"),
-      .prefillChunk = parseAutoOrInteger(o.prefillChunk, "--prefill-chunk"),
+      .verifyWidth = verifyWidthFlag(o),
+      .prefillChunk = prefillChunkFlag(o),
       // All requests form one batch, or one at a time.
       .maxBatch = o.oneAtATime ? 1 : static_cast<int32_t>(specs.size()),
       .longestPrompt = longestPrompt,
@@ -530,13 +545,13 @@ void runGenerate(const GenerateOptions& o) {
 
 }  // namespace
 
-std::optional<int32_t> parseAutoOrInteger(std::string_view value, std::string_view option) {
+std::optional<int32_t> parseAutoOrInteger(std::string_view value, std::string_view option,
+                                          int32_t lo, int32_t hi) {
   if (value == "auto") return std::nullopt;
-  int32_t n = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  ES_CHECK_ARG(ec == std::errc() && end == value.data() + value.size(), "generate", option,
-               std::string(value), "must be auto or an integer");
-  return n;
+  const std::optional<int64_t> n = parseInt64(value);
+  ES_CHECK_ARG(n && *n >= lo && *n <= hi, "generate", option, std::string(value),
+               "must be auto or an integer in [", lo, ", ", hi, "]");
+  return static_cast<int32_t>(*n);
 }
 
 namespace {

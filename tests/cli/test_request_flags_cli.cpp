@@ -120,6 +120,48 @@ TEST(CliRequestFlags, FlagOnlySpellingsAreRefused) {
       std::string::npos);
 }
 
+// generate's and bench's other numeric flags: range errors naming the flag, before any model loads.
+TEST(CliRequestFlags, OtherNumericFlagsAreRangeChecked) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"generate", "--prefix-cache-pages", "-1"},
+       "generate: argument '--prefix-cache-pages' = -1 must be an integer in [0, 1073741823]"},
+      {{"generate", "--verify-width", "0x10"},
+       "generate: argument '--verify-width' = 0x10 must be auto or an integer in [2, 1024]"},
+      {{"generate", "--verify-width", "99999999999"},
+       "generate: argument '--verify-width' = 99999999999 must be auto or an integer in [2, "
+       "1024]"},
+      {{"generate", "--prefill-chunk", "1e9"},
+       "generate: argument '--prefill-chunk' = 1e9 must be auto or an integer in [16, 65536]"},
+      {{"bench", "--corrupt", "nan"},
+       "bench: argument '--corrupt' = nan must be a finite number in [0, 1]"},
+      {{"bench", "--corrupt", "inf"},
+       "bench: argument '--corrupt' = inf must be a finite number in [0, 1]"},
+      {{"bench", "--batch", "0"}, "bench: argument '--batch' = 0 must be an integer in [1, 256]"},
+      {{"bench", "-b", "-1"}, "bench: argument '--batch' = -1 must be an integer in [1, 256]"},
+      {{"bench", "--repeats", "-1"},
+       "bench: argument '--repeats' = -1 must be an integer in [1, 1000000]"},
+      {{"bench", "--prompt-len", "010x"},
+       "bench: argument '--prompt-len' = 010x must be an integer in [1, 65536]"},
+      {{"bench", "--gen-len", "4294967298"},
+       "bench: argument '--gen-len' = 4294967298 must be an integer in [2, 65536]"},
+      {{"bench", "--block-size", "1"},
+       "bench: argument '--block-size' = 1 must be an integer in [2, 32]"},
+      {{"bench", "--verify-width", "-2"},
+       "bench: argument '--verify-width' = -2 must be an integer in [0, 1024]"},
+      {{"bench", "--prefill-chunk", "8"},
+       "bench: argument '--prefill-chunk' = 8 must be an integer in [16, 65536]"},
+      {{"bench", "--shared-len", "5"},
+       "bench: argument '--shared-len' = 5 must be an integer in [128, 65535]"},
+      {{"bench", "--ttft-runs", "0"},
+       "bench: argument '--ttft-runs' = 0 must be an integer in [1, 1000]"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> full = args;
+    full.insert(full.end(), {"--model", "absent-model"});
+    EXPECT_EQ(refusal(full), message);
+  }
+}
+
 TEST(CliRequestFlags, BoundsAreTakenByBothAlike) {
   test::TempDir tmp;
   test::writeBytes(tmp / "q.gguf",
