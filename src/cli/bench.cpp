@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/numeric_flags.h"
+#include "cli/progress_output.h"
 #include "common/errors.h"
 #include "kv/kv_cache_manager.h"
 #include "model/dflash_draft.h"
@@ -40,6 +42,7 @@ struct BenchOptions {
   int32_t repeats = 20;  // launches per isolated step timing
   std::string backend = "auto";
   bool json = false;
+  bool quiet = false;           // no progress lines for the load and the prefills
   bool prefixReuse = false;     // time to first token with and without prefix reuse instead
   int32_t sharedLength = 4096;  // prefix reuse: prompt tokens shared with an earlier request
   int32_t ttftRuns = 5;         // prefix reuse: timed requests per mode (median reported)
@@ -49,6 +52,9 @@ struct BenchOptions {
 };
 
 constexpr const char* kWhere = "bench";
+constexpr int32_t kMaxBenchLength = 65536;  // --prompt-len, --gen-len
+constexpr int32_t kMaxRepeats = 1000000;
+constexpr int32_t kMaxTtftRuns = 1000;
 
 // Seconds per launch of `work` on `backend`: captured once and replayed where the backend can
 // (the engine's own way of running a step), else eager.
@@ -139,10 +145,10 @@ double proposalSeconds(model::DFlashDraft& draft, kv::KvCacheManager& cache, int
 
 // Bench's own flags (the engine's are checked by runtime::validateEngineConfig).
 void validateOptions(const BenchOptions& o) {
-  ES_CHECK_ARG(o.promptLength >= 1 && o.promptLength <= 65536, kWhere, "--prompt-len",
-               o.promptLength, "must be in [1, 65536]");
-  ES_CHECK_ARG(o.genLength >= 2 && o.genLength <= 65536, kWhere, "--gen-len", o.genLength,
-               "must be in [2, 65536]");
+  ES_CHECK_ARG(o.promptLength >= 1 && o.promptLength <= kMaxBenchLength, kWhere, "--prompt-len",
+               o.promptLength, "must be in [1, ", kMaxBenchLength, "]");
+  ES_CHECK_ARG(o.genLength >= 2 && o.genLength <= kMaxBenchLength, kWhere, "--gen-len", o.genLength,
+               "must be in [2, ", kMaxBenchLength, "]");
   ES_CHECK_ARG(o.draft.empty() || !o.replay, kWhere, "--replay", "set",
                "cannot be combined with --draft");
   ES_CHECK_ARG(o.corrupt >= 0.0f && o.corrupt <= 1.0f, kWhere, "--corrupt", o.corrupt,
@@ -155,8 +161,8 @@ void validateOptions(const BenchOptions& o) {
   ES_CHECK_ARG(o.sharedLength >= kv::kTokensPerPage && o.sharedLength < o.promptLength, kWhere,
                "--shared-len", o.sharedLength, "must be in [", kv::kTokensPerPage,
                ", --prompt-len = ", o.promptLength, ") with --prefix-reuse");
-  ES_CHECK_ARG(o.ttftRuns >= 1 && o.ttftRuns <= 1000, kWhere, "--ttft-runs", o.ttftRuns,
-               "must be in [1, 1000]");
+  ES_CHECK_ARG(o.ttftRuns >= 1 && o.ttftRuns <= kMaxTtftRuns, kWhere, "--ttft-runs", o.ttftRuns,
+               "must be in [1, ", kMaxTtftRuns, "]");
 }
 
 runtime::EngineConfig engineConfig(const BenchOptions& o) {
@@ -436,7 +442,10 @@ void printTable(const BenchOptions& o, const runtime::Engine& engine, const nloh
 void runBench(const BenchOptions& o) {
   validateOptions(o);
   const Clock::time_point loadStart = Clock::now();
-  const std::unique_ptr<runtime::Engine> engine = runtime::buildEngine(engineConfig(o));
+  const std::unique_ptr<ProgressPrinter> progress = o.quiet ? nullptr : stderrProgress();
+  runtime::EngineConfig config = engineConfig(o);
+  if (progress) config.onProgress = progress->callback();
+  const std::unique_ptr<runtime::Engine> engine = runtime::buildEngine(config);
   const double loadS = std::chrono::duration<double>(Clock::now() - loadStart).count();
   if (o.prefixReuse) {
     runPrefixReuseBench(o, *engine, loadS);
@@ -482,28 +491,26 @@ void addBenchCommand(CLI::App& app) {
   cmd->add_flag(
       "--replay", options->replay,
       "Use the replay draft: it proposes the plain run's own tokens (tau = verify width)");
-  cmd->add_option("--block-size", options->blockSize, "Replay draft block size")
-      ->capture_default_str();
-  cmd->add_option("--verify-width", options->verifyWidth,
-                  "Rows a speculative step verifies per sequence, 2 to the block size (0 = auto: "
-                  "the block size "
-                  "on cuda, " +
-                      std::to_string(runtime::kCpuVerifyWidth) + " on cpu)")
-      ->capture_default_str();
-  cmd->add_option("--corrupt", options->corrupt, "Replay draft: fraction of proposals corrupted")
-      ->capture_default_str();
-  cmd->add_option("-b,--batch", options->batch, "Sequences decoded together")
-      ->capture_default_str();
-  cmd->add_option("--prompt-len", options->promptLength, "Prompt tokens (random ids)")
-      ->capture_default_str();
-  cmd->add_option("--gen-len", options->genLength, "Tokens generated per sequence")
-      ->capture_default_str();
-  cmd->add_option("--prefill-chunk", options->prefillChunk,
-                  "Rows of one target forward: prompts prefill in chunks this long (each chunk "
-                  "reads every weight)")
-      ->capture_default_str();
-  cmd->add_option("--repeats", options->repeats, "Launches per isolated step timing")
-      ->capture_default_str();
+  addIntegerFlag(cmd, "--block-size", options->blockSize, 2, runtime::kMaxReplayBlockSize,
+                 "Replay draft block size");
+  addIntegerFlag(cmd, "--verify-width", options->verifyWidth, 0, model::kMaxDraftBlockSize,
+                 "Rows a speculative step verifies per sequence, 2 to the block size (0 = auto: "
+                 "the block size on cuda, " +
+                     std::to_string(runtime::kCpuVerifyWidth) + " on cpu)");
+  addRealFlag(cmd, "--corrupt", options->corrupt, 0.0, 1.0,
+              "Replay draft: fraction of proposals corrupted");
+  addIntegerFlag(cmd, "-b,--batch", options->batch, 1, runtime::kMaxEngineBatch,
+                 "Sequences decoded together");
+  addIntegerFlag(cmd, "--prompt-len", options->promptLength, 1, kMaxBenchLength,
+                 "Prompt tokens (random ids)");
+  addIntegerFlag(cmd, "--gen-len", options->genLength, 2, kMaxBenchLength,
+                 "Tokens generated per sequence");
+  addIntegerFlag(cmd, "--prefill-chunk", options->prefillChunk, runtime::kMinPrefillChunk,
+                 runtime::kMaxPrefillChunk,
+                 "Rows of one target forward: prompts prefill in chunks this long (each chunk "
+                 "reads every weight)");
+  addIntegerFlag(cmd, "--repeats", options->repeats, 1, kMaxRepeats,
+                 "Launches per isolated step timing");
   cmd->add_option("--backend", options->backend, "auto (GPU if present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
@@ -511,13 +518,13 @@ void addBenchCommand(CLI::App& app) {
       "--prefix-reuse", options->prefixReuse,
       "Instead: time to first token of a --prompt-len prompt whose first --shared-len tokens an "
       "earlier request ran, prefix reuse off vs on (batch 1; --draft adds the draft's context)");
-  cmd->add_option("--shared-len", options->sharedLength,
-                  "--prefix-reuse: tokens shared with the earlier request")
-      ->capture_default_str();
-  cmd->add_option("--ttft-runs", options->ttftRuns,
-                  "--prefix-reuse: timed requests per mode (median)")
-      ->capture_default_str();
+  addIntegerFlag(cmd, "--shared-len", options->sharedLength, kv::kTokensPerPage,
+                 kMaxBenchLength - 1, "--prefix-reuse: tokens shared with the earlier request");
+  addIntegerFlag(cmd, "--ttft-runs", options->ttftRuns, 1, kMaxTtftRuns,
+                 "--prefix-reuse: timed requests per mode (median)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of the table");
+  cmd->add_flag("-q,--quiet", options->quiet,
+                "No progress lines on stderr for a model load or prefill that takes over a second");
   cmd->callback([options] { runBench(*options); });
 }
 

@@ -15,12 +15,19 @@
 #include <string>
 #include <vector>
 
+#include "cli/numeric_flags.h"
+#include "cli/progress_output.h"
 #include "common/errors.h"
+#include "common/kv_page.h"
 #include "common/logging.h"
+#include "common/number_text.h"
+#include "common/progress.h"
 #include "model/gguf.h"
 #include "model/gguf_tokenizer.h"
 #include "model/gguf_weights.h"
+#include "model/model_config.h"
 #include "runtime/engine_builder.h"
+#include "runtime/request_settings.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer_json.h"
@@ -39,12 +46,8 @@ struct GenerateOptions {
   std::string prefillChunk = "auto";  // rows per prefill forward (runtime::resolvePrefillChunk)
   std::string prompt = "Write one sentence about the sea.";
   std::string system;
-  int32_t maxNewTokens = 128;
+  runtime::RequestSettings request;  // --max-new-tokens and the sampling flags
   std::string backend = "auto";
-  float temperature = 0.0f;  // 0: greedy
-  int32_t topK = 0;
-  float topP = 1.0f;
-  uint64_t seed = 0;
   bool raw = false;      // no chat template
   bool noThink = false;  // Qwen3: enable_thinking = false
   bool json = false;
@@ -53,15 +56,21 @@ struct GenerateOptions {
   int64_t prefixCachePages = 0;    // retained pages for prefix reuse (0 = off)
   bool warmup = false;             // an untimed short run first (graph capture, caches)
   bool oneAtATime = false;         // --input-file requests decoded alone, one after another
+  bool quiet = false;              // no progress lines for the load and the prefills
 };
 
 // One request: its text and settings (from the command line, or one entry of --input-file).
 struct PromptSpec {
   std::string prompt;
   std::string system;
-  int32_t maxNewTokens = 0;
-  runtime::SamplingConfig sampling;
+  runtime::RequestSettings settings;  // validated (runtime::validateRequestSettings)
 };
+
+// The request file's numeric fields, read and checked by runtime/request_settings.h as the flags
+// of the same names are.
+constexpr runtime::RequestField kNumericFields[] = {
+    runtime::RequestField::kMaxNewTokens, runtime::RequestField::kTemperature,
+    runtime::RequestField::kTopK, runtime::RequestField::kTopP, runtime::RequestField::kSeed};
 
 constexpr int32_t kMaxRequests = 64;                // one batch
 constexpr int32_t kMaxSequentialRequests = 100000;  // --one-at-a-time (one request in memory)
@@ -90,38 +99,6 @@ bool isValidUtf8(const std::string& s) {
   return true;
 }
 
-// Integer field `key` of an --input-file entry, checked before narrowing (no silent wrap or
-// truncation); `fallback` when the entry leaves it out.
-int64_t integerField(const nlohmann::json& e, const std::string& where, const char* key, int64_t lo,
-                     int64_t hi, int64_t fallback) {
-  if (!e.contains(key)) return fallback;
-  const nlohmann::json& v = e.at(key);
-  // JSON's non-negative integers read as unsigned: compared as such, so none wraps.
-  const bool inRange =
-      v.is_number_unsigned()
-          ? v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
-                (lo <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(lo))
-          : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
-  if (!inRange) {
-    ES_THROW(FormatError, where, ": field '", key, "' = ", v.dump(), " must be an integer in [", lo,
-             ", ", hi, "]");
-  }
-  return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
-}
-
-// Finite number field `key` in [lo, hi]; `fallback` when left out.
-double realField(const nlohmann::json& e, const std::string& where, const char* key, double lo,
-                 double hi, double fallback) {
-  if (!e.contains(key)) return fallback;
-  const nlohmann::json& v = e.at(key);
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
-      v.get<double>() > hi) {
-    ES_THROW(FormatError, where, ": field '", key, "' = ", v.dump(), " must be a number in [", lo,
-             ", ", hi, "]");
-  }
-  return v.get<double>();
-}
-
 // One --input-file entry: a prompt string, or an object whose fields override `defaults`.
 PromptSpec parseRequestEntry(const nlohmann::json& e, const std::string& where, PromptSpec r) {
   if (e.is_string()) {
@@ -146,21 +123,16 @@ PromptSpec parseRequestEntry(const nlohmann::json& e, const std::string& where, 
       ES_THROW(FormatError, where, ": field 'system' must be a string");
     r.system = e.at("system").get<std::string>();
   }
-  r.maxNewTokens =
-      static_cast<int32_t>(integerField(e, where, "max_new_tokens", 1, 1 << 20, r.maxNewTokens));
-  r.sampling.temperature =
-      static_cast<float>(realField(e, where, "temperature", 0.0, 100.0, r.sampling.temperature));
-  r.sampling.topK =
-      static_cast<int32_t>(integerField(e, where, "top_k", 0, INT32_MAX, r.sampling.topK));
-  r.sampling.topP = static_cast<float>(realField(e, where, "top_p", 1e-6, 1.0, r.sampling.topP));
-  if (e.contains("seed")) {
-    const nlohmann::json& v = e.at("seed");
-    if (!v.is_number_unsigned()) {
-      ES_THROW(FormatError, where, ": field 'seed' = ", v.dump(),
-               " must be an integer in [0, 2^64)");
+  // A number's JSON text is parsed as a flag's would be, so both take and refuse the same
+  // values; any other JSON value (a string, true, null) fails that parse and is refused too.
+  for (const runtime::RequestField field : kNumericFields) {
+    const std::string key(runtime::requestFieldKey(field));
+    if (e.contains(key)) {
+      runtime::setRequestField(r.settings, field, e.at(key).dump(), where,
+                               runtime::FieldNaming::kKey);
     }
-    r.sampling.seed = v.get<uint64_t>();
   }
+  runtime::validateRequestSettings(r.settings, where, runtime::FieldNaming::kKey);
   return r;
 }
 
@@ -168,11 +140,7 @@ PromptSpec parseRequestEntry(const nlohmann::json& e, const std::string& where, 
 // string or an object {"prompt", "system"?, "max_new_tokens"?, "temperature"?, "top_k"?,
 // "top_p"?, "seed"?}; fields left out take the command line's values.
 std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
-  const PromptSpec defaults{
-      .prompt = o.prompt,
-      .system = o.system,
-      .maxNewTokens = o.maxNewTokens,
-      .sampling = {.temperature = o.temperature, .topK = o.topK, .topP = o.topP, .seed = o.seed}};
+  const PromptSpec defaults{.prompt = o.prompt, .system = o.system, .settings = o.request};
   if (o.inputFile.empty()) return {defaults};
   std::ifstream in(o.inputFile);
   if (!in) {
@@ -310,11 +278,24 @@ std::vector<int32_t> stopTokens(const tokenizer::BpeTokenizer& tok, const model:
   return stops;
 }
 
+// --verify-width and --prefill-chunk, range-checked as far as they do not depend on the model
+// (the engine checks the draft's block size).
+std::optional<int32_t> verifyWidthFlag(const GenerateOptions& o) {
+  return parseAutoOrInteger(o.verifyWidth, "--verify-width", 2,
+                            static_cast<int32_t>(model::kMaxDraftBlockSize));
+}
+
+std::optional<int32_t> prefillChunkFlag(const GenerateOptions& o) {
+  return parseAutoOrInteger(o.prefillChunk, "--prefill-chunk", runtime::kMinPrefillChunk,
+                            runtime::kMaxPrefillChunk);
+}
+
 // Checks of the flags that concern the command line only (the engine's own values are checked
-// by runtime::validateEngineConfig).
+// by runtime::validateEngineConfig), before anything loads.
 void validateOptions(const GenerateOptions& o) {
-  ES_CHECK_ARG(o.maxNewTokens >= 1 && o.maxNewTokens <= (1 << 20), "generate", "--max-new-tokens",
-               o.maxNewTokens, "must be in [1, 1048576]");
+  runtime::validateRequestSettings(o.request, "generate", runtime::FieldNaming::kFlag);
+  verifyWidthFlag(o);
+  prefillChunkFlag(o);
   ES_CHECK_ARG(!(o.noDraft && !o.draft.empty()), "generate", "--no-draft", "set",
                "cannot be combined with --draft ", o.draft);
   for (const std::string& stop : o.stops) {
@@ -367,7 +348,9 @@ runtime::DraftConfig draftConfig(const GenerateOptions& o, const std::vector<Pro
   if (!o.draft.empty()) return {.kind = runtime::DraftKind::kDFlash, .dir = o.draft};
   if (o.noDraft || !o.model.empty() || !fs::exists(defaultDraftDir() / "config.json")) return {};
   std::vector<float> temperatures;
-  for (const PromptSpec& spec : specs) temperatures.push_back(spec.sampling.temperature);
+  for (const PromptSpec& spec : specs) {
+    temperatures.push_back(runtime::toSamplingConfig(spec.settings).temperature);
+  }
   return {.kind = runtime::DraftKind::kDefaultDFlash,
           .dir = defaultDraftDir(),
           .temperatures = std::move(temperatures)};
@@ -375,26 +358,28 @@ runtime::DraftConfig draftConfig(const GenerateOptions& o, const std::vector<Pro
 
 runtime::EngineConfig engineConfig(const GenerateOptions& o, const fs::path& model,
                                    const std::vector<PromptSpec>& specs,
-                                   const std::vector<std::vector<int32_t>>& prompts) {
+                                   const std::vector<std::vector<int32_t>>& prompts,
+                                   ProgressCallback onProgress) {
   int64_t longestPrompt = 0, longestRequest = 0;
   for (size_t r = 0; r < specs.size(); ++r) {
     const int64_t length = static_cast<int64_t>(prompts[r].size());
     longestPrompt = std::max(longestPrompt, length);
-    longestRequest = std::max(longestRequest, length + specs[r].maxNewTokens);
+    longestRequest = std::max(longestRequest, length + specs[r].settings.maxNewTokens);
   }
-  return {.model = model,
-          .backend = o.backend,
-          .draft = draftConfig(o, specs),
-          .verifyWidth = parseAutoOrInteger(o.verifyWidth, "--verify-width"),
-          .prefillChunk = parseAutoOrInteger(o.prefillChunk, "--prefill-chunk"),
-          // All requests form one batch, or one at a time.
-          .maxBatch = o.oneAtATime ? 1 : static_cast<int32_t>(specs.size()),
-          .longestPrompt = longestPrompt,
-          .longestRequest = longestRequest,
-          .prefixCachePages = o.prefixCachePages,
-          .onStatus = [](const std::string& line) {
-            std::fprintf(stderr, "[edgespec] %s\n", line.c_str());
-          }};
+  return {
+      .model = model,
+      .backend = o.backend,
+      .draft = draftConfig(o, specs),
+      .verifyWidth = verifyWidthFlag(o),
+      .prefillChunk = prefillChunkFlag(o),
+      // All requests form one batch, or one at a time.
+      .maxBatch = o.oneAtATime ? 1 : static_cast<int32_t>(specs.size()),
+      .longestPrompt = longestPrompt,
+      .longestRequest = longestRequest,
+      .prefixCachePages = o.prefixCachePages,
+      .onStatus =
+          [](const std::string& line) { std::fprintf(stderr, "[edgespec] %s\n", line.c_str()); },
+      .onProgress = std::move(onProgress)};
 }
 
 // What generate() gave for one batch and how long it took.
@@ -442,9 +427,9 @@ BatchRun decodeBatch(const GenerateContext& c, int32_t first, int32_t count) {
     std::vector<AnswerText>& answers = run.answers;
     requests.push_back(
         {.prompt = c.prompts[r],
-         .maxNewTokens = c.specs[r].maxNewTokens,
+         .maxNewTokens = static_cast<int32_t>(c.specs[r].settings.maxNewTokens),
          .stopTokens = c.stopIds,
-         .sampling = c.specs[r].sampling,
+         .sampling = runtime::toSamplingConfig(c.specs[r].settings),
          .stopWhen = [&answers, i] { return answers[static_cast<size_t>(i)].stopped(); }});
   }
   runtime::DecodeEngine& decoder = c.engine.decoder();
@@ -539,8 +524,9 @@ void runGenerate(const GenerateOptions& o) {
   const Clock::time_point loadStart = Clock::now();
   tokenizer::BpeTokenizer tok(loadTokenizer(model));
   const std::vector<std::vector<int32_t>> prompts = encodePrompts(o, tok, specs);
-  const std::unique_ptr<runtime::Engine> engine =
-      runtime::buildEngine(engineConfig(o, model, specs, prompts));
+  std::unique_ptr<ProgressPrinter> progress = o.quiet ? nullptr : stderrProgress();
+  const std::unique_ptr<runtime::Engine> engine = runtime::buildEngine(
+      engineConfig(o, model, specs, prompts, progress ? progress->callback() : nullptr));
   const std::vector<int32_t> stopIds = stopTokens(tok, engine->target().config());
   const GenerateContext context{
       .options = o,
@@ -571,14 +557,38 @@ void runGenerate(const GenerateOptions& o) {
 
 }  // namespace
 
-std::optional<int32_t> parseAutoOrInteger(std::string_view value, std::string_view option) {
+std::optional<int32_t> parseAutoOrInteger(std::string_view value, std::string_view option,
+                                          int32_t lo, int32_t hi) {
   if (value == "auto") return std::nullopt;
-  int32_t n = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  ES_CHECK_ARG(ec == std::errc() && end == value.data() + value.size(), "generate", option,
-               std::string(value), "must be auto or an integer");
-  return n;
+  const std::optional<int64_t> n = parseInt64(value);
+  ES_CHECK_ARG(n && *n >= lo && *n <= hi, "generate", option, std::string(value),
+               "must be auto or an integer in [", lo, ", ", hi, "]");
+  return static_cast<int32_t>(*n);
 }
+
+namespace {
+
+// A request setting's flag: its text goes through runtime::setRequestField (the request file's
+// parser), so CLI11 never wraps or coerces it; validateOptions then checks the bounds.
+void addRequestFlag(CLI::App* cmd, const std::string& names, runtime::RequestField field,
+                    runtime::RequestSettings& settings, const std::string& description) {
+  const std::string shownDefault =
+      field == runtime::RequestField::kMaxNewTokens  ? std::to_string(settings.maxNewTokens)
+      : field == runtime::RequestField::kTemperature ? formatDouble(settings.temperature)
+      : field == runtime::RequestField::kTopK        ? std::to_string(settings.topK)
+      : field == runtime::RequestField::kTopP        ? formatDouble(settings.topP)
+                                                     : std::to_string(settings.seed);
+  cmd->add_option_function<std::string>(
+         names,
+         [&settings, field](const std::string& text) {
+           runtime::setRequestField(settings, field, text, "generate", runtime::FieldNaming::kFlag);
+         },
+         description)
+      ->type_name("NUMBER")
+      ->default_str(shownDefault);
+}
+
+}  // namespace
 
 void addGenerateCommand(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
@@ -611,31 +621,34 @@ void addGenerateCommand(CLI::App& app) {
       "JSON array of requests decoded as one batch: prompt strings or objects {prompt, system, "
       "max_new_tokens, temperature, top_k, top_p, seed} (missing fields: the command line's)");
   cmd->add_option("--stop", options->stops, "Stop string (repeatable): the answer ends before it");
-  cmd->add_option("-n,--max-new-tokens", options->maxNewTokens, "Tokens to generate at most")
-      ->capture_default_str();
+  addRequestFlag(cmd, "-n,--max-new-tokens", runtime::RequestField::kMaxNewTokens, options->request,
+                 "Tokens to generate at most");
   cmd->add_option("--backend", options->backend, "auto (GPU if present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--temperature", options->temperature, "Sampling temperature (0 = greedy)")
-      ->capture_default_str();
-  cmd->add_option("--top-k", options->topK, "Keep the k most likely tokens (0 = off)")
-      ->capture_default_str();
-  cmd->add_option("--top-p", options->topP, "Nucleus: keep the smallest set of mass p (1 = off)")
-      ->capture_default_str();
-  cmd->add_option("--seed", options->seed, "Seed of the request-stable sampler")
-      ->capture_default_str();
+  addRequestFlag(
+      cmd, "--temperature", runtime::RequestField::kTemperature, options->request,
+      "Sampling temperature, 0 to " + formatDouble(runtime::kMaxTemperature) + " (0 = greedy)");
+  addRequestFlag(
+      cmd, "--top-k", runtime::RequestField::kTopK, options->request,
+      "Keep the k most likely tokens, 0 to " + std::to_string(runtime::kMaxTopK) + " (0 = off)");
+  addRequestFlag(cmd, "--top-p", runtime::RequestField::kTopP, options->request,
+                 "Nucleus: keep the smallest set of mass p, in (0, 1] (1 = off)");
+  addRequestFlag(cmd, "--seed", runtime::RequestField::kSeed, options->request,
+                 "Seed of the request-stable sampler, 0 to 2^64 - 1");
   cmd->add_flag("--raw", options->raw, "Use the prompt as raw text (no chat template)");
   cmd->add_flag("--no-think", options->noThink, "Qwen3: disable thinking (enable_thinking=false)");
-  cmd->add_option("--prefix-cache-pages", options->prefixCachePages,
-                  "Prefix reuse: KV pages (128 tokens each) retained beyond the active minimum for "
-                  "prompt blocks requests share (0 = off)")
-      ->capture_default_str();
+  addIntegerFlag(cmd, "--prefix-cache-pages", options->prefixCachePages, 0, kv::kMaxKvPoolPages,
+                 "Prefix reuse: KV pages (128 tokens each) retained beyond the active minimum for "
+                 "prompt blocks requests share (0 = off)");
   cmd->add_flag("--json", options->json, "Print one JSON object (text, tokens, timings) on stdout");
   cmd->add_flag("--one-at-a-time", options->oneAtATime,
                 "With --input-file: decode each request alone (batch 1), one after another, in "
                 "this one process "
                 "(the model loads once; up to " +
                     std::to_string(kMaxSequentialRequests) + " requests)");
+  cmd->add_flag("-q,--quiet", options->quiet,
+                "No progress lines on stderr for a model load or prefill that takes over a second");
   cmd->add_flag("--warmup", options->warmup,
                 "Run the requests for a few tokens first, untimed (graph capture), so timings are "
                 "steady-state");

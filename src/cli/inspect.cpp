@@ -5,11 +5,14 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cli/numeric_flags.h"
 #include "common/errors.h"
+#include "common/kv_page.h"
 #include "kv/kv_cache_plan.h"
 #include "kv/page_geometry.h"
 #include "model/model_config.h"
@@ -34,15 +37,19 @@ const std::map<std::string, ModelShape>& presets() {
   return table;
 }
 
+// Far above any serving batch; low enough that the pages it needs stay countable.
+constexpr int64_t kMaxInspectBatch = 1 << 16;
+
 struct InspectOptions {
   std::string preset = "qwen3-8b";
   std::string model;  // HF folder, config.json or GGUF file: its shape (and sliding layers) win
                       // over the preset
-  int32_t layers = 0, kvHeads = 0, headDim = 0;  // 0 = from the preset
+  // Overrides of the preset's (or --model's) shape; unset: theirs.
+  std::optional<int32_t> layers, kvHeads, headDim;
   int32_t draftLayers = 0;
   int32_t maxBatch = 1;
   int32_t maxSeqLen = 4096;
-  int32_t slidingWindow = 0;
+  std::optional<int32_t> slidingWindow;  // unset: no window (the model's, with --model)
   std::vector<int32_t> swaLayers;
   int64_t numPages = 0;
   int64_t prefixCachePages = 0;
@@ -101,7 +108,7 @@ void runInspect(const InspectOptions& o) {
   }
   ModelShape shape = it->second;
   std::vector<int32_t> slidingLayers = o.swaLayers;
-  int32_t window = o.slidingWindow;
+  int32_t window = o.slidingWindow.value_or(0);
   std::string name = o.preset;
   if (!o.model.empty()) {
     const model::ModelConfig c = model::loadModelConfig(o.model);
@@ -119,12 +126,18 @@ void runInspect(const InspectOptions& o) {
       }
     }
   }
-  if (o.layers) shape.layers = o.layers;
-  if (o.kvHeads) shape.kvHeads = o.kvHeads;
-  if (o.headDim) shape.headDim = o.headDim;
-  ES_CHECK_ARG(shape.layers > 0 && shape.layers <= 4096, "inspect", "--layers", shape.layers,
-               "must be in [1, 4096]");
+  shape.layers = o.layers.value_or(shape.layers);
+  shape.kvHeads = o.kvHeads.value_or(shape.kvHeads);
+  shape.headDim = o.headDim.value_or(shape.headDim);
+  ES_CHECK_ARG(!o.headDim || *o.headDim % 8 == 0, "inspect", "--head-dim", shape.headDim,
+               "must be a multiple of 8 (KV rows move in 16-byte vectors)");
 
+  // The pool holds at most kMaxKvPoolPages pages: name the flags whose product exceeds it.
+  const int64_t pagesPerSequence = kv::computeMinimumKvPoolPages(1, o.maxSeqLen);
+  ES_CHECK_ARG(o.maxBatch <= kv::kMaxKvPoolPages / pagesPerSequence, "inspect", "--max-batch",
+               o.maxBatch, "must be <= ", kv::kMaxKvPoolPages / pagesPerSequence,
+               " with --max-seq-len ", o.maxSeqLen, " (", pagesPerSequence,
+               " pages each; the pool holds at most ", kv::kMaxKvPoolPages, ")");
   kv::KvCacheConfig config;
   config.maxBatchSize = o.maxBatch;
   config.maxSequenceLength = o.maxSeqLen;
@@ -174,19 +187,33 @@ void addInspectCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--model", options->model,
                   "HF model folder, config.json or GGUF file (overrides --preset)");
-  cmd->add_option("--layers", options->layers, "Override: attention layers");
-  cmd->add_option("--kv-heads", options->kvHeads, "Override: KV heads");
-  cmd->add_option("--head-dim", options->headDim, "Override: head dimension");
-  cmd->add_option("--draft-layers", options->draftLayers, "DFlash draft layers (0 = no draft)")
-      ->capture_default_str();
-  cmd->add_option("--max-batch", options->maxBatch, "Concurrent sequences")->capture_default_str();
-  cmd->add_option("--max-seq-len", options->maxSeqLen, "Tokens per sequence")
-      ->capture_default_str();
-  cmd->add_option("--sliding-window", options->slidingWindow, "Window of the --swa-layers");
-  cmd->add_option("--swa-layers", options->swaLayers, "Sliding-window layer ids")->delimiter(',');
-  cmd->add_option("--num-pages", options->numPages, "Pool pages (0 = minimum)");
-  cmd->add_option("--prefix-cache-pages", options->prefixCachePages,
-                  "Prefix reuse: pages retained beyond the minimum pool (0 = off)");
+  addIntegerFlag(cmd, "--layers", options->layers, 1, model::kMaxLayers,
+                 "Override: attention layers");
+  addIntegerFlag(cmd, "--kv-heads", options->kvHeads, 1, model::kMaxHeads, "Override: KV heads");
+  addIntegerFlag(cmd, "--head-dim", options->headDim, 1, model::kMaxHeadDim,
+                 "Override: head dimension");
+  addIntegerFlag(cmd, "--draft-layers", options->draftLayers, 0, model::kMaxLayers,
+                 "DFlash draft layers (0 = no draft)");
+  addIntegerFlag(cmd, "--max-batch", options->maxBatch, 1, kMaxInspectBatch,
+                 "Concurrent sequences");
+  addIntegerFlag(cmd, "--max-seq-len", options->maxSeqLen, 1, kv::kMaxKvCacheCapacity,
+                 "Tokens per sequence");
+  addIntegerFlag(cmd, "--sliding-window", options->slidingWindow, 1, kv::kMaxKvCacheCapacity,
+                 "Window of the --swa-layers");
+  cmd->add_option_function<std::vector<std::string>>(
+         "--swa-layers",
+         [options](const std::vector<std::string>& ids) {
+           for (const std::string& id : ids) {
+             options->swaLayers.push_back(static_cast<int32_t>(
+                 parseIntegerFlag("inspect", "--swa-layers", id, 0, model::kMaxLayers - 1)));
+           }
+         },
+         "Sliding-window layer ids")
+      ->delimiter(',');
+  addIntegerFlag(cmd, "--num-pages", options->numPages, 0, kv::kMaxKvPoolPages,
+                 "Pool pages (0 = minimum)");
+  addIntegerFlag(cmd, "--prefix-cache-pages", options->prefixCachePages, 0, kv::kMaxKvPoolPages,
+                 "Prefix reuse: pages retained beyond the minimum pool (0 = off)");
   cmd->add_option("--dtype", options->dtype, "KV element type: bf16, f16, f32")
       ->capture_default_str();
   cmd->add_flag("--tensors", options->tensors,

@@ -46,7 +46,8 @@ DType chooseMatrixDtype(const WeightStore& store, const ModelConfig& c, DType co
 }  // namespace
 
 TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend, int32_t maxTokens,
-                         std::vector<int32_t> tapLayers, int32_t maxLogitRows)
+                         std::vector<int32_t> tapLayers, int32_t maxLogitRows,
+                         const ProgressCallback& onProgress)
     : config_(loadModelConfig(dir)),
       backend_(backend),
       dtype_(backend.computeDtype()),
@@ -66,7 +67,7 @@ TargetModel::TargetModel(const std::filesystem::path& dir, ops::Backend& backend
     ES_CHECK_ARG(t >= 0 && t < config_.num_hidden_layers, "TargetModel", "tapLayers", t,
                  "must name a layer in [0, ", config_.num_hidden_layers, ")");
   }
-  loadWeights(dir);
+  loadWeights(dir, onProgress);
   allocateWorkspace();
   ES_LOG_INFO("target ", config_.summary(), " on ", backend_.name(), ": weights ", weightBytes_,
               " bytes, workspace ", workspaceBytes_, " bytes");
@@ -87,7 +88,8 @@ std::vector<kv::KvLayerShape> TargetModel::kvLayerShapes() const {
   return shapes;
 }
 
-void TargetModel::loadWeights(const std::filesystem::path& dir) {
+void TargetModel::loadWeights(const std::filesystem::path& dir,
+                              const ProgressCallback& onProgress) {
   const WeightStore store = WeightStore::open(dir, dtype_);  // an HF folder or a GGUF file
   // Every name, shape and dtype against the config first: one error listing every problem.
   checkWeights(store, config_);
@@ -106,6 +108,14 @@ void TargetModel::loadWeights(const std::filesystem::path& dir) {
   auto matrix = [&](const std::vector<std::string>& names) {
     return uploadConcatenated(backend_, store, names, matrixDtype_);
   };
+  // Progress counts layers; its clock starts before the embeddings and head load.
+  const std::string task = "loading " + dir.filename().string();
+  auto progress = [&](int64_t done) {
+    if (onProgress) {
+      onProgress({.task = task, .unit = "layers", .done = done, .total = c.num_hidden_layers});
+    }
+  };
+  progress(0);
   embed_ = one("model.embed_tokens.weight");
   finalNorm_ = one("model.norm.weight");
   if (!c.tie_word_embeddings) lmHead_ = one("lm_head.weight");
@@ -140,6 +150,7 @@ void TargetModel::loadWeights(const std::filesystem::path& dir) {
     }
     w.down = matrix({p + "mlp.down_proj.weight"});
     w.downBias = optional(c.mlp_bias, p + "mlp.down_proj.bias");
+    progress(l + 1);
   }
   weightBytes_ = embed_.bytes() + finalNorm_.bytes() + lmHead_.bytes();
   for (const TargetLayerWeights& w : layers_) {

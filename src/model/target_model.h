@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/buffer.h"
+#include "common/progress.h"
 #include "kernels/paged_attention.h"
 #include "kv/kv_cache_manager.h"
 #include "model/backend_page_table.h"
@@ -76,9 +77,10 @@ class TargetModel {
   // maxLogitRows (0: maxTokens) bounds the rows one forward computes logits for. The f32 logits
   // are the workspace's largest part (Qwen3-8B at 4,096 rows: 2.5 GB), and a long prefill chunk
   // needs logits for its last row only, so a caller that prefills in long chunks passes the
-  // rows its decode/verify steps need (batch x verify width).
+  // rows its decode/verify steps need (batch x verify width). onProgress hears the layers loaded.
   TargetModel(const std::filesystem::path& dir, ops::Backend& backend, int32_t maxTokens,
-              std::vector<int32_t> tapLayers = {}, int32_t maxLogitRows = 0);
+              std::vector<int32_t> tapLayers = {}, int32_t maxLogitRows = 0,
+              const ProgressCallback& onProgress = {});
 
   const ModelConfig& config() const { return config_; }
   ops::Backend& backend() const { return backend_; }
@@ -124,7 +126,7 @@ class TargetModel {
   const void* lmHeadWeight() const { return lmHead_.bytes() ? lmHead_.data() : embed_.data(); }
 
  private:
-  void loadWeights(const std::filesystem::path& dir);
+  void loadWeights(const std::filesystem::path& dir, const ProgressCallback& onProgress);
   void allocateWorkspace();
 
   ModelConfig config_;

@@ -549,7 +549,7 @@ void DecodeEngine::prefillRequest(Call& call, int32_t r) {
         proposer_->appendContext(target_, chunk.positions, chunk.tokenToSequence, cache_);
         cache_.commitDraft(slot, static_cast<int32_t>(chunk.tokens.size()));
       },
-      reused);
+      reused, options_.onProgress);
   stats_.prefillRows += static_cast<int64_t>(q.prompt.size()) - reused;
   stats_.reusedTokens += reused;
   // Published now, so requests admitted after it in this call share its prompt already.

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "common/buffer.h"
+#include "common/progress.h"
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
@@ -51,6 +52,7 @@ struct EngineOptions {
   // drafts of the proposed block. 0 = the draft's block size BS; else in [2, BS]. Must be 0
   // without a proposer (plain decoding verifies one row).
   int32_t verifyWidth = 0;
+  ProgressCallback onProgress = {};  // each request's prefill (runtime/prefill.h)
 };
 
 // Statistics of one generate() call.

@@ -76,6 +76,32 @@ kv::KvCacheConfig planCache(const EngineConfig& config, const EnginePlan& plan,
   return kvc;
 }
 
+// The RoPE table of `model` (the target or the draft, named by `option`) must hold every position
+// the plan's requests write: an InvalidArgument in terms the user controls otherwise (the model's
+// max_position_embeddings against the prompt, --max-new-tokens and the speculative rows).
+void checkPositions(const EngineConfig& config, const EnginePlan& plan, const char* option,
+                    const std::filesystem::path& model, bool defaultDraft) {
+  const model::ModelConfig c = model::loadModelConfig(model);
+  const int64_t positions = std::min<int64_t>(c.max_position_embeddings, model::kMaxPositions);
+  if (plan.kvCapacity <= positions) return;
+  const int64_t ahead = plan.kvCapacity - config.longestRequest;
+  const std::string speculative =
+      ahead == 0
+          ? std::string()
+          : detail::concat(", plus ", ahead, " rows a speculative step at verify width ",
+                           plan.verifyWidth, " and block size ", plan.blockSize, " writes ahead");
+  const std::string remedy = std::string("shorten the prompt or --max-new-tokens") +
+                             (std::string_view(option) == "--draft"
+                                  ? (defaultDraft ? ", or decode without the draft (--no-draft)"
+                                                  : ", or decode without this draft")
+                                  : "");
+  ES_CHECK_ARG(false, kWhere, option, model.string(),
+               "has max_position_embeddings = ", c.max_position_embeddings,
+               ", but the longest request needs ", plan.kvCapacity,
+               " positions (prompt + max new tokens = ", config.longestRequest, speculative, "); ",
+               remedy);
+}
+
 void status(const EngineConfig& config, const std::string& line) {
   if (config.onStatus) config.onStatus(line);
 }
@@ -164,6 +190,12 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
   }
   e->plan_ = planEngine(config, backendName, draftDir, defaultSkipped);
   const EnginePlan& plan = e->plan_;
+  // Before any weight loads: the RoPE tables must reach the last position a request writes.
+  checkPositions(config, plan, "--model", config.model, false);
+  if (!draftDir.empty()) {
+    checkPositions(config, plan, "--draft", draftDir,
+                   config.draft.kind == DraftKind::kDefaultDFlash);
+  }
 
   status(config, "loading " + config.model.string() + " on the " + backendName + " backend");
   const std::vector<int32_t> taps =
@@ -171,7 +203,7 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
           ? std::vector<int32_t>{}
           : model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(config.model));
   e->target_ = std::make_unique<model::TargetModel>(config.model, *e->backend_, plan.maxTokens,
-                                                    taps, plan.maxLogitRows);
+                                                    taps, plan.maxLogitRows, config.onProgress);
   if (!draftDir.empty()) {
     status(config, "loading the DFlash draft " + draftDir.string() +
                        (config.draft.kind == DraftKind::kDefaultDFlash
@@ -185,9 +217,10 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
   e->cache_ = std::make_unique<kv::KvCacheManager>(e->cacheConfig_, e->backend_->space());
   if (config.draft.kind == DraftKind::kReplay) return e;
   if (e->draft_) e->proposer_ = std::make_unique<DFlashProposer>(*e->draft_);
-  e->decoder_ = std::make_unique<DecodeEngine>(
-      *e->target_, *e->cache_, e->proposer_.get(),
-      EngineOptions{.verifyWidth = e->draft_ ? plan.verifyWidth : 0});
+  e->decoder_ =
+      std::make_unique<DecodeEngine>(*e->target_, *e->cache_, e->proposer_.get(),
+                                     EngineOptions{.verifyWidth = e->draft_ ? plan.verifyWidth : 0,
+                                                   .onProgress = config.onProgress});
   return e;
 }
 

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/progress.h"
 #include "kv/kv_cache_manager.h"
 #include "model/dflash_draft.h"
 #include "model/target_model.h"
@@ -61,6 +62,8 @@ struct EngineConfig {
   int64_t prefixCachePages = 0;  // KV pages retained for prefix reuse (0: off)
   // Told what is being loaded, and why a default draft is not used (one line each, no newline).
   std::function<void(const std::string&)> onStatus = {};
+  // Told the target's layers as they load and each prompt's prefill (common/progress.h).
+  ProgressCallback onProgress = {};
 };
 
 inline constexpr int32_t kMaxEngineBatch = 256;

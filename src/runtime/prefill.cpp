@@ -10,7 +10,7 @@ namespace es::runtime {
 void prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache, int32_t slot,
                      const std::vector<int32_t>& prompt,
                      const std::function<void(const model::ForwardBatch&)>& onChunk,
-                     int32_t firstPosition) {
+                     int32_t firstPosition, const ProgressCallback& onProgress) {
   constexpr const char* kWhere = "prefillSequence";
   const int32_t L = static_cast<int32_t>(prompt.size());
   // The last row's logits are the point of a prefill: at least one row runs.
@@ -19,6 +19,10 @@ void prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache, int3
   ES_CHECK_ARG(cache.baseLength(slot) == firstPosition, kWhere, "firstPosition", firstPosition,
                "must equal slot " + std::to_string(slot) + "'s committed length ",
                cache.baseLength(slot));
+  auto progress = [&](int32_t done) {
+    if (onProgress) onProgress({.task = "prefill", .unit = "tokens", .done = done, .total = L});
+  };
+  progress(firstPosition);
   for (int32_t first = firstPosition; first < L;) {
     // A chunk binds the window pages of all its rows at once: with sliding-window layers the
     // slot's reservation bounds it (maxStepTokens >= 128 once earlier steps completed).
@@ -49,6 +53,7 @@ void prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache, int3
     cache.commitBase(slot, count);
     if (onChunk) onChunk(b);
     first += count;
+    progress(first);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include "common/progress.h"
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
 
@@ -16,9 +17,11 @@ namespace es::runtime {
 // (beginStep, forward, completeStep), committing each chunk to the base cache and then calling
 // onChunk with that chunk's forward batch. The prompt's last row's f32 logits [vocab] are left on
 // the backend, in target.logitsDevice() (no host copy: the engine chooses the token there).
+// onProgress hears "prefill" with the prompt positions done before the first chunk and after
+// each one.
 void prefillSequence(model::TargetModel& target, kv::KvCacheManager& cache, int32_t slot,
                      const std::vector<int32_t>& prompt,
                      const std::function<void(const model::ForwardBatch&)>& onChunk = {},
-                     int32_t firstPosition = 0);
+                     int32_t firstPosition = 0, const ProgressCallback& onProgress = {});
 
 }  // namespace es::runtime

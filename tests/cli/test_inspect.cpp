@@ -55,17 +55,58 @@ TEST(CliInspect, TensorListOfAModelFolder) {
   EXPECT_TRUE(sawBias);
 }
 
-TEST(CliInspect, BadInputIsAnErrorNamingTheArgument) {
+// `edgespec ARGS` must fail with an InvalidArgument whose message holds `fragment`.
+void expectRefused(const std::vector<std::string>& args, const std::string& fragment) {
   try {
-    runCli({"inspect", "--max-batch", "-2"});
-    FAIL() << "no error";
+    runCli(args);
+    ADD_FAILURE() << "accepted " << testing::PrintToString(args);
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("maxBatchSize"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << testing::PrintToString(args) << ": " << e.what();
   }
+}
+
+TEST(CliInspect, BadInputIsAnErrorNamingTheArgument) {
+  expectRefused({"inspect", "--max-batch", "-2"},
+                "inspect: argument '--max-batch' = -2 must be an integer in [1, 65536]");
   EXPECT_THROW(runCli({"inspect", "--swa-layers", "99", "--sliding-window", "512"}),
                InvalidArgument);
   EXPECT_THROW(runCli({"inspect", "--swa-layers", "1"}), InvalidArgument);  // no window given
   EXPECT_NE(runCli({"inspect", "--preset", "no-such-model"}), 0);           // parse error exit code
+}
+
+// Every numeric flag: negative, zero where it means nothing, huge, fractional, trailing garbage,
+// hexadecimal are range errors naming the flag; 0 is never read as "the preset's value".
+TEST(CliInspect, NumericFlagsAreRangeChecked) {
+  const std::string integer = "must be an integer in ";
+  expectRefused({"inspect", "--layers", "0"}, "'--layers' = 0 " + integer + "[1, 1024]");
+  expectRefused({"inspect", "--layers", "1025"}, "'--layers' = 1025 " + integer + "[1, 1024]");
+  expectRefused({"inspect", "--head-dim", "0"}, "'--head-dim' = 0 " + integer + "[1, 1024]");
+  expectRefused({"inspect", "--head-dim", "12"}, "'--head-dim' = 12 must be a multiple of 8");
+  expectRefused({"inspect", "--kv-heads", "0"}, "'--kv-heads' = 0 " + integer + "[1, 1024]");
+  expectRefused({"inspect", "--draft-layers", "-1"}, "'--draft-layers' = -1 " + integer);
+  expectRefused({"inspect", "--draft-layers", "2000000000"},
+                "'--draft-layers' = 2000000000 " + integer + "[0, 1024]");
+  expectRefused({"inspect", "--max-batch", "0"}, "'--max-batch' = 0 " + integer);
+  expectRefused({"inspect", "--max-batch", "1.5"}, "'--max-batch' = 1.5 " + integer);
+  expectRefused({"inspect", "--max-seq-len", "99999999999"}, "'--max-seq-len' = 99999999999 ");
+  expectRefused({"inspect", "--max-seq-len", "0x10"}, "'--max-seq-len' = 0x10 " + integer);
+  expectRefused({"inspect", "--sliding-window", "0"}, "'--sliding-window' = 0 " + integer);
+  expectRefused({"inspect", "--swa-layers", "1,-2"}, "'--swa-layers' = -2 " + integer);
+  expectRefused({"inspect", "--num-pages", "-5"}, "'--num-pages' = -5 " + integer);
+  expectRefused({"inspect", "--prefix-cache-pages", "7abc"},
+                "'--prefix-cache-pages' = 7abc " + integer);
+  // A batch whose pages overflow the pool names --max-batch and --max-seq-len.
+  expectRefused({"inspect", "--max-seq-len", "2147483520", "--max-batch", "65536"},
+                "'--max-batch' = 65536 must be <= 64 with --max-seq-len 2147483520");
+  // The bounds themselves are accepted, and an override equal to the preset changes nothing.
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(runCli({"inspect", "--preset", "smollm2-135m", "--layers", "1", "--head-dim", "8",
+                    "--draft-layers", "0", "--json"}),
+            0);
+  const nlohmann::json plan = nlohmann::json::parse(testing::internal::GetCapturedStdout());
+  ASSERT_EQ(plan["base_layers"].size(), 1u);
+  EXPECT_EQ(plan["base_layers"][0]["head_dim"], 8);
 }
 
 }  // namespace

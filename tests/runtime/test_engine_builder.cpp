@@ -4,12 +4,16 @@
 // named, and the tiny test models built plain and with their DFlash draft.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/errors.h"
 #include "kv/page_geometry.h"
+#include "model/safetensors_test_writer.h"
 #include "runtime/engine_builder.h"
 #include "runtime/kv_capacity.h"
 #include "runtime/replay_proposer.h"
@@ -211,6 +215,92 @@ TEST(EngineBuilder, BuildsTheTinyDFlashPair) {
     DecodeEngine plain(engine->target(), engine->cache());
     EXPECT_EQ(spec[0].tokens, plain.generate({request})[0].tokens);
   }
+}
+
+// A copy of model folder `name` in `dir` whose config.json says max_position_embeddings =
+// `positions`.
+std::filesystem::path withMaxPositions(const test::TempDir& dir, const std::string& name,
+                                       int64_t positions) {
+  const std::filesystem::path out = dir / std::filesystem::path(name).filename().string();
+  std::filesystem::copy(modelDir(name), out, std::filesystem::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(out / "config.json"));
+  config["max_position_embeddings"] = positions;
+  test::writeText(out / "config.json", config.dump());
+  return out;
+}
+
+// A model whose RoPE table is shorter than the positions the requests write is refused before it
+// loads, naming the option, its max_position_embeddings and what the requests need (the draft's
+// share included); exactly enough positions build.
+TEST(EngineBuilder, TooFewPositionsNameTheModelAndWhatIsNeeded) {
+  test::TempDir tmp;
+  EngineConfig config = cpuConfig("dflash_tiny/target");
+  config.longestPrompt = 30;
+  config.longestRequest = 46;
+  config.draft = {.kind = DraftKind::kDFlash,
+                  .dir = withMaxPositions(tmp, "dflash_tiny/draft", 16)};
+  // W = kCpuVerifyWidth = 4, BS = 8: 46 + 3 + 7 = 56 positions.
+  const std::string needs =
+      "but the longest request needs 56 positions (prompt + max new tokens = 46, plus 10 rows a "
+      "speculative step at verify width 4 and block size 8 writes ahead)";
+  test::expectInvalidArgument([&] { buildEngine(config); }, "--draft");
+  try {
+    buildEngine(config);
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("has max_position_embeddings = 16, " + needs), std::string::npos) << what;
+    EXPECT_NE(what.find("or decode without this draft"), std::string::npos) << what;
+  }
+  std::filesystem::remove_all(config.draft.dir);
+  config.draft.dir = withMaxPositions(tmp, "dflash_tiny/draft", 55);
+  test::expectInvalidArgument([&] { buildEngine(config); }, "--draft");
+  std::filesystem::remove_all(config.draft.dir);
+  config.draft.dir = withMaxPositions(tmp, "dflash_tiny/draft", 56);
+  EXPECT_NE(buildEngine(config), nullptr);
+
+  // Plain decoding needs prompt + max new tokens positions of the target, no more.
+  EngineConfig plain = cpuConfig("qwen3");
+  plain.longestPrompt = 30;
+  plain.longestRequest = 46;
+  plain.model = withMaxPositions(tmp, "qwen3", 45);
+  try {
+    buildEngine(plain);
+    ADD_FAILURE() << "45 positions accepted for 46";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("argument '--model' = " + plain.model.string() +
+                                         " has max_position_embeddings = 45, but the longest "
+                                         "request needs 46 positions (prompt + max new tokens = "
+                                         "46); shorten the prompt or --max-new-tokens"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(plain.model);
+  plain.model = withMaxPositions(tmp, "qwen3", 46);
+  EXPECT_NE(buildEngine(plain), nullptr);
+}
+
+// onProgress hears the target's layers as they load, then each prompt's prefill chunk by chunk
+// (the progress a front end prints for long work).
+TEST(EngineBuilder, ProgressOfTheLoadAndThePrefill) {
+  std::vector<std::string> heard;
+  EngineConfig config = cpuConfig("qwen3");
+  config.prefillChunk = 16;
+  config.longestPrompt = 40;
+  config.longestRequest = 42;
+  config.onProgress = [&](const ProgressUpdate& u) {
+    heard.push_back(std::string(u.task) + " " + std::to_string(u.done) + "/" +
+                    std::to_string(u.total) + " " + std::string(u.unit));
+  };
+  const std::unique_ptr<Engine> engine = buildEngine(config);
+  const std::vector<std::string> load = {"loading qwen3 0/2 layers", "loading qwen3 1/2 layers",
+                                         "loading qwen3 2/2 layers"};
+  EXPECT_EQ(heard, load);
+  heard.clear();
+  const int32_t vocab = static_cast<int32_t>(engine->target().config().vocab_size);
+  engine->decoder().generate({{.prompt = randomPrompt(40, 5, vocab), .maxNewTokens = 2}});
+  const std::vector<std::string> prefill = {"prefill 0/40 tokens", "prefill 16/40 tokens",
+                                            "prefill 32/40 tokens", "prefill 40/40 tokens"};
+  EXPECT_EQ(heard, prefill);
 }
 
 // The default draft resolves to plain decoding where it does not pay (the cpu backend), and says
