@@ -335,9 +335,13 @@ std::vector<std::vector<int32_t>> encodePrompts(const GenerateOptions& o,
     // no second bos then. Raw prompts get the tokenizer's own bos rule.
     prompts.push_back(templated ? tok.encode(text, /*parseSpecial=*/true)
                                 : tok.encodePrompt(text, /*parseSpecial=*/false));
-    ES_CHECK_ARG(!prompts.back().empty(), "generate",
-                 n == 1 ? "--prompt" : "--input-file prompt " + std::to_string(r), "\"\"",
-                 "encodes to no tokens");
+    // Named where the user wrote it: the flag, or the file's entry.
+    if (o.inputFile.empty()) {
+      ES_CHECK_ARG(!prompts.back().empty(), "generate", "--prompt", "\"\"", "encodes to no tokens");
+    } else {
+      ES_CHECK_ARG(!prompts.back().empty(), o.inputFile + ": entry " + std::to_string(r),
+                   "field 'prompt'", "\"\"", "encodes to no tokens");
+    }
   }
   return prompts;
 }

@@ -148,6 +148,10 @@ void DFlashDraft::checkPair(const TargetModel& target, const std::filesystem::pa
   blockSize_ = static_cast<int32_t>(df.block_size);
   ES_CHECK_ARG(int64_t{maxBatch_} * blockSize_ <= (1 << 20), kWhere, "maxBatch", maxBatch_,
                "times block_size = ", blockSize_, " must be <= 1048576");
+  // The draft reads the target's embeddings and head, so it must speak the same vocabulary: a
+  // draft trained for another tokenizer would propose tokens that mean something else.
+  ES_CHECK_ARG(d.vocab_size == t.vocab_size, kWhere, "vocab_size", d.vocab_size,
+               "must equal the target's vocab_size = ", t.vocab_size, pair);
   vocab_ = static_cast<int32_t>(t.vocab_size);
 }
 

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 
 #include "common/errors.h"
 #include "runtime/kv_capacity.h"
 #include "runtime/prefill.h"
+#include "runtime/request_settings.h"
 
 namespace es::runtime {
 namespace {
@@ -181,8 +183,13 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
     }
     ES_CHECK_ARG(q.maxNewTokens >= 1, kWhere, name + ".maxNewTokens", q.maxNewTokens,
                  "must be >= 1");
-    ES_CHECK_ARG(q.sampling.temperature >= 0.0f, kWhere, name + ".sampling.temperature",
-                 q.sampling.temperature, "must be >= 0");
+    // The bounds every front end checks (runtime/request_settings.h), for API callers too.
+    ES_CHECK_ARG(std::isfinite(q.sampling.temperature) && q.sampling.temperature >= 0.0f &&
+                     q.sampling.temperature <= kMaxTemperature,
+                 kWhere, name + ".sampling.temperature", q.sampling.temperature,
+                 "must be a finite number in [0, ", kMaxTemperature, "]");
+    ES_CHECK_ARG(q.sampling.topK >= 0, kWhere, name + ".sampling.topK", q.sampling.topK,
+                 "must be >= 0 (0 = off)");
     ES_CHECK_ARG(q.sampling.topP > 0.0f && q.sampling.topP <= 1.0f, kWhere, name + ".sampling.topP",
                  q.sampling.topP, "must be in (0, 1]");
     // The positions the request may write (runtime/kv_capacity.h) must exist in the cache and in

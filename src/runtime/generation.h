@@ -14,7 +14,7 @@ namespace es::runtime {
 // request's output depends only on its own prompt, settings and seed, never on its batch-mates.
 struct SamplingConfig {
   float temperature = 0.0f;
-  int32_t topK = 0;   // <= 0: off
+  int32_t topK = 0;   // 0: off
   float topP = 1.0f;  // (0, 1]
   uint64_t seed = 0;
 };
