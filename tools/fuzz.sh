@@ -93,6 +93,7 @@ for target in "${targets[@]}"; do
     "${sources[@]}" \
     "$root/src/common/logging.cpp" \
     "$root/src/common/mapped_file.cpp" \
+    "$root/src/common/input_file.cpp" \
     -o "$bin"
 
   work_corpus="$out/corpus"

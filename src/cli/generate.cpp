@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/input_file.h"
 #include "common/logging.h"
 #include "model/gguf.h"
 #include "model/gguf_tokenizer.h"
@@ -174,14 +175,11 @@ std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
       .maxNewTokens = o.maxNewTokens,
       .sampling = {.temperature = o.temperature, .topK = o.topK, .topP = o.topP, .seed = o.seed}};
   if (o.inputFile.empty()) return {defaults};
-  std::ifstream in(o.inputFile);
-  if (!in) {
-    ES_THROW(InvalidArgument, "generate: argument '--input-file' = ", o.inputFile,
-             " cannot be read");
-  }
+  const std::string text =
+      readInputFile(o.inputFile, kMaxRequestFileBytes, "generate", "--input-file");
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(in);
+    doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     ES_THROW(FormatError, o.inputFile, ": not valid JSON (", e.what(), ")");
   }

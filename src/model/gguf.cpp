@@ -604,4 +604,10 @@ std::span<const uint8_t> GgufFile::bytes(const GgufTensorInfo& tensor) const {
   return std::span<const uint8_t>(map_.data() + header_.data_offset + tensor.offset, tensor.bytes);
 }
 
+void GgufFile::readBytes(const GgufTensorInfo& tensor, std::span<uint8_t> out) const {
+  ES_CHECK_ARG(out.size() == tensor.bytes, "GgufFile::readBytes", "out.size()", out.size(),
+               "must be the stored size ", tensor.bytes, " of tensor ", quoteShort(tensor.name));
+  map_.readAt(header_.data_offset + tensor.offset, out.data(), out.size());
+}
+
 }  // namespace es::model

@@ -168,7 +168,10 @@ struct GgufHeader {
 // (`source` names the file in errors, e.g. "<memory>".)
 GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view source);
 
-// A read-only memory-mapped GGUF file; move-only, unmaps on destruction.
+// A read-only memory-mapped GGUF file; move-only, unmaps on destruction. The header is parsed
+// from the mapping; tensor data is loaded with readBytes (pread), so a file truncated on disk
+// while it loads is a FormatError naming the file and the offset, not a SIGBUS. (bytes() views
+// the mapping and, like any mmap, raises SIGBUS when read after such a truncation.)
 class GgufFile {
  public:
   // InvalidArgument if the path is not a readable regular file, FormatError if malformed.
@@ -186,6 +189,8 @@ class GgufFile {
   const GgufTensorInfo& info(std::string_view name) const;
   std::span<const uint8_t> bytes(const GgufTensorInfo& tensor) const;
   std::span<const uint8_t> bytes(std::string_view name) const { return bytes(info(name)); }
+  // The tensor's stored bytes copied into `out` (tensor.bytes long) with pread.
+  void readBytes(const GgufTensorInfo& tensor, std::span<uint8_t> out) const;
 
  private:
   GgufFile() = default;

@@ -271,6 +271,15 @@ std::span<const uint8_t> SafetensorsFile::bytes(std::string_view name) const {
   return std::span<const uint8_t>(map_.data() + header_.data_offset + t.begin, t.byteSize());
 }
 
+void SafetensorsFile::readBytes(std::string_view name, uint64_t offset, void* dst,
+                                uint64_t count) const {
+  const TensorInfo& t = info(name);
+  ES_CHECK_ARG(offset <= t.byteSize() && count <= t.byteSize() - offset,
+               "SafetensorsFile::readBytes", "offset + count", offset + count,
+               "must be <= the tensor's ", t.byteSize(), " bytes");
+  map_.readAt(header_.data_offset + t.begin + offset, dst, count);
+}
+
 bool SafetensorsFile::isAligned(std::string_view name) const {
   const TensorInfo& t = info(name);
   const auto address = reinterpret_cast<uintptr_t>(map_.data() + header_.data_offset + t.begin);

@@ -1,10 +1,10 @@
 #include "tokenizer/tokenizer_json.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/input_file.h"
 #include "common/json.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/pretokenizer.h"
@@ -241,14 +241,6 @@ void readPostProcessor(const Reader& r, const json& root, TokenizerSpec& spec) {
   }
 }
 
-std::string readFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ES_THROW(InvalidArgument, "cannot open tokenizer file '", path.string(), "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 TokenizerSpec parseTokenizerJson(std::string_view text, std::string_view source) {
@@ -310,11 +302,17 @@ void applyTokenizerConfig(TokenizerSpec& spec, std::string_view text, std::strin
 }
 
 TokenizerSpec loadTokenizerJson(const std::filesystem::path& path) {
-  TokenizerSpec spec = parseTokenizerJson(readFile(path), path.string());
+  TokenizerSpec spec = parseTokenizerJson(
+      readInputFile(path, kMaxTokenizerJsonBytes, "loadTokenizerJson"), path.string());
   const std::filesystem::path config = path.parent_path() / "tokenizer_config.json";
+  // Optional, but when present (a dangling link counts) it is read through the same checks: a
+  // FIFO or an oversized file there is an error, not silently skipped.
   std::error_code ec;
-  if (std::filesystem::is_regular_file(config, ec))
-    applyTokenizerConfig(spec, readFile(config), config.string());
+  if (std::filesystem::exists(std::filesystem::symlink_status(config, ec))) {
+    applyTokenizerConfig(spec,
+                         readInputFile(config, kMaxTokenizerConfigJsonBytes, "loadTokenizerJson"),
+                         config.string());
+  }
   return spec;
 }
 
