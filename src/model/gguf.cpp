@@ -360,7 +360,7 @@ std::vector<int64_t> GgufTensorInfo::rowMajorShape() const {
 
 std::string GgufTensorInfo::describe() const {
   std::ostringstream os;
-  os << name << " " << ggmlTypeName(type) << " (";
+  os << escapeControl(name) << " " << ggmlTypeName(type) << " (";
   for (size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
   os << ")";
   return os.str();

@@ -63,11 +63,11 @@ GgufWeights::GgufWeights(GgufFile file, DType dtype)
     entry.info.name = hfTensorName(t.name);
     const auto e = expected_by_name.find(entry.info.name);
     if (entry.info.name.empty() || e == expected_by_name.end()) {
-      unknown.push_back(t.name);
+      unknown.push_back(escapeControl(t.name));
       continue;
     }
     if (!ggmlTypeDequantizable(t.type))
-      unsupported.push_back(t.name + " (" + ggmlTypeName(t.type) + ")");
+      unsupported.push_back(escapeControl(t.name) + " (" + ggmlTypeName(t.type) + ")");
     entry.info.shape = t.rowMajorShape();
     if (entry.info.shape != e->second->shape) {
       misshapen.push_back(t.describe() + " for " + entry.info.name + " " +

@@ -135,7 +135,7 @@ int64_t TensorInfo::numel() const {
 
 std::string TensorInfo::describe() const {
   std::ostringstream os;
-  os << name << " " << dtype_name(dtype) << "[";
+  os << escapeControl(name) << " " << dtype_name(dtype) << "[";
   for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
   os << "]";
   return os.str();
@@ -249,7 +249,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   file.header_ = parseSafetensorsHeader(file.map_.bytes(), name);
   for (const TensorInfo& t : file.header_.tensors) {
     if (!file.isAligned(t.name)) {
-      ES_LOG_WARN(name, ": tensor ", t.name, " is not aligned to its ", dtype_size(t.dtype),
+      ES_LOG_WARN(name, ": tensor ", quoteShort(t.name), " is not aligned to its ",
+                  dtype_size(t.dtype),
                   "-byte element size (header not padded); views of it need unaligned access");
       break;
     }

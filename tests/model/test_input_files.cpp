@@ -260,5 +260,15 @@ TEST(EscapeControl, GgufTensorNameWithControlBytes) {
   }
 }
 
+TEST(EscapeControl, TensorDescriptionsEscapeNames) {
+  GgufTensorInfo g;
+  g.name = std::string("blk\0.x\n", 7);
+  g.dims = {4};
+  EXPECT_EQ(g.describe().rfind("blk\\x00.x\\n ", 0), 0u) << g.describe();
+  TensorInfo t;
+  t.name = "w\x1b[31m";
+  EXPECT_EQ(t.describe().rfind("w\\x1b[31m ", 0), 0u) << t.describe();
+}
+
 }  // namespace
 }  // namespace es::model
