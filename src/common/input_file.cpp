@@ -103,9 +103,13 @@ void InputFile::readAt(uint64_t offset, void* dst, uint64_t bytes) const {
                " failed: ", std::strerror(err));
     }
     if (got == 0) {
-      ES_THROW(FormatError, path_.string(), ": file ends at byte ", offset + done,
-               " while reading ", bytes, " bytes at offset ", offset, " (it was ", size_,
-               " bytes when opened; truncated while loading?)");
+      struct stat st {};
+      const std::string now = ::fstat(fd_, &st) == 0
+                                  ? std::to_string(static_cast<uint64_t>(st.st_size)) + " bytes"
+                                  : std::string("of unknown size");
+      ES_THROW(FormatError, path_.string(), ": read of ", bytes, " bytes at offset ", offset,
+               " came up short at byte ", offset + done, ": the file is now ", now, " (", size_,
+               " when opened; truncated while loading?)");
     }
     done += static_cast<uint64_t>(got);
   }

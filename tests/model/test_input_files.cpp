@@ -99,7 +99,8 @@ TEST(InputFile, ShortReadNamesFileAndOffset) {
   char buf[8];
   expectError<FormatError>(
       [&] { f.readAt(2, buf, 4); },
-      {(dir / "f").string(), "file ends at byte 4", "while reading 4 bytes at offset 2"});
+      {(dir / "f").string(), "read of 4 bytes at offset 2 came up short at byte 4",
+       "the file is now 4 bytes (4 when opened"});
 }
 
 TEST(LoaderFiles, FifoConfigJsonSaysItIsNotARegularFile) {
@@ -215,11 +216,13 @@ TEST(LoaderFiles, WeightsTruncatedWhileLoadingAreAnErrorNotSigbus) {
   std::vector<float> out(64 * 64);
   // Same dtype (f32 on the CPU backend: read straight into the destination).
   expectError<FormatError>([&] { uploadTensor(*backend, store, "a", DType::kF32, out.data()); },
-                           {path.string(), "file ends at byte " + std::to_string(dataOffset + 100),
-                            "at offset " + std::to_string(dataOffset), "truncated while loading?"});
+                           {path.string(), "at offset " + std::to_string(dataOffset),
+                            "came up short at byte " + std::to_string(dataOffset + 100),
+                            "the file is now " + std::to_string(dataOffset + 100) + " bytes",
+                            "truncated while loading?"});
   // Converted (bf16 -> f32 through a staging chunk).
   expectError<FormatError>([&] { uploadTensor(*backend, store, "b", DType::kF32, out.data()); },
-                           {path.string(), "file ends at byte", "truncated while loading?"});
+                           {path.string(), "came up short", "truncated while loading?"});
 }
 
 TEST(LoaderFiles, GgufTruncatedWhileLoadingIsAnError) {
@@ -230,7 +233,7 @@ TEST(LoaderFiles, GgufTruncatedWhileLoadingIsAnError) {
   const GgufFile file = GgufFile::open(dir / "m.gguf");
   fs::resize_file(dir / "m.gguf", file.header().data_offset + 10);
   expectError<FormatError>([&] { dequantizeTensor(file, file.info("t")); },
-                           {(dir / "m.gguf").string(), "file ends at byte", "at offset"});
+                           {(dir / "m.gguf").string(), "came up short", "at offset"});
 }
 
 TEST(EscapeControl, WritesControlBytesAsEscapes) {
