@@ -171,7 +171,8 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
 // A read-only memory-mapped GGUF file; move-only, unmaps on destruction. The header is parsed
 // from the mapping; tensor data is loaded with readBytes (pread), so a file truncated on disk
 // while it loads is a FormatError naming the file and the offset, not a SIGBUS. (bytes() views
-// the mapping and, like any mmap, raises SIGBUS when read after such a truncation.)
+// the mapping and, like any mmap, raises SIGBUS when read after such a truncation; so does the
+// header parse in open() if the file is truncated during it.)
 class GgufFile {
  public:
   // InvalidArgument if the path is not a readable regular file, FormatError if malformed.

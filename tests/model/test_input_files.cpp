@@ -225,6 +225,22 @@ TEST(LoaderFiles, WeightsTruncatedWhileLoadingAreAnErrorNotSigbus) {
                            {path.string(), "came up short", "truncated while loading?"});
 }
 
+// SafetensorsFile::open parses a pread copy of the length field and header, not the mapping.
+TEST(LoaderFiles, SafetensorsHeaderParsesFromItsPrefix) {
+  const std::vector<uint8_t> bytes = test::makeSafetensors(
+      {test::fakeTensor("a", "F32", {8}), test::fakeTensor("b", "BF16", {4})});
+  const SafetensorsHeader whole = parseSafetensorsHeader(bytes, "m");
+  const std::span<const uint8_t> prefix(bytes.data(), 8 + whole.header_bytes);
+  const SafetensorsHeader fromPrefix = parseSafetensorsHeader(prefix, bytes.size(), "m");
+  EXPECT_EQ(fromPrefix.data_offset, whole.data_offset);
+  EXPECT_EQ(fromPrefix.data_bytes, whole.data_bytes);
+  ASSERT_EQ(fromPrefix.tensors.size(), 2u);
+  EXPECT_EQ(fromPrefix.tensors[1].end, whole.tensors[1].end);
+  test::expectInvalidArgument(
+      [&] { parseSafetensorsHeader(prefix.first(prefix.size() - 1), bytes.size(), "m"); },
+      "prefix.size()");
+}
+
 TEST(LoaderFiles, GgufTruncatedWhileLoadingIsAnError) {
   TempDir dir;
   test::GgufTestWriter w;
