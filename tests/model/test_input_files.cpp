@@ -241,6 +241,31 @@ TEST(LoaderFiles, SafetensorsHeaderParsesFromItsPrefix) {
       "prefix.size()");
 }
 
+// GgufFile::open parses a pread copy that grows as the parser asks; growing from a few bytes
+// one request at a time gives the same header as parsing the whole buffer.
+TEST(LoaderFiles, GgufHeaderParsesFromAGrowingPrefix) {
+  test::GgufTestWriter w;
+  w.kvString("general.name", "growing");
+  w.kvStringArray("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  w.tensor({"t", {4}, 0, std::vector<uint8_t>(16, 0), {}});
+  w.tensor({"u", {8}, 0, std::vector<uint8_t>(32, 0), {}});
+  const std::vector<uint8_t> bytes = w.build();
+  const GgufHeader whole = parseGgufHeader(bytes, "m.gguf");
+  size_t calls = 0;
+  const GgufBytesSource more = [&](uint64_t needed) {
+    ++calls;
+    return std::span<const uint8_t>(bytes.data(), static_cast<size_t>(needed));
+  };
+  const GgufHeader grown =
+      parseGgufHeader(std::span<const uint8_t>(bytes.data(), 4), bytes.size(), more, "m.gguf");
+  EXPECT_GT(calls, 5u);
+  EXPECT_EQ(grown.data_offset, whole.data_offset);
+  EXPECT_EQ(grown.getString("general.name"), "growing");
+  EXPECT_EQ(grown.getStringArray("tokenizer.ggml.tokens").size(), 3u);
+  ASSERT_EQ(grown.tensors.size(), 2u);
+  EXPECT_EQ(grown.tensors[1].offset, whole.tensors[1].offset);
+}
+
 TEST(LoaderFiles, GgufTruncatedWhileLoadingIsAnError) {
   TempDir dir;
   test::GgufTestWriter w;
