@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,6 +17,7 @@
 #include "cli/numeric_flags.h"
 #include "cli/progress_output.h"
 #include "common/errors.h"
+#include "common/input_file.h"
 #include "common/kv_page.h"
 #include "common/logging.h"
 #include "common/number_text.h"
@@ -142,14 +142,11 @@ PromptSpec parseRequestEntry(const nlohmann::json& e, const std::string& where, 
 std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
   const PromptSpec defaults{.prompt = o.prompt, .system = o.system, .settings = o.request};
   if (o.inputFile.empty()) return {defaults};
-  std::ifstream in(o.inputFile);
-  if (!in) {
-    ES_THROW(InvalidArgument, "generate: argument '--input-file' = ", o.inputFile,
-             " cannot be read");
-  }
+  const std::string text =
+      readInputFile(o.inputFile, kMaxRequestFileBytes, "generate", "--input-file");
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(in);
+    doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     ES_THROW(FormatError, o.inputFile, ": not valid JSON (", e.what(), ")");
   }

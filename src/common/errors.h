@@ -43,12 +43,41 @@ std::string concat(const Parts&... parts) {
 }
 }  // namespace detail
 
-// `text` in single quotes for an error message, cut to 120 characters and "..." (a hostile file
-// may hold megabytes in one name).
+// `text` with every control byte (0x00-0x1f, 0x7f) written as an escape (\n, \t, \r, \\ for a
+// backslash, \xNN for the rest), so that a string read from a file and echoed in an error stays
+// on one line and is never cut short at a NUL when the message is printed as a C string.
+// Bytes >= 0x80 (UTF-8) pass through unchanged.
+inline std::string escapeControl(std::string_view text) {
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// `text` in single quotes for an error message, cut to 120 bytes and "..." (a hostile file may
+// hold megabytes in one name), control bytes escaped (escapeControl).
 inline std::string quoteShort(std::string_view text) {
   constexpr size_t kMax = 120;
   std::string quoted = "'";
-  quoted.append(text.substr(0, kMax));
+  quoted.append(escapeControl(text.substr(0, kMax)));
   if (text.size() > kMax) quoted += "...";
   return quoted + "'";
 }

@@ -1,9 +1,6 @@
 #include "common/mapped_file.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,48 +13,38 @@ namespace es {
 
 MappedFile MappedFile::open(const std::filesystem::path& path, std::string_view where,
                             uint64_t minimumBytes, std::string_view tooShort) {
-  const std::string name = path.string();
-  const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    ES_THROW(InvalidArgument, where, ": argument 'path' = ", name,
-             " cannot be opened: ", std::strerror(err));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    ES_THROW(InvalidArgument, where, ": argument 'path' = ", name, " is not a regular file");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  InputFile input = InputFile::open(path, where);
+  const uint64_t size = input.size();
   if (size < std::max<uint64_t>(minimumBytes, 1)) {
-    ::close(fd);
-    ES_THROW(FormatError, name, ": file is ", size, " bytes, ", tooShort, " (truncated?)");
+    ES_THROW(FormatError, path.string(), ": file is ", size, " bytes, ", tooShort, " (truncated?)");
   }
-  void* mapped = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);  // the mapping keeps its own reference to the file
+  void* mapped = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, input.fd(), 0);
   if (mapped == MAP_FAILED) {
-    ES_THROW(InvalidArgument, where, ": argument 'path' = ", name,
+    const int err = errno;
+    ES_THROW(InvalidArgument, where, ": argument 'path' = ", path.string(),
              " cannot be memory-mapped: ", std::strerror(err));
   }
   MappedFile file;
+  file.file_ = std::move(input);
   file.base_ = static_cast<const uint8_t*>(mapped);
   file.size_ = size;
   return file;
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : base_(std::exchange(other.base_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : file_(std::move(other.file_)),
+      base_(std::exchange(other.base_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     release();
+    file_ = std::move(other.file_);
     base_ = std::exchange(other.base_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
   return *this;
 }
-
 MappedFile::~MappedFile() { release(); }
 
 void MappedFile::release() noexcept {

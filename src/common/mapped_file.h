@@ -1,11 +1,15 @@
 #pragma once
 // A whole file mapped read-only (PROT_READ, MAP_PRIVATE), unmapped on destruction; move-only.
-// The checkpoint readers (safetensors, GGUF) parse straight from the mapping, so weights stream
-// from the page cache without a copy.
+// Opened through InputFile (regular files only, never blocking in open()), whose descriptor it
+// keeps for readAt. The checkpoint readers (safetensors, GGUF) parse their headers and hand out
+// views from the mapping; the loaders copy tensor data with readAt (pread), so a file truncated
+// by someone else while it loads is an error naming the file, not a SIGBUS from the mapping.
 #include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string_view>
+
+#include "common/input_file.h"
 
 namespace es {
 
@@ -29,9 +33,16 @@ class MappedFile {
   uint64_t size() const { return size_; }
   std::span<const uint8_t> bytes() const { return {base_, static_cast<size_t>(size_)}; }
 
+  // Copies [offset, offset + bytes) of the file into `dst` with pread (InputFile::readAt): a
+  // FormatError naming the file and the offset if the file has shrunk since it was mapped.
+  void readAt(uint64_t offset, void* dst, uint64_t bytes) const {
+    file_.readAt(offset, dst, bytes);
+  }
+
  private:
   void release() noexcept;
 
+  InputFile file_;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
 };

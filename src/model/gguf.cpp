@@ -102,24 +102,35 @@ bool bitsToInt(uint64_t bits, GgufValueType t, int64_t* out) {
   return true;
 }
 
-// Bounds-checked cursor over the file. Every read names what it was reading when it fails.
+// Bounds-checked cursor over the file, which it sees through a prefix that `more` extends on
+// demand (the whole file when `more` is null). Every read names what it was reading when it
+// fails.
 class Reader {
  public:
-  Reader(std::span<const uint8_t> file, std::string_view source) : file_(file), source_(source) {}
+  Reader(std::span<const uint8_t> prefix, uint64_t fileBytes, const GgufBytesSource* more,
+         std::string_view source)
+      : prefix_(prefix), fileBytes_(fileBytes), more_(more), source_(source) {}
 
   uint64_t pos() const { return pos_; }
-  uint64_t left() const { return file_.size() - pos_; }
+  uint64_t left() const { return fileBytes_ - pos_; }
   const std::string& source() const { return source_; }
 
-  void need(uint64_t n, std::string_view what) const {
+  void need(uint64_t n, std::string_view what) {
     if (n > left()) {
       ES_THROW(FormatError, source_, ": ", what, " needs ", n, " bytes at offset ", pos_,
                " but only ", left(), " remain (truncated?)");
     }
+    if (pos_ + n > prefix_.size()) {
+      if (more_ != nullptr) prefix_ = (*more_)(pos_ + n);
+      if (pos_ + n > prefix_.size()) {
+        ES_THROW(Error, source_, ": parseGgufHeader: the bytes source gave ", prefix_.size(),
+                 " bytes, ", pos_ + n, " needed");
+      }
+    }
   }
   uint64_t scalar(uint64_t n, bool is_signed, std::string_view what) {
     need(n, what);
-    const uint64_t v = loadLe(file_.data() + pos_, n, is_signed);
+    const uint64_t v = loadLe(prefix_.data() + pos_, n, is_signed);
     pos_ += n;
     return v;
   }
@@ -131,19 +142,22 @@ class Reader {
       ES_THROW(FormatError, source_, ": ", what, " length ", n, " exceeds the limit ", max_bytes);
     }
     need(n, what);
-    std::string s(reinterpret_cast<const char*>(file_.data() + pos_), static_cast<size_t>(n));
+    std::string s(reinterpret_cast<const char*>(prefix_.data() + pos_), static_cast<size_t>(n));
     pos_ += n;
     return s;
   }
+  // The next n bytes; valid until the next read (a read may move the prefix).
   const uint8_t* take(uint64_t n, std::string_view what) {
     need(n, what);
-    const uint8_t* p = file_.data() + pos_;
+    const uint8_t* p = prefix_.data() + pos_;
     pos_ += n;
     return p;
   }
 
  private:
-  std::span<const uint8_t> file_;
+  std::span<const uint8_t> prefix_;
+  uint64_t fileBytes_;
+  const GgufBytesSource* more_;
   std::string source_;
   uint64_t pos_ = 0;
 };
@@ -360,7 +374,7 @@ std::vector<int64_t> GgufTensorInfo::rowMajorShape() const {
 
 std::string GgufTensorInfo::describe() const {
   std::ostringstream os;
-  os << name << " " << ggmlTypeName(type) << " (";
+  os << escapeControl(name) << " " << ggmlTypeName(type) << " (";
   for (size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
   os << ")";
   return os.str();
@@ -463,18 +477,25 @@ std::vector<int64_t> GgufHeader::getIntArray(std::string_view key) const {
 // ---------------------------------------------------------------------------------------------
 
 GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view source) {
-  Reader r(file, source);
+  return parseGgufHeader(file, file.size(), nullptr, source);
+}
+
+GgufHeader parseGgufHeader(std::span<const uint8_t> prefix, uint64_t fileBytes,
+                           const GgufBytesSource& more, std::string_view source) {
+  ES_CHECK_ARG(prefix.size() <= fileBytes && prefix.size() >= std::min<uint64_t>(fileBytes, 4),
+               "parseGgufHeader", "prefix.size()", prefix.size(), "must be in [min(4, ", fileBytes,
+               "), fileBytes = ", fileBytes, "]");
+  Reader r(prefix, fileBytes, more ? &more : nullptr, source);
   GgufHeader h;
   h.source = std::string(source);
 
-  if (file.size() < 4 || std::memcmp(file.data(), kMagic, 4) != 0) {
+  if (fileBytes < 4 || std::memcmp(prefix.data(), kMagic, 4) != 0) {
     std::ostringstream os;
     os << source << ": bad magic ";
-    for (size_t i = 0; i < std::min<size_t>(4, file.size()); ++i) {
-      os << (i ? " " : "") << "0x" << std::hex << static_cast<int>(file[i]) << std::dec;
+    for (size_t i = 0; i < std::min<size_t>(4, prefix.size()); ++i) {
+      os << (i ? " " : "") << "0x" << std::hex << static_cast<int>(prefix[i]) << std::dec;
     }
-    os << " (expected \"GGUF\"; not a GGUF file" << (file.size() < 4 ? ", or truncated" : "")
-       << ")";
+    os << " (expected \"GGUF\"; not a GGUF file" << (fileBytes < 4 ? ", or truncated" : "") << ")";
     throw FormatError(os.str());
   }
   r.take(4, "magic");
@@ -537,16 +558,16 @@ GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view sourc
   // 2^20: no overflow). A file without tensors may end before that padding.
   const uint64_t pos = r.pos();
   const uint64_t aligned = (pos + h.alignment - 1) / h.alignment * h.alignment;
-  if (aligned > file.size()) {
+  if (aligned > fileBytes) {
     if (!h.tensors.empty()) {
       ES_THROW(FormatError, source, ": data section would start at ", aligned, " (alignment ",
-               h.alignment, ") past the end of the ", file.size(), "-byte file (truncated?)");
+               h.alignment, ") past the end of the ", fileBytes, "-byte file (truncated?)");
     }
-    h.data_offset = file.size();
+    h.data_offset = fileBytes;
   } else {
     h.data_offset = aligned;
   }
-  h.data_bytes = file.size() - h.data_offset;
+  h.data_bytes = fileBytes - h.data_offset;
 
   for (const GgufTensorInfo& t : h.tensors) {
     const std::string where = "tensor " + quoteShort(t.name);
@@ -587,7 +608,20 @@ GgufFile GgufFile::open(const std::filesystem::path& path) {
   GgufFile file;
   file.path_ = path;
   file.map_ = MappedFile::open(path, "GgufFile::open", 24, "too short for a GGUF header");
-  file.header_ = parseGgufHeader(file.map_.bytes(), name);
+  // The header is parsed from a pread copy of the file's first bytes, grown (doubling) as the
+  // parser asks for more, never from the mapping: a file truncated meanwhile is then a
+  // FormatError, not a SIGBUS.
+  const uint64_t size = file.map_.size();
+  std::vector<uint8_t> prefix(static_cast<size_t>(std::min(size, kGgufFirstHeaderRead)));
+  file.map_.readAt(0, prefix.data(), prefix.size());
+  const GgufBytesSource more = [&](uint64_t needed) {
+    const uint64_t want = std::min(size, std::max<uint64_t>(needed, 2 * prefix.size()));
+    const size_t have = prefix.size();
+    prefix.resize(static_cast<size_t>(want));
+    file.map_.readAt(have, prefix.data() + have, want - have);
+    return std::span<const uint8_t>(prefix);
+  };
+  file.header_ = parseGgufHeader(prefix, size, more, name);
   return file;
 }
 
@@ -602,6 +636,12 @@ const GgufTensorInfo& GgufFile::info(std::string_view name) const {
 
 std::span<const uint8_t> GgufFile::bytes(const GgufTensorInfo& tensor) const {
   return std::span<const uint8_t>(map_.data() + header_.data_offset + tensor.offset, tensor.bytes);
+}
+
+void GgufFile::readBytes(const GgufTensorInfo& tensor, std::span<uint8_t> out) const {
+  ES_CHECK_ARG(out.size() == tensor.bytes, "GgufFile::readBytes", "out.size()", out.size(),
+               "must be the stored size ", tensor.bytes, " of tensor ", quoteShort(tensor.name));
+  map_.readAt(header_.data_offset + tensor.offset, out.data(), out.size());
 }
 
 }  // namespace es::model

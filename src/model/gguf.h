@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -113,7 +114,13 @@ struct GgufValue {
 };
 
 struct GgufHeader;
+// Gives more of a file whose header is being parsed from its first bytes: called with the number
+// of bytes the parser needs (<= the file's size), returns a prefix of the file at least that long
+// (earlier spans it returned may be invalidated).
+using GgufBytesSource = std::function<std::span<const uint8_t>(uint64_t needed)>;
 GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view source);
+GgufHeader parseGgufHeader(std::span<const uint8_t> prefix, uint64_t fileBytes,
+                           const GgufBytesSource& more, std::string_view source);
 
 struct GgufTensorInfo {
   std::string name;
@@ -159,7 +166,8 @@ struct GgufHeader {
 
  private:
   const GgufValue& require(std::string_view key) const;
-  friend GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view source);
+  friend GgufHeader parseGgufHeader(std::span<const uint8_t> prefix, uint64_t fileBytes,
+                                    const GgufBytesSource& more, std::string_view source);
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };
 
@@ -168,7 +176,19 @@ struct GgufHeader {
 // (`source` names the file in errors, e.g. "<memory>".)
 GgufHeader parseGgufHeader(std::span<const uint8_t> file, std::string_view source);
 
-// A read-only memory-mapped GGUF file; move-only, unmaps on destruction.
+// The same for a file of `fileBytes` bytes seen through `prefix` (at least its first
+// min(4, fileBytes) bytes), which `more` extends whenever the parser reads past it.
+GgufHeader parseGgufHeader(std::span<const uint8_t> prefix, uint64_t fileBytes,
+                           const GgufBytesSource& more, std::string_view source);
+
+// How much of a GGUF file GgufFile::open reads first for its header.
+inline constexpr uint64_t kGgufFirstHeaderRead = uint64_t{1} << 20;
+
+// A read-only memory-mapped GGUF file; move-only, unmaps on destruction. The header is parsed
+// from a pread copy of the file's first bytes and tensor data is loaded with readBytes (pread),
+// so a file truncated on disk while it loads is a FormatError naming the file and the offset,
+// not a SIGBUS. (bytes() views the mapping and, like any mmap, raises SIGBUS when read after
+// such a truncation.)
 class GgufFile {
  public:
   // InvalidArgument if the path is not a readable regular file, FormatError if malformed.
@@ -186,6 +206,8 @@ class GgufFile {
   const GgufTensorInfo& info(std::string_view name) const;
   std::span<const uint8_t> bytes(const GgufTensorInfo& tensor) const;
   std::span<const uint8_t> bytes(std::string_view name) const { return bytes(info(name)); }
+  // The tensor's stored bytes copied into `out` (tensor.bytes long) with pread.
+  void readBytes(const GgufTensorInfo& tensor, std::span<uint8_t> out) const;
 
  private:
   GgufFile() = default;

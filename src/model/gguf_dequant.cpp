@@ -196,8 +196,10 @@ void dequantizeToF32(uint32_t type, std::span<const uint8_t> src, std::span<floa
 
 std::vector<float> dequantizeTensor(const GgufFile& file, const GgufTensorInfo& tensor) {
   std::vector<float> out(static_cast<size_t>(tensor.numel));
-  dequantizeToF32(tensor.type, file.bytes(tensor), out,
-                  file.path().string() + ": tensor '" + tensor.name + "'");
+  std::vector<uint8_t> stored(static_cast<size_t>(tensor.bytes));
+  file.readBytes(tensor, stored);
+  dequantizeToF32(tensor.type, stored, out,
+                  file.path().string() + ": tensor " + quoteShort(tensor.name));
   return out;
 }
 

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/input_file.h"
 #include "model/gguf_convert.h"
 #include "model/gguf_dequant.h"
 #include "model/weight_names.h"
@@ -29,10 +29,15 @@ bool isGgufPath(const std::filesystem::path& path) {
   // By name even when missing or unreadable: GgufFile::open then says what is wrong with it.
   if (path.extension() == ".gguf") return true;
   if (!std::filesystem::is_regular_file(path, ec)) return false;
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+  try {
+    const InputFile file = InputFile::open(path, "isGgufPath");
+    char magic[4] = {};
+    if (file.size() < sizeof magic) return false;
+    file.readAt(0, magic, sizeof magic);
+    return std::memcmp(magic, "GGUF", 4) == 0;
+  } catch (const Error&) {
+    return false;  // not a readable regular file: the caller's open names the problem
+  }
 }
 
 std::unique_ptr<const GgufWeights> GgufWeights::open(const std::filesystem::path& path,
@@ -58,11 +63,11 @@ GgufWeights::GgufWeights(GgufFile file, DType dtype)
     entry.info.name = hfTensorName(t.name);
     const auto e = expected_by_name.find(entry.info.name);
     if (entry.info.name.empty() || e == expected_by_name.end()) {
-      unknown.push_back(t.name);
+      unknown.push_back(escapeControl(t.name));
       continue;
     }
     if (!ggmlTypeDequantizable(t.type))
-      unsupported.push_back(t.name + " (" + ggmlTypeName(t.type) + ")");
+      unsupported.push_back(escapeControl(t.name) + " (" + ggmlTypeName(t.type) + ")");
     entry.info.shape = t.rowMajorShape();
     if (entry.info.shape != e->second->shape) {
       misshapen.push_back(t.describe() + " for " + entry.info.name + " " +
@@ -109,8 +114,11 @@ void GgufWeights::read(const Entry& e, std::span<uint8_t> out) const {
   const int64_t cols = static_cast<int64_t>(t.dims[0]);
   const int64_t rows = static_cast<int64_t>(t.numel) / cols;
   const uint64_t row_bytes = static_cast<uint64_t>(cols) / traits.block_elems * traits.block_bytes;
-  const std::span<const uint8_t> src = file_.bytes(t);
-  const std::string what = file_.path().string() + ": tensor '" + t.name + "'";
+  // The stored bytes, read with pread rather than through the mapping (GgufFile::readBytes).
+  std::vector<uint8_t> stored(static_cast<size_t>(t.bytes));
+  file_.readBytes(t, stored);
+  const std::span<const uint8_t> src(stored);
+  const std::string what = file_.path().string() + ": tensor " + quoteShort(t.name);
   const int64_t head_dim = e.permute_heads > 0 ? rows / e.permute_heads : 0;
   if (e.permute_heads > 0) {
     ES_CHECK_ARG(rows % e.permute_heads == 0 && head_dim % 2 == 0, "GgufWeights::read",

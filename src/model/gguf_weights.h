@@ -10,7 +10,8 @@
 // architecture expects, its shape, its ggml type dequantisable, and no expected tensor missing;
 // one FormatError lists every problem (8 per kind).
 //
-// Reading is bounded: read() fills one tensor, dequantising a row (or a few rows) at a time
+// Reading is bounded: read() copies the tensor's stored (quantised) bytes out of the file with
+// pread (GgufFile::readBytes) and fills one tensor, dequantising a row (or a few rows) at a time
 // through an f32 scratch of at most kGgufReadChunkElems elements.
 #include <cstdint>
 #include <filesystem>

@@ -1,12 +1,12 @@
 #include "model/model_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/input_file.h"
 #include "common/json.h"
 #include "model/gguf_convert.h"
 #include "model/gguf_weights.h"
@@ -16,8 +16,6 @@ namespace es::model {
 namespace {
 
 using nlohmann::json;
-
-constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
 
 std::string shortJson(const json& value) {
   std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -525,21 +523,18 @@ ModelConfig loadModelConfig(const std::filesystem::path& path) {
   // A GGUF model carries its config in its metadata (the config.json `convert` would write).
   if (isGgufPath(path)) return ggufModelConfig(GgufFile::open(path).header());
   std::error_code ec;
-  const std::filesystem::path file =
-      std::filesystem::is_directory(path, ec) ? path / "config.json" : path;
-  if (!std::filesystem::is_regular_file(file, ec)) {
+  const bool folder = std::filesystem::is_directory(path, ec);
+  const std::filesystem::path file = folder ? path / "config.json" : path;
+  // Missing altogether (a dangling link counts as present): say what is expected. Anything else
+  // that is there is opened through InputFile, which names what is wrong with it (a FIFO, a
+  // directory, a device, over the size limit).
+  if (!std::filesystem::exists(std::filesystem::symlink_status(file, ec))) {
     ES_THROW(InvalidArgument, "loadModelConfig: argument 'path' = ", path.string(),
-             " has no config.json (expected a model folder containing config.json)");
+             folder ? " has no config.json (expected a model folder containing config.json)"
+                    : " does not exist (expected a model folder containing config.json)");
   }
-  const std::uintmax_t size = std::filesystem::file_size(file, ec);
-  if (ec || size > kMaxConfigBytes) {
-    ES_THROW(FormatError, file.string(), ": ", size, " bytes exceeds the limit ", kMaxConfigBytes,
-             " bytes");
-  }
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return parseModelConfig(os.str(), file.string());
+  return parseModelConfig(readInputFile(file, kMaxConfigJsonBytes, "loadModelConfig"),
+                          file.string());
 }
 
 }  // namespace es::model

@@ -135,7 +135,7 @@ int64_t TensorInfo::numel() const {
 
 std::string TensorInfo::describe() const {
   std::ostringstream os;
-  os << name << " " << dtype_name(dtype) << "[";
+  os << escapeControl(name) << " " << dtype_name(dtype) << "[";
   for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
   os << "]";
   return os.str();
@@ -161,13 +161,21 @@ bool safetensorsDTypeFromName(std::string_view name, DType* out) {
 }
 
 SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file, std::string_view source) {
-  if (file.size() < 8) {
-    ES_THROW(FormatError, source, ": file is ", file.size(),
+  return parseSafetensorsHeader(file, file.size(), source);
+}
+
+SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> prefix, uint64_t fileBytes,
+                                         std::string_view source) {
+  ES_CHECK_ARG(prefix.size() <= fileBytes && (prefix.size() >= 8 || prefix.size() == fileBytes),
+               "parseSafetensorsHeader", "prefix.size()", prefix.size(),
+               "must be <= fileBytes = ", fileBytes, " and >= 8 unless it is the whole file");
+  if (fileBytes < 8) {
+    ES_THROW(FormatError, source, ": file is ", fileBytes,
              " bytes, too short for the 8-byte safetensors header length (truncated?)");
   }
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | file[static_cast<size_t>(i)];  // little-endian
-  const uint64_t available = file.size() - 8;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | prefix[static_cast<size_t>(i)];  // little-endian
+  const uint64_t available = fileBytes - 8;
   if (n > kMaxSafetensorsHeaderBytes) {
     ES_THROW(FormatError, source, ": header length ", n, " exceeds the limit ",
              kMaxSafetensorsHeaderBytes, " bytes (not a safetensors file?)");
@@ -178,15 +186,17 @@ SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file, std::str
   }
   if (n < 2)
     ES_THROW(FormatError, source, ": header length ", n, " is too short for a JSON object");
+  ES_CHECK_ARG(prefix.size() >= 8 + n, "parseSafetensorsHeader", "prefix.size()", prefix.size(),
+               "must hold the 8 + ", n, " header bytes");
 
   SafetensorsHeader header;
   header.header_bytes = n;
   header.data_offset = 8 + n;
-  header.data_bytes = file.size() - header.data_offset;
+  header.data_bytes = fileBytes - header.data_offset;
 
   // The reference writer pads the header with spaces to 8-byte alignment; tolerate trailing
   // spaces and NULs from other writers too.
-  std::string_view text(reinterpret_cast<const char*>(file.data() + 8), static_cast<size_t>(n));
+  std::string_view text(reinterpret_cast<const char*>(prefix.data() + 8), static_cast<size_t>(n));
   while (!text.empty() && (text.back() == ' ' || text.back() == '\0')) text.remove_suffix(1);
   if (text.empty() || text.front() != '{') {
     ES_THROW(FormatError, source, ": header does not start with '{' (not a safetensors file?)");
@@ -245,11 +255,22 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   file.path_ = path;
   file.map_ = MappedFile::open(path, "SafetensorsFile::open", 8,
                                "too short for the 8-byte safetensors header length");
-  // On a parse error `file` unmaps in its destructor.
-  file.header_ = parseSafetensorsHeader(file.map_.bytes(), name);
+  // The header is copied out with pread and parsed from the copy, not from the mapping: a file
+  // truncated meanwhile is then a FormatError, never a SIGBUS. On a parse error `file` unmaps in
+  // its destructor.
+  std::vector<uint8_t> prefix(8);
+  file.map_.readAt(0, prefix.data(), 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | prefix[static_cast<size_t>(i)];
+  if (n <= kMaxSafetensorsHeaderBytes && n <= file.map_.size() - 8) {
+    prefix.resize(static_cast<size_t>(8 + n));
+    file.map_.readAt(8, prefix.data() + 8, n);
+  }
+  file.header_ = parseSafetensorsHeader(prefix, file.map_.size(), name);
   for (const TensorInfo& t : file.header_.tensors) {
     if (!file.isAligned(t.name)) {
-      ES_LOG_WARN(name, ": tensor ", t.name, " is not aligned to its ", dtype_size(t.dtype),
+      ES_LOG_WARN(name, ": tensor ", quoteShort(t.name), " is not aligned to its ",
+                  dtype_size(t.dtype),
                   "-byte element size (header not padded); views of it need unaligned access");
       break;
     }
@@ -269,6 +290,15 @@ const TensorInfo& SafetensorsFile::info(std::string_view name) const {
 std::span<const uint8_t> SafetensorsFile::bytes(std::string_view name) const {
   const TensorInfo& t = info(name);
   return std::span<const uint8_t>(map_.data() + header_.data_offset + t.begin, t.byteSize());
+}
+
+void SafetensorsFile::readBytes(std::string_view name, uint64_t offset, void* dst,
+                                uint64_t count) const {
+  const TensorInfo& t = info(name);
+  ES_CHECK_ARG(offset <= t.byteSize() && count <= t.byteSize() - offset,
+               "SafetensorsFile::readBytes", "offset + count", offset + count,
+               "must be <= the tensor's ", t.byteSize(), " bytes");
+  map_.readAt(header_.data_offset + t.begin + offset, dst, count);
 }
 
 bool SafetensorsFile::isAligned(std::string_view name) const {

@@ -53,13 +53,21 @@ struct SafetensorsHeader {
 // Throws FormatError on any malformed input.
 SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file,
                                          std::string_view source = "<memory>");
+// The same from the first bytes of a file of `fileBytes` bytes: `prefix` holds at least the
+// length field and the header (8 + N bytes) when those are inside the file (the whole file when
+// it is shorter than 8 bytes). InvalidArgument when it holds less.
+SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> prefix, uint64_t fileBytes,
+                                         std::string_view source);
 
 // Maps safetensors dtype names ("BF16", "F16", "F32") to DType; false for anything else.
 bool safetensorsDTypeFromName(std::string_view name, DType* out);
 
 // A read-only memory-mapped safetensors file. Move-only; unmaps on destruction. Views stay
 // valid while the object lives. The mapping is PROT_READ: writing through a view faults.
-// (As with any mmap, truncating the file on disk while it is mapped raises SIGBUS on access.)
+// As with any mmap, reading a view of a file that was truncated on disk after it was mapped
+// raises SIGBUS; open() therefore parses a pread copy of the header, and the loaders copy tensor
+// data with readBytes (pread), which turns a truncated file into a FormatError naming the file
+// and the offset.
 class SafetensorsFile {
  public:
   // Throws InvalidArgument if the path is not a readable regular file, FormatError if the
@@ -82,6 +90,10 @@ class SafetensorsFile {
   TensorView view(std::string_view name) const;
   std::span<const uint8_t> bytes(std::string_view name) const;
   bool isAligned(std::string_view name) const;
+  // Copies bytes [offset, offset + count) of tensor `name` into `dst` with pread (not through the
+  // mapping). InvalidArgument if the range is outside the tensor; FormatError naming the file
+  // and the offset if the file has been truncated since it was opened.
+  void readBytes(std::string_view name, uint64_t offset, void* dst, uint64_t count) const;
 
  private:
   SafetensorsFile() = default;

@@ -132,7 +132,7 @@ WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& conf
     if (tolerated) {
       report.ignored.push_back(name);
     } else {
-      unexpected.push_back(name + " " + shapeText(store.info(name).shape));
+      unexpected.push_back(escapeControl(name) + " " + shapeText(store.info(name).shape));
     }
   }
 

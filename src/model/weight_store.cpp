@@ -1,10 +1,10 @@
 #include "model/weight_store.h"
 
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/input_file.h"
 #include "common/json.h"
 #include "common/logging.h"
 #include "model/gguf_weights.h"
@@ -13,23 +13,6 @@ namespace es::model {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Index files are a few MB at most (a name and a shard per tensor).
-constexpr std::uintmax_t kMaxIndexBytes = 64u << 20;
-
-std::string readSmallFile(const fs::path& path, std::uintmax_t limit) {
-  std::error_code ec;
-  const std::uintmax_t size = fs::file_size(path, ec);
-  if (ec) ES_THROW(FormatError, path.string(), ": cannot read: ", ec.message());
-  if (size > limit) {
-    ES_THROW(FormatError, path.string(), ": ", size, " bytes exceeds the limit ", limit, " bytes");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ES_THROW(FormatError, path.string(), ": cannot be opened");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 // A shard must name a file directly inside the model folder: no directories, no "..".
 bool isPlainFileName(const std::string& name) {
@@ -61,7 +44,9 @@ WeightStore WeightStore::open(const fs::path& path, DType gguf_dtype) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) return openFolder(path);
   if (isGgufPath(path)) return openGguf(path, gguf_dtype);
-  if (fs::is_regular_file(path, ec)) return openFile(path);
+  // Anything else that exists is opened as a safetensors file: InputFile names what is wrong
+  // with a FIFO, device or socket instead of this generic message.
+  if (fs::exists(path, ec)) return openFile(path);
   ES_THROW(InvalidArgument, "WeightStore::open: argument 'path' = ", path.string(),
            " is neither a model folder nor a GGUF or safetensors file");
 }
@@ -89,7 +74,8 @@ WeightStore WeightStore::openFolder(const fs::path& dir) {
   }
 
   const std::string where = index_path.string();
-  const nlohmann::json index = parseJsonStrict(readSmallFile(index_path, kMaxIndexBytes), where);
+  const nlohmann::json index = parseJsonStrict(
+      readInputFile(index_path, kMaxWeightsIndexBytes, "WeightStore::openFolder"), where);
   if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object()) {
     ES_THROW(FormatError, where, ": must be an object with a 'weight_map' object");
   }
@@ -102,19 +88,19 @@ WeightStore WeightStore::openFolder(const fs::path& dir) {
   std::map<std::string, std::string> listed;  // tensor -> shard, as the index says
   for (const auto& [tensor, shard_value] : weight_map.items()) {
     if (!shard_value.is_string()) {
-      ES_THROW(FormatError, where, ": weight_map['", tensor, "'] must be a shard file name, got ",
-               shard_value.dump());
+      ES_THROW(FormatError, where, ": weight_map[", quoteShort(tensor),
+               "] must be a shard file name, got ", shard_value.dump());
     }
     const std::string shard = shard_value.get<std::string>();
     if (!isPlainFileName(shard)) {
-      ES_THROW(FormatError, where, ": weight_map['", tensor, "'] = '", shard,
-               "' is not a file name inside the model folder");
+      ES_THROW(FormatError, where, ": weight_map[", quoteShort(tensor), "] = ", quoteShort(shard),
+               " is not a file name inside the model folder");
     }
     if (!shard_index.contains(shard)) {
       const fs::path shard_path = dir / shard;
-      if (!fs::is_regular_file(shard_path, ec)) {
-        ES_THROW(FormatError, where, ": shard '", shard, "' (for tensor '", tensor,
-                 "') does not exist in ", dir.string());
+      if (!fs::exists(shard_path, ec)) {
+        ES_THROW(FormatError, where, ": shard ", quoteShort(shard), " (for tensor ",
+                 quoteShort(tensor), ") does not exist in ", dir.string());
       }
       shard_index.emplace(shard, store.files_.size());
       store.files_.push_back(SafetensorsFile::open(shard_path));
@@ -126,8 +112,9 @@ WeightStore WeightStore::openFolder(const fs::path& dir) {
     for (const TensorInfo& t : store.files_[file_index].tensors()) {
       auto [it, inserted] = store.location_.emplace(t.name, file_index);
       if (!inserted) {
-        ES_THROW(FormatError, dir.string(), ": tensor '", t.name, "' is in two shards: '",
-                 store.files_[it->second].path().filename().string(), "' and '", shard, "'");
+        ES_THROW(FormatError, dir.string(), ": tensor ", quoteShort(t.name), " is in two shards: ",
+                 quoteShort(store.files_[it->second].path().filename().string()), " and ",
+                 quoteShort(shard));
       }
     }
   }
@@ -135,19 +122,19 @@ WeightStore WeightStore::openFolder(const fs::path& dir) {
     for (const TensorInfo& t : store.files_[file_index].tensors()) {
       auto listed_it = listed.find(t.name);
       if (listed_it == listed.end()) {
-        ES_THROW(FormatError, where, ": shard '", shard, "' holds tensor '", t.name,
-                 "' that weight_map does not list");
+        ES_THROW(FormatError, where, ": shard ", quoteShort(shard), " holds tensor ",
+                 quoteShort(t.name), " that weight_map does not list");
       }
       if (listed_it->second != shard) {
-        ES_THROW(FormatError, where, ": weight_map puts tensor '", t.name, "' in '",
-                 listed_it->second, "' but it is in '", shard, "'");
+        ES_THROW(FormatError, where, ": weight_map puts tensor ", quoteShort(t.name), " in ",
+                 quoteShort(listed_it->second), " but it is in ", quoteShort(shard));
       }
     }
   }
   for (const auto& [tensor, shard] : listed) {
     if (!store.location_.contains(tensor)) {
-      ES_THROW(FormatError, where, ": weight_map lists tensor '", tensor, "' in shard '", shard,
-               "' but the shard does not hold it");
+      ES_THROW(FormatError, where, ": weight_map lists tensor ", quoteShort(tensor), " in shard ",
+               quoteShort(shard), " but the shard does not hold it");
     }
   }
   return store;
@@ -204,6 +191,11 @@ HostTensor WeightStore::read(std::string_view name) const {
   t.view.rank = static_cast<int>(e.info.shape.size());
   for (size_t d = 0; d < e.info.shape.size(); ++d) t.view.shape[d] = e.info.shape[d];
   return t;
+}
+
+void WeightStore::readBytes(std::string_view name, uint64_t offset, void* dst,
+                            uint64_t count) const {
+  fileOf(name).readBytes(name, offset, dst, count);
 }
 
 std::string WeightStore::ggufOrigin(std::string_view name) const {

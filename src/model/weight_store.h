@@ -6,8 +6,10 @@
 // A store can also be opened on a GGUF file (openGguf, or open() on a path that is one): it then
 // lists the tensors under their HF names and shapes (gguf_weights.h: Llama q/k un-permuted) in
 // the dtype chosen at open, and read() dequantises one tensor per call into memory the returned
-// HostTensor owns. Peak host memory is then one tensor (plus a bounded f32 scratch), whatever
-// the model size. view() is for mapped safetensors only; read() works on both kinds.
+// HostTensor owns. Peak host memory is then one tensor and its stored bytes (plus a bounded f32
+// scratch), whatever the model size. view() is for mapped safetensors only; read() works on both
+// kinds. Loaders copy safetensors data with readBytes (pread), not through the mapping, so a
+// file truncated on disk while it loads is an error naming the file, not a SIGBUS.
 //
 // Checks on open (FormatError naming the folder / file / tensor): the index is strict JSON (no
 // duplicate names), every shard is a plain file name inside the folder and exists, every name in
@@ -74,6 +76,9 @@ class WeightStore {
   TensorView view(std::string_view name) const;
   // The tensor in host memory: the mapping's view (safetensors) or a dequantised copy (GGUF).
   HostTensor read(std::string_view name) const;
+  // Bytes [offset, offset + count) of a safetensors tensor copied into `dst` with pread
+  // (SafetensorsFile::readBytes); InvalidArgument on a GGUF store (its tensors need read()).
+  void readBytes(std::string_view name, uint64_t offset, void* dst, uint64_t count) const;
   // For a GGUF store, where a tensor comes from ("blk.0.attn_q.weight Q4_1"); empty otherwise.
   std::string ggufOrigin(std::string_view name) const;
   const SafetensorsFile& fileOf(std::string_view name) const;  // InvalidArgument on a GGUF store

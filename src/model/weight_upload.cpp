@@ -11,25 +11,44 @@ namespace es::model {
 void uploadTensor(ops::Backend& backend, const WeightStore& store, std::string_view name,
                   DType dtype, void* dst) {
   const TensorInfo& info = store.info(name);
-  // A view of the mapping, or (GGUF store) the tensor dequantised into host memory.
-  const HostTensor src = store.read(name);
-  const auto* bytes = static_cast<const uint8_t*>(src.view.data);
   const int64_t numel = info.numel();
   auto* out = static_cast<uint8_t*>(dst);
-  if (info.dtype == dtype) {  // no conversion: stream straight from the mapping
+  if (store.isGguf()) {  // dequantised into host memory by read(), already in `dtype`
+    const HostTensor src = store.read(name);
     const int64_t total = numel * dtype_size(dtype);
     for (int64_t off = 0; off < total; off += kUploadChunkBytes) {
-      backend.copyFromHost(out + off, bytes + off, std::min(kUploadChunkBytes, total - off));
+      backend.copyFromHost(out + off, src.storage.data() + off,
+                           std::min(kUploadChunkBytes, total - off));
+    }
+    return;
+  }
+  // Safetensors: the bytes come with pread (WeightStore::readBytes), never through the mapping,
+  // so a file truncated while it loads is an error naming the file instead of a SIGBUS.
+  if (info.dtype == dtype) {
+    const int64_t total = numel * dtype_size(dtype);
+    if (backend.space() == MemorySpace::kHost) {  // straight into the destination
+      store.readBytes(name, 0, out, static_cast<uint64_t>(total));
+      return;
+    }
+    std::vector<uint8_t> staging(static_cast<size_t>(std::min(kUploadChunkBytes, total)));
+    for (int64_t off = 0; off < total; off += kUploadChunkBytes) {
+      const int64_t n = std::min(kUploadChunkBytes, total - off);
+      store.readBytes(name, static_cast<uint64_t>(off), staging.data(), static_cast<uint64_t>(n));
+      backend.copyFromHost(out + off, staging.data(), n);
     }
     return;
   }
   const int64_t chunkElems = kUploadChunkBytes / 4;
+  const int64_t srcSize = dtype_size(info.dtype);
+  std::vector<uint8_t> source(static_cast<size_t>(std::min(numel, chunkElems) * srcSize));
   std::vector<uint8_t> staging(
       static_cast<size_t>(std::min(numel, chunkElems) * dtype_size(dtype)));
   for (int64_t first = 0; first < numel; first += chunkElems) {
     const int64_t n = std::min(chunkElems, numel - first);
+    store.readBytes(name, static_cast<uint64_t>(first * srcSize), source.data(),
+                    static_cast<uint64_t>(n * srcSize));
     for (int64_t i = 0; i < n; ++i) {
-      storeFromFloat(staging.data(), dtype, i, loadAsFloat(bytes, info.dtype, first + i));
+      storeFromFloat(staging.data(), dtype, i, loadAsFloat(source.data(), info.dtype, i));
     }
     backend.copyFromHost(out + first * dtype_size(dtype), staging.data(), n * dtype_size(dtype));
   }

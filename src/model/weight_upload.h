@@ -1,7 +1,9 @@
 #pragma once
-// Moving checkpoint tensors into backend memory: streamed from the memory-mapped file in chunks
-// of at most kUploadChunkBytes, converted to the backend's dtype on the way, so host memory
-// beyond the page cache stays at one chunk whatever the model size.
+// Moving checkpoint tensors into backend memory: read from the file with pread in chunks of at
+// most kUploadChunkBytes (straight into the destination on a host backend when no conversion is
+// needed), converted to the backend's dtype on the way, so host memory beyond the page cache
+// stays at one chunk whatever the model size. pread rather than the mapping: a file truncated by
+// someone else while it loads is a FormatError naming the file and the offset, not a SIGBUS.
 #include <cstdint>
 #include <string_view>
 #include <vector>

@@ -1,10 +1,10 @@
 #include "tokenizer/tokenizer_json.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/input_file.h"
 #include "common/json.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/pretokenizer.h"
@@ -18,10 +18,17 @@ std::string shortText(std::string_view s) {
   return s.size() <= 120 ? std::string(s) : std::string(s.substr(0, 117)) + "...";
 }
 
+// Token ids beyond the number of entries a file lists (vocab plus added_tokens) are allowed up
+// to this many: real vocabularies are dense, and a bound tied to the file's own size keeps a tiny
+// file from sizing the vocabulary table at 2^30 entries.
+constexpr int64_t kTokenIdSlack = 1024;
+
 // Field access that names the file and the JSON path in every error.
 class Reader {
  public:
-  explicit Reader(std::string_view source) : source_(source) {}
+  // `idLimit`: token ids must be below it.
+  explicit Reader(std::string_view source, int64_t idLimit = int64_t{1} << 30)
+      : source_(source), idLimit_(idLimit) {}
 
   [[noreturn]] void fail(std::string_view field, std::string_view what) const {
     ES_THROW(FormatError, source_, ": field '", field, "' ", what);
@@ -46,8 +53,10 @@ class Reader {
     return v.get<bool>();
   }
   int32_t id(const json& v, std::string_view field) const {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30))
-      fail(field, "must be a token id (an integer in [0, 2^30]), got " + shortText(v.dump()));
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= idLimit_)
+      fail(field, "must be a token id (an integer in [0, " + std::to_string(idLimit_) +
+                      "): the file's vocab and added_tokens entries + " +
+                      std::to_string(kTokenIdSlack) + "), got " + shortText(v.dump()));
     return static_cast<int32_t>(v.get<int64_t>());
   }
   bool flag(const json& obj, const char* key, std::string_view field, bool fallback) const {
@@ -57,6 +66,7 @@ class Reader {
 
  private:
   std::string source_;
+  int64_t idLimit_;
 };
 
 void readModel(const Reader& r, const json& model, TokenizerSpec& spec) {
@@ -126,7 +136,15 @@ void readAddedTokens(const Reader& r, const json& root, TokenizerSpec& spec) {
         r.fail(field + "." + key, "is true for '" + token.content + "'; not supported");
     }
     if (static_cast<size_t>(token.id) >= spec.vocab.size()) spec.vocab.resize(token.id + 1);
-    if (spec.vocab[token.id].empty()) spec.vocab[token.id] = bytesToByteLevel(token.content);
+    // An added token may repeat a vocab entry (GPT-2's <|endoftext|>), but only with the same
+    // text: one id with two texts would encode one and decode the other.
+    const std::string byteLevel = bytesToByteLevel(token.content);
+    const std::string& listed = spec.vocab[token.id];
+    if (!listed.empty() && listed != byteLevel && listed != token.content)
+      r.fail(field + ".id", "is " + std::to_string(token.id) + ", the id of vocab token '" +
+                                shortText(listed) + "', but its content is '" +
+                                shortText(token.content) + "'");
+    if (listed.empty()) spec.vocab[token.id] = byteLevel;
     spec.addedTokens.push_back(std::move(token));
   }
 }
@@ -241,20 +259,22 @@ void readPostProcessor(const Reader& r, const json& root, TokenizerSpec& spec) {
   }
 }
 
-std::string readFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ES_THROW(InvalidArgument, "cannot open tokenizer file '", path.string(), "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 TokenizerSpec parseTokenizerJson(std::string_view text, std::string_view source) {
   const json root = parseJsonStrict(text, source);
-  const Reader r(source);
   if (!root.is_object()) ES_THROW(FormatError, source, ": a tokenizer.json must be a JSON object");
+  const auto entriesOf = [](const json& parent, const char* key) -> int64_t {
+    const auto it = parent.find(key);
+    return it != parent.end() && (it->is_object() || it->is_array())
+               ? static_cast<int64_t>(it->size())
+               : 0;
+  };
+  const auto model = root.find("model");
+  const int64_t entries =
+      entriesOf(root, "added_tokens") +
+      (model != root.end() && model->is_object() ? entriesOf(*model, "vocab") : 0);
+  const Reader r(source, entries + kTokenIdSlack);
   TokenizerSpec spec;
   readModel(r, r.member(root, "model", "model"), spec);
   readAddedTokens(r, root, spec);
@@ -310,11 +330,17 @@ void applyTokenizerConfig(TokenizerSpec& spec, std::string_view text, std::strin
 }
 
 TokenizerSpec loadTokenizerJson(const std::filesystem::path& path) {
-  TokenizerSpec spec = parseTokenizerJson(readFile(path), path.string());
+  TokenizerSpec spec = parseTokenizerJson(
+      readInputFile(path, kMaxTokenizerJsonBytes, "loadTokenizerJson"), path.string());
   const std::filesystem::path config = path.parent_path() / "tokenizer_config.json";
+  // Optional, but when present (a dangling link counts) it is read through the same checks: a
+  // FIFO or an oversized file there is an error, not silently skipped.
   std::error_code ec;
-  if (std::filesystem::is_regular_file(config, ec))
-    applyTokenizerConfig(spec, readFile(config), config.string());
+  if (std::filesystem::exists(std::filesystem::symlink_status(config, ec))) {
+    applyTokenizerConfig(spec,
+                         readInputFile(config, kMaxTokenizerConfigJsonBytes, "loadTokenizerJson"),
+                         config.string());
+  }
   return spec;
 }
 

@@ -9,7 +9,9 @@
 namespace es::tokenizer {
 
 // Reads `path` (a tokenizer.json) and, when a tokenizer_config.json sits in the same folder,
-// applies it (applyTokenizerConfig). Throws InvalidArgument when the file cannot be read and
+// applies it (applyTokenizerConfig). Both are read through InputFile (common/input_file.h):
+// InvalidArgument naming the file when it cannot be opened, is not a regular file or is over
+// kMaxTokenizerJsonBytes (kMaxTokenizerConfigJsonBytes for tokenizer_config.json), and
 // FormatError naming the file and the field for anything malformed or unsupported (a
 // pre-tokenizer regex we do not implement is named in the message).
 TokenizerSpec loadTokenizerJson(const std::filesystem::path& path);

@@ -2,9 +2,11 @@
 // a whole file. A FormatError is the expected way to reject it; any other exception, a
 // sanitizer report or a broken invariant of an accepted header is a finding. Accepted files also
 // go through the typed getters, the vocabulary reader and the dequantiser of small tensors.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/errors.h"
@@ -16,12 +18,28 @@ using namespace es::model;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const uint8_t> file(data, size);
+  // GgufFile::open parses a prefix that grows on demand: it must agree with the whole buffer,
+  // error messages included.
+  const GgufBytesSource more = [&](uint64_t needed) {
+    return file.first(static_cast<size_t>(needed));
+  };
+  std::string prefixError;
+  uint64_t prefixDataOffset = 0;
+  try {
+    prefixDataOffset =
+        parseGgufHeader(file.first(std::min<size_t>(size, 4)), size, more, "fuzz-input")
+            .data_offset;
+  } catch (const es::FormatError& e) {
+    prefixError = e.what();
+  }
   GgufHeader h;
   try {
     h = parseGgufHeader(file, "fuzz-input");
-  } catch (const es::FormatError&) {
+  } catch (const es::FormatError& e) {
+    if (prefixError != e.what()) __builtin_trap();
     return 0;
   }
+  if (!prefixError.empty() || prefixDataOffset != h.data_offset) __builtin_trap();
   if (h.data_offset + h.data_bytes != size) __builtin_trap();
   if (h.alignment == 0 || (h.alignment & (h.alignment - 1)) != 0) __builtin_trap();
   for (const GgufTensorInfo& t : h.tensors) {

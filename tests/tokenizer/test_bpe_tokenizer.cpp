@@ -224,5 +224,30 @@ TEST(TokenizerJson, ErrorsNameFileAndField) {
   EXPECT_THROW((void)loadTokenizerJson("/nonexistent/tokenizer.json"), InvalidArgument);
 }
 
+// Ids are bounded by the number of entries the file lists (plus a slack), so a few bytes cannot
+// size the vocabulary at 2^30 entries; an added token may repeat a vocab entry only with the
+// same text.
+TEST(TokenizerJson, TokenIdsAreBoundedAndConsistent) {
+  const std::string byteLevel = R"({"type": "ByteLevel", "use_regex": true})";
+  expectFormatError(R"({"model": {"vocab": {"a": 1073741824}, "merges": []}, "pre_tokenizer": )" +
+                        byteLevel + "}",
+                    "must be a token id (an integer in [0, 1025)");
+  EXPECT_EQ(parseTokenizerJson(R"({"model": {"vocab": {"a": 1024}, "merges": []}, )"
+                               R"("pre_tokenizer": )" +
+                                   byteLevel + "}",
+                               "t")
+                .vocab.size(),
+            1025u);
+  expectFormatError(
+      minimalJson(byteLevel).insert(1, R"("added_tokens": [{"id": 2, "content": "<s>"}], )"),
+      "'added_tokens[0].id' is 2, the id of vocab token 'ab', but its content is '<s>'");
+  // The same text under the same id (GPT-2's <|endoftext|>) is fine.
+  EXPECT_EQ(parseTokenizerJson(minimalJson(byteLevel).insert(
+                                   1, R"("added_tokens": [{"id": 2, "content": "ab"}], )"),
+                               "t")
+                .addedTokens.size(),
+            1u);
+}
+
 }  // namespace
 }  // namespace es::tokenizer
