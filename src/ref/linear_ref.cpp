@@ -19,6 +19,7 @@
 // (chosen at load time); all give the same bits, since vector lanes are the partial sums above.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/linear.h"
@@ -208,8 +209,10 @@ void linear(const kernel::LinearParams& p) {
     }
     return;
   }
-  std::vector<float> xf(static_cast<size_t>(m * k));
-  loadFloats(p.x, p.dtype, 0, m * k, xf.data());
+  // Scratch left uninitialized (make_unique_for_overwrite): every element is written before it
+  // is read, so a zero fill (up to m x k floats for x) would only be overwritten.
+  const auto xf = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(m * k));
+  loadFloats(p.x, p.dtype, 0, m * k, xf.get());
   std::vector<float> bias;
   if (p.bias != nullptr) {
     bias.resize(static_cast<size_t>(n));
@@ -224,23 +227,24 @@ void linear(const kernel::LinearParams& p) {
   const bool widenPerBlock =
       wDtype == DType::kF16 || (wDtype == DType::kBF16 && m >= kMinRowsToWidenPerBlock);
   detail::parallelFor(blocks, 2 * kWBlockRows * k * m, [&](int64_t begin, int64_t end) {
-    std::vector<float> wf(widenPerBlock ? static_cast<size_t>(kWBlockRows * k) : 0);
+    const auto wf = std::make_unique_for_overwrite<float[]>(
+        widenPerBlock ? static_cast<size_t>(kWBlockRows * k) : 0);
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t j0 = blk * kWBlockRows, rows = std::min(kWBlockRows, n - j0);
       if (!widenPerBlock && wDtype == DType::kBF16) {
-        runBlock(BlockJob<uint16_t>{xf.data(), static_cast<const uint16_t*>(p.w) + j0 * k, biasF, m,
+        runBlock(BlockJob<uint16_t>{xf.get(), static_cast<const uint16_t*>(p.w) + j0 * k, biasF, m,
                                     k, n, j0, rows, p.y, p.outDtype});
         continue;
       }
       const float* w = static_cast<const float*>(p.w) + j0 * k;
       if (wDtype == DType::kBF16) {
-        widenBf16(static_cast<const uint16_t*>(p.w) + j0 * k, rows * k, wf.data());
-        w = wf.data();
+        widenBf16(static_cast<const uint16_t*>(p.w) + j0 * k, rows * k, wf.get());
+        w = wf.get();
       } else if (wDtype == DType::kF16) {
-        loadFloats(p.w, wDtype, j0 * k, rows * k, wf.data());
-        w = wf.data();
+        loadFloats(p.w, wDtype, j0 * k, rows * k, wf.get());
+        w = wf.get();
       }
-      runBlock(BlockJob<float>{xf.data(), w, biasF, m, k, n, j0, rows, p.y, p.outDtype});
+      runBlock(BlockJob<float>{xf.get(), w, biasF, m, k, n, j0, rows, p.y, p.outDtype});
     }
   });
 }
