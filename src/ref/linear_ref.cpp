@@ -10,14 +10,16 @@
 // one-row decodes on the CPU backend, as on the GPU.
 //
 // This is also the CPU backend's GEMM, so it is blocked: x is converted to fp32 once; each thread
-// owns a range of output features (blocks of 32 W rows: fp32 and bf16 W are read in place, bf16
-// widened in registers; f16 W is converted per block), and forms register tiles of 4 x rows by
-// 2 W rows (1 x 4 for the last m % 4 rows): each loaded 8-lane vector then feeds 2–4 products
-// instead of one. The tile loop is compiled for AVX2 and for the baseline x86-64 (GCC's
-// target_clones picks one at load time); both give the same bits, since vector lanes are the
-// partial sums above.
+// owns a range of output features (blocks of 32 W rows). fp32 W is read in place; bf16 W is
+// widened in registers for fewer than 8 x rows (decode, verify) and widened to fp32 once per
+// block for more (prefill), where in-register widening would repeat for every x tile; f16 W is
+// converted per block. Register tiles are 4 x rows by 2 W rows (4 x 4 where AVX-512VL gives 32
+// vector registers; 1 x 4 for the last m % 4 rows): each loaded 8-lane vector then feeds 2–4
+// products instead of one. The tile loop is compiled for AVX-512VL, AVX2 and the baseline x86-64
+// (chosen at load time); all give the same bits, since vector lanes are the partial sums above.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/linear.h"
@@ -34,7 +36,8 @@ namespace {
 #define ES_X86_CLONES
 #endif
 
-constexpr int64_t kWBlockRows = 32;  // W rows per block (32 x K fp32 stays in L2)
+constexpr int64_t kWBlockRows = 32;             // W rows per block (32 x K fp32 stays in L2)
+constexpr int64_t kMinRowsToWidenPerBlock = 8;  // x rows from which bf16 W is widened per block
 
 // Eight fp32 lanes: one lane per partial sum of the summation order above. LanesAt reads 8
 // floats, Bf16At 8 bf16 values, at any element-aligned address (one unaligned vector load).
@@ -123,13 +126,22 @@ __attribute__((always_inline)) inline void storeTile(const BlockJob<WT>& b, int6
   }
 }
 
-template <typename WT>
+// Tiles of R x rows by C W rows, then 4 x 1 for the last rows % C W rows, then 1 x 4 / 1 x 1
+// for the last m % R x rows (and m % R >= 4: 4 x 2 first).
+template <int R, int C, typename WT>
 __attribute__((always_inline)) inline void runBlockOf(const BlockJob<WT>& b) {
   int64_t i = 0;
-  for (; i + 4 <= b.m; i += 4) {
+  for (; i + R <= b.m; i += R) {
     int64_t j = 0;
-    for (; j + 2 <= b.rows; j += 2) storeTile<4, 2>(b, i, j);
-    for (; j < b.rows; ++j) storeTile<4, 1>(b, i, j);
+    for (; j + C <= b.rows; j += C) storeTile<R, C>(b, i, j);
+    for (; j < b.rows; ++j) storeTile<R, 1>(b, i, j);
+  }
+  if constexpr (R > 4) {
+    for (; i + 4 <= b.m; i += 4) {
+      int64_t j = 0;
+      for (; j + 2 <= b.rows; j += 2) storeTile<4, 2>(b, i, j);
+      for (; j < b.rows; ++j) storeTile<4, 1>(b, i, j);
+    }
   }
   for (; i < b.m; ++i) {
     int64_t j = 0;
@@ -138,8 +150,31 @@ __attribute__((always_inline)) inline void runBlockOf(const BlockJob<WT>& b) {
   }
 }
 
-ES_X86_CLONES void runBlock(const BlockJob<float>& b) { runBlockOf(b); }
-ES_X86_CLONES void runBlock(const BlockJob<uint16_t>& b) { runBlockOf(b); }
+// dst[i] = src[i] widened from bf16 bits to fp32 (exact: a bf16 is the top half of an fp32).
+ES_X86_CLONES void widenBf16(const uint16_t* src, int64_t count, float* dst) {
+  for (int64_t i = 0; i < count; ++i) dst[i] = wAt(src, i);
+}
+
+ES_X86_CLONES void runBlockBase(const BlockJob<float>& b) { runBlockOf<4, 2>(b); }
+ES_X86_CLONES void runBlock(const BlockJob<uint16_t>& b) { runBlockOf<4, 2>(b); }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// With AVX-512VL (x86-64-v4), 32 vector registers hold 4 x 4 tiles: each loaded vector feeds
+// 4 products (8-lane vectors all the same, so the same bits as the other paths).
+__attribute__((target("arch=x86-64-v4"))) void runBlockWide(const BlockJob<float>& b) {
+  runBlockOf<4, 4>(b);
+}
+void runBlock(const BlockJob<float>& b) {
+  static const bool wide = __builtin_cpu_supports("avx512vl");
+  if (wide) {
+    runBlockWide(b);
+  } else {
+    runBlockBase(b);
+  }
+}
+#else
+void runBlock(const BlockJob<float>& b) { runBlockBase(b); }
+#endif
 
 }  // namespace
 
@@ -174,8 +209,10 @@ void linear(const kernel::LinearParams& p) {
     }
     return;
   }
-  std::vector<float> xf(static_cast<size_t>(m * k));
-  loadFloats(p.x, p.dtype, 0, m * k, xf.data());
+  // Scratch left uninitialized (make_unique_for_overwrite): every element is written before it
+  // is read, so a zero fill (up to m x k floats for x) would only be overwritten.
+  const auto xf = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(m * k));
+  loadFloats(p.x, p.dtype, 0, m * k, xf.get());
   std::vector<float> bias;
   if (p.bias != nullptr) {
     bias.resize(static_cast<size_t>(n));
@@ -184,22 +221,30 @@ void linear(const kernel::LinearParams& p) {
   const DType wDtype = p.weightDtype.value_or(p.dtype);
   const int64_t blocks = (n + kWBlockRows - 1) / kWBlockRows;
   const float* biasF = bias.empty() ? nullptr : bias.data();
+  // bf16 W is widened in registers for few x rows (decode reads each W element once or twice);
+  // for more rows each W element would be widened once per 4-row tile, so the block is widened
+  // to fp32 once instead (exact, so the same bits).
+  const bool widenPerBlock =
+      wDtype == DType::kF16 || (wDtype == DType::kBF16 && m >= kMinRowsToWidenPerBlock);
   detail::parallelFor(blocks, 2 * kWBlockRows * k * m, [&](int64_t begin, int64_t end) {
-    // f16 W (no in-register widening): converted to fp32 per block.
-    std::vector<float> wf(wDtype == DType::kF16 ? static_cast<size_t>(kWBlockRows * k) : 0);
+    const auto wf = std::make_unique_for_overwrite<float[]>(
+        widenPerBlock ? static_cast<size_t>(kWBlockRows * k) : 0);
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t j0 = blk * kWBlockRows, rows = std::min(kWBlockRows, n - j0);
-      if (wDtype == DType::kBF16) {
-        runBlock(BlockJob<uint16_t>{xf.data(), static_cast<const uint16_t*>(p.w) + j0 * k, biasF, m,
+      if (!widenPerBlock && wDtype == DType::kBF16) {
+        runBlock(BlockJob<uint16_t>{xf.get(), static_cast<const uint16_t*>(p.w) + j0 * k, biasF, m,
                                     k, n, j0, rows, p.y, p.outDtype});
         continue;
       }
       const float* w = static_cast<const float*>(p.w) + j0 * k;
-      if (wDtype == DType::kF16) {
-        loadFloats(p.w, wDtype, j0 * k, rows * k, wf.data());
-        w = wf.data();
+      if (wDtype == DType::kBF16) {
+        widenBf16(static_cast<const uint16_t*>(p.w) + j0 * k, rows * k, wf.get());
+        w = wf.get();
+      } else if (wDtype == DType::kF16) {
+        loadFloats(p.w, wDtype, j0 * k, rows * k, wf.get());
+        w = wf.get();
       }
-      runBlock(BlockJob<float>{xf.data(), w, biasF, m, k, n, j0, rows, p.y, p.outDtype});
+      runBlock(BlockJob<float>{xf.get(), w, biasF, m, k, n, j0, rows, p.y, p.outDtype});
     }
   });
 }

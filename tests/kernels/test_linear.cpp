@@ -130,9 +130,10 @@ std::vector<uint8_t> bytesOf(const std::vector<float>& v, DType t) {
   return out;
 }
 
-// Every register tile (4 x 2, 4 x 1, 1 x 4, 1 x 1), the W-block edges and the threaded split give
-// exactly the bits of the defined order, f32 (W used in place) and bf16 (W converted per block);
-// and each row equals the same row computed alone (a verify row equals a decode row).
+// Every register tile (4 x 4 with AVX-512VL, 4 x 2, 4 x 1, 1 x 4, 1 x 1), the W-block edges and
+// the threaded split give exactly the bits of the defined order, f32 (W used in place) and bf16
+// (W converted per block); and each row equals the same row computed alone (a verify row equals a
+// decode row).
 TEST(LinearRef, EveryOutputSumsInTheDefinedOrderBitForBit) {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -182,11 +183,13 @@ TEST(LinearRef, EveryOutputSumsInTheDefinedOrderBitForBit) {
 }
 
 // bf16 W under f32 x (the CPU backend's layer matrices): exactly the f32 computation with W
-// widened, for every tile shape; and the mixed dtypes the reference does not take are errors.
+// widened, for every tile shape, W widened in registers (m < 8) and per block (m >= 8); and the
+// mixed dtypes the reference does not take are errors.
 TEST(LinearRef, Bf16WeightsUnderF32ActivationsEqualWidenedWeights) {
   std::mt19937 rng(11);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (const auto& s : {std::array<int32_t, 3>{1, 33, 576}, {3, 7, 9}, {16, 70, 64}, {5, 65, 71}}) {
+  for (const auto& s :
+       {std::array<int32_t, 3>{1, 33, 576}, {3, 7, 9}, {16, 70, 64}, {5, 65, 71}, {11, 37, 71}}) {
     const int32_t m = s[0], n = s[1], k = s[2];
     std::vector<float> x(static_cast<size_t>(m) * k), wf(static_cast<size_t>(n) * k),
         bias(static_cast<size_t>(n));
