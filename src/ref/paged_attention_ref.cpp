@@ -94,8 +94,10 @@ struct QueryState {
 };
 
 // Folds one gathered tile into a query's state. bias[j]: 0 where the query sees key j of the
-// tile, -inf where it does not (then p_j = 0). Every key of the tile is multiplied in, masked
-// ones by 0: the gathered keys hold finite values (keys below kvLengths, zeros past them).
+// tile, -inf where it does not. A key the query does not see takes no part at all: its score is
+// -inf whatever its K holds and its V is skipped, so a non-finite row the query cannot see (a
+// later row of a verify block, a rejected draft's stale row) cannot reach its output, while a
+// non-finite row it does see makes the output NaN, as the math says.
 template <int32_t kDim>
 __attribute__((always_inline)) inline void foldTile(QueryState<kDim>& st, const KeyTile<kDim>& t,
                                                     const float (&bias)[kKeyTile], float scale) {
@@ -110,7 +112,8 @@ __attribute__((always_inline)) inline void foldTile(QueryState<kDim>& st, const 
   // Scaled and masked, their max, and the weights p_j.
   F8 laneMax = F8{} + st.max;
   for (int32_t v = 0; v < kKeyVecs; ++v) {
-    s[v] = s[v] * scale + *reinterpret_cast<const F8At*>(bias + v * kLanes);
+    const F8 b = *reinterpret_cast<const F8At*>(bias + v * kLanes);
+    s[v] = b == 0.0f ? s[v] * scale : b;
     laneMax = laneMax > s[v] ? laneMax : s[v];
   }
   float newMax = laneMax[0];
@@ -135,6 +138,7 @@ __attribute__((always_inline)) inline void foldTile(QueryState<kDim>& st, const 
   for (int32_t v = 0; v < kDimVecs; ++v)
     acc[v] = *reinterpret_cast<const F8At*>(st.acc + v * kLanes) * cv;
   for (int32_t j = 0; j < kKeyTile; ++j) {
+    if (bias[j] != 0.0f) continue;  // not seen: 0 * V would be NaN for an infinite V
     const F8 pj = F8{} + p[j];
     for (int32_t v = 0; v < kDimVecs; ++v)
       acc[v] += pj * *reinterpret_cast<const F8At*>(&t.v[j][v * kLanes]);

@@ -137,8 +137,7 @@ void checkVariant(const Variant& v) {
   }
   ASSERT_LT(k, truthA.size()) << "no suitable token in a's output";
   const int32_t x = truthA[k];
-  // X last: the row that chooses b's first token is X's own (the CPU attention reference gives
-  // a query whose scores are NaN a zero output, so an earlier X would not reach it there).
+  // X last: the row that chooses b's first token is X's own.
   GenerationRequest b = c;
   b.prompt.push_back(x);
 
