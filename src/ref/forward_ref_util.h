@@ -9,6 +9,15 @@
 #include "common/dtype_convert.h"
 #include "ref/worker_pool.h"
 
+// Marks a hot CPU loop to be compiled twice on x86-64, for AVX2 and for the baseline, one of them
+// chosen when the program loads: the binary stays portable (no -march=native) and still uses the
+// vector units where they exist.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ES_X86_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define ES_X86_CLONES
+#endif
+
 namespace es::ref::detail {
 
 // v rounded to t and back (the value a store followed by a load gives).

@@ -29,13 +29,6 @@
 namespace es::ref {
 namespace {
 
-// The tile loop in an AVX2 and a baseline version on x86-64 (one chosen at load time).
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ES_X86_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define ES_X86_CLONES
-#endif
-
 constexpr int64_t kWBlockRows = 32;             // W rows per block (32 x K fp32 stays in L2)
 constexpr int64_t kMinRowsToWidenPerBlock = 8;  // x rows from which bf16 W is widened per block
 

@@ -28,13 +28,6 @@
 namespace es::ref {
 namespace {
 
-// The tile loops in an AVX2 and a baseline version on x86-64 (one chosen at load time).
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ES_X86_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define ES_X86_CLONES
-#endif
-
 constexpr int32_t kPage = kv::kTokensPerPage;
 constexpr int32_t kKeyTile = 32;  // keys per tile; divides kPage
 constexpr int32_t kRowTile = 32;  // query rows per task
