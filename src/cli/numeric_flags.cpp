@@ -66,39 +66,35 @@ double parseRealFlag(std::string_view where, std::string_view flag, std::string_
   return *v;
 }
 
-CLI::Option* addIntegerFlag(CLI::App* cmd, const std::string& names, int32_t& target, int64_t lo,
-                            int64_t hi, const std::string& description) {
-  checkInt32Bounds(names, lo, hi);
+// An integer flag stored as Int (in Target: Int or std::optional<Int>), bounds-checked as read.
+template <typename Int, typename Target>
+CLI::Option* addIntegerFlagAs(CLI::App* cmd, const std::string& names, Target& target, int64_t lo,
+                              int64_t hi, const std::string& description,
+                              const std::string& shownDefault) {
+  if constexpr (sizeof(Int) < sizeof(int64_t)) checkInt32Bounds(names, lo, hi);
   const std::string where = cmd->get_name(), flag = flagName(names);
   return addParsed(
       cmd, names,
       [&target, where, flag, lo, hi](const std::string& text) {
-        target = static_cast<int32_t>(parseIntegerFlag(where, flag, text, lo, hi));
+        target = static_cast<Int>(parseIntegerFlag(where, flag, text, lo, hi));
       },
-      withRange(description, lo, hi), std::to_string(target));
+      withRange(description, lo, hi), shownDefault);
+}
+
+CLI::Option* addIntegerFlag(CLI::App* cmd, const std::string& names, int32_t& target, int64_t lo,
+                            int64_t hi, const std::string& description) {
+  return addIntegerFlagAs<int32_t>(cmd, names, target, lo, hi, description, std::to_string(target));
 }
 
 CLI::Option* addIntegerFlag(CLI::App* cmd, const std::string& names, int64_t& target, int64_t lo,
                             int64_t hi, const std::string& description) {
-  const std::string where = cmd->get_name(), flag = flagName(names);
-  return addParsed(
-      cmd, names,
-      [&target, where, flag, lo, hi](const std::string& text) {
-        target = parseIntegerFlag(where, flag, text, lo, hi);
-      },
-      withRange(description, lo, hi), std::to_string(target));
+  return addIntegerFlagAs<int64_t>(cmd, names, target, lo, hi, description, std::to_string(target));
 }
 
 CLI::Option* addIntegerFlag(CLI::App* cmd, const std::string& names, std::optional<int32_t>& target,
                             int64_t lo, int64_t hi, const std::string& description) {
-  checkInt32Bounds(names, lo, hi);
-  const std::string where = cmd->get_name(), flag = flagName(names);
-  return addParsed(
-      cmd, names,
-      [&target, where, flag, lo, hi](const std::string& text) {
-        target = static_cast<int32_t>(parseIntegerFlag(where, flag, text, lo, hi));
-      },
-      withRange(description, lo, hi), target ? std::to_string(*target) : std::string());
+  return addIntegerFlagAs<int32_t>(cmd, names, target, lo, hi, description,
+                                   target ? std::to_string(*target) : std::string());
 }
 
 CLI::Option* addRealFlag(CLI::App* cmd, const std::string& names, float& target, double lo,
