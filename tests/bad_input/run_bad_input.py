@@ -306,26 +306,26 @@ def r_text(row_dir, name, text):
     return p
 
 
-def r_config(row_dir, fields):
-    """The tiny model with config.json fields set (a JSON object of dotted keys; null removes)."""
+def edited_json(row_dir, name, fields):
+    """The tiny model with fields of its JSON file `name` set (a JSON object of dotted keys;
+    null removes)."""
     p = base(row_dir)
-    path = os.path.join(p["model"], "config.json")
+    path = os.path.join(p["model"], name)
     with open(path) as f:
-        config = json.load(f)
-    set_fields(config, json.loads(fields))
-    write_json(path, config)
+        doc = json.load(f)
+    set_fields(doc, json.loads(fields))
+    write_json(path, doc)
     return p
+
+
+def r_config(row_dir, fields):
+    """The tiny model with config.json fields set."""
+    return edited_json(row_dir, "config.json", fields)
 
 
 def r_tokenizer(row_dir, fields):
-    """The tiny model with tokenizer.json fields set (dotted keys; null removes)."""
-    p = base(row_dir)
-    path = os.path.join(p["model"], "tokenizer.json")
-    with open(path) as f:
-        tok = json.load(f)
-    set_fields(tok, json.loads(fields))
-    write_json(path, tok)
-    return p
+    """The tiny model with tokenizer.json fields set."""
+    return edited_json(row_dir, "tokenizer.json", fields)
 
 
 def r_tokenizer_config(row_dir, text):
