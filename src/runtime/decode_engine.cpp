@@ -482,6 +482,7 @@ struct DecodeEngine::Request {
   GenerationResult result;
   int32_t pending = 0;  // the last emitted token (the next anchor)
   bool done = false;    // leaves the batch at the next retirement
+  bool cancelled = false;
 };
 
 std::vector<GenerationResult> DecodeEngine::generate(const std::vector<GenerationRequest>& requests,
@@ -544,8 +545,10 @@ bool DecodeEngine::cancel(RequestId id) {
   for (std::unique_ptr<Request>& req : running_) {
     if (req->id != id || req->done) continue;
     req->result.finish = FinishReason::kCancelled;
-    req->done = true;
-    retireFinished();  // between steps: nothing on the backend reads its pages any more
+    req->done = req->cancelled = true;
+    // Between steps nothing on the backend reads its pages any more: retire it now. From a
+    // callback inside step(), that step retires it when its host work is done.
+    if (!inStep_) retireFinished();
     return true;
   }
   return false;
@@ -558,6 +561,7 @@ std::vector<FinishedRequest> DecodeEngine::takeFinished() {
 }
 
 bool DecodeEngine::step() {
+  inStep_ = true;
   try {
     const Clock::time_point prefillStart = Clock::now();
     if (admitWaiting()) stats_.prefillSeconds += secondsSince(prefillStart);
@@ -570,9 +574,11 @@ bool DecodeEngine::step() {
       stats_.decodeSeconds += secondsSince(decodeStart);
     }
   } catch (...) {
+    inStep_ = false;
     abandon();
     throw;
   }
+  inStep_ = false;
   return !running_.empty() || !waiting_.empty();
 }
 
@@ -602,6 +608,7 @@ bool DecodeEngine::emit(Request& req, int32_t token) {
   GenerationResult& res = req.result;
   res.tokens.push_back(token);
   if (req.onToken) req.onToken(req.index, token);
+  if (req.cancelled) return true;  // cancelled from the callback
   if (std::find(q.stopTokens.begin(), q.stopTokens.end(), token) != q.stopTokens.end() ||
       (q.stopWhen && q.stopWhen())) {
     res.finish = FinishReason::kStop;
@@ -682,7 +689,7 @@ bool DecodeEngine::prefillRequest(Request& req) {
     failNonFinite(req);
     req.done = true;
   } else {
-    req.done = emit(req, first);
+    req.done = emit(req, first) || req.done;
   }
   return true;
 }
@@ -764,7 +771,7 @@ void DecodeEngine::decodeStep(int32_t B) {
     }
     const int32_t* tokens = host + B + static_cast<int64_t>(s) * W;
     int32_t emitted = 0;
-    bool finished = false, failed = false;
+    bool finished = req.done, failed = false;  // done: cancelled by a callback of this step
     while (emitted < count && !finished) {
       if (tokens[emitted] == kNonFiniteToken) {  // the accepted run ends at such a token
         failNonFinite(req);
@@ -780,7 +787,7 @@ void DecodeEngine::decodeStep(int32_t B) {
     cache_.commitBase(s, count);
     if (proposer_) cache_.commitDraft(s, count);
     req.pending = tokens[count - 1];
-    if (finished) {
+    if (finished && !req.done) {
       // A failed request's cache state came from non-finite activations: not shared further.
       if (!failed) publishFinished(req, s);
       req.done = true;

@@ -120,7 +120,8 @@ class DecodeEngine {
   RequestId submit(GenerationRequest request, TokenCallback onToken = {}, int32_t index = -1);
   // Ends a queued or running request now (FinishReason::kCancelled, its tokens so far kept): a
   // running one leaves the batch and its slot and pages are free at once. Returns false when
-  // the id is unknown or already finished. Not from inside a callback of the running step.
+  // the id is unknown or already finished. From a callback inside step() (a token callback,
+  // stopWhen), the request stops there and leaves the batch at the end of that step.
   bool cancel(RequestId id);
   // Admits and prefills the queued requests that fit, then runs one device step of the running
   // batch. Returns whether requests remain (running or queued). On an exception every queued
@@ -182,6 +183,7 @@ class DecodeEngine {
   std::vector<std::unique_ptr<Request>> running_;  // by slot: running_[s] holds cache slot s
   std::vector<FinishedRequest> finished_;          // until takeFinished()
   RequestId nextId_ = 0;
+  bool inStep_ = false;    // step() runs (cancel from its callbacks defers the retirement)
   bool prepared_ = false;  // the device's per-slot state and next inputs match running_
 
   // Arena (backend memory), sized for maxBatch_ (see allocate()).

@@ -217,6 +217,41 @@ TEST(DecodeEngineScheduling, CancelFreesTheSlotAndPages) {
   EXPECT_EQ(engine.generate({{{5, 17, 99}, 4, {}, {}}})[0].tokens.size(), 4u);
 }
 
+// A token callback may cancel its own request or another one: each stops there (the step's
+// remaining tokens for it are dropped) and leaves the batch at the end of that step.
+TEST(DecodeEngineScheduling, CancelFromATokenCallback) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
+  const GenerationRequest a{{5, 17, 99}, 40, {}, {}}, b{{7, 8}, 40, {}, {}};
+  const GenerationResult soloB = solo(target, *backend, {}, b, 1);
+  Rig rig(target, *backend, {});
+  DecodeEngine& engine = *rig.engine;
+  RequestId idA = -1, idB = -1;
+  int32_t seenA = 0, seenB = 0;
+  idA = engine.submit(a, [&](int32_t, int32_t) {
+    if (++seenA == 5) {
+      EXPECT_TRUE(engine.cancel(idA));
+      EXPECT_TRUE(engine.cancel(idB));
+    }
+  });
+  idB = engine.submit(b, [&](int32_t, int32_t) { ++seenB; });
+  while (engine.step()) {
+  }
+  EXPECT_EQ(rig.cache.activeCount(), 0);
+  std::vector<FinishedRequest> done = engine.takeFinished();
+  ASSERT_EQ(done.size(), 2u);
+  for (const FinishedRequest& f : done) {
+    EXPECT_EQ(f.result.finish, FinishReason::kCancelled);
+    if (f.id == idA) EXPECT_EQ(f.result.tokens.size(), 5u);
+    if (f.id != idB) continue;
+    EXPECT_EQ(static_cast<int32_t>(f.result.tokens.size()), seenB);
+    ASSERT_LT(f.result.tokens.size(), soloB.tokens.size());
+    EXPECT_EQ(f.result.tokens,
+              std::vector<int32_t>(soloB.tokens.begin(),
+                                   soloB.tokens.begin() + static_cast<ptrdiff_t>(seenB)));
+  }
+}
+
 TEST(DecodeEngineScheduling, AFullQueueAndRequestsThatCanNeverFitAreClearErrors) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
