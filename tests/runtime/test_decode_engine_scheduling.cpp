@@ -242,7 +242,9 @@ TEST(DecodeEngineScheduling, CancelFromATokenCallback) {
   ASSERT_EQ(done.size(), 2u);
   for (const FinishedRequest& f : done) {
     EXPECT_EQ(f.result.finish, FinishReason::kCancelled);
-    if (f.id == idA) EXPECT_EQ(f.result.tokens.size(), 5u);
+    if (f.id == idA) {
+      EXPECT_EQ(f.result.tokens.size(), 5u);
+    }
     if (f.id != idB) continue;
     EXPECT_EQ(static_cast<int32_t>(f.result.tokens.size()), seenB);
     ASSERT_LT(f.result.tokens.size(), soloB.tokens.size());
