@@ -57,6 +57,8 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
   }
   ES_CHECK_ARG(maxBatch_ >= 1, kWhere, "target maxLogitRows", target_.maxLogitRows(),
                "must hold at least one step of ", width_, " rows");
+  ES_CHECK_ARG(options_.maxQueued >= 1, kWhere, "EngineOptions::maxQueued", options_.maxQueued,
+               "must be >= 1");
   withDraft_ = proposer_ && proposer_->usesDraftCache();
   resetStats();
   allocate();
@@ -513,8 +515,6 @@ void DecodeEngine::resetStats() {
 RequestId DecodeEngine::submit(GenerationRequest request, TokenCallback onToken, int32_t index) {
   constexpr const char* kWhere = "DecodeEngine::submit";
   checkRequest(request, kWhere, "request");
-  ES_CHECK_ARG(options_.maxQueued >= 1, kWhere, "EngineOptions::maxQueued", options_.maxQueued,
-               "must be >= 1");
   if (static_cast<int32_t>(waiting_.size()) >= options_.maxQueued) {
     ES_THROW(QueueFull, kWhere, ": the admission queue is full (", waiting_.size(),
              " requests wait, EngineOptions::maxQueued = ", options_.maxQueued,

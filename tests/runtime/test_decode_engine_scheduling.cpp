@@ -285,6 +285,8 @@ TEST(DecodeEngineScheduling, AFullQueueAndRequestsThatCanNeverFitAreClearErrors)
   }
   EXPECT_EQ(engine.takeFinished().size(), 3u);
   EXPECT_EQ(rig.cache.activeCount(), 0);
+  test::expectInvalidArgument([&] { Rig bad(target, *backend, {}, {.maxQueued = 0}); },
+                              "EngineOptions::maxQueued");
 }
 
 }  // namespace
