@@ -64,8 +64,6 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
   allocate();
 }
 
-DecodeEngine::~DecodeEngine() = default;
-
 void DecodeEngine::allocate() {
   const int64_t B = maxBatch_, W = width_, BS = blockSize_;
   const int64_t maskWords = (W + 31) / 32, propMaskWords = (BS + 31) / 32;
@@ -486,6 +484,9 @@ struct DecodeEngine::Request {
   bool done = false;    // leaves the batch at the next retirement
   bool cancelled = false;
 };
+
+// After Request is complete: the queues' unique_ptrs delete it.
+DecodeEngine::~DecodeEngine() = default;
 
 std::vector<GenerationResult> DecodeEngine::generate(const std::vector<GenerationRequest>& requests,
                                                      const TokenCallback& onToken) {
