@@ -57,10 +57,12 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
   }
   ES_CHECK_ARG(maxBatch_ >= 1, kWhere, "target maxLogitRows", target_.maxLogitRows(),
                "must hold at least one step of ", width_, " rows");
+  ES_CHECK_ARG(options_.maxQueued >= 1, kWhere, "EngineOptions::maxQueued", options_.maxQueued,
+               "must be >= 1");
+  withDraft_ = proposer_ && proposer_->usesDraftCache();
+  resetStats();
   allocate();
 }
-
-DecodeEngine::~DecodeEngine() = default;
 
 void DecodeEngine::allocate() {
   const int64_t B = maxBatch_, W = width_, BS = blockSize_;
@@ -169,41 +171,46 @@ void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests)
   const int32_t n = static_cast<int32_t>(requests.size());
   ES_CHECK_ARG(cache_.activeCount() == 0, kWhere, "active slots", cache_.activeCount(),
                "must be 0: the cache must be empty");
+  ES_CHECK_ARG(running_.empty() && waiting_.empty(), kWhere, "submitted requests",
+               running_.size() + waiting_.size(), "must be 0: generate() needs an idle engine");
   ES_CHECK_ARG(n > 0 && n <= maxBatch_, kWhere, "requests.size()", n, "must be in [1, ", maxBatch_,
                "] (min of cache maxBatchSize = ", cache_.maxBatchSize(),
                ", target maxLogitRows / step width = ", target_.maxLogitRows() / width_,
                proposer_ ? ", draft maxBatch" : "", ")");
   for (int32_t r = 0; r < n; ++r) {
-    const GenerationRequest& q = requests[static_cast<size_t>(r)];
-    const std::string name = "requests[" + std::to_string(r) + "]";
-    ES_CHECK_ARG(!q.prompt.empty(), kWhere, name + ".prompt.size()", 0, "must be > 0");
-    for (int32_t t : q.prompt) {
-      ES_CHECK_ARG(t >= 0 && t < vocab_, kWhere, name + ".prompt token", t,
-                   "must be in [0, vocab = ", vocab_, ")");
-    }
-    ES_CHECK_ARG(q.maxNewTokens >= 1, kWhere, name + ".maxNewTokens", q.maxNewTokens,
-                 "must be >= 1");
-    // The bounds every front end checks (runtime/request_settings.h), for API callers too.
-    ES_CHECK_ARG(std::isfinite(q.sampling.temperature) && q.sampling.temperature >= 0.0f &&
-                     q.sampling.temperature <= kMaxTemperature,
-                 kWhere, name + ".sampling.temperature", q.sampling.temperature,
-                 "must be a finite number in [0, ", kMaxTemperature, "]");
-    ES_CHECK_ARG(q.sampling.topK >= 0, kWhere, name + ".sampling.topK", q.sampling.topK,
-                 "must be >= 0 (0 = off)");
-    ES_CHECK_ARG(q.sampling.topP > 0.0f && q.sampling.topP <= 1.0f, kWhere, name + ".sampling.topP",
-                 q.sampling.topP, "must be in (0, 1]");
-    // The positions the request may write (runtime/kv_capacity.h) must exist in the cache and in
-    // the RoPE tables.
-    const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens;
-    const int64_t needed = positionsNeeded(q);
-    const int64_t positions = std::min<int64_t>(target_.maxPositions(),
-                                                proposer_ ? proposer_->maxPositions() : INT32_MAX);
-    const int64_t limit = std::min<int64_t>(cache_.capacity(), positions) - (needed - total);
-    ES_CHECK_ARG(total <= limit, kWhere, name + " prompt + maxNewTokens", total,
-                 "must be <= ", limit, ": the KV capacity (", cache_.capacity(),
-                 ") and RoPE tables (", positions, " positions) less ", needed - total,
-                 " rows a speculative step may write past the budget");
+    checkRequest(requests[static_cast<size_t>(r)], kWhere, "requests[" + std::to_string(r) + "]");
   }
+}
+
+void DecodeEngine::checkRequest(const GenerationRequest& q, const char* where,
+                                const std::string& name) const {
+  const char* kWhere = where;
+  ES_CHECK_ARG(!q.prompt.empty(), kWhere, name + ".prompt.size()", 0, "must be > 0");
+  for (int32_t t : q.prompt) {
+    ES_CHECK_ARG(t >= 0 && t < vocab_, kWhere, name + ".prompt token", t,
+                 "must be in [0, vocab = ", vocab_, ")");
+  }
+  ES_CHECK_ARG(q.maxNewTokens >= 1, kWhere, name + ".maxNewTokens", q.maxNewTokens, "must be >= 1");
+  // The bounds every front end checks (runtime/request_settings.h), for API callers too.
+  ES_CHECK_ARG(std::isfinite(q.sampling.temperature) && q.sampling.temperature >= 0.0f &&
+                   q.sampling.temperature <= kMaxTemperature,
+               kWhere, name + ".sampling.temperature", q.sampling.temperature,
+               "must be a finite number in [0, ", kMaxTemperature, "]");
+  ES_CHECK_ARG(q.sampling.topK >= 0, kWhere, name + ".sampling.topK", q.sampling.topK,
+               "must be >= 0 (0 = off)");
+  ES_CHECK_ARG(q.sampling.topP > 0.0f && q.sampling.topP <= 1.0f, kWhere, name + ".sampling.topP",
+               q.sampling.topP, "must be in (0, 1]");
+  // The positions the request may write (runtime/kv_capacity.h) must exist in the cache and in
+  // the RoPE tables.
+  const int64_t total = static_cast<int64_t>(q.prompt.size()) + q.maxNewTokens;
+  const int64_t needed = positionsNeeded(q);
+  const int64_t positions =
+      std::min<int64_t>(target_.maxPositions(), proposer_ ? proposer_->maxPositions() : INT32_MAX);
+  const int64_t limit = std::min<int64_t>(cache_.capacity(), positions) - (needed - total);
+  ES_CHECK_ARG(total <= limit, kWhere, name + " prompt + maxNewTokens", total, "must be <= ", limit,
+               ": the KV capacity (", cache_.capacity(), ") and RoPE tables (", positions,
+               " positions) less ", needed - total,
+               " rows a speculative step may write past the budget");
 }
 
 int64_t DecodeEngine::positionsNeeded(const GenerationRequest& q) const {
@@ -237,8 +244,9 @@ void DecodeEngine::uploadState(int32_t B, const std::vector<int32_t>& lastTokens
 
 // The prefill's last chunk left the prompt's last row in the target's logits [1, V]. The token
 // after it is chosen as a step chooses its tokens, on the backend: argmax for a greedy request,
-// else a filtered sample with request_uniform(seed, lastPosition, kTarget, 0) (spec §3.6). The
-// per-slot arrays and out_ are free until uploadState fills them for the loop.
+// else a filtered sample with request_uniform(seed, lastPosition, kTarget, 0) (spec §3.6). It
+// overwrites slot 0 of the per-slot arrays and out_: the caller runs prepare() before the next
+// step.
 int32_t DecodeEngine::sampleFirstToken(const SamplingConfig& sampling, int64_t lastPosition) {
   if (isGreedy(sampling)) {
     backend_.argmax(ArgmaxParams{.logits = target_.logitsDevice(),
@@ -465,47 +473,143 @@ void DecodeEngine::launchStep(int32_t B) {
   step(B);
 }
 
+// One submitted request and its progress.
+struct DecodeEngine::Request {
+  RequestId id = -1;
+  int32_t index = 0;  // what the token callback and the proposer see
+  GenerationRequest q;
+  TokenCallback onToken;
+  GenerationResult result;
+  int32_t pending = 0;  // the last emitted token (the next anchor)
+  bool done = false;    // leaves the batch at the next retirement
+  bool cancelled = false;
+};
+
+// After Request is complete: the queues' unique_ptrs delete it.
+DecodeEngine::~DecodeEngine() = default;
+
 std::vector<GenerationResult> DecodeEngine::generate(const std::vector<GenerationRequest>& requests,
                                                      const TokenCallback& onToken) {
   checkRequests(requests);
+  resetStats();
+  const size_t n = requests.size();
   try {
-    return run(requests, onToken);
-  } catch (...) {
-    // Leave the cache empty so the engine (and the cache) can serve the next call. A step that
-    // was begun may still run on the backend: wait for it before its window pages are released.
-    if (cache_.lastCompletedStep() < cache_.lastIssuedStep()) {
-      try {
-        backend_.synchronize();
-      } catch (...) {
-        // A failed device runs nothing any more; the original error is the one to report.
-      }
-      cache_.completeStep(cache_.lastIssuedStep());
+    for (size_t r = 0; r < n; ++r) enqueue(requests[r], onToken, static_cast<int32_t>(r));
+    while (step()) {
     }
-    const std::vector<uint8_t> none(static_cast<size_t>(cache_.activeCount()), 0);
-    const std::vector<int32_t> oldToNew = cache_.retireAndCompact(none);
-    if (proposer_) proposer_->onCompact(oldToNew);
+  } catch (...) {
+    finished_.clear();  // the engine was idle: every finished request is this call's
     throw;
   }
+  std::vector<GenerationResult> results(n);
+  for (FinishedRequest& f : takeFinished()) {
+    results[static_cast<size_t>(f.index)] = std::move(f.result);
+  }
+  return results;
 }
 
-// One generate() call's requests and their progress.
-struct DecodeEngine::Call {
-  const std::vector<GenerationRequest>& requests;
-  const TokenCallback& onToken;
-  std::vector<GenerationResult> results;
-  std::vector<int32_t> pending;        // per request: the last emitted token (the next anchor)
-  std::vector<int32_t> slotOf;         // per request: its slot, -1 once finished
-  std::vector<uint8_t> keep;           // per slot: 0 retires it at the next compaction
-  std::vector<int32_t> requestOfSlot;  // per slot: its request (a step's buffer, reused)
-  bool withDraft = false;              // the proposer keeps context in the cache's draft pools
-};
+void DecodeEngine::resetStats() {
+  stats_ = SpeculationStats{};
+  stats_.acceptHistogram.assign(static_cast<size_t>(width_) + 1, 0);
+}
 
-// Emits `token` for request r; returns true when the request is finished.
-bool DecodeEngine::emit(Call& call, int32_t r, int32_t token) {
-  const GenerationRequest& q = call.requests[static_cast<size_t>(r)];
-  GenerationResult& res = call.results[static_cast<size_t>(r)];
+RequestId DecodeEngine::submit(GenerationRequest request, TokenCallback onToken, int32_t index) {
+  constexpr const char* kWhere = "DecodeEngine::submit";
+  checkRequest(request, kWhere, "request");
+  if (static_cast<int32_t>(waiting_.size()) >= options_.maxQueued) {
+    ES_THROW(QueueFull, kWhere, ": the admission queue is full (", waiting_.size(),
+             " requests wait, EngineOptions::maxQueued = ", options_.maxQueued,
+             "); run step() until requests are admitted, then submit again");
+  }
+  return enqueue(std::move(request), std::move(onToken), index);
+}
+
+RequestId DecodeEngine::enqueue(GenerationRequest request, TokenCallback onToken, int32_t index) {
+  auto req = std::make_unique<Request>();
+  req->id = nextId_++;
+  req->index = index >= 0 ? index : static_cast<int32_t>(req->id & 0x7fffffff);
+  req->q = std::move(request);
+  req->onToken = std::move(onToken);
+  const RequestId id = req->id;
+  waiting_.push_back(std::move(req));
+  return id;
+}
+
+bool DecodeEngine::cancel(RequestId id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    (*it)->result.finish = FinishReason::kCancelled;
+    finished_.push_back({.id = id, .index = (*it)->index, .result = std::move((*it)->result)});
+    waiting_.erase(it);
+    return true;
+  }
+  for (std::unique_ptr<Request>& req : running_) {
+    if (req->id != id || req->done) continue;
+    req->result.finish = FinishReason::kCancelled;
+    req->done = req->cancelled = true;
+    // Between steps nothing on the backend reads its pages any more: retire it now. From a
+    // callback inside step(), that step retires it when its host work is done.
+    if (!inStep_) retireFinished();
+    return true;
+  }
+  return false;
+}
+
+std::vector<FinishedRequest> DecodeEngine::takeFinished() {
+  std::vector<FinishedRequest> out;
+  out.swap(finished_);
+  return out;
+}
+
+bool DecodeEngine::step() {
+  inStep_ = true;
+  try {
+    const Clock::time_point prefillStart = Clock::now();
+    if (admitWaiting()) stats_.prefillSeconds += secondsSince(prefillStart);
+    retireFinished();  // requests done at their first token
+    if (!running_.empty()) {
+      const Clock::time_point decodeStart = Clock::now();
+      if (!prepared_) prepare();
+      decodeStep(static_cast<int32_t>(running_.size()));
+      retireFinished();
+      stats_.decodeSeconds += secondsSince(decodeStart);
+    }
+  } catch (...) {
+    inStep_ = false;
+    abandon();
+    throw;
+  }
+  inStep_ = false;
+  return !running_.empty() || !waiting_.empty();
+}
+
+// Drops every queued and running request, leaving the cache empty so the engine (and the cache)
+// can serve the next requests. A step that was begun may still run on the backend: wait for it
+// before its window pages are released.
+void DecodeEngine::abandon() {
+  if (cache_.lastCompletedStep() < cache_.lastIssuedStep()) {
+    try {
+      backend_.synchronize();
+    } catch (...) {
+      // A failed device runs nothing any more; the original error is the one to report.
+    }
+    cache_.completeStep(cache_.lastIssuedStep());
+  }
+  const std::vector<uint8_t> none(static_cast<size_t>(cache_.activeCount()), 0);
+  const std::vector<int32_t> oldToNew = cache_.retireAndCompact(none);
+  if (proposer_) proposer_->onCompact(oldToNew);
+  running_.clear();
+  waiting_.clear();
+  prepared_ = false;
+}
+
+// Emits `token` for the request; returns true when it is finished.
+bool DecodeEngine::emit(Request& req, int32_t token) {
+  const GenerationRequest& q = req.q;
+  GenerationResult& res = req.result;
   res.tokens.push_back(token);
-  if (call.onToken) call.onToken(r, token);
+  if (req.onToken) req.onToken(req.index, token);
+  if (req.cancelled) return true;  // cancelled from the callback
   if (std::find(q.stopTokens.begin(), q.stopTokens.end(), token) != q.stopTokens.end() ||
       (q.stopWhen && q.stopWhen())) {
     res.finish = FinishReason::kStop;
@@ -518,35 +622,53 @@ bool DecodeEngine::emit(Call& call, int32_t r, int32_t token) {
   return false;
 }
 
-// Ends request r with an error: the target's logits that would choose its next token are not
+// Ends the request with an error: the target's logits that would choose its next token are not
 // finite. The tokens it emitted before stay.
-void DecodeEngine::failNonFinite(Call& call, int32_t r) {
-  const GenerationRequest& q = call.requests[static_cast<size_t>(r)];
-  GenerationResult& res = call.results[static_cast<size_t>(r)];
+void DecodeEngine::failNonFinite(Request& req) {
+  GenerationResult& res = req.result;
   const size_t index = res.tokens.size();
   res.finish = FinishReason::kError;
   res.error = "the target model's logits are not finite (NaN or inf) at generated token " +
-              std::to_string(index) + " (position " + std::to_string(q.prompt.size() + index) +
+              std::to_string(index) + " (position " + std::to_string(req.q.prompt.size() + index) +
               "); the model weights or activations overflowed";
 }
 
-// Admits request r, prefills its prompt (chunked; with a draft each chunk becomes draft context:
-// round 0) and emits its first token.
-void DecodeEngine::prefillRequest(Call& call, int32_t r) {
-  const GenerationRequest& q = call.requests[static_cast<size_t>(r)];
-  int32_t slot = 0, reused = 0;
-  if (cache_.prefixReuse()) {
-    // The pages it may touch: checkRequests keeps positionsNeeded within the capacity.
-    const kv::KvCacheManager::Admission a = cache_.admit(
-        q.prompt, static_cast<int32_t>(std::min<int64_t>(positionsNeeded(q), cache_.capacity())),
-        call.withDraft);
-    slot = a.slot;
-    reused = a.reusedTokens;
-  } else {
-    slot = cache_.admit();
+// Admits queued requests in order while the batch has room; returns whether any was admitted.
+bool DecodeEngine::admitWaiting() {
+  bool any = false;
+  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < maxBatch_) {
+    if (!prefillRequest(*waiting_.front())) break;  // pages are short: it waits (FIFO)
+    any = true;
   }
-  call.slotOf[static_cast<size_t>(r)] = slot;
-  if (proposer_) proposer_->onAdmit(slot, r);
+  return any;
+}
+
+// Admits the queue's first request into the next slot, prefills its prompt (chunked; with a
+// draft each chunk becomes draft context: round 0) and emits its first token. Returns false,
+// changing nothing, when the cache cannot take it while other requests run (their pages are
+// released as they finish).
+bool DecodeEngine::prefillRequest(Request& req) {
+  const GenerationRequest& q = req.q;
+  int32_t slot = 0, reused = 0;
+  try {
+    if (cache_.prefixReuse()) {
+      // The pages it may touch: checkRequest keeps positionsNeeded within the capacity.
+      const kv::KvCacheManager::Admission a = cache_.admit(
+          q.prompt, static_cast<int32_t>(std::min<int64_t>(positionsNeeded(q), cache_.capacity())),
+          withDraft_);
+      slot = a.slot;
+      reused = a.reusedTokens;
+    } else {
+      slot = cache_.admit();
+    }
+  } catch (const Error&) {
+    if (!running_.empty()) return false;
+    throw;  // nothing runs that could free pages: the cache can never take it
+  }
+  running_.push_back(std::move(waiting_.front()));
+  waiting_.pop_front();
+  prepared_ = false;
+  if (proposer_) proposer_->onAdmit(slot, req.index);
   // A reused prefix already holds the target's K/V and, for a draft request, the draft's
   // context K/V of those positions: only the rest of the prompt runs (and becomes context).
   prefillSequence(
@@ -559,55 +681,75 @@ void DecodeEngine::prefillRequest(Call& call, int32_t r) {
       reused, options_.onProgress);
   stats_.prefillRows += static_cast<int64_t>(q.prompt.size()) - reused;
   stats_.reusedTokens += reused;
-  // Published now, so requests admitted after it in this call share its prompt already.
+  // Published now, so requests admitted after it share its prompt already.
   if (cache_.prefixReuse()) cache_.publish(slot, q.prompt);
+  // The first token uses the per-slot arrays and out_; prepare() reloads them for the batch.
   const int32_t first = sampleFirstToken(q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
-  call.pending[static_cast<size_t>(r)] = first;
+  req.pending = first;
   if (first == kNonFiniteToken) {
-    failNonFinite(call, r);
-    call.keep.push_back(0);
-    return;
+    failNonFinite(req);
+    req.done = true;
+  } else {
+    req.done = emit(req, first) || req.done;
   }
-  call.keep.push_back(emit(call, r, first) ? 0 : 1);
+  return true;
 }
 
-// Retires finished requests (publishing their complete blocks first, with prefix reuse), then
-// (re)loads the per-slot state of the survivors and prepares their first step. Returns the new
-// batch size.
-int32_t DecodeEngine::compactAndPrepare(Call& call) {
-  const std::vector<int32_t> oldToNew = cache_.retireAndCompact(call.keep);
-  for (int32_t& s : call.slotOf) {
-    if (s >= 0) s = oldToNew[static_cast<size_t>(s)];
+// Retires the finished requests of the batch (their slots and pages are free at once) and moves
+// the survivors, in order, to the front.
+void DecodeEngine::retireFinished() {
+  std::vector<uint8_t> keep(running_.size(), 1);
+  bool any = false;
+  for (size_t s = 0; s < running_.size(); ++s) {
+    if (!running_[s]->done) continue;
+    keep[s] = 0;
+    any = true;
   }
+  if (!any) return;
+  const std::vector<int32_t> oldToNew = cache_.retireAndCompact(keep);
   if (proposer_) proposer_->onCompact(oldToNew);
-  const int32_t B = cache_.activeCount();
-  call.keep.assign(static_cast<size_t>(B), 1);
-  if (B == 0) return B;
+  std::vector<std::unique_ptr<Request>> survivors;
+  for (size_t s = 0; s < running_.size(); ++s) {
+    Request& req = *running_[s];
+    if (keep[s]) {
+      survivors.push_back(std::move(running_[s]));
+    } else {
+      finished_.push_back({.id = req.id, .index = req.index, .result = std::move(req.result)});
+    }
+  }
+  running_ = std::move(survivors);
+  prepared_ = false;
+}
+
+// (Re)loads the per-slot state of the running batch and prepares its next step.
+void DecodeEngine::prepare() {
+  const int32_t B = static_cast<int32_t>(running_.size());
+  sampled_ = std::any_of(running_.begin(), running_.end(), [](const std::unique_ptr<Request>& r) {
+    return !isGreedy(r->q.sampling);
+  });
   std::vector<int32_t> lastTokens(static_cast<size_t>(B));
   std::vector<const GenerationRequest*> requestOfSlot(static_cast<size_t>(B));
-  for (size_t r = 0; r < call.requests.size(); ++r) {
-    const int32_t s = call.slotOf[r];
-    if (s < 0) continue;
-    lastTokens[static_cast<size_t>(s)] = call.pending[r];
-    requestOfSlot[static_cast<size_t>(s)] = &call.requests[r];
+  for (int32_t s = 0; s < B; ++s) {
+    lastTokens[static_cast<size_t>(s)] = running_[static_cast<size_t>(s)]->pending;
+    requestOfSlot[static_cast<size_t>(s)] = &running_[static_cast<size_t>(s)]->q;
   }
   uploadState(B, lastTokens, requestOfSlot);
   target_.syncPageTable(cache_);
   if (proposer_) proposer_->prepareLaunch(cache_);
   prepareNext(B);
-  return B;
+  prepared_ = true;
 }
 
-// One device step of the B active slots, then the host's side of it: stream the emitted
-// tokens, mirror the commits in the cache, mark finished requests. Returns whether one finished.
-bool DecodeEngine::decodeStep(Call& call, int32_t B) {
+// One device step of the B running slots, then the host's side of it: stream the emitted
+// tokens, mirror the commits in the cache, mark finished requests.
+void DecodeEngine::decodeStep(int32_t B) {
   const int32_t W = width_, BS = blockSize_;
   // The step writes W rows from each committed length (and the draft its block of BS rows
   // there): never into pages shared with other requests.
   stepWrites_.clear();
   for (int32_t s = 0; s < B; ++s) {
     cache_.checkWritable(s, cache_.baseLength(s), W);
-    if (call.withDraft) cache_.checkWritable(s, cache_.draftLength(s), BS);
+    if (withDraft_) cache_.checkWritable(s, cache_.draftLength(s), BS);
     stepWrites_.push_back({s, W});
   }
   // Binds the window pages of the W rows (sliding-window layers) before launchStep uploads
@@ -621,29 +763,22 @@ bool DecodeEngine::decodeStep(Call& call, int32_t B) {
   // are no longer read, so the pages the commits below push out of the window can be rebound.
   cache_.completeStep(stepId);
 
-  std::vector<int32_t>& requestOfSlot = call.requestOfSlot;
-  requestOfSlot.assign(static_cast<size_t>(B), -1);
-  for (size_t r = 0; r < call.requests.size(); ++r) {
-    const int32_t s = call.slotOf[r];
-    if (s >= 0) requestOfSlot[static_cast<size_t>(s)] = static_cast<int32_t>(r);
-  }
-  bool anyFinished = false;
   for (int32_t s = 0; s < B; ++s) {
-    const int32_t r = requestOfSlot[static_cast<size_t>(s)];
+    Request& req = *running_[static_cast<size_t>(s)];
     const int32_t count = host[s];
     if (count < 1 || count > W) {
-      ES_THROW(Error, "DecodeEngine::generate: the step emitted ", count, " tokens for slot ", s,
+      ES_THROW(Error, "DecodeEngine::step: the step emitted ", count, " tokens for slot ", s,
                ", outside [1, ", W, "]: the device state is corrupt");
     }
     const int32_t* tokens = host + B + static_cast<int64_t>(s) * W;
     int32_t emitted = 0;
-    bool finished = false, failed = false;
+    bool finished = req.done, failed = false;  // done: cancelled by a callback of this step
     while (emitted < count && !finished) {
       if (tokens[emitted] == kNonFiniteToken) {  // the accepted run ends at such a token
-        failNonFinite(call, r);
+        failNonFinite(req);
         finished = failed = true;
       } else {
-        finished = emit(call, r, tokens[emitted++]);
+        finished = emit(req, tokens[emitted++]);
       }
     }
     ++stats_.verifySteps;
@@ -652,54 +787,23 @@ bool DecodeEngine::decodeStep(Call& call, int32_t B) {
     // Mirror the device's commit (the whole count, even past a stop: such a slot retires).
     cache_.commitBase(s, count);
     if (proposer_) cache_.commitDraft(s, count);
-    call.pending[static_cast<size_t>(r)] = tokens[count - 1];
-    if (finished) {
+    req.pending = tokens[count - 1];
+    if (finished && !req.done) {
       // A failed request's cache state came from non-finite activations: not shared further.
-      if (!failed) publishFinished(call, r, s);
-      call.keep[static_cast<size_t>(s)] = 0;
-      anyFinished = true;
+      if (!failed) publishFinished(req, s);
+      req.done = true;
     }
   }
-  return anyFinished;
 }
 
 // Publishes a finishing request's complete blocks (prompt and generated tokens whose K/V is
 // committed) before its slot retires.
-void DecodeEngine::publishFinished(const Call& call, int32_t r, int32_t slot) {
+void DecodeEngine::publishFinished(const Request& req, int32_t slot) {
   if (!cache_.prefixReuse()) return;
-  std::vector<int32_t> tokens = call.requests[static_cast<size_t>(r)].prompt;
-  const std::vector<int32_t>& out = call.results[static_cast<size_t>(r)].tokens;
+  std::vector<int32_t> tokens = req.q.prompt;
+  const std::vector<int32_t>& out = req.result.tokens;
   tokens.insert(tokens.end(), out.begin(), out.end());
   cache_.publish(slot, tokens);
-}
-
-std::vector<GenerationResult> DecodeEngine::run(const std::vector<GenerationRequest>& requests,
-                                                const TokenCallback& onToken) {
-  const size_t n = requests.size();
-  sampled_ = std::any_of(requests.begin(), requests.end(),
-                         [](const GenerationRequest& q) { return !isGreedy(q.sampling); });
-  stats_ = SpeculationStats{};
-  stats_.acceptHistogram.assign(static_cast<size_t>(width_) + 1, 0);
-  Call call{.requests = requests,
-            .onToken = onToken,
-            .results = std::vector<GenerationResult>(n),
-            .pending = std::vector<int32_t>(n),
-            .slotOf = std::vector<int32_t>(n),
-            .keep = {},
-            .requestOfSlot = {},
-            .withDraft = proposer_ && proposer_->usesDraftCache()};
-
-  const Clock::time_point prefillStart = Clock::now();
-  for (int32_t r = 0; r < static_cast<int32_t>(n); ++r) prefillRequest(call, r);
-  stats_.prefillSeconds = secondsSince(prefillStart);
-
-  const Clock::time_point decodeStart = Clock::now();
-  int32_t B = compactAndPrepare(call);
-  while (B > 0) {
-    if (decodeStep(call, B)) B = compactAndPrepare(call);
-  }
-  stats_.decodeSeconds = secondsSince(decodeStart);
-  return std::move(call.results);
 }
 
 }  // namespace es::runtime

@@ -3,6 +3,16 @@
 // device-resident loop (spec §6). runtime::buildEngine (runtime/engine_builder.h) sizes and
 // builds one with its target, draft and cache; tests also construct it directly.
 //
+// Requests come and go between steps: submit() queues a request (bounded FIFO), step() admits
+// the queued requests that fit (a free slot of maxBatch(); with prefix reuse, pages), prefills
+// them, then runs one device step of the whole running batch; a request leaves the batch as soon
+// as it is done (stop token, budget, error, cancel), releasing its slot and pages, and its result
+// waits in takeFinished(). generate() is submit() of every request, then step() until idle.
+// A step whose batch holds any sampled request takes the sampled path; its greedy requests are
+// rows of temperature 0, which every sampling kernel (sampleRows, specVerify, the sampled
+// proposals) resolves as top-1 = argmax with ties to the lower index and the same non-finite
+// flag, so a greedy request's tokens do not depend on its batch-mates' settings.
+//
 // Prefill runs per request on the host path (chunked; with a draft each chunk becomes draft
 // context at once, round 0); the first token comes from the prompt's last row, chosen on the
 // backend like a step's tokens. Then every iteration is one device step of verify width W (W = 1
@@ -31,12 +41,15 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/buffer.h"
+#include "common/errors.h"
 #include "common/progress.h"
 #include "kv/kv_cache_manager.h"
 #include "model/target_model.h"
@@ -53,9 +66,17 @@ struct EngineOptions {
   // without a proposer (plain decoding verifies one row).
   int32_t verifyWidth = 0;
   ProgressCallback onProgress = {};  // each request's prefill (runtime/prefill.h)
+  // Requests submit() lets wait for admission; one more is refused (QueueFull). >= 1.
+  int32_t maxQueued = 256;
 };
 
-// Statistics of one generate() call.
+// submit() refused a request: the admission queue holds EngineOptions::maxQueued requests.
+class QueueFull : public Error {
+ public:
+  using Error::Error;
+};
+
+// Statistics since the last generate() call or resetStats().
 struct SpeculationStats {
   int64_t verifySteps = 0;               // sequence-steps (a step of B sequences counts B)
   int64_t acceptedTokens = 0;            // tokens emitted by steps (the prefill's first excluded)
@@ -87,12 +108,38 @@ class DecodeEngine {
   int32_t stepWidth() const { return width_; }
   int32_t blockSize() const { return blockSize_; }
 
+  // Runs `requests` (at most maxBatch(), on an idle engine with an empty cache) to completion
+  // through submit() and step(); results in request order.
   std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& requests,
                                          const TokenCallback& onToken = {});
+
+  // Queues a request; it joins the running batch at a step() with room for it. Throws
+  // InvalidArgument for a request that can never run (bad fields, prompt + maxNewTokens beyond
+  // the KV capacity or RoPE tables) and QueueFull when maxQueued requests already wait.
+  // `index`: what onToken and the proposer's onAdmit see for it (-1: the id's low 31 bits).
+  RequestId submit(GenerationRequest request, TokenCallback onToken = {}, int32_t index = -1);
+  // Ends a queued or running request now (FinishReason::kCancelled, its tokens so far kept): a
+  // running one leaves the batch and its slot and pages are free at once. Returns false when
+  // the id is unknown or already finished. From a callback inside step() (a token callback,
+  // stopWhen), the request stops there and leaves the batch at the end of that step.
+  bool cancel(RequestId id);
+  // Admits and prefills the queued requests that fit, then runs one device step of the running
+  // batch. Returns whether requests remain (running or queued). On an exception every queued
+  // and running request is dropped (the cache is left empty and the engine usable).
+  bool step();
+  // Requests finished since the last call, in the order they finished.
+  std::vector<FinishedRequest> takeFinished();
+  int32_t runningCount() const { return static_cast<int32_t>(running_.size()); }
+  int32_t queuedCount() const { return static_cast<int32_t>(waiting_.size()); }
+
   const SpeculationStats& stats() const { return stats_; }
+  void resetStats();
 
  private:
+  struct Request;
   void checkRequests(const std::vector<GenerationRequest>& requests) const;
+  // The checks of one request every entry point runs; `name` prefixes the field names.
+  void checkRequest(const GenerationRequest& q, const char* where, const std::string& name) const;
   // KV positions a request may write (kvCapacityTokens of its prompt + maxNewTokens).
   int64_t positionsNeeded(const GenerationRequest& q) const;
   // The first token from the logits of the prompt's last row, sampled by the backend
@@ -102,15 +149,16 @@ class DecodeEngine {
   // sampling parameters and anchors already in temperatures_, topKs_, topPs_, seeds_ and
   // anchors_; a row that is not finite gives kNonFiniteToken.
   void sampleRows(const float* logits, int32_t rows, int32_t* tokens);
-  struct Call;
-  std::vector<GenerationResult> run(const std::vector<GenerationRequest>& requests,
-                                    const TokenCallback& onToken);
-  bool emit(Call& call, int32_t r, int32_t token);
-  void failNonFinite(Call& call, int32_t r);
-  void prefillRequest(Call& call, int32_t r);
-  int32_t compactAndPrepare(Call& call);
-  bool decodeStep(Call& call, int32_t B);
-  void publishFinished(const Call& call, int32_t r, int32_t slot);
+  RequestId enqueue(GenerationRequest request, TokenCallback onToken, int32_t index);
+  bool emit(Request& req, int32_t token);
+  void failNonFinite(Request& req);
+  bool admitWaiting();
+  bool prefillRequest(Request& req);
+  void retireFinished();
+  void prepare();
+  void decodeStep(int32_t B);
+  void publishFinished(const Request& req, int32_t slot);
+  void abandon();
   void allocate();
   void uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
                    const std::vector<const GenerationRequest*>& requestOfSlot);
@@ -127,8 +175,16 @@ class DecodeEngine {
   int32_t width_ = 1;      // W: verify rows per sequence and step, <= BS
   int32_t maxBatch_ = 0;   // B_max
   int32_t vocab_ = 0;
-  bool sampled_ = false;  // this generate() call samples (else every request is greedy)
+  bool sampled_ = false;    // the running batch holds a sampled request (else all are greedy)
+  bool withDraft_ = false;  // the proposer keeps context in the cache's draft pools
   SpeculationStats stats_;
+
+  std::deque<std::unique_ptr<Request>> waiting_;   // submitted, not admitted (FIFO)
+  std::vector<std::unique_ptr<Request>> running_;  // by slot: running_[s] holds cache slot s
+  std::vector<FinishedRequest> finished_;          // until takeFinished()
+  RequestId nextId_ = 0;
+  bool inStep_ = false;    // step() runs (cancel from its callbacks defers the retirement)
+  bool prepared_ = false;  // the device's per-slot state and next inputs match running_
 
   // Arena (backend memory), sized for maxBatch_ (see allocate()).
   Buffer arena_;

@@ -58,7 +58,8 @@ class DraftProposer {
     (void)cache;
     return nullptr;
   }
-  // Request `request` (index in the engine's generate call) now occupies page-table row `slot`.
+  // Request `request` (its index: the position in the engine's generate() call, or the index
+  // given to DecodeEngine::submit) now occupies page-table row `slot`.
   virtual void onAdmit(int32_t slot, int32_t request) { (void)slot, (void)request; }
   // Slots moved (KvCacheManager::retireAndCompact's oldToNew; -1 = retired).
   virtual void onCompact(const std::vector<int32_t>& oldToNew) { (void)oldToNew; }

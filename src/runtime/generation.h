@@ -30,8 +30,8 @@ struct GenerationRequest {
 };
 
 // kError: the request could not go on (GenerationResult::error says why); the other requests of
-// the call are not affected.
-enum class FinishReason { kLength, kStop, kError };
+// the call are not affected. kCancelled: the caller cancelled it (DecodeEngine::cancel).
+enum class FinishReason { kLength, kStop, kError, kCancelled };
 
 struct GenerationResult {
   std::vector<int32_t> tokens = {};  // generated tokens (a stop token, if hit, is the last)
@@ -41,13 +41,35 @@ struct GenerationResult {
   std::string error = {};
 };
 
-// "stop", "length" or "error" (the JSON finish_reason).
+// "stop", "length", "error" or "cancelled" (the JSON finish_reason).
 inline const char* finishReasonName(FinishReason f) {
-  return f == FinishReason::kStop ? "stop" : f == FinishReason::kError ? "error" : "length";
+  switch (f) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kLength:
+      break;
+  }
+  return "length";
 }
 
-// Called with (request index, token) as each token is generated, e.g. to stream text.
+// Called with (request index, token) as each token is generated, e.g. to stream text. The index
+// is the request's position in generate()'s vector, or the index given to
+// DecodeEngine::submit.
 using TokenCallback = std::function<void(int32_t request, int32_t token)>;
+
+// A request submitted to DecodeEngine::submit, unique per engine (0, 1, 2, ...).
+using RequestId = int64_t;
+
+// A request that left the engine (DecodeEngine::takeFinished): done, failed or cancelled.
+struct FinishedRequest {
+  RequestId id = -1;
+  int32_t index = 0;  // the index its token callback saw
+  GenerationResult result = {};
+};
 
 inline bool isGreedy(const SamplingConfig& s) { return s.temperature < 1e-3f; }
 
