@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,11 +19,15 @@
 
 #include "common/errors.h"
 #include "kv/kv_cache_manager.h"
+#include "model/dflash_draft.h"
+#include "model/random_draft.h"
 #include "model/sliding_window_scenario.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
 #include "runtime/decode_engine.h"
+#include "runtime/dflash_proposer.h"
 #include "runtime/replay_proposer.h"
+#include "support/forwarding_proposer.h"
 #include "support/test_util.h"
 
 namespace es::runtime {
@@ -309,11 +314,11 @@ struct Timeline {
   int64_t mostPrefillRows = 0;  // prompt rows one step prefilled at most
 };
 
-// Runs requests rs[i] for every (i, step) of `arrivals` on `rig`, request i submitted (index i)
-// before step `step`, and steps until every request is done.
-Timeline runArrivals(Rig& rig, const std::vector<GenerationRequest>& rs,
-                     const std::map<int32_t, int32_t>& arrivals) {
-  DecodeEngine& engine = *rig.engine;
+// Runs requests rs[i] for every (i, step) of `arrivals` on `engine` (its cache: `cache`), request
+// i submitted (index i) before step `step`, and steps until every request is done.
+Timeline runArrivalsOn(DecodeEngine& engine, const kv::KvCacheManager& cache,
+                       const std::vector<GenerationRequest>& rs,
+                       const std::map<int32_t, int32_t>& arrivals) {
   Timeline t;
   int32_t step = 0;
   std::map<RequestId, int32_t> indexOf;
@@ -335,8 +340,12 @@ Timeline runArrivals(Rig& rig, const std::vector<GenerationRequest>& rs,
     EXPECT_LT(step, 2000) << "the engine does not finish";
     if (step >= 2000) break;
   }
-  EXPECT_EQ(rig.cache.activeCount(), 0);
+  EXPECT_EQ(cache.activeCount(), 0);
   return t;
+}
+Timeline runArrivals(Rig& rig, const std::vector<GenerationRequest>& rs,
+                     const std::map<int32_t, int32_t>& arrivals) {
+  return runArrivalsOn(*rig.engine, rig.cache, rs, arrivals);
 }
 
 // Every request that has its first token emits at least one token in each later step until it
@@ -353,10 +362,11 @@ void expectEveryStreamAdvancesEachStep(const Timeline& t, bool plain) {
   }
 }
 
-std::vector<int32_t> randomTokens(uint32_t seed, int32_t n, int32_t vocab) {
+// Token ids in [0, kVocab - 1): the random DFlash draft's mask token (383) stays out.
+std::vector<int32_t> randomTokens(uint32_t seed, int32_t n) {
   std::mt19937 rng(seed);
   std::vector<int32_t> out(static_cast<size_t>(n));
-  for (int32_t& t : out) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  for (int32_t& t : out) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(kVocab - 1));
   return out;
 }
 
@@ -366,9 +376,9 @@ constexpr int32_t kBudget = 16;  // prompt rows a step prefills (the target's fo
 // step 0, L (200 tokens, whose first block is R's) at step 12. With prefix reuse L shares R's
 // published first block and prefills 72 rows.
 std::vector<GenerationRequest> longPromptRequests(bool sampled) {
-  const std::vector<int32_t> shared = randomTokens(3, 140, kVocab);
+  const std::vector<int32_t> shared = randomTokens(3, 140);
   std::vector<int32_t> l(shared.begin(), shared.begin() + 128);
-  const std::vector<int32_t> tail = randomTokens(4, 72, kVocab);
+  const std::vector<int32_t> tail = randomTokens(4, 72);
   l.insert(l.end(), tail.begin(), tail.end());
   std::vector<GenerationRequest> rs = {
       {{5, 17, 99, 42, 7}, 200, {}, {}},
@@ -444,13 +454,108 @@ TEST(DecodeEngineScheduling, LongPromptSampledWithTheReplayDraftAndPrefixReuse) 
   runLongPromptScenario(true, true, true);
 }
 
+// Logs each request's proposals by their block's first position (CPU backend: host memory). A
+// block proposed again at a position (the decode batch changed) must be the same block.
+class ProposalLog final : public test::ForwardingProposer {
+ public:
+  using ForwardingProposer::ForwardingProposer;
+  void onAdmit(int32_t slot, int32_t request) override {
+    requestOfSlot.resize(std::max(requestOfSlot.size(), static_cast<size_t>(slot) + 1), -1);
+    requestOfSlot[static_cast<size_t>(slot)] = request;
+    ForwardingProposer::onAdmit(slot, request);
+  }
+  void onCompact(const std::vector<int32_t>& oldToNew) override {
+    std::vector<int32_t> moved(requestOfSlot.size(), -1);
+    for (size_t s = 0; s < oldToNew.size() && s < requestOfSlot.size(); ++s) {
+      if (oldToNew[s] >= 0) moved[static_cast<size_t>(oldToNew[s])] = requestOfSlot[s];
+    }
+    requestOfSlot = std::move(moved);
+    ForwardingProposer::onCompact(oldToNew);
+  }
+  void propose(const model::DraftProposalInputs& in, kv::KvCacheManager& cache) override {
+    ForwardingProposer::propose(in, cache);
+    const int32_t W = in.rowsPerBlock == 0 ? blockSize() : in.rowsPerBlock;
+    for (int32_t b = 0; b < in.batchSize; ++b) {
+      const int32_t position = in.positions[static_cast<ptrdiff_t>(b) * blockSize()];
+      const int32_t* rows = in.argmaxOut + static_cast<ptrdiff_t>(b) * W;
+      const std::vector<int32_t> block(rows, rows + W);
+      const auto [it, fresh] =
+          blocks[requestOfSlot.at(static_cast<size_t>(b))].emplace(position, block);
+      if (!fresh) EXPECT_EQ(it->second, block) << "slot " << b << " position " << position;
+    }
+  }
+  std::vector<int32_t> requestOfSlot;
+  std::map<int32_t, std::map<int32_t, std::vector<int32_t>>> blocks;  // request -> position -> W
+};
+
+// With a random DFlash draft the draft keeps context in its own pools: every prefill chunk
+// becomes draft context (round 0) while the other slots decode, and with prefix reuse a request
+// shares the draft pages of the reused block. Each request's proposals (which read that
+// context) and tokens equal its solo run's.
+void runDFlashLongPromptScenario(bool sampled, bool reuse) {
+  auto backend = ops::makeCpuBackend();
+  const std::string targetDir = test::test_data_dir() + "/models/qwen3";
+  const std::filesystem::path draftDir =
+      std::filesystem::temp_directory_path() /
+      ("es_scheduling_draft_" + std::to_string(sampled) + std::to_string(reuse));
+  model::test_draft::DraftSpec spec;
+  spec.blockSize = kBlock;
+  model::test_draft::writeDraft(draftDir, spec);
+  const std::vector<int32_t> taps =
+      model::DFlashDraft::requiredTargetTaps(draftDir, model::loadModelConfig(targetDir));
+  model::TargetModel target(targetDir, *backend, 32, taps);
+  model::DFlashDraft draft(draftDir, *backend, target, 32, kBatch);
+  kv::KvCacheConfig config = cacheFor(target, kBatch, reuse ? 6 : 0);
+  config.draftLayers = draft.kvLayerShapes();
+  const std::vector<GenerationRequest> rs = longPromptRequests(sampled);
+  struct Run {
+    Timeline timeline;
+    std::map<int32_t, std::map<int32_t, std::vector<int32_t>>> blocks;
+    int64_t reusedTokens = 0;
+  };
+  auto run = [&](const std::map<int32_t, int32_t>& arrivals) {
+    kv::KvCacheManager cache(config, MemorySpace::kHost);
+    DFlashProposer dflash(draft);
+    ProposalLog log(dflash);
+    DecodeEngine engine(target, cache, &log, {.prefillTokensPerStep = kBudget});
+    Run r;
+    r.timeline = runArrivalsOn(engine, cache, rs, arrivals);
+    r.blocks = log.blocks;
+    r.reusedTokens = engine.stats().reusedTokens;
+    return r;
+  };
+  const Run mixed = run({{0, 0}, {1, 0}, {2, 0}, {3, 12}});
+  ASSERT_EQ(mixed.timeline.results.size(), rs.size());
+  expectEveryStreamAdvancesEachStep(mixed.timeline, false);
+  EXPECT_EQ(mixed.timeline.tokenSteps.at(3).front(), reuse ? 16 : 24);
+  EXPECT_EQ(mixed.reusedTokens, reuse ? 128 : 0);
+  for (int32_t i = 0; i < static_cast<int32_t>(rs.size()); ++i) {
+    const Run alone = run({{i, 0}});
+    EXPECT_EQ(mixed.timeline.results.at(i).tokens, alone.timeline.results.at(i).tokens)
+        << "request " << i;
+    ASSERT_TRUE(mixed.blocks.count(i) && alone.blocks.count(i)) << "request " << i;
+    EXPECT_EQ(mixed.blocks.at(i), alone.blocks.at(i)) << "request " << i << "'s proposals";
+  }
+  std::filesystem::remove_all(draftDir);
+}
+
+TEST(DecodeEngineScheduling, LongPromptGreedyWithADFlashDraft) {
+  runDFlashLongPromptScenario(false, false);
+}
+TEST(DecodeEngineScheduling, LongPromptSampledWithADFlashDraft) {
+  runDFlashLongPromptScenario(true, false);
+}
+TEST(DecodeEngineScheduling, LongPromptGreedyWithADFlashDraftAndPrefixReuse) {
+  runDFlashLongPromptScenario(false, true);
+}
+
 // A budget above the target's rows per forward runs several chunks a step (of 32 rows: never
 // more than one forward holds); 0 is one forward's rows.
 TEST(DecodeEngineScheduling, PrefillBudgetOfSeveralChunks) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   const std::vector<GenerationRequest> rs = {{{5, 17, 99}, 40, {}, {}},
-                                             {randomTokens(9, 200, kVocab), 8, {}, {}}};
+                                             {randomTokens(9, 200), 8, {}, {}}};
   for (const auto& [budget, steps] : std::map<int32_t, int32_t>{{0, 7}, {100, 3}, {200, 7}}) {
     SCOPED_TRACE("budget " + std::to_string(budget));
     Rig rig(target, *backend, {}, {.prefillTokensPerStep = budget});
@@ -502,7 +607,7 @@ TEST(DecodeEngineScheduling, CancelWhilePrefillingFreesTheSlotAndPages) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   const GenerationRequest a{{5, 17, 99}, 60, {}, {0.8f, 0, 1.0f, 3}};
-  const GenerationRequest longPrompt{randomTokens(11, 200, kVocab), 20, {}, {}};
+  const GenerationRequest longPrompt{randomTokens(11, 200), 20, {}, {}};
   for (const int64_t retained : {int64_t{0}, int64_t{4}}) {
     SCOPED_TRACE("retained pages " + std::to_string(retained));
     const EngineOptions options{.prefillTokensPerStep = kBudget};
