@@ -5,7 +5,8 @@
 // admission queue is a clear error. Long prompts prefill in chunks under the step's budget while
 // the running requests keep emitting a token every step (plain and replay draft, prefix reuse on
 // and off, a sliding-window model), with outputs equal to their solo runs; a request cancelled
-// while it prefills frees its slot and pages.
+// while it prefills frees its slot and pages. With a random DFlash draft, each request's proposals
+// (which read its draft context, built chunk by chunk) equal its solo run's too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -357,7 +358,9 @@ void expectEveryStreamAdvancesEachStep(const Timeline& t, bool plain) {
     for (int32_t s : steps) ++perStep[s];
     for (int32_t s = steps.front() + 1; s <= t.finishStep.at(r); ++s) {
       EXPECT_GE(perStep[s], 1) << "request " << r << " emitted nothing at step " << s;
-      if (plain) EXPECT_LE(perStep[s], 1) << "request " << r << " at step " << s;
+      if (plain) {
+        EXPECT_LE(perStep[s], 1) << "request " << r << " at step " << s;
+      }
     }
   }
 }
@@ -430,7 +433,9 @@ void runLongPromptScenario(bool sampled, bool withDraft, bool reuse) {
   const kv::KvCacheManager::PageCounts pages = rig.cache.pageCounts();
   EXPECT_EQ(pages.used, pages.cached) << "idle: only published records hold pages";
   EXPECT_EQ(pages.free, pages.total - pages.used);
-  if (reuse) EXPECT_GT(pages.cached, 0);
+  if (reuse) {
+    EXPECT_GT(pages.cached, 0);
+  }
 }
 
 TEST(DecodeEngineScheduling, LongPromptGreedy) { runLongPromptScenario(false, false, false); }
@@ -481,7 +486,9 @@ class ProposalLog final : public test::ForwardingProposer {
       const std::vector<int32_t> block(rows, rows + W);
       const auto [it, fresh] =
           blocks[requestOfSlot.at(static_cast<size_t>(b))].emplace(position, block);
-      if (!fresh) EXPECT_EQ(it->second, block) << "slot " << b << " position " << position;
+      if (!fresh) {
+        EXPECT_EQ(it->second, block) << "slot " << b << " position " << position;
+      }
     }
   }
   std::vector<int32_t> requestOfSlot;
@@ -666,7 +673,9 @@ TEST(DecodeEngineScheduling, CancelWhilePrefillingFreesTheSlotAndPages) {
     }
     const kv::KvCacheManager::PageCounts after = rig.cache.pageCounts();
     EXPECT_EQ(after.used, after.cached);
-    if (rig.cache.prefixCache()) EXPECT_EQ(rig.cache.prefixCache()->activeRequests(), 0);
+    if (rig.cache.prefixCache()) {
+      EXPECT_EQ(rig.cache.prefixCache()->activeRequests(), 0);
+    }
     // 3 + 2 * 16 (first) + 16 + 16 (second: one chunk, then one more in the step it was cancelled)
     EXPECT_EQ(engine.stats().prefillRows, 3 + 4 * kBudget);
   }
