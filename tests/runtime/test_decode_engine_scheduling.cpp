@@ -681,6 +681,41 @@ TEST(DecodeEngineScheduling, CancelWhilePrefillingFreesTheSlotAndPages) {
   }
 }
 
+// Admission reserves every page a request may touch (prompt + maxNewTokens) before it writes any:
+// three requests of 205 positions hold two pages each from the step they are admitted, next to
+// the pages published records hold, and a pool of the minimum size plus retained pages serves
+// them all at once; once idle only the records hold pages.
+TEST(DecodeEngineScheduling, AdmissionReservesEveryPageARequestMayTouch) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
+  for (const int64_t retained : {int64_t{0}, int64_t{2}}) {
+    SCOPED_TRACE("retained pages " + std::to_string(retained));
+    Rig rig(target, *backend, {}, {.prefillTokensPerStep = kBudget}, retained);
+    DecodeEngine& engine = *rig.engine;
+    const kv::KvCacheManager::PageCounts idle = rig.cache.pageCounts();
+    EXPECT_EQ(idle.total, 3 * 2 + retained);  // kBatch slots of 256 positions, and the records
+    // A 250-token prompt publishes its first block (prefix reuse).
+    engine.submit({randomTokens(21, 250), 4, {}, {}});
+    while (engine.step()) {
+    }
+    const int32_t cached = rig.cache.pageCounts().cached;
+    EXPECT_EQ(cached, retained > 0 ? 1 : 0);
+    for (int32_t i = 0; i < 4; ++i) engine.submit({{5, 17, static_cast<int32_t>(i)}, 202, {}, {}});
+    EXPECT_TRUE(engine.step());
+    EXPECT_EQ(engine.runningCount(), kBatch);
+    EXPECT_EQ(engine.queuedCount(), 1);  // no slot
+    const kv::KvCacheManager::PageCounts busy = rig.cache.pageCounts();
+    EXPECT_EQ(busy.used, 2 * kBatch + cached);
+    EXPECT_EQ(busy.free, busy.total - busy.used);
+    while (engine.step()) {
+    }
+    EXPECT_EQ(engine.takeFinished().size(), 5u);
+    const kv::KvCacheManager::PageCounts after = rig.cache.pageCounts();
+    EXPECT_EQ(after.used, after.cached);
+    EXPECT_EQ(after.free, after.total - after.cached);
+  }
+}
+
 TEST(DecodeEngineScheduling, PrefillBudgetIsChecked) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
