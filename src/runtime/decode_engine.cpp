@@ -693,7 +693,10 @@ bool DecodeEngine::prefillArrivals() {
     stats_.prefillRows += count;
     any = true;
     reportPrefill(options_.onProgress, req.prefilled, L);
-    if (req.prefilled == L) finishPrefill(req, slot++);
+    if (req.prefilled == L) {
+      if (!req.done) finishPrefill(req, slot);  // done: cancelled by onProgress, retired after
+      ++slot;
+    }
   }
   return any;
 }

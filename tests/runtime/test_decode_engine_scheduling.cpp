@@ -681,6 +681,38 @@ TEST(DecodeEngineScheduling, CancelWhilePrefillingFreesTheSlotAndPages) {
   }
 }
 
+// onProgress may cancel the request it reports on, also when its prompt just completed: it
+// leaves at the end of the step without a token.
+TEST(DecodeEngineScheduling, CancelFromTheProgressCallback) {
+  auto backend = ops::makeCpuBackend();
+  model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
+  DecodeEngine* engine = nullptr;
+  RequestId victim = -1;
+  int32_t cancelAt = 0;
+  const EngineOptions options{.onProgress =
+                                  [&](const ProgressUpdate& u) {
+                                    if (u.done == cancelAt) {
+                                      EXPECT_TRUE(engine->cancel(victim));
+                                    }
+                                  },
+                              .prefillTokensPerStep = kBudget};
+  for (const int32_t at : {kBudget, 40}) {  // after its first chunk; when its prompt is complete
+    SCOPED_TRACE("cancelled at " + std::to_string(at));
+    Rig rig(target, *backend, {}, options);
+    engine = rig.engine.get();
+    cancelAt = at;
+    victim = engine->submit({randomTokens(31, 40), 5, {}, {}});
+    while (engine->step()) {
+    }
+    const std::vector<FinishedRequest> done = engine->takeFinished();
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].result.finish, FinishReason::kCancelled);
+    EXPECT_TRUE(done[0].result.tokens.empty());
+    EXPECT_EQ(rig.cache.activeCount(), 0);
+    EXPECT_EQ(engine->stats().prefillRows, at);
+  }
+}
+
 // Admission reserves every page a request may touch (prompt + maxNewTokens) before it writes any:
 // three requests of 205 positions hold two pages each from the step they are admitted, next to
 // the pages published records hold, and a pool of the minimum size plus retained pages serves
