@@ -166,6 +166,18 @@ int32_t KvCacheManager::sharedTokens(int32_t slot) const {
   return sharedBlocks_[static_cast<size_t>(slot)] * kTokensPerPage;
 }
 
+KvCacheManager::PageCounts KvCacheManager::pageCounts() const {
+  PageCounts c{.total = plan_.numPages};
+  if (prefix_) {
+    c.free = prefix_->freeBasePages();
+    c.cached = prefix_->cachedBasePages();
+  } else {
+    c.free = plan_.numPages - activeCount_ * plan_.maxPagesPerSeq;
+  }
+  c.used = c.total - c.free;
+  return c;
+}
+
 int32_t KvCacheManager::baseLength(int32_t slot) const {
   checkActive(slot, "KvCacheManager::baseLength");
   return baseLengths_[static_cast<size_t>(slot)];

@@ -115,6 +115,18 @@ class KvCacheManager {
   // Null when prefix reuse is off.
   const PrefixCache* prefixCache() const { return prefix_ ? &*prefix_ : nullptr; }
 
+  // Pages of the full-capacity base pool (metrics; the draft pool follows the base one). used:
+  // reserved by active slots or held by published prefix records (cached counts the latter, in
+  // use or not), so once no request is active used == cached. Identity mapping: an active slot
+  // holds maxPagesPerSeq pages, cached is 0.
+  struct PageCounts {
+    int32_t total = 0;
+    int32_t used = 0;
+    int32_t free = 0;
+    int32_t cached = 0;
+  };
+  PageCounts pageCounts() const;
+
   int32_t baseLength(int32_t slot) const;
   int32_t draftLength(int32_t slot) const;
   // Advance a committed length by `tokens` (>= 0); the result must stay within capacity().

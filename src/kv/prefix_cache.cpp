@@ -254,6 +254,10 @@ int32_t PrefixCache::baseActiveCount(PageId page) const {
   checkPage(page, base_.active.size(), "PrefixCache::baseActiveCount");
   return base_.active[static_cast<size_t>(page)];
 }
+int32_t PrefixCache::cachedBasePages() const {
+  return static_cast<int32_t>(
+      std::count_if(base_.cache.begin(), base_.cache.end(), [](int32_t n) { return n > 0; }));
+}
 int32_t PrefixCache::baseCacheCount(PageId page) const {
   checkPage(page, base_.cache.size(), "PrefixCache::baseCacheCount");
   return base_.cache[static_cast<size_t>(page)];

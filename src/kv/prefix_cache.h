@@ -98,6 +98,7 @@ class PrefixCache {
   // Introspection (tests, logging).
   int32_t freeBasePages() const { return static_cast<int32_t>(base_.free.size()); }
   int32_t freeDraftPages() const { return static_cast<int32_t>(draft_.free.size()); }
+  int32_t cachedBasePages() const;  // base pages some record holds (active or not)
   int32_t recordCount() const { return static_cast<int32_t>(records_.size()); }
   int32_t activeRequests() const { return static_cast<int32_t>(requests_.size()); }
   int64_t evictions() const { return evictions_; }  // records evicted so far

@@ -59,6 +59,12 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
                "must hold at least one step of ", width_, " rows");
   ES_CHECK_ARG(options_.maxQueued >= 1, kWhere, "EngineOptions::maxQueued", options_.maxQueued,
                "must be >= 1");
+  ES_CHECK_ARG(options_.prefillTokensPerStep >= 0, kWhere, "EngineOptions::prefillTokensPerStep",
+               options_.prefillTokensPerStep, "must be >= 0 (0 = the target's rows per forward, ",
+               target_.maxTokens(), ")");
+  prefillBudget_ =
+      options_.prefillTokensPerStep == 0 ? target_.maxTokens() : options_.prefillTokensPerStep;
+  prefillChunk_ = static_cast<int32_t>(std::min<int64_t>(target_.maxTokens(), prefillBudget_));
   withDraft_ = proposer_ && proposer_->usesDraftCache();
   resetStats();
   allocate();
@@ -480,8 +486,10 @@ struct DecodeEngine::Request {
   GenerationRequest q;
   TokenCallback onToken;
   GenerationResult result;
-  int32_t pending = 0;  // the last emitted token (the next anchor)
-  bool done = false;    // leaves the batch at the next retirement
+  int32_t pending = 0;    // the last emitted token (the next anchor)
+  int32_t prefilled = 0;  // prompt positions in the cache (a reused prefix included)
+  bool decoding = false;  // its prompt is in the cache: it takes part in the decode steps
+  bool done = false;      // leaves the batch at the next retirement
   bool cancelled = false;
 };
 
@@ -493,14 +501,20 @@ std::vector<GenerationResult> DecodeEngine::generate(const std::vector<Generatio
   checkRequests(requests);
   resetStats();
   const size_t n = requests.size();
+  // Every request is here from the start and nothing streams meanwhile: all prefills run
+  // before the first decode step (in the same chunks as under the step budget), so every step
+  // decodes the whole batch.
+  unboundedPrefill_ = true;
   try {
     for (size_t r = 0; r < n; ++r) enqueue(requests[r], onToken, static_cast<int32_t>(r));
     while (step()) {
     }
   } catch (...) {
+    unboundedPrefill_ = false;
     finished_.clear();  // the engine was idle: every finished request is this call's
     throw;
   }
+  unboundedPrefill_ = false;
   std::vector<GenerationResult> results(n);
   for (FinishedRequest& f : takeFinished()) {
     results[static_cast<size_t>(f.index)] = std::move(f.result);
@@ -565,12 +579,13 @@ bool DecodeEngine::step() {
   inStep_ = true;
   try {
     const Clock::time_point prefillStart = Clock::now();
-    if (admitWaiting()) stats_.prefillSeconds += secondsSince(prefillStart);
-    retireFinished();  // requests done at their first token
-    if (!running_.empty()) {
+    if (prefillArrivals()) stats_.prefillSeconds += secondsSince(prefillStart);
+    retireFinished();  // requests done at their first token, or cancelled while prefilling
+    const int32_t decoding = decodingCount();
+    if (decoding > 0) {
       const Clock::time_point decodeStart = Clock::now();
       if (!prepared_) prepare();
-      decodeStep(static_cast<int32_t>(running_.size()));
+      decodeStep(decoding);
       retireFinished();
       stats_.decodeSeconds += secondsSince(decodeStart);
     }
@@ -633,21 +648,66 @@ void DecodeEngine::failNonFinite(Request& req) {
               "); the model weights or activations overflowed";
 }
 
-// Admits queued requests in order while the batch has room; returns whether any was admitted.
-bool DecodeEngine::admitWaiting() {
+// The decoding requests: slots [0, D) (they precede the prefilling ones, see step()).
+int32_t DecodeEngine::decodingCount() const {
+  int32_t d = 0;
+  while (d < static_cast<int32_t>(running_.size()) && running_[static_cast<size_t>(d)]->decoding) {
+    ++d;
+  }
+  return d;
+}
+
+// The step's prefill: chunks of the admitted request still prefilling, then of queued requests
+// admitted in order (a free slot, and pages), while the step's budget holds the next chunk; a
+// chunk is never cut to fit the budget, so its rows depend only on the request. A request whose
+// prompt completes samples its first token at once and decodes from this step on. Returns
+// whether it did any work.
+bool DecodeEngine::prefillArrivals() {
+  int64_t rows = unboundedPrefill_ ? INT64_MAX : prefillBudget_;
   bool any = false;
-  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < maxBatch_) {
-    if (!prefillRequest(*waiting_.front())) break;  // pages are short: it waits (FIFO)
+  for (int32_t slot = decodingCount(); rows > 0;) {
+    if (slot == static_cast<int32_t>(running_.size())) {
+      if (waiting_.empty() || slot >= maxBatch_ || !admitNext()) break;
+      any = true;
+    }
+    Request& req = *running_[static_cast<size_t>(slot)];
+    if (req.done) {  // cancelled while prefilling, by a callback of this step: retired after it
+      ++slot;
+      continue;
+    }
+    const std::vector<int32_t>& prompt = req.q.prompt;
+    const int32_t L = static_cast<int32_t>(prompt.size());
+    const int32_t count = prefillChunkRows(cache_, slot, L, req.prefilled, prefillChunk_);
+    if (count > rows) break;  // the next step runs it
+    // A reused prefix already holds the target's K/V and, for a draft request, the draft's
+    // context K/V of those positions: only the rest of the prompt runs; with a draft each chunk
+    // becomes draft context at once (round 0).
+    prefillChunk(
+        target_, cache_, slot, prompt, req.prefilled, count, [&](const model::ForwardBatch& chunk) {
+          if (!proposer_) return;
+          proposer_->appendContext(target_, chunk.positions, chunk.tokenToSequence, cache_);
+          cache_.commitDraft(slot, static_cast<int32_t>(chunk.tokens.size()));
+        });
+    req.prefilled += count;
+    rows -= count;
+    stats_.prefillRows += count;
     any = true;
+    reportPrefill(options_.onProgress, req.prefilled, L);
+    if (req.prefilled == L) {
+      if (!req.done) finishPrefill(req, slot);  // done: cancelled by onProgress, retired after
+      ++slot;
+    }
   }
   return any;
 }
 
-// Admits the queue's first request into the next slot, prefills its prompt (chunked; with a
-// draft each chunk becomes draft context: round 0) and emits its first token. Returns false,
-// changing nothing, when the cache cannot take it while other requests run (their pages are
-// released as they finish).
-bool DecodeEngine::prefillRequest(Request& req) {
+// Admits the queue's first request into the next slot: every page it may touch (prompt and
+// maxNewTokens, the speculative rows included) is its own from here to its end; with prefix
+// reuse the longest published prefix of its prompt is shared and counts as prefilled. Returns
+// false, changing nothing, when the cache cannot take it while other requests run (their pages
+// are released as they finish).
+bool DecodeEngine::admitNext() {
+  Request& req = *waiting_.front();
   const GenerationRequest& q = req.q;
   int32_t slot = 0, reused = 0;
   try {
@@ -659,7 +719,7 @@ bool DecodeEngine::prefillRequest(Request& req) {
       slot = a.slot;
       reused = a.reusedTokens;
     } else {
-      slot = cache_.admit();
+      slot = cache_.admit();  // the slot's identity-mapped pages hold the whole capacity
     }
   } catch (const Error&) {
     if (!running_.empty()) return false;
@@ -667,23 +727,23 @@ bool DecodeEngine::prefillRequest(Request& req) {
   }
   running_.push_back(std::move(waiting_.front()));
   waiting_.pop_front();
-  prepared_ = false;
   if (proposer_) proposer_->onAdmit(slot, req.index);
-  // A reused prefix already holds the target's K/V and, for a draft request, the draft's
-  // context K/V of those positions: only the rest of the prompt runs (and becomes context).
-  prefillSequence(
-      target_, cache_, slot, q.prompt,
-      [&](const model::ForwardBatch& chunk) {
-        if (!proposer_) return;
-        proposer_->appendContext(target_, chunk.positions, chunk.tokenToSequence, cache_);
-        cache_.commitDraft(slot, static_cast<int32_t>(chunk.tokens.size()));
-      },
-      reused, options_.onProgress);
-  stats_.prefillRows += static_cast<int64_t>(q.prompt.size()) - reused;
+  req.prefilled = reused;
   stats_.reusedTokens += reused;
+  reportPrefill(options_.onProgress, reused, static_cast<int32_t>(q.prompt.size()));
+  return true;
+}
+
+// The prompt of the request in `slot` is in the cache: publish its blocks, choose and emit its
+// first token; it decodes from now on.
+void DecodeEngine::finishPrefill(Request& req, int32_t slot) {
+  const GenerationRequest& q = req.q;
   // Published now, so requests admitted after it share its prompt already.
   if (cache_.prefixReuse()) cache_.publish(slot, q.prompt);
-  // The first token uses the per-slot arrays and out_; prepare() reloads them for the batch.
+  // The first token uses the per-slot arrays and out_; prepare() reloads them for the batch,
+  // which this request joins.
+  prepared_ = false;
+  req.decoding = true;
   const int32_t first = sampleFirstToken(q.sampling, static_cast<int64_t>(q.prompt.size()) - 1);
   req.pending = first;
   if (first == kNonFiniteToken) {
@@ -692,7 +752,6 @@ bool DecodeEngine::prefillRequest(Request& req) {
   } else {
     req.done = emit(req, first) || req.done;
   }
-  return true;
 }
 
 // Retires the finished requests of the batch (their slots and pages are free at once) and moves
@@ -708,9 +767,12 @@ void DecodeEngine::retireFinished() {
   if (!any) return;
   const std::vector<int32_t> oldToNew = cache_.retireAndCompact(keep);
   if (proposer_) proposer_->onCompact(oldToNew);
+  // The decode batch's device state holds slots [0, D): it is stale when a decoding request
+  // leaves or moves (prefilling requests sit above the decoding ones: their leaving moves none).
   std::vector<std::unique_ptr<Request>> survivors;
   for (size_t s = 0; s < running_.size(); ++s) {
     Request& req = *running_[s];
+    if (req.decoding && oldToNew[s] != static_cast<int32_t>(s)) prepared_ = false;
     if (keep[s]) {
       survivors.push_back(std::move(running_[s]));
     } else {
@@ -718,15 +780,14 @@ void DecodeEngine::retireFinished() {
     }
   }
   running_ = std::move(survivors);
-  prepared_ = false;
 }
 
-// (Re)loads the per-slot state of the running batch and prepares its next step.
+// (Re)loads the per-slot state of the decoding requests and prepares their next step.
 void DecodeEngine::prepare() {
-  const int32_t B = static_cast<int32_t>(running_.size());
-  sampled_ = std::any_of(running_.begin(), running_.end(), [](const std::unique_ptr<Request>& r) {
-    return !isGreedy(r->q.sampling);
-  });
+  const int32_t B = decodingCount();
+  sampled_ =
+      std::any_of(running_.begin(), running_.begin() + B,
+                  [](const std::unique_ptr<Request>& r) { return !isGreedy(r->q.sampling); });
   std::vector<int32_t> lastTokens(static_cast<size_t>(B));
   std::vector<const GenerationRequest*> requestOfSlot(static_cast<size_t>(B));
   for (int32_t s = 0; s < B; ++s) {

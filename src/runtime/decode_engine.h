@@ -3,19 +3,47 @@
 // device-resident loop (spec §6). runtime::buildEngine (runtime/engine_builder.h) sizes and
 // builds one with its target, draft and cache; tests also construct it directly.
 //
-// Requests come and go between steps: submit() queues a request (bounded FIFO), step() admits
-// the queued requests that fit (a free slot of maxBatch(); with prefix reuse, pages), prefills
-// them, then runs one device step of the whole running batch; a request leaves the batch as soon
-// as it is done (stop token, budget, error, cancel), releasing its slot and pages, and its result
-// waits in takeFinished(). generate() is submit() of every request, then step() until idle.
+// Requests come and go between steps: submit() queues a request (bounded FIFO); a step() first
+// prefills arriving prompts, at most EngineOptions::prefillTokensPerStep rows, then runs one
+// device step of the decoding requests; a request leaves the batch as soon as it is done (stop
+// token, budget, error, cancel), releasing its slot and pages, and its result waits in
+// takeFinished(). generate() is submit() of every request, then step() until idle, with every
+// prefill before the first decode step (nothing streams meanwhile).
+//
+// Slots. The cache keeps active slots as the prefix [0, activeCount) and compaction keeps their
+// order; the engine keeps the decoding requests in slots [0, D) and the requests still
+// prefilling after them, in admission order. The decode step (and its CUDA graph, keyed by
+// batch size) covers B = D slots; the oldest prefilling request is at slot D, so when its prompt
+// is in, it decodes by growing D. A prefill chunk writes only its own slot's K/V (and, with a
+// draft, its draft context), so the decoding slots' device state survives it.
+//
+// Prefill. A step spends its budget oldest first: the admitted request still prefilling, then
+// queued requests admitted in order while a slot is free and the cache takes them. A chunk is
+// min(target maxTokens, budget) rows from the first prompt position not yet in the cache (and
+// bounded by the sliding-window reservation), each one cache step (beginStep, forward,
+// completeStep); a chunk is never cut to fit what is left of the budget, so a request's chunks
+// depend only on it and the options, never on when it arrived. A request whose prompt completes
+// samples its first token then and decodes in the same step; with prefix reuse it publishes its
+// prompt's blocks then, so requests admitted after it share them.
+//
+// Admission. submit() refuses (InvalidArgument) a request that can never run: prompt +
+// maxNewTokens (and the rows a speculative step writes past them) beyond the KV capacity or the
+// RoPE tables; one that is valid waits in the queue (QueueFull past maxQueued) until a slot is
+// free and the cache takes it. Admission reserves every page the request may touch: without
+// prefix reuse a slot owns its identity-mapped pages (the whole capacity); with it admit(prompt,
+// positions) pins the reused blocks and allocates private pages up to positionsNeeded, evicting
+// unused records (a pool of at least computeMinimumKvPoolPages always serves maxBatch such
+// requests). Nothing is allocated later, and every page returns when the request ends, fails or
+// is cancelled, prefilling or decoding (KvCacheManager::pageCounts counts them).
+//
 // A step whose batch holds any sampled request takes the sampled path; its greedy requests are
 // rows of temperature 0, which every sampling kernel (sampleRows, specVerify, the sampled
 // proposals) resolves as top-1 = argmax with ties to the lower index and the same non-finite
 // flag, so a greedy request's tokens do not depend on its batch-mates' settings.
 //
-// Prefill runs per request on the host path (chunked; with a draft each chunk becomes draft
-// context at once, round 0); the first token comes from the prompt's last row, chosen on the
-// backend like a step's tokens. Then every iteration is one device step of verify width W (W = 1
+// Prefill runs on the host path (with a draft each chunk becomes draft context at once, round
+// 0); the first token comes from the prompt's last row, chosen on the backend like a step's
+// tokens. Then every decode step is one device step of verify width W (W = 1
 // plain; speculative: 2 <= W <= BS, EngineOptions::verifyWidth) with no host work inside:
 //   forward of the W rows [anchor, d_1 … d_{W−1}] per sequence (causal)
 //   → accept: greedy (argmax; greedy EAGLE accept for W > 1) or sampled (spec §3: sampleRows
@@ -68,6 +96,11 @@ struct EngineOptions {
   ProgressCallback onProgress = {};  // each request's prefill (runtime/prefill.h)
   // Requests submit() lets wait for admission; one more is refused (QueueFull). >= 1.
   int32_t maxQueued = 256;
+  // Prompt rows one step() prefills at most before its decode step (one or more chunks, oldest
+  // request first), so an arriving prompt delays the running streams by about this many rows a
+  // step. 0 = the target's rows per forward (maxTokens). >= 0. A prefill chunk is
+  // min(maxTokens, this) rows: a request's chunks depend only on it and these options.
+  int32_t prefillTokensPerStep = 0;
 };
 
 // submit() refused a request: the admission queue holds EngineOptions::maxQueued requests.
@@ -119,16 +152,19 @@ class DecodeEngine {
   // `index`: what onToken and the proposer's onAdmit see for it (-1: the id's low 31 bits).
   RequestId submit(GenerationRequest request, TokenCallback onToken = {}, int32_t index = -1);
   // Ends a queued or running request now (FinishReason::kCancelled, its tokens so far kept): a
-  // running one leaves the batch and its slot and pages are free at once. Returns false when
-  // the id is unknown or already finished. From a callback inside step() (a token callback,
-  // stopWhen), the request stops there and leaves the batch at the end of that step.
+  // running one (prefilling or decoding) leaves the batch and its slot and pages are free at
+  // once. Returns false when the id is unknown or already finished. From a callback inside
+  // step() (a token callback, stopWhen), the request stops there and leaves the batch at the end
+  // of that step.
   bool cancel(RequestId id);
-  // Admits and prefills the queued requests that fit, then runs one device step of the running
-  // batch. Returns whether requests remain (running or queued). On an exception every queued
-  // and running request is dropped (the cache is left empty and the engine usable).
+  // Prefills arriving prompts (at most EngineOptions::prefillTokensPerStep rows, admitting
+  // queued requests as it reaches them), then runs one device step of the decoding requests.
+  // Returns whether requests remain (running or queued). On an exception every queued and
+  // running request is dropped (the cache is left empty and the engine usable).
   bool step();
   // Requests finished since the last call, in the order they finished.
   std::vector<FinishedRequest> takeFinished();
+  // Admitted requests (prefilling or decoding), and requests waiting for admission.
   int32_t runningCount() const { return static_cast<int32_t>(running_.size()); }
   int32_t queuedCount() const { return static_cast<int32_t>(waiting_.size()); }
 
@@ -152,8 +188,10 @@ class DecodeEngine {
   RequestId enqueue(GenerationRequest request, TokenCallback onToken, int32_t index);
   bool emit(Request& req, int32_t token);
   void failNonFinite(Request& req);
-  bool admitWaiting();
-  bool prefillRequest(Request& req);
+  int32_t decodingCount() const;
+  bool prefillArrivals();
+  bool admitNext();
+  void finishPrefill(Request& req, int32_t slot);
   void retireFinished();
   void prepare();
   void decodeStep(int32_t B);
@@ -175,16 +213,22 @@ class DecodeEngine {
   int32_t width_ = 1;      // W: verify rows per sequence and step, <= BS
   int32_t maxBatch_ = 0;   // B_max
   int32_t vocab_ = 0;
-  bool sampled_ = false;    // the running batch holds a sampled request (else all are greedy)
+  bool sampled_ = false;    // the decode batch holds a sampled request (else all are greedy)
   bool withDraft_ = false;  // the proposer keeps context in the cache's draft pools
   SpeculationStats stats_;
+
+  // Prefill: rows of one chunk (min(maxTokens, the budget)), prompt rows one step() runs at
+  // most, and whether generate() runs (every prefill before the first decode step).
+  int32_t prefillChunk_ = 0;
+  int64_t prefillBudget_ = 0;
+  bool unboundedPrefill_ = false;
 
   std::deque<std::unique_ptr<Request>> waiting_;   // submitted, not admitted (FIFO)
   std::vector<std::unique_ptr<Request>> running_;  // by slot: running_[s] holds cache slot s
   std::vector<FinishedRequest> finished_;          // until takeFinished()
   RequestId nextId_ = 0;
   bool inStep_ = false;    // step() runs (cancel from its callbacks defers the retirement)
-  bool prepared_ = false;  // the device's per-slot state and next inputs match running_
+  bool prepared_ = false;  // the device's per-slot state and next inputs match slots [0, D)
 
   // Arena (backend memory), sized for maxBatch_ (see allocate()).
   Buffer arena_;

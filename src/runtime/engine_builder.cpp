@@ -44,6 +44,7 @@ EnginePlan planEngine(const EngineConfig& config, const std::string& backendName
   // last row's logits, so a long chunk costs no logits buffer of its size.
   plan.maxLogitRows = config.maxBatch * plan.verifyWidth;
   plan.maxTokens = std::max(plan.prefillChunk, plan.maxLogitRows);
+  plan.prefillBudget = resolvePrefillBudget(config.prefillBudget, plan.maxTokens);
   plan.kvCapacity = kvCapacityTokens(config.longestRequest, plan.verifyWidth, plan.blockSize);
   ES_CHECK_ARG(plan.kvCapacity <= kv::kMaxKvCacheCapacity, kWhere, "prompt + max new tokens",
                config.longestRequest,
@@ -129,6 +130,14 @@ int32_t resolvePrefillChunk(std::optional<int32_t> requested, std::string_view b
   return *requested;
 }
 
+int32_t resolvePrefillBudget(std::optional<int32_t> requested, int32_t maxTokens) {
+  if (!requested) return maxTokens;
+  ES_CHECK_ARG(*requested >= kMinPrefillChunk && *requested <= kMaxPrefillChunk, kWhere,
+               "--prefill-budget", *requested, "must be auto or an integer in [", kMinPrefillChunk,
+               ", ", kMaxPrefillChunk, "]");
+  return *requested;
+}
+
 bool defaultDraftPays(std::string_view backendName, const std::vector<float>& temperatures) {
   if (backendName != "cuda") return false;
   return std::all_of(temperatures.begin(), temperatures.end(), [](float t) { return t == 0.0f; });
@@ -153,6 +162,7 @@ void validateEngineConfig(const EngineConfig& c) {
                  "must be auto or an integer in [2, draft block size]");
   }
   if (c.prefillChunk) resolvePrefillChunk(c.prefillChunk, "", 1);  // the range check
+  if (c.prefillBudget) resolvePrefillBudget(c.prefillBudget, 1);   // the range check
   ES_CHECK_ARG(c.maxBatch >= 1 && c.maxBatch <= kMaxEngineBatch, kWhere, "--batch", c.maxBatch,
                "must be in [1, ", kMaxEngineBatch, "]");
   ES_CHECK_ARG(c.longestPrompt >= 1, kWhere, "prompt length", c.longestPrompt, "must be >= 1");
@@ -220,7 +230,8 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
   e->decoder_ =
       std::make_unique<DecodeEngine>(*e->target_, *e->cache_, e->proposer_.get(),
                                      EngineOptions{.verifyWidth = e->draft_ ? plan.verifyWidth : 0,
-                                                   .onProgress = config.onProgress});
+                                                   .onProgress = config.onProgress,
+                                                   .prefillTokensPerStep = plan.prefillBudget});
   return e;
 }
 

@@ -55,6 +55,10 @@ struct EngineConfig {
   // Rows of one prefill forward; nullopt: resolvePrefillChunk's rule. Else in
   // [kMinPrefillChunk, kMaxPrefillChunk].
   std::optional<int32_t> prefillChunk = std::nullopt;
+  // Prompt rows one engine step prefills at most before its decode step
+  // (EngineOptions::prefillTokensPerStep); nullopt: one target forward's rows. Else in
+  // [kMinPrefillChunk, kMaxPrefillChunk].
+  std::optional<int32_t> prefillBudget = std::nullopt;
   int32_t maxBatch = 1;       // sequences decoded together, [1, kMaxEngineBatch]
   int64_t longestPrompt = 1;  // tokens of the longest prompt (sizes the auto prefill chunk)
   // The longest request, prompt + maxNewTokens: kvCapacityTokens sizes the cache from it.
@@ -93,6 +97,11 @@ int32_t resolveVerifyWidth(std::optional<int32_t> requested, std::string_view ba
 int32_t resolvePrefillChunk(std::optional<int32_t> requested, std::string_view backendName,
                             int64_t longestPrompt);
 
+// Prompt rows one engine step prefills at most: the request if set (checked: [kMinPrefillChunk,
+// kMaxPrefillChunk], an InvalidArgument naming --prefill-budget otherwise); else maxTokens, the
+// rows of one target forward (one prefill chunk a step).
+int32_t resolvePrefillBudget(std::optional<int32_t> requested, int32_t maxTokens);
+
 // Whether the default model's shipped draft runs (DraftKind::kDefaultDFlash): only where it
 // measured faster than plain decoding, on the cuda backend with every request at temperature 0.
 // At temperature 1 a sampled step runs the full-row sampler for the proposals and again for the
@@ -113,8 +122,9 @@ struct EnginePlan {
   int32_t blockSize = 1;                // BS (1 plain)
   int32_t verifyWidth = 1;              // W (1 plain)
   int32_t prefillChunk = 0;             // rows of one prefill forward
-  int32_t maxTokens = 0;     // rows of one target forward: max(prefill chunk, batch · W)
-  int32_t maxLogitRows = 0;  // rows of one forward with logits: batch · W
+  int32_t maxTokens = 0;      // rows of one target forward: max(prefill chunk, batch · W)
+  int32_t prefillBudget = 0;  // prompt rows one engine step prefills at most
+  int32_t maxLogitRows = 0;   // rows of one forward with logits: batch · W
   int32_t maxBatch = 1;
   int64_t kvCapacity = 0;  // kvCapacityTokens(longestRequest, W, BS)
 };

@@ -128,6 +128,9 @@ TEST(EngineBuilder, BadValuesNameTheOption) {
       {"prefill chunk 8", with([](EngineConfig& c) { c.prefillChunk = 8; }), "--prefill-chunk"},
       {"prefill chunk 65537", with([](EngineConfig& c) { c.prefillChunk = 65537; }),
        "--prefill-chunk"},
+      {"prefill budget 8", with([](EngineConfig& c) { c.prefillBudget = 8; }), "--prefill-budget"},
+      {"prefill budget 65537", with([](EngineConfig& c) { c.prefillBudget = 65537; }),
+       "--prefill-budget"},
       {"batch 0", with([](EngineConfig& c) { c.maxBatch = 0; }), "--batch"},
       {"batch 257", with([](EngineConfig& c) { c.maxBatch = kMaxEngineBatch + 1; }), "--batch"},
       {"no prompt", with([](EngineConfig& c) { c.longestPrompt = 0; }), "prompt length"},
@@ -157,6 +160,8 @@ TEST(EngineBuilder, RulesForWidthChunkAndDefaultDraft) {
   EXPECT_EQ(resolvePrefillChunk(std::nullopt, "cpu", 5000), 256);
   EXPECT_EQ(resolvePrefillChunk(std::nullopt, "cuda", 257), 512);
   EXPECT_EQ(resolvePrefillChunk(std::nullopt, "cuda", 100000), kMaxAutoPrefillChunk);
+  EXPECT_EQ(resolvePrefillBudget(std::nullopt, 512), 512);  // one forward's rows a step
+  EXPECT_EQ(resolvePrefillBudget(64, 512), 64);
   EXPECT_TRUE(defaultDraftPays("cuda", {0.0f, 0.0f}));
   EXPECT_FALSE(defaultDraftPays("cuda", {0.0f, 0.5f}));
   EXPECT_FALSE(defaultDraftPays("cpu", {0.0f}));
@@ -176,6 +181,7 @@ TEST(EngineBuilder, BuildsTheTinyModelsPlain) {
     EXPECT_EQ(plan.verifyWidth, 1);
     EXPECT_EQ(plan.prefillChunk, 256);  // auto on cpu
     EXPECT_EQ(plan.maxTokens, 256);
+    EXPECT_EQ(plan.prefillBudget, 256);
     EXPECT_EQ(plan.maxLogitRows, 2);
     EXPECT_EQ(plan.kvCapacity, 20);
     EXPECT_EQ(engine->draft(), nullptr);
@@ -301,6 +307,24 @@ TEST(EngineBuilder, ProgressOfTheLoadAndThePrefill) {
   const std::vector<std::string> prefill = {"prefill 0/40 tokens", "prefill 16/40 tokens",
                                             "prefill 32/40 tokens", "prefill 40/40 tokens"};
   EXPECT_EQ(heard, prefill);
+}
+
+// --prefill-budget reaches the engine: a step prefills that many prompt rows (two 16-row chunks).
+TEST(EngineBuilder, PrefillBudgetReachesTheEngine) {
+  EngineConfig config = cpuConfig("qwen3");
+  config.prefillChunk = 16;
+  config.prefillBudget = 32;
+  config.longestPrompt = 100;
+  config.longestRequest = 102;
+  const std::unique_ptr<Engine> engine = buildEngine(config);
+  EXPECT_EQ(engine->plan().prefillBudget, 32);
+  DecodeEngine& decoder = engine->decoder();
+  const int32_t vocab = static_cast<int32_t>(engine->target().config().vocab_size);
+  decoder.submit({.prompt = randomPrompt(100, 6, vocab), .maxNewTokens = 2});
+  for (const int64_t rows : {32, 64, 96, 100}) {
+    EXPECT_TRUE(decoder.step() || rows == 100);
+    EXPECT_EQ(decoder.stats().prefillRows, rows);
+  }
 }
 
 // The default draft resolves to plain decoding where it does not pay (the cpu backend), and says
