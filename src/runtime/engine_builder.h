@@ -52,6 +52,10 @@ struct EngineConfig {
   // W, the rows one speculative step verifies per sequence; nullopt: resolveVerifyWidth's rule.
   // An explicit width needs a draft and lies in [2, BS].
   std::optional<int32_t> verifyWidth = std::nullopt;
+  // With a draft and verifyWidth unset: the decoder picks each step's W (EngineOptions::
+  // adaptiveWidth, runtime/speculation_policy.h) up to resolveVerifyWidth's width, W = 1 (plain)
+  // included. An explicit verifyWidth fixes W. Off: every step verifies resolveVerifyWidth's W.
+  bool adaptiveWidth = false;
   // Rows of one prefill forward; nullopt: resolvePrefillChunk's rule. Else in
   // [kMinPrefillChunk, kMaxPrefillChunk].
   std::optional<int32_t> prefillChunk = std::nullopt;
