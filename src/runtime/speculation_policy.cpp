@@ -113,12 +113,25 @@ int32_t SpeculationPolicy::choose(int32_t batch) {
   ES_CHECK_ARG(batch >= 1 && batch <= options_.maxBatch, "SpeculationPolicy::choose", "batch",
                batch, "must be in [1, maxBatch = ", options_.maxBatch, "]");
   const int32_t best = bestWidth(batch);
-  const int64_t n = ++choices_[static_cast<size_t>(bucketOf(batch))];
+  const int32_t bucket = bucketOf(batch);
+  const int64_t n = ++choices_[static_cast<size_t>(bucket)];
   const int32_t count = static_cast<int32_t>(widths_.size());
-  if (options_.explorePeriod == 0 || count == 1 || n % options_.explorePeriod != 0) return best;
-  // Alternately the next wider and the next narrower width (the other one at either end).
+  if (options_.explorePeriod == 0 || count == 1) return best;
+  // While a neighbour of the best width has fewer than kWarmSamples step times in the bucket,
+  // explore every kWarmPeriod-th choice (the estimates settle in tens of steps, not hundreds).
   const int32_t at = indexOf(best);
-  const bool wider = (n / options_.explorePeriod) % 2 == 1;
+  bool warm = true;
+  for (int32_t i : {at - 1, at + 1}) {
+    if (i < 0 || i >= count) continue;
+    warm = warm &&
+           cost_[static_cast<size_t>(bucket) * widths_.size() + static_cast<size_t>(i)].samples >=
+               kWarmSamples;
+  }
+  const int32_t period =
+      warm ? options_.explorePeriod : std::min(options_.explorePeriod, kWarmPeriod);
+  if (n % period != 0) return best;
+  // Alternately the next wider and the next narrower width (the other one at either end).
+  const bool wider = (n / period) % 2 == 1;
   int32_t i = wider ? at + 1 : at - 1;
   if (i < 0 || i >= count) i = wider ? at - 1 : at + 1;
   return widths_[static_cast<size_t>(i)];
@@ -130,8 +143,11 @@ void SpeculationPolicy::observe(int32_t batch, int32_t width, double seconds,
   if (seconds >= 0.0 && std::isfinite(seconds)) {
     Cell& c =
         cost_[static_cast<size_t>(bucketOf(batch)) * widths_.size() + static_cast<size_t>(at)];
-    c.seconds =
-        c.samples == 0 ? seconds : c.seconds + options_.costSmoothing * (seconds - c.seconds);
+    // A sample counts at most twice or half the estimate: a step slowed by another process moves
+    // it by a bounded amount, a real change still shows within a few steps.
+    const double sample =
+        c.samples == 0 ? seconds : std::clamp(seconds, c.seconds / 2, c.seconds * 2);
+    c.seconds = c.samples == 0 ? sample : c.seconds + options_.costSmoothing * (sample - c.seconds);
     ++c.samples;
   }
   if (width == 1) return;  // a plain step proposes nothing: no acceptance to observe

@@ -14,15 +14,17 @@
 // speculative step and shrunk towards kPriorAccept by kPriorWeight pseudo-observations, so a
 // depth the chosen widths no longer observe drifts back to the prior and gets tried again. cost(B,
 // W) is the EWMA of the measured step time in B's bucket (power-of-two buckets: 1, 2, 3–4, 5–8, …)
-// at width W; a width not measured in the bucket takes the measured cost of the nearest measured
-// width there, scaled by the row model rows(n) = max(n, computeBoundRows) (a step of n = B·W rows
-// costs about as much as one of computeBoundRows rows until the forward turns compute-bound, then
-// grows with the rows); with nothing measured in the bucket, the row model alone ranks the widths.
-// A wider W must beat the narrower ones by kWidthMargin, so speculation that does not clearly pay
-// is off (W = 1). Exploration keeps the estimates current: every explorePeriod-th choice in a
-// bucket runs a neighbour of the best width in widths() (alternately the next wider and the next
-// narrower; W = 2 when speculation is off), a fixed schedule so runs are reproducible. choose() and
-// observe() cost a few operations per width.
+// at width W, each sample clamped to [1/2, 2] times the estimate; a width not measured in the
+// bucket takes the measured cost of the nearest measured width there, scaled by the row model
+// rows(n) = max(n, computeBoundRows) (a step of n = B·W rows costs about as much as one of
+// computeBoundRows rows until the forward turns compute-bound, then grows with the rows); with
+// nothing measured in the bucket, the row model alone ranks the widths. A wider W must beat the
+// narrower ones by kWidthMargin, so speculation that does not clearly pay is off (W = 1).
+// Exploration keeps the estimates current: every explorePeriod-th choice in a bucket runs a
+// neighbour of the best width in widths() (alternately the next wider and the next narrower; W = 2
+// when speculation is off), every kWarmPeriod-th while a neighbour has fewer than kWarmSamples
+// measured step times there; a fixed schedule, so runs are reproducible. choose() and observe()
+// cost a few operations per width.
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -48,6 +50,10 @@ class SpeculationPolicy {
   static constexpr double kPriorAccept = 0.5;   // r_j before (and long after) any observation
   static constexpr double kPriorWeight = 0.5;   // pseudo-observations of the prior
   static constexpr double kWidthMargin = 0.02;  // a wider W must score this much higher
+  // Until both neighbours of the best width have kWarmSamples step times in the bucket, every
+  // kWarmPeriod-th choice explores (when explorePeriod is longer).
+  static constexpr int64_t kWarmSamples = 3;
+  static constexpr int32_t kWarmPeriod = 4;
 
   // Throws InvalidArgument (naming the option) for a bound out of range.
   explicit SpeculationPolicy(SpeculationPolicyOptions options);

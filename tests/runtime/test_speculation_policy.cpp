@@ -102,6 +102,8 @@ TEST(SpeculationPolicy, StepCostsAreMeasuredPerBucketElseScaledByRows) {
   EXPECT_DOUBLE_EQ(p.stepCost(16, 1), 2.0 * 32.0 / 64.0);
   p.observe(16, 4, 4.0, counts.data());  // EWMA, weight costSmoothing = 0.25
   EXPECT_DOUBLE_EQ(p.stepCost(16, 4), 2.5);
+  p.observe(16, 4, 100.0, counts.data());  // clamped to twice the estimate
+  EXPECT_DOUBLE_EQ(p.stepCost(16, 4), 2.5 + 0.25 * (5.0 - 2.5));
   p.observe(16, 8, -1.0, counts.data());  // an unrepresentative time is not a sample
   EXPECT_FALSE(p.measured(16, 8));
 }
@@ -160,7 +162,8 @@ TEST(SpeculationPolicy, OffWithoutAcceptanceAndBackWhenItRises) {
 }
 
 // Every explorePeriod-th choice of a bucket runs a neighbour of the best width: the next wider
-// one, then the next narrower one, alternately (the other one at either end of widths()).
+// one, then the next narrower one, alternately (the other one at either end of widths()); every
+// 4th while a neighbour has fewer than 3 step times.
 TEST(SpeculationPolicy, ExplorationSchedule) {
   SpeculationPolicy p({.maxWidth = 16, .maxBatch = 8, .explorePeriod = 4});
   // Costs: widths up to 4 cost 1 ms, wider ones 10 ms; every draft accepted: best W = 4.
@@ -177,6 +180,23 @@ TEST(SpeculationPolicy, ExplorationSchedule) {
   // Never exploring: always the best.
   SpeculationPolicy never({.maxWidth = 16, .maxBatch = 8, .explorePeriod = 0});
   for (int32_t i = 0; i < 20; ++i) EXPECT_EQ(never.choose(1), never.bestWidth(1));
+  // Warm-up: a fresh policy with explorePeriod 32 explores every 4th choice until the best
+  // width's neighbours have 3 step times each, then every 32nd.
+  SpeculationPolicy fresh({.maxWidth = 4, .maxBatch = 1, .explorePeriod = 32});
+  const std::vector<int32_t> rejected = {1};
+  for (int32_t w : {1, 2, 4}) fresh.observe(1, w, w == 1 ? 1e-3 : 2e-3, rejected.data());
+  ASSERT_EQ(fresh.bestWidth(1), 1);  // every draft rejected: plain
+  std::vector<int32_t> warm;
+  for (int32_t i = 0; i < 12; ++i) {
+    const int32_t w = fresh.choose(1);
+    warm.push_back(w);
+    if (w != 1) fresh.observe(1, w, 2e-3, rejected.data());
+  }
+  EXPECT_EQ(warm, (std::vector<int32_t>{1, 1, 1, 2, 1, 1, 1, 2, 1, 1, 1, 1}));
+  for (int32_t i = 12; i < 64; ++i) {
+    const int32_t w = fresh.choose(1);
+    EXPECT_EQ(w, (i + 1) % 32 == 0 ? 2 : 1) << "choice " << i + 1;
+  }
   // A single width has nothing to explore.
   SpeculationPolicy one({.maxWidth = 1, .maxBatch = 8, .explorePeriod = 1});
   for (int32_t i = 0; i < 5; ++i) EXPECT_EQ(one.choose(3), 1);
