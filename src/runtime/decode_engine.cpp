@@ -69,8 +69,16 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
                                  .computeBoundRows = defaultComputeBoundRows(backend_.name()),
                                  .explorePeriod = options_.explorePeriod});
     widths_ = policy_->widths();
+    sampledWidth_ = options_.sampledWidth == 0 ? width_ : options_.sampledWidth;
+    ES_CHECK_ARG(std::find(widths_.begin(), widths_.end(), sampledWidth_) != widths_.end(), kWhere,
+                 "EngineOptions::sampledWidth", options_.sampledWidth,
+                 "must be 0 (the largest width, ", width_,
+                 ") or one of the adaptive widths (1, the powers of two below it, it)");
   } else {
+    ES_CHECK_ARG(options_.sampledWidth == 0, kWhere, "EngineOptions::sampledWidth",
+                 options_.sampledWidth, "must be 0 without adaptiveWidth (every step is at W)");
     widths_ = {width_};
+    sampledWidth_ = width_;
   }
   resetStats();
   allocate();
@@ -826,7 +834,8 @@ void DecodeEngine::decodeStep(int32_t B) {
 }
 
 int32_t DecodeEngine::chooseWidth(int32_t B) {
-  if (!policy_ || sampled_) return width_;  // fixed, or a sampled batch: the largest width
+  if (!policy_) return width_;
+  if (sampled_) return sampledWidth_;  // fixed for a sampled request's whole life
   return policy_->choose(B);
 }
 

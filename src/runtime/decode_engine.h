@@ -31,9 +31,10 @@
 // W per step: EngineOptions::verifyWidth fixes it (0: BS); with EngineOptions::adaptiveWidth
 // the SpeculationPolicy (runtime/speculation_policy.h) picks it for each greedy step from the
 // batch size, the measured acceptance and the measured step times, up to verifyWidth; a step
-// whose batch holds a sampled request runs at that largest width, so a sampled request's tokens
-// (whose random streams a different W would draw differently) stay a function of its prompt,
-// settings and seed. Greedy tokens do not depend on W (lossless verification).
+// whose batch holds a sampled request runs at the fixed EngineOptions::sampledWidth (the
+// largest by default), so a sampled request's tokens (whose random streams a different W would
+// draw differently) stay a function of its prompt, settings and seed. Greedy tokens do not
+// depend on W (lossless verification).
 // The step for a (batch size, sampled, W) is captured once as a CUDA graph and replayed; its
 // only device-to-host copy brings back the emitted counts and tokens [B + B·W] i32. The host then
 // streams tokens, applies stop tokens and budgets, mirrors the commits in the KV cache manager,
@@ -77,7 +78,11 @@ struct EngineOptions {
   // Per-step W by the SpeculationPolicy (W = 1 included: a plain step) for greedy batches;
   // needs a proposer.
   bool adaptiveWidth = false;
-  int32_t explorePeriod = 32;        // adaptiveWidth: SpeculationPolicyOptions::explorePeriod
+  int32_t explorePeriod = 32;  // adaptiveWidth: SpeculationPolicyOptions::explorePeriod
+  // adaptiveWidth: W of every step whose batch holds a sampled request, fixed for the engine's
+  // life (a sampled request's tokens depend on the widths of its steps). 0: the largest width;
+  // else one of the policy's widths (1: plain steps, the tokens of decoding without a draft).
+  int32_t sampledWidth = 0;
   ProgressCallback onProgress = {};  // each request's prefill (runtime/prefill.h)
   // Requests submit() lets wait for admission; one more is refused (QueueFull). >= 1.
   int32_t maxQueued = 256;
@@ -192,8 +197,9 @@ class DecodeEngine {
   DraftProposer* proposer_;
   ops::Backend& backend_;
   EngineOptions options_;
-  int32_t blockSize_ = 1;  // BS: rows of one proposal (1 without a proposer)
-  int32_t width_ = 1;      // W: verify rows per sequence and step (adaptive: the largest), <= BS
+  int32_t blockSize_ = 1;     // BS: rows of one proposal (1 without a proposer)
+  int32_t width_ = 1;         // W: verify rows per sequence and step (adaptive: the largest), <= BS
+  int32_t sampledWidth_ = 1;  // W of a step whose batch holds a sampled request
   std::vector<int32_t> widths_;                // the widths a step may run at, ascending
   std::unique_ptr<SpeculationPolicy> policy_;  // adaptiveWidth only
   int32_t maxBatch_ = 0;                       // B_max

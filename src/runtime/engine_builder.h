@@ -56,6 +56,9 @@ struct EngineConfig {
   // adaptiveWidth, runtime/speculation_policy.h) up to resolveVerifyWidth's width, W = 1 (plain)
   // included. An explicit verifyWidth fixes W. Off: every step verifies resolveVerifyWidth's W.
   bool adaptiveWidth = false;
+  // adaptiveWidth: W of the steps whose batch holds a sampled request (EngineOptions::
+  // sampledWidth): 0 the largest width; 1 plain steps, the tokens of decoding without a draft.
+  int32_t sampledWidth = 0;
   // Rows of one prefill forward; nullopt: resolvePrefillChunk's rule. Else in
   // [kMinPrefillChunk, kMaxPrefillChunk].
   std::optional<int32_t> prefillChunk = std::nullopt;

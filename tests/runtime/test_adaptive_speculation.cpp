@@ -2,7 +2,8 @@
 // greedy step's verify width, W = 1 included) gives every request the tokens a fixed-width
 // engine gives it, greedy and sampled, in a batch that changes under it, with the replay draft
 // and with a random DFlash draft; its steps really switch widths (exploring every second step),
-// a sampled batch runs at the largest width, and the draft's context stays that of every
+// a sampled batch runs at its fixed width (the largest, or 1: then its tokens are those of
+// decoding without a draft), and the draft's context stays that of every
 // committed row across plain steps (its proposals equal a fixed-width run's at the same
 // positions). The engine builder makes an adaptive decoder when asked, with --verify-width auto.
 #include <gtest/gtest.h>
@@ -89,7 +90,7 @@ int32_t widthsUsed(const SpeculationStats& s) {
 
 // The replay draft (30 % of its drafts corrupted) at fixed W = 8 and adaptive (W in 1, 2, 4,
 // 8): equal tokens for every request of a changing batch.
-void runReplay(Mode mode) {
+void runReplay(Mode mode, int32_t sampledWidth = 0) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   const int32_t V = static_cast<int32_t>(target.config().vocab_size);
@@ -112,14 +113,22 @@ void runReplay(Mode mode) {
   };
   SpeculationStats fixedStats, adaptiveStats;
   const std::vector<GenerationResult> fixed = run({.verifyWidth = kBlock}, &fixedStats);
-  const std::vector<GenerationResult> adaptive =
-      run({.adaptiveWidth = true, .explorePeriod = 2}, &adaptiveStats);
+  const std::vector<GenerationResult> adaptive = run(
+      {.adaptiveWidth = true, .explorePeriod = 2, .sampledWidth = sampledWidth}, &adaptiveStats);
+  // Sampled requests at sampledWidth 1: plain steps, the tokens of decoding without a draft.
+  const std::vector<GenerationResult>& sampledWant = sampledWidth == 1 ? plain : fixed;
   for (size_t i = 0; i < rs.size(); ++i) {
-    EXPECT_EQ(adaptive[i].tokens, fixed[i].tokens) << "request " << i;
-    EXPECT_EQ(adaptive[i].finish, fixed[i].finish) << "request " << i;
-    if (isGreedy(rs[i].sampling)) {
-      EXPECT_EQ(adaptive[i].tokens, plain[i].tokens) << "request " << i;
-    }
+    const bool greedy = isGreedy(rs[i].sampling);
+    EXPECT_EQ(adaptive[i].tokens, greedy ? fixed[i].tokens : sampledWant[i].tokens)
+        << "request " << i;
+    EXPECT_EQ(adaptive[i].finish, greedy ? fixed[i].finish : sampledWant[i].finish)
+        << "request " << i;
+    if (greedy) EXPECT_EQ(adaptive[i].tokens, plain[i].tokens) << "request " << i;
+  }
+  if (sampledWidth == 1 && mode != Mode::kGreedy) {  // the fixed width's samples differ
+    bool differs = false;
+    for (size_t i = 0; i < rs.size(); ++i) differs = differs || fixed[i].tokens != plain[i].tokens;
+    EXPECT_TRUE(differs);
   }
   ASSERT_EQ(adaptiveStats.widthSteps.size(), static_cast<size_t>(kBlock) + 1);
   EXPECT_EQ(fixedStats.widthSteps[kBlock], fixedStats.iterations);
@@ -127,8 +136,9 @@ void runReplay(Mode mode) {
   for (int64_t s : adaptiveStats.widthSteps) steps += s;
   EXPECT_EQ(steps, adaptiveStats.iterations);
   if (mode == Mode::kSampled) {
-    // Every step holds a sampled request: all run at the largest width.
-    EXPECT_EQ(adaptiveStats.widthSteps[kBlock], adaptiveStats.iterations);
+    // Every step holds a sampled request: all run at the sampled width.
+    EXPECT_EQ(adaptiveStats.widthSteps[sampledWidth == 0 ? kBlock : sampledWidth],
+              adaptiveStats.iterations);
   } else {
     // Greedy steps switch: the cpu prior starts plain, exploration tries W = 2 every 2nd step.
     EXPECT_GT(adaptiveStats.widthSteps[1], 0);
@@ -143,6 +153,10 @@ TEST(AdaptiveSpeculation, SampledReplayInAChangingBatchEqualsFixedWidth) {
   runReplay(Mode::kSampled);
 }
 TEST(AdaptiveSpeculation, MixedReplayInAChangingBatchEqualsFixedWidth) { runReplay(Mode::kMixed); }
+TEST(AdaptiveSpeculation, SampledWidthOneGivesSampledRequestsThePlainTokens) {
+  runReplay(Mode::kSampled, 1);
+  runReplay(Mode::kMixed, 1);
+}
 
 // Logs each proposal block of a batch-1 run by the position of its first row.
 class RecordingProposer final : public test::ForwardingProposer {
@@ -240,21 +254,42 @@ TEST(AdaptiveSpeculation, RandomDFlashDraftAcrossPlainSteps) {
   EXPECT_EQ(adaptiveEngine->decoder().stepWidth(), kCpuVerifyWidth);
   EXPECT_EQ(adaptiveEngine->decoder().policy()->widths(), (std::vector<int32_t>{1, 2, 4}));
   EXPECT_EQ(built(true, 2)->decoder().policy(), nullptr);
+  {
+    EngineConfig config{.model = targetDir,
+                        .backend = "cpu",
+                        .draft = {.kind = DraftKind::kDFlash, .dir = draftDir},
+                        .adaptiveWidth = true,
+                        .sampledWidth = 3,
+                        .longestPrompt = 8,
+                        .longestRequest = 40};
+    EXPECT_THROW(buildEngine(config), InvalidArgument);  // not one of 1, 2, 4
+    config.sampledWidth = 1;
+    EXPECT_NO_THROW(buildEngine(config));
+  }
   EXPECT_EQ(built(false, std::nullopt)->decoder().policy(), nullptr);
   std::filesystem::remove_all(draftDir);
 }
 
-TEST(AdaptiveSpeculation, NeedsAProposer) {
+TEST(AdaptiveSpeculation, BadOptionsNameTheOption) {
   auto backend = ops::makeCpuBackend();
   model::TargetModel target(test::test_data_dir() + "/models/qwen3", *backend, 32);
   kv::KvCacheManager cache(cacheFor(target, 1), MemorySpace::kHost);
-  try {
-    DecodeEngine engine(target, cache, nullptr, {.adaptiveWidth = true});
-    ADD_FAILURE() << "an adaptive engine without a proposer";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("EngineOptions::adaptiveWidth"), std::string::npos)
-        << e.what();
-  }
+  ReplayProposer proposer(*backend, kBlock, 1, {{1, 2, 3}}, 384, 0.0f);
+  auto expectNamed = [&](DraftProposer* p, EngineOptions o, const std::string& name) {
+    try {
+      DecodeEngine engine(target, cache, p, o);
+      ADD_FAILURE() << "accepted a bad " << name;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  };
+  expectNamed(nullptr, {.adaptiveWidth = true}, "EngineOptions::adaptiveWidth");
+  expectNamed(&proposer, {.adaptiveWidth = true, .sampledWidth = 3}, "EngineOptions::sampledWidth");
+  expectNamed(&proposer, {.adaptiveWidth = true, .sampledWidth = 16},
+              "EngineOptions::sampledWidth");
+  expectNamed(&proposer, {.sampledWidth = 1}, "EngineOptions::sampledWidth");
+  EXPECT_NO_THROW(
+      DecodeEngine(target, cache, &proposer, {.adaptiveWidth = true, .sampledWidth = 4}));
 }
 
 }  // namespace
