@@ -191,6 +191,9 @@ class DecodeEngine {
   void step(int32_t B, int32_t W);
   // Returns whether the step's time is representative (not a first eager run or a capture).
   bool launchStep(int32_t B, int32_t W);
+  // Width W's constant tables in the arena: row owners r / W [B_max·W], query offsets b·W.
+  int32_t* ownersOf(int32_t W) const;
+  int32_t* cuQOf(int32_t W) const;
 
   model::TargetModel& target_;
   kv::KvCacheManager& cache_;
@@ -213,7 +216,7 @@ class DecodeEngine {
   std::vector<FinishedRequest> finished_;          // until takeFinished()
   RequestId nextId_ = 0;
   bool inStep_ = false;    // step() runs (cancel from its callbacks defers the retirement)
-  bool prepared_ = false;  // the device's per-slot state and next inputs match running_
+  bool prepared_ = false;  // the device's per-slot state matches running_
 
   // Arena (backend memory), sized for maxBatch_ and the largest W (see allocate()); owners_ and
   // cuQ_ hold one table per width of widths_ (ownersOf, cuQOf).
@@ -236,9 +239,6 @@ class DecodeEngine {
   void* sampleWorkspace_ = nullptr;
   size_t sampleWorkspaceBytes_ = 0;
   Buffer outHost_;  // pinned [B_max + B_max·W] i32, the step's one device-to-host copy
-
-  int32_t* ownersOf(int32_t W) const;
-  int32_t* cuQOf(int32_t W) const;
 
   // Captured steps per (batch size, sampled, W); a key runs eagerly once before it is captured.
   using StepKey = std::tuple<int32_t, bool, int32_t>;
