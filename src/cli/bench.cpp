@@ -31,11 +31,12 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
   std::string model;
-  std::string draft;        // a DFlash draft folder, or empty
-  bool replay = false;      // the replay draft instead (τ = verify width while it matches)
-  int32_t blockSize = 16;   // replay draft's block size
-  float corrupt = 0.0f;     // replay draft's corruption rate
-  int32_t verifyWidth = 0;  // W, rows a speculative step verifies (0 = the runtime's rule)
+  std::string draft;           // a DFlash draft folder, or empty
+  bool replay = false;         // the replay draft instead (τ = verify width while it matches)
+  int32_t blockSize = 16;      // replay draft's block size
+  float corrupt = 0.0f;        // replay draft's corruption rate
+  int32_t verifyWidth = 0;     // W, rows a speculative step verifies (0 = the runtime's rule)
+  bool adaptiveWidth = false;  // W per step by the engine's SpeculationPolicy, up to the rule's W
   int32_t batch = 1;
   int32_t promptLength = 128;
   int32_t genLength = 256;
@@ -154,7 +155,13 @@ void validateOptions(const BenchOptions& o) {
   ES_CHECK_ARG(o.corrupt >= 0.0f && o.corrupt <= 1.0f, kWhere, "--corrupt", o.corrupt,
                "must be in [0, 1]");
   ES_CHECK_ARG(o.repeats >= 1, kWhere, "--repeats", o.repeats, "must be >= 1");
+  ES_CHECK_ARG(!o.adaptiveWidth || ((o.replay || !o.draft.empty()) && o.verifyWidth == 0), kWhere,
+               "--adaptive-width", "set",
+               "needs a draft (--draft or --replay) and --verify-width 0 (the rule picks each "
+               "step's width)");
   if (!o.prefixReuse) return;
+  ES_CHECK_ARG(!o.adaptiveWidth, kWhere, "--adaptive-width", "set",
+               "cannot be combined with --prefix-reuse");
   ES_CHECK_ARG(!o.replay, kWhere, "--replay", "set",
                "cannot be combined with --prefix-reuse (use --draft or none)");
   ES_CHECK_ARG(o.batch == 1, kWhere, "--batch", o.batch, "must be 1 with --prefix-reuse");
@@ -175,6 +182,7 @@ runtime::EngineConfig engineConfig(const BenchOptions& o) {
           .backend = o.backend,
           .draft = std::move(draft),
           .verifyWidth = o.verifyWidth == 0 ? std::nullopt : std::optional<int32_t>(o.verifyWidth),
+          .adaptiveWidth = o.adaptiveWidth,
           .prefillChunk = o.prefillChunk,
           .maxBatch = o.batch,
           .longestPrompt = o.promptLength,
@@ -397,7 +405,8 @@ void runSpeculative(const BenchOptions& o, runtime::Engine& engine,
     replay = replayProposer(o, engine, requests, plain.results);
     replayDecoder = std::make_unique<runtime::DecodeEngine>(
         engine.target(), engine.cache(), replay.get(),
-        runtime::EngineOptions{.verifyWidth = engine.plan().verifyWidth});
+        runtime::EngineOptions{.verifyWidth = engine.plan().verifyWidth,
+                               .adaptiveWidth = o.adaptiveWidth});
   }
   const TimedRun spec = runTwice(replay ? *replayDecoder : engine.decoder(), requests);
   const double specTokS = tokens / spec.stats.decodeSeconds;
@@ -408,6 +417,8 @@ void runSpeculative(const BenchOptions& o, runtime::Engine& engine,
   out["speedup"] = specTokS / out["plain_tok_s"].get<double>();
   out["tau"] = spec.stats.meanAcceptLength();
   out["accept_histogram"] = spec.stats.acceptHistogram;
+  out["adaptive_width"] = o.adaptiveWidth;
+  out["width_steps"] = spec.stats.widthSteps;  // device steps at each W (index W)
   out["spec_step_ms"] = 1e3 * spec.stats.decodeSeconds / static_cast<double>(spec.stats.iterations);
   out["identical_prefix_fraction"] = identicalPrefixFraction(spec.results, plain.results);
   timeIsolatedSteps(o, engine, out);
@@ -426,8 +437,18 @@ void printTable(const BenchOptions& o, const runtime::Engine& engine, const nloh
               engine.draft() ? "DFlash decode" : "replay-draft decode",
               out["spec_tok_s"].get<double>(), out["spec_step_ms"].get<double>(),
               out["speedup"].get<double>());
-  std::printf("%-28s %10.2f  (verify width %d, block %d)\n", "tau (mean accept length)",
-              out["tau"].get<double>(), engine.plan().verifyWidth, engine.plan().blockSize);
+  std::printf("%-28s %10.2f  (verify width %s%d, block %d)\n", "tau (mean accept length)",
+              out["tau"].get<double>(), o.adaptiveWidth ? "adaptive up to " : "",
+              engine.plan().verifyWidth, engine.plan().blockSize);
+  if (o.adaptiveWidth) {
+    std::string steps;
+    const std::vector<int64_t> widthSteps = out["width_steps"].get<std::vector<int64_t>>();
+    for (size_t w = 1; w < widthSteps.size(); ++w) {
+      if (widthSteps[w] > 0)
+        steps += " W" + std::to_string(w) + ": " + std::to_string(widthSteps[w]);
+    }
+    std::printf("%-28s %s\n", "steps per verify width", steps.c_str());
+  }
   std::printf("%-28s %10.3f ms\n", "decode forward", out["decode_forward_ms"].get<double>());
   std::printf("%-28s %10.3f ms  (%.2fx decode)\n", "verify forward",
               out["verify_forward_ms"].get<double>(), out["verify_over_decode"].get<double>());
@@ -497,6 +518,9 @@ void addBenchCommand(CLI::App& app) {
                  "Rows a speculative step verifies per sequence, 2 to the block size (0 = auto: "
                  "the block size on cuda, " +
                      std::to_string(runtime::kCpuVerifyWidth) + " on cpu)");
+  cmd->add_flag("--adaptive-width", options->adaptiveWidth,
+                "Speculative run: the engine picks each step's verify width (1 = plain step) from "
+                "the batch, measured acceptance and step times, up to --verify-width auto's");
   addRealFlag(cmd, "--corrupt", options->corrupt, 0.0, 1.0,
               "Replay draft: fraction of proposals corrupted");
   addIntegerFlag(cmd, "-b,--batch", options->batch, 1, runtime::kMaxEngineBatch,

@@ -44,6 +44,8 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
                  "must be 0 without a proposer (plain decoding verifies one row)");
     width_ = 1;
   }
+  ES_CHECK_ARG(!options_.adaptiveWidth || proposer_, kWhere, "EngineOptions::adaptiveWidth", "true",
+               "needs a proposer (plain decoding verifies one row)");
   ES_CHECK_ARG(cache_.space() == backend_.space(), kWhere, "cache memory space",
                static_cast<int>(cache_.space()), "must be the target backend's");
   // A step's B x W rows are one forward and all get logits: maxLogitRows (<= maxTokens) bounds B.
@@ -66,12 +68,31 @@ DecodeEngine::DecodeEngine(model::TargetModel& target, kv::KvCacheManager& cache
       options_.prefillTokensPerStep == 0 ? target_.maxTokens() : options_.prefillTokensPerStep;
   prefillChunk_ = static_cast<int32_t>(std::min<int64_t>(target_.maxTokens(), prefillBudget_));
   withDraft_ = proposer_ && proposer_->usesDraftCache();
+  if (options_.adaptiveWidth) {
+    policy_ = std::make_unique<SpeculationPolicy>(
+        SpeculationPolicyOptions{.maxWidth = width_,
+                                 .maxBatch = maxBatch_,
+                                 .computeBoundRows = defaultComputeBoundRows(backend_.name()),
+                                 .explorePeriod = options_.explorePeriod});
+    widths_ = policy_->widths();
+    sampledWidth_ = options_.sampledWidth == 0 ? width_ : options_.sampledWidth;
+    ES_CHECK_ARG(std::find(widths_.begin(), widths_.end(), sampledWidth_) != widths_.end(), kWhere,
+                 "EngineOptions::sampledWidth", options_.sampledWidth,
+                 "must be 0 (the largest width, ", width_,
+                 ") or one of the adaptive widths (1, the powers of two below it, it)");
+  } else {
+    ES_CHECK_ARG(options_.sampledWidth == 0, kWhere, "EngineOptions::sampledWidth",
+                 options_.sampledWidth, "must be 0 without adaptiveWidth (every step is at W)");
+    widths_ = {width_};
+    sampledWidth_ = width_;
+  }
   resetStats();
   allocate();
 }
 
 void DecodeEngine::allocate() {
   const int64_t B = maxBatch_, W = width_, BS = blockSize_;
+  const int64_t widthCount = static_cast<int64_t>(widths_.size());
   const int64_t maskWords = (W + 31) / 32, propMaskWords = (BS + 31) / 32;
 
   // Sampling workspace for every batch size a step can take (the need is not monotone in the
@@ -83,16 +104,15 @@ void DecodeEngine::allocate() {
   for (int32_t b = 1; b <= maxBatch_; ++b) {
     const SamplingParams rows{.batch = b, .vocab = vocab_, .topKs = &anyRow};
     sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, samplingWorkspaceBytes(rows));
-    if (sampledProposals) {  // the draft's b * W scored rows (prepareNext)
-      const SamplingParams proposals{.batch = static_cast<int32_t>(b * W),
-                                     .vocab = vocab_,
-                                     .topKs = &anyRow,
-                                     .rowsPerRequest = static_cast<int32_t>(W)};
-      sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, samplingWorkspaceBytes(proposals));
-    }
-    if (W > 1) {
+    for (const int32_t w : widths_) {
+      if (w == 1) continue;
+      if (sampledProposals) {  // the draft's b * w scored rows (prepareNext)
+        const SamplingParams proposals{
+            .batch = b * w, .vocab = vocab_, .topKs = &anyRow, .rowsPerRequest = w};
+        sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, samplingWorkspaceBytes(proposals));
+      }
       const SpecVerifyParams verify{
-          .batch = b, .numDraft = static_cast<int32_t>(W - 1), .vocab = vocab_, .topKs = &anyRow};
+          .batch = b, .numDraft = w - 1, .vocab = vocab_, .topKs = &anyRow};
       sampleWorkspaceBytes_ = std::max(sampleWorkspaceBytes_, specVerifyWorkspaceBytes(verify));
     }
   }
@@ -113,8 +133,8 @@ void DecodeEngine::allocate() {
   i32(topKs_, B);
   // Verify side: W rows per sequence; proposal side: BS rows per sequence, of which the
   // proposer returns the first W (draftOut_, proposalProbs_).
-  i32(owners_, B * W);
-  i32(cuQ_, B + 1);
+  i32(owners_, widthCount * B * W);
+  i32(cuQ_, widthCount * (B + 1));
   i32(rows_, B * W);
   i32(verifyTokens_, B * W);
   i32(verifyPositions_, B * W);
@@ -155,21 +175,33 @@ void DecodeEngine::allocate() {
   for (size_t i = 0; i < slots.size(); ++i) *slots[i].at = arena_.as<uint8_t>() + offsets[i];
   if (sampleWorkspaceBytes_ == 0) sampleWorkspace_ = nullptr;
 
-  // Constants: zeros, row owners b, query offsets b·W, logit rows r.
+  // Constants: zeros, logit rows r, and per width w: row owners r / w, query offsets b·w.
   std::vector<int32_t> host(static_cast<size_t>(B * W));
   std::fill(host.begin(), host.begin() + B, 0);
   backend_.copyFromHost(zeros_, host.data(), B * 4);
-  for (int64_t r = 0; r < B * W; ++r) host[static_cast<size_t>(r)] = static_cast<int32_t>(r / W);
-  backend_.copyFromHost(owners_, host.data(), B * W * 4);
   for (int64_t r = 0; r < B * W; ++r) host[static_cast<size_t>(r)] = static_cast<int32_t>(r);
   backend_.copyFromHost(rows_, host.data(), B * W * 4);
   std::vector<int32_t> cuQ(static_cast<size_t>(B) + 1);
-  for (int64_t b = 0; b <= B; ++b) cuQ[static_cast<size_t>(b)] = static_cast<int32_t>(b * W);
-  backend_.copyFromHost(cuQ_, cuQ.data(), (B + 1) * 4);
+  for (const int32_t w : widths_) {
+    for (int64_t r = 0; r < B * w; ++r) host[static_cast<size_t>(r)] = static_cast<int32_t>(r / w);
+    backend_.copyFromHost(ownersOf(w), host.data(), B * w * 4);
+    for (int64_t b = 0; b <= B; ++b) cuQ[static_cast<size_t>(b)] = static_cast<int32_t>(b * w);
+    backend_.copyFromHost(cuQOf(w), cuQ.data(), (B + 1) * 4);
+  }
 
   const MemorySpace hostSpace =
       backend_.space() == MemorySpace::kDevice ? MemorySpace::kPinnedHost : MemorySpace::kHost;
   outHost_ = Buffer::allocate(hostSpace, (B + B * W) * 4);
+}
+
+int32_t* DecodeEngine::ownersOf(int32_t W) const {
+  const auto at = std::find(widths_.begin(), widths_.end(), W) - widths_.begin();
+  return owners_ + at * int64_t{maxBatch_} * width_;
+}
+
+int32_t* DecodeEngine::cuQOf(int32_t W) const {
+  const auto at = std::find(widths_.begin(), widths_.end(), W) - widths_.begin();
+  return cuQ_ + at * (int64_t{maxBatch_} + 1);
 }
 
 void DecodeEngine::checkRequests(const std::vector<GenerationRequest>& requests) const {
@@ -289,12 +321,12 @@ void DecodeEngine::sampleRows(const float* logits, int32_t rows, int32_t* tokens
                        .workspaceBytes = sampleWorkspaceBytes_});
 }
 
-// The next step's inputs from lengths_ (committed) and lastTokens_ (anchors): the draft's
+// The step's inputs from lengths_ (committed) and lastTokens_ (anchors): for W > 1 the draft's
 // proposal of BS rows (the first W scored), then the verify rows [anchor, d_1 … d_{W−1}] at
 // positions length + i.
-void DecodeEngine::prepareNext(int32_t B) {
-  const int32_t W = width_, BS = blockSize_;
-  if (proposer_) {
+void DecodeEngine::prepareNext(int32_t B, int32_t W) {
+  const int32_t BS = blockSize_;
+  if (proposer_ && W > 1) {
     backend_.dflashProposalInputs({.oldDraftCacheLengths = lengths_,
                                    .deltaLengths = zeros_,  // the delta is already committed
                                    .blockSize = BS,
@@ -354,13 +386,13 @@ void DecodeEngine::prepareNext(int32_t B) {
                                    .batchSize = B});
 }
 
-// One iteration, device work only: forward, accept, commit, draft context, next inputs.
-void DecodeEngine::step(int32_t B) {
-  const int32_t W = width_;
+// One iteration, device work only: inputs (proposal), forward, accept, commit, draft context.
+void DecodeEngine::step(int32_t B, int32_t W) {
+  prepareNext(B, W);
   target_.forwardDevice({.tokens = verifyTokens_,
                          .positions = verifyPositions_,
-                         .tokenToSequence = owners_,
-                         .cuQSeqLens = cuQ_,
+                         .tokenToSequence = ownersOf(W),
+                         .cuQSeqLens = cuQOf(W),
                          .kvLengths = verifyKvLengths_,
                          .logitRows = rows_,
                          .numTokens = B * W,
@@ -443,10 +475,9 @@ void DecodeEngine::step(int32_t B) {
                              cache_);
   }
   backend_.copy(lengths_, newLengths_, int64_t{B} * 4);
-  prepareNext(B);
 }
 
-void DecodeEngine::launchStep(int32_t B) {
+bool DecodeEngine::launchStep(int32_t B, int32_t W) {
   // A captured step reads the page-table copies at the addresses they had at capture: should
   // a copy move (the model was used with a cache of another shape), capture again.
   // The window table (sliding-window layers) is one more copy the graphs read by address; its
@@ -458,25 +489,26 @@ void DecodeEngine::launchStep(int32_t B) {
     graphs_.clear();
     capturedTables_ = tables;
   }
-  const auto key = std::make_pair(B, sampled_);
+  const StepKey key{B, sampled_, W};
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
     it->second->launch();
-    return;
+    return true;
   }
-  // The first run of a size is eager (it also settles library state such as cuBLASLt's
-  // heuristics); the second one is captured and replayed from then on.
+  // The first run of a key is eager (it also settles library state such as cuBLASLt's
+  // heuristics); the second one is captured and replayed from then on. Neither is timed.
   int32_t& runs = eagerRuns_[key];
   if (options_.useGraphs && runs >= 1) {
-    std::unique_ptr<ops::CapturedWork> graph = backend_.capture([&] { step(B); });
+    std::unique_ptr<ops::CapturedWork> graph = backend_.capture([&] { step(B, W); });
     if (graph) {
       graph->launch();
       graphs_.emplace(key, std::move(graph));
-      return;
+      return false;
     }
   }
   ++runs;
-  step(B);
+  step(B, W);
+  return runs >= 2;
 }
 
 // One submitted request and its progress.
@@ -525,6 +557,7 @@ std::vector<GenerationResult> DecodeEngine::generate(const std::vector<Generatio
 void DecodeEngine::resetStats() {
   stats_ = SpeculationStats{};
   stats_.acceptHistogram.assign(static_cast<size_t>(width_) + 1, 0);
+  stats_.widthSteps.assign(static_cast<size_t>(width_) + 1, 0);
 }
 
 RequestId DecodeEngine::submit(GenerationRequest request, TokenCallback onToken, int32_t index) {
@@ -782,7 +815,8 @@ void DecodeEngine::retireFinished() {
   running_ = std::move(survivors);
 }
 
-// (Re)loads the per-slot state of the decoding requests and prepares their next step.
+// (Re)loads the per-slot state of the decoding requests (slots [0, D)); each step builds its own
+// inputs.
 void DecodeEngine::prepare() {
   const int32_t B = decodingCount();
   sampled_ =
@@ -797,14 +831,13 @@ void DecodeEngine::prepare() {
   uploadState(B, lastTokens, requestOfSlot);
   target_.syncPageTable(cache_);
   if (proposer_) proposer_->prepareLaunch(cache_);
-  prepareNext(B);
   prepared_ = true;
 }
 
 // One device step of the B running slots, then the host's side of it: stream the emitted
 // tokens, mirror the commits in the cache, mark finished requests.
 void DecodeEngine::decodeStep(int32_t B) {
-  const int32_t W = width_, BS = blockSize_;
+  const int32_t W = chooseWidth(B), BS = blockSize_;
   // The step writes W rows from each committed length (and the draft its block of BS rows
   // there): never into pages shared with other requests.
   stepWrites_.clear();
@@ -816,10 +849,13 @@ void DecodeEngine::decodeStep(int32_t B) {
   // Binds the window pages of the W rows (sliding-window layers) before launchStep uploads
   // the tables; the device commits at most W of them.
   const int64_t stepId = cache_.beginStep(stepWrites_);
-  launchStep(B);
+  const Clock::time_point launched = Clock::now();
+  const bool timed = launchStep(B, W);
   ++stats_.iterations;
+  ++stats_.widthSteps[static_cast<size_t>(W)];
   int32_t* host = outHost_.as<int32_t>();
   backend_.copyToHost(host, out_, (int64_t{B} + int64_t{B} * W) * 4);  // the one D2H copy
+  const double seconds = secondsSince(launched);
   // The copy waited for the whole step (same stream, after its last kernel): its window pages
   // are no longer read, so the pages the commits below push out of the window can be rebound.
   cache_.completeStep(stepId);
@@ -855,6 +891,14 @@ void DecodeEngine::decodeStep(int32_t B) {
       req.done = true;
     }
   }
+  // The policy learns from the steps it chose (greedy batches; the counts are in range here).
+  if (policy_ && !sampled_) policy_->observe(B, W, timed ? seconds : -1.0, host);
+}
+
+int32_t DecodeEngine::chooseWidth(int32_t B) {
+  if (!policy_) return width_;
+  if (sampled_) return sampledWidth_;  // fixed for a sampled request's whole life
+  return policy_->choose(B);
 }
 
 // Publishes a finishing request's complete blocks (prompt and generated tokens whose K/V is

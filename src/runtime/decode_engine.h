@@ -41,22 +41,30 @@
 // proposals) resolves as top-1 = argmax with ties to the lower index and the same non-finite
 // flag, so a greedy request's tokens do not depend on its batch-mates' settings.
 //
-// Prefill runs on the host path (with a draft each chunk becomes draft context at once, round
-// 0); the first token comes from the prompt's last row, chosen on the backend like a step's
-// tokens. Then every decode step is one device step of verify width W (W = 1
-// plain; speculative: 2 <= W <= BS, EngineOptions::verifyWidth) with no host work inside:
-//   forward of the W rows [anchor, d_1 … d_{W−1}] per sequence (causal)
+// Prefill runs on the host path in chunks (with a draft each chunk becomes draft
+// context at once, round 0); the first token comes from the prompt's last row, chosen on the
+// backend like a step's tokens. Then every iteration is one device step of verify width W (W = 1
+// plain; with a proposer 1 <= W <= BS, see below) with no host work inside:
+//   proposal (W > 1: proposal inputs + propose) and the verify inputs of the W rows
+//   → forward of the W rows [anchor, d_1 … d_{W−1}] per sequence (causal)
 //   → accept: greedy (argmax; greedy EAGLE accept for W > 1) or sampled (spec §3: sampleRows
 //     for W = 1, specVerify for W > 1 with argmax drafts, q = onehot)
 //   → commit on the device (spec_commit: lengths, next anchor)
-//   → draft context of the committed rows (delta metadata + appendContext)
-//   → next proposal (proposal inputs + propose) and next verify inputs.
+//   → draft context of the committed rows (delta metadata + appendContext; W = 1 too, so the
+//     draft can propose again at any later step).
 // The draft always proposes a whole block of BS rows (block diffusion needs every position of
 // the block), but only its first W rows are scored and verified: a step of W < BS rows emits at
 // most W tokens and costs about W target rows, which pays where a forward is compute-bound (the
 // CPU), since most steps accept few tokens anyway.
-// The step for a batch size is captured once as a CUDA graph and replayed; its only
-// device-to-host copy brings back the emitted counts and tokens [B + B·W] i32. The host then
+// W per step: EngineOptions::verifyWidth fixes it (0: BS); with EngineOptions::adaptiveWidth
+// the SpeculationPolicy (runtime/speculation_policy.h) picks it for each greedy step from the
+// batch size, the measured acceptance and the measured step times, up to verifyWidth; a step
+// whose batch holds a sampled request runs at the fixed EngineOptions::sampledWidth (the
+// largest by default), so a sampled request's tokens (whose random streams a different W would
+// draw differently) stay a function of its prompt, settings and seed. Greedy tokens do not
+// depend on W (lossless verification).
+// The step for a (batch size, sampled, W) is captured once as a CUDA graph and replayed; its
+// only device-to-host copy brings back the emitted counts and tokens [B + B·W] i32. The host then
 // streams tokens, applies stop tokens and budgets, mirrors the commits in the KV cache manager,
 // and retires finished requests (compaction re-uploads the per-slot state: a few bytes per slot).
 // A target row whose logits are not finite (NaN or inf: the weights or activations overflowed)
@@ -73,6 +81,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -84,6 +93,7 @@
 #include "ops/backend.h"
 #include "runtime/draft_proposer.h"
 #include "runtime/generation.h"
+#include "runtime/speculation_policy.h"
 
 namespace es::runtime {
 
@@ -91,8 +101,16 @@ struct EngineOptions {
   bool useGraphs = true;  // capture each batch size's step (CUDA backend); false: always eager
   // W, the rows one speculative step verifies per sequence: the anchor and the first W − 1
   // drafts of the proposed block. 0 = the draft's block size BS; else in [2, BS]. Must be 0
-  // without a proposer (plain decoding verifies one row).
+  // without a proposer (plain decoding verifies one row). With adaptiveWidth: the largest W.
   int32_t verifyWidth = 0;
+  // Per-step W by the SpeculationPolicy (W = 1 included: a plain step) for greedy batches;
+  // needs a proposer.
+  bool adaptiveWidth = false;
+  int32_t explorePeriod = 32;  // adaptiveWidth: SpeculationPolicyOptions::explorePeriod
+  // adaptiveWidth: W of every step whose batch holds a sampled request, fixed for the engine's
+  // life (a sampled request's tokens depend on the widths of its steps). 0: the largest width;
+  // else one of the policy's widths (1: plain steps, the tokens of decoding without a draft).
+  int32_t sampledWidth = 0;
   ProgressCallback onProgress = {};  // each request's prefill (runtime/prefill.h)
   // Requests submit() lets wait for admission; one more is refused (QueueFull). >= 1.
   int32_t maxQueued = 256;
@@ -115,6 +133,7 @@ struct SpeculationStats {
   int64_t acceptedTokens = 0;            // tokens emitted by steps (the prefill's first excluded)
   std::vector<int64_t> acceptHistogram;  // [W + 1]: how often each emitted count occurred
   int64_t iterations = 0;                // device steps
+  std::vector<int64_t> widthSteps;       // [W + 1]: device steps run at each width (W: largest)
   int64_t prefillRows = 0;               // prompt rows the target computed in prefill
   int64_t reusedTokens = 0;              // prompt tokens served from reused pages (prefix reuse)
   double prefillSeconds = 0.0;           // host wall clock
@@ -137,7 +156,8 @@ class DecodeEngine {
 
   // Sequences one step can carry: min(cache maxBatchSize, target maxLogitRows / W, draft maxBatch).
   int32_t maxBatch() const { return maxBatch_; }
-  // W: rows per sequence of one step (1 plain), and BS: rows of one proposal (1 plain).
+  // W: rows per sequence of one step (1 plain; adaptive: the largest), and BS: rows of one
+  // proposal (1 plain).
   int32_t stepWidth() const { return width_; }
   int32_t blockSize() const { return blockSize_; }
 
@@ -170,6 +190,9 @@ class DecodeEngine {
 
   const SpeculationStats& stats() const { return stats_; }
   void resetStats();
+  // The adaptive width rule (null unless EngineOptions::adaptiveWidth); it keeps what it
+  // learned across resetStats().
+  const SpeculationPolicy* policy() const { return policy_.get(); }
 
  private:
   struct Request;
@@ -200,18 +223,27 @@ class DecodeEngine {
   void allocate();
   void uploadState(int32_t B, const std::vector<int32_t>& lastTokens,
                    const std::vector<const GenerationRequest*>& requestOfSlot);
-  void prepareNext(int32_t B);
-  void step(int32_t B);
-  void launchStep(int32_t B);
+  // W of the next step of B sequences.
+  int32_t chooseWidth(int32_t B);
+  void prepareNext(int32_t B, int32_t W);
+  void step(int32_t B, int32_t W);
+  // Returns whether the step's time is representative (not a first eager run or a capture).
+  bool launchStep(int32_t B, int32_t W);
+  // Width W's constant tables in the arena: row owners r / W [B_max·W], query offsets b·W.
+  int32_t* ownersOf(int32_t W) const;
+  int32_t* cuQOf(int32_t W) const;
 
   model::TargetModel& target_;
   kv::KvCacheManager& cache_;
   DraftProposer* proposer_;
   ops::Backend& backend_;
   EngineOptions options_;
-  int32_t blockSize_ = 1;  // BS: rows of one proposal (1 without a proposer)
-  int32_t width_ = 1;      // W: verify rows per sequence and step, <= BS
-  int32_t maxBatch_ = 0;   // B_max
+  int32_t blockSize_ = 1;     // BS: rows of one proposal (1 without a proposer)
+  int32_t width_ = 1;         // W: verify rows per sequence and step (adaptive: the largest), <= BS
+  int32_t sampledWidth_ = 1;  // W of a step whose batch holds a sampled request
+  std::vector<int32_t> widths_;                // the widths a step may run at, ascending
+  std::unique_ptr<SpeculationPolicy> policy_;  // adaptiveWidth only
+  int32_t maxBatch_ = 0;                       // B_max
   int32_t vocab_ = 0;
   bool sampled_ = false;    // the decode batch holds a sampled request (else all are greedy)
   bool withDraft_ = false;  // the proposer keeps context in the cache's draft pools
@@ -228,9 +260,10 @@ class DecodeEngine {
   std::vector<FinishedRequest> finished_;          // until takeFinished()
   RequestId nextId_ = 0;
   bool inStep_ = false;    // step() runs (cancel from its callbacks defers the retirement)
-  bool prepared_ = false;  // the device's per-slot state and next inputs match slots [0, D)
+  bool prepared_ = false;  // the device's per-slot state matches slots [0, D)
 
-  // Arena (backend memory), sized for maxBatch_ (see allocate()).
+  // Arena (backend memory), sized for maxBatch_ and the largest W (see allocate()); owners_ and
+  // cuQ_ hold one table per width of widths_ (ownersOf, cuQOf).
   Buffer arena_;
   int32_t *lengths_ = nullptr, *newLengths_ = nullptr, *lastTokens_ = nullptr, *zeros_ = nullptr;
   int32_t *topKs_ = nullptr, *owners_ = nullptr, *cuQ_ = nullptr, *rows_ = nullptr;
@@ -251,9 +284,10 @@ class DecodeEngine {
   size_t sampleWorkspaceBytes_ = 0;
   Buffer outHost_;  // pinned [B_max + B_max·W] i32, the step's one device-to-host copy
 
-  // Captured steps per (batch size, sampled); a size runs eagerly once before it is captured.
-  std::map<std::pair<int32_t, bool>, std::unique_ptr<ops::CapturedWork>> graphs_;
-  std::map<std::pair<int32_t, bool>, int32_t> eagerRuns_;
+  // Captured steps per (batch size, sampled, W); a key runs eagerly once before it is captured.
+  using StepKey = std::tuple<int32_t, bool, int32_t>;
+  std::map<StepKey, std::unique_ptr<ops::CapturedWork>> graphs_;
+  std::map<StepKey, int32_t> eagerRuns_;
   // Page-table copies the graphs read: base, window (sliding-window layers), draft.
   std::array<const void*, 3> capturedTables_{nullptr, nullptr, nullptr};
   std::vector<kv::SwaStepWrite> stepWrites_;  // the running step's writes (reused buffer)

@@ -227,11 +227,14 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
   e->cache_ = std::make_unique<kv::KvCacheManager>(e->cacheConfig_, e->backend_->space());
   if (config.draft.kind == DraftKind::kReplay) return e;
   if (e->draft_) e->proposer_ = std::make_unique<DFlashProposer>(*e->draft_);
-  e->decoder_ =
-      std::make_unique<DecodeEngine>(*e->target_, *e->cache_, e->proposer_.get(),
-                                     EngineOptions{.verifyWidth = e->draft_ ? plan.verifyWidth : 0,
-                                                   .onProgress = config.onProgress,
-                                                   .prefillTokensPerStep = plan.prefillBudget});
+  const bool adaptive = e->draft_ && config.adaptiveWidth && !config.verifyWidth;
+  e->decoder_ = std::make_unique<DecodeEngine>(
+      *e->target_, *e->cache_, e->proposer_.get(),
+      EngineOptions{.verifyWidth = e->draft_ ? plan.verifyWidth : 0,
+                    .adaptiveWidth = adaptive,
+                    .sampledWidth = adaptive ? config.sampledWidth : 0,
+                    .onProgress = config.onProgress,
+                    .prefillTokensPerStep = plan.prefillBudget});
   return e;
 }
 

@@ -52,6 +52,13 @@ struct EngineConfig {
   // W, the rows one speculative step verifies per sequence; nullopt: resolveVerifyWidth's rule.
   // An explicit width needs a draft and lies in [2, BS].
   std::optional<int32_t> verifyWidth = std::nullopt;
+  // With a draft and verifyWidth unset: the decoder picks each step's W (EngineOptions::
+  // adaptiveWidth, runtime/speculation_policy.h) up to resolveVerifyWidth's width, W = 1 (plain)
+  // included. An explicit verifyWidth fixes W. Off: every step verifies resolveVerifyWidth's W.
+  bool adaptiveWidth = false;
+  // adaptiveWidth: W of the steps whose batch holds a sampled request (EngineOptions::
+  // sampledWidth): 0 the largest width; 1 plain steps, the tokens of decoding without a draft.
+  int32_t sampledWidth = 0;
   // Rows of one prefill forward; nullopt: resolvePrefillChunk's rule. Else in
   // [kMinPrefillChunk, kMaxPrefillChunk].
   std::optional<int32_t> prefillChunk = std::nullopt;
