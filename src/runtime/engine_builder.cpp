@@ -161,6 +161,7 @@ void validateEngineConfig(const EngineConfig& c) {
                "): every request generates a token");
   ES_CHECK_ARG(c.prefixCachePages >= 0, kWhere, "--prefix-cache-pages", c.prefixCachePages,
                "must be >= 0 (0 = prefix reuse off)");
+  ES_CHECK_ARG(c.maxQueued >= 1, kWhere, "--max-queued", c.maxQueued, "must be >= 1");
 }
 
 Engine::~Engine() = default;
@@ -220,7 +221,8 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
   e->decoder_ =
       std::make_unique<DecodeEngine>(*e->target_, *e->cache_, e->proposer_.get(),
                                      EngineOptions{.verifyWidth = e->draft_ ? plan.verifyWidth : 0,
-                                                   .onProgress = config.onProgress});
+                                                   .onProgress = config.onProgress,
+                                                   .maxQueued = config.maxQueued});
   return e;
 }
 
