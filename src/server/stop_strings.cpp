@@ -11,6 +11,14 @@ size_t characterStart(const std::string& s, size_t pos) {
   return pos;
 }
 
+// The longest tail of `text` that is a proper prefix of `stop`: what could still grow into it.
+size_t partialMatch(const std::string& text, const std::string& stop) {
+  for (size_t k = std::min(text.size(), stop.size() - 1); k > 0; --k) {
+    if (text.compare(text.size() - k, k, stop, 0, k) == 0) return k;
+  }
+  return 0;
+}
+
 }  // namespace
 
 StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
@@ -33,8 +41,11 @@ std::string StopStringMatcher::push(std::string_view piece) {
     stopped_ = true;
     return shownUpTo(text_.size());
   }
-  const size_t safe = text_.size() > holdBack_ ? text_.size() - holdBack_ : 0;
-  return shownUpTo(characterStart(text_, safe));
+  size_t held = 0;
+  for (const std::string& s : stops_) {
+    if (!s.empty()) held = std::max(held, partialMatch(text_, s));
+  }
+  return shownUpTo(characterStart(text_, text_.size() - held));
 }
 
 std::string StopStringMatcher::finish() { return shownUpTo(text_.size()); }

@@ -1,9 +1,9 @@
 #pragma once
 // Stop strings on a stream of text: the answer ends before the first occurrence of any stop
 // string, which is never shown. Text arrives in pieces (one per token); a piece may complete a
-// stop string begun in earlier pieces, so the last (longest stop − 1) bytes are held back until
-// they can no longer begin one. Held-back bytes never split a UTF-8 character (whole characters
-// go in, and the held tail is cut at a character boundary).
+// stop string begun in earlier pieces, so a tail of the text that is the beginning of a stop
+// string is held back until it no longer can be. Held-back text never splits a UTF-8 character
+// (whole characters go in, and the held tail starts at a character boundary).
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,7 +29,7 @@ class StopStringMatcher {
 
   std::vector<std::string> stops_;
   std::string text_;
-  size_t holdBack_ = 0;  // longest stop − 1
+  size_t holdBack_ = 0;  // longest stop − 1: how far back a new match may start
   size_t shown_ = 0;     // bytes of text_ returned so far
   bool stopped_ = false;
 };
