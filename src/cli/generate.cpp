@@ -25,6 +25,7 @@
 #include "model/model_config.h"
 #include "runtime/engine_builder.h"
 #include "runtime/request_settings.h"
+#include "server/stop_strings.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
 
@@ -154,57 +155,29 @@ std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
   return out;
 }
 
-// A request's answer as text: streaming decode (never half a UTF-8 character), stop strings
-// (the answer ends before the first one; it is never printed: the last longestStop − 1 bytes
-// are held back until they cannot start one), and what may be printed so far.
+// A request's answer as text: streaming decode (never half a UTF-8 character) and stop strings
+// (server/stop_strings.h: the answer ends before the first one, which is never printed; a tail
+// that could begin one is held back), and what may be printed so far.
 class AnswerText {
  public:
   AnswerText(const tokenizer::BpeTokenizer& tok, const std::vector<std::string>& stops)
-      : stream_(tok, /*skipSpecial=*/true), stops_(stops) {
-    for (const std::string& s : stops_) holdBack_ = std::max(holdBack_, s.size() - 1);
-  }
+      : stream_(tok, /*skipSpecial=*/true), stops_(stops) {}
   // Adds a token; returns the text that may be printed now.
   std::string push(int32_t id) {
-    if (stopped_) return {};
-    append(stream_.push(id));
-    return printable();
+    if (stops_.stopped()) return {};
+    return stops_.push(stream_.push(id));
   }
   // The end of the answer; returns the rest to print.
   std::string finish() {
-    if (!stopped_) append(stream_.flush());
-    held_ = false;
-    return printable();
+    std::string out = stops_.stopped() ? std::string() : stops_.push(stream_.flush());
+    return out + stops_.finish();
   }
-  bool stopped() const { return stopped_; }
-  const std::string& text() const { return text_; }
+  bool stopped() const { return stops_.stopped(); }
+  const std::string& text() const { return stops_.text(); }
 
  private:
-  void append(const std::string& piece) {
-    const size_t from =
-        text_.size() > holdBack_ ? text_.size() - holdBack_ : 0;  // new matches only
-    text_ += piece;
-    size_t cut = std::string::npos;
-    for (const std::string& s : stops_) cut = std::min(cut, text_.find(s, from));
-    if (cut != std::string::npos) {
-      text_.resize(cut);
-      stopped_ = true;
-    }
-  }
-  std::string printable() {
-    const size_t end = stopped_ || !held_
-                           ? text_.size()
-                           : (text_.size() > holdBack_ ? text_.size() - holdBack_ : 0);
-    if (end <= printed_) return {};
-    std::string out = text_.substr(printed_, end - printed_);
-    printed_ = end;
-    return out;
-  }
-
   tokenizer::StreamingDecoder stream_;
-  std::vector<std::string> stops_;
-  std::string text_;
-  size_t holdBack_ = 0, printed_ = 0;
-  bool stopped_ = false, held_ = true;
+  server::StopStringMatcher stops_;
 };
 
 // Checks of the flags that concern the command line only (the engine's own values are checked
