@@ -29,6 +29,8 @@ using nlohmann::json;
 
 // How often a waiting handler looks at its client's connection.
 constexpr std::chrono::milliseconds kPollInterval{50};
+// The status of an answer never sent because its client left (nginx's "client closed request").
+constexpr int kClientGone = 499;
 
 // The routes and the methods they take (any other method: 405).
 struct Route {
@@ -176,6 +178,8 @@ void HttpServer::Impl::routes() {
   // all are counted.
   server.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
                                                                        httplib::Response& res) {
+    // A whole answer whose client left: nothing is sent, nothing counted as an error.
+    if (res.status == kClientGone) return httplib::Server::HandlerResponse::Handled;
     if (res.body.empty()) {
       const Route* route = findRoute(req.path);
       if (res.status == 404 && route) {
@@ -253,7 +257,7 @@ void HttpServer::Impl::answerWhole(CompletionSession& session, const AnswerHeade
     text += session.next(kPollInterval);
     if (!session.finished() && peerGone(fd)) {
       session.cancel();  // nobody to answer: free the slot and pages now
-      res.status = 499;  // never sent: the connection is gone
+      res.status = kClientGone;
       finished(session);
       return;
     }
