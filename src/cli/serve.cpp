@@ -101,11 +101,17 @@ void runServe(const ServeOptions& o) {
   // it pays for greedy requests, on cuda).
   const runtime::DraftConfig draft = draftConfig(o.engine, {});
   const int64_t positions = std::min(config.max_position_embeddings, model::kMaxPositions);
+  const int64_t ahead = speculativeRows(draft);
   const int64_t context =
       contextFlag ? *contextFlag
                   : std::max<int64_t>(
                         2, std::min(backend == "cuda" ? kCudaDefaultContext : kCpuDefaultContext,
-                                    positions - speculativeRows(draft)));
+                                    positions - ahead));
+  ES_CHECK_ARG(context + ahead <= positions, kWhere, "--context", context,
+               "must be <= ", positions - ahead,
+               ": the model's max_position_embeddings = ", positions,
+               ahead ? detail::concat(" less ", ahead, " rows a speculative step writes ahead")
+                     : std::string());
   const int32_t maxBatch = maxBatchFlag.value_or(backend == "cuda" ? kCudaMaxBatch : kCpuMaxBatch);
 
   std::unique_ptr<ProgressPrinter> progress = o.engine.quiet ? nullptr : stderrProgress();

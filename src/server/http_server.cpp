@@ -332,12 +332,13 @@ int32_t HttpServer::bind() {
   if (o.port == 0) {
     const int port = impl_->server.bind_to_any_port(o.host);
     ES_CHECK_ARG(port > 0, "serve", "--host", o.host,
-                 "cannot be bound (not a local address, or no free port)");
+                 "cannot be listened on (not an address of this machine)");
     return port;
   }
-  ES_CHECK_ARG(impl_->server.bind_to_port(o.host, o.port), "serve", "--port", o.port,
-               "cannot be bound on --host ", o.host,
-               " (in use, not a local address, or a privileged port)");
+  ES_CHECK_ARG(impl_->server.bind_to_port(o.host, o.port), "serve", "--host:--port",
+               o.host + ":" + std::to_string(o.port),
+               "cannot be listened on (the port is in use or privileged, or the host is not an "
+               "address of this machine)");
   return o.port;
 }
 
