@@ -60,12 +60,20 @@ std::string numericHost(const sockaddr_storage& a, socklen_t length, int* port) 
   return host;
 }
 
-// The descriptor of the connection `req` came on (its local port and peer address), or -1.
-// cpp-httplib does not hand it to handlers; the handler only looks at it while it runs, when
-// the connection's socket is certainly open.
+// What a waiting handler knows of its client's connection.
+constexpr int kSocketUnknown = -2;  // /proc/self/fd cannot be read: never taken for gone
+constexpr int kSocketGone = -1;     // no open socket is connected to the client any more
+
+// The descriptor of the connection `req` came on (its local port and peer address and port), or
+// kSocketGone when no socket is connected to that peer: a connection the client reset is no
+// longer connected (getpeername fails), before or after the handler started. cpp-httplib does
+// not hand the socket to handlers; the handler only looks while it runs, when httplib has not
+// closed the descriptor yet.
 int connectionSocket(const httplib::Request& req) {
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+  std::filesystem::directory_iterator it("/proc/self/fd", ec);
+  if (ec) return kSocketUnknown;
+  for (const auto& entry : it) {
     const int fd = std::atoi(entry.path().filename().c_str());
     sockaddr_storage local{}, peer{};
     socklen_t localLength = sizeof local, peerLength = sizeof peer;
@@ -77,12 +85,13 @@ int connectionSocket(const httplib::Request& req) {
     const std::string peerHost = numericHost(peer, peerLength, &peerPort);
     if (peerPort == req.remote_port && peerHost == req.remote_addr) return fd;
   }
-  return -1;
+  return kSocketGone;
 }
 
 // Whether the peer closed (or reset) the connection. Data waiting to be read (a pipelined
 // request) means it is still there.
 bool peerGone(int fd) {
+  if (fd == kSocketGone) return true;
   if (fd < 0) return false;
   pollfd p{.fd = fd, .events = POLLIN | POLLRDHUP, .revents = 0};
   if (poll(&p, 1, 0) <= 0) return false;
