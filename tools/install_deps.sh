@@ -4,8 +4,10 @@
 set -euo pipefail
 # clang-format-14: what Debian bookworm's clang-format package installs, and the version
 # tools/format.sh requires (named, so releases whose default clang-format is newer get 14 too).
+# libcpp-httplib-dev: `edgespec serve`'s HTTP server (a shared library built with OpenSSL, zlib
+# and brotli, whose headers its header includes).
 packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev python3
-          clang-format-14)
+          clang-format-14 libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

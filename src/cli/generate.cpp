@@ -14,23 +14,20 @@
 #include <string>
 #include <vector>
 
+#include "cli/engine_flags.h"
 #include "cli/numeric_flags.h"
 #include "cli/progress_output.h"
 #include "common/errors.h"
 #include "common/input_file.h"
-#include "common/kv_page.h"
 #include "common/logging.h"
 #include "common/number_text.h"
 #include "common/progress.h"
-#include "model/gguf.h"
-#include "model/gguf_tokenizer.h"
-#include "model/gguf_weights.h"
 #include "model/model_config.h"
 #include "runtime/engine_builder.h"
 #include "runtime/request_settings.h"
+#include "server/stop_strings.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer_json.h"
 
 namespace es::cli {
 namespace {
@@ -39,24 +36,17 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 struct GenerateOptions {
-  std::string model;                  // empty: the default model in the cache
-  std::string draft;                  // a DFlash draft folder: speculative decoding
-  bool noDraft = false;               // never the default model's shipped draft
-  std::string verifyWidth = "auto";   // rows per speculative step (runtime::resolveVerifyWidth)
-  std::string prefillChunk = "auto";  // rows per prefill forward (runtime::resolvePrefillChunk)
+  EngineFlags engine;  // --model, --draft, --backend, ... (cli/engine_flags.h)
   std::string prompt = "Write one sentence about the sea.";
   std::string system;
   runtime::RequestSettings request;  // --max-new-tokens and the sampling flags
-  std::string backend = "auto";
-  bool raw = false;      // no chat template
-  bool noThink = false;  // Qwen3: enable_thinking = false
+  bool raw = false;                  // no chat template
+  bool noThink = false;              // Qwen3: enable_thinking = false
   bool json = false;
   std::vector<std::string> stops;  // stop strings
   std::string inputFile;           // a JSON batch of requests
-  int64_t prefixCachePages = 0;    // retained pages for prefix reuse (0 = off)
   bool warmup = false;             // an untimed short run first (graph capture, caches)
   bool oneAtATime = false;         // --input-file requests decoded alone, one after another
-  bool quiet = false;              // no progress lines for the load and the prefills
 };
 
 // One request: its text and settings (from the command line, or one entry of --input-file).
@@ -165,136 +155,36 @@ std::vector<PromptSpec> readRequests(const GenerateOptions& o) {
   return out;
 }
 
-// A request's answer as text: streaming decode (never half a UTF-8 character), stop strings
-// (the answer ends before the first one; it is never printed: the last longestStop − 1 bytes
-// are held back until they cannot start one), and what may be printed so far.
+// A request's answer as text: streaming decode (never half a UTF-8 character) and stop strings
+// (server/stop_strings.h: the answer ends before the first one, which is never printed; a tail
+// that could begin one is held back), and what may be printed so far.
 class AnswerText {
  public:
   AnswerText(const tokenizer::BpeTokenizer& tok, const std::vector<std::string>& stops)
-      : stream_(tok, /*skipSpecial=*/true), stops_(stops) {
-    for (const std::string& s : stops_) holdBack_ = std::max(holdBack_, s.size() - 1);
-  }
+      : stream_(tok, /*skipSpecial=*/true), stops_(stops) {}
   // Adds a token; returns the text that may be printed now.
   std::string push(int32_t id) {
-    if (stopped_) return {};
-    append(stream_.push(id));
-    return printable();
+    if (stops_.stopped()) return {};
+    return stops_.push(stream_.push(id));
   }
   // The end of the answer; returns the rest to print.
   std::string finish() {
-    if (!stopped_) append(stream_.flush());
-    held_ = false;
-    return printable();
+    std::string out = stops_.stopped() ? std::string() : stops_.push(stream_.flush());
+    return out + stops_.finish();
   }
-  bool stopped() const { return stopped_; }
-  const std::string& text() const { return text_; }
+  bool stopped() const { return stops_.stopped(); }
+  const std::string& text() const { return stops_.text(); }
 
  private:
-  void append(const std::string& piece) {
-    const size_t from =
-        text_.size() > holdBack_ ? text_.size() - holdBack_ : 0;  // new matches only
-    text_ += piece;
-    size_t cut = std::string::npos;
-    for (const std::string& s : stops_) cut = std::min(cut, text_.find(s, from));
-    if (cut != std::string::npos) {
-      text_.resize(cut);
-      stopped_ = true;
-    }
-  }
-  std::string printable() {
-    const size_t end = stopped_ || !held_
-                           ? text_.size()
-                           : (text_.size() > holdBack_ ? text_.size() - holdBack_ : 0);
-    if (end <= printed_) return {};
-    std::string out = text_.substr(printed_, end - printed_);
-    printed_ = end;
-    return out;
-  }
-
   tokenizer::StreamingDecoder stream_;
-  std::vector<std::string> stops_;
-  std::string text_;
-  size_t holdBack_ = 0, printed_ = 0;
-  bool stopped_ = false, held_ = true;
+  server::StopStringMatcher stops_;
 };
-
-// Where tools/fetch_default_model.sh puts the embedded default model.
-fs::path defaultModelDir() {
-  const char* cache = std::getenv("ES_CACHE_DIR");
-  const char* home = std::getenv("HOME");
-  const fs::path base =
-      cache ? fs::path(cache) : fs::path(home ? home : ".") / ".cache" / "edgespec";
-  return base / "smollm2-135m-instruct";
-}
-
-// Where tools/fetch_default_model.sh installs the default model's trained DFlash draft (shipped
-// in the repository under models/, docs/training.md).
-fs::path defaultDraftDir() {
-  return defaultModelDir().parent_path() / "smollm2-135m-instruct-dflash";
-}
-
-// The model to load: an HF folder with a tokenizer.json, or a GGUF file (config, weights and
-// tokenizer all from the one file).
-fs::path resolveModel(const GenerateOptions& o) {
-  const fs::path path = o.model.empty() ? defaultModelDir() : fs::path(o.model);
-  if (o.model.empty() && !fs::exists(path / "config.json")) {
-    ES_THROW(InvalidArgument, "generate: the default model is not in ", path.string(),
-             "; run tools/fetch_default_model.sh (or pass --model DIR|FILE.gguf)");
-  }
-  if (model::isGgufPath(path)) return path;  // opening it names any problem with the file
-  if (!fs::is_directory(path)) {
-    ES_THROW(InvalidArgument, "generate: argument '--model' = ", path.string(),
-             " is neither a model folder (config.json, model.safetensors, tokenizer.json) nor a "
-             "GGUF file");
-  }
-  if (!fs::exists(path / "tokenizer.json")) {
-    ES_THROW(InvalidArgument, "generate: argument '--model' = ", path.string(),
-             " has no tokenizer.json, so text cannot be encoded");
-  }
-  return path;
-}
-
-tokenizer::TokenizerSpec loadTokenizer(const fs::path& model) {
-  if (!model::isGgufPath(model)) return tokenizer::loadTokenizerJson(model / "tokenizer.json");
-  const model::GgufFile file = model::GgufFile::open(model);
-  if (!file.header().has("tokenizer.ggml.model")) {
-    ES_THROW(InvalidArgument, "generate: argument '--model' = ", model.string(),
-             " has no tokenizer.ggml.* metadata, so text cannot be encoded");
-  }
-  return model::tokenizerSpecFromGguf(file);
-}
-
-// Tokens that end an answer: the model's eos and its chat format's end-of-turn marker.
-std::vector<int32_t> stopTokens(const tokenizer::BpeTokenizer& tok, const model::ModelConfig& c) {
-  std::vector<int32_t> stops;
-  for (int64_t id : c.eos_token_ids) stops.push_back(static_cast<int32_t>(id));
-  if (tok.spec().eosId) stops.push_back(*tok.spec().eosId);
-  for (const char* marker : {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>"}) {
-    if (auto id = tok.tokenId(marker)) stops.push_back(*id);
-  }
-  return stops;
-}
-
-// --verify-width and --prefill-chunk, range-checked as far as they do not depend on the model
-// (the engine checks the draft's block size).
-std::optional<int32_t> verifyWidthFlag(const GenerateOptions& o) {
-  return parseAutoOrInteger(o.verifyWidth, "--verify-width", 2,
-                            static_cast<int32_t>(model::kMaxDraftBlockSize));
-}
-
-std::optional<int32_t> prefillChunkFlag(const GenerateOptions& o) {
-  return parseAutoOrInteger(o.prefillChunk, "--prefill-chunk", runtime::kMinPrefillChunk,
-                            runtime::kMaxPrefillChunk);
-}
 
 // Checks of the flags that concern the command line only (the engine's own values are checked
 // by runtime::validateEngineConfig), before anything loads.
 void validateOptions(const GenerateOptions& o) {
   runtime::validateRequestSettings(o.request, "generate", runtime::FieldNaming::kFlag);
-  verifyWidthFlag(o);
-  prefillChunkFlag(o);
-  ES_CHECK_ARG(!(o.noDraft && !o.draft.empty()), "generate", "--no-draft", "set",
-               "cannot be combined with --draft ", o.draft);
+  validateEngineFlags(o.engine, "generate");
   for (const std::string& stop : o.stops) {
     ES_CHECK_ARG(!stop.empty() && stop.size() <= 256, "generate", "--stop", "\"" + stop + "\"",
                  "must be 1 to 256 bytes");
@@ -343,18 +233,13 @@ std::vector<std::vector<int32_t>> encodePrompts(const GenerateOptions& o,
   return prompts;
 }
 
-// The draft the flags ask for: --draft, plain with --no-draft or --model, else the default
-// model's own draft where it is installed (the engine runs it where defaultDraftPays).
+// The draft: the flags' choice; the default draft's policy sees every request's temperature.
 runtime::DraftConfig draftConfig(const GenerateOptions& o, const std::vector<PromptSpec>& specs) {
-  if (!o.draft.empty()) return {.kind = runtime::DraftKind::kDFlash, .dir = o.draft};
-  if (o.noDraft || !o.model.empty() || !fs::exists(defaultDraftDir() / "config.json")) return {};
   std::vector<float> temperatures;
   for (const PromptSpec& spec : specs) {
     temperatures.push_back(runtime::toSamplingConfig(spec.settings).temperature);
   }
-  return {.kind = runtime::DraftKind::kDefaultDFlash,
-          .dir = defaultDraftDir(),
-          .temperatures = std::move(temperatures)};
+  return cli::draftConfig(o.engine, std::move(temperatures));
 }
 
 runtime::EngineConfig engineConfig(const GenerateOptions& o, const fs::path& model,
@@ -367,20 +252,18 @@ runtime::EngineConfig engineConfig(const GenerateOptions& o, const fs::path& mod
     longestPrompt = std::max(longestPrompt, length);
     longestRequest = std::max(longestRequest, length + specs[r].settings.maxNewTokens);
   }
-  return {
-      .model = model,
-      .backend = o.backend,
-      .draft = draftConfig(o, specs),
-      .verifyWidth = verifyWidthFlag(o),
-      .prefillChunk = prefillChunkFlag(o),
-      // All requests form one batch, or one at a time.
-      .maxBatch = o.oneAtATime ? 1 : static_cast<int32_t>(specs.size()),
-      .longestPrompt = longestPrompt,
-      .longestRequest = longestRequest,
-      .prefixCachePages = o.prefixCachePages,
-      .onStatus =
-          [](const std::string& line) { std::fprintf(stderr, "[edgespec] %s\n", line.c_str()); },
-      .onProgress = std::move(onProgress)};
+  return {.model = model,
+          .backend = o.engine.backend,
+          .draft = draftConfig(o, specs),
+          .verifyWidth = verifyWidthFlag(o.engine, "generate"),
+          .prefillChunk = prefillChunkFlag(o.engine, "generate"),
+          // All requests form one batch, or one at a time.
+          .maxBatch = o.oneAtATime ? 1 : static_cast<int32_t>(specs.size()),
+          .longestPrompt = longestPrompt,
+          .longestRequest = longestRequest,
+          .prefixCachePages = o.engine.prefixCachePages,
+          .onStatus = printStatus,
+          .onProgress = std::move(onProgress)};
 }
 
 // What generate() gave for one batch and how long it took.
@@ -521,11 +404,11 @@ void printBatch(const GenerateContext& c, const BatchRun& run, int32_t first, in
 void runGenerate(const GenerateOptions& o) {
   validateOptions(o);
   const std::vector<PromptSpec> specs = readRequests(o);
-  const fs::path model = resolveModel(o);
+  const fs::path model = resolveModel(o.engine, "generate");
   const Clock::time_point loadStart = Clock::now();
-  tokenizer::BpeTokenizer tok(loadTokenizer(model));
+  tokenizer::BpeTokenizer tok(loadTokenizer(model, "generate"));
   const std::vector<std::vector<int32_t>> prompts = encodePrompts(o, tok, specs);
-  std::unique_ptr<ProgressPrinter> progress = o.quiet ? nullptr : stderrProgress();
+  std::unique_ptr<ProgressPrinter> progress = o.engine.quiet ? nullptr : stderrProgress();
   const std::unique_ptr<runtime::Engine> engine = runtime::buildEngine(
       engineConfig(o, model, specs, prompts, progress ? progress->callback() : nullptr));
   const std::vector<int32_t> stopIds = stopTokens(tok, engine->target().config());
@@ -558,15 +441,6 @@ void runGenerate(const GenerateOptions& o) {
 
 }  // namespace
 
-std::optional<int32_t> parseAutoOrInteger(std::string_view value, std::string_view option,
-                                          int32_t lo, int32_t hi) {
-  if (value == "auto") return std::nullopt;
-  const std::optional<int64_t> n = parseInt64(value);
-  ES_CHECK_ARG(n && *n >= lo && *n <= hi, "generate", option, std::string(value),
-               "must be auto or an integer in [", lo, ", ", hi, "]");
-  return static_cast<int32_t>(*n);
-}
-
 namespace {
 
 // A request setting's flag: its text goes through runtime::setRequestField (the request file's
@@ -595,26 +469,7 @@ void addGenerateCommand(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand(
       "generate", "Generate text from a prompt (greedy or sampled; speculative with --draft)");
-  cmd->add_option("--model", options->model,
-                  "HF model folder with tokenizer.json, or a GGUF file (default: the embedded "
-                  "SmolLM2-135M-Instruct)");
-  cmd->add_option(
-      "--draft", options->draft,
-      "DFlash draft folder (z-lab format): speculative decoding (default: the default model's "
-      "trained draft, on a GPU at temperature 0)");
-  cmd->add_flag("--no-draft", options->noDraft,
-                "Plain decoding even where the default draft would run");
-  cmd->add_option("--verify-width", options->verifyWidth,
-                  "Rows a speculative step verifies per request, 2 to the draft's block size: the "
-                  "anchor and "
-                  "the first drafts of the block (auto: the block size on cuda, " +
-                      std::to_string(runtime::kCpuVerifyWidth) + " on cpu)")
-      ->capture_default_str();
-  cmd->add_option(
-         "--prefill-chunk", options->prefillChunk,
-         "Rows of one prefill forward (each reads every weight): auto (cuda: the longest prompt, "
-         "256 to 4096; cpu: 256) or an integer in [16, 65536]")
-      ->capture_default_str();
+  addEngineFlags(cmd, options->engine);
   cmd->add_option("-p,--prompt", options->prompt, "The user message")->capture_default_str();
   cmd->add_option("--system", options->system, "A system message");
   cmd->add_option(
@@ -624,9 +479,6 @@ void addGenerateCommand(CLI::App& app) {
   cmd->add_option("--stop", options->stops, "Stop string (repeatable): the answer ends before it");
   addRequestFlag(cmd, "-n,--max-new-tokens", runtime::RequestField::kMaxNewTokens, options->request,
                  "Tokens to generate at most");
-  cmd->add_option("--backend", options->backend, "auto (GPU if present), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
-      ->capture_default_str();
   addRequestFlag(
       cmd, "--temperature", runtime::RequestField::kTemperature, options->request,
       "Sampling temperature, 0 to " + formatDouble(runtime::kMaxTemperature) + " (0 = greedy)");
@@ -639,17 +491,12 @@ void addGenerateCommand(CLI::App& app) {
                  "Seed of the request-stable sampler, 0 to 2^64 - 1");
   cmd->add_flag("--raw", options->raw, "Use the prompt as raw text (no chat template)");
   cmd->add_flag("--no-think", options->noThink, "Qwen3: disable thinking (enable_thinking=false)");
-  addIntegerFlag(cmd, "--prefix-cache-pages", options->prefixCachePages, 0, kv::kMaxKvPoolPages,
-                 "Prefix reuse: KV pages (128 tokens each) retained beyond the active minimum for "
-                 "prompt blocks requests share (0 = off)");
   cmd->add_flag("--json", options->json, "Print one JSON object (text, tokens, timings) on stdout");
   cmd->add_flag("--one-at-a-time", options->oneAtATime,
                 "With --input-file: decode each request alone (batch 1), one after another, in "
                 "this one process "
                 "(the model loads once; up to " +
                     std::to_string(kMaxSequentialRequests) + " requests)");
-  cmd->add_flag("-q,--quiet", options->quiet,
-                "No progress lines on stderr for a model load or prefill that takes over a second");
   cmd->add_flag("--warmup", options->warmup,
                 "Run the requests for a few tokens first, untimed (graph capture), so timings are "
                 "steady-state");

@@ -171,6 +171,7 @@ void validateEngineConfig(const EngineConfig& c) {
                "): every request generates a token");
   ES_CHECK_ARG(c.prefixCachePages >= 0, kWhere, "--prefix-cache-pages", c.prefixCachePages,
                "must be >= 0 (0 = prefix reuse off)");
+  ES_CHECK_ARG(c.maxQueued >= 1, kWhere, "--max-queued", c.maxQueued, "must be >= 1");
 }
 
 Engine::~Engine() = default;
@@ -234,6 +235,7 @@ std::unique_ptr<Engine> buildEngine(const EngineConfig& config) {
                     .adaptiveWidth = adaptive,
                     .sampledWidth = adaptive ? config.sampledWidth : 0,
                     .onProgress = config.onProgress,
+                    .maxQueued = config.maxQueued,
                     .prefillTokensPerStep = plan.prefillBudget});
   return e;
 }

@@ -71,6 +71,7 @@ struct EngineConfig {
   // The longest request, prompt + maxNewTokens: kvCapacityTokens sizes the cache from it.
   int64_t longestRequest = 1;
   int64_t prefixCachePages = 0;  // KV pages retained for prefix reuse (0: off)
+  int32_t maxQueued = 256;       // requests DecodeEngine::submit lets wait (EngineOptions), >= 1
   // Told what is being loaded, and why a default draft is not used (one line each, no newline).
   std::function<void(const std::string&)> onStatus = {};
   // Told the target's layers as they load and each prompt's prefill (common/progress.h).

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "cli/generate.h"
 #include "common/errors.h"
 #include "model/gguf_fixture.h"
@@ -326,11 +327,13 @@ TEST(CliDraft, VerifyWidthResolution) {
   for (const char* bad : {"1", "17", "0", "-3", "four", "4x", ""}) {
     SCOPED_TRACE(bad);
     test::expectInvalidArgument(
-        [&] { resolveVerifyWidth(parseAutoOrInteger(bad, "--verify-width"), "cpu", 16); },
+        [&] {
+          resolveVerifyWidth(parseAutoOrInteger("generate", bad, "--verify-width"), "cpu", 16);
+        },
         "--verify-width");
   }
-  EXPECT_EQ(parseAutoOrInteger("auto", "--verify-width"), std::nullopt);
-  EXPECT_EQ(parseAutoOrInteger("7", "--verify-width"), 7);
+  EXPECT_EQ(parseAutoOrInteger("generate", "auto", "--verify-width"), std::nullopt);
+  EXPECT_EQ(parseAutoOrInteger("generate", "7", "--verify-width"), 7);
 }
 
 TEST(CliDraft, MismatchedDraftIsAClearError) {
