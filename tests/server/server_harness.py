@@ -171,8 +171,24 @@ class Server:
                     return int(line.split()[1])
         raise RuntimeError("no VmRSS")
 
+    def signal_and_wait(self, sig, timeout_s=STOP_TIMEOUT_S):
+        """Sends `sig` (None: none, it was sent already) and waits for the exit; returns the exit
+        code (None: still running after timeout_s, then killed). stop() is a no-op afterwards."""
+        self.stopped = True
+        if sig is not None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+        self.reader.join(5)
+        return rc
+
     def stop(self, checks):
         """SIGTERM: the contract says the server drains and exits 0."""
+        if getattr(self, "stopped", False):
+            return
         if not self.alive():
             checks.fail(f"the server died before the end (exit {self.proc.returncode})",
                         self.tail())

@@ -9,6 +9,7 @@ request with a seed must give the same answer twice.
 """
 import json
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -191,6 +192,24 @@ def main():
                   a.model_dump_json())
 
         server.wait_idle(checks, "after the requests")
+
+        # SIGINT while a request streams: the server stops accepting, finishes the answer (the
+        # same as generate's) and exits 0.
+        prompt, n = COMPLETIONS[0]
+        stream = client.completions.create(model=name, prompt=prompt, max_tokens=n,
+                                           temperature=0, stream=True)
+        text, finish, signalled = "", None, False
+        for chunk in stream:
+            for ch in chunk.choices:
+                text += ch.text or ""
+                finish = ch.finish_reason or finish
+            if text and not signalled:
+                server.proc.send_signal(signal.SIGINT)
+                signalled = True
+        rc = server.signal_and_wait(None)
+        checks.equal("a stream running at SIGINT finishes in full (drain)",
+                     (comp_refs[0]["text"], comp_refs[0]["finish_reason"]), (text, finish))
+        checks.ok(rc == 0, f"the server exits 0 after SIGINT (got {rc})", server.tail(20))
     finally:
         server.stop(checks)
     checks.finish()
