@@ -23,6 +23,17 @@ def socket_close(sock):
     sock.close()
 
 
+def wait_taken(server, timeout_s=30):
+    """Polls /metrics until a request runs or waits (the server has read and submitted it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        m = server.metrics()
+        if m.get("edgespec_requests_running", 0) + m.get("edgespec_requests_queued", 0) >= 1:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def read_events(sock, count, timeout_s=60):
     """Reads from a streamed answer until `count` SSE data events arrived (or the answer ended);
     returns the number seen."""
@@ -89,22 +100,32 @@ def main():
         expect_max += 1
 
         # 3. Raw non-streamed requests that go away before their answer: an orderly close (FIN)
-        # and a reset (RST), each once the server has read the request, and a reset at once.
+        # and a reset (RST), each once the server has taken the request (one at a time, from
+        # idle, so "taken" is visible in /metrics), and a reset right after sending.
+        server.wait_idle(checks, "after the closed streams", timeout_s=90)
         for prompt, close in (("Tell me everything about the moon.", socket_close),
                               ("Tell me everything about the sun.", h.abort_socket)):
             s = h.open_socket(server)
             s.sendall(h.raw_request_bytes(server.host, server.port, "/v1/chat/completions", {
                 "messages": [{"role": "user", "content": prompt}], "max_tokens": LONG,
                 "temperature": 0}))
-            time.sleep(0.3)  # read and admitted by now
+            checks.ok(wait_taken(server), f"the server takes the request {prompt!r}")
             close(s)
             expect_min += 1
             expect_max += 1
+            server.wait_idle(checks, f"after {close.__name__} of {prompt!r}", timeout_s=90)
+        m_reset = server.metrics()
         s = h.open_socket(server)
         s.sendall(h.raw_request_bytes(server.host, server.port, "/v1/completions", {
             "prompt": "The history of Rome", "max_tokens": LONG, "temperature": 0}))
         h.abort_socket(s)
         expect_max += 1
+        m_reset_end = server.wait_idle(checks, "after a reset right after sending", timeout_s=90)
+        checks.equal("a request reset right after it was sent is dropped or cancelled, never "
+                     "run to its end (finish counts over that request)", {"length": 0.0,
+                                                                          "stop": 0.0},
+                     {r: h.finished(m_reset_end, r) - h.finished(m_reset, r)
+                      for r in ("length", "stop")})
 
         server.wait_idle(checks, "after the first disconnects", timeout_s=90)
 
