@@ -81,7 +81,7 @@ def main():
     args = h.parse_args(__doc__)
     openai = h.require_openai()
     checks = h.Checks("server_soak")
-    server = h.Server(args.edgespec, ["--max-batch", str(CLIENTS)])
+    server = h.Server(args.edgespec, ["--max-batch", str(CLIENTS), "--context", "512"])
     try:
         client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused",
                                max_retries=0, timeout=120)
