@@ -24,6 +24,12 @@ COMPLETIONS = [  # (prompt, max_tokens)
     ("The capital of France is", 24),
     ("Once upon a time, in a small village by the river,", 16),
 ]
+METRICS = {"edgespec_requests_running", "edgespec_requests_queued", "edgespec_requests_total",
+           "edgespec_request_errors_total", "edgespec_prompt_tokens_total",
+           "edgespec_reused_prompt_tokens_total", "edgespec_generated_tokens_total",
+           "edgespec_mean_accept_length", "edgespec_kv_pages_used", "edgespec_kv_pages_free",
+           "edgespec_kv_pages_total", "edgespec_kv_pages_cached", "edgespec_step_seconds_sum",
+           "edgespec_step_seconds_count"}
 STOP_PROMPT, STOP, STOP_MAX = "The capital of France is", "answer", 32  # the stop is hit
 
 
@@ -191,7 +197,13 @@ def main():
         checks.ok(a.usage.completion_tokens >= 1, "the sampled answer has tokens",
                   a.model_dump_json())
 
-        server.wait_idle(checks, "after the requests")
+        m = server.wait_idle(checks, "after the requests")
+        names = {k.split("{")[0] for k in m}
+        checks.equal("/metrics has every metric the contract names", [],
+                     sorted(METRICS - names))
+        checks.ok(m.get("edgespec_mean_accept_length", 0) > 1.0,
+                  f"the draft is used: edgespec_mean_accept_length "
+                  f"{m.get('edgespec_mean_accept_length')} > 1")
 
         # SIGINT while a request streams: the server stops accepting, finishes the answer (the
         # same as generate's) and exits 0.
