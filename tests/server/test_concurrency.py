@@ -107,6 +107,7 @@ def main():
         client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused",
                                max_retries=0, timeout=300)
         reqs = requests()
+        m0 = server.metrics()
         t0 = time.monotonic()
         solo = [call(client, server.model, kind, body, False) for kind, body, _ in reqs]
         print(f"solo runs: {time.monotonic() - t0:.1f} s", flush=True)
@@ -141,7 +142,11 @@ def main():
             checks.equal(f"{what}: the answer in the burst equals its solo run "
                          f"(text, finish_reason, completion_tokens)", solo[i], results[i])
         checks.ok(any(s[2] > 1 for s in solo), "the solo runs generated tokens", repr(solo))
-        server.wait_idle(checks, "after the burst")
+        m1 = server.wait_idle(checks, "after the burst")
+        reused = (m1.get("edgespec_reused_prompt_tokens_total", 0)
+                  - m0.get("edgespec_reused_prompt_tokens_total", 0))
+        checks.ok(reused >= 128, f"the prefix cache serves the prompts that share a long prefix "
+                                 f"(edgespec_reused_prompt_tokens_total grew by {reused})")
     finally:
         server.stop(checks)
     checks.finish()
