@@ -19,3 +19,13 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The server tests' client (tests/server): the official openai package, pinned, for the python3
+# that CMake finds first on PATH. Where the system's Python is externally managed (PEP 668), pip
+# is told to install anyway: the package is a test dependency, not part of the system.
+openai_version="3.63.0"
+if ! python3 -c "import openai, sys; sys.exit(openai.__version__ != '$openai_version')" \
+  2>/dev/null; then
+  echo "install_deps: python3 -m pip install openai==$openai_version" >&2
+  python3 -m pip install --quiet "openai==$openai_version" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "openai==$openai_version"
+fi
