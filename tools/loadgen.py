@@ -14,8 +14,9 @@ capture, allocator growth) stay out of the figures.
 
 Requests: POST /v1/completions, stream true with stream_options.include_usage, prompt a text of
 random common English words (each " word" is one token in GPT-2 style BPE vocabularies, so the
-prompt has about `--prompt-words` tokens), max_tokens fixed. The i-th request of every level
-and every run has the same prompt and length (seeded), so two servers see the same load. Seeds
+prompt has about `--prompt-words` tokens), max_tokens fixed. The i-th request of a level has
+the same prompt and length in every run (seeded), so two servers see the same load; levels and
+warm-ups use disjoint prompts, so no prompt is in a prefix cache from an earlier level. Seeds
 are sent only when the temperature is above 0. Prompts of random words rarely make a model stop
 early, but the counts reported are what the server generated: usage.completion_tokens, else
 llama-server's timings.predicted_n, else the number of text chunks.
@@ -204,7 +205,9 @@ def run_closed_loop(target, specs, concurrency, args):
 
 
 def level_specs(args, count, offset):
-    """The request specs `offset`..`offset + count - 1`: the same for every run and server."""
+    """The request specs `offset`..`offset + count - 1`: the same for every run and server.
+    Each level (and its warm-up) starts at its own offset, so no level's prompts are in a
+    server's prefix cache from an earlier level."""
     specs = []
     for i in range(offset, offset + count):
         rng = random.Random(args.seed * 1000003 + i)
@@ -284,13 +287,13 @@ def cmd_run(args):
     failed = False
     for c, n in zip(levels, counts):
         if args.warmup > 0:
-            warm, _, _ = run_closed_loop(target, level_specs(args, args.warmup * c, 10**6), c,
-                                         args)
+            warm, _, _ = run_closed_loop(
+                target, level_specs(args, args.warmup * c, 10**7 + 10**5 * c), c, args)
             bad = [r["error"] for r in warm if r["error"]]
             if bad:
                 print(f"loadgen: {args.label}: warm-up at concurrency {c}: {len(bad)} errors, "
                       f"first: {bad[0]}", file=sys.stderr)
-        results, t0, t1 = run_closed_loop(target, level_specs(args, n, 0), c, args)
+        results, t0, t1 = run_closed_loop(target, level_specs(args, n, 10**5 * c), c, args)
         level = summarise(c, results, t0, t1)
         tau = scrape_tau(target)
         if tau is not None:
