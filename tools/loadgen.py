@@ -4,7 +4,8 @@ llama.cpp's llama-server). Python 3 standard library only.
 
     tools/loadgen.py run --url http://127.0.0.1:8080 --label NAME [--concurrency 1,4,16,64]
         [--requests auto|N|N1,N2,...] [--prompt-words 128] [--max-tokens 128] [--temperature 0]
-        [--seed 0] [--warmup 1] [--model M] [--json OUT.json] [--markdown OUT.md]
+        [--seed 0] [--warmup 1] [--model M] [--endpoint completions|chat]
+        [--prompts-file PROMPTS.jsonl] [--json OUT.json] [--markdown OUT.md]
     tools/loadgen.py table A.json B.json ...      one markdown table over several runs
 
 For each concurrency C the generator runs C workers; each sends its next request as soon as
@@ -19,7 +20,10 @@ the same prompt and length in every run (seeded), so two servers see the same lo
 warm-ups use disjoint prompts, so no prompt is in a prefix cache from an earlier level. Seeds
 are sent only when the temperature is above 0. Prompts of random words rarely make a model stop
 early, but the counts reported are what the server generated: usage.completion_tokens, else
-llama-server's timings.predicted_n, else the number of text chunks.
+llama-server's timings.predicted_n, else the number of text chunks. --prompts-file (JSON lines
+with a "prompt" each, e.g. train/data/prompts_heldout.jsonl) draws real prompts instead (seeded),
+for a trained draft whose acceptance depends on the text; --endpoint chat sends them as one user
+message to /v1/chat/completions (the model's chat template) and reads delta.content.
 
 Per level: aggregate output tokens/s and requests/s over the level's wall time (first send to
 last answer), time to first token (first chunk with text), inter-token latency (gaps between
@@ -128,8 +132,12 @@ def sse_events(resp):
 
 def one_request(target, spec, args):
     """Sends one streaming completion; returns a result dict (error set on failure)."""
-    body = {"prompt": spec["prompt"], "max_tokens": spec["max_tokens"], "stream": True,
+    body = {"max_tokens": spec["max_tokens"], "stream": True,
             "stream_options": {"include_usage": True}, "temperature": args.temperature}
+    if args.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": spec["prompt"]}]
+    else:
+        body["prompt"] = spec["prompt"]
     if args.temperature > 0:
         body["seed"] = spec["seed"]
     if args.model:
@@ -140,7 +148,8 @@ def one_request(target, spec, args):
     t0 = time.perf_counter()
     result["start"] = t0
     try:
-        conn.request("POST", target.prefix + "/v1/completions", body=json.dumps(body),
+        path = "/v1/chat/completions" if args.endpoint == "chat" else "/v1/completions"
+        conn.request("POST", target.prefix + path, body=json.dumps(body),
                      headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
         resp = conn.getresponse()
         if resp.status != 200:
@@ -155,7 +164,7 @@ def one_request(target, spec, args):
             choices = event.get("choices") or []
             if choices:
                 c = choices[0]
-                if c.get("text"):
+                if c.get("text") or (c.get("delta") or {}).get("content"):
                     result["chunk_times"].append(now)
                     chunks += 1
                 if c.get("finish_reason"):
@@ -211,8 +220,10 @@ def level_specs(args, count, offset):
     specs = []
     for i in range(offset, offset + count):
         rng = random.Random(args.seed * 1000003 + i)
-        specs.append({"prompt": make_prompt(rng, rng.choice(args.prompt_words)),
-                      "max_tokens": rng.choice(args.max_tokens), "seed": args.seed + i})
+        words = rng.choice(args.prompt_words)
+        prompt = rng.choice(args.prompts) if args.prompts else make_prompt(rng, words)
+        specs.append({"prompt": prompt, "max_tokens": rng.choice(args.max_tokens),
+                      "seed": args.seed + i})
     return specs
 
 
@@ -278,10 +289,21 @@ def cmd_run(args):
     args.max_tokens = parse_int_list(args.max_tokens, "max-tokens")
     if args.temperature < 0:
         raise SystemExit(f"loadgen: --temperature = {args.temperature} must be >= 0")
+    args.prompts = []
+    if args.prompts_file:
+        try:
+            with open(args.prompts_file, encoding="utf-8") as f:
+                args.prompts = [json.loads(line)["prompt"] for line in f if line.strip()]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"loadgen: --prompts-file {args.prompts_file}: {e} (JSON lines "
+                             "with a \"prompt\" string each)")
+        if not args.prompts:
+            raise SystemExit(f"loadgen: --prompts-file {args.prompts_file} holds no prompts")
     report = {"label": args.label, "url": args.url,
               "config": {"concurrency": levels, "requests": counts,
                          "prompt_words": args.prompt_words, "max_tokens": args.max_tokens,
                          "temperature": args.temperature, "seed": args.seed,
+                         "endpoint": args.endpoint, "prompts_file": args.prompts_file,
                          "warmup_per_worker": args.warmup},
               "levels": []}
     failed = False
@@ -368,6 +390,8 @@ def main():
     r.add_argument("--seed", type=int, default=0, help="seeds the prompts and request seeds")
     r.add_argument("--warmup", type=int, default=1, help="unmeasured requests per worker first")
     r.add_argument("--model", help="the request's model field (omitted when absent)")
+    r.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
+    r.add_argument("--prompts-file", help="JSON lines with a \"prompt\" each: real prompts")
     r.add_argument("--timeout", type=float, default=300.0, help="socket time-out, seconds")
     r.add_argument("--json", help="write the report here")
     r.add_argument("--markdown", help="write the markdown table here")

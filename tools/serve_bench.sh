@@ -26,8 +26,9 @@
 # 16, 16, 64, 128), prompts of ES_SB_PROMPT_WORDS random words (128, ~1 token each), max_tokens
 # ES_SB_MAX_TOKENS (128), temperature ES_SB_TEMPERATURE (0), one warm-up request per worker.
 # Servers: ES_SB_SERVERS (default all of them: see servers() below), ES_SB_BACKEND (cuda),
-# ES_SB_MAX_BATCH (64: edgespec --max-batch, llama-server -np), ES_SB_SERVE_ARGS (more edgespec
-# serve flags), ES_SB_LLAMA_CTX (1024: llama-server context per slot), ES_SB_EDGESPEC_MODEL
+# ES_SB_MAX_BATCH (64: edgespec --max-batch, llama-server -np), ES_SB_CONTEXT (1024 tokens a
+# request: edgespec --context, llama-server -c MAX_BATCH x this), ES_SB_SERVE_ARGS (more
+# edgespec serve flags), ES_SB_EDGESPEC_MODEL
 # (folder | gguf: what edgespec serve loads for the Qwen3 rows; default folder, the same
 # weights byte for byte), ES_SB_DEFAULT_MODEL (the default model, GGUF or folder; default
 # ~/.cache/edgespec/smollm2-135m-instruct, else the file tools/device_parts.sh join gives
@@ -41,24 +42,27 @@ stage_table() {
   sed -n '/^#   build/,/^#            stop with/p' "$0" | sed 's/^# \{0,1\}//'
 }
 
-# The servers: name | program (edgespec / llama) | model | arguments. MODEL names:
+# The servers: name | program (edgespec / llama) | model | load | arguments. MODEL names:
 # Q8 (the random Qwen3 for edgespec: folder or GGUF), Q8GGUF, Q8DRAFT, SMOL (default model),
-# SMOLGGUF (its GGUF, for llama-server), SMOLDRAFT (models/'s trained draft).
+# SMOLGGUF (its GGUF, for llama-server), SMOLDRAFT (models/'s trained draft). Load "words":
+# /v1/completions on random words (random weights have no text to follow); "chat":
+# /v1/chat/completions on the held-out prompts the draft was evaluated on (a trained draft's
+# acceptance depends on real text; answers may end before max_tokens).
 servers() {
   cat <<'EOF'
-q8-plain    | edgespec | Q8      | --no-draft
-q8-replay   | edgespec | Q8      | --replay --block-size 16
-q8-dflash   | edgespec | Q8      | --draft Q8DRAFT
-llama-q8    | llama    | Q8GGUF  |
-smol-plain  | edgespec | SMOL    | --no-draft
-smol-draft  | edgespec | SMOL    | --draft SMOLDRAFT
-llama-smol  | llama    | SMOLGGUF |
+q8-plain    | edgespec | Q8       | words | --no-draft
+q8-replay   | edgespec | Q8       | words | --replay --block-size 16
+q8-dflash   | edgespec | Q8       | words | --draft Q8DRAFT
+llama-q8    | llama    | Q8GGUF   | words |
+smol-plain  | edgespec | SMOL     | chat  | --no-draft
+smol-draft  | edgespec | SMOL     | chat  | --draft SMOLDRAFT
+llama-smol  | llama    | SMOLGGUF | chat  |
 EOF
 }
 
 case "${1:-}" in
   -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-               printf '\nservers: name | program | model | arguments\n'; servers; exit 0 ;;
+               printf '\nservers: name | program | model | load | arguments\n'; servers; exit 0 ;;
   "") echo "usage: tools/serve_bench.sh STAGE... (build models anchor serve; --help)" >&2; exit 2 ;;
 esac
 for s in "$@"; do
@@ -81,6 +85,7 @@ backend="${ES_SB_BACKEND:-cuda}"
 max_batch="${ES_SB_MAX_BATCH:-64}"
 prompt_words="${ES_SB_PROMPT_WORDS:-128}"
 max_tokens="${ES_SB_MAX_TOKENS:-128}"
+context="${ES_SB_CONTEXT:-1024}"
 summary=()
 row() { summary+=("$(printf '%-34s %-7s %s' "$1" "$2" "${*:3}")"); }
 
@@ -278,7 +283,7 @@ stop_server() {
 }
 
 serve_one() {
-  local name=$1 program=$2 model=$3 args=$4 m cmd=() url pid rc
+  local name=$1 program=$2 model=$3 load=$4 args=$5 m cmd=() url pid rc load_args=()
   local log="$logs/server_$name.log"
   m=$(model_path "$model") || { row "serve $name" skipped "no model $model"; return 0; }
   local draft_name
@@ -296,14 +301,15 @@ serve_one() {
     fi
     # shellcheck disable=SC2206  # the row's and the environment's arguments, split into words
     cmd=("$edgespec" serve --model "$m" $args --backend "$backend" --host 127.0.0.1 --port 0
-         --max-batch "$max_batch" --served-model-name "$name" ${ES_SB_SERVE_ARGS:-})
+         --max-batch "$max_batch" --context "$context" --served-model-name "$name"
+         ${ES_SB_SERVE_ARGS:-})
     url=parse
   else
     [ -x "$llama_server" ] || { row "serve $name" skipped "no $llama_server"; return 0; }
     local port
     port=$(free_port)
     cmd=("$llama_server" -m "$m" --host 127.0.0.1 --port "$port" -np "$max_batch"
-         -c $((max_batch * ${ES_SB_LLAMA_CTX:-1024})) -fa on --no-webui)
+         -c $((max_batch * context)) -fa on --no-webui)
     [ "$backend" = cuda ] && cmd+=(-ngl 99)
     url="http://127.0.0.1:$port"
   fi
@@ -317,9 +323,10 @@ serve_one() {
     return 1
   fi
   local ready=$((SECONDS - t0))
+  [ "$load" = chat ] && load_args=(--endpoint chat --prompts-file train/data/prompts_heldout.jsonl)
   python3 tools/loadgen.py run --url "$url" --label "$name" --concurrency "${ES_SB_LEVELS:-1,4,16,64}" \
     --requests "${ES_SB_REQUESTS:-auto}" --prompt-words "$prompt_words" --max-tokens "$max_tokens" \
-    --temperature "${ES_SB_TEMPERATURE:-0}" --json "$logs/load_$name.json" -q \
+    --temperature "${ES_SB_TEMPERATURE:-0}" "${load_args[@]}" --json "$logs/load_$name.json" -q \
     2>"$logs/load_$name.err"
   rc=$?
   stop_server "$pid" "$log"
@@ -340,11 +347,12 @@ PY
 }
 
 stage_serve() {
-  local status=0 name program model args
-  while IFS='|' read -r -u 3 name program model args; do
+  local status=0 name program model load args
+  while IFS='|' read -r -u 3 name program model load args; do
     name=${name// /}
     [[ " ${ES_SB_SERVERS:-$name} " == *" $name "* ]] || continue
-    serve_one "$name" "${program// /}" "${model// /}" "$(echo $args)" || status=1
+    # shellcheck disable=SC2116,SC2086  # echo trims the column's spaces
+    serve_one "$name" "${program// /}" "${model// /}" "${load// /}" "$(echo $args)" || status=1
   done 3< <(servers)
   return "$status"
 }

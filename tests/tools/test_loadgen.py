@@ -41,11 +41,14 @@ class Stub(BaseHTTPRequestHandler):
 
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        chat = self.path == "/v1/chat/completions"
+        prompt = req["messages"][0]["content"] if chat else req["prompt"]
         with Stub.lock:
-            Stub.seen.append((req["prompt"], req["max_tokens"], req["temperature"], "seed" in req))
+            Stub.seen.append((prompt, req["max_tokens"], req["temperature"], "seed" in req))
             Stub.count[0] += 1
             n = Stub.count[0]
-        assert self.path == "/v1/completions" and req["stream"] is True
+        assert self.path == ("/v1/chat/completions" if Stub.mode == "chat" else "/v1/completions")
+        assert req["stream"] is True
         if Stub.mode == "flaky" and n % 4 == 0:
             body = b'{"error":{"message":"busy","type":"overloaded_error"}}'
             self.send_response(503)
@@ -78,8 +81,9 @@ class Stub(BaseHTTPRequestHandler):
             left -= k
             i += 1
             last = left == 0
-            chunk = {"choices": [{"index": 0, "text": " tok" * k,
-                                  "finish_reason": "length" if last else None}]}
+            piece = {"delta": {"content": " tok" * k}} if chat else {"text": " tok" * k}
+            chunk = {"choices": [{"index": 0, "finish_reason": "length" if last else None,
+                                  **piece}]}
             if last and llama:
                 chunk["timings"] = {"predicted_n": req["max_tokens"], "prompt_n": 7}
             send(chunk)
@@ -163,6 +167,20 @@ def main():
               f"flaky: 2 of 8 errors counted ({lv['error_examples'][:1]})")
         check(lv["output_tokens"] == 6 * 4, "flaky: tokens of the 6 good requests")
         check(all(t == 0.7 and s for _, _, t, s in Stub.seen), "sampled: temperature and seed sent")
+        prompts = os.path.join(tmp, "prompts.jsonl")
+        with open(prompts, "w") as f:
+            for text in ("Write a haiku.", "Name three rivers.", "Count to five."):
+                f.write(json.dumps({"id": text[:4], "prompt": text}) + "\n")
+        Stub.mode, Stub.seen = "chat", []
+        rc, rep, md, err = run_loadgen(a.loadgen, port, tmp, "chat",
+                                       ["--concurrency", "2", "--requests", "6", "--max-tokens",
+                                        "5", "--endpoint", "chat", "--prompts-file", prompts])
+        lv = rep["levels"][0]
+        check(rc == 0 and lv["errors"] == 0 and lv["output_tokens"] == 6 * 5,
+              f"chat: 6 requests of 5 tokens from delta.content ({err.strip()[-200:]})")
+        check({p for p, _, _, _ in Stub.seen} <= {"Write a haiku.", "Name three rivers.",
+                                                   "Count to five."}, "chat: prompts from the file")
+        check(lv["ttft_ms"]["p50"] >= FIRST_DELAY * 1e3, "chat: ttft from the first delta")
         p = subprocess.run([sys.executable, a.loadgen, "table", os.path.join(tmp, "edgespec.json"),
                             os.path.join(tmp, "llama.json")], capture_output=True, text=True)
         check(p.returncode == 0 and p.stdout.count("\n") == 6, "table over two reports")
