@@ -9,9 +9,11 @@
 #            next call on the same warm machine if a build did not finish
 #   models   in $ES_SB_WORK (default /dev/shm/es_sb): random-weight Qwen3-8B as an HF folder
 #            (tools/torch_anchor.py --save-only; ES_SB_PRESET, default qwen3-8b; "tiny" writes a
-#            2-layer stand-in without torch), its tokenizer.json (Qwen2/3 vocabulary from the
-#            llama.cpp tree), the same weights as a bf16 GGUF for llama-server
-#            (tools/hf_to_gguf.py), a random 5-layer DFlash draft (tools/make_random_draft.py)
+#            2-layer stand-in without torch), the same weights as a bf16 GGUF for llama-server
+#            with the Qwen2/3 vocabulary of the llama.cpp tree (tools/hf_to_gguf.py), a random
+#            5-layer DFlash draft (tools/make_random_draft.py); the folder's tokenizer.json is
+#            written once edgespec is built (edgespec convert of a tiny carrier GGUF)
+#   prepare  build and models at once (models needs no edgespec binary): the first call
 #   anchor   edgespec bench at the load's prompt and answer lengths, batch 1, on the rows'
 #            models (the concurrency-1 reference): plain + replay, random draft, default + draft
 #   serve    each server of ES_SB_SERVERS in turn (start, wait for it, tools/loadgen.py sweep,
@@ -28,19 +30,14 @@
 # Servers: ES_SB_SERVERS (default all of them: see servers() below), ES_SB_BACKEND (cuda),
 # ES_SB_MAX_BATCH (64: edgespec --max-batch, llama-server -np), ES_SB_CONTEXT (1024 tokens a
 # request: edgespec --context, llama-server -c MAX_BATCH x this), ES_SB_SERVE_ARGS (more
-# edgespec serve flags), ES_SB_EDGESPEC_MODEL
-# (folder | gguf: what edgespec serve loads for the Qwen3 rows; default folder, the same
-# weights byte for byte), ES_SB_DEFAULT_MODEL (the default model, GGUF or folder; default
+# edgespec serve flags), ES_SB_EDGESPEC_MODEL (folder | gguf: what edgespec serve loads for the
+# Qwen3 rows; default folder, the same weights byte for byte), ES_SB_DEFAULT_MODEL (the default model, GGUF or folder; default
 # ~/.cache/edgespec/smollm2-135m-instruct, else the file tools/device_parts.sh join gives
 # for SmolLM2-135M-Instruct.Q4_1.gguf), ES_SB_EDGESPEC / ES_SB_LLAMA_SERVER (binaries, for runs
 # outside the GPU machine), ES_SB_START_TIMEOUT (300 s for a server to answer /health).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 source tools/env.sh
-
-stage_table() {
-  sed -n '/^#   build/,/^#            stop with/p' "$0" | sed 's/^# \{0,1\}//'
-}
 
 # The servers: name | program (edgespec / llama) | model | load | arguments. MODEL names:
 # Q8 (the random Qwen3 for edgespec: folder or GGUF), Q8GGUF, Q8DRAFT, SMOL (default model),
@@ -63,11 +60,13 @@ EOF
 case "${1:-}" in
   -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
                printf '\nservers: name | program | model | load | arguments\n'; servers; exit 0 ;;
-  "") echo "usage: tools/serve_bench.sh STAGE... (build models anchor serve; --help)" >&2; exit 2 ;;
+  "") echo "usage: tools/serve_bench.sh STAGE... (prepare | build models, anchor, serve; --help)" >&2
+      exit 2 ;;
 esac
 for s in "$@"; do
-  case "$s" in build | models | anchor | serve) ;;
-    *) echo "serve_bench: unknown stage '$s' (valid: build, models, anchor, serve)" >&2; exit 2 ;;
+  case "$s" in prepare | build | models | anchor | serve) ;;
+    *) echo "serve_bench: unknown stage '$s' (valid: prepare, build, models, anchor, serve)" >&2
+       exit 2 ;;
   esac
 done
 
@@ -156,19 +155,11 @@ stage_models() {
     python3 tools/torch_anchor.py --preset "$preset" --save "$q8_dir" --save-only \
       >"$logs/models.log" 2>&1
   fi || { row "models $preset" FAILED "models.log: $(tail -1 "$logs/models.log")"; return 1; }
-  # tokenizer.json for the folder: edgespec convert writes it from a GGUF's tokenizer; a tiny
-  # carrier model holds the same vocabulary.
-  { python3 tools/hf_to_gguf.py tiny-hf "$work/carrier" --layers 1 --hidden 64 --heads 1 \
-      --kv-heads 1 --head-dim 64 &&
-    python3 tools/hf_to_gguf.py convert "$work/carrier" "$work/carrier.gguf" --vocab-gguf "$vocab" &&
-    "$edgespec" convert "$work/carrier.gguf" "$work/carrier_hf" --dtype bf16 -q &&
-    cp "$work/carrier_hf/tokenizer.json" "$work/carrier_hf/tokenizer_config.json" "$q8_dir/" &&
-    rm -rf "$work/carrier"*; } >>"$logs/models.log" 2>&1 ||
-    { row "models tokenizer" FAILED "models.log: $(tail -1 "$logs/models.log")"; return 1; }
   python3 tools/hf_to_gguf.py convert "$q8_dir" "$q8_gguf" --vocab-gguf "$vocab" \
     >>"$logs/models.log" 2>&1 ||
     { row "models gguf" FAILED "models.log: $(tail -1 "$logs/models.log")"; return 1; }
   row "models $preset" ok "folder + GGUF ($(du -h "$q8_gguf" | cut -f1)), $((SECONDS - t0)) s"
+  ensure_tokenizer || true  # here when edgespec is built; else before the first server
   if python3 -c "import torch" 2>/dev/null; then
     python3 tools/make_random_draft.py "$q8_dir" "$q8_draft" --layers 5 --block-size 16 \
       >>"$logs/models.log" 2>&1 && row "models random draft" ok "5 layers, block 16" ||
@@ -176,6 +167,37 @@ stage_models() {
   else
     row "models random draft" skipped "no torch here"
   fi
+}
+
+# tokenizer.json for the random folder: edgespec convert writes it from a GGUF's tokenizer, and
+# a tiny carrier model holds the same vocabulary (needs the edgespec binary).
+ensure_tokenizer() {
+  [ -f "$q8_dir/config.json" ] && [ ! -f "$q8_dir/tokenizer.json" ] || return 0
+  [ -x "$edgespec" ] || return 1
+  rm -rf "$work/carrier"*
+  { python3 tools/hf_to_gguf.py tiny-hf "$work/carrier" --layers 1 --hidden 64 --heads 1 \
+      --kv-heads 1 --head-dim 64 &&
+    python3 tools/hf_to_gguf.py convert "$work/carrier" "$work/carrier.gguf" --vocab-gguf "$vocab" &&
+    "$edgespec" convert "$work/carrier.gguf" "$work/carrier_hf" --dtype bf16 -q &&
+    cp "$work/carrier_hf/tokenizer.json" "$work/carrier_hf/tokenizer_config.json" "$q8_dir/" &&
+    rm -rf "$work/carrier"*; } >>"$logs/models.log" 2>&1 && return 0
+  row "models tokenizer" FAILED "models.log: $(tail -1 "$logs/models.log")"
+  return 1
+}
+
+# build and models at once (the models need no edgespec binary and little CPU; the GPU is idle
+# during the build): the whole preparation in one call.
+stage_prepare() {
+  local n=${#summary[@]} pm rm_
+  ( stage_models; rc=$?; printf '%s\n' "${summary[@]:$n}" >"$logs/models.rows"; exit $rc ) \
+    >>"$logs/models.log" 2>&1 &
+  pm=$!
+  stage_build
+  local rb=$?
+  wait "$pm"; rm_=$?
+  while IFS= read -r line; do summary+=("$line"); done <"$logs/models.rows"
+  rm -f "$logs/models.rows"
+  [ "$rb" = 0 ] && ensure_tokenizer && [ "$rm_" = 0 ]
 }
 
 # --- the default model ---------------------------------------------------------------------
@@ -217,6 +239,7 @@ model_path() {
 
 stage_anchor() {
   local status=0 name model draft args m d dp f plen
+  ensure_tokenizer
   plen=$(python3 -c "print(max(int(x) for x in '$prompt_words'.split(',')))")
   while IFS='|' read -r name model draft args; do
     name=${name// /} model=${model// /} draft=${draft// /}
@@ -348,6 +371,7 @@ PY
 
 stage_serve() {
   local status=0 name program model load args
+  ensure_tokenizer
   while IFS='|' read -r -u 3 name program model load args; do
     name=${name// /}
     [[ " ${ES_SB_SERVERS:-$name} " == *" $name "* ]] || continue
