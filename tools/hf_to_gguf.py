@@ -139,7 +139,8 @@ def write_gguf(path, kvs, tensors):
     for name, gtype, shape, nbytes, _ in tensors:
         dims = list(reversed(shape))  # GGUF lists the innermost dimension first
         head.append(pack_value(T_STR, name) + struct.pack("<I", len(dims)) +
-                    b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", gtype, offset))
+                    b"".join(struct.pack("<Q", d) for d in dims) +
+                    struct.pack("<IQ", gtype, offset))
         offset += nbytes + pad(nbytes)
     blob = b"".join(head)
     tmp = path + ".tmp"
@@ -312,7 +313,8 @@ def tiny_hf(args):
     shapes = [("model.embed_tokens.weight", [args.vocab, h])]
     for i in range(args.layers):
         p = f"model.layers.{i}."
-        shapes += [(p + "input_layernorm.weight", [h]), (p + "post_attention_layernorm.weight", [h]),
+        shapes += [(p + "input_layernorm.weight", [h]),
+                   (p + "post_attention_layernorm.weight", [h]),
                    (p + "self_attn.q_proj.weight", [heads * hd, h]),
                    (p + "self_attn.k_proj.weight", [kv * hd, h]),
                    (p + "self_attn.v_proj.weight", [kv * hd, h]),

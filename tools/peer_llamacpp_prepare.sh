@@ -43,7 +43,10 @@ if [ -z "$sdist" ]; then
   python3 -m pip download --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$version" >&2
   sdist=$work/$sdist_name
 fi
-[ -f "$sdist" ] || { echo "peer_llamacpp_prepare: ES_LLAMA_SDIST = '$sdist' is not a file" >&2; exit 1; }
+if [ ! -f "$sdist" ]; then
+  echo "peer_llamacpp_prepare: ES_LLAMA_SDIST = '$sdist' is not a file" >&2
+  exit 1
+fi
 actual=$(sha256sum "$sdist" | cut -d' ' -f1)
 if [ "$actual" != "$sha256" ]; then
   echo "peer_llamacpp_prepare: $sdist has sha256 $actual, expected $sha256" >&2
@@ -102,7 +105,8 @@ if [ "$check" = 1 ]; then
   fi
 fi
 case "$dest" in
-  .peer | ./.peer) echo "peer_llamacpp_prepare: keep it out of git: echo /.peer/ >> .git/info/exclude;" \
+  .peer | ./.peer) echo "peer_llamacpp_prepare: keep it out of git:" \
+    "echo /.peer/ >> .git/info/exclude;" \
     "a device call carries .peer/llama.cpp.tar.gz (not .peer: the unpacked tree and its build" \
     "stay on a warm machine)" >&2 ;;
 esac

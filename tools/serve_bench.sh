@@ -31,10 +31,11 @@
 # ES_SB_MAX_BATCH (64: edgespec --max-batch, llama-server -np), ES_SB_CONTEXT (1024 tokens a
 # request: edgespec --context, llama-server -c MAX_BATCH x this), ES_SB_SERVE_ARGS (more
 # edgespec serve flags), ES_SB_EDGESPEC_MODEL (folder | gguf: what edgespec serve loads for the
-# Qwen3 rows; default folder, the same weights byte for byte), ES_SB_DEFAULT_MODEL (the default model, GGUF or folder; default
-# ~/.cache/edgespec/smollm2-135m-instruct, else the file tools/device_parts.sh join gives
-# for SmolLM2-135M-Instruct.Q4_1.gguf), ES_SB_EDGESPEC / ES_SB_LLAMA_SERVER (binaries, for runs
-# outside the GPU machine), ES_SB_START_TIMEOUT (300 s for a server to answer /health).
+# Qwen3 rows; default folder, the same weights byte for byte), ES_SB_DEFAULT_MODEL (the default
+# model, GGUF or folder; default ~/.cache/edgespec/smollm2-135m-instruct, else what
+# tools/device_parts.sh join gives for SmolLM2-135M-Instruct.Q4_1.gguf), ES_SB_EDGESPEC and
+# ES_SB_LLAMA_SERVER (binaries, for runs outside the GPU machine), ES_SB_START_TIMEOUT (300 s
+# for a server to answer /health).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 source tools/env.sh
@@ -60,7 +61,7 @@ EOF
 case "${1:-}" in
   -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
                printf '\nservers: name | program | model | load | arguments\n'; servers; exit 0 ;;
-  "") echo "usage: tools/serve_bench.sh STAGE... (prepare | build models, anchor, serve; --help)" >&2
+  "") echo "usage: tools/serve_bench.sh STAGE... (prepare, build, models, anchor, serve)" >&2
       exit 2 ;;
 esac
 for s in "$@"; do
@@ -99,7 +100,10 @@ build_edgespec() {
 
 unpack_peer() {
   local tgz=.peer/llama.cpp.tar.gz
-  [ -f "$tgz" ] || { echo "serve_bench: $tgz is missing (tools/peer_llamacpp_prepare.sh)" >&2; return 1; }
+  if [ ! -f "$tgz" ]; then
+    echo "serve_bench: $tgz is missing (tools/peer_llamacpp_prepare.sh)" >&2
+    return 1
+  fi
   # Unpacked once per tarball: a warm machine keeps the tree and its build.
   local sum
   sum=$(sha256sum "$tgz" | cut -c1-16)
@@ -177,7 +181,8 @@ ensure_tokenizer() {
   rm -rf "$work/carrier"*
   { python3 tools/hf_to_gguf.py tiny-hf "$work/carrier" --layers 1 --hidden 64 --heads 1 \
       --kv-heads 1 --head-dim 64 &&
-    python3 tools/hf_to_gguf.py convert "$work/carrier" "$work/carrier.gguf" --vocab-gguf "$vocab" &&
+    python3 tools/hf_to_gguf.py convert "$work/carrier" "$work/carrier.gguf" \
+      --vocab-gguf "$vocab" &&
     "$edgespec" convert "$work/carrier.gguf" "$work/carrier_hf" --dtype bf16 -q &&
     cp "$work/carrier_hf/tokenizer.json" "$work/carrier_hf/tokenizer_config.json" "$q8_dir/" &&
     rm -rf "$work/carrier"*; } >>"$logs/models.log" 2>&1 && return 0
@@ -270,7 +275,8 @@ print(" ".join(f"{k}={d[k]:.4g}" for k in ("plain_tok_s", "spec_tok_s", "speedup
 # --- serve ---------------------------------------------------------------------------------
 
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
 }
 
 # Waits until the server whose log is $1 and pid $2 answers GET /health at $3 (a URL, or "parse"
@@ -318,7 +324,8 @@ serve_one() {
   fi
   if [ "$program" = edgespec ]; then
     [ -x "$edgespec" ] || { row "serve $name" skipped "no $edgespec"; return 0; }
-    if [[ "$args" == *--replay* ]] && ! timeout 20 "$edgespec" serve --help 2>&1 | grep -q -- --replay; then
+    if [[ "$args" == *--replay* ]] &&
+       ! timeout 20 "$edgespec" serve --help 2>&1 | grep -q -- --replay; then
       row "serve $name" skipped "edgespec serve has no --replay"
       return 0
     fi
@@ -347,7 +354,8 @@ serve_one() {
   fi
   local ready=$((SECONDS - t0))
   [ "$load" = chat ] && load_args=(--endpoint chat --prompts-file train/data/prompts_heldout.jsonl)
-  python3 tools/loadgen.py run --url "$url" --label "$name" --concurrency "${ES_SB_LEVELS:-1,4,16,64}" \
+  python3 tools/loadgen.py run --url "$url" --label "$name" \
+    --concurrency "${ES_SB_LEVELS:-1,4,16,64}" \
     --requests "${ES_SB_REQUESTS:-auto}" --prompt-words "$prompt_words" --max-tokens "$max_tokens" \
     --temperature "${ES_SB_TEMPERATURE:-0}" "${load_args[@]}" --json "$logs/load_$name.json" -q \
     2>"$logs/load_$name.err"

@@ -67,7 +67,8 @@ class Stub(BaseHTTPRequestHandler):
         self.end_headers()
 
         def send(obj):
-            data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+            payload = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+            data = b"data: " + payload + b"\n\n"
             if llama:
                 self.wfile.write(data)
             else:
@@ -90,8 +91,9 @@ class Stub(BaseHTTPRequestHandler):
             if not last:
                 time.sleep(TOKEN_DELAY)
         if not llama:
-            send({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens":
-                                           req["max_tokens"], "total_tokens": 7 + req["max_tokens"]}})
+            n = req["max_tokens"]
+            send({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": n,
+                                           "total_tokens": 7 + n}})
         send(b"[DONE]")
         if not llama:
             self.wfile.write(b"0\r\n\r\n")
