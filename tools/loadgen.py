@@ -6,7 +6,8 @@ llama.cpp's llama-server). Python 3 standard library only.
         [--requests auto|N|N1,N2,...] [--prompt-words 128] [--max-tokens 128] [--temperature 0]
         [--seed 0] [--warmup 1] [--model M] [--endpoint completions|chat]
         [--prompts-file PROMPTS.jsonl] [--json OUT.json] [--markdown OUT.md]
-    tools/loadgen.py table A.json B.json ...      one markdown table over several runs
+    tools/loadgen.py table A.json B.json ...      one markdown table over several runs (run
+                                                  reports or serve_bench.json)
 
 For each concurrency C the generator runs C workers; each sends its next request as soon as
 its last one finishes (closed loop) until the level's request count is done. Every level first
@@ -344,17 +345,21 @@ def fmt(v, digits=1):
 
 
 def markdown_table(reports):
-    lines = ["| server | C | requests | errors | out tok/s | req/s | TTFT p50 / p99 ms | "
-             "ITL p50 / p99 ms | TPOT p50 ms | tokens / req | τ |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    """One row per server and level. "stream tok/s" is 1000 / TPOT p50: one stream's decode
+    rate, the figure `edgespec bench` reports at batch 1."""
+    lines = ["| server | C | requests | errors | out tok/s | stream tok/s | req/s | "
+             "TTFT p50 / p99 ms | ITL p50 / p99 ms | TPOT p50 ms | tokens / req | τ |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for rep in reports:
         for lv in rep["levels"]:
+            tpot = lv["tpot_ms"]["p50"]
             lines.append(
                 f"| {rep['label']} | {lv['concurrency']} | {lv['requests']} | {lv['errors']} | "
-                f"{fmt(lv['output_tok_s'])} | {fmt(lv['requests_s'], 2)} | "
+                f"{fmt(lv['output_tok_s'])} | {fmt(1e3 / tpot if tpot else None)} | "
+                f"{fmt(lv['requests_s'], 2)} | "
                 f"{fmt(lv['ttft_ms']['p50'])} / {fmt(lv['ttft_ms']['p99'])} | "
                 f"{fmt(lv['itl_ms']['p50'], 2)} / {fmt(lv['itl_ms']['p99'], 2)} | "
-                f"{fmt(lv['tpot_ms']['p50'], 2)} | {fmt(lv['mean_completion_tokens'])} | "
+                f"{fmt(tpot, 2)} | {fmt(lv['mean_completion_tokens'])} | "
                 f"{fmt(lv.get('mean_accept_length'), 2)} |")
     return "\n".join(lines) + "\n"
 
@@ -364,10 +369,17 @@ def cmd_table(args):
     for path in args.files:
         try:
             with open(path) as f:
-                reports.append(json.load(f))
+                data = json.load(f)
         except (OSError, ValueError) as e:
             print(f"loadgen: table: {path}: {e}", file=sys.stderr)
             return 1
+        # A run report, or tools/serve_bench.sh's serve_bench.json holding several.
+        found = data.get("loadgen", [data]) if isinstance(data, dict) else []
+        if not found or not all(isinstance(r, dict) and "levels" in r for r in found):
+            print(f"loadgen: table: {path} is neither a `loadgen.py run` report nor "
+                  "serve_bench.json", file=sys.stderr)
+            return 1
+        reports.extend(found)
     print(markdown_table(reports), end="")
     return 0
 
