@@ -122,6 +122,7 @@ build_llama() {
 
 stage_build() {
   local limit="${ES_SB_BUILD_TIMEOUT:-530}" t0=$SECONDS pe pl re rl
+  unpack_peer  # here, not in the timed job: a concurrent models stage reads the tree too
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$logs/gpu.txt" 2>&1
   ( export -f build_edgespec; export build_dir
     timeout "$limit" bash -c build_edgespec ) >"$logs/build_edgespec.log" 2>&1 &
@@ -194,6 +195,7 @@ ensure_tokenizer() {
 # during the build): the whole preparation in one call.
 stage_prepare() {
   local n=${#summary[@]} pm rm_
+  unpack_peer  # once, before the two jobs that read the tree
   ( stage_models; rc=$?; printf '%s\n' "${summary[@]:$n}" >"$logs/models.rows"; exit $rc ) \
     >>"$logs/models.log" 2>&1 &
   pm=$!
