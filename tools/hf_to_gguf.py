@@ -212,6 +212,20 @@ def to_f32_writer(path, dtype, begin, end):
     return write
 
 
+def rope_theta(cfg, model):
+    """RoPE base as edgespec reads config.json: rope_parameters (transformers 5) or rope_scaling,
+    else the top-level rope_theta, else 10000; only unscaled (default) RoPE is written."""
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    kind = params.get("rope_type") or params.get("type") or "default"
+    if kind != "default":
+        fail(f"MODEL_DIR {model}: RoPE type '{kind}' is unsupported (supported: default)")
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    if "rope_theta" in params and "rope_theta" in cfg and params["rope_theta"] != cfg["rope_theta"]:
+        fail(f"MODEL_DIR {model}: rope_theta {cfg['rope_theta']} and rope_parameters.rope_theta "
+             f"{params['rope_theta']} disagree")
+    return float(theta)
+
+
 def convert(args):
     if sys.byteorder != "little":
         fail("this writer assumes a little-endian host")
@@ -225,6 +239,7 @@ def convert(args):
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     tied = cfg.get("tie_word_embeddings", False)
+    theta = rope_theta(cfg, args.model)
 
     names = [("model.embed_tokens.weight", "token_embd.weight")]
     for i in range(layers):
@@ -263,7 +278,7 @@ def convert(args):
            (f"{a}.feed_forward_length", T_U32, cfg["intermediate_size"]),
            (f"{a}.attention.head_count", T_U32, heads),
            (f"{a}.attention.head_count_kv", T_U32, cfg.get("num_key_value_heads", heads)),
-           (f"{a}.rope.freq_base", T_F32, float(cfg.get("rope_theta", 1000000.0))),
+           (f"{a}.rope.freq_base", T_F32, theta),
            (f"{a}.attention.layer_norm_rms_epsilon", T_F32, float(cfg.get("rms_norm_eps", 1e-6))),
            (f"{a}.attention.key_length", T_U32, head_dim),
            (f"{a}.attention.value_length", T_U32, head_dim)]

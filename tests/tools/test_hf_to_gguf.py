@@ -30,6 +30,38 @@ def tensors(path):
             for k, v in header.items() if k != "__metadata__"}
 
 
+def write_shards(src, dst, theta):
+    """A copy of folder `src` as two safetensors shards (with the index transformers writes)
+    and a transformers-5 style config: rope_parameters instead of a top-level rope_theta."""
+    path = os.path.join(src, "model.safetensors")
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    data = tensors(path)
+    names = sorted(data)
+    os.makedirs(dst)
+    weight_map = {}
+    for i, part in enumerate((names[::2], names[1::2])):
+        fname = f"model-{i + 1:05d}-of-00002.safetensors"
+        head, off = {}, 0
+        for k in part:
+            head[k] = {"dtype": header[k]["dtype"], "shape": header[k]["shape"],
+                       "data_offsets": [off, off + len(data[k])]}
+            off += len(data[k])
+            weight_map[k] = fname
+        text = json.dumps(head).encode()
+        with open(os.path.join(dst, fname), "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + b"".join(data[k] for k in part))
+    with open(os.path.join(dst, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.pop("rope_theta")
+    cfg["rope_parameters"] = {"rope_theta": theta, "rope_type": "default"}
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f)
+
+
 def run(cmd, **kw):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
     if p.returncode != 0:
@@ -66,6 +98,15 @@ def main():
             os.path.join(back, "model.safetensors"))
         check(set(t_hf) == set(t_back), f"same {len(t_hf)} tensor names after the round trip")
         check(all(t_hf[k] == t_back[k] for k in t_hf), "every tensor byte-identical")
+        sharded, gguf2, back2 = (os.path.join(tmp, n) for n in ("sharded", "s.gguf", "back2"))
+        write_shards(hf, sharded, 500000.0)
+        run([sys.executable, TOOL, "convert", sharded, gguf2, "--vocab-gguf", vocab])
+        run([a.edgespec, "convert", gguf2, back2, "--dtype", "bf16", "-q"])
+        with open(os.path.join(back2, "config.json")) as f:
+            theta = json.load(f)["rope_theta"]
+        check(theta == 500000.0, f"rope_parameters.rope_theta carried: {theta}")
+        check(tensors(os.path.join(back2, "model.safetensors")) == t_hf,
+              "two shards: the same tensors as one file")
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(back, name), hf)
         prompt = "the river of the city was green in the summer and the"
