@@ -19,8 +19,9 @@
 #   serve    each server of ES_SB_SERVERS in turn (start, wait for it, tools/loadgen.py sweep,
 #            stop with SIGTERM); servers whose model or binary is missing are reported, skipped
 #
-# Every call writes $OUT (default ./out): serve_bench.md (tables + summary; each call appends),
-# serve_bench.json (every loadgen report and bench row so far), serve_logs.tgz (all logs).
+# Every call writes $OUT (default ./out): serve_bench.md (the table over every server run so
+# far on this machine, this call's summary), serve_bench.json (every loadgen report and bench
+# result so far, kept in $ES_SB_WORK/reports), serve_logs.tgz (this call's logs).
 # Carry ".deps" and ".peer/llama.cpp.tar.gz" (not ".peer": the unpacked tree and its build
 # must stay on the warm machine between calls).
 #
@@ -74,13 +75,15 @@ done
 final_out="${OUT:-$PWD/out}"
 logs="$final_out/serve_logs"
 mkdir -p "$logs"
-# Logs of earlier calls on this machine (same $OUT) stay in the archive.
-[ -f "$final_out/serve_logs.tgz" ] && tar -xzf "$final_out/serve_logs.tgz" -C "$final_out"
 build_dir="${BUILD_DIR:-build-gpu}"
 edgespec="${ES_SB_EDGESPEC:-$build_dir/edgespec}"
 peer=.peer/llama.cpp
 llama_server="${ES_SB_LLAMA_SERVER:-$peer/build/bin/llama-server}"
 work="${ES_SB_WORK:-/dev/shm/es_sb}"
+# Every loadgen report and bench result so far on this machine (each call's $OUT starts empty):
+# the table at the end covers the servers run in earlier calls too.
+reports="$work/reports"
+mkdir -p "$reports"
 backend="${ES_SB_BACKEND:-cuda}"
 max_batch="${ES_SB_MAX_BATCH:-64}"
 prompt_words="${ES_SB_PROMPT_WORDS:-128}"
@@ -256,17 +259,18 @@ stage_anchor() {
       dp=$(model_path "$draft") || { row "bench $name" skipped "no $draft"; continue; }
       d=(--draft "$dp")
     fi
-    f="$logs/bench_$name"
+    f="$reports/bench_$name"
     # shellcheck disable=SC2086  # the row's arguments, split into words
     if "$edgespec" bench --model "$m" "${d[@]}" $args --backend "$backend" --prompt-len "$plen" \
-         --gen-len "${max_tokens##*,}" --json >"$f.json" 2>"$f.err"; then
+         --gen-len "${max_tokens##*,}" --json >"$f.json" 2>"$logs/bench_$name.err"; then
       row "bench $name" "" "$(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 print(" ".join(f"{k}={d[k]:.4g}" for k in ("plain_tok_s", "spec_tok_s", "speedup", "tau")
                if isinstance(d.get(k), (int, float))))' "$f.json")"
     else
-      row "bench $name" FAILED "$(basename "$f").err: $(tail -1 "$f.err")"
+      rm -f "$f.json"
+      row "bench $name" FAILED "bench_$name.err: $(tail -1 "$logs/bench_$name.err")"
       status=1
     fi
   done < <(printf '%s\n' "q8 | Q8 | | --replay --block-size 16" "q8-dflash | Q8 | Q8DRAFT |" \
@@ -359,13 +363,13 @@ serve_one() {
   python3 tools/loadgen.py run --url "$url" --label "$name" \
     --concurrency "${ES_SB_LEVELS:-1,4,16,64}" \
     --requests "${ES_SB_REQUESTS:-auto}" --prompt-words "$prompt_words" --max-tokens "$max_tokens" \
-    --temperature "${ES_SB_TEMPERATURE:-0}" "${load_args[@]}" --json "$logs/load_$name.json" -q \
+    --temperature "${ES_SB_TEMPERATURE:-0}" "${load_args[@]}" --json "$reports/load_$name.json" -q \
     2>"$logs/load_$name.err"
   rc=$?
   stop_server "$pid" "$log"
   local stop_rc=$?
   local figures
-  figures=$(python3 - "$logs/load_$name.json" 2>/dev/null <<'PY'
+  figures=$(python3 - "$reports/load_$name.json" 2>/dev/null <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(" ".join("c%d:%.0f" % (l["concurrency"], l["output_tok_s"]) for l in r["levels"]), "tok/s")
@@ -396,13 +400,13 @@ for s in "$@"; do "stage_$s" || status=1; done
 
 # The report: every loadgen table so far (in the order of servers()), the bench rows, this
 # call's summary.
-reports=()
+report_files=()
 while IFS='|' read -r name _; do
-  f="$logs/load_${name// /}.json"
-  [ -f "$f" ] && reports+=("$f")
+  f="$reports/load_${name// /}.json"
+  [ -f "$f" ] && report_files+=("$f")
 done < <(servers)
 table=
-[ ${#reports[@]} -gt 0 ] && table=$(python3 tools/loadgen.py table "${reports[@]}")
+[ ${#report_files[@]} -gt 0 ] && table=$(python3 tools/loadgen.py table "${report_files[@]}")
 {
   echo "## serve_bench $(date -u +%FT%TZ) stages: $*"
   echo
@@ -415,7 +419,7 @@ table=
   echo '```'
   echo
 } >>"$final_out/serve_bench.md"
-python3 - "$final_out/serve_bench.json" "$logs" <<'PY'
+python3 - "$final_out/serve_bench.json" "$reports" <<'PY'
 import glob, json, os, sys
 out = {"loadgen": [], "bench": {}}
 for p in sorted(glob.glob(os.path.join(sys.argv[2], "load_*.json"))):
@@ -427,6 +431,7 @@ for p in sorted(glob.glob(os.path.join(sys.argv[2], "bench_*.json"))):
         pass
 json.dump(out, open(sys.argv[1], "w"), indent=1)
 PY
+cp "$reports"/*.json "$logs/" 2>/dev/null
 tar -czf "$final_out/serve_logs.tgz" -C "$final_out" serve_logs && rm -rf "$logs"
 echo
 echo "== serve_bench summary =="
