@@ -3,7 +3,7 @@
 # device call:   tools/serve_bench.sh STAGE...   (in this order; --help lists them)
 #
 #   build    edgespec (target edgespec, $BUILD_DIR, default build-gpu) and llama.cpp's
-#            llama-server (CUDA, sm_90) from .peer/llama.cpp.tar.gz
+#            llama-server and llama-bench (CUDA, sm_90) from .peer/llama.cpp.tar.gz
 #            (tools/peer_llamacpp_prepare.sh), both at once on every core, each stopped after
 #            ES_SB_BUILD_TIMEOUT s (default 530); both are incremental: re-run the stage in the
 #            next call on the same warm machine if a build did not finish
@@ -120,7 +120,7 @@ build_llama() {
   cmake -S "$peer" -B "$peer/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_FA_QUANTS=f16-f16 -DGGML_CUDA_NCCL=OFF \
     -DGGML_CCACHE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF &&
-    cmake --build "$peer/build" --target llama-server -j "$(nproc)"
+    cmake --build "$peer/build" --target llama-server llama-bench -j "$(nproc)"
 }
 
 stage_build() {
