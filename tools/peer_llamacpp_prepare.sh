@@ -86,7 +86,10 @@ echo "llama-cpp-python $version, llama.cpp $commit, pruned by tools/peer_llamacp
 mkdir -p "$dest"
 rm -rf "$dest/llama.cpp"
 mv "$t" "$dest/llama.cpp"
-tar -czf "$dest/llama.cpp.tar.gz" -C "$dest" llama.cpp
+# Reproducible (names sorted, fixed times and owners, no gzip time stamp): preparing again gives
+# the same file, so a warm device machine keeps its unpacked tree and build.
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - -C "$dest" llama.cpp |
+  gzip -n >"$dest/llama.cpp.tar.gz"
 echo "peer_llamacpp_prepare: $dest/llama.cpp ($(du -sh "$dest/llama.cpp" | cut -f1)), " \
   "$dest/llama.cpp.tar.gz ($(du -h "$dest/llama.cpp.tar.gz" | cut -f1))" >&2
 
