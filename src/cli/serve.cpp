@@ -50,6 +50,7 @@ struct ServeOptions {
   int32_t port = 8080;
   std::string maxBatch = "auto";
   std::string context = "auto";
+  std::string prefillBudget = "auto";
   int32_t maxQueued = 64;
   int64_t maxBodyBytes = int64_t{1} << 20;
   std::string servedModelName;  // empty: the model folder's (or GGUF file's) name
@@ -120,7 +121,12 @@ void runServe(const ServeOptions& o) {
       .backend = o.engine.backend,
       .draft = draft,
       .verifyWidth = verifyWidthFlag(o.engine, kWhere),
+      // Requests of every batch size meet one engine: with a draft and --verify-width auto the
+      // decoder picks each step's width (W = 1 where speculation does not pay).
+      .adaptiveWidth = true,
       .prefillChunk = prefillChunkFlag(o.engine, kWhere),
+      .prefillBudget = parseAutoOrInteger(kWhere, o.prefillBudget, "--prefill-budget",
+                                          runtime::kMinPrefillChunk, runtime::kMaxPrefillChunk),
       .maxBatch = maxBatch,
       .longestPrompt = context - 1,
       .longestRequest = context,
@@ -177,6 +183,13 @@ void addServeCommand(CLI::App& app) {
                       std::to_string(kCudaDefaultContext) + " on cuda, " +
                       std::to_string(kCpuDefaultContext) +
                       " on cpu, within the model's max_position_embeddings) or an integer")
+      ->capture_default_str();
+  cmd->add_option("--prefill-budget", options->prefillBudget,
+                  "Prompt rows the engine prefills between two decode steps (an arriving prompt "
+                  "delays the running answers by about this many rows a step): auto (one prefill "
+                  "forward) or an integer in [" +
+                      std::to_string(runtime::kMinPrefillChunk) + ", " +
+                      std::to_string(runtime::kMaxPrefillChunk) + "]")
       ->capture_default_str();
   addIntegerFlag(cmd, "--max-queued", options->maxQueued, 1, kMaxQueuedLimit,
                  "Requests that may wait for a batch slot; more are answered 503");
