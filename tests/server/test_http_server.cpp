@@ -161,7 +161,8 @@ TEST_F(ServerTest, WholeAndStreamedAnswersAgree) {
   EXPECT_EQ(whole["usage"]["completion_tokens"], 6);
   EXPECT_EQ(whole["usage"]["prompt_tokens"], tok_->encodePrompt("hello there", false).size());
   const std::string text = whole["choices"][0]["text"];
-  EXPECT_EQ(post("/v1/completions", body)["choices"][0]["text"], text);  // greedy: the same
+  EXPECT_EQ(post("/v1/completions", body)["choices"][0]["text"].get<std::string>(),
+            text);  // greedy: the same
 
   json streamed = body;
   streamed["stream_options"] = {{"include_usage", true}};
@@ -197,7 +198,7 @@ TEST_F(ServerTest, ChatAnswers) {
       joined += e["choices"][0]["delta"]["content"].get<std::string>();
     }
   }
-  EXPECT_EQ(joined, whole["choices"][0]["message"]["content"]);
+  EXPECT_EQ(joined, whole["choices"][0]["message"]["content"].get<std::string>());
 }
 
 TEST_F(ServerTest, AStopStringEndsTheAnswer) {
@@ -215,7 +216,7 @@ TEST_F(ServerTest, AStopStringEndsTheAnswer) {
   const std::string stop = text.substr(from, to - from);
   body["stop"] = stop;
   const json cut = post("/v1/completions", body);
-  EXPECT_EQ(cut["choices"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(cut["choices"][0]["text"].get<std::string>(), text.substr(0, text.find(stop)));
   EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
   EXPECT_LT(cut["usage"]["completion_tokens"].get<int>(), 12);
   std::string joined;
@@ -223,7 +224,7 @@ TEST_F(ServerTest, AStopStringEndsTheAnswer) {
   for (const json& e : events) {
     if (e.is_object()) joined += e["choices"][0]["text"].get<std::string>();
   }
-  EXPECT_EQ(joined, cut["choices"][0]["text"]);
+  EXPECT_EQ(joined, cut["choices"][0]["text"].get<std::string>());
 }
 
 TEST_F(ServerTest, ErrorsAreErrorObjectsAndCounted) {
