@@ -154,23 +154,16 @@ void EngineLoop::refreshSnapshot() {
   EngineSnapshot s;
   s.running = engine_.runningCount();
   s.queued = engine_.queuedCount();
-  const kv::PrefixCache* prefix = cache_.prefixCache();
-  if (prefix) {
-    s.kvPagesTotal = prefix->numBasePages();
-    s.kvPagesFree = prefix->freeBasePages();
-    for (int32_t p = 0; p < prefix->numBasePages(); ++p) {
-      if (prefix->baseCacheCount(p) > 0) ++s.kvPagesCached;
-    }
-  } else {
-    // Identity mapping: each active slot owns maxPagesPerSeq pages.
-    s.kvPagesTotal = cache_.plan().numPages;
-    s.kvPagesFree = s.kvPagesTotal - int64_t{cache_.activeCount()} * cache_.plan().maxPagesPerSeq;
-  }
+  const kv::KvCacheManager::PageCounts pages = cache_.pageCounts();
+  s.kvPagesTotal = pages.total;
+  s.kvPagesFree = pages.free;
+  s.kvPagesCached = pages.cached;
   const runtime::SpeculationStats& stats = engine_.stats();
   s.promptTokens = promptTokens_;
   s.reusedPromptTokens = stats.reusedTokens;
   s.generatedTokens = generatedTokens_;
   s.meanAcceptLength = engine_.blockSize() > 1 ? stats.meanAcceptLength() : 0.0;
+  s.widthSteps = stats.widthSteps;
   s.stepSecondsSum = stepSeconds_;
   s.stepCount = stepCount_;
   std::lock_guard<std::mutex> lock(mutex_);

@@ -68,7 +68,8 @@ struct EngineSnapshot {
   int64_t promptTokens = 0;   // of every accepted request
   int64_t reusedPromptTokens = 0;
   int64_t generatedTokens = 0;
-  double meanAcceptLength = 0.0;  // tau over the engine's life; 0 without a draft
+  double meanAcceptLength = 0.0;    // tau over the engine's life; 0 without a draft
+  std::vector<int64_t> widthSteps;  // [W + 1]: engine steps run at each verify width
   double stepSecondsSum = 0.0;
   int64_t stepCount = 0;
 };

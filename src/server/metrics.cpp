@@ -59,6 +59,13 @@ std::string ServerMetrics::render(const EngineSnapshot& e) const {
   metric(out, "edgespec_mean_accept_length", "gauge",
          "Tokens per speculative verify step over the server's life (0 without a draft).",
          e.meanAcceptLength);
+  header(out, "edgespec_verify_width_steps_total", "counter",
+         "Engine steps by verify width (1: plain steps; with a draft the width rule picks it).");
+  for (size_t w = 1; w < e.widthSteps.size(); ++w) {
+    if (e.widthSteps[w] == 0) continue;  // widths the rule never ran (or cannot run)
+    out += "edgespec_verify_width_steps_total{width=\"" + std::to_string(w) + "\"} " +
+           std::to_string(e.widthSteps[w]) + "\n";
+  }
   const int64_t used = e.kvPagesTotal - e.kvPagesFree;
   metric(out, "edgespec_kv_pages_used", "gauge",
          "KV pages in use: by running requests and by prefix-cache records.",

@@ -204,6 +204,9 @@ def main():
         checks.ok(m.get("edgespec_mean_accept_length", 0) > 1.0,
                   f"the draft is used: edgespec_mean_accept_length "
                   f"{m.get('edgespec_mean_accept_length')} > 1")
+        wide = sum(v for k, v in m.items()
+                   if k.startswith("edgespec_verify_width_steps_total{") and 'width="1"' not in k)
+        checks.ok(wide > 0, f"the width rule ran speculative steps (width > 1): {wide}")
 
         # SIGINT while a request streams: the server stops accepting, finishes the answer (the
         # same as generate's) and exits 0.
