@@ -21,20 +21,6 @@ const char* promptField(const CompletionRequest& r) {
   return r.endpoint == Endpoint::kChat ? "messages" : "prompt";
 }
 
-RequestOutcome outcomeOf(runtime::FinishReason finish) {
-  switch (finish) {
-    case runtime::FinishReason::kStop:
-      return RequestOutcome::kStop;
-    case runtime::FinishReason::kCancelled:
-      return RequestOutcome::kCancelled;
-    case runtime::FinishReason::kError:
-      return RequestOutcome::kError;
-    case runtime::FinishReason::kLength:
-      break;
-  }
-  return RequestOutcome::kLength;
-}
-
 }  // namespace
 
 std::vector<int32_t> encodePrompt(const ServedModel& model, const CompletionRequest& request) {
@@ -112,7 +98,7 @@ void CompletionSession::cancel() {
   if (finished_) return;
   loop_.cancel(channel_);
   finished_ = true;
-  outcome_ = RequestOutcome::kCancelled;
+  outcome_ = runtime::FinishReason::kCancelled;
 }
 
 std::string CompletionSession::next(std::chrono::milliseconds timeout) {
@@ -126,7 +112,7 @@ std::string CompletionSession::next(std::chrono::milliseconds timeout) {
       // The answer is complete; the engine may have generated more: free its slot now.
       loop_.cancel(channel_);
       finished_ = true;
-      outcome_ = RequestOutcome::kStop;
+      outcome_ = runtime::FinishReason::kStop;
       return out;
     }
   }
@@ -134,7 +120,7 @@ std::string CompletionSession::next(std::chrono::milliseconds timeout) {
   out += stops_.push(decoder_.flush());
   out += stops_.finish();
   finished_ = true;
-  outcome_ = stops_.stopped() ? RequestOutcome::kStop : outcomeOf(u.finish);
+  outcome_ = stops_.stopped() ? runtime::FinishReason::kStop : u.finish;
   error_ = std::move(u.error);
   return out;
 }

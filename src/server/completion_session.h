@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/generation.h"
 #include "server/engine_loop.h"
-#include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/served_model.h"
@@ -37,7 +37,7 @@ class CompletionSession {
   void cancel();
 
   // Once finished: "stop", "length", "cancelled" or "error" (then error() says why).
-  RequestOutcome outcome() const { return outcome_; }
+  runtime::FinishReason outcome() const { return outcome_; }
   const std::string& error() const { return error_; }
   Usage usage() const { return {.promptTokens = promptTokens_, .completionTokens = generated_}; }
   const CompletionRequest& request() const { return request_; }
@@ -52,7 +52,7 @@ class CompletionSession {
   int64_t generated_ = 0;  // tokens taken, up to the one that completed a stop string
   bool finished_ = false;
   bool cancelled_ = false;
-  RequestOutcome outcome_ = RequestOutcome::kLength;
+  runtime::FinishReason outcome_ = runtime::FinishReason::kLength;
   std::string error_;
 };
 

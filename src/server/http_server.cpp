@@ -98,20 +98,6 @@ bool peerGone(int fd) {
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
-const char* reasonText(RequestOutcome o) {
-  switch (o) {
-    case RequestOutcome::kStop:
-      return "stop";
-    case RequestOutcome::kCancelled:
-      return "cancelled";
-    case RequestOutcome::kError:
-      return "error";
-    case RequestOutcome::kLength:
-      break;
-  }
-  return "length";
-}
-
 void sendJson(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
@@ -272,12 +258,14 @@ void HttpServer::Impl::answerWhole(CompletionSession& session, const AnswerHeade
     }
   }
   finished(session);
-  if (session.outcome() == RequestOutcome::kError) {
+  if (session.outcome() == runtime::FinishReason::kError) {
     sendError(res, ApiError(500, "server_error",
                             detail::concat("the request failed: ", session.error())));
     return;
   }
-  sendJson(res, 200, completionJson(header, text, reasonText(session.outcome()), session.usage()));
+  sendJson(
+      res, 200,
+      completionJson(header, text, runtime::finishReasonName(session.outcome()), session.usage()));
 }
 
 void HttpServer::Impl::answerStream(std::shared_ptr<CompletionSession> session,
@@ -308,10 +296,10 @@ void HttpServer::Impl::answerStream(std::shared_ptr<CompletionSession> session,
           return false;
         }
         finished(*session);
-        if (session->outcome() == RequestOutcome::kError) {
+        if (session->outcome() == runtime::FinishReason::kError) {
           ES_LOG_WARN("streamed request failed: ", session->error());
         }
-        const std::string reason = reasonText(session->outcome());
+        const std::string reason = runtime::finishReasonName(session->outcome());
         ok = send(sseEvent(chunkJson(header, std::nullopt, reason)));
         if (ok && session->request().includeUsage) {
           ok = send(sseEvent(usageChunkJson(header, session->usage())));

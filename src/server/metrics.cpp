@@ -5,7 +5,9 @@
 namespace es::server {
 namespace {
 
-constexpr const char* kOutcomes[] = {"stop", "length", "cancelled", "error"};
+constexpr runtime::FinishReason kReasons[] = {
+    runtime::FinishReason::kStop, runtime::FinishReason::kLength, runtime::FinishReason::kCancelled,
+    runtime::FinishReason::kError};
 constexpr int kStatuses[] = {400, 404, 405, 413, 503, 500};
 
 void header(std::string& out, const char* name, const char* type, const char* help) {
@@ -25,8 +27,8 @@ void metric(std::string& out, const char* name, const char* type, const char* he
 
 }  // namespace
 
-void ServerMetrics::countRequest(RequestOutcome outcome) {
-  requests_[static_cast<size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
+void ServerMetrics::countRequest(runtime::FinishReason finish) {
+  requests_[static_cast<size_t>(finish)].fetch_add(1, std::memory_order_relaxed);
 }
 
 void ServerMetrics::countError(int status) {
@@ -40,9 +42,10 @@ std::string ServerMetrics::render(const EngineSnapshot& e) const {
   metric(out, "edgespec_requests_running", "gauge", "Requests in the running batch.", e.running);
   metric(out, "edgespec_requests_queued", "gauge", "Requests waiting for a batch slot.", e.queued);
   header(out, "edgespec_requests_total", "counter", "Finished requests by finish reason.");
-  for (size_t i = 0; i < requests_.size(); ++i) {
-    out += std::string("edgespec_requests_total{finish_reason=\"") + kOutcomes[i] + "\"} " +
-           std::to_string(requests_[i].load(std::memory_order_relaxed)) + "\n";
+  for (const runtime::FinishReason f : kReasons) {
+    out += std::string("edgespec_requests_total{finish_reason=\"") + runtime::finishReasonName(f) +
+           "\"} " +
+           std::to_string(requests_[static_cast<size_t>(f)].load(std::memory_order_relaxed)) + "\n";
   }
   header(out, "edgespec_request_errors_total", "counter", "Error answers by HTTP status.");
   for (size_t i = 0; i < errors_.size(); ++i) {

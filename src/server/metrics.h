@@ -7,16 +7,15 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/generation.h"
 #include "server/engine_loop.h"
 
 namespace es::server {
 
-// Finish reasons as /metrics labels them.
-enum class RequestOutcome { kStop, kLength, kCancelled, kError };
-
 class ServerMetrics {
  public:
-  void countRequest(RequestOutcome outcome);
+  // A finished request, labelled by runtime::finishReasonName.
+  void countRequest(runtime::FinishReason finish);
   // An error answer; statuses other than 400, 404, 405, 413 and 503 count as "500".
   void countError(int status);
 
@@ -24,7 +23,7 @@ class ServerMetrics {
   std::string render(const EngineSnapshot& engine) const;
 
  private:
-  std::array<std::atomic<int64_t>, 4> requests_{};
+  std::array<std::atomic<int64_t>, 4> requests_{};  // by runtime::FinishReason
   std::array<std::atomic<int64_t>, 6> errors_{};
 };
 
