@@ -15,7 +15,8 @@
 #            written once edgespec is built (edgespec convert of a tiny carrier GGUF)
 #   prepare  build and models at once (models needs no edgespec binary): the first call
 #   anchor   edgespec bench at the load's prompt and answer lengths, batch 1, on the rows'
-#            models (the concurrency-1 reference): plain + replay, random draft, default + draft
+#            models (the concurrency-1 reference): each of ES_SB_ANCHORS (default all: q8 =
+#            plain + replay, q8-dflash = random draft, smol-draft = default model + its draft)
 #   serve    each server of ES_SB_SERVERS in turn (start, wait for it, tools/loadgen.py sweep,
 #            stop with SIGTERM); servers whose model or binary is missing are reported, skipped
 #
@@ -36,7 +37,7 @@
 # model, GGUF or folder; default ~/.cache/edgespec/smollm2-135m-instruct, else what
 # tools/device_parts.sh join gives for SmolLM2-135M-Instruct.Q4_1.gguf), ES_SB_EDGESPEC and
 # ES_SB_LLAMA_SERVER (binaries, for runs outside the GPU machine), ES_SB_START_TIMEOUT (300 s
-# for a server to answer /health).
+# for a server to answer /health), ES_SB_COMMIT (the commit named in the report).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 source tools/env.sh
@@ -253,6 +254,7 @@ stage_anchor() {
   plen=$(python3 -c "print(max(int(x) for x in '$prompt_words'.split(',')))")
   while IFS='|' read -r name model draft args; do
     name=${name// /} model=${model// /} draft=${draft// /}
+    [[ " ${ES_SB_ANCHORS:-$name} " == *" $name "* ]] || continue
     m=$(model_path "$model") || { row "bench $name" skipped "no model $model"; continue; }
     d=()
     if [ -n "$draft" ]; then
@@ -410,7 +412,9 @@ table=
 {
   echo "## serve_bench $(date -u +%FT%TZ) stages: $*"
   echo
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo '?')," \
+  # ES_SB_COMMIT: the caller names the commit (the GPU machine's copy of the tree may carry a
+  # .git of another commit).
+  echo "commit ${ES_SB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}," \
        "$(tail -1 "$logs/gpu.txt" 2>/dev/null)"
   echo
   [ -n "$table" ] && printf '%s\n\n' "$table"
