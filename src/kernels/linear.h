@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "common/dtype.h"
+#include "common/quant_format.h"
 #include "common/stream.h"
 
 namespace es::kernel {
@@ -48,6 +49,10 @@ struct LinearParams {
   // (the CPU backend keeps bf16 checkpoints' matrices in bf16, half the bytes a decode step
   // streams; widening bf16 to f32 is exact, so the results are those of f32 W). Empty: dtype.
   std::optional<DType> weightDtype = std::nullopt;
+  // W held quantized (common/quant_format.h) instead of dense at `w`: the product is that of the
+  // f32 values common/quant_dequant.h defines (x, bias and y as for a dense W of `dtype`; `w` and
+  // weightDtype are unused).
+  std::optional<QuantizedWeightView> quantized = std::nullopt;
 
   // A decode layer's RMSNorm and residual add, fused into the gemv (linear_gemv.cu) where
   // linearFusesRowNorm(m) says so; elsewhere the CUDA path rejects them (InvalidArgument) and the
