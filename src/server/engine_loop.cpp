@@ -41,7 +41,7 @@ void RequestChannel::finish(runtime::FinishReason finish, std::string error) {
   cv_.notify_all();
 }
 
-void RequestChannel::accept(runtime::RequestId) {
+void RequestChannel::accept() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     accepted_ = true;
@@ -129,7 +129,7 @@ void EngineLoop::handle(Command& c) {
   promptTokens_ += promptTokens;
   ids_[channel] = id;
   channels_[id] = c.channel;
-  c.channel->accept(id);
+  c.channel->accept();
 }
 
 void EngineLoop::step() {

@@ -42,8 +42,8 @@ class RequestChannel {
   // Engine side.
   void push(int32_t token);
   void finish(runtime::FinishReason finish, std::string error);
-  // Submit's outcome: accepted (id), or the engine's exception.
-  void accept(runtime::RequestId id);
+  // Submit's outcome: accepted, or the engine's exception.
+  void accept();
   void reject(std::exception_ptr error);
   // Handler side: blocks until accept() or reject(); rethrows a rejection.
   void waitAccepted();

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TOOL = os.path.join(REPO, "tools", "hf_to_gguf.py")
 
@@ -67,12 +69,6 @@ def run(cmd, **kw):
     if p.returncode != 0:
         raise SystemExit(f"FAILED: {' '.join(cmd)} -> {p.returncode}\n{p.stderr[-2000:]}")
     return p.stdout
-
-
-def check(cond, what):
-    if not cond:
-        raise SystemExit(f"FAILED: {what}")
-    print(f"ok: {what}")
 
 
 def main():

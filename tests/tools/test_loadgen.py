@@ -14,8 +14,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from checks import check
 
 FIRST_DELAY = 0.03  # seconds before the first token
 TOKEN_DELAY = 0.004  # seconds between chunks
@@ -107,12 +109,6 @@ def run_loadgen(loadgen, port, tmp, name, extra):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     with open(out) as f:
         return p.returncode, json.load(f), open(md).read(), p.stderr
-
-
-def check(cond, what):
-    if not cond:
-        raise SystemExit(f"FAILED: {what}")
-    print(f"ok: {what}")
 
 
 def main():
