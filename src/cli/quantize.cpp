@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/numeric_flags.h"
 #include "cli/progress_output.h"
 #include "common/errors.h"
 #include "model/quantize_folder.h"
@@ -18,12 +19,17 @@ struct QuantizeArgs {
   bool groupGiven = false;
   std::string in_dir;
   std::string out_dir;
+  float maxShardMb = static_cast<float>(model::kDefaultMaxShardBytes / 1'000'000);
   bool force = false;
   bool quiet = false;
 };
 
 void runQuantize(const QuantizeArgs& a) {
-  model::QuantizeOptions options{.group = a.group, .force = a.force, .progress = {}};
+  model::QuantizeOptions options{
+      .group = a.group,
+      .force = a.force,
+      .maxShardBytes = static_cast<uint64_t>(static_cast<double>(a.maxShardMb) * 1e6),
+      .progress = {}};
   if (a.to == "int4") {
     options.to = model::QuantizeTo::kInt4;
   } else if (a.to == "fp8") {
@@ -67,9 +73,11 @@ void addQuantizeCommand(CLI::App& app) {
       "Write a quantized copy of a Hugging Face model folder: int4 (AWQ GEMM packing, "
       "round-to-nearest) or fp8 e4m3 (Qwen3-FP8 [128, 128] blocks)");
   cmd->add_option("--to", args->to, "Format: int4 or fp8")->required();
-  CLI::Option* group =
-      cmd->add_option("--group", args->group, "int4 group size along K: 32, 64 or 128")
-          ->capture_default_str();
+  CLI::Option* group = addIntegerFlag(cmd, "--group", args->group, 1, 1 << 20,
+                                      "int4 group size along K: 32, 64 or 128");
+  addRealFlag(cmd, "--max-shard-mb", args->maxShardMb, 0.001, 1e7,
+              "Largest safetensors file written, in MB of tensor data (larger models are "
+              "sharded, with model.safetensors.index.json)");
   cmd->add_option("in_dir", args->in_dir, "Model folder (config.json + bf16/f16/f32 safetensors)")
       ->required();
   cmd->add_option("out_dir", args->out_dir, "Output folder (created if absent; must be empty)")

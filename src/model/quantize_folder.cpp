@@ -329,9 +329,9 @@ QuantizeReport quantizeFolder(const fs::path& in, const fs::path& out,
     const nlohmann::json& q = configJson["quantization_config"];
     const std::string method =
         q.is_object() && q.contains("quant_method") ? q["quant_method"].dump() : "?";
-    ES_THROW(FormatError, configPath.string(), ": the model is already quantized (",
-             "quantization_config with quant_method ", method,
-             "); quantize takes a bf16, f16 or f32 model");
+    ES_THROW(FormatError, "quantize: ", configPath.string(),
+             " has a quantization_config (quant_method ", method,
+             "): the model is quantized already; quantize takes a bf16, f16 or f32 model");
   }
   QuantizeReport report;
   report.config = parseModelConfig(configText, configPath.string());
