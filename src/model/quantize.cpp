@@ -89,7 +89,11 @@ HostQuantizedMatrix quantizeInt4(std::span<const float> w, int64_t n, int64_t k,
              "] cannot be int4 with group ", group, ": ", why);
   }
   checkDense(w, n, k, name);
-  HostQuantizedMatrix m{.format = QuantFormat::kInt4, .group = group, .n = n, .k = k};
+  HostQuantizedMatrix m;
+  m.format = QuantFormat::kInt4;
+  m.group = group;
+  m.n = n;
+  m.k = k;
   const int64_t groups = k / group;
   m.data.assign(static_cast<size_t>(n * dataRowBytes(m.format, k, group)), 0);
   m.scales.resize(static_cast<size_t>(n * scaleRowBytes(m.format, k, group)));
@@ -116,7 +120,11 @@ HostQuantizedMatrix quantizeInt4(std::span<const float> w, int64_t n, int64_t k,
 HostQuantizedMatrix quantizeFp8Blocks(std::span<const float> w, int64_t n, int64_t k,
                                       std::string_view name) {
   checkDense(w, n, k, name);
-  HostQuantizedMatrix m{.format = QuantFormat::kFp8E4M3, .group = kFp8BlockSize, .n = n, .k = k};
+  HostQuantizedMatrix m;
+  m.format = QuantFormat::kFp8E4M3;
+  m.group = kFp8BlockSize;
+  m.n = n;
+  m.k = k;
   const int64_t colBlocks = (k + kFp8BlockSize - 1) / kFp8BlockSize;
   m.data.resize(static_cast<size_t>(n * k));
   std::vector<float> scales(static_cast<size_t>(n * colBlocks));
