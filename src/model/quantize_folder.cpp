@@ -11,6 +11,7 @@
 #include "common/errors.h"
 #include "common/input_file.h"
 #include "common/json.h"
+#include "common/quant_format.h"
 #include "model/gguf_weights.h"
 #include "model/safetensors_writer.h"
 #include "model/weight_names.h"
@@ -59,18 +60,17 @@ std::string moduleOf(const std::string& weightName) {
 std::string quantizeRejection(const std::string& name, int64_t n, int64_t k,
                               const QuantizeOptions& options) {
   if (options.to != QuantizeTo::kInt4) return "";  // fp8 blocks take any n and k (ragged ends)
-  if (k % options.group != 0) {
+  if (const char* why = quantLayoutRejection(QuantFormat::kInt4, k, options.group)) {
     int32_t fits = 0;
     for (int32_t g : {128, 64, 32}) {
-      if (k % g == 0) {
+      if (quantLayoutRejection(QuantFormat::kInt4, k, g) == nullptr) {
         fits = g;
         break;
       }
     }
-    return detail::concat("tensor ", quoteShort(name), " [", n, ", ", k, "]: K = ", k,
-                          " is not a multiple of --group ", options.group,
-                          " (int4 needs whole groups",
-                          fits > 0 ? detail::concat("; --group ", fits, " fits") : "", ")");
+    return detail::concat("tensor ", quoteShort(name), " [", n, ", ", k,
+                          "] cannot be int4 with --group ", options.group, ": ", why,
+                          fits > 0 ? detail::concat(" (--group ", fits, " fits)") : "");
   }
   if (n % kAwqPackFactor != 0) {
     return detail::concat("tensor ", quoteShort(name), " [", n, ", ", k, "]: N = ", n,
@@ -80,10 +80,11 @@ std::string quantizeRejection(const std::string& name, int64_t n, int64_t k,
 }
 
 void checkOptions(const QuantizeOptions& options) {
-  if (options.to == QuantizeTo::kInt4 && options.group != 32 && options.group != 64 &&
-      options.group != 128) {
-    ES_THROW(InvalidArgument, "quantize: argument '--group' = ", options.group,
-             " must be 32, 64 or 128");
+  // The group rule is quant_format's; 384 is a multiple of every group it allows, so only the
+  // group itself is judged.
+  if (options.to == QuantizeTo::kInt4) {
+    if (const char* why = quantLayoutRejection(QuantFormat::kInt4, 384, options.group))
+      ES_THROW(InvalidArgument, "quantize: argument '--group' = ", options.group, ": ", why);
   }
   if (options.maxShardBytes == 0) {
     ES_THROW(InvalidArgument, "quantize: the shard size must be at least 1 byte");

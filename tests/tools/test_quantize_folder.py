@@ -255,9 +255,9 @@ def check_refusals(edgespec, tmp):
     fresh = os.path.join(tmp, "fresh")
     cases = [
         (["--to", "int4", qwen3, fresh],
-         "'model.layers.0.mlp.down_proj.weight' [128, 192]: K = 192 is not a multiple of --group "
-         "128"),
-        (["--to", "int4", "--group", "48", qwen3, fresh], "'--group' = 48 must be 32, 64 or 128"),
+         "'model.layers.0.mlp.down_proj.weight' [128, 192] cannot be int4 with --group 128: k "
+         "must be a multiple of the int4 group (--group 64 fits)"),
+        (["--to", "int4", "--group", "48", qwen3, fresh], "'--group' = 48: int4 group must be 32, 64 or 128"),
         (["--to", "fp8", "--group", "64", qwen3, fresh], "applies to --to int4 only"),
         (["--to", "int8", qwen3, fresh], "'--to' = int8 must be int4 or fp8"),
         (["--to", "fp8", qwen3, busy], "exists and is not empty (pass --force"),
