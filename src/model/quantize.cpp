@@ -12,6 +12,7 @@ namespace {
 
 // W's size must be n * k with n, k > 0, and every value finite: a NaN or infinity has no
 // quantized value, and one would poison its whole group's scale.
+// w: [n, k] f32.
 void checkDense(std::span<const float> w, int64_t n, int64_t k, std::string_view name) {
   if (n <= 0 || k <= 0 || w.size() != static_cast<size_t>(n) * static_cast<size_t>(k)) {
     ES_THROW(InvalidArgument, "quantize: tensor ", quoteShort(name), ": ", w.size(),
@@ -34,7 +35,7 @@ struct Int4Group {
   uint8_t zero;
 };
 
-// The scale and zero point of one group (the rule in quantize.h).
+// The scale and zero point of one group, values [group] f32 (the rule in quantize.h).
 Int4Group int4GroupParams(std::span<const float> values, std::string_view name, int64_t row,
                           int64_t group) {
   const auto [minIt, maxIt] = std::minmax_element(values.begin(), values.end());
@@ -99,10 +100,10 @@ HostQuantizedMatrix quantizeInt4(std::span<const float> w, int64_t n, int64_t k,
   m.scales.resize(static_cast<size_t>(n * scaleRowBytes(m.format, k, group)));
   m.zeros.resize(static_cast<size_t>(n * zeroRowBytes(m.format, k, group)));
   for (int64_t r = 0; r < n; ++r) {
-    const float* row = w.data() + r * k;
-    uint8_t* packed = m.data.data() + r * (k / 2);
+    const float* row = w.data() + r * k;            // [k] f32
+    uint8_t* packed = m.data.data() + r * (k / 2);  // [k / 2] u8, two q a byte
     for (int64_t g = 0; g < groups; ++g) {
-      const std::span<const float> values(row + g * group, static_cast<size_t>(group));
+      const std::span<const float> values(row + g * group, static_cast<size_t>(group));  // [group]
       const Int4Group p = int4GroupParams(values, name, r, g);
       storeF16(m.scales, static_cast<size_t>(r * groups + g), p.scale);
       m.zeros[static_cast<size_t>(r * groups + g)] = p.zero;
