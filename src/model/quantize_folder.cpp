@@ -112,6 +112,23 @@ void checkInput(const fs::path& in) {
   }
 }
 
+// A config.json that declares quantized weights (transformers' quantization_config, or the
+// compression_config of older compressed-tensors checkpoints): there is nothing to quantize.
+void checkNotQuantized(const nlohmann::json& config, const fs::path& path) {
+  if (!config.is_object()) return;  // parseModelConfig names what is wrong with it
+  for (const char* key : {"quantization_config", "compression_config"}) {
+    if (!config.contains(key)) continue;
+    const nlohmann::json& q = config[key];
+    std::string method = "?";
+    if (q.is_object() && q.contains("quant_method")) {
+      const nlohmann::json& m = q["quant_method"];
+      method = quoteShort(m.is_string() ? m.get<std::string>() : m.dump());
+    }
+    ES_THROW(FormatError, "quantize: ", path.string(), " has a ", key, " (quant_method ", method,
+             "): the model is quantized already; quantize takes a bf16, f16 or f32 model");
+  }
+}
+
 // OUT: absent, or an empty folder (any folder with force), and never IN itself.
 void checkOutput(const fs::path& in, const fs::path& out, bool force) {
   std::error_code ec;
@@ -326,14 +343,7 @@ QuantizeReport quantizeFolder(const fs::path& in, const fs::path& out,
   const fs::path configPath = in / "config.json";
   const std::string configText = readInputFile(configPath, kMaxConfigJsonBytes, "quantize");
   const nlohmann::json configJson = parseJsonStrict(configText, configPath.string());
-  if (configJson.is_object() && configJson.contains("quantization_config")) {
-    const nlohmann::json& q = configJson["quantization_config"];
-    const std::string method =
-        q.is_object() && q.contains("quant_method") ? q["quant_method"].dump() : "?";
-    ES_THROW(FormatError, "quantize: ", configPath.string(),
-             " has a quantization_config (quant_method ", method,
-             "): the model is quantized already; quantize takes a bf16, f16 or f32 model");
-  }
+  checkNotQuantized(configJson, configPath);
   QuantizeReport report;
   report.config = parseModelConfig(configText, configPath.string());
   const WeightStore store = WeightStore::openFolder(in);
