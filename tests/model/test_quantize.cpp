@@ -525,7 +525,22 @@ TEST_F(QuantizeFolder, Refusals) {
   EXPECT_TRUE(fs::exists(out / "model.safetensors"));
   // Its output is quantized already.
   e = run(out, root_ / "again", {.to = QuantizeTo::kFp8, .progress = {}});
-  EXPECT_NE(e.find("quantized already"), std::string::npos) << e;
+  EXPECT_NE(e.find("has a quantization_config (quant_method 'awq'): the model is quantized "
+                   "already"),
+            std::string::npos)
+      << e;
+  // An older compressed-tensors config marks it with compression_config.
+  const fs::path compressed = root_ / "compressed";
+  fs::copy(fixture(), compressed);
+  std::ifstream configIn(compressed / "config.json");
+  nlohmann::json config = nlohmann::json::parse(configIn);
+  configIn.close();
+  config["compression_config"] = {{"quant_method", "compressed-tensors"}};
+  std::ofstream(compressed / "config.json") << config.dump();
+  e = run(compressed, root_ / "again", {.to = QuantizeTo::kFp8, .progress = {}});
+  EXPECT_NE(e.find("has a compression_config (quant_method 'compressed-tensors')"),
+            std::string::npos)
+      << e;
 }
 
 TEST_F(QuantizeFolder, NonFiniteWeightNamesTheTensorAndLeavesNothing) {
