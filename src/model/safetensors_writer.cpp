@@ -35,7 +35,12 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path path,
     len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
   out_.write(reinterpret_cast<const char*>(len), 8);
   out_.write(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!out_) ES_THROW(InvalidArgument, what_, ": writing ", tmp_.string(), " failed (disk full?)");
+  if (!out_) {
+    out_.close();  // no destructor runs for a constructor that throws: remove the file here
+    std::error_code ec;
+    std::filesystem::remove(tmp_, ec);
+    ES_THROW(InvalidArgument, what_, ": writing ", tmp_.string(), " failed (disk full?)");
+  }
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
