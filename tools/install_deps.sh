@@ -29,3 +29,10 @@ if ! python3 -c "import openai, sys; sys.exit(openai.__version__ != '$openai_ver
   python3 -m pip install --quiet "openai==$openai_version" 2>/dev/null ||
     python3 -m pip install --quiet --break-system-packages "openai==$openai_version"
 fi
+# tests/tools/test_quantize_folder.py reads `edgespec quantize`'s output with numpy (array basics
+# only, stable across numpy releases, so any version the Python takes will do).
+if ! python3 -c "import numpy" 2>/dev/null; then
+  echo "install_deps: python3 -m pip install numpy" >&2
+  python3 -m pip install --quiet numpy 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages numpy
+fi

@@ -6,6 +6,7 @@
 #include "cli/convert.h"
 #include "cli/generate.h"
 #include "cli/inspect.h"
+#include "cli/quantize.h"
 #include "cli/serve.h"
 
 namespace es::cli {
@@ -17,6 +18,7 @@ int run(int argc, char** argv) {
   addGenerateCommand(app);
   addInspectCommand(app);
   addConvertCommand(app);
+  addQuantizeCommand(app);
   addBenchCommand(app);
   addServeCommand(app);
   // Errors from a subcommand propagate to main(), which prints one line and exits non-zero.

@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "model/gguf_tokenizer.h"
 #include "model/gguf_weights.h"
+#include "model/safetensors_writer.h"
 #include "model/weight_names.h"
 #include "model/weight_store.h"
 
@@ -78,48 +79,23 @@ std::optional<double> optConfigFloat(const GgufHeader& h, const std::string& key
 uint64_t writeSafetensors(const GgufWeights& weights, const std::filesystem::path& path,
                           const ConvertOptions& options) {
   const DType dtype = weights.dtype();
-  json header = json::object();
-  header["__metadata__"] = {{"format", "pt"}};
-  uint64_t offset = 0;
+  std::vector<SafetensorsEntry> entries;
   for (const GgufWeights::Entry& e : weights.entries()) {
-    header[e.info.name] = {{"dtype", dtype == DType::kF32 ? "F32" : "BF16"},
-                           {"shape", e.info.shape},
-                           {"data_offsets", {offset, offset + e.info.byteSize()}}};
-    offset += e.info.byteSize();
+    entries.push_back({.name = e.info.name,
+                       .dtype = dtype == DType::kF32 ? "F32" : "BF16",
+                       .shape = e.info.shape,
+                       .bytes = e.info.byteSize()});
   }
-  std::string text = header.dump();
-  while (text.size() % 8 != 0) text += ' ';  // as the reference writer: aligned tensor data
-
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) ES_THROW(InvalidArgument, "convert: cannot create ", tmp.string());
-  try {
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i)
-      len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    std::vector<uint8_t> values;  // one tensor at a time
-    const auto& entries = weights.entries();
-    for (size_t i = 0; i < entries.size(); ++i) {
-      values.resize(entries[i].info.byteSize());
-      weights.read(entries[i], values);
-      out.write(reinterpret_cast<const char*>(values.data()),
-                static_cast<std::streamsize>(values.size()));
-      if (!out)
-        ES_THROW(InvalidArgument, "convert: writing ", tmp.string(), " failed (disk full?)");
-      if (options.progress) options.progress(i + 1, entries.size(), entries[i].info.name);
-    }
-    out.close();
-    if (!out) ES_THROW(InvalidArgument, "convert: writing ", tmp.string(), " failed (disk full?)");
-    std::filesystem::rename(tmp, path);
-  } catch (...) {
-    out.close();
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
+  SafetensorsWriter writer(path, entries, {{"format", "pt"}}, "convert");
+  std::vector<uint8_t> values;  // one tensor at a time
+  const auto& stored = weights.entries();
+  for (size_t i = 0; i < stored.size(); ++i) {
+    values.resize(stored[i].info.byteSize());
+    weights.read(stored[i], values);
+    writer.append(values);
+    if (options.progress) options.progress(i + 1, stored.size(), stored[i].info.name);
   }
-  return 8 + text.size() + offset;
+  return writer.finish();
 }
 
 }  // namespace
