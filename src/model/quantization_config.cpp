@@ -224,8 +224,8 @@ void parseCompressedTensors(const Fields& q, QuantizationConfig& out) {
     ES_THROW(FormatError, q.where(), ": ", q.path("config_groups"), " has ", groups->size(),
              " groups (supported: exactly one, FP8 per-channel weights on every Linear)");
   }
-  const auto& [groupName, groupValue] = *groups->items().begin();
-  const Fields group(groupValue, q.where(), groupsFields.path(escapeControl(groupName)));
+  const json::const_iterator only = groups->begin();
+  const Fields group(only.value(), q.where(), groupsFields.path(escapeControl(only.key())));
   const std::vector<std::string> targets = group.strings("targets");
   if (targets != std::vector<std::string>{"Linear"}) group.unsupported("targets", "[\"Linear\"]");
   if (const auto groupFormat = group.string("format");
