@@ -174,17 +174,19 @@ void repackInt4Scales(const WeightStore& store, const std::string& name, int64_t
   }
 }
 
-// Reads rows [0, rows) of packed tensor `name` (rowBytes each) in chunks; visit(row, bytes).
+// Reads rows [0, rows) of packed tensor `name` (rowBytes each) in chunks of about kChunkBytes,
+// each a multiple of `rowMultiple` rows (rows must be one too); visit(firstRow, count, bytes).
 template <typename Visit>
-void forEachRow(const WeightStore& store, const std::string& name, int64_t rows, int64_t rowBytes,
-                Visit&& visit) {
-  const int64_t perChunk = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes) / rowBytes);
-  std::vector<uint8_t> chunk(static_cast<size_t>(std::min(rows, perChunk) * rowBytes));
+void forEachChunk(const WeightStore& store, const std::string& name, int64_t rows, int64_t rowBytes,
+                  int64_t rowMultiple, Visit&& visit) {
+  const int64_t fit = static_cast<int64_t>(kChunkBytes) / rowBytes / rowMultiple * rowMultiple;
+  const int64_t perChunk = std::min(rows, std::max(rowMultiple, fit));
+  std::vector<uint8_t> chunk(static_cast<size_t>(perChunk * rowBytes));
   for (int64_t r0 = 0; r0 < rows; r0 += perChunk) {
     const int64_t count = std::min(perChunk, rows - r0);
     store.readBytes(name, static_cast<uint64_t>(r0 * rowBytes), chunk.data(),
                     static_cast<uint64_t>(count * rowBytes));
-    for (int64_t r = 0; r < count; ++r) visit(r0 + r, chunk.data() + r * rowBytes);
+    visit(r0, count, chunk.data());
   }
 }
 
@@ -208,21 +210,33 @@ HostQuantizedMatrix readAwq(const WeightStore& store, const QuantizationConfig& 
   }
   repackInt4Scales(store, module + ".scales", n, groups, m.scales);
 
-  // qweight [k, n / 8]: row kk of W^T, word j, nibble p -> W[8j + kAwqOrder[p]][kk], stored at
-  // byte kk / 2 of that row (low nibble for even kk).
+  // qweight [k, n / 8]: row kk of W^T, word j, nibble p -> W[8j + kAwqOrder[p]][kk]. Eight
+  // consecutive rows kk = 8b .. 8b + 7 give one column's bytes 4b .. 4b + 3 in the backend
+  // layout (low nibble = even kk); chunks of whole 8-row blocks are transposed column by column,
+  // so each column's bytes are written contiguously.
   const int64_t rowBytes = k / 2;
-  m.data.assign(static_cast<size_t>(n * rowBytes), 0);
-  forEachRow(store, module + ".qweight", k, words * 4, [&](int64_t kk, const uint8_t* bytes) {
-    const int shift = (kk & 1) ? 4 : 0;
-    uint8_t* column = m.data.data() + kk / 2;
-    for (int64_t j = 0; j < words; ++j) {
-      const uint32_t word = u32At(bytes + 4 * j);
-      for (int p = 0; p < 8; ++p) {
-        const int64_t col = 8 * j + kAwqOrder[p];
-        column[col * rowBytes] |= static_cast<uint8_t>(((word >> 4 * p) & 15) << shift);
-      }
-    }
-  });
+  const int64_t srcRowBytes = words * 4;
+  m.data.resize(static_cast<size_t>(n * rowBytes));
+  forEachChunk(store, module + ".qweight", k, srcRowBytes, 8,
+               [&](int64_t first, int64_t count, const uint8_t* bytes) {
+                 for (int64_t j = 0; j < words; ++j) {
+                   for (int64_t b = 0; b < count / 8; ++b) {
+                     uint32_t word[8];
+                     for (int i = 0; i < 8; ++i) {
+                       word[i] = u32At(bytes + (8 * b + i) * srcRowBytes + 4 * j);
+                     }
+                     for (int p = 0; p < 8; ++p) {
+                       uint32_t packed = 0;
+                       for (int i = 0; i < 8; ++i) packed |= ((word[i] >> 4 * p) & 15) << 4 * i;
+                       uint8_t* out =
+                           m.data.data() + (8 * j + kAwqOrder[p]) * rowBytes + first / 2 + 4 * b;
+                       for (int byte = 0; byte < 4; ++byte) {
+                         out[byte] = static_cast<uint8_t>(packed >> 8 * byte);
+                       }
+                     }
+                   }
+                 }
+               });
   return m;
 }
 
@@ -270,13 +284,19 @@ HostQuantizedMatrix readGptq(const WeightStore& store, const QuantizationConfig&
   repackInt4Scales(store, module + ".scales", n, groups, m.scales);
 
   // qweight [k / 8, n]: word [r, c] nibble p is W[c][8r + p], so its 4 little-endian bytes are
-  // bytes 4r .. 4r + 3 of row c in the backend layout (low nibble = even k).
+  // bytes 4r .. 4r + 3 of row c in the backend layout (low nibble = even k). Chunks are
+  // transposed column by column, so each column's bytes are written contiguously.
   const int64_t rowBytes = k / 2;
   m.data.resize(static_cast<size_t>(n * rowBytes));
-  forEachRow(store, module + ".qweight", k / 8, n * 4, [&](int64_t r, const uint8_t* bytes) {
-    for (int64_t c = 0; c < n; ++c)
-      std::memcpy(m.data.data() + c * rowBytes + 4 * r, bytes + 4 * c, 4);
-  });
+  forEachChunk(store, module + ".qweight", k / 8, n * 4, 1,
+               [&](int64_t first, int64_t count, const uint8_t* bytes) {
+                 for (int64_t c = 0; c < n; ++c) {
+                   uint8_t* out = m.data.data() + c * rowBytes + 4 * first;
+                   for (int64_t r = 0; r < count; ++r) {
+                     std::memcpy(out + 4 * r, bytes + r * n * 4 + 4 * c, 4);
+                   }
+                 }
+               });
   return m;
 }
 
