@@ -493,10 +493,19 @@ TEST(QuantizedCheckpoint, AwqInterleaveByHand) {
   EXPECT_EQ(quantLayoutRejection(m.format, m.k, m.group), nullptr);
 }
 
-TEST(QuantizedCheckpoint, AwqRepacksEveryElement) {
-  const int64_t n = 24, k = 128, g = 32, groups = k / g;
-  const auto q = [](int64_t c, int64_t kk) { return static_cast<int>((c * 7 + kk * 3 + 1) % 16); };
-  const auto z = [](int64_t c, int64_t grp) { return static_cast<int>((c + 5 * grp) % 16); };
+// A 4-bit value of (row, column) without short periods, so a block or chunk written to the
+// wrong place shows.
+int mixed4(int64_t a, int64_t b, uint32_t salt) {
+  const uint32_t h = static_cast<uint32_t>(a) * 2654435761u ^
+                     (static_cast<uint32_t>(b) * 40503u + salt) * 2246822519u;
+  return static_cast<int>((h >> 13) & 15);
+}
+
+// Every element of an AWQ linear W [n, k] (group g) packed from the definition and read back.
+void checkAwqRepack(int64_t n, int64_t k, int64_t g) {
+  const int64_t groups = k / g;
+  const auto q = [](int64_t c, int64_t kk) { return mixed4(c, kk, 1); };
+  const auto z = [](int64_t c, int64_t grp) { return mixed4(c, grp, 2); };
   const auto s = [](int64_t grp, int64_t c) { return 0.5f + 0.25f * c + grp; };
   // qweight is W^T [k, n] packed; qzeros [groups, n] packed; scales [groups, n].
   const std::vector<uint32_t> qweight =
@@ -511,7 +520,9 @@ TEST(QuantizedCheckpoint, AwqRepacksEveryElement) {
   const WeightStore store = storeOf(dir, {{"m.qweight", "I32", {k, n / 8}, i32Bytes(qweight)},
                                           {"m.qzeros", "I32", {groups, n / 8}, i32Bytes(qzeros)},
                                           {"m.scales", "F16", {groups, n}, f16Bytes(scales)}});
-  const HostQuantizedMatrix m = readQuantizedLinear(store, configOf(awqJson()), "m.weight", n, k);
+  json config = awqJson();
+  config["group_size"] = g;
+  const HostQuantizedMatrix m = readQuantizedLinear(store, configOf(config), "m.weight", n, k);
   for (int64_t c = 0; c < n; ++c) {
     for (int64_t kk = 0; kk < k; ++kk) ASSERT_EQ(nibble(m, c, kk), q(c, kk)) << c << ", " << kk;
     for (int64_t grp = 0; grp < groups; ++grp) {
@@ -519,6 +530,12 @@ TEST(QuantizedCheckpoint, AwqRepacksEveryElement) {
       ASSERT_EQ(u16At(m.scales, static_cast<size_t>(c * groups + grp)), to_fp16(s(grp, c)).bits);
     }
   }
+}
+
+TEST(QuantizedCheckpoint, AwqRepacksEveryElement) {
+  checkAwqRepack(24, 128, 32);
+  // qweight of 2 MiB: read in two chunks.
+  checkAwqRepack(4096, 1024, 128);
 }
 
 // ---- GPTQ ---------------------------------------------------------------------------------
@@ -552,10 +569,11 @@ TEST(QuantizedCheckpoint, GptqZeroOffsetAndNibblesByHand) {
   EXPECT_EQ(u16At(m.scales, 7), to_fp16(0.5f).bits);
 }
 
-TEST(QuantizedCheckpoint, GptqRepacksEveryElement) {
-  const int64_t n = 16, k = 192, g = 64, groups = k / g;
-  const auto q = [](int64_t c, int64_t kk) { return static_cast<int>((c * 5 + kk * 11 + 3) % 16); };
-  const auto z = [](int64_t c, int64_t grp) { return static_cast<int>(1 + (c * 3 + grp) % 15); };
+// Every element of a GPTQ linear W [n, k] (group g) packed from the definition and read back.
+void checkGptqRepack(int64_t n, int64_t k, int64_t g) {
+  const int64_t groups = k / g;
+  const auto q = [](int64_t c, int64_t kk) { return mixed4(c, kk, 3); };
+  const auto z = [](int64_t c, int64_t grp) { return 1 + mixed4(c, grp, 4) % 15; };
   std::vector<uint32_t> qweight(static_cast<size_t>(k / 8 * n), 0);
   for (int64_t r = 0; r < k / 8; ++r) {
     for (int64_t c = 0; c < n; ++c) {
@@ -595,6 +613,12 @@ TEST(QuantizedCheckpoint, GptqRepacksEveryElement) {
                 to_fp16(0.125f * (c + 1) + grp).bits);
     }
   }
+}
+
+TEST(QuantizedCheckpoint, GptqRepacksEveryElement) {
+  checkGptqRepack(16, 192, 64);
+  // qweight of 2 MiB: read in two chunks.
+  checkGptqRepack(4096, 1024, 128);
 }
 
 // ---- FP8 ----------------------------------------------------------------------------------
