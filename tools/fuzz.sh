@@ -4,8 +4,9 @@
 #   tools/fuzz.sh [TARGET...] [SECONDS]
 #
 # Targets (default: all): safetensors and gguf (the weight file headers, 60 s each), tokenizer
-# (tokenizer.json), tokenizer_config (tokenizer_config.json and its chat template) and
-# chat_template (the chat-template renderer), 30 s each. SECONDS (or FUZZ_SECONDS) sets every
+# (tokenizer.json), tokenizer_config (tokenizer_config.json and its chat template),
+# chat_template (the chat-template renderer) and quant_config (config.json's
+# quantization_config), 30 s each. SECONDS (or FUZZ_SECONDS) sets every
 # target's time.
 #
 # Builds tests/fuzz/fuzz_<target>*.cpp with clang++ directly (the main CMake build does not need
@@ -16,12 +17,13 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-all_targets=(safetensors gguf tokenizer tokenizer_config chat_template)
+all_targets=(safetensors gguf tokenizer tokenizer_config chat_template quant_config)
 targets=()
 seconds="${FUZZ_SECONDS:-}"
 for arg in "$@"; do
   case "$arg" in
-    safetensors | gguf | tokenizer | tokenizer_config | chat_template) targets+=("$arg") ;;
+    safetensors | gguf | tokenizer | tokenizer_config | chat_template | quant_config)
+      targets+=("$arg") ;;
     *[!0-9]* | "")
       echo "usage: tools/fuzz.sh [${all_targets[*]}] [SECONDS]" >&2
       exit 2 ;;
@@ -113,6 +115,12 @@ for target in "${targets[@]}"; do
       sources=("$root/src/tokenizer/chat_template.cpp")
       corpus="$root/tests/fuzz/chat_template_corpus"
       dict="$root/tests/fuzz/chat_template.dict" ;;
+    quant_config)
+      source="$root/tests/fuzz/fuzz_quant_config.cpp"
+      sources=("$root/src/model/quantization_config.cpp" "$root/src/common/json.cpp"
+               "$root/src/common/quant_format.cpp")
+      corpus="$root/tests/fuzz/quant_config_corpus"
+      dict="$root/tests/fuzz/quant_config.dict" ;;
   esac
   target_seconds="${seconds:-$target_seconds}"
   out="$root/build-fuzz-$target"

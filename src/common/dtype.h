@@ -1,7 +1,8 @@
 #pragma once
-// Element types and 16-bit float storage usable from plain g++ and from device code.
-// bf16 / fp16 are storage types (bit patterns) with explicit conversions; they are layout
-// compatible with __nv_bfloat16 / __half, so a kernel may reinterpret the same memory.
+// Element types and 16-bit / 8-bit float storage usable from plain g++ and from device code.
+// bf16 / fp16 / fp8e4m3 are storage types (bit patterns) with explicit conversions; they are
+// layout compatible with __nv_bfloat16 / __half / __nv_fp8_e4m3, so a kernel may reinterpret the
+// same memory.
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -16,7 +17,13 @@ struct bf16 {
 struct fp16 {
   uint16_t bits;
 };
-static_assert(sizeof(bf16) == 2 && sizeof(fp16) == 2);
+// FP8 E4M3 as the OCP 8-bit floating point spec defines it (safetensors "F8_E4M3", torch
+// float8_e4m3fn): 1 sign, 4 exponent (bias 7) and 3 mantissa bits, subnormals, no infinities,
+// S.1111.111 (0x7f / 0xff) is NaN, largest finite magnitude 448.
+struct fp8e4m3 {
+  uint8_t bits;
+};
+static_assert(sizeof(bf16) == 2 && sizeof(fp16) == 2 && sizeof(fp8e4m3) == 1);
 
 namespace detail {
 ES_HOST_DEVICE ES_FORCE_INLINE uint32_t float_bits(float f) {
@@ -56,6 +63,20 @@ ES_HOST_DEVICE inline float to_float(fp16 v) {
   return detail::bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
+// Exact: every E4M3 value is an f32.
+ES_HOST_DEVICE inline float to_float(fp8e4m3 v) {
+  const uint32_t sign = static_cast<uint32_t>(v.bits & 0x80u) << 24;
+  const uint32_t exponent = (v.bits >> 3) & 0xfu;
+  const uint32_t mantissa = v.bits & 0x7u;
+  if (exponent == 0) {
+    // zero or subnormal: mantissa * 2^-9 (2^(1 - 7) / 8), exact in fp32
+    const float magnitude = static_cast<float>(mantissa) * 0.001953125f;
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 15 && mantissa == 7) return detail::bits_float(sign | 0x7fc00000u);
+  return detail::bits_float(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+}
+
 // Round to nearest even, overflow to infinity, subnormals kept, NaN stays NaN.
 ES_HOST_DEVICE inline fp16 to_fp16(float f) {
   const uint32_t x = detail::float_bits(f);
@@ -83,7 +104,8 @@ ES_HOST_DEVICE inline fp16 to_fp16(float f) {
   return fp16{static_cast<uint16_t>(sign | q)};
 }
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kI8, kU8 };
+// kF8E4M3 holds fp8e4m3 elements: weights of FP8 checkpoints (model/quantized_checkpoint.h).
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kI8, kU8, kF8E4M3 };
 
 constexpr int64_t dtype_size(DType t) {
   switch (t) {
@@ -100,6 +122,8 @@ constexpr int64_t dtype_size(DType t) {
     case DType::kI8:
       return 1;
     case DType::kU8:
+      return 1;
+    case DType::kF8E4M3:
       return 1;
   }
   return 0;
@@ -121,6 +145,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "i8";
     case DType::kU8:
       return "u8";
+    case DType::kF8E4M3:
+      return "f8_e4m3";
   }
   return "?";
 }
@@ -154,6 +180,10 @@ struct DTypeOf<int8_t> {
 template <>
 struct DTypeOf<uint8_t> {
   static constexpr DType value = DType::kU8;
+};
+template <>
+struct DTypeOf<fp8e4m3> {
+  static constexpr DType value = DType::kF8E4M3;
 };
 template <typename T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;

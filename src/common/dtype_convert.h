@@ -1,6 +1,7 @@
 #pragma once
 // Elements of an f32 / f16 / bf16 array addressed by a runtime DType, converted to and from f32
-// (each store rounds once, to nearest even). Host code only: the CPU references, weight upload,
+// (each store rounds once, to nearest even). f8_e4m3 arrays load too (exactly); nothing here
+// rounds to FP8, so storing to one is rejected. Host code only: the CPU references, weight upload,
 // and host copies of backend buffers all go through these. Accesses go through memcpy, so the
 // array need not be aligned (tensors of an unpadded safetensors header are not).
 #include <cstdint>
@@ -12,9 +13,9 @@
 namespace es {
 
 namespace detail {
-[[noreturn]] inline void throwUnconvertible(DType t) {
-  ES_THROW(InvalidArgument, "dtype conversion: argument 'dtype' = ", dtype_name(t),
-           " must be f32, f16 or bf16");
+[[noreturn]] inline void throwUnconvertible(DType t, const char* supported) {
+  ES_THROW(InvalidArgument, "dtype conversion: argument 'dtype' = ", dtype_name(t), " must be ",
+           supported);
 }
 }  // namespace detail
 
@@ -37,8 +38,10 @@ inline float loadAsFloat(const void* base, DType t, int64_t i) {
       std::memcpy(&v, bytes + 2 * i, 2);
       return to_float(v);
     }
+    case DType::kF8E4M3:
+      return to_float(fp8e4m3{bytes[i]});
     default:
-      detail::throwUnconvertible(t);
+      detail::throwUnconvertible(t, "f32, f16, bf16 or f8_e4m3");
   }
 }
 
@@ -60,7 +63,7 @@ inline void storeFromFloat(void* base, DType t, int64_t i, float v) {
       break;
     }
     default:
-      detail::throwUnconvertible(t);
+      detail::throwUnconvertible(t, "f32, f16 or bf16");
   }
 }
 

@@ -18,8 +18,8 @@ using nlohmann::json;
 // Names from the safetensors Dtype enum that this runtime does not load; listed so the error
 // can say "unsupported" rather than "unknown".
 constexpr std::string_view kKnownUnsupportedDTypes[] = {
-    "BOOL", "U8",      "I8",      "I16",     "U16", "I32",     "U32",     "I64", "U64",
-    "F64",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+    "BOOL", "U8",      "I8",      "I16", "U16",     "U32",     "I64", "U64",
+    "F64",  "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
 // A JSON value, shortened for an error message (a hostile header may hold megabytes).
 std::string shortJson(const json& value) {
@@ -67,7 +67,7 @@ TensorInfo parseTensorEntry(const std::string& name, const json& entry, std::str
         std::find(std::begin(kKnownUnsupportedDTypes), std::end(kKnownUnsupportedDTypes),
                   dtype_text) != std::end(kKnownUnsupportedDTypes);
     ES_THROW(FormatError, where, ": ", known ? "unsupported" : "unknown", " dtype ",
-             quoteShort(dtype_text), " (supported: BF16, F16, F32)");
+             quoteShort(dtype_text), " (supported: BF16, F16, F32, F8_E4M3, I32)");
   }
 
   const json& shape = entry.at("shape");
@@ -154,6 +154,10 @@ bool safetensorsDTypeFromName(std::string_view name, DType* out) {
     *out = DType::kF16;
   } else if (name == "F32") {
     *out = DType::kF32;
+  } else if (name == "F8_E4M3") {
+    *out = DType::kF8E4M3;
+  } else if (name == "I32") {
+    *out = DType::kI32;
   } else {
     return false;
   }

@@ -59,7 +59,10 @@ SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file,
 SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> prefix, uint64_t fileBytes,
                                          std::string_view source);
 
-// Maps safetensors dtype names ("BF16", "F16", "F32") to DType; false for anything else.
+// Maps safetensors dtype names to DType: "BF16", "F16", "F32" (dense weights), "F8_E4M3" (FP8
+// checkpoint weights) and "I32" (packed 4-bit AWQ / GPTQ tensors, GPTQ's g_idx); false for
+// anything else. Which dtype a tensor may have is the loaders' business (weight_names.h,
+// quantized_checkpoint.h).
 bool safetensorsDTypeFromName(std::string_view name, DType* out);
 
 // A read-only memory-mapped safetensors file. Move-only; unmaps on destruction. Views stay

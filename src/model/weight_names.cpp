@@ -1,10 +1,12 @@
 #include "model/weight_names.h"
 
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "common/errors.h"
 #include "common/logging.h"
+#include "model/quantized_checkpoint.h"
 
 namespace es::model {
 namespace {
@@ -95,18 +97,37 @@ std::vector<ExpectedTensor> expectedTensors(const ModelConfig& c) {
   return out;
 }
 
-WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& config) {
+WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& config,
+                               const QuantizationConfig& quant) {
   WeightCheckReport report;
   std::vector<std::string> missing;
   std::vector<std::string> wrong_shape;
   std::vector<std::string> bad_dtype;
+  std::vector<std::string> bad_quantized;
   std::vector<std::string> unexpected;
 
   std::map<std::string, const ExpectedTensor*, std::less<>> expected;
   const std::vector<ExpectedTensor> tensors = expectedTensors(config);
   for (const ExpectedTensor& e : tensors) expected.emplace(e.name, &e);
+  // The tensors that hold quantized linears, and the `.weight` names they replace (a dense
+  // `.weight` beside AWQ / GPTQ tensors is unexpected: the checkpoint would hold W twice).
+  std::set<std::string, std::less<>> quantized;
+  std::set<std::string, std::less<>> replaced;
 
   for (const ExpectedTensor& e : tensors) {
+    // Linears ([out, in] weights) may be quantized; the embedding is a lookup table, never one.
+    const bool linear = e.shape.size() == 2 && e.name != "model.embed_tokens.weight";
+    if (linear && quantizedLinearFormat(store, quant, e.name)) {
+      for (std::string& name : quantizedLinearTensorNames(store, quant, e.name)) {
+        quantized.insert(std::move(name));
+      }
+      if (quantized.count(e.name) == 0) replaced.insert(e.name);
+      for (std::string& problem :
+           quantizedLinearProblems(store, quant, e.name, e.shape[0], e.shape[1])) {
+        bad_quantized.push_back(std::move(problem));
+      }
+      continue;
+    }
     if (!store.contains(e.name)) {
       if (e.required) missing.push_back(e.name + " " + shapeText(e.shape));
       continue;
@@ -125,7 +146,9 @@ WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& conf
   }
 
   for (const std::string& name : store.names()) {
-    if (expected.find(name) != expected.end()) continue;
+    const bool isExpected = (expected.find(name) != expected.end() && replaced.count(name) == 0) ||
+                            quantized.count(name) != 0;
+    if (isExpected) continue;
     const bool tolerated =
         endsWith(name, ".rotary_emb.inv_freq") ||
         (!config.isDraft() && config.tie_word_embeddings && name == "lm_head.weight");
@@ -136,13 +159,16 @@ WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& conf
     }
   }
 
-  if (!missing.empty() || !wrong_shape.empty() || !bad_dtype.empty() || !unexpected.empty()) {
+  if (!missing.empty() || !wrong_shape.empty() || !bad_dtype.empty() || !bad_quantized.empty() ||
+      !unexpected.empty()) {
     std::ostringstream os;
     os << store.source() << ": weights do not match the " << architectureName(config.architecture)
        << " config (" << config.source << ")";
+    if (quant.quantized()) os << " quantized as " << quantMethodName(quant.method);
     appendCategory(os, "missing", missing);
     appendCategory(os, "with a wrong shape", wrong_shape);
     appendCategory(os, "with an unsupported dtype", bad_dtype);
+    appendCategory(os, "quantized linear problems", bad_quantized);
     appendCategory(os, "unexpected", unexpected);
     throw FormatError(os.str());
   }

@@ -13,6 +13,11 @@
 //   hidden_norm.weight [H], norm.weight [H], layers.{i}.* as Qwen3 above, optional
 //   mask_embedding [H].
 //
+// A quantized folder (model/quantization_config.h) holds its quantized linears as other tensors
+// (model/quantized_checkpoint.h: AWQ .qweight / .qzeros / .scales, FP8 .weight + scale, ...):
+// checkWeights checks those through the reader's shapes and dtypes instead of `.weight`; the
+// embeddings, norms, biases and the linears kept dense are checked as in a dense folder.
+//
 // Extra tensors are an error: a weight the runtime does not know usually means the checkpoint
 // computes something this runtime would silently skip. Two kinds are tolerated (logged and
 // reported): `*.rotary_emb.inv_freq` buffers that old checkpoints saved (recomputed from the
@@ -22,6 +27,7 @@
 #include <vector>
 
 #include "model/model_config.h"
+#include "model/quantization_config.h"
 #include "model/weight_store.h"
 
 namespace es::model {
@@ -47,9 +53,12 @@ struct WeightCheckReport {
 };
 
 // Verifies that `store` holds exactly the tensors of `config` (up to the tolerated extras), with
-// the expected shapes and a supported dtype (bf16, f16, f32). Throws one FormatError listing
-// every missing, misshapen, unsupported and unexpected tensor (the first few of each, by name).
-WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& config);
+// the expected shapes and a supported dtype (bf16, f16, f32); under `quant` each quantized linear
+// holds the tensors its format needs (quantizedLinearProblems) instead. Throws one FormatError
+// listing every missing, misshapen, unsupported and unexpected tensor (the first few of each, by
+// name). Reads no tensor data: the values are checked when a reader reads them.
+WeightCheckReport checkWeights(const WeightStore& store, const ModelConfig& config,
+                               const QuantizationConfig& quant = QuantizationConfig{});
 
 // "[a, b, c]": how weight errors print a shape (checkWeights, the GGUF loader).
 std::string shapeText(const std::vector<int64_t>& shape);

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "common/dtype.h"
+#include "common/dtype_convert.h"
+#include "common/errors.h"
 
 namespace es {
 namespace {
@@ -71,7 +73,51 @@ TEST(DType, Fp16RoundsToNearestEven) {
   EXPECT_EQ(bits_of(to_float(to_fp16(-0.0f))), 0x80000000u);
 }
 
+// FP8 E4M3 values derived by hand from the OCP definition: (-1)^s * 2^(e - 7) * (1 + m / 8) for
+// e > 0, (-1)^s * 2^-6 * m / 8 for e = 0, NaN for S.1111.111 only.
+TEST(DType, Fp8E4M3Values) {
+  EXPECT_EQ(to_float(fp8e4m3{0x00}), 0.0f);
+  EXPECT_EQ(bits_of(to_float(fp8e4m3{0x80})), 0x80000000u);  // -0
+  EXPECT_EQ(to_float(fp8e4m3{0x38}), 1.0f);                  // e = 7, m = 0
+  EXPECT_EQ(to_float(fp8e4m3{0x3c}), 1.5f);                  // e = 7, m = 4
+  EXPECT_EQ(to_float(fp8e4m3{0xc4}), -3.0f);                 // s = 1, e = 8, m = 4
+  EXPECT_EQ(to_float(fp8e4m3{0x7e}), 448.0f);                // e = 15, m = 6: the largest
+  EXPECT_EQ(to_float(fp8e4m3{0x78}), 256.0f);                // e = 15, m = 0 is finite
+  EXPECT_EQ(to_float(fp8e4m3{0x08}), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(to_float(fp8e4m3{0x01}), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(to_float(fp8e4m3{0x07}), 7 * std::ldexp(1.0f, -9));
+  EXPECT_EQ(to_float(fp8e4m3{0x87}), -7 * std::ldexp(1.0f, -9));
+  EXPECT_TRUE(std::isnan(to_float(fp8e4m3{0x7f})));
+  EXPECT_TRUE(std::isnan(to_float(fp8e4m3{0xff})));
+  // Every other code is finite, and the positive codes increase strictly.
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7f) == 0x7f) continue;
+    EXPECT_TRUE(std::isfinite(to_float(fp8e4m3{static_cast<uint8_t>(b)}))) << b;
+    EXPECT_EQ(to_float(fp8e4m3{static_cast<uint8_t>(b | 0x80)}),
+              -to_float(fp8e4m3{static_cast<uint8_t>(b & 0x7f)}))
+        << b;
+  }
+  for (int b = 1; b < 0x7f; ++b) {
+    EXPECT_LT(to_float(fp8e4m3{static_cast<uint8_t>(b - 1)}),
+              to_float(fp8e4m3{static_cast<uint8_t>(b)}))
+        << b;
+  }
+}
+
+TEST(DType, Fp8E4M3LoadsAsFloatButIsNotAStoreTarget) {
+  const uint8_t bytes[3] = {0x38, 0xc4, 0x7e};
+  EXPECT_EQ(loadAsFloat(bytes, DType::kF8E4M3, 0), 1.0f);
+  EXPECT_EQ(loadAsFloat(bytes, DType::kF8E4M3, 1), -3.0f);
+  EXPECT_EQ(loadAsFloat(bytes, DType::kF8E4M3, 2), 448.0f);
+  uint8_t out[1] = {0};
+  EXPECT_THROW(storeFromFloat(out, DType::kF8E4M3, 0, 1.0f), InvalidArgument);
+  EXPECT_THROW((void)loadAsFloat(bytes, DType::kI32, 0), InvalidArgument);
+}
+
 TEST(DType, SizesAndNames) {
+  EXPECT_EQ(dtype_size(DType::kF8E4M3), 1);
+  EXPECT_EQ(dtype_name(DType::kF8E4M3), "f8_e4m3");
+  EXPECT_EQ(dtype_of<fp8e4m3>, DType::kF8E4M3);
   EXPECT_EQ(dtype_size(DType::kBF16), 2);
   EXPECT_EQ(dtype_size(DType::kI64), 8);
   EXPECT_EQ(dtype_name(DType::kF16), "f16");

@@ -24,7 +24,7 @@ struct FakeTensor {
 inline int64_t fakeElementSize(const std::string& dtype) {
   if (dtype == "F32" || dtype == "I32") return 4;
   if (dtype == "F64" || dtype == "I64") return 8;
-  if (dtype == "U8" || dtype == "I8" || dtype == "BOOL") return 1;
+  if (dtype == "U8" || dtype == "I8" || dtype == "BOOL" || dtype == "F8_E4M3") return 1;
   return 2;
 }
 

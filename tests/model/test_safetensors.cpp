@@ -360,15 +360,37 @@ TEST(SafetensorsMalformed, UnsupportedAndUnknownDTypes) {
       {"'ids'", "unsupported dtype 'I64'", "BF16, F16, F32"});
   expectFormatError(
       [] {
-        parseBytes(rawFile(R"({"q":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", 8));
+        parseBytes(rawFile(R"({"q":{"dtype":"F8_E5M2","shape":[1],"data_offsets":[0,1]}})", 8));
       },
-      {"'q'", "unsupported dtype 'F8_E4M3'"});
+      {"'q'", "unsupported dtype 'F8_E5M2'", "BF16, F16, F32, F8_E4M3, I32"});
   expectFormatError(
       [] { parseBytes(rawFile(R"({"q":{"dtype":"Q4_K","shape":[1],"data_offsets":[0,1]}})", 8)); },
       {"unknown dtype 'Q4_K'"});
   expectFormatError(
       [] { parseBytes(rawFile(R"({"q":{"dtype":3,"shape":[1],"data_offsets":[0,1]}})", 8)); },
       {"'dtype' must be a string"});
+}
+
+// FP8 checkpoint weights (F8_E4M3, 1 byte) and packed 4-bit tensors (I32, 4 bytes) parse with
+// their element sizes checked against the byte ranges like every other dtype.
+TEST(Safetensors, Fp8AndI32Tensors) {
+  const SafetensorsHeader h =
+      parseBytes(rawFile(R"({"w":{"dtype":"F8_E4M3","shape":[2,3],"data_offsets":[0,6]},)"
+                         R"("q":{"dtype":"I32","shape":[2],"data_offsets":[8,16]}})",
+                         16));
+  ASSERT_NE(h.find("w"), nullptr);
+  EXPECT_EQ(h.find("w")->dtype, DType::kF8E4M3);
+  EXPECT_EQ(h.find("w")->numel(), 6);
+  ASSERT_NE(h.find("q"), nullptr);
+  EXPECT_EQ(h.find("q")->dtype, DType::kI32);
+  expectFormatError(
+      [] {
+        parseBytes(rawFile(R"({"w":{"dtype":"F8_E4M3","shape":[2,3],"data_offsets":[0,12]}})", 12));
+      },
+      {"'w'", "f8_e4m3 needs 6 bytes", "hold 12"});
+  expectFormatError(
+      [] { parseBytes(rawFile(R"({"q":{"dtype":"I32","shape":[2],"data_offsets":[0,4]}})", 8)); },
+      {"'q'", "i32 needs 8 bytes", "hold 4"});
 }
 
 TEST(SafetensorsMalformed, StructuralErrors) {
