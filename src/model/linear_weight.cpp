@@ -1,0 +1,151 @@
+#include "model/linear_weight.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/dtype_convert.h"
+#include "common/errors.h"
+#include "common/quant_dequant.h"
+#include "model/weight_upload.h"
+
+namespace es::model {
+namespace {
+
+// Uploads `bytes` host bytes into a new backend buffer (empty for none).
+Buffer uploadBytes(ops::Backend& backend, const std::vector<uint8_t>& bytes) {
+  if (bytes.empty()) return Buffer();
+  Buffer b = backend.allocate(static_cast<int64_t>(bytes.size()));
+  backend.copyFromHost(b.data(), bytes.data(), static_cast<int64_t>(bytes.size()));
+  return b;
+}
+
+// The quantized tensor `name` dequantized to `dtype` into backend memory at `dst`, a chunk of
+// rows (at most kUploadChunkBytes of f32) at a time.
+void uploadDequantized(ops::Backend& backend, const WeightStore& store, const std::string& name,
+                       DType dtype, void* dst) {
+  const HostQuantizedMatrix q = store.readQuantized(name);
+  const int64_t es = dtype_size(dtype);
+  const int64_t chunkRows = std::max<int64_t>(1, kUploadChunkBytes / (q.k * 4));
+  std::vector<float> row(static_cast<size_t>(q.k));
+  std::vector<uint8_t> staging(static_cast<size_t>(std::min(chunkRows, q.n) * q.k * es));
+  for (int64_t first = 0; first < q.n; first += chunkRows) {
+    const int64_t rows = std::min(chunkRows, q.n - first);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantizeRow(q.view(), q.k, first + r, row);
+      storeFloats(row.data(), dtype, r * q.k, q.k, staging.data());
+    }
+    backend.copyFromHost(static_cast<uint8_t*>(dst) + first * q.k * es, staging.data(),
+                         rows * q.k * es);
+  }
+}
+
+// The format every tensor of `names` is quantized in, or nullopt when one is dense or they
+// differ.
+std::optional<QuantFormat> sharedQuantFormat(const WeightStore& store,
+                                             const std::vector<std::string>& names) {
+  std::optional<QuantFormat> format;
+  for (const std::string& name : names) {
+    const std::optional<QuantFormat> f = store.quantFormat(name);
+    if (!f || (format && *f != *format)) return std::nullopt;
+    format = f;
+  }
+  return format;
+}
+
+}  // namespace
+
+std::string LinearWeight::formatName() const {
+  return format ? std::string(quantFormatName(*format)) : std::string(dtype_name(dtype));
+}
+
+void LinearWeight::fill(kernel::LinearParams& p, int64_t firstRow) const {
+  if (format) {
+    auto at = [&](const Buffer& b, int64_t rowBytes) -> const void* {
+      return b.bytes() ? b.as<uint8_t>() + firstRow * rowBytes : nullptr;
+    };
+    p.w = nullptr;
+    p.weightDtype = std::nullopt;
+    p.quantized = QuantizedWeightView{.format = *format,
+                                      .data = at(data, dataRowBytes(*format, k, group)),
+                                      .scales = at(scales, scaleRowBytes(*format, k, group)),
+                                      .zeros = at(zeros, zeroRowBytes(*format, k, group)),
+                                      .group = group};
+    return;
+  }
+  const auto* base = static_cast<const uint8_t*>(dense.bytes() ? dense.data() : shared);
+  p.w = base + firstRow * k * dtype_size(dtype);
+  p.weightDtype = dtype != p.dtype ? std::optional<DType>(dtype) : std::nullopt;
+  p.quantized = std::nullopt;
+}
+
+LinearWeight sharedLinear(const void* w, int64_t n, int64_t k, DType dtype) {
+  LinearWeight out{.n = n, .k = k, .dtype = dtype};
+  out.shared = w;
+  return out;
+}
+
+LinearWeight loadLinear(ops::Backend& backend, const WeightStore& store,
+                        const std::vector<std::string>& names, DType dtype) {
+  ES_CHECK_ARG(!names.empty(), "loadLinear", "names", "empty", "must name a tensor");
+  LinearWeight w{.k = store.info(names.front()).shape.back(), .dtype = dtype};
+  for (const std::string& name : names) {
+    const TensorInfo& info = store.info(name);
+    ES_CHECK_ARG(info.shape.size() == 2 && info.shape[1] == w.k, "loadLinear", "name", name,
+                 "must be a matrix of ", w.k, " columns (", store.source(), ")");
+    w.n += info.shape[0];
+  }
+  const std::optional<QuantFormat> format = sharedQuantFormat(store, names);
+  if (format && backend.runsQuantized(*format)) {
+    HostQuantizedMatrix all{.format = *format};
+    for (const std::string& name : names) {
+      HostQuantizedMatrix part = store.readQuantized(name);
+      if (all.n == 0) all.group = part.group;
+      ES_CHECK_ARG(part.group == all.group && part.k == w.k, "loadLinear", "name", name,
+                   "has group ", part.group, " and k ", part.k, " where ", names.front(),
+                   " has group ", all.group, " and k ", w.k, " (", store.source(), ")");
+      all.n += part.n;
+      all.data.insert(all.data.end(), part.data.begin(), part.data.end());
+      all.scales.insert(all.scales.end(), part.scales.begin(), part.scales.end());
+      all.zeros.insert(all.zeros.end(), part.zeros.begin(), part.zeros.end());
+    }
+    w.format = all.format;
+    w.group = all.group;
+    w.data = uploadBytes(backend, all.data);
+    w.scales = uploadBytes(backend, all.scales);
+    w.zeros = uploadBytes(backend, all.zeros);
+    return w;
+  }
+  // Dense: every tensor converted (or dequantized) to dtype, one after another.
+  const int64_t es = dtype_size(dtype);
+  w.dense = backend.allocate(w.n * w.k * es);
+  int64_t row = 0;
+  for (const std::string& name : names) {
+    void* dst = w.dense.as<uint8_t>() + row * w.k * es;
+    if (store.quantFormat(name)) {
+      uploadDequantized(backend, store, name, dtype, dst);
+    } else {
+      uploadTensor(backend, store, name, dtype, dst);
+    }
+    row += store.info(name).shape[0];
+  }
+  return w;
+}
+
+void interleaveGateUp(ops::Backend& backend, LinearWeight& w, int64_t features) {
+  ES_CHECK_ARG(w.n == 2 * features, "interleaveGateUp", "w.n", w.n,
+               "must be 2 * features = ", 2 * features);
+  if (!w.format) {
+    ES_CHECK_ARG(w.dense.bytes() > 0, "interleaveGateUp", "w.dense", "empty",
+                 "must hold the weight (a shared table cannot be reordered)");
+    w.dense = interleaveGateUp(backend, w.dense, features, w.k * dtype_size(w.dtype));
+    return;
+  }
+  auto reorder = [&](Buffer& b, int64_t rowBytes) {
+    if (b.bytes()) b = interleaveGateUp(backend, b, features, rowBytes);
+  };
+  reorder(w.data, dataRowBytes(*w.format, w.k, w.group));
+  reorder(w.scales, scaleRowBytes(*w.format, w.k, w.group));
+  reorder(w.zeros, zeroRowBytes(*w.format, w.k, w.group));
+}
+
+}  // namespace es::model
