@@ -3,7 +3,10 @@
 // order ggml's dequantize_row_* uses, so GGUF rows decode bit for bit as llama.cpp decodes them.
 #include "common/quant_dequant.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common/dtype.h"
@@ -18,7 +21,9 @@ float halfAt(const uint8_t* p) { return to_float(fp16{le16(p)}); }
 void decodeQ8_0(const uint8_t* src, float* dst, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b, src += 34, dst += 32) {
     const float d = halfAt(src);
-    for (int j = 0; j < 32; ++j) dst[j] = d * static_cast<float>(static_cast<int8_t>(src[2 + j]));
+    int8_t qs[32];  // a local copy: the stores cannot alias it, so the loop vectorizes
+    std::memcpy(qs, src + 2, 32);
+    for (int j = 0; j < 32; ++j) dst[j] = d * static_cast<float>(qs[j]);
   }
 }
 
@@ -27,7 +32,8 @@ void decodeQ8_0(const uint8_t* src, float* dst, int64_t blocks) {
 void decodeQ4_0(const uint8_t* src, float* dst, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b, src += 18, dst += 32) {
     const float d = halfAt(src);
-    const uint8_t* qs = src + 2;
+    uint8_t qs[16];  // a local copy: the stores below cannot alias it, so the loop vectorizes
+    std::memcpy(qs, src + 2, 16);
     for (int j = 0; j < 16; ++j) {
       dst[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
       dst[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
@@ -41,7 +47,8 @@ void decodeQ4_1(const uint8_t* src, float* dst, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b, src += 20, dst += 32) {
     const float d = halfAt(src);
     const float m = halfAt(src + 2);
-    const uint8_t* qs = src + 4;
+    uint8_t qs[16];  // a local copy: the stores below cannot alias it, so the loop vectorizes
+    std::memcpy(qs, src + 4, 16);
     for (int j = 0; j < 16; ++j) {
       const float lo = static_cast<float>(qs[j] & 0x0F) * d;
       const float hi = static_cast<float>(qs[j] >> 4) * d;
@@ -78,12 +85,14 @@ void kScaleMin(const uint8_t* s, int j, float* scale, float* min) {
 template <bool kFifthBit>
 void decodeQ45_K(const uint8_t* src, float* dst, int64_t blocks) {
   constexpr int64_t kBlockBytes = kFifthBit ? 176 : 144;
+  uint8_t block[kBlockBytes];  // a local copy: the stores cannot alias it, so loops vectorize
   for (int64_t b = 0; b < blocks; ++b, src += kBlockBytes, dst += 256) {
-    const float d = halfAt(src);
-    const float dmin = halfAt(src + 2);
-    const uint8_t* scales = src + 4;
-    const uint8_t* qh = src + 16;  // Q5_K only
-    const uint8_t* qs = src + (kFifthBit ? 48 : 16);
+    std::memcpy(block, src, kBlockBytes);
+    const float d = halfAt(block);
+    const float dmin = halfAt(block + 2);
+    const uint8_t* scales = block + 4;
+    const uint8_t* qh = block + 16;  // Q5_K only
+    const uint8_t* qs = block + (kFifthBit ? 48 : 16);
     for (int c = 0; c < 4; ++c) {
       float sc0, m0, sc1, m1;
       kScaleMin(scales, 2 * c, &sc0, &m0);
@@ -111,19 +120,24 @@ void decodeQ45_K(const uint8_t* src, float* dst, int64_t blocks) {
 // is offset by -32 and scaled by scales[8h + 2k + l / 16] (one int8 scale per 16 elements).
 // x = (d * scale) * q, as ggml rounds it.
 void decodeQ6_K(const uint8_t* src, float* dst, int64_t blocks) {
+  uint8_t block[210];  // a local copy: the stores cannot alias it, so the loops vectorize
   for (int64_t b = 0; b < blocks; ++b, src += 210, dst += 256) {
-    const float d = halfAt(src + 208);
+    std::memcpy(block, src, 210);
+    const float d = halfAt(block + 208);
     for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = src + 64 * h;
-      const uint8_t* qh = src + 128 + 32 * h;
-      const auto* sc = reinterpret_cast<const int8_t*>(src + 192 + 8 * h);
+      const uint8_t* ql = block + 64 * h;
+      const uint8_t* qh = block + 128 + 32 * h;
+      const auto* sc = reinterpret_cast<const int8_t*>(block + 192 + 8 * h);
       float* y = dst + 128 * h;
       for (int k = 0; k < 4; ++k) {
         const uint8_t* low = ql + 32 * (k & 1);
         const int shift = k < 2 ? 0 : 4;
-        for (int l = 0; l < 32; ++l) {
-          const int q = (((low[l] >> shift) & 0x0F) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-          y[32 * k + l] = d * static_cast<float>(sc[2 * k + l / 16]) * static_cast<float>(q);
+        for (int half = 0; half < 2; ++half) {  // 16 elements per scale
+          const float ds = d * static_cast<float>(sc[2 * k + half]);
+          for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int q = (((low[l] >> shift) & 0x0F) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+            y[32 * k + l] = ds * static_cast<float>(q);
+          }
         }
       }
     }
@@ -137,14 +151,29 @@ void decodeInt4(const QuantizedWeightView& w, int64_t k, int64_t row, float* out
   const int64_t groups = k / w.group;
   const auto* s = static_cast<const uint8_t*>(w.scales) + row * groups * 2;
   const auto* z = static_cast<const uint8_t*>(w.zeros) + row * groups;
+  uint8_t bytes[64];  // one group's nibbles, copied so the stores cannot alias them
   for (int64_t g = 0; g < groups; ++g) {
     const float scale = halfAt(s + 2 * g);
     const int zero = z[g];
-    for (int64_t i = g * w.group; i < (g + 1) * w.group; ++i) {
-      const int nibble = (i & 1) ? (q[i / 2] >> 4) : (q[i / 2] & 0x0F);
-      out[i] = static_cast<float>(nibble - zero) * scale;
+    const int64_t half = w.group / 2;
+    std::memcpy(bytes, q + g * half, static_cast<size_t>(half));
+    float* y = out + g * w.group;
+    for (int64_t j = 0; j < half; ++j) {
+      y[2 * j] = static_cast<float>((bytes[j] & 0x0F) - zero) * scale;
+      y[2 * j + 1] = static_cast<float>((bytes[j] >> 4) - zero) * scale;
     }
   }
+}
+
+// fp8E4M3ToFloat of every byte, built once: the row decoder looks values up.
+const std::array<float, 256>& fp8Table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b)
+      t[static_cast<size_t>(b)] = fp8E4M3ToFloat(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return table;
 }
 
 // kFp8E4M3: w = fp8(q) * s, s the f32 scale of group k / group (the last group may be short).
@@ -152,7 +181,12 @@ void decodeFp8(const QuantizedWeightView& w, int64_t k, int64_t row, float* out)
   const auto* q = static_cast<const uint8_t*>(w.data) + row * k;
   const int64_t groups = (k + w.group - 1) / w.group;
   const auto* s = static_cast<const float*>(w.scales) + row * groups;
-  for (int64_t i = 0; i < k; ++i) out[i] = fp8E4M3ToFloat(q[i]) * s[i / w.group];
+  const std::array<float, 256>& value = fp8Table();
+  for (int64_t g = 0; g < groups; ++g) {
+    const float scale = s[g];
+    const int64_t end = std::min<int64_t>(k, (g + 1) * w.group);
+    for (int64_t i = g * w.group; i < end; ++i) out[i] = value[q[i]] * scale;
+  }
 }
 
 }  // namespace
