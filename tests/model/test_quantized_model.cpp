@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -335,6 +336,36 @@ TEST(QuantizedModel, LoadLinearRowsEqualTheDenseTensors) {
   EXPECT_EQ(static_cast<const uint8_t*>(at.quantized->data),
             static_cast<const uint8_t*>(base.quantized->data) +
                 3 * dataRowBytes(QuantFormat::kGgufQ8_0, k, 32));
+}
+
+// Dequantized at upload into bf16 (the CUDA backend's dtype while it runs no quantized format):
+// the values a bf16 GGUF store reads, bit for bit, for a fused q | k | v of one format and of
+// mixed formats alike.
+TEST(QuantizedModel, DequantizedUploadInBf16EqualsTheBf16Store) {
+  test::TempDir tmp;
+  test::GgufFromFolderOptions o;
+  o.type = mixedTypeOf;
+  test::writeBytes(tmp / "q.gguf", test::ggufFromFolder(fixtureDir("qwen3"), o).build());
+  const WeightStore f32Store = WeightStore::openGguf(tmp / "q.gguf", DType::kF32);
+  const WeightStore bf16Store = WeightStore::openGguf(tmp / "q.gguf", DType::kBF16);
+  CpuWithoutQuantized denseOnly;
+  for (const char* layer : {"model.layers.0.", "model.layers.1."}) {
+    const std::string p = layer;
+    const std::vector<std::string> names = {p + "self_attn.q_proj.weight",
+                                            p + "self_attn.k_proj.weight",
+                                            p + "self_attn.v_proj.weight"};
+    const LinearWeight w = loadLinear(denseOnly, f32Store, names, DType::kBF16);
+    ASSERT_FALSE(w.quantized());
+    EXPECT_EQ(w.formatName(), "bf16");
+    std::vector<uint16_t> want;
+    for (const std::string& n : names) {
+      const HostTensor t = bf16Store.read(n);
+      const auto* bits = static_cast<const uint16_t*>(t.view.data);
+      want.insert(want.end(), bits, bits + bf16Store.info(n).numel());
+    }
+    ASSERT_EQ(w.dense.bytes(), static_cast<int64_t>(want.size() * 2));
+    EXPECT_EQ(std::memcmp(w.dense.data(), want.data(), want.size() * 2), 0) << layer;
+  }
 }
 
 TEST(QuantizedModel, StoreQuantizedSurfaceAndErrors) {
