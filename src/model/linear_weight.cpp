@@ -54,11 +54,39 @@ std::optional<QuantFormat> sharedQuantFormat(const WeightStore& store,
 
 }  // namespace
 
+bool LinearWeight::quantized() const {
+  return format.has_value() || std::any_of(parts.begin(), parts.end(),
+                                           [](const LinearWeight& w) { return w.quantized(); });
+}
+
+int64_t LinearWeight::bytes() const {
+  int64_t total = dense.bytes() + data.bytes() + scales.bytes() + zeros.bytes();
+  for (const LinearWeight& part : parts) total += part.bytes();
+  return total;
+}
+
 std::string LinearWeight::formatName() const {
+  if (!parts.empty()) {
+    std::string names;
+    for (const LinearWeight& part : parts) names += (names.empty() ? "" : "|") + part.formatName();
+    return names;
+  }
   return format ? std::string(quantFormatName(*format)) : std::string(dtype_name(dtype));
 }
 
 void LinearWeight::fill(kernel::LinearParams& p, int64_t firstRow) const {
+  if (!parts.empty()) {
+    int64_t start = 0;
+    for (const LinearWeight& part : parts) {
+      if (firstRow >= start && firstRow + p.n <= start + part.n) {
+        part.fill(p, firstRow - start);
+        return;
+      }
+      start += part.n;
+    }
+    ES_CHECK_ARG(false, "LinearWeight::fill", "rows", firstRow, "to ", firstRow + p.n,
+                 " must lie in one part of the W split ", formatName());
+  }
   if (format) {
     auto at = [&](const Buffer& b, int64_t rowBytes) -> const void* {
       return b.bytes() ? b.as<uint8_t>() + firstRow * rowBytes : nullptr;
@@ -84,8 +112,34 @@ LinearWeight sharedLinear(const void* w, int64_t n, int64_t k, DType dtype) {
   return out;
 }
 
+void runLinear(ops::Backend& backend, const LinearWeight& w, kernel::LinearParams p,
+               void* scratch) {
+  if (w.parts.empty()) {
+    w.fill(p);
+    backend.linear(p);
+    return;
+  }
+  ES_CHECK_ARG(!p.accumulate, "runLinear", "accumulate", p.accumulate,
+               "is not supported for a W in parts (", w.formatName(), ")");
+  ES_CHECK_ARG(scratch != nullptr, "runLinear", "scratch", "null",
+               "must hold a part's output for a W in parts (", w.formatName(), ")");
+  const int64_t ys = dtype_size(p.outDtype), bs = dtype_size(p.dtype);
+  int64_t start = 0;
+  for (const LinearWeight& part : w.parts) {
+    kernel::LinearParams q = p;
+    q.n = static_cast<int32_t>(part.n);
+    q.y = scratch;
+    q.bias = p.bias ? static_cast<const uint8_t*>(p.bias) + start * bs : nullptr;
+    part.fill(q);
+    backend.linear(q);
+    backend.copy2D(static_cast<uint8_t*>(p.y) + start * ys, p.n * ys, scratch, part.n * ys,
+                   part.n * ys, p.m);
+    start += part.n;
+  }
+}
+
 LinearWeight loadLinear(ops::Backend& backend, const WeightStore& store,
-                        const std::vector<std::string>& names, DType dtype) {
+                        const std::vector<std::string>& names, DType dtype, bool allowParts) {
   ES_CHECK_ARG(!names.empty(), "loadLinear", "names", "empty", "must name a tensor");
   LinearWeight w{.k = store.info(names.front()).shape.back(), .dtype = dtype};
   for (const std::string& name : names) {
@@ -95,6 +149,27 @@ LinearWeight loadLinear(ops::Backend& backend, const WeightStore& store,
     w.n += info.shape[0];
   }
   const std::optional<QuantFormat> format = sharedQuantFormat(store, names);
+  if (allowParts && !format && names.size() > 1) {
+    // Runs of consecutive names of one format, each loaded on its own; parts only where one of
+    // them stays quantized (else one dense matrix serves as well).
+    std::vector<std::vector<std::string>> runs;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (i == 0 || store.quantFormat(names[i]) != store.quantFormat(names[i - 1])) {
+        runs.emplace_back();
+      }
+      runs.back().push_back(names[i]);
+    }
+    const bool anyKept = std::any_of(names.begin(), names.end(), [&](const std::string& name) {
+      const std::optional<QuantFormat> f = store.quantFormat(name);
+      return f && backend.runsQuantized(*f);
+    });
+    if (anyKept) {
+      for (const std::vector<std::string>& run : runs) {
+        w.parts.push_back(loadLinear(backend, store, run, dtype));
+      }
+      return w;
+    }
+  }
   if (format && backend.runsQuantized(*format)) {
     HostQuantizedMatrix all{.format = *format};
     for (const std::string& name : names) {
@@ -134,6 +209,8 @@ LinearWeight loadLinear(ops::Backend& backend, const WeightStore& store,
 void interleaveGateUp(ops::Backend& backend, LinearWeight& w, int64_t features) {
   ES_CHECK_ARG(w.n == 2 * features, "interleaveGateUp", "w.n", w.n,
                "must be 2 * features = ", 2 * features);
+  ES_CHECK_ARG(w.parts.empty(), "interleaveGateUp", "w", w.formatName(),
+               "must be one matrix, not parts");
   if (!w.format) {
     ES_CHECK_ARG(w.dense.bytes() > 0, "interleaveGateUp", "w.dense", "empty",
                  "must hold the weight (a shared table cannot be reordered)");

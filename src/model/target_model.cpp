@@ -105,9 +105,10 @@ void TargetModel::loadWeights(const std::filesystem::path& dir,
   // get SwiGLU in the gemv's epilogue; either layout gives the same logits bit for bit.
   const bool interleave = c.intermediate_size % kernel::kGateUpGroup == 0;
   gateUpLayout_ = interleave ? kernel::GateUpLayout::kInterleaved8 : kernel::GateUpLayout::kHalves;
-  // Quantized where the checkpoint's matrices are and the backend runs them (linear_weight.h).
-  auto matrix = [&](const std::vector<std::string>& names) {
-    return loadLinear(backend_, store, names, matrixDtype_);
+  // Quantized where the checkpoint's matrices are and the backend runs them (linear_weight.h);
+  // q | k | v of differing formats as parts, each quantized where the backend runs it.
+  auto matrix = [&](const std::vector<std::string>& names, bool allowParts = false) {
+    return loadLinear(backend_, store, names, matrixDtype_, allowParts);
   };
   // Progress counts layers; its clock starts before the embeddings and head load.
   const std::string task = "loading " + dir.filename().string();
@@ -129,7 +130,7 @@ void TargetModel::loadWeights(const std::filesystem::path& dir,
     w.postNorm = one(p + "post_attention_layernorm.weight");
     const std::string q = p + "self_attn.q_proj", k = p + "self_attn.k_proj",
                       v = p + "self_attn.v_proj";
-    w.qkv = matrix({q + ".weight", k + ".weight", v + ".weight"});
+    w.qkv = matrix({q + ".weight", k + ".weight", v + ".weight"}, /*allowParts=*/true);
     if (c.qkv_bias) {
       w.qkvBias =
           uploadConcatenated(backend_, store, {q + ".bias", k + ".bias", v + ".bias"}, dtype_);
@@ -185,6 +186,11 @@ void TargetModel::allocateWorkspace() {
   alloc(gateUp_, T * 2 * c.intermediate_size * es);
   alloc(act_, T * c.intermediate_size * es);
   alloc(rows_, int64_t{maxLogitRows_} * c.hidden_size * es);
+  int64_t widestPart = 0;  // a q|k|v in parts runs each part into splitOut_ (runLinear)
+  for (const TargetLayerWeights& w : layers_) {
+    for (const LinearWeight& part : w.qkv.parts) widestPart = std::max(widestPart, part.n);
+  }
+  if (widestPart > 0) alloc(splitOut_, T * widestPart * es);
   alloc(logits_, int64_t{maxLogitRows_} * c.vocab_size * 4);
   if (!tapLayers_.empty())
     alloc(taps_, static_cast<int64_t>(tapLayers_.size()) * T * c.hidden_size * es);
@@ -370,7 +376,7 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
                            .k = k,
                            .dtype = dtype_,
                            .outDtype = outDtype};
-    w.fill(p);
+    if (w.parts.empty()) w.fill(p);  // a W in parts is filled part by part (runLinear)
     return p;
   };
   auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
@@ -429,7 +435,7 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
     kernel::LinearParams qkv =
         linearParams(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H, dtype_);
     normedInput(qkv, w.inputNorm);
-    backend_.linear(qkv);
+    runLinear(backend_, w.qkv, qkv, splitOut_.data());
 
     const TensorView pool = cache.basePool(l);
     // Reduced layers read and write the bounded pool through the window table, whose entries

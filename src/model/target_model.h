@@ -158,6 +158,7 @@ class TargetModel {
   // Workspace, sized for maxTokens rows.
   Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, rows_, logits_, taps_;
   Buffer attnSplit_;  // split-KV attention partials (CUDA backend; empty when none are needed)
+  Buffer splitOut_;   // one part's q|k|v output where a layer's q|k|v is in parts (else empty)
   Buffer meta_;       // i32 metadata, see forward()
   BackendPageTable pageTable_;     // backend copy of the base page table
   BackendPageTable swaPageTable_;  // backend copy of the window table (reduced layers)

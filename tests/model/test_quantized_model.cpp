@@ -107,7 +107,8 @@ class CpuWithoutQuantized final : public ops::Backend {
 };
 
 // Layer 0's projections Q8_0; layer 1's Q4_0 but v_proj Q4_1 (its q | k | v cannot share one
-// quantized matrix, so that one loads dense); the lm_head Q8_0; everything else F32.
+// quantized matrix: it loads as the parts q | k in Q4_0 and v in Q4_1); the lm_head Q8_0;
+// everything else F32.
 GgmlType mixedTypeOf(const std::string& name) {
   if (name == "lm_head.weight") return GgmlType::kQ8_0;
   if (name.find("proj.weight") == std::string::npos) return GgmlType::kF32;
@@ -201,8 +202,22 @@ TEST_P(QuantizedFixture, KeptQuantizedLogitsEqualTheF32Conversion) {
       EXPECT_EQ(w->formatName(), "q8_0");
       EXPECT_EQ(w->dense.bytes(), 0);
     }
-    EXPECT_FALSE(l1.qkv.quantized());  // q4_0 | q4_0 | q4_1: dense
-    EXPECT_EQ(l1.qkv.formatName(), "f32");
+    EXPECT_EQ(l1.qkv.formatName(), "q4_0|q4_1");  // parts: q | k, then v
+    ASSERT_EQ(l1.qkv.parts.size(), 2u);
+    const int64_t qDim = m.config().qDim(), kvDim = m.config().kvDim();
+    EXPECT_EQ(l1.qkv.parts[0].n, qDim + kvDim);
+    EXPECT_EQ(l1.qkv.parts[1].n, kvDim);
+    EXPECT_EQ(l1.qkv.n, qDim + 2 * kvDim);
+    // Row ranges inside one part (the draft's k / v projections) resolve to that part.
+    kernel::LinearParams p{.n = static_cast<int32_t>(kvDim), .dtype = DType::kF32};
+    l1.qkv.fill(p, qDim + kvDim);
+    ASSERT_TRUE(p.quantized.has_value());
+    EXPECT_EQ(p.quantized->format, QuantFormat::kGgufQ4_1);
+    EXPECT_EQ(p.quantized->data, l1.qkv.parts[1].data.data());
+    l1.qkv.fill(p, qDim);
+    EXPECT_EQ(p.quantized->format, QuantFormat::kGgufQ4_0);
+    p.n = static_cast<int32_t>(2 * kvDim);
+    test::expectInvalidArgument([&] { l1.qkv.fill(p, qDim); }, "rows");
     for (const LinearWeight* w : {&l1.o, &l1.gateUp, &l1.down}) EXPECT_EQ(w->formatName(), "q4_0");
     if (!m.config().tie_word_embeddings) EXPECT_EQ(m.lmHead().formatName(), "q8_0");
   });
@@ -229,9 +244,10 @@ TEST_P(QuantizedFixture, KeptQuantizedLogitsEqualTheF32Conversion) {
 
 INSTANTIATE_TEST_SUITE_P(Families, QuantizedFixture, ::testing::Values("llama", "qwen2", "qwen3"));
 
-// A random Llama (untied, hidden 256: whole K-quant super-blocks) with q | k | v Q4_K, o Q5_K,
-// gate | up Q6_K, down Q4_K and the lm_head Q6_K (as Q4_K_M files ship it): all kept quantized,
-// Llama q/k rows un-permuted as whole block rows.
+// A random Llama (untied, hidden 256: whole K-quant super-blocks) with q | k Q4_K, v Q6_K in
+// layer 0 and Q4_K in layer 1 (as Q4_K_M files mix them), o Q5_K, gate | up Q6_K, down Q4_K and
+// the lm_head Q6_K: all kept quantized (layer 0's q | k | v as two parts), Llama q/k rows
+// un-permuted as whole block rows.
 TEST(QuantizedModel, KQuantLlamaEqualsTheF32Conversion) {
   ModelConfig c;
   c.architecture = Architecture::kLlama;
@@ -251,6 +267,7 @@ TEST(QuantizedModel, KQuantLlamaEqualsTheF32Conversion) {
     if (name.find("gate_proj") != std::string::npos || name.find("up_proj") != std::string::npos)
       return GgmlType::kQ6_K;
     if (name == "lm_head.weight" || name == "model.embed_tokens.weight") return GgmlType::kQ6_K;
+    if (name == "model.layers.0.self_attn.v_proj.weight") return GgmlType::kQ6_K;
     return GgmlType::kQ4_K;
   };
   test::TempDir tmp;
@@ -258,13 +275,15 @@ TEST(QuantizedModel, KQuantLlamaEqualsTheF32Conversion) {
   const fs::path hf = convertToF32(tmp / "k.gguf", tmp / "hf");
   auto cpu = ops::makeCpuBackend();
   const ModelRun quantized = runModel(tmp / "k.gguf", *cpu, 3, [](const TargetModel& m) {
+    EXPECT_EQ(m.layers()[0].qkv.formatName(), "q4_k|q6_k");
+    EXPECT_EQ(m.layers()[1].qkv.formatName(), "q4_k");
+    // Q4_K: 144 bytes per 256 elements, Q6_K 210; q 4 heads, k and v 2 heads, of 64 rows.
+    EXPECT_EQ(m.layers()[0].qkv.bytes(), (4 + 2) * 64 * 144 + 2 * 64 * 210);
+    EXPECT_EQ(m.layers()[1].qkv.bytes(), (4 + 2 + 2) * 64 * 144);
     for (const auto& l : m.layers()) {
-      EXPECT_EQ(l.qkv.formatName(), "q4_k");
       EXPECT_EQ(l.o.formatName(), "q5_k");
       EXPECT_EQ(l.gateUp.formatName(), "q6_k");
       EXPECT_EQ(l.down.formatName(), "q4_k");
-      // Q4_K: 144 bytes per 256 elements.
-      EXPECT_EQ(l.qkv.bytes(), (4 + 2 + 2) * 64 * 144);
     }
     EXPECT_EQ(m.lmHead().formatName(), "q6_k");
   });
