@@ -226,8 +226,13 @@ void linear(const kernel::LinearParams& p) {
   const bool widenPerBlock = p.quantized || wDtype == DType::kF16 ||
                              (wDtype == DType::kBF16 && m >= kMinRowsToWidenPerBlock);
   detail::parallelFor(blocks, 2 * kWBlockRows * k * m, [&](int64_t begin, int64_t end) {
-    const auto wf = std::make_unique_for_overwrite<float[]>(
-        widenPerBlock ? static_cast<size_t>(kWBlockRows * k) : 0);
+    // Each thread's W block scratch, kept between calls: decode runs several linears a layer, and
+    // a fresh buffer each time would cost an allocation (and its page faults) every call.
+    thread_local std::vector<float> scratch;
+    if (widenPerBlock && scratch.size() < static_cast<size_t>(kWBlockRows * k)) {
+      scratch.resize(static_cast<size_t>(kWBlockRows * k));
+    }
+    float* const wf = scratch.data();
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t j0 = blk * kWBlockRows, rows = std::min(kWBlockRows, n - j0);
       if (!widenPerBlock && wDtype == DType::kBF16) {
@@ -235,16 +240,16 @@ void linear(const kernel::LinearParams& p) {
                                     k, n, j0, rows, p.y, p.outDtype});
         continue;
       }
-      const float* w = wf.get();
+      const float* w = wf;
       if (p.quantized) {
         for (int64_t r = 0; r < rows; ++r) {
           dequantizeRow(*p.quantized, k, j0 + r,
-                        std::span<float>(wf.get() + r * k, static_cast<size_t>(k)));
+                        std::span<float>(wf + r * k, static_cast<size_t>(k)));
         }
       } else if (wDtype == DType::kBF16) {
-        widenBf16(static_cast<const uint16_t*>(p.w) + j0 * k, rows * k, wf.get());
+        widenBf16(static_cast<const uint16_t*>(p.w) + j0 * k, rows * k, wf);
       } else if (wDtype == DType::kF16) {
-        loadFloats(p.w, wDtype, j0 * k, rows * k, wf.get());
+        loadFloats(p.w, wDtype, j0 * k, rows * k, wf);
       } else {
         w = static_cast<const float*>(p.w) + j0 * k;  // fp32 W in place
       }
