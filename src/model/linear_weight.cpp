@@ -6,6 +6,7 @@
 #include "common/dtype_convert.h"
 #include "common/errors.h"
 #include "common/quant_dequant.h"
+#include "model/weight_names.h"
 #include "model/weight_upload.h"
 
 namespace es::model {
@@ -19,11 +20,38 @@ Buffer uploadBytes(ops::Backend& backend, const std::vector<uint8_t>& bytes) {
   return b;
 }
 
+// The quantized rows of `name`, checked against the tensor's shape and the format's layout:
+// FormatError naming the store, the tensor and what is wrong (a reader's output is file data).
+HostQuantizedMatrix readChecked(const WeightStore& store, const std::string& name) {
+  HostQuantizedMatrix m = store.readQuantized(name);
+  const TensorInfo& info = store.info(name);
+  const std::string what = store.source() + ": tensor " + quoteShort(name) + " (" +
+                           std::string(quantFormatName(m.format)) + ")";
+  if (info.shape.size() != 2 || m.n != info.shape[0] || m.k != info.shape[1]) {
+    ES_THROW(FormatError, what, ": quantized as [", m.n, ", ", m.k, "] but its shape is ",
+             shapeText(info.shape));
+  }
+  if (const char* why = quantLayoutRejection(m.format, m.k, m.group)) {
+    ES_THROW(FormatError, what, ": group ", m.group, " with k = ", m.k, ": ", why);
+  }
+  const int64_t want[3] = {m.n * dataRowBytes(m.format, m.k, m.group),
+                           m.n * scaleRowBytes(m.format, m.k, m.group),
+                           m.n * zeroRowBytes(m.format, m.k, m.group)};
+  const size_t got[3] = {m.data.size(), m.scales.size(), m.zeros.size()};
+  const char* array[3] = {"data", "scales", "zeros"};
+  for (int i = 0; i < 3; ++i) {
+    if (static_cast<int64_t>(got[i]) != want[i]) {
+      ES_THROW(FormatError, what, ": ", array[i], " holds ", got[i], " bytes, not ", want[i]);
+    }
+  }
+  return m;
+}
+
 // The quantized tensor `name` dequantized to `dtype` into backend memory at `dst`, a chunk of
 // rows (at most kUploadChunkBytes of f32) at a time.
 void uploadDequantized(ops::Backend& backend, const WeightStore& store, const std::string& name,
                        DType dtype, void* dst) {
-  const HostQuantizedMatrix q = store.readQuantized(name);
+  const HostQuantizedMatrix q = readChecked(store, name);
   const int64_t es = dtype_size(dtype);
   const int64_t chunkRows = std::max<int64_t>(1, kUploadChunkBytes / (q.k * 4));
   std::vector<float> row(static_cast<size_t>(q.k));
@@ -171,24 +199,30 @@ LinearWeight loadLinear(ops::Backend& backend, const WeightStore& store,
     }
   }
   if (format && backend.runsQuantized(*format)) {
+    // One matrix where every tensor has the same group (a checkpoint may differ per tensor: then
+    // it loads dense like a mix of formats).
     HostQuantizedMatrix all{.format = *format};
+    bool sameGroup = true;
     for (const std::string& name : names) {
-      HostQuantizedMatrix part = store.readQuantized(name);
+      HostQuantizedMatrix part = readChecked(store, name);
       if (all.n == 0) all.group = part.group;
-      ES_CHECK_ARG(part.group == all.group && part.k == w.k, "loadLinear", "name", name,
-                   "has group ", part.group, " and k ", part.k, " where ", names.front(),
-                   " has group ", all.group, " and k ", w.k, " (", store.source(), ")");
+      if (part.group != all.group) {
+        sameGroup = false;
+        break;
+      }
       all.n += part.n;
       all.data.insert(all.data.end(), part.data.begin(), part.data.end());
       all.scales.insert(all.scales.end(), part.scales.begin(), part.scales.end());
       all.zeros.insert(all.zeros.end(), part.zeros.begin(), part.zeros.end());
     }
-    w.format = all.format;
-    w.group = all.group;
-    w.data = uploadBytes(backend, all.data);
-    w.scales = uploadBytes(backend, all.scales);
-    w.zeros = uploadBytes(backend, all.zeros);
-    return w;
+    if (sameGroup) {
+      w.format = all.format;
+      w.group = all.group;
+      w.data = uploadBytes(backend, all.data);
+      w.scales = uploadBytes(backend, all.scales);
+      w.zeros = uploadBytes(backend, all.zeros);
+      return w;
+    }
   }
   // Dense: every tensor converted (or dequantized) to dtype, one after another.
   const int64_t es = dtype_size(dtype);

@@ -69,9 +69,10 @@ LinearWeight sharedLinear(const void* w, int64_t n, int64_t k, DType dtype);
 // The rows of `names` (each [rows_i, k]) concatenated into one W on `backend`: quantized when
 // every one is quantized in the same format and group (WeightStore::quantFormat /
 // readQuantized) and backend.runsQuantized(format), else dense in `dtype` (quantized tensors
-// dequantized, common/quant_dequant.h). With allowParts, names of differing formats where the
-// backend runs one of them quantized load as parts instead (runs of consecutive names of one
-// format each). The store must already have passed checkWeights.
+// dequantized, common/quant_dequant.h). Quantized rows that do not fit the tensor's shape or the
+// format's layout are a FormatError naming the store and the tensor. With allowParts, names of
+// differing formats where the backend runs one of them quantized load as parts instead (runs of
+// consecutive names of one format each). The store must already have passed checkWeights.
 LinearWeight loadLinear(ops::Backend& backend, const WeightStore& store,
                         const std::vector<std::string>& names, DType dtype,
                         bool allowParts = false);
