@@ -13,6 +13,7 @@
 #include "cli/numeric_flags.h"
 #include "common/errors.h"
 #include "common/kv_page.h"
+#include "common/quant_format.h"
 #include "kv/kv_cache_plan.h"
 #include "kv/page_geometry.h"
 #include "model/model_config.h"
@@ -58,8 +59,68 @@ struct InspectOptions {
   bool tensors = false;  // with --model: list the checkpoint's tensors and check them
 };
 
+// One linear layer's weight as a backend that runs every quantized format holds it (the CPU
+// backend; model/linear_weight.h): quantized in the checkpoint's format, else dense as listed.
+struct LinearEntry {
+  std::string layer;  // "0", "1", ... or "head"
+  std::string name;   // "q_proj", ..., "lm_head"
+  std::string format;
+  int64_t bytes = 0;
+  int64_t bf16Bytes = 0;  // the same matrix dense in bf16
+  bool quantized = false;
+};
+
+LinearEntry linearEntry(const model::WeightStore& store, const std::string& tensor,
+                        std::string layer, std::string name) {
+  const model::TensorInfo& t = store.info(tensor);
+  LinearEntry e{.layer = std::move(layer), .name = std::move(name)};
+  e.bf16Bytes = t.numel() * 2;
+  const std::optional<QuantFormat> format = store.quantFormat(tensor);
+  if (!format) {
+    e.format = dtype_name(t.dtype);
+    e.bytes = static_cast<int64_t>(t.byteSize());
+    return e;
+  }
+  e.quantized = true;
+  e.format = quantFormatName(*format);
+  const int32_t block = ggufBlockElems(*format);
+  if (block > 0) {  // a GGUF block format: the stored bytes, without reading them
+    const int64_t k = t.shape.back();
+    e.bytes = t.numel() / k * dataRowBytes(*format, k, block);
+  } else {
+    e.bytes = store.readQuantized(tensor).bytes();
+  }
+  return e;
+}
+
+// A decoder layer's linears: {module prefix, name}.
+constexpr std::pair<const char*, const char*> kLayerLinears[] = {
+    {"self_attn.", "q_proj"}, {"self_attn.", "k_proj"}, {"self_attn.", "v_proj"},
+    {"self_attn.", "o_proj"}, {"mlp.", "gate_proj"},    {"mlp.", "up_proj"},
+    {"mlp.", "down_proj"}};
+
+// Every linear of the model, layer by layer, then the lm_head (absent when tied).
+std::vector<LinearEntry> linearEntries(const model::WeightStore& store,
+                                       const model::ModelConfig& c) {
+  std::vector<LinearEntry> out;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = model::layerPrefix(c, l);
+    for (const auto& [module, name] : kLayerLinears) {
+      const std::string tensor = p + module + name + ".weight";
+      if (store.contains(tensor))
+        out.push_back(linearEntry(store, tensor, std::to_string(l), name));
+    }
+  }
+  if (store.contains("lm_head.weight")) {
+    out.push_back(linearEntry(store, "lm_head.weight", "head", "lm_head"));
+  }
+  return out;
+}
+
 // The checkpoint's tensors (name, dtype, shape, bytes), checked against its config. A GGUF file
-// is listed as it loads (HF names and shapes, f32) with each tensor's GGUF name and type.
+// is listed as it loads (HF names and shapes, f32) with each tensor's GGUF name and type. Then
+// every linear's format and bytes as a backend running quantized weights holds them, and the
+// totals: quantized bytes, dense bytes, and the quantized ones' size were they dense bf16.
 void printTensors(const std::string& path, const model::ModelConfig& config, bool json) {
   // --model may name a folder's config.json: its tensors are those of the folder.
   const std::filesystem::path p(path);
@@ -67,6 +128,12 @@ void printTensors(const std::string& path, const model::ModelConfig& config, boo
                                                             : p.has_parent_path() ? p.parent_path()
                                                                                   : ".");
   model::checkWeights(store, config);
+  const std::vector<LinearEntry> linears = linearEntries(store, config);
+  int64_t quantizedBytes = 0, denseBytes = 0, quantizedAsBf16 = 0;
+  for (const LinearEntry& e : linears) {
+    (e.quantized ? quantizedBytes : denseBytes) += e.bytes;
+    if (e.quantized) quantizedAsBf16 += e.bf16Bytes;
+  }
   if (json) {
     nlohmann::json list = nlohmann::json::array();
     for (const std::string& name : store.names()) {
@@ -78,8 +145,20 @@ void printTensors(const std::string& path, const model::ModelConfig& config, boo
       if (store.isGguf()) entry["gguf"] = store.ggufOrigin(name);
       list.push_back(std::move(entry));
     }
-    std::printf("%s\n",
-                nlohmann::json{{"config", config.summary()}, {"tensors", list}}.dump(2).c_str());
+    nlohmann::json lin = nlohmann::json::array();
+    for (const LinearEntry& e : linears) {
+      lin.push_back(
+          {{"layer", e.layer}, {"name", e.name}, {"format", e.format}, {"bytes", e.bytes}});
+    }
+    const nlohmann::json totals = {{"quantized_bytes", quantizedBytes},
+                                   {"dense_bytes", denseBytes},
+                                   {"quantized_as_bf16_bytes", quantizedAsBf16}};
+    std::printf("%s\n", nlohmann::json{{"config", config.summary()},
+                                       {"tensors", list},
+                                       {"linears", lin},
+                                       {"linear_totals", totals}}
+                            .dump(2)
+                            .c_str());
     return;
   }
   std::printf("%s\n%zu tensors, %.1f MiB%s, all names and shapes match the config:\n",
@@ -91,6 +170,21 @@ void printTensors(const std::string& path, const model::ModelConfig& config, boo
     std::printf("  %s%s%s\n", store.info(name).describe().c_str(), origin.empty() ? "" : "  <- ",
                 origin.c_str());
   }
+  std::printf("linear weights as held by a backend that runs quantized formats:\n");
+  std::string layer;
+  for (const LinearEntry& e : linears) {
+    if (e.layer != layer) {
+      std::printf("%s  %s%s:", layer.empty() ? "" : "\n", e.layer == "head" ? "" : "layer ",
+                  e.layer.c_str());
+      layer = e.layer;
+    }
+    std::printf(" %s %s %lld B;", e.name.c_str(), e.format.c_str(),
+                static_cast<long long>(e.bytes));
+  }
+  std::printf("%s  total: quantized %.2f MiB (%.2f MiB as bf16), dense %.2f MiB\n",
+              linears.empty() ? "" : "\n", static_cast<double>(quantizedBytes) / 1048576.0,
+              static_cast<double>(quantizedAsBf16) / 1048576.0,
+              static_cast<double>(denseBytes) / 1048576.0);
 }
 
 DType parseDtype(const std::string& name) {

@@ -74,6 +74,11 @@ struct LinearParams {
 
 bool validate(const LinearParams& p);
 
+// InvalidArgument (naming `where` and the field) unless w is a usable quantized W [n, k]: a known
+// format, a layout quantLayoutRejection accepts, and non-null data / scales / zeros where the
+// format has them. validate(LinearParams) runs it whenever `quantized` is set.
+void validateQuantizedWeight(const QuantizedWeightView& w, int32_t k, const char* where);
+
 // Why the gemv cannot run p (a short requirement, e.g. "k must be a multiple of 8"), or nullptr
 // when it can. Host-only checks of dtypes, m, k and pointer alignment (linear_args.cpp).
 const char* gemvRejection(const LinearParams& p);

@@ -1,12 +1,27 @@
 // Host validation of launchLinear / ref::linear, and the gemv path's host rules (every build).
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 
 #include "common/errors.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
 
 namespace es::kernel {
+
+void validateQuantizedWeight(const QuantizedWeightView& w, int32_t k, const char* where) {
+  const std::string_view name = quantFormatName(w.format);
+  ES_CHECK_ARG(name != "?", where, "quantized.format", static_cast<int>(w.format),
+               "must be a QuantFormat");
+  const char* why = quantLayoutRejection(w.format, k, w.group);
+  ES_CHECK_ARG(why == nullptr, where, "quantized.group", w.group, "does not fit k = ", k, " (",
+               name, "): ", why ? why : "");
+  ES_CHECK_ARG(w.data != nullptr, where, "quantized.data", "null", "must not be null");
+  ES_CHECK_ARG(scaleRowBytes(w.format, k, w.group) == 0 || w.scales != nullptr, where,
+               "quantized.scales", "null", "must not be null for ", name);
+  ES_CHECK_ARG(zeroRowBytes(w.format, k, w.group) == 0 || w.zeros != nullptr, where,
+               "quantized.zeros", "null", "must not be null for ", name);
+}
 
 bool validate(const LinearParams& p) {
   constexpr const char* kWhere = "launchLinear";
@@ -37,7 +52,11 @@ bool validate(const LinearParams& p) {
   }
   if (p.m == 0) return false;
   ES_CHECK_ARG(p.x != nullptr, kWhere, "x", "null", "must not be null");
-  ES_CHECK_ARG(p.w != nullptr, kWhere, "w", "null", "must not be null");
+  if (p.quantized) {
+    validateQuantizedWeight(*p.quantized, p.k, kWhere);
+  } else {
+    ES_CHECK_ARG(p.w != nullptr, kWhere, "w", "null", "must not be null");
+  }
   ES_CHECK_ARG(p.y != nullptr, kWhere, "y", "null", "must not be null");
   ES_CHECK_ARG(p.y != p.x, kWhere, "y", p.y, "must not alias x");
   return true;

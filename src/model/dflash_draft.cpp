@@ -190,7 +190,11 @@ void DFlashDraft::loadWeights(const std::filesystem::path& dir, const TargetMode
   auto optional = [&](bool present, const std::string& name) {
     return present ? one(name) : Buffer();
   };
-  fc_ = one("fc.weight");
+  // The draft's linears: dense unless its checkpoint ships them quantized (linear_weight.h).
+  auto matrix = [&](const std::vector<std::string>& names) {
+    return loadLinear(backend_, store, names, dtype_);
+  };
+  fc_ = matrix({"fc.weight"});
   hiddenNorm_ = one("hidden_norm.weight");
   finalNorm_ = one("norm.weight");
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
@@ -201,31 +205,31 @@ void DFlashDraft::loadWeights(const std::filesystem::path& dir, const TargetMode
     w.postNorm = one(p + "post_attention_layernorm.weight");
     const std::string q = p + "self_attn.q_proj", k = p + "self_attn.k_proj",
                       v = p + "self_attn.v_proj";
-    w.qkv =
-        uploadConcatenated(backend_, store, {q + ".weight", k + ".weight", v + ".weight"}, dtype_);
+    w.qkv = matrix({q + ".weight", k + ".weight", v + ".weight"});
     if (c.qkv_bias)
       w.qkvBias =
           uploadConcatenated(backend_, store, {q + ".bias", k + ".bias", v + ".bias"}, dtype_);
     w.qNorm = one(p + "self_attn.q_norm.weight");
     w.kNorm = one(p + "self_attn.k_norm.weight");
-    w.o = one(p + "self_attn.o_proj.weight");
+    w.o = matrix({p + "self_attn.o_proj.weight"});
     w.oBias = optional(c.o_bias, p + "self_attn.o_proj.bias");
     const std::string g = p + "mlp.gate_proj", u = p + "mlp.up_proj";
-    w.gateUp = uploadConcatenated(backend_, store, {g + ".weight", u + ".weight"}, dtype_);
+    w.gateUp = matrix({g + ".weight", u + ".weight"});
     if (c.mlp_bias)
       w.gateUpBias = uploadConcatenated(backend_, store, {g + ".bias", u + ".bias"}, dtype_);
-    w.down = one(p + "mlp.down_proj.weight");
+    w.down = matrix({p + "mlp.down_proj.weight"});
     w.downBias = optional(c.mlp_bias, p + "mlp.down_proj.bias");
   }
   weightBytes_ = fc_.bytes() + hiddenNorm_.bytes() + finalNorm_.bytes();
   for (const DraftLayerWeights& w : layers_) {
-    for (const Buffer* b : {&w.inputNorm, &w.postNorm, &w.qkv, &w.qkvBias, &w.qNorm, &w.kNorm, &w.o,
-                            &w.oBias, &w.gateUp, &w.gateUpBias, &w.down, &w.downBias}) {
+    for (const Buffer* b : {&w.inputNorm, &w.postNorm, &w.qkvBias, &w.qNorm, &w.kNorm, &w.oBias,
+                            &w.gateUpBias, &w.downBias}) {
       weightBytes_ += b->bytes();
     }
+    for (const LinearWeight* m : {&w.qkv, &w.o, &w.gateUp, &w.down}) weightBytes_ += m->bytes();
   }
   targetEmbed_ = target.embeddingTable();
-  targetLmHead_ = target.lmHeadWeight();
+  targetLmHead_ = &target.lmHead();
 
   // The draft's own rotary embedding (z-lab builds rotary_emb from the draft config).
   maxPositions_ = static_cast<int32_t>(std::min<int64_t>(c.max_position_embeddings, kMaxPositions));
@@ -347,15 +351,15 @@ void DFlashDraft::appendContext(const DraftContextDelta& delta, kv::KvCacheManag
                     static_cast<const uint8_t*>(delta.taps) + int64_t{i} * T * H * es,
                     int64_t{H} * es, int64_t{H} * es, T);
   }
-  backend_.linear({.x = concat_.data(),
-                   .w = fc_.data(),
-                   .y = ctx_.data(),
-                   .m = T,
-                   .n = H,
-                   .k = n * H,
-                   .dtype = dtype_,
-                   .outDtype = dtype_,
-                   .weightDtype = std::nullopt});
+  kernel::LinearParams fc{.x = concat_.data(),
+                          .y = ctx_.data(),
+                          .m = T,
+                          .n = H,
+                          .k = n * H,
+                          .dtype = dtype_,
+                          .outDtype = dtype_};
+  fc_.fill(fc);
+  backend_.linear(fc);
   backend_.rmsNorm({.x = ctx_.data(),
                     .weight = hiddenNorm_.data(),
                     .out = ctx_.data(),
@@ -376,17 +380,17 @@ void DFlashDraft::appendContext(const DraftContextDelta& delta, kv::KvCacheManag
     const DraftLayerWeights& w = layers_[static_cast<size_t>(l)];
     // k_proj / v_proj are row ranges of the fused qkv weight [(Hq + 2 Hkv) D, H].
     auto proj = [&](int32_t firstRow, void* y) {
-      backend_.linear(
-          {.x = ctx_.data(),
-           .w = w.qkv.as<uint8_t>() + int64_t{firstRow} * H * es,
-           .bias = w.qkvBias.bytes() ? w.qkvBias.as<uint8_t>() + int64_t{firstRow} * es : nullptr,
-           .y = y,
-           .m = T,
-           .n = Hkv * D,
-           .k = H,
-           .dtype = dtype_,
-           .outDtype = dtype_,
-           .weightDtype = std::nullopt});
+      kernel::LinearParams p{
+          .x = ctx_.data(),
+          .bias = w.qkvBias.bytes() ? w.qkvBias.as<uint8_t>() + int64_t{firstRow} * es : nullptr,
+          .y = y,
+          .m = T,
+          .n = Hkv * D,
+          .k = H,
+          .dtype = dtype_,
+          .outDtype = dtype_};
+      w.qkv.fill(p, firstRow);
+      backend_.linear(p);
     };
     proj(Hq * D, kDelta_.data());
     proj((Hq + Hkv) * D, vDelta_.data());
@@ -450,20 +454,20 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
   const int32_t* cuQ = owners + int64_t{maxBatch_} * BS;
   const int32_t* blockGather = cuQ + maxBatch_ + 1;
 
-  auto linearParams = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n,
-                          int32_t k, DType out) {
-    return kernel::LinearParams{.x = x,
-                                .w = w.data(),
-                                .bias = bias.bytes() ? bias.data() : nullptr,
-                                .y = y,
-                                .m = R,
-                                .n = n,
-                                .k = k,
-                                .dtype = dtype_,
-                                .outDtype = out,
-                                .weightDtype = std::nullopt};
+  auto linearParams = [&](const void* x, const LinearWeight& w, const Buffer& bias, void* y,
+                          int32_t n, int32_t k, DType out) {
+    kernel::LinearParams p{.x = x,
+                           .bias = bias.bytes() ? bias.data() : nullptr,
+                           .y = y,
+                           .m = R,
+                           .n = n,
+                           .k = k,
+                           .dtype = dtype_,
+                           .outDtype = out};
+    w.fill(p);
+    return p;
   };
-  auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t n,
+  auto linear = [&](const void* x, const LinearWeight& w, const Buffer& bias, void* y, int32_t n,
                     int32_t k,
                     DType out) { backend_.linear(linearParams(x, w, bias, y, n, k, out)); };
   auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
@@ -573,15 +577,15 @@ void DFlashDraft::propose(const DraftProposalInputs& in, kv::KvCacheManager& cac
   }
   const int32_t scored = B * W;
   // The target's lm_head, f32 logits [B·W, V]; their argmax [B, W] i32.
-  backend_.linear({.x = headIn,
-                   .w = targetLmHead_,
-                   .y = logits_.data(),
-                   .m = scored,
-                   .n = vocab_,
-                   .k = H,
-                   .dtype = dtype_,
-                   .outDtype = DType::kF32,
-                   .weightDtype = std::nullopt});
+  kernel::LinearParams head{.x = headIn,
+                            .y = logits_.data(),
+                            .m = scored,
+                            .n = vocab_,
+                            .k = H,
+                            .dtype = dtype_,
+                            .outDtype = DType::kF32};
+  targetLmHead_->fill(head);
+  backend_.linear(head);
   backend_.argmax({.logits = logits_.data(),
                    .dtype = DType::kF32,
                    .rows = scored,

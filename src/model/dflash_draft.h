@@ -23,6 +23,7 @@
 #include "common/buffer.h"
 #include "kv/kv_cache_manager.h"
 #include "model/backend_page_table.h"
+#include "model/linear_weight.h"
 #include "model/model_config.h"
 #include "model/target_model.h"
 #include "ops/backend.h"
@@ -30,18 +31,18 @@
 namespace es::model {
 
 struct DraftLayerWeights {
-  Buffer inputNorm;   // [H]
-  Buffer postNorm;    // [H]
-  Buffer qkv;         // [(Hq + 2 Hkv) D, H]  q_proj | k_proj | v_proj rows (context uses k, v rows)
-  Buffer qkvBias;     // [(Hq + 2 Hkv) D] or empty
-  Buffer qNorm;       // [D]
-  Buffer kNorm;       // [D]
-  Buffer o;           // [H, Hq D]
-  Buffer oBias;       // [H] or empty
-  Buffer gateUp;      // [2 I, H]  gate_proj | up_proj rows
-  Buffer gateUpBias;  // [2 I] or empty
-  Buffer down;        // [H, I]
-  Buffer downBias;    // [H] or empty
+  Buffer inputNorm;  // [H]
+  Buffer postNorm;   // [H]
+  LinearWeight qkv;  // [(Hq + 2 Hkv) D, H]  q_proj | k_proj | v_proj rows (context uses k, v rows)
+  Buffer qkvBias;    // [(Hq + 2 Hkv) D] or empty
+  Buffer qNorm;      // [D]
+  Buffer kNorm;      // [D]
+  LinearWeight o;    // [H, Hq D]
+  Buffer oBias;      // [H] or empty
+  LinearWeight gateUp;  // [2 I, H]  gate_proj | up_proj rows
+  Buffer gateUpBias;    // [2 I] or empty
+  LinearWeight down;    // [H, I]
+  Buffer downBias;      // [H] or empty
 };
 
 // One context delta, in backend memory. Delta row r takes its features from row r of `taps`,
@@ -159,13 +160,13 @@ class DFlashDraft {
   int64_t workspaceBytes_ = 0;
 
   // Weights: the draft's own, plus the target's embedding table and lm_head (not copied).
-  Buffer fc_;          // [H, taps H]
+  LinearWeight fc_;    // [H, taps H]
   Buffer hiddenNorm_;  // [H]
   Buffer finalNorm_;   // [H]
   std::vector<DraftLayerWeights> layers_;
-  Buffer ropeTable_;                    // [maxPositions, D] f32, the draft's own rope config
-  const void* targetEmbed_ = nullptr;   // [V, H]
-  const void* targetLmHead_ = nullptr;  // [V, H]
+  Buffer ropeTable_;                   // [maxPositions, D] f32, the draft's own rope config
+  const void* targetEmbed_ = nullptr;  // [V, H]
+  const LinearWeight* targetLmHead_ = nullptr;  // [V, H]
 
   // Constants: block rows r = b·BS + i.
   Buffer blockConst_;  // i32: owners [maxBatch·BS] = b | cuQ [maxBatch + 1] = b·BS | gather

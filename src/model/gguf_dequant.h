@@ -11,9 +11,9 @@
 //   Q6_K: 256 elements, 210 bytes: 128 bytes low nibbles, 64 bytes of 2-bit highs, 16 int8
 //         scales (one per 16 elements), d                  -> x = (d * sc) * (q6 - 32)
 // In Q4_0/Q4_1 byte j holds element j in its low nibble and element j + 16 in its high nibble;
-// the K-quant bit orders are described at their functions in gguf_dequant.cpp. Products are
-// computed in f32 in ggml's order (the build does not contract to fma), so results match
-// llama.cpp's dequantize_row_* bit for bit.
+// the K-quant bit orders are described at their decoders in common/quant_dequant.cpp, which
+// this file calls. Products are computed in f32 in ggml's order (that file is built without
+// fused multiply-adds), so results match llama.cpp's dequantize_row_* bit for bit.
 #include <cstdint>
 #include <span>
 #include <string_view>

@@ -162,4 +162,40 @@ void GgufWeights::read(const Entry& e, std::span<uint8_t> out) const {
   }
 }
 
+std::optional<QuantFormat> GgufWeights::quantFormat(const Entry& e) const {
+  const std::string& name = e.info.name;
+  if (!name.ends_with("_proj.weight") && name != "lm_head.weight") return std::nullopt;
+  return quantFormatOfGgmlType(ggufTensor(e).type);
+}
+
+HostQuantizedMatrix GgufWeights::readQuantized(const Entry& e) const {
+  const GgufTensorInfo& t = ggufTensor(e);
+  const std::optional<QuantFormat> format = quantFormat(e);
+  ES_CHECK_ARG(format.has_value(), "GgufWeights::readQuantized", "name", e.info.name,
+               "is not a quantized linear weight (", ggmlTypeName(t.type), ") of ",
+               file_.path().string(), "; use read()");
+  // A ggml row (dims[0] elements, whole blocks: checked by the parser) is an HF row.
+  const int64_t cols = static_cast<int64_t>(t.dims[0]);
+  const int64_t rows = static_cast<int64_t>(t.numel) / cols;
+  const int32_t group = ggufBlockElems(*format);
+  const int64_t rowBytes = dataRowBytes(*format, cols, group);
+  HostQuantizedMatrix m{.format = *format, .group = group, .n = rows, .k = cols};
+  m.data.resize(static_cast<size_t>(t.bytes));
+  ES_CHECK_ARG(static_cast<int64_t>(t.bytes) == rows * rowBytes, "GgufWeights::readQuantized",
+               "name", e.info.name, "holds ", t.bytes, " bytes, not ", rows, " rows of ", rowBytes);
+  file_.readBytes(t, m.data);
+  if (e.permute_heads == 0) return m;
+  const int64_t headDim = rows / e.permute_heads;
+  ES_CHECK_ARG(rows % e.permute_heads == 0 && headDim % 2 == 0, "GgufWeights::readQuantized",
+               "permute_heads", e.permute_heads, "must split ", rows,
+               " rows into heads of even size (", e.info.name, ")");
+  std::vector<uint8_t> stored = std::move(m.data);
+  m.data.resize(stored.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(m.data.data() + r * rowBytes, stored.data() + llamaStoredRow(r, headDim) * rowBytes,
+                static_cast<size_t>(rowBytes));
+  }
+  return m;
+}
+
 }  // namespace es::model

@@ -22,6 +22,7 @@
 
 #include "common/dtype.h"
 #include "model/gguf.h"
+#include "model/host_quantized_matrix.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 
@@ -52,6 +53,16 @@ class GgufWeights {
 
   // Fills `out` (e.info.byteSize() bytes, aligned for dtype()) with the tensor in HF layout.
   void read(const Entry& e, std::span<uint8_t> out) const;
+
+  // The format a linear layer's weight (an HF name ending in "_proj.weight", or
+  // "lm_head.weight") keeps when a backend runs it quantized: its ggml type's, where
+  // quantFormatOfGgmlType has one; nullopt for every other tensor (embeddings, norms, biases,
+  // F32 / F16 / BF16 matrices), which read() serves.
+  std::optional<QuantFormat> quantFormat(const Entry& e) const;
+  // The stored blocks of a tensor quantFormat(e) keeps, as rows of the HF layout (Llama q/k rows
+  // un-permuted by moving whole rows, as read() moves their values). InvalidArgument naming the
+  // tensor when quantFormat(e) is nullopt.
+  HostQuantizedMatrix readQuantized(const Entry& e) const;
 
  private:
   GgufWeights(GgufFile file, DType dtype);

@@ -105,8 +105,10 @@ void TargetModel::loadWeights(const std::filesystem::path& dir,
   // get SwiGLU in the gemv's epilogue; either layout gives the same logits bit for bit.
   const bool interleave = c.intermediate_size % kernel::kGateUpGroup == 0;
   gateUpLayout_ = interleave ? kernel::GateUpLayout::kInterleaved8 : kernel::GateUpLayout::kHalves;
-  auto matrix = [&](const std::vector<std::string>& names) {
-    return uploadConcatenated(backend_, store, names, matrixDtype_);
+  // Quantized where the checkpoint's matrices are and the backend runs them (linear_weight.h);
+  // q | k | v of differing formats as parts, each quantized where the backend runs it.
+  auto matrix = [&](const std::vector<std::string>& names, bool allowParts = false) {
+    return loadLinear(backend_, store, names, matrixDtype_, allowParts);
   };
   // Progress counts layers; its clock starts before the embeddings and head load.
   const std::string task = "loading " + dir.filename().string();
@@ -118,7 +120,8 @@ void TargetModel::loadWeights(const std::filesystem::path& dir,
   progress(0);
   embed_ = one("model.embed_tokens.weight");
   finalNorm_ = one("model.norm.weight");
-  if (!c.tie_word_embeddings) lmHead_ = one("lm_head.weight");
+  lmHead_ = c.tie_word_embeddings ? sharedLinear(embed_.data(), c.vocab_size, c.hidden_size, dtype_)
+                                  : loadLinear(backend_, store, {"lm_head.weight"}, dtype_);
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     TargetLayerWeights& w = layers_[static_cast<size_t>(l)];
@@ -127,7 +130,7 @@ void TargetModel::loadWeights(const std::filesystem::path& dir,
     w.postNorm = one(p + "post_attention_layernorm.weight");
     const std::string q = p + "self_attn.q_proj", k = p + "self_attn.k_proj",
                       v = p + "self_attn.v_proj";
-    w.qkv = matrix({q + ".weight", k + ".weight", v + ".weight"});
+    w.qkv = matrix({q + ".weight", k + ".weight", v + ".weight"}, /*allowParts=*/true);
     if (c.qkv_bias) {
       w.qkvBias =
           uploadConcatenated(backend_, store, {q + ".bias", k + ".bias", v + ".bias"}, dtype_);
@@ -142,8 +145,7 @@ void TargetModel::loadWeights(const std::filesystem::path& dir,
       w.gateUpBias = uploadConcatenated(backend_, store, {g + ".bias", u + ".bias"}, dtype_);
     }
     if (gateUpLayout_ == kernel::GateUpLayout::kInterleaved8) {
-      w.gateUp = interleaveGateUp(backend_, w.gateUp, c.intermediate_size,
-                                  c.hidden_size * dtype_size(matrixDtype_));
+      interleaveGateUp(backend_, w.gateUp, c.intermediate_size);
       if (c.mlp_bias)
         w.gateUpBias =
             interleaveGateUp(backend_, w.gateUpBias, c.intermediate_size, dtype_size(dtype_));
@@ -154,10 +156,11 @@ void TargetModel::loadWeights(const std::filesystem::path& dir,
   }
   weightBytes_ = embed_.bytes() + finalNorm_.bytes() + lmHead_.bytes();
   for (const TargetLayerWeights& w : layers_) {
-    for (const Buffer* b : {&w.inputNorm, &w.postNorm, &w.qkv, &w.qkvBias, &w.qNorm, &w.kNorm, &w.o,
-                            &w.oBias, &w.gateUp, &w.gateUpBias, &w.down, &w.downBias}) {
+    for (const Buffer* b : {&w.inputNorm, &w.postNorm, &w.qkvBias, &w.qNorm, &w.kNorm, &w.oBias,
+                            &w.gateUpBias, &w.downBias}) {
       weightBytes_ += b->bytes();
     }
+    for (const LinearWeight* m : {&w.qkv, &w.o, &w.gateUp, &w.down}) weightBytes_ += m->bytes();
   }
 
   maxPositions_ = static_cast<int32_t>(std::min<int64_t>(c.max_position_embeddings, kMaxPositions));
@@ -183,6 +186,11 @@ void TargetModel::allocateWorkspace() {
   alloc(gateUp_, T * 2 * c.intermediate_size * es);
   alloc(act_, T * c.intermediate_size * es);
   alloc(rows_, int64_t{maxLogitRows_} * c.hidden_size * es);
+  int64_t widestPart = 0;  // a q|k|v in parts runs each part into splitOut_ (runLinear)
+  for (const TargetLayerWeights& w : layers_) {
+    for (const LinearWeight& part : w.qkv.parts) widestPart = std::max(widestPart, part.n);
+  }
+  if (widestPart > 0) alloc(splitOut_, T * widestPart * es);
   alloc(logits_, int64_t{maxLogitRows_} * c.vocab_size * 4);
   if (!tapLayers_.empty())
     alloc(taps_, static_cast<int64_t>(tapLayers_.size()) * T * c.hidden_size * es);
@@ -357,24 +365,19 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t es = dtype_size(dtype_);
 
-  // A layer matrix (stored in matrixDtype_) or the lm_head / tied embedding table (dtype_).
-  auto linearParams = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t m,
-                          int32_t n, int32_t k, DType outDtype, DType wDtype) {
-    return kernel::LinearParams{
-        .x = x,
-        .w = w.data(),
-        .bias = bias.bytes() ? bias.data() : nullptr,
-        .y = y,
-        .m = m,
-        .n = n,
-        .k = k,
-        .dtype = dtype_,
-        .outDtype = outDtype,
-        .weightDtype = wDtype != dtype_ ? std::optional<DType>(wDtype) : std::nullopt};
-  };
-  auto linear = [&](const void* x, const Buffer& w, const Buffer& bias, void* y, int32_t m,
-                    int32_t n, int32_t k, DType outDtype, DType wDtype) {
-    backend_.linear(linearParams(x, w, bias, y, m, n, k, outDtype, wDtype));
+  // A layer matrix or the lm_head (dense in its own dtype, or quantized: LinearWeight::fill).
+  auto linearParams = [&](const void* x, const LinearWeight& w, const Buffer& bias, void* y,
+                          int32_t m, int32_t n, int32_t k, DType outDtype) {
+    kernel::LinearParams p{.x = x,
+                           .bias = bias.bytes() ? bias.data() : nullptr,
+                           .y = y,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .dtype = dtype_,
+                           .outDtype = outDtype};
+    if (w.parts.empty()) w.fill(p);  // a W in parts is filled part by part (runLinear)
+    return p;
   };
   auto norm = [&](const void* x, void* residual, const Buffer& w, void* out) {
     backend_.rmsNorm({.x = x,
@@ -429,10 +432,10 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
            w.inputNorm, normed_.data());
     }
     if (l > 0) saveTap(l - 1);
-    kernel::LinearParams qkv = linearParams(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T,
-                                            qkvDim, H, dtype_, matrixDtype_);
+    kernel::LinearParams qkv =
+        linearParams(normed_.data(), w.qkv, w.qkvBias, qkv_.data(), T, qkvDim, H, dtype_);
     normedInput(qkv, w.inputNorm);
-    backend_.linear(qkv);
+    runLinear(backend_, w.qkv, qkv, splitOut_.data());
 
     const TensorView pool = cache.basePool(l);
     // Reduced layers read and write the bounded pool through the window table, whose entries
@@ -489,22 +492,21 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
         .workspace = attnSplit_.bytes() ? attnSplit_.data() : nullptr,
         .workspaceBytes = attnSplit_.bytes()};
     kernel::LinearParams o =
-        linearParams(attn_.data(), w.o, w.oBias, blockOut, T, H, Hq * D, dtype_, matrixDtype_);
+        linearParams(attn_.data(), w.o, w.oBias, blockOut, T, H, Hq * D, dtype_);
     o.accumulate = fusedNorms;
     att.nextFillsSms = backend_.linearFillsSms(o);  // the o projection comes right after
     backend_.pagedAttention(att);
     backend_.linear(o);
     if (!fusedNorms) norm(tmp_.data(), residual_.data(), w.postNorm, normed_.data());
     // One kernel at decode rows (gate_up_swiglu.h).
-    kernel::GateUpSwigluParams mlp{
-        .linear = linearParams(normed_.data(), w.gateUp, w.gateUpBias, gateUp_.data(), T, 2 * I, H,
-                               dtype_, matrixDtype_),
-        .out = act_.data(),
-        .layout = gateUpLayout_};
+    kernel::GateUpSwigluParams mlp{.linear = linearParams(normed_.data(), w.gateUp, w.gateUpBias,
+                                                          gateUp_.data(), T, 2 * I, H, dtype_),
+                                   .out = act_.data(),
+                                   .layout = gateUpLayout_};
     normedInput(mlp.linear, w.postNorm);
     backend_.gateUpSwiglu(mlp);
     kernel::LinearParams down =
-        linearParams(act_.data(), w.down, w.downBias, blockOut, T, H, I, dtype_, matrixDtype_);
+        linearParams(act_.data(), w.down, w.downBias, blockOut, T, H, I, dtype_);
     down.accumulate = fusedNorms;
     backend_.linear(down);
   }
@@ -523,8 +525,8 @@ void TargetModel::forwardDevice(const DeviceForwardBatch& b, kv::KvCacheManager&
                         .vocabSize = T,
                         .hiddenSize = H,
                         .dtype = dtype_});
-    linear(rows_.data(), lmHead_.bytes() ? lmHead_ : embed_, Buffer(), logits_.data(), R,
-           static_cast<int32_t>(c.vocab_size), H, DType::kF32, dtype_);
+    backend_.linear(linearParams(rows_.data(), lmHead_, Buffer(), logits_.data(), R,
+                                 static_cast<int32_t>(c.vocab_size), H, DType::kF32));
   }
 }
 

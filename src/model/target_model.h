@@ -16,24 +16,25 @@
 #include "kernels/paged_attention.h"
 #include "kv/kv_cache_manager.h"
 #include "model/backend_page_table.h"
+#include "model/linear_weight.h"
 #include "model/model_config.h"
 #include "ops/backend.h"
 
 namespace es::model {
 
 struct TargetLayerWeights {
-  Buffer inputNorm;   // [H]
-  Buffer postNorm;    // [H]
-  Buffer qkv;         // [(Hq + 2 Hkv) D, H]   q_proj | k_proj | v_proj rows
-  Buffer qkvBias;     // [(Hq + 2 Hkv) D] or empty
-  Buffer qNorm;       // [D] or empty (Qwen3)
-  Buffer kNorm;       // [D] or empty
-  Buffer o;           // [H, Hq D]
-  Buffer oBias;       // [H] or empty
-  Buffer gateUp;      // [2 I, H]   gate_proj and up_proj rows in TargetModel::gateUpLayout_
-  Buffer gateUpBias;  // [2 I] or empty, same order
-  Buffer down;        // [H, I]
-  Buffer downBias;    // [H] or empty
+  Buffer inputNorm;     // [H]
+  Buffer postNorm;      // [H]
+  LinearWeight qkv;     // [(Hq + 2 Hkv) D, H]   q_proj | k_proj | v_proj rows
+  Buffer qkvBias;       // [(Hq + 2 Hkv) D] or empty
+  Buffer qNorm;         // [D] or empty (Qwen3)
+  Buffer kNorm;         // [D] or empty
+  LinearWeight o;       // [H, Hq D]
+  Buffer oBias;         // [H] or empty
+  LinearWeight gateUp;  // [2 I, H]   gate_proj and up_proj rows in TargetModel::gateUpLayout_
+  Buffer gateUpBias;    // [2 I] or empty, same order
+  LinearWeight down;    // [H, I]
+  Buffer downBias;      // [H] or empty
 };
 
 // One forward's rows, on the host; the model copies them to the backend.
@@ -120,10 +121,13 @@ class TargetModel {
 
   // Backend memory the DFlash draft reads (no copies): the last forward's taps
   // [numTaps, T, H] in the compute dtype (T = that forward's rows; valid until the next
-  // forward), the embedding table [V, H] and the lm_head [V, H] (the embedding when tied).
+  // forward), the embedding table [V, H] and the lm_head [V, H] (the embedding when tied;
+  // quantized where the checkpoint's is and the backend runs it).
   const void* tapsDevice() const { return taps_.data(); }
   const void* embeddingTable() const { return embed_.data(); }
-  const void* lmHeadWeight() const { return lmHead_.bytes() ? lmHead_.data() : embed_.data(); }
+  const LinearWeight& lmHead() const { return lmHead_; }
+  // The layers' weights (formats and bytes for `inspect`).
+  const std::vector<TargetLayerWeights>& layers() const { return layers_; }
 
  private:
   void loadWeights(const std::filesystem::path& dir, const ProgressCallback& onProgress);
@@ -145,15 +149,16 @@ class TargetModel {
   int64_t weightBytes_ = 0;
   int64_t workspaceBytes_ = 0;
 
-  Buffer embed_;      // [V, H]
-  Buffer finalNorm_;  // [H]
-  Buffer lmHead_;     // [V, H] (empty when tied: embed_ is used)
+  Buffer embed_;         // [V, H]
+  Buffer finalNorm_;     // [H]
+  LinearWeight lmHead_;  // [V, H] (sharing embed_ when tied)
   std::vector<TargetLayerWeights> layers_;
   Buffer ropeTable_;  // [maxPositions, D] f32
 
   // Workspace, sized for maxTokens rows.
   Buffer residual_, normed_, qkv_, q_, attn_, tmp_, gateUp_, act_, rows_, logits_, taps_;
   Buffer attnSplit_;  // split-KV attention partials (CUDA backend; empty when none are needed)
+  Buffer splitOut_;   // one part's q|k|v output where a layer's q|k|v is in parts (else empty)
   Buffer meta_;       // i32 metadata, see forward()
   BackendPageTable pageTable_;     // backend copy of the base page table
   BackendPageTable swaPageTable_;  // backend copy of the window table (reduced layers)

@@ -193,6 +193,22 @@ HostTensor WeightStore::read(std::string_view name) const {
   return t;
 }
 
+std::optional<QuantFormat> WeightStore::quantFormat(std::string_view name) const {
+  const size_t i = indexOf(name);
+  if (!gguf_) return std::nullopt;
+  return gguf_->quantFormat(gguf_->entries()[i]);
+}
+
+HostQuantizedMatrix WeightStore::readQuantized(std::string_view name) const {
+  const size_t i = indexOf(name);
+  if (!gguf_) {
+    ES_THROW(InvalidArgument, "WeightStore::readQuantized: argument 'name' = ", name, " is a ",
+             dtype_name(files_[i].info(name).dtype), " tensor of ", source_,
+             ", not a quantized one; use read()");
+  }
+  return gguf_->readQuantized(gguf_->entries()[i]);
+}
+
 void WeightStore::readBytes(std::string_view name, uint64_t offset, void* dst,
                             uint64_t count) const {
   fileOf(name).readBytes(name, offset, dst, count);

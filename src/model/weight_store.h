@@ -19,10 +19,13 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/quant_format.h"
+#include "model/host_quantized_matrix.h"
 #include "model/safetensors.h"
 
 namespace es::model {
@@ -79,6 +82,14 @@ class WeightStore {
   // Bytes [offset, offset + count) of a safetensors tensor copied into `dst` with pread
   // (SafetensorsFile::readBytes); InvalidArgument on a GGUF store (its tensors need read()).
   void readBytes(std::string_view name, uint64_t offset, void* dst, uint64_t count) const;
+  // The format a linear weight is stored quantized in, which a backend that runs it keeps
+  // (model/linear_weight.h); nullopt for a dense tensor. GGUF: a linear weight of a ggml type
+  // quantFormatOfGgmlType knows (GgufWeights::quantFormat). Safetensors: nullopt.
+  std::optional<QuantFormat> quantFormat(std::string_view name) const;
+  // The quantized rows of `name` in the backend layout (common/quant_format.h); InvalidArgument
+  // naming the tensor when quantFormat(name) is nullopt. info(name) still describes the tensor as
+  // read() would give it dense.
+  HostQuantizedMatrix readQuantized(std::string_view name) const;
   // For a GGUF store, where a tensor comes from ("blk.0.attn_q.weight Q4_1"); empty otherwise.
   std::string ggufOrigin(std::string_view name) const;
   const SafetensorsFile& fileOf(std::string_view name) const;  // InvalidArgument on a GGUF store

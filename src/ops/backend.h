@@ -67,6 +67,10 @@ class Backend {
   // rows.
   virtual void gateUpSwiglu(const kernel::GateUpSwigluParams& p) = 0;
   virtual void linear(const kernel::LinearParams& p) = 0;
+  // Whether linear() and gateUpSwiglu() take a W held in `format` (LinearParams::quantized). The
+  // one place that decides: a model loads a quantized checkpoint matrix kept quantized where this
+  // is true, else dequantized to its dense dtype at upload (model/linear_weight.h).
+  virtual bool runsQuantized(QuantFormat format) const = 0;
   // Whether linear() fuses LinearParams::normWeight and accumulate at `rows` rows (linear.h):
   // then a model runs its decode layers without RMSNorm kernels. The CPU backend never does.
   virtual bool fusesRowNorms(int32_t rows) const {

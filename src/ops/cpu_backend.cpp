@@ -36,6 +36,8 @@ class CpuBackend final : public Backend {
   void pagedAttention(const kernel::PagedAttentionParams& p) override { ref::pagedAttention(p); }
   void swiglu(const kernel::SwigluParams& p) override { ref::swiglu(p); }
   void linear(const kernel::LinearParams& p) override { ref::linear(p); }
+  // The reference decodes every format (common/quant_dequant.h).
+  bool runsQuantized(QuantFormat) const override { return true; }
   void gateUpSwiglu(const kernel::GateUpSwigluParams& p) override { ref::gateUpSwiglu(p); }
   void argmax(const ArgmaxParams& p) override { ref::argmaxRows(p); }
   void dflashKvUpdate(const kernel::DFlashKvUpdateParamsF32& p) override {

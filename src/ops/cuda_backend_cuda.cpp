@@ -88,6 +88,8 @@ class CudaBackend final : public Backend {
   void linear(const kernel::LinearParams& p) override {
     kernel::launchLinear(p, *linear_, stream_);
   }
+  // No quantized kernels yet: models dequantize such matrices at upload.
+  bool runsQuantized(QuantFormat) const override { return false; }
   bool fusesRowNorms(int32_t rows) const override { return kernel::linearFusesRowNorm(rows); }
   bool linearFillsSms(const kernel::LinearParams& p) override {
     return kernel::linearFillsSms(p, *linear_);

@@ -17,11 +17,17 @@
 // vector registers; 1 x 4 for the last m % 4 rows): each loaded 8-lane vector then feeds 2–4
 // products instead of one. The tile loop is compiled for AVX-512VL, AVX2 and the baseline x86-64
 // (chosen at load time); all give the same bits, since vector lanes are the partial sums above.
+//
+// A quantized W (LinearParams::quantized) is decoded one block of W rows at a time into the same
+// per-thread fp32 scratch (common/quant_dequant.h dequantizeRow, row by row) and multiplied
+// exactly as an fp32 W: the result is, bit for bit, the dense fp32 product with the dequantized
+// values, and the packed bytes are the only copy of W a step reads.
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "common/quant_dequant.h"
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
 #include "ref/forward_ref_util.h"
@@ -217,11 +223,16 @@ void linear(const kernel::LinearParams& p) {
   // bf16 W is widened in registers for few x rows (decode reads each W element once or twice);
   // for more rows each W element would be widened once per 4-row tile, so the block is widened
   // to fp32 once instead (exact, so the same bits).
-  const bool widenPerBlock =
-      wDtype == DType::kF16 || (wDtype == DType::kBF16 && m >= kMinRowsToWidenPerBlock);
+  const bool widenPerBlock = p.quantized || wDtype == DType::kF16 ||
+                             (wDtype == DType::kBF16 && m >= kMinRowsToWidenPerBlock);
   detail::parallelFor(blocks, 2 * kWBlockRows * k * m, [&](int64_t begin, int64_t end) {
-    const auto wf = std::make_unique_for_overwrite<float[]>(
-        widenPerBlock ? static_cast<size_t>(kWBlockRows * k) : 0);
+    // Each thread's W block scratch, kept between calls: decode runs several linears a layer, and
+    // a fresh buffer each time would cost an allocation (and its page faults) every call.
+    thread_local std::vector<float> scratch;
+    if (widenPerBlock && scratch.size() < static_cast<size_t>(kWBlockRows * k)) {
+      scratch.resize(static_cast<size_t>(kWBlockRows * k));
+    }
+    float* const wf = scratch.data();
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t j0 = blk * kWBlockRows, rows = std::min(kWBlockRows, n - j0);
       if (!widenPerBlock && wDtype == DType::kBF16) {
@@ -229,13 +240,18 @@ void linear(const kernel::LinearParams& p) {
                                     k, n, j0, rows, p.y, p.outDtype});
         continue;
       }
-      const float* w = static_cast<const float*>(p.w) + j0 * k;
-      if (wDtype == DType::kBF16) {
-        widenBf16(static_cast<const uint16_t*>(p.w) + j0 * k, rows * k, wf.get());
-        w = wf.get();
+      const float* w = wf;
+      if (p.quantized) {
+        for (int64_t r = 0; r < rows; ++r) {
+          dequantizeRow(*p.quantized, k, j0 + r,
+                        std::span<float>(wf + r * k, static_cast<size_t>(k)));
+        }
+      } else if (wDtype == DType::kBF16) {
+        widenBf16(static_cast<const uint16_t*>(p.w) + j0 * k, rows * k, wf);
       } else if (wDtype == DType::kF16) {
-        loadFloats(p.w, wDtype, j0 * k, rows * k, wf.get());
-        w = wf.get();
+        loadFloats(p.w, wDtype, j0 * k, rows * k, wf);
+      } else {
+        w = static_cast<const float*>(p.w) + j0 * k;  // fp32 W in place
       }
       runBlock(BlockJob<float>{xf.get(), w, biasF, m, k, n, j0, rows, p.y, p.outDtype});
     }

@@ -96,6 +96,21 @@ inline std::vector<uint8_t> encodeAs(model::GgmlType type, const std::vector<flo
           b.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[k + j] * id))));
       }
       return b;
+    case model::GgmlType::kQ4_0:
+      // d = (the value of largest magnitude) / -8, so that value is nibble 0; q = x / d + 8.
+      for (size_t k = 0; k < x.size(); k += 32) {
+        float peak = 0;
+        for (int j = 0; j < 32; ++j) {
+          if (std::abs(x[k + j]) > std::abs(peak)) peak = x[k + j];
+        }
+        const float d = peak / -8.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        putHalfBits(b, to_fp16(d).bits);
+        auto q = [&](int j) {
+          return std::clamp(static_cast<int>(std::lround(x[k + j] * id)) + 8, 0, 15);
+        };
+        for (int j = 0; j < 16; ++j) b.push_back(static_cast<uint8_t>(q(j) | (q(j + 16) << 4)));
+      }
+      return b;
     case model::GgmlType::kQ4_1:
       for (size_t k = 0; k < x.size(); k += 32) {
         float lo = x[k], hi = x[k];
