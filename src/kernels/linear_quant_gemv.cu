@@ -52,6 +52,7 @@
 #include "kernels/forward_ops_device.cuh"
 #include "kernels/linear.h"
 #include "kernels/linear_quant_gemv.h"
+#include "kernels/linear_quant_gemv_decode.h"
 #include "kernels/pdl.cuh"
 
 namespace es::kernel {
@@ -64,111 +65,12 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kStages = detail::kQuantGemvStages;
 constexpr int kRows = 16;  // rows of W per CTA (one m16 tile)
 
-// ---- format traits -----------------------------------------------------------------------------
-
-// kSpan: K elements a warp stages at once (quantGemvSpan); kSpanBytes: their bytes in a row;
-// kStride: a staged row's bytes in shared memory (quantGemvRowStride); kSplit4: the Q6_K lane
-// mapping (k 4t4.. and 16 + 4t4..); kAffine: w = scale * q + offset (x sums needed).
-template <QuantFormat F>
-struct Traits {
-  static constexpr int kSpan =
-      (F == QuantFormat::kFp8E4M3 || F == QuantFormat::kGgufQ8_0) ? 128 : 256;
-  static constexpr int kSpanBytes = F == QuantFormat::kInt4       ? kSpan / 2
-                                    : F == QuantFormat::kFp8E4M3  ? kSpan
-                                    : F == QuantFormat::kGgufQ8_0 ? kSpan / 32 * 34
-                                    : F == QuantFormat::kGgufQ4_0 ? kSpan / 32 * 18
-                                    : F == QuantFormat::kGgufQ4_1 ? kSpan / 32 * 20
-                                    : F == QuantFormat::kGgufQ4_K ? 144
-                                    : F == QuantFormat::kGgufQ5_K ? 176
-                                                                  : 210;
-  static constexpr int kStride = (kSpanBytes + 15) / 16 * 16 + 16;
-  static constexpr int kSegs = kStride / 16;  // 16-byte segments a staged row may need
-  static constexpr bool kSplit4 = F == QuantFormat::kGgufQ6_K;
-  static constexpr bool kAffine =
-      F == QuantFormat::kGgufQ4_1 || F == QuantFormat::kGgufQ4_K || F == QuantFormat::kGgufQ5_K;
-};
-
-// ---- small device helpers ----------------------------------------------------------------------
+using quant::Block;
+using quant::RowSrc;
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
-}
-
-__device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-__device__ __forceinline__ uint32_t lds16(const uint8_t* p) {
-  return *reinterpret_cast<const uint16_t*>(p);
-}
-__device__ __forceinline__ float halfAt(const uint8_t* p) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(lds16(p))));
-}
-
-// The magic number M of T (the bits of 1024.0 in f16, 128.0 in bf16), twice: M + u has the bits
-// M | u for an integer 0 <= u < 128 in both.
-template <typename T>
-__device__ __forceinline__ uint32_t magic2() {
-  return std::is_same_v<T, bf16> ? 0x43004300u : 0x64006400u;
-}
-// 1.0 twice in T (the all-ones A operand of the x sums).
-template <typename T>
-__device__ __forceinline__ uint32_t ones2() {
-  return std::is_same_v<T, bf16> ? 0x3f803f80u : 0x3c003c00u;
-}
-
-// a - b for two packed T values, rounded to nearest (exact for the integers used here).
-template <typename T>
-__device__ __forceinline__ uint32_t sub2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  if constexpr (std::is_same_v<T, bf16>) {
-    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  } else {
-    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  }
-  return d;
-}
-
-// The packed T pair (u0 - off, u1 - off) for u = u0 | u1 << 16 (u0, u1, off < 128; < 1024 in
-// f16).
-template <typename T>
-__device__ __forceinline__ uint32_t intPair(uint32_t u, uint32_t off) {
-  return sub2<T>(u | magic2<T>(), magic2<T>() | off | (off << 16));
-}
-
-// Bytes 0 and 1 of the 16-bit value h moved to bits 0-7 and 16-23.
-__device__ __forceinline__ uint32_t spread16(uint32_t h) { return (h | (h << 8)) & 0x00ff00ffu; }
-
-// FP8 E4M3 pair (bytes 0, 1 of the low 16 bits of v) as packed T, exact.
-template <typename T>
-__device__ __forceinline__ uint32_t fp8Pair(uint32_t v) {
-  if constexpr (std::is_same_v<T, fp16>) {
-    uint32_t d;
-    asm("{\n"
-        "  .reg .b16 lo;\n"
-        "  cvt.u16.u32 lo, %1;\n"
-        "  cvt.rn.f16x2.e4m3x2 %0, lo;\n"
-        "}\n"
-        : "=r"(d)
-        : "r"(v));
-    return d;
-  } else {
-    // Exponent and mantissa (7 bits) to bits 4-10 of each half, the sign to bit 15: a bf16 of
-    // 2^-120 times the e4m3 value (an e4m3 exponent e reads as the bf16 exponent e, bias 127
-    // instead of 7; e = 0 reads as the bf16 subnormal 0.mmm x 2^-126 = 2^-120 x 0.mmm x 2^-6).
-    const uint32_t mag = prmt(v & 0x7f7fu, 0u, 0x4140u) << 4;
-    const uint32_t sign = prmt(v, 0u, 0x1404u) & 0x80008000u;
-    uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(mag | sign), "r"(0x7b807b80u));  // x 2^120
-    return d;
-  }
-}
-
-// ---- global loads
-// --------------------------------------------------------------------------------
+// ---- global loads and copies ------------------------------------------------------------------
 
 // 16 / 8 bytes of x: read by every CTA, so cached in L1. Zeros and no access when !pred.
 __device__ __forceinline__ uint4 loadX16(const void* ptr, bool pred) {
@@ -238,154 +140,7 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
   }
 }
 
-// ---- per-format decoding
-// -------------------------------------------------------------------------
-
-// One row's operands for one 32-element block: p[0], p[1] feed the first mma (the lane's k pairs
-// lo, hi), p[2], p[3] the second; s0 / s1 scale the first / second mma's sums (equal except for
-// Q6_K); off multiplies the block's x sum (the affine formats).
-struct Block {
-  uint32_t p[4];
-  float s0, s1, off;
-};
-
-// What the decoders of one row see: its staged span bytes (shared memory, from the span's first
-// byte), and for int4 / fp8 its rows of scales and zeros (global) and the group.
-struct RowSrc {
-  const uint8_t* span;
-  const void* scales;    // this row's scales, or null for a row >= n
-  const uint8_t* zeros;  // this row's zeros (int4)
-};
-
-// Block b of the span (span k offset kSpan * u; the block's global k offset is kb) for the lane
-// with t4 = lane % 4: the lane's 8 elements are k = 8 * t4 + e of the block (4 * t4 + e and
-// 16 + 4 * t4 + e for Q6_K), e = 0..7.
-template <QuantFormat F, typename T>
-__device__ __forceinline__ Block decodeBlock(const RowSrc& r, int b, int t4, int64_t kb,
-                                             int32_t group) {
-  Block o;
-  if constexpr (F == QuantFormat::kInt4) {
-    // 16 bytes a block; byte j holds k = 2j (low nibble) and 2j + 1 (high nibble).
-    const uint32_t v = lds32(r.span + 16 * b + 4 * t4), hv = v >> 4;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      // byte 0 = byte j of v (low nibble: k 2j), byte 2 = byte j of v >> 4 (k 2j + 1).
-      const uint32_t sel =
-          uint32_t(j) | (uint32_t(j) << 4) | (uint32_t(4 + j) << 8) | (uint32_t(4 + j) << 12);
-      o.p[j] = prmt(v, hv, sel) & 0x000f000fu;
-    }
-    uint32_t z = 0;
-    float s = 0.0f;
-    if (r.scales != nullptr) {
-      const int64_t gi = kb / group;
-      s = __half2float(static_cast<const __half*>(r.scales)[gi]);
-      z = r.zeros[gi];
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) o.p[j] = intPair<T>(o.p[j], z);
-    o.s0 = o.s1 = s;
-    o.off = 0.0f;
-  } else if constexpr (F == QuantFormat::kFp8E4M3) {
-    const uint2 v = *reinterpret_cast<const uint2*>(r.span + 32 * b + 8 * t4);
-    o.p[0] = fp8Pair<T>(v.x);
-    o.p[1] = fp8Pair<T>(v.x >> 16);
-    o.p[2] = fp8Pair<T>(v.y);
-    o.p[3] = fp8Pair<T>(v.y >> 16);
-    const float s = r.scales != nullptr ? static_cast<const float*>(r.scales)[kb / group] : 0.0f;
-    o.s0 = o.s1 = s;
-    o.off = 0.0f;
-  } else if constexpr (F == QuantFormat::kGgufQ8_0) {
-    // 34 bytes: d (f16), 32 x int8 q; w = d * q.
-    const uint8_t* blk = r.span + 34 * b;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t h = lds16(blk + 2 + 8 * t4 + 2 * j);
-      if constexpr (std::is_same_v<T, fp16>) {
-        o.p[j] = intPair<T>(spread16(h) ^ 0x00800080u, 128);  // (q + 128) - 128
-      } else {
-        const float q0 = static_cast<float>(static_cast<int8_t>(h & 0xffu));
-        const float q1 = static_cast<float>(static_cast<int8_t>(h >> 8));
-        const __nv_bfloat162 pr = __floats2bfloat162_rn(q0, q1);
-        o.p[j] = *reinterpret_cast<const uint32_t*>(&pr);
-      }
-    }
-    o.s0 = o.s1 = halfAt(blk);
-    o.off = 0.0f;
-  } else if constexpr (F == QuantFormat::kGgufQ4_0 || F == QuantFormat::kGgufQ4_1) {
-    // Q4_0: 18 bytes: d, 16 bytes of nibbles; w = d * (q - 8). Q4_1: 20 bytes: d, m, nibbles;
-    // w = d * q + m. Element j < 16 is the low nibble of byte j, element j + 16 its high nibble.
-    constexpr bool kQ41 = F == QuantFormat::kGgufQ4_1;
-    const uint8_t* blk = r.span + (kQ41 ? 20 : 18) * b;
-    const uint8_t* qs = blk + (kQ41 ? 4 : 2) + 8 * (t4 & 1);
-    const int sh = t4 >= 2 ? 4 : 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t n = (spread16(lds16(qs + 2 * j)) >> sh) & 0x000f000fu;
-      o.p[j] = intPair<T>(n, kQ41 ? 0u : 8u);
-    }
-    o.s0 = o.s1 = halfAt(blk);
-    o.off = kQ41 ? halfAt(blk + 2) : 0.0f;
-  } else if constexpr (F == QuantFormat::kGgufQ4_K || F == QuantFormat::kGgufQ5_K) {
-    // Q4_K: 144 bytes: d, dmin, scales[12], qs[128]; Q5_K: 176 bytes: d, dmin, scales[12],
-    // qh[32], qs[128]. Block b (sub-block b) is chunk c = b / 2 of qs: low nibbles of
-    // qs[32c + l] for even b, high nibbles for odd b; Q5_K's fifth bit is bit b of qh[l].
-    // w = (d * sc) * q - dmin * m with the sub-block's 6-bit sc and m. Both block sizes are
-    // multiples of 16, so the span is 16-byte aligned in shared memory (4-byte reads).
-    constexpr bool kQ5 = F == QuantFormat::kGgufQ5_K;
-    const uint8_t* blk = r.span;
-    const uint8_t* qs = blk + (kQ5 ? 48 : 16) + 32 * (b >> 1) + 8 * t4;
-    const int sh = (b & 1) * 4;
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      const uint32_t v = lds32(qs + 4 * w);
-      const uint32_t qh = kQ5 ? lds32(blk + 16 + 8 * t4 + 4 * w) : 0u;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t sel = h == 0 ? 0x4140u : 0x4342u;  // bytes 2h, 2h + 1 to bits 0, 16
-        uint32_t n = (prmt(v, 0u, sel) >> sh) & 0x000f000fu;
-        if constexpr (kQ5) n |= ((prmt(qh, 0u, sel) >> b) & 0x00010001u) << 4;
-        o.p[2 * w + h] = intPair<T>(n, 0);
-      }
-    }
-    const uint8_t* sc = blk + 4;
-    int scale, min;
-    if (b < 4) {
-      scale = sc[b] & 63;
-      min = sc[b + 4] & 63;
-    } else {
-      scale = (sc[b + 4] & 0x0f) | ((sc[b - 4] >> 6) << 4);
-      min = (sc[b + 4] >> 4) | ((sc[b] >> 6) << 4);
-    }
-    o.s0 = o.s1 = __fmul_rn(halfAt(blk), static_cast<float>(scale));
-    o.off = -__fmul_rn(halfAt(blk + 2), static_cast<float>(min));
-  } else {
-    // Q6_K: 210 bytes: ql[128], qh[64], int8 scales[16], d. Block b = 32-element group kk = b % 4
-    // of half hf = b / 4: element l (0..31) has its low 4 bits in ql[64 hf + 32 (kk & 1) + l]
-    // (low nibble for kk < 2, high for kk >= 2) and its top 2 bits in bits 2kk, 2kk + 1 of
-    // qh[32 hf + l]; w = (d * scales[8 hf + 2 kk + l / 16]) * (q - 32). The lane takes
-    // l = 4 t4 + e (first mma) and 16 + 4 t4 + e (second), e = 0..3.
-    const int hf = b >> 2, kk = b & 3;
-    const uint8_t* ql = r.span + 64 * hf + 32 * (kk & 1) + 4 * t4;
-    const uint8_t* qh = r.span + 128 + 32 * hf + 4 * t4;
-    const int shl = (kk >> 1) * 4, shh = 2 * kk;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int at = (j >> 1) * 16 + (j & 1) * 2;  // l - 4 t4 of the pair's first element
-      const uint32_t lo = (spread16(lds16(ql + at)) >> shl) & 0x000f000fu;
-      const uint32_t hi = (spread16(lds16(qh + at)) >> shh) & 0x00030003u;
-      o.p[j] = intPair<T>(lo | (hi << 4), 32);
-    }
-    const float d = halfAt(r.span + 208);
-    const auto* sc = reinterpret_cast<const int8_t*>(r.span + 192 + 8 * hf + 2 * kk);
-    o.s0 = __fmul_rn(d, static_cast<float>(sc[0]));
-    o.s1 = __fmul_rn(d, static_cast<float>(sc[1]));
-    o.off = 0.0f;
-  }
-  return o;
-}
-
-// ---- the kernel
-// ----------------------------------------------------------------------------------
+// ---- the kernel --------------------------------------------------------------------------------
 
 // T: x / bias element type (bf16 or fp16); Y: y's (T or float); NT: n8 tiles of x rows (1: m <= 8,
 // 2: m <= 16). gridDim = (ceil(n / 16), kSplit), launched as clusters of (1, kSplit, 1) when
@@ -397,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                           const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
                           int32_t k, int32_t group, int64_t rowBytes, int64_t scaleRowElems,
                           int64_t zeroRowBytes) {
-  using Tr = Traits<F>;
+  using Tr = quant::Traits<F>;
   constexpr int kCols = 8 * NT;
   constexpr int kTile = kRows * kCols;
   extern __shared__ __align__(16) uint8_t stage[];  // [warp][stage][row][kStride]
@@ -410,26 +165,19 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int g = lane >> 2, t4 = lane & 3;
   const int split = static_cast<int>(gridDim.y), rank = static_cast<int>(blockIdx.y);
   const int64_t row0 = int64_t{blockIdx.x} * kRows;
-  const int64_t total = int64_t{n} * rowBytes;  // bytes of W
   const int64_t spans = (int64_t{k} + Tr::kSpan - 1) / Tr::kSpan;
   const int64_t stride = int64_t{split} * kWarps;
   const int64_t first = int64_t{rank} * kWarps + warp;  // this warp's first span
   uint8_t* const buf = stage + warp * (kStages * kRows * Tr::kStride);
 
-  // Copies span u of the CTA's 16 rows into stage st: row r's bytes [r * rowBytes + u *
-  // kSpanBytes, + len) by the 16-byte segments holding them (rows >= n: zeros).
+  // Copies span u of the CTA's 16 rows into stage st, by the 16-byte segments holding each row's
+  // span (quant::spanSegment).
   auto issue = [&](int64_t u, int st) {
     uint8_t* dst = buf + st * (kRows * Tr::kStride);
     for (int i = lane; i < kRows * Tr::kSegs; i += 32) {
       const int r = i / Tr::kSegs, s = i - r * Tr::kSegs;
-      const int64_t row = row0 + r;
-      const int64_t at = row * rowBytes + u * Tr::kSpanBytes;  // first byte of the row's span
-      const int64_t len = min64(Tr::kSpanBytes, rowBytes - u * Tr::kSpanBytes);
-      const int64_t seg = (at & ~int64_t{15}) + 16 * s;
-      if (seg >= at + len) continue;  // past the row's span: never read
-      const int64_t avail = row < n ? min64(16, total - seg) : 0;
-      copy16(dst + r * Tr::kStride + 16 * s, avail > 0 ? w + seg : w,
-             static_cast<int>(avail > 0 ? avail : 0));
+      const quant::Segment seg = quant::spanSegment<F>(row0 + r, n, rowBytes, u, s);
+      if (seg.bytes >= 0) copy16(dst + r * Tr::kStride + 16 * s, w + seg.src, seg.bytes);
     }
   };
 
@@ -456,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int h = 0; h < 2; ++h) {
     const bool ok = wr[h] < n;
     if constexpr (F == QuantFormat::kInt4) {
-      src[h].scales = ok ? static_cast<const __half*>(scales) + wr[h] * scaleRowElems : nullptr;
+      src[h].scales = ok ? static_cast<const uint16_t*>(scales) + wr[h] * scaleRowElems : nullptr;
       src[h].zeros = ok ? zeros + wr[h] * zeroRowBytes : nullptr;
     } else if constexpr (F == QuantFormat::kFp8E4M3) {
       src[h].scales = ok ? static_cast<const float*>(scales) + wr[h] * scaleRowElems : nullptr;
@@ -484,8 +232,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const uint8_t* sp = buf + (it % kStages) * (kRows * Tr::kStride);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      src[h].span = sp + (h * 8 + g) * Tr::kStride +
-                    ((wr[h] * rowBytes + u * Tr::kSpanBytes) & 15);  // the segment shift
+      src[h].span = sp + (h * 8 + g) * Tr::kStride + (quant::spanAt<F>(wr[h], rowBytes, u) & 15);
     }
     const int64_t k0 = u * Tr::kSpan;
     const int blocks = static_cast<int>((min64(Tr::kSpan, k - k0) + 31) / 32);
@@ -508,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       Block wb[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        wb[h] = decodeBlock<F, T>(src[h], b, t4, kb, group);
+        wb[h] = quant::decodeBlock<F, T>(src[h], b, t4, kb, group);
         if (!kin) {
 #pragma unroll
           for (int j = 0; j < 4; ++j) wb[h].p[j] = 0;  // k beyond the row: no NaN from padding
@@ -533,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         if constexpr (Tr::kAffine) {
           float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // the block's x sums, columns 2t4, 2t4 + 1
-          const uint32_t one = ones2<T>();
+          const uint32_t one = quant::ones2<T>();
           mma16816<T>(xs, one, one, one, one, xv[t].x, xv[t].y);
           mma16816<T>(xs, one, one, one, one, xv[t].z, xv[t].w);
 #pragma unroll
