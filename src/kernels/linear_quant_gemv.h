@@ -26,7 +26,9 @@ inline constexpr int32_t kQuantGemvStages = 3;  // shared-memory stages per warp
 int32_t quantGemvSpan(QuantFormat format);
 
 // Bytes of one staged span row in shared memory: the span's row bytes rounded up to 16, plus 16
-// (a row's span may start anywhere inside its first 16-byte segment).
+// where a row's span may start inside its first 16-byte segment (the GGUF formats whose blocks
+// are not multiples of 16 bytes), plus 16 more where that leaves an even number of segments (bank
+// conflicts).
 int32_t quantGemvRowStride(QuantFormat format);
 
 // Dynamic shared memory of one CTA of `format`: 8 warps x kQuantGemvStages spans x 16 rows.

@@ -30,7 +30,10 @@ int32_t quantGemvSpan(QuantFormat format) {
 int32_t quantGemvRowStride(QuantFormat format) {
   // The group only matters for the scale rows; the data bytes of a span depend on the format.
   const int64_t spanBytes = dataRowBytes(format, quantGemvSpan(format), 32);
-  return static_cast<int32_t>((spanBytes + 15) / 16 * 16 + 16);
+  const bool aligned = format == QuantFormat::kInt4 || format == QuantFormat::kFp8E4M3 ||
+                       format == QuantFormat::kGgufQ4_K || format == QuantFormat::kGgufQ5_K;
+  const int64_t stride = (spanBytes + 15) / 16 * 16 + (aligned ? 0 : 16);
+  return static_cast<int32_t>((stride / 16) % 2 == 1 ? stride : stride + 16);
 }
 
 int32_t quantGemvSmemBytes(QuantFormat format) {

@@ -40,8 +40,17 @@ struct Traits {
                                     : F == QuantFormat::kGgufQ4_K ? 144
                                     : F == QuantFormat::kGgufQ5_K ? 176
                                                                   : 210;
-  static constexpr int kStride = (kSpanBytes + 15) / 16 * 16 + 16;
-  static constexpr int kSegs = kStride / 16;  // 16-byte segments a staged row may need
+  // Formats whose rows and spans are whole 16-byte segments (k being a multiple of the span or
+  // of 16 bytes): a span starts at a segment (no shift) and never needs an extra segment.
+  static constexpr bool kAligned = F == QuantFormat::kInt4 || F == QuantFormat::kFp8E4M3 ||
+                                   F == QuantFormat::kGgufQ4_K || F == QuantFormat::kGgufQ5_K;
+  // A staged row: the span's bytes rounded up to 16, plus 16 for the shift of the unaligned
+  // formats, plus 16 where that makes an even number of segments: an odd number puts the 8 rows
+  // g of a warp's lanes in 8 different 4-bank groups (no bank conflicts between them).
+  static constexpr int kStrideMin = (kSpanBytes + 15) / 16 * 16 + (kAligned ? 0 : 16);
+  static constexpr int kStride = (kStrideMin / 16) % 2 == 1 ? kStrideMin : kStrideMin + 16;
+  // The 16-byte segments a span's row may need.
+  static constexpr int kSegs = (kSpanBytes + 15) / 16 + (kAligned ? 0 : 1);
   static constexpr bool kSplit4 = F == QuantFormat::kGgufQ6_K;
   static constexpr bool kAffine =
       F == QuantFormat::kGgufQ4_1 || F == QuantFormat::kGgufQ4_K || F == QuantFormat::kGgufQ5_K;

@@ -139,7 +139,11 @@ void checkDecoders(const HostW& w) {
     }
     for (int64_t u = 0; u < spans; ++u) {
       const std::vector<uint8_t> buf = stage<F>(w, row, u);
-      src.span = buf.data() + (kernel::quant::spanAt<F>(row, w.rowBytes, u) & 15);
+      const int64_t shift = kernel::quant::spanAt<F>(row, w.rowBytes, u) & 15;
+      if (Tr::kAligned) {
+        EXPECT_EQ(shift, 0) << "row " << row << " span " << u;
+      }
+      src.span = buf.data() + shift;
       const int64_t k0 = u * Tr::kSpan;
       for (int b = 0; b < Tr::kSpan / 32 && k0 + 32 * b < w.k; ++b) {
         const int64_t kb = k0 + 32 * b;
