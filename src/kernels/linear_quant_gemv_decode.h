@@ -4,7 +4,8 @@
 // definition for the kernel (device code: prmt, packed f16 / bf16 arithmetic, cvt) and for plain
 // g++ (the same bit operations, the packed arithmetic done per half in f32 and rounded to nearest
 // even, which is what the instructions do), so the CPU tests check the decoders against the
-// formats' definition (tests/kernels/test_linear_quant_decode.cpp).
+// formats' definition (tests/kernels/test_linear_quant_decode.cpp). dequant16 (at the end) gives
+// whole elements for the prefill path's dequantization (kernels/quant_dequant.cu).
 //
 // A lane (t4 = lane % 4) of row r gets, for block b of a span, four packed pairs of the mma's
 // input dtype T (bf16 or f16): p[0], p[1] feed the first mma (the fragment's k pairs lo, hi), p[2],
@@ -106,6 +107,22 @@ ES_HOST_DEVICE ES_FORCE_INLINE float mulRn(float a, float b) {
   return __fmul_rn(a, b);
 #else
   return a * b;
+#endif
+}
+
+// a + b / a - b rounded to f32 (see mulRn).
+ES_HOST_DEVICE ES_FORCE_INLINE float addRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+ES_HOST_DEVICE ES_FORCE_INLINE float subRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
 #endif
 }
 
@@ -364,6 +381,124 @@ ES_HOST_DEVICE ES_FORCE_INLINE Block decodeBlock(const RowSrc& r, int b, int t4,
     o.s1 = mulRn(d, static_cast<float>(sc[1]));
   }
   return o;
+}
+
+// ---- whole elements (the prefill path's dequantization) ----------------------------------------
+
+// The f32 value of an FP8 E4M3 byte (0x7f / 0xff NaN), exact: on the device the hardware
+// conversion to f16 (every e4m3 value is an f16 value), then to f32.
+ES_HOST_DEVICE ES_FORCE_INLINE float fp8Float(uint8_t q) {
+#ifdef __CUDA_ARCH__
+  uint32_t h;
+  asm("{\n"
+      "  .reg .b16 lo;\n"
+      "  cvt.u16.u32 lo, %1;\n"
+      "  cvt.rn.f16x2.e4m3x2 %0, lo;\n"
+      "}\n"
+      : "=r"(h)
+      : "r"(uint32_t{q}));
+  return halfToFloat(h & 0xffffu);
+#else
+  return fp8E4M3ToFloat(q);
+#endif
+}
+
+// The 6-bit scale (s) and min (m) of sub-block j of a Q4_K / Q5_K super-block's 12 scale bytes.
+ES_HOST_DEVICE ES_FORCE_INLINE void kScaleMin(const uint8_t* sc, int j, int& s, int& m) {
+  if (j < 4) {
+    s = sc[j] & 63;
+    m = sc[j + 4] & 63;
+  } else {
+    s = (sc[j + 4] & 0x0f) | ((sc[j - 4] >> 6) << 4);
+    m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+  }
+}
+
+// Elements [c0, c0 + 16) of row `row` of W [n, k] (rowBytes: dataRowBytes of the layout), as
+// common/quant_dequant.cpp computes them: the kernels' prefill path (kernels/quant_dequant.cu).
+// c0 is a multiple of 16.
+ES_HOST_DEVICE inline void dequant16(const QuantizedWeightView& w, int64_t k, int64_t rowBytes,
+                                     int64_t row, int64_t c0, float (&v)[16]) {
+  const uint8_t* src = static_cast<const uint8_t*>(w.data) + row * rowBytes;
+  switch (w.format) {
+    case QuantFormat::kInt4: {
+      const int64_t groups = k / w.group, g = c0 / w.group;
+      const float s = halfAt(static_cast<const uint8_t*>(w.scales) + 2 * (row * groups + g));
+      const int z = static_cast<const uint8_t*>(w.zeros)[row * groups + g];
+      for (int e = 0; e < 16; ++e) {
+        const int64_t i = c0 + e;
+        const int q = (i & 1) ? (src[i / 2] >> 4) : (src[i / 2] & 0x0f);
+        v[e] = mulRn(static_cast<float>(q - z), s);
+      }
+      return;
+    }
+    case QuantFormat::kFp8E4M3: {
+      const int64_t groups = (k + w.group - 1) / w.group;
+      const float s = static_cast<const float*>(w.scales)[row * groups + c0 / w.group];
+      for (int e = 0; e < 16; ++e) v[e] = mulRn(fp8Float(src[c0 + e]), s);
+      return;
+    }
+    case QuantFormat::kGgufQ8_0: {
+      const uint8_t* blk = src + c0 / 32 * 34;
+      const float d = halfAt(blk);
+      for (int e = 0; e < 16; ++e) {
+        const int j = static_cast<int>(c0 % 32) + e;
+        v[e] = mulRn(d, static_cast<float>(static_cast<int8_t>(blk[2 + j])));
+      }
+      return;
+    }
+    case QuantFormat::kGgufQ4_0:
+    case QuantFormat::kGgufQ4_1: {
+      const bool q41 = w.format == QuantFormat::kGgufQ4_1;
+      const uint8_t* blk = src + c0 / 32 * (q41 ? 20 : 18);
+      const uint8_t* qs = blk + (q41 ? 4 : 2);
+      const float d = halfAt(blk);
+      const float m = q41 ? halfAt(blk + 2) : 0.0f;
+      for (int e = 0; e < 16; ++e) {
+        const int j = static_cast<int>(c0 % 32) + e;  // element j: low nibble of byte j (< 16)
+        const int nib = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
+        v[e] = q41 ? addRn(mulRn(static_cast<float>(nib), d), m)
+                   : mulRn(static_cast<float>(nib - 8), d);
+      }
+      return;
+    }
+    case QuantFormat::kGgufQ4_K:
+    case QuantFormat::kGgufQ5_K: {
+      const bool q5 = w.format == QuantFormat::kGgufQ5_K;
+      const uint8_t* blk = src + c0 / 256 * (q5 ? 176 : 144);
+      const int l0 = static_cast<int>(c0 % 256);
+      const int sub = l0 / 32, c = sub / 2;  // sub-block, 64-element chunk
+      int sc, mn;
+      kScaleMin(blk + 4, sub, sc, mn);
+      const float d0 = mulRn(halfAt(blk), static_cast<float>(sc));
+      const float min0 = mulRn(halfAt(blk + 2), static_cast<float>(mn));
+      const uint8_t* qs = blk + (q5 ? 48 : 16) + 32 * c;
+      for (int e = 0; e < 16; ++e) {
+        const int l = l0 % 32 + e;
+        int q = (sub & 1) ? (qs[l] >> 4) : (qs[l] & 0x0f);
+        if (q5) q |= ((blk[16 + l] >> sub) & 1) << 4;
+        v[e] = subRn(mulRn(d0, static_cast<float>(q)), min0);
+      }
+      return;
+    }
+    case QuantFormat::kGgufQ6_K: {
+      const uint8_t* blk = src + c0 / 256 * 210;
+      const int l0 = static_cast<int>(c0 % 256);
+      const int hf = l0 / 128, kk = (l0 % 128) / 32;
+      const uint8_t* ql = blk + 64 * hf + 32 * (kk & 1);
+      const uint8_t* qh = blk + 128 + 32 * hf;
+      const int shift = kk < 2 ? 0 : 4;
+      const float d = halfAt(blk + 208);
+      for (int e = 0; e < 16; ++e) {
+        const int l = l0 % 32 + e;
+        const int q = (((ql[l] >> shift) & 0x0f) | (((qh[l] >> (2 * kk)) & 3) << 4)) - 32;
+        const float s =
+            static_cast<float>(static_cast<int8_t>(blk[192 + 8 * hf + 2 * kk + l / 16]));
+        v[e] = mulRn(mulRn(d, s), static_cast<float>(q));
+      }
+      return;
+    }
+  }
 }
 
 }  // namespace es::kernel::quant

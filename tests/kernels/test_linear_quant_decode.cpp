@@ -8,6 +8,7 @@
 //    of W), then every lane's operands for every block; each operand times its scale, plus the
 //    block offset, rounded as the formats' definition rounds, must equal dequantizeRow's value of
 //    the element the lane mapping names, exactly. Rows past n must decode to zeros.
+//  * quant::dequant16 (the prefill path's dequantization kernel): every element, bit for bit.
 //  * The span / shared-memory sizes agree with the decoders' traits; the launcher's kSplit rule;
 //    quantGemvRejection's checks.
 #include <gtest/gtest.h>
@@ -197,6 +198,46 @@ TEST(LinearQuantDecode, EveryFormatMatchesDequantizeRow) {
   checkFormat<QuantFormat::kGgufQ5_K>(256, 5, 1280, rng);
   checkFormat<QuantFormat::kGgufQ6_K>(256, 5, 768, rng);  // 630-byte rows: shifted spans
   checkFormat<QuantFormat::kGgufQ6_K>(256, 3, 1280, rng);
+}
+
+// The prefill path's dequantization: every element of every row, bit for bit dequantizeRow's.
+template <QuantFormat F>
+void checkDequant16(int32_t group, int32_t n, int32_t k, std::mt19937& rng) {
+  const HostW w(F, group, n, k, rng);
+  SCOPED_TRACE(::testing::Message() << quantFormatName(F) << " group " << group << " k " << k);
+  const QuantizedWeightView v{.format = F,
+                              .data = w.data.data(),
+                              .scales = w.scales.empty() ? nullptr : w.scales.data(),
+                              .zeros = w.zeros.empty() ? nullptr : w.zeros.data(),
+                              .group = group};
+  size_t bad = 0;
+  for (int32_t r = 0; r < n; ++r) {
+    for (int32_t c0 = 0; c0 < k; c0 += 16) {
+      float got[16];
+      kernel::quant::dequant16(v, k, w.rowBytes, r, c0, got);
+      for (int e = 0; e < 16; ++e) {
+        const float want = w.values[size_t(r) * k + size_t(c0 + e)];
+        if (std::memcmp(&got[e], &want, 4) != 0 && ++bad <= 5) {
+          ADD_FAILURE() << "row " << r << " k " << c0 + e << ": got " << got[e] << " want " << want;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(LinearQuantDecode, Dequant16MatchesDequantizeRow) {
+  std::mt19937 rng(2);
+  checkDequant16<QuantFormat::kInt4>(32, 3, 96, rng);
+  checkDequant16<QuantFormat::kInt4>(128, 3, 2176, rng);
+  checkDequant16<QuantFormat::kFp8E4M3>(128, 3, 144, rng);
+  checkDequant16<QuantFormat::kFp8E4M3>(1040, 3, 1040, rng);
+  checkDequant16<QuantFormat::kGgufQ8_0>(32, 3, 96, rng);
+  checkDequant16<QuantFormat::kGgufQ4_0>(32, 3, 160, rng);
+  checkDequant16<QuantFormat::kGgufQ4_1>(32, 3, 224, rng);
+  checkDequant16<QuantFormat::kGgufQ4_K>(256, 3, 768, rng);
+  checkDequant16<QuantFormat::kGgufQ5_K>(256, 3, 1280, rng);
+  checkDequant16<QuantFormat::kGgufQ6_K>(256, 3, 768, rng);
 }
 
 // Every fp8 byte (but the NaN codes, which the bf16 path does not keep: see fp8Pair) decodes to
