@@ -213,6 +213,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       src[h].scales = nullptr;
       src[h].zeros = nullptr;
     }
+    src[h].scale = 0.0f;
+    src[h].zeroSub = quant::offsetPair<T>(0);
   }
 
   float acc[NT][4];
@@ -222,6 +224,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
   }
 
+  int32_t groupEnd = 0;  // int4 / fp8: the end of the scale group src[] holds (k grows)
   int it = 0;
   for (int64_t u = first; u < spans; u += stride, ++it) {
     const int64_t next = u + (kStages - 1) * stride;
@@ -236,11 +239,25 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     const int64_t k0 = u * Tr::kSpan;
     const int blocks = static_cast<int>((min64(Tr::kSpan, k - k0) + 31) / 32);
-    for (int b = 0; b < blocks; ++b) {
+    // The lane's x at the span's first block (k offset 8 t4, or 4 t4 for Q6_K).
+    const int64_t xk = k0 + (Tr::kSplit4 ? 4 * t4 : 8 * t4);
+    // Unrolled over the span's blocks (shared-memory and x offsets become constants); only the
+    // last span of a row may have fewer blocks.
+#pragma unroll
+    for (int b = 0; b < Tr::kSpan / 32; ++b) {
+      if (b >= blocks) break;
       const int64_t kb = k0 + 32 * b;
-      // The lane's k offsets; fp8 rows may end 16 k into a block (k % 32 == 16).
-      const int64_t c0 = Tr::kSplit4 ? kb + 4 * t4 : kb + 8 * t4;
-      const bool kin = c0 < k;
+      const int64_t c0 = xk + 32 * b;
+      // Only fp8 rows may end 16 k into a block (k % 32 == 16).
+      const bool kin = F != QuantFormat::kFp8E4M3 || c0 < k;
+      if constexpr (F == QuantFormat::kInt4 || F == QuantFormat::kFp8E4M3) {
+        if (static_cast<int32_t>(kb) >= groupEnd) {  // a new scale group (warp-uniform)
+          const uint32_t gi = static_cast<uint32_t>(kb) / static_cast<uint32_t>(group);
+          quant::loadGroup<F, T>(src[0], gi);
+          quant::loadGroup<F, T>(src[1], gi);
+          groupEnd = static_cast<int32_t>(gi + 1) * group;
+        }
+      }
       uint4 xv[NT];
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
@@ -255,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       Block wb[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        wb[h] = quant::decodeBlock<F, T>(src[h], b, t4, kb, group);
+        wb[h] = quant::decodeBlock<F, T>(src[h], b, t4);
         if (!kin) {
 #pragma unroll
           for (int j = 0; j < 4; ++j) wb[h].p[j] = 0;  // k beyond the row: no NaN from padding

@@ -19,6 +19,10 @@
 #include <cstring>
 #include <type_traits>
 
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#endif
+
 #include "common/dtype.h"
 #include "common/host_device.h"
 #include "common/quant_dequant.h"
@@ -97,7 +101,11 @@ ES_HOST_DEVICE ES_FORCE_INLINE uint32_t load16(const uint8_t* p) {
 #endif
 }
 ES_HOST_DEVICE ES_FORCE_INLINE float halfToFloat(uint32_t bits) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+#else
   return to_float(fp16{static_cast<uint16_t>(bits)});
+#endif
 }
 ES_HOST_DEVICE ES_FORCE_INLINE float halfAt(const uint8_t* p) { return halfToFloat(load16(p)); }
 
@@ -170,11 +178,28 @@ ES_HOST_DEVICE ES_FORCE_INLINE uint32_t sub2(uint32_t a, uint32_t b) {
 #endif
 }
 
-// The packed T pair (u0 - off, u1 - off) for u = u0 | u1 << 16 (u0, u1, off < 128; < 1024 in
-// f16), exact: (M + u) - (M + off) with both terms exact in T.
+// (x & mask) | c in one instruction.
+ES_HOST_DEVICE ES_FORCE_INLINE uint32_t andOr(uint32_t x, uint32_t mask, uint32_t c) {
+#ifdef __CUDA_ARCH__
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(x), "r"(mask), "r"(c));
+  return d;
+#else
+  return (x & mask) | c;
+#endif
+}
+
+// The packed pair M + off, M + off (off < 128; < 1024 in f16): what intPair subtracts.
 template <typename T>
-ES_HOST_DEVICE ES_FORCE_INLINE uint32_t intPair(uint32_t u, uint32_t off) {
-  return sub2<T>(u | magic2<T>(), magic2<T>() | off | (off << 16));
+ES_HOST_DEVICE ES_FORCE_INLINE uint32_t offsetPair(uint32_t off) {
+  return magic2<T>() | off | (off << 16);
+}
+
+// The packed T pair (u0 - off, u1 - off) for u0, u1 the bits of x & mask at bits 0-15 and 16-31
+// (< 128; < 1024 in f16), sub = offsetPair(off), exact: (M + u) - (M + off), both terms exact.
+template <typename T>
+ES_HOST_DEVICE ES_FORCE_INLINE uint32_t intPair(uint32_t x, uint32_t mask, uint32_t sub) {
+  return sub2<T>(andOr(x, mask, magic2<T>()), sub);
 }
 
 // Bytes 0 and 1 of the 16-bit value h moved to bits 0-7 and 16-23.
@@ -265,50 +290,61 @@ struct Block {
 };
 
 // What the decoders of one row see: its staged span bytes (from the span's first byte), and for
-// int4 / fp8 its rows of scales (f16 / f32) and zeros (null for a row >= n: scale 0).
+// int4 / fp8 its rows of scales (f16 / f32) and zeros (null for a row >= n: scale 0) with the
+// scale and zero point of the current group (loadGroup; the zero point as offsetPair(z)).
 struct RowSrc {
   const uint8_t* span;
   const void* scales;
   const uint8_t* zeros;
+  float scale;
+  uint32_t zeroSub;
 };
 
-// Block b of the span for the lane t4; kb is the block's k offset in the row (int4 / fp8 scale
-// groups).
+// int4 / fp8: r.scale and r.zeroSub of group gi (the kernel calls it when a block enters a new
+// group, so each scale is read once per group, not per block).
+// gi: the group's index (kb / group).
 template <QuantFormat F, typename T>
-ES_HOST_DEVICE ES_FORCE_INLINE Block decodeBlock(const RowSrc& r, int b, int t4, int64_t kb,
-                                                 int32_t group) {
+ES_HOST_DEVICE ES_FORCE_INLINE void loadGroup(RowSrc& r, uint32_t gi) {
+  r.scale = 0.0f;
+  r.zeroSub = offsetPair<T>(0);
+  if (r.scales == nullptr) return;
+  if constexpr (F == QuantFormat::kInt4) {
+    r.scale = halfToFloat(static_cast<const uint16_t*>(r.scales)[gi]);
+    r.zeroSub = offsetPair<T>(r.zeros[gi]);
+  } else if constexpr (F == QuantFormat::kFp8E4M3) {
+    r.scale = static_cast<const float*>(r.scales)[gi];
+  }
+}
+
+// Block b of the span for the lane t4 (int4 / fp8: r's group holds the block).
+template <QuantFormat F, typename T>
+ES_HOST_DEVICE ES_FORCE_INLINE Block decodeBlock(const RowSrc& r, int b, int t4) {
   Block o{};
   if constexpr (F == QuantFormat::kInt4) {
     // 16 bytes a block; byte j holds k = 2j (low nibble) and 2j + 1 (high nibble).
     const uint32_t v = load32(r.span + 16 * b + 4 * t4), hv = v >> 4;
-    uint32_t z = 0;
-    float s = 0.0f;
-    if (r.scales != nullptr) {
-      const int64_t gi = kb / group;
-      s = halfToFloat(static_cast<const uint16_t*>(r.scales)[gi]);
-      z = r.zeros[gi];
-    }
     for (int j = 0; j < 4; ++j) {
       // byte 0 = byte j of v (low nibble: k 2j), byte 2 = byte j of v >> 4 (k 2j + 1).
       const uint32_t sel =
           uint32_t(j) | (uint32_t(j) << 4) | (uint32_t(4 + j) << 8) | (uint32_t(4 + j) << 12);
-      o.p[j] = intPair<T>(prmt(v, hv, sel) & 0x000f000fu, z);
+      o.p[j] = intPair<T>(prmt(v, hv, sel), 0x000f000fu, r.zeroSub);
     }
-    o.s0 = o.s1 = s;
+    o.s0 = o.s1 = r.scale;
   } else if constexpr (F == QuantFormat::kFp8E4M3) {
     const uint32_t lo = load32(r.span + 32 * b + 8 * t4), hi = load32(r.span + 32 * b + 8 * t4 + 4);
     o.p[0] = fp8Pair<T>(lo);
     o.p[1] = fp8Pair<T>(lo >> 16);
     o.p[2] = fp8Pair<T>(hi);
     o.p[3] = fp8Pair<T>(hi >> 16);
-    o.s0 = o.s1 = r.scales != nullptr ? static_cast<const float*>(r.scales)[kb / group] : 0.0f;
+    o.s0 = o.s1 = r.scale;
   } else if constexpr (F == QuantFormat::kGgufQ8_0) {
     // 34 bytes: d (f16), 32 x int8 q; w = d * q. Blocks are 2-byte aligned.
     const uint8_t* blk = r.span + 34 * b;
     for (int j = 0; j < 4; ++j) {
       const uint32_t h = load16(blk + 2 + 8 * t4 + 2 * j);
       if constexpr (std::is_same_v<T, fp16>) {
-        o.p[j] = intPair<T>(spread16(h) ^ 0x00800080u, 128);  // (q + 128) - 128
+        // (q + 128) - 128
+        o.p[j] = intPair<T>(spread16(h) ^ 0x00800080u, 0x00ff00ffu, offsetPair<T>(128));
       } else {  // q + 128 does not fit bf16's magic number: through f32 (exact)
         o.p[j] = packPair<T>(static_cast<float>(static_cast<int8_t>(h & 0xffu)),
                              static_cast<float>(static_cast<int8_t>(h >> 8)));
@@ -323,8 +359,8 @@ ES_HOST_DEVICE ES_FORCE_INLINE Block decodeBlock(const RowSrc& r, int b, int t4,
     const uint8_t* qs = blk + (kQ41 ? 4 : 2) + 8 * (t4 & 1);
     const int sh = t4 >= 2 ? 4 : 0;
     for (int j = 0; j < 4; ++j) {
-      const uint32_t n = (spread16(load16(qs + 2 * j)) >> sh) & 0x000f000fu;
-      o.p[j] = intPair<T>(n, kQ41 ? 0u : 8u);
+      o.p[j] = intPair<T>(spread16(load16(qs + 2 * j)) >> sh, 0x000f000fu,
+                          offsetPair<T>(kQ41 ? 0u : 8u));
     }
     o.s0 = o.s1 = halfAt(blk);
     o.off = kQ41 ? halfAt(blk + 2) : 0.0f;
@@ -345,7 +381,7 @@ ES_HOST_DEVICE ES_FORCE_INLINE Block decodeBlock(const RowSrc& r, int b, int t4,
         const uint32_t sel = h == 0 ? 0x4140u : 0x4342u;  // bytes 2h, 2h + 1 to bits 0, 16
         uint32_t n = (prmt(v, 0u, sel) >> sh) & 0x000f000fu;
         if constexpr (kQ5) n |= ((prmt(qh, 0u, sel) >> b) & 0x00010001u) << 4;
-        o.p[2 * w + h] = intPair<T>(n, 0);
+        o.p[2 * w + h] = intPair<T>(n, 0x001f001fu, offsetPair<T>(0));
       }
     }
     const uint8_t* sc = blk + 4;
@@ -373,7 +409,7 @@ ES_HOST_DEVICE ES_FORCE_INLINE Block decodeBlock(const RowSrc& r, int b, int t4,
       const int at = (j >> 1) * 16 + (j & 1) * 2;  // l - 4 t4 of the pair's first element
       const uint32_t lo = (spread16(load16(ql + at)) >> shl) & 0x000f000fu;
       const uint32_t hi = (spread16(load16(qh + at)) >> shh) & 0x00030003u;
-      o.p[j] = intPair<T>(lo | (hi << 4), 32);
+      o.p[j] = intPair<T>(lo | (hi << 4), 0x003f003fu, offsetPair<T>(32));
     }
     const float d = halfAt(r.span + 208);
     const auto* sc = reinterpret_cast<const int8_t*>(r.span + 192 + 8 * hf + 2 * kk);

@@ -149,7 +149,8 @@ void checkDecoders(const HostW& w) {
       for (int b = 0; b < Tr::kSpan / 32 && k0 + 32 * b < w.k; ++b) {
         const int64_t kb = k0 + 32 * b;
         for (int t4 = 0; t4 < 4; ++t4) {
-          const Block o = kernel::quant::decodeBlock<F, T>(src, b, t4, kb, w.group);
+          kernel::quant::loadGroup<F, T>(src, static_cast<uint32_t>(kb / w.group));
+          const Block o = kernel::quant::decodeBlock<F, T>(src, b, t4);
           for (int j = 0; j < 4; ++j) {
             for (int h = 0; h < 2; ++h) {
               const int64_t kk = kb + laneK<F>(t4, j, h);
