@@ -105,10 +105,12 @@ __device__ __forceinline__ uint2 loadX8(const void* ptr, bool pred) {
 }
 
 // cp.async of the 16 bytes at src to dst (shared), of which only the first srcBytes (0-16) are
-// read; the rest of dst is zero-filled. L2 only: W is read once.
+// read; the rest of dst is zero-filled. L2 only: W is read once; the L2 fetches the surrounding
+// 256 bytes, which the warps taking the row's next spans read next.
 __device__ __forceinline__ void copy16(void* dst, const void* src, int srcBytes) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(srcBytes)
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(srcBytes)
                : "memory");
 }
 __device__ __forceinline__ void copyCommit() {
