@@ -10,9 +10,9 @@
 //  * the prefill path (m > 16, and kCublasLt): W dequantized to the input dtype, then cuBLASLt;
 //    its scratch inside a CUDA graph (fits: replays; larger: InvalidArgument);
 //  * rejections (kGemv outside the gemv's domain, a fused norm with a quantized W).
-// y is poisoned (NaN bytes) before every launch. The reference is the double sum of x times the
-// f32 values dequantizeRow gives, plus the bias.
-// Tolerance, per output, with mag = sum |x * w| over k:
+// y is poisoned (0xff bytes: NaN) before every launch. The reference is the double sum of x times
+// the f32 values dequantizeRow gives, plus the bias. Tolerance, per output, with mag = sum |x * w|
+// over k:
 //   gemv, f32 y       2^-18 * mag: f32 accumulation in a different order (mma sums of 16 k, one
 //                     scale product per block, k / 32 block sums and the warp / CTA sums), each
 //                     rounding <= 2^-24 of a partial sum bounded by mag;
@@ -174,6 +174,14 @@ LinearParams paramsFor(const QuantW& w, const void* x, const void* bias, void* y
   return p;
 }
 
+// Every byte of a to 0xff: NaN in f32, f16 and bf16, so an output the kernel does not write fails
+// the comparison.
+template <typename T>
+void poisonNaN(test::DeviceArray<T>& a) {
+  ES_CUDA_CHECK(cudaMemset(a.get(), 0xff, sizeof(T) * a.size()));
+  ES_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 enum class Path { kGemv, kPrefill };
 
 // Runs `launch` on poisoned y (twice: poison, launch, compare) and compares the columns `cols`
@@ -217,7 +225,7 @@ void check(const QuantW& w, const Inputs<T>& in, bool withBias, Path path,
   const LinearParams p = paramsFor(w, in.dX.get(), withBias ? in.dB.get() : nullptr, dY.get(), m,
                                    dtype_of<T>, dtype_of<Y>, LinearAlgo::kAuto);
   for (int rep = 0; rep < 2; ++rep) {
-    dY.poison();
+    poisonNaN(dY);
     launch(p);
     const std::vector<Y> got = dY.download();
     size_t bad = 0;
@@ -353,20 +361,21 @@ TEST(LinearQuantGpu, GemvRowsDoNotDependOnTheOtherRows) {
       const size_t esize = out == DType::kF32 ? 4 : 2;
       test::DeviceArray<uint8_t> y16(size_t(16) * c.n * esize), y1(size_t(c.n) * esize),
           y5(size_t(5) * c.n * esize);
+      poisonNaN(y16);
       kernel::launchLinear(paramsFor(w, full.dX.get(), full.dB.get(), y16.get(), 16, DType::kBF16,
                                      out, LinearAlgo::kAuto),
                            ctx, nullptr);
       const std::vector<uint8_t> all = y16.download();
       size_t bad = 0;
       for (int32_t r = 0; r < 16; ++r) {
-        y1.poison();
+        poisonNaN(y1);
         kernel::launchLinear(paramsFor(w, full.dX.get() + size_t(r) * c.k, full.dB.get(), y1.get(),
                                        1, DType::kBF16, out, LinearAlgo::kAuto),
                              ctx, nullptr);
         const std::vector<uint8_t> row = y1.download();
         bad += !std::equal(row.begin(), row.end(), all.begin() + size_t(r) * c.n * esize);
       }
-      y5.poison();
+      poisonNaN(y5);
       kernel::launchLinear(paramsFor(w, full.dX.get() + size_t(11) * c.k, full.dB.get(), y5.get(),
                                      5, DType::kBF16, out, LinearAlgo::kAuto),
                            ctx, nullptr);
