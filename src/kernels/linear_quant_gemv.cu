@@ -70,7 +70,7 @@ using quant::RowSrc;
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// ---- global loads and copies ------------------------------------------------------------------
+// ---- global loads and copies -------------------------------------------------------------------
 
 // 16 / 8 bytes of x: read by every CTA, so cached in L1. Zeros and no access when !pred.
 __device__ __forceinline__ uint4 loadX16(const void* ptr, bool pred) {

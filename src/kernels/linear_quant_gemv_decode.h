@@ -61,8 +61,7 @@ struct Traits {
       F == QuantFormat::kGgufQ4_1 || F == QuantFormat::kGgufQ4_K || F == QuantFormat::kGgufQ5_K;
 };
 
-// ---- bit and packed-arithmetic helpers
-// -----------------------------------------------------------
+// ---- bit and packed-arithmetic helpers ---------------------------------------------------------
 
 // PTX prmt (default mode): byte i of the result is byte (sel >> 4i) & 7 of {b, a} (0-3: a).
 ES_HOST_DEVICE ES_FORCE_INLINE uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
@@ -207,15 +206,16 @@ ES_HOST_DEVICE ES_FORCE_INLINE uint32_t spread16(uint32_t h) {
   return (h | (h << 8)) & 0x00ff00ffu;
 }
 
-// The FP8 E4M3 pair in bytes 0, 1 of v as a packed T pair, exact (every e4m3 value is a bf16 and
-// an f16 value). f16: cvt.rn.f16x2.e4m3x2 (0x7f / 0xff give NaN). bf16: exponent and mantissa (7
-// bits) to bits 4-10 of each half, the sign to bit 15, which is a bf16 of 2^-120 times the e4m3
-// value (an e4m3 exponent e reads as the bf16 exponent e, bias 127 instead of 7; e = 0 reads as
-// the bf16 subnormal 0.mmm x 2^-126 = 2^-120 x 0.mmm x 2^-6), times 2^120; 0x7f / 0xff give 480,
-// not NaN (checkpoints hold no NaN weights).
+// The FP8 E4M3 pair in bytes 2h, 2h + 1 of w as a packed T pair, exact (every e4m3 value is a
+// bf16 and an f16 value). f16: cvt.rn.f16x2.e4m3x2 (0x7f / 0xff give NaN). bf16: exponent and
+// mantissa (7 bits) to bits 4-10 of each half, the sign to bit 15, which is a bf16 of 2^-120 times
+// the e4m3 value (an e4m3 exponent e reads as the bf16 exponent e, bias 127 instead of 7; e = 0
+// reads as the bf16 subnormal 0.mmm x 2^-126 = 2^-120 x 0.mmm x 2^-6), times 2^120; 0x7f / 0xff
+// give 480, not NaN (checkpoints hold no NaN weights).
 template <typename T>
-ES_HOST_DEVICE ES_FORCE_INLINE uint32_t fp8Pair(uint32_t v) {
+ES_HOST_DEVICE ES_FORCE_INLINE uint32_t fp8Pair(uint32_t w, int h) {
   if constexpr (std::is_same_v<T, fp16>) {
+    const uint32_t v = h == 0 ? w : w >> 16;
 #ifdef __CUDA_ARCH__
     uint32_t d;
     asm("{\n"
@@ -231,22 +231,22 @@ ES_HOST_DEVICE ES_FORCE_INLINE uint32_t fp8Pair(uint32_t v) {
                        fp8E4M3ToFloat(static_cast<uint8_t>((v >> 8) & 0xffu)));
 #endif
   } else {
-    const uint32_t mag = prmt(v & 0x7f7fu, 0u, 0x4140u) << 4;
-    const uint32_t sign = prmt(v, 0u, 0x1404u) & 0x80008000u;
+    // Bytes 2h, 2h + 1 to bits 0-7 / 16-23 (magnitudes) and 8-15 / 24-31 (signs).
+    const uint32_t mag = prmt(w & 0x7f7f7f7fu, 0u, h == 0 ? 0x4140u : 0x4342u) << 4;
+    const uint32_t bits = andOr(prmt(w, 0u, h == 0 ? 0x1404u : 0x3424u), 0x80008000u, mag);
     constexpr uint32_t kTwoTo120 = 0x7b807b80u;  // 2^120 twice in bf16
 #ifdef __CUDA_ARCH__
     uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(mag | sign), "r"(kTwoTo120));
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(bits), "r"(kTwoTo120));
     return d;
 #else
     const float scale = pairHalf<T>(kTwoTo120, 0);
-    return packPair<T>(pairHalf<T>(mag | sign, 0) * scale, pairHalf<T>(mag | sign, 1) * scale);
+    return packPair<T>(pairHalf<T>(bits, 0) * scale, pairHalf<T>(bits, 1) * scale);
 #endif
   }
 }
 
-// ---- staging
-// -------------------------------------------------------------------------------------
+// ---- staging -----------------------------------------------------------------------------------
 
 // Where row `row` of W (rowBytes a row, n rows) keeps span u: its first byte `at` and its length
 // (kSpanBytes, less for the last span of a row whose k is not a multiple of kSpan).
@@ -280,8 +280,7 @@ ES_HOST_DEVICE ES_FORCE_INLINE Segment spanSegment(int64_t row, int64_t n, int64
   return {seg, static_cast<int>(left < 16 ? left : 16)};
 }
 
-// ---- per-format decoding
-// -------------------------------------------------------------------------
+// ---- per-format decoding -----------------------------------------------------------------------
 
 // One row's operands for one 32-element block (see the top).
 struct Block {
@@ -332,10 +331,10 @@ ES_HOST_DEVICE ES_FORCE_INLINE Block decodeBlock(const RowSrc& r, int b, int t4)
     o.s0 = o.s1 = r.scale;
   } else if constexpr (F == QuantFormat::kFp8E4M3) {
     const uint32_t lo = load32(r.span + 32 * b + 8 * t4), hi = load32(r.span + 32 * b + 8 * t4 + 4);
-    o.p[0] = fp8Pair<T>(lo);
-    o.p[1] = fp8Pair<T>(lo >> 16);
-    o.p[2] = fp8Pair<T>(hi);
-    o.p[3] = fp8Pair<T>(hi >> 16);
+    o.p[0] = fp8Pair<T>(lo, 0);
+    o.p[1] = fp8Pair<T>(lo, 1);
+    o.p[2] = fp8Pair<T>(hi, 0);
+    o.p[3] = fp8Pair<T>(hi, 1);
     o.s0 = o.s1 = r.scale;
   } else if constexpr (F == QuantFormat::kGgufQ8_0) {
     // 34 bytes: d (f16), 32 x int8 q; w = d * q. Blocks are 2-byte aligned.

@@ -242,17 +242,26 @@ TEST(LinearQuantDecode, Dequant16MatchesDequantizeRow) {
 }
 
 // Every fp8 byte (but the NaN codes, which the bf16 path does not keep: see fp8Pair) decodes to
-// its value in both operand dtypes.
+// its value in both operand dtypes, in every byte of a word.
 TEST(LinearQuantDecode, Fp8PairEveryByte) {
   for (uint32_t a = 0; a < 256; ++a) {
     if ((a & 0x7f) == 0x7f) continue;
-    const uint32_t v = a | (((a * 37u + 11u) & 0xffu) << 8);
-    const uint32_t b = (v >> 8) & 0xffu;
-    if ((b & 0x7f) == 0x7f) continue;
-    for (int h = 0; h < 2; ++h) {
-      const float want = fp8E4M3ToFloat(static_cast<uint8_t>(h == 0 ? a : b));
-      EXPECT_EQ(kernel::quant::pairHalf<bf16>(kernel::quant::fp8Pair<bf16>(v), h), want) << a;
-      EXPECT_EQ(kernel::quant::pairHalf<fp16>(kernel::quant::fp8Pair<fp16>(v), h), want) << a;
+    for (int at = 0; at < 4; ++at) {
+      // byte `at` is a, the others bytes that are not NaN codes
+      uint32_t w = 0;
+      for (int i = 0; i < 4; ++i) {
+        uint32_t b = i == at ? a : (a * 37u + 11u * uint32_t(i)) & 0xffu;
+        if (i != at && (b & 0x7f) == 0x7f) b ^= 1;
+        w |= b << (8 * i);
+      }
+      for (int i = 0; i < 4; ++i) {
+        const float want = fp8E4M3ToFloat(static_cast<uint8_t>((w >> (8 * i)) & 0xffu));
+        const int pair = i / 2, half = i % 2;
+        EXPECT_EQ(kernel::quant::pairHalf<bf16>(kernel::quant::fp8Pair<bf16>(w, pair), half), want)
+            << std::hex << w << " byte " << i;
+        EXPECT_EQ(kernel::quant::pairHalf<fp16>(kernel::quant::fp8Pair<fp16>(w, pair), half), want)
+            << std::hex << w << " byte " << i;
+      }
     }
   }
 }
