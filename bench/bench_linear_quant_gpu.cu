@@ -11,11 +11,14 @@
 // L2: the weights rotate between C copies with C * |W| >= 4 * L2 (at least 2), so every launch
 // reads a W the previous launches have pushed out of the L2, as in a decode step. Timing: B =
 // max(C, 16) launches captured in one CUDA graph, replayed 3 + 15 times between events; us per
-// call = median replay / B. Random weights (finite scales, no NaN codes); values are not checked
-// here (tests/kernels/test_linear_quant_gpu.cpp does).
+// call = median replay / B. Random weights (finite scales, no NaN codes). Before timing, each
+// quantized (shape, m) compares the gemv's y with the prefill path's (W dequantized to bf16, then
+// cuBLASLt) and prints a MISMATCH line where they differ by more than bf16 rounding of W explains
+// (tests/kernels/test_linear_quant_gpu.cpp checks the values against the CPU reference).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -193,6 +196,23 @@ struct Shape {
   int32_t n, k;
 };
 
+// Outputs (bf16) of a and b that differ by more than 2^-6 of b's largest magnitude: the prefill
+// path rounds every W element to bf16, the gemv does not, so they agree to about 2^-8 of the
+// outputs' scale.
+int64_t countMismatch(const Buffer& a, const Buffer& b, int64_t count) {
+  std::vector<bf16> ha(static_cast<size_t>(count)), hb(static_cast<size_t>(count));
+  ES_CUDA_CHECK(cudaMemcpy(ha.data(), a.data(), size_t(count) * 2, cudaMemcpyDeviceToHost));
+  ES_CUDA_CHECK(cudaMemcpy(hb.data(), b.data(), size_t(count) * 2, cudaMemcpyDeviceToHost));
+  double scale = 0;
+  for (const bf16 v : hb) scale = std::max(scale, double(std::abs(to_float(v))));
+  int64_t bad = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const double d = std::abs(double(to_float(ha[size_t(i)])) - double(to_float(hb[size_t(i)])));
+    if (!(d <= scale / 64)) ++bad;
+  }
+  return bad;
+}
+
 int run() {
   cudaDeviceProp prop{};
   cudaStream_t stream = bench::openDeviceStream("bench_linear_quant_gpu", &prop);
@@ -241,6 +261,7 @@ int run() {
       fillBf16<<<kFillBlocks, 256>>>(x.as<bf16>(), int64_t{m} * s.k, 7u + uint32_t(m));
       ES_CUDA_CHECK_LAUNCH();
       Buffer y = Buffer::allocate(MemorySpace::kDevice, int64_t{m} * s.n * 2);
+      Buffer yRef = Buffer::allocate(MemorySpace::kDevice, int64_t{m} * s.n * 2);
       double denseUs = -1;
       for (const Format& f : formats) {
         const int64_t oneBytes = weightBytes(f, s.n, s.k);
@@ -264,6 +285,20 @@ int run() {
         };
         kernel::launchLinear(params(0), ctx, stream);  // eager first call
         ES_CUDA_CHECK(cudaStreamSynchronize(stream));
+        if (!f.dense) {
+          // The gemv against the prefill path (W dequantized to bf16, cuBLASLt) on copy 0.
+          kernel::LinearParams ref = params(0);
+          ref.y = yRef.data();
+          ref.algo = kernel::LinearAlgo::kCublasLt;
+          kernel::launchLinear(ref, ctx, stream);
+          ES_CUDA_CHECK(cudaStreamSynchronize(stream));
+          const int64_t bad = countMismatch(y, yRef, int64_t{m} * s.n);
+          if (bad != 0) {
+            std::printf("MISMATCH %s %s m=%d: %lld of %lld outputs differ from the prefill path\n",
+                        f.name, s.name, m, static_cast<long long>(bad),
+                        static_cast<long long>(int64_t{m} * s.n));
+          }
+        }
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         ES_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
