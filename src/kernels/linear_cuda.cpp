@@ -1,8 +1,9 @@
 // Linear layer launcher (CUDA builds only): the decode gemv (linear_gemv.cu) where linear.h's
 // dispatch rule picks it, otherwise cuBLASLt as below.
 //
-// A quantized W (LinearParams::quantized) takes the quantized gemv (linear_quant_gemv.cu) for
-// m <= 16 (kAuto where quantGemvRejection accepts p, kGemv always); otherwise (prefill, kCublasLt,
+// A quantized W (LinearParams::quantized) takes the quantized gemv (linear_quant_gemv.cu, which
+// fuses normWeight and accumulate as the dense gemv does) for m <= 16 (kAuto where
+// quantGemvRejection accepts p, kGemv always); otherwise (prefill, kCublasLt,
 // ES_LINEAR_ALGO=cublaslt, or parameters the gemv rejects) W is dequantized into a dense scratch
 // of the input dtype owned by the context (kernels/quant_dequant.h) and cuBLASLt runs on that.
 // That is the first prefill path: it rounds each W element to the input dtype and reads W twice;
@@ -213,11 +214,6 @@ void checkWeightDtype(const LinearParams& p, const char* where) {
 void launchQuantizedLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
   constexpr const char* kWhere = "launchLinear";
   const QuantizedWeightView& q = *p.quantized;
-  if (p.normWeight != nullptr || p.accumulate) {
-    ES_CHECK_ARG(false, kWhere, p.normWeight != nullptr ? "normWeight" : "accumulate", "set",
-                 "is not fused with a quantized W (", quantFormatName(q.format),
-                 "); run launchRmsNorm instead");
-  }
   LinearContext::State& s = context.state();
   const char* why = detail::quantGemvRejection(p);
   if (p.algo == LinearAlgo::kGemv) {
@@ -232,6 +228,13 @@ void launchQuantizedLinear(const LinearParams& p, LinearContext& context, cudaSt
     detail::launchLinearQuantGemv(p, detail::chooseQuantGemvConfig(q.format, p.n, p.k, s.numSms),
                                   stream);
     return;
+  }
+  if (p.normWeight != nullptr || p.accumulate) {  // why the gemv did not take it, for the message
+    ES_CHECK_ARG(false, kWhere, p.normWeight != nullptr ? "normWeight" : "accumulate", "set",
+                 "is fused only by the quantized gemv, which does not take this call (",
+                 quantFormatName(q.format), ": ",
+                 why != nullptr ? why : "m > 16, kCublasLt or ES_LINEAR_ALGO=cublaslt",
+                 "); run launchRmsNorm instead");
   }
   const size_t bytes = static_cast<size_t>(p.n) * static_cast<size_t>(p.k) *
                        static_cast<size_t>(dtype_size(p.dtype));

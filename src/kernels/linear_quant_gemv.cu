@@ -38,8 +38,14 @@
 // output column of an mma depends only on its own row of x: a row's result is the same at every
 // m (row invariance, as the dense gemv).
 //
+// Fused with a decode layer's norms (LinearParams::normWeight / accumulate) as the dense gemv is
+// (linear.h): the input norm multiplies each x chunk by the norm weight as it is loaded, the lanes
+// add the squares of the raw x they load, and those meet beside the partial tiles, so each output
+// gets its row's s = 1 / sqrt(mean(x^2) + eps); the residual add rounds the product, adds it to y
+// and rounds again.
+//
 // PDL: W is never written by the kernel before this one, so the first spans are copied before
-// the PDL wait (pdl.cuh); x is read and y written after it.
+// the PDL wait (pdl.cuh); x (and y, with accumulate) is read and y written after it.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -69,6 +75,27 @@ using quant::Block;
 using quant::RowSrc;
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// The 8 T values of 4 packed pairs as floats (word i holds elements 2i, 2i + 1), and back, rounded.
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4 v, float (&a)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = fwd::toF(T{static_cast<uint16_t>(w[i] & 0xffffu)});
+    a[2 * i + 1] = fwd::toF(T{static_cast<uint16_t>(w[i] >> 16)});
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint4 pack8(const float (&a)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w[i] =
+        uint32_t{fwd::fromF<T>(a[2 * i]).bits} | (uint32_t{fwd::fromF<T>(a[2 * i + 1]).bits} << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
 
 // ---- global loads and copies -------------------------------------------------------------------
 
@@ -147,13 +174,21 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // T: x / bias element type (bf16 or fp16); Y: y's (T or float); NT: n8 tiles of x rows (1: m <= 8,
 // 2: m <= 16). gridDim = (ceil(n / 16), kSplit), launched as clusters of (1, kSplit, 1) when
 // kSplit > 1. Dynamic shared memory: quantGemvSmemBytes(F).
-template <QuantFormat F, typename T, typename Y, int NT>
+// NORM (Y = T): the input RMSNorm with weight normW [k] and normEps fused as in the dense gemv
+// (linear.h): the product is s * (W · round(x * normW)) with s = 1 / sqrt(mean(x^2) + eps) per
+// row of x; each x element is loaded by exactly one lane of the cluster (the lanes with its g and
+// t4, in the warp that takes its span), which adds its square, and the squares meet in shared
+// memory (and across the cluster) in the same fixed order as the products.
+// accumulate (Y = T): y = round(y + round(sum)), the residual add (read after the PDL wait).
+template <QuantFormat F, typename T, typename Y, int NT, bool NORM>
 __global__ void __launch_bounds__(kThreads, 2)
     linearQuantGemvKernel(const T* __restrict__ x, const uint8_t* __restrict__ w,
                           const void* __restrict__ scales, const uint8_t* __restrict__ zeros,
                           const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
                           int32_t k, int32_t group, int64_t rowBytes, int64_t scaleRowElems,
-                          int64_t zeroRowBytes) {
+                          int64_t zeroRowBytes, const T* __restrict__ normW, float normEps,
+                          bool accumulate) {
+  static_assert(!NORM || std::is_same_v<T, Y>, "the fused norm writes the input dtype");
   using Tr = quant::Traits<F>;
   constexpr int kCols = 8 * NT;
   constexpr int kTile = kRows * kCols;
@@ -220,8 +255,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   float acc[NT][4];
+  float sq[NT];  // NORM: the squares of the raw x this lane loaded, row g + 8t
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
+    sq[t] = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[t][i] = 0.0f;
   }
@@ -269,6 +306,29 @@ __global__ void __launch_bounds__(kThreads, 2)
           xv[t] = make_uint4(lo.x, lo.y, hi.x, hi.y);
         } else {
           xv[t] = loadX16(xp[t] + c0, kin && xok[t]);
+        }
+      }
+      if constexpr (NORM) {  // sq += x^2; x <- round(x * normW), normW read as x is
+        uint4 nwv;
+        if constexpr (Tr::kSplit4) {
+          const uint2 lo = loadX8(normW + c0, kin);
+          const uint2 hi = loadX8(normW + c0 + 16, kin);
+          nwv = make_uint4(lo.x, lo.y, hi.x, hi.y);
+        } else {
+          nwv = loadX16(normW + c0, kin);
+        }
+        float nw[8];
+        unpack8<T>(nwv, nw);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          float a[8];
+          unpack8<T>(xv[t], a);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            sq[t] += a[e] * a[e];
+            a[e] = __fmul_rn(a[e], nw[e]);
+          }
+          xv[t] = pack8<T>(a);
         }
       }
       Block wb[2];
@@ -320,6 +380,18 @@ __global__ void __launch_bounds__(kThreads, 2)
     warpPart[warp][col * kRows + g + 8] = acc[t][2];
     warpPart[warp][(col + 1) * kRows + g + 8] = acc[t][3];
   }
+  // NORM: row g + 8t's squares over the warp's 4 lanes of that row, then per warp.
+  __shared__ float sqWarp[NORM ? kWarps : 1][kCols];
+  __shared__ float sqCta[NORM ? kCols : 1];
+  if constexpr (NORM) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float v = sq[t];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (t4 == 0) sqWarp[warp][g + 8 * t] = v;
+    }
+  }
   __syncthreads();
 
   // Tile element e's sum over the CTA's warps / the cluster's CTAs, in fixed (rank, warp) order.
@@ -335,12 +407,35 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int q = 0; q < split; ++q) s += cluster.map_shared_rank(ctaPart, q)[e];
     return s;
   };
+  // NORM: row col's squares over the CTA's warps / the cluster's CTAs, in (rank, warp) order, and
+  // its RMSNorm scale.
+  auto ctaSqSum = [&](int col) {
+    float v = sqWarp[0][col];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) v += sqWarp[q][col];
+    return v;
+  };
+  auto rowScale = [&](int col) {
+    float v = 0.0f;
+    if (split == 1) {
+      v = ctaSqSum(col);
+    } else {
+      for (int q = 0; q < split; ++q) v += cluster.map_shared_rank(sqCta, q)[col];
+    }
+    return 1.0f / sqrtf(v / static_cast<float>(k) + normEps);
+  };
   auto finish = [&](int e, float sum) {
     const int col = e / kRows, row = e - col * kRows;
     const int64_t j = row0 + row;
     if (col < m && j < n) {
+      if constexpr (NORM) sum = __fmul_rn(sum, rowScale(col));
       if (bias != nullptr) sum = __fadd_rn(sum, fwd::toF(bias[j]));
-      y[int64_t{col} * n + j] = fwd::fromF<Y>(sum);
+      Y* out = y + int64_t{col} * n + j;
+      if (accumulate) {  // Y = T (quantGemvRejection)
+        *out = fwd::fromF<Y>(__fadd_rn(fwd::toF(*out), fwd::toF(fwd::fromF<Y>(sum))));
+      } else {
+        *out = fwd::fromF<Y>(sum);
+      }
     }
   };
   if (split == 1) {
@@ -348,20 +443,23 @@ __global__ void __launch_bounds__(kThreads, 2)
     return;
   }
   for (int e = threadIdx.x; e < kTile; e += kThreads) ctaPart[e] = ctaSum(e);
-  cluster.sync();  // every CTA's ctaPart is complete and visible to the cluster
+  if constexpr (NORM) {
+    if (threadIdx.x < kCols) sqCta[threadIdx.x] = ctaSqSum(threadIdx.x);
+  }
+  cluster.sync();  // every CTA's ctaPart (and sqCta) is complete and visible to the cluster
   for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < kTile; e += split * kThreads) {
     finish(e, clusterSum(e));
   }
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
-template <QuantFormat F, typename T, typename Y, int NT>
+template <QuantFormat F, typename T, typename Y, int NT, bool NORM>
 void launchTyped(const LinearParams& p, const detail::QuantGemvConfig& cfg, cudaStream_t stream) {
   const QuantizedWeightView& q = *p.quantized;
   const int32_t split = cfg.kSplit;
   const int64_t tiles = (int64_t{p.n} + kRows - 1) / kRows;
   const int smem = detail::quantGemvSmemBytes(F);
-  auto kernel = linearQuantGemvKernel<F, T, Y, NT>;
+  auto kernel = linearQuantGemvKernel<F, T, Y, NT, NORM>;
   // Above 48 KB a kernel's dynamic shared memory must be allowed first (once per instance).
   static const bool allowed = [&] {
     ES_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -394,22 +492,28 @@ void launchTyped(const LinearParams& p, const detail::QuantGemvConfig& cfg, cuda
       static_cast<const uint8_t*>(q.zeros), static_cast<const T*>(p.bias), static_cast<Y*>(p.y),
       p.m, p.n, p.k, q.group, dataRowBytes(q.format, p.k, q.group),
       scaleRowBytes(q.format, p.k, q.group) / (q.format == QuantFormat::kFp8E4M3 ? 4 : 2),
-      zeroRowBytes(q.format, p.k, q.group)));
+      zeroRowBytes(q.format, p.k, q.group), static_cast<const T*>(p.normWeight), p.normEps,
+      p.accumulate));
 }
 
 template <QuantFormat F, typename T>
 void launchOut(const LinearParams& p, const detail::QuantGemvConfig& cfg, cudaStream_t stream) {
   const bool twoTiles = p.m > 8;
-  if (p.outDtype == DType::kF32) {
+  if (p.normWeight != nullptr) {  // outDtype == dtype (quantGemvRejection)
     if (twoTiles)
-      launchTyped<F, T, float, 2>(p, cfg, stream);
+      launchTyped<F, T, T, 2, true>(p, cfg, stream);
     else
-      launchTyped<F, T, float, 1>(p, cfg, stream);
+      launchTyped<F, T, T, 1, true>(p, cfg, stream);
+  } else if (p.outDtype == DType::kF32) {
+    if (twoTiles)
+      launchTyped<F, T, float, 2, false>(p, cfg, stream);
+    else
+      launchTyped<F, T, float, 1, false>(p, cfg, stream);
   } else {
     if (twoTiles)
-      launchTyped<F, T, T, 2>(p, cfg, stream);
+      launchTyped<F, T, T, 2, false>(p, cfg, stream);
     else
-      launchTyped<F, T, T, 1>(p, cfg, stream);
+      launchTyped<F, T, T, 1, false>(p, cfg, stream);
   }
 }
 

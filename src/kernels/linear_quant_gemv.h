@@ -46,8 +46,9 @@ QuantGemvConfig chooseQuantGemvConfig(QuantFormat format, int32_t n, int32_t k, 
 
 // Why the quantized gemv cannot run p (a short requirement naming the limit, e.g. "k must be a
 // multiple of 16"), or nullptr when it can. Host-only checks: p.quantized set with a valid layout,
-// bf16 / f16 x, 1 <= m <= 16, the alignments of x, y, bias and the quantized arrays, no fused
-// norm or residual add (linear_quant_gemv_args.cpp).
+// bf16 / f16 x, 1 <= m <= 16, k % 16 == 0, the alignments of x, y, bias, normWeight and the
+// quantized arrays, y in the input dtype with a fused norm or residual add (normWeight,
+// accumulate: fused as the dense gemv fuses them, linear.h) (linear_quant_gemv_args.cpp).
 const char* quantGemvRejection(const LinearParams& p);
 
 // Validates p (validate + quantGemvRejection) and cfg, then launches (linear_quant_gemv.cu, CUDA

@@ -64,9 +64,11 @@ const char* quantGemvRejection(const LinearParams& p) {
   if (p.m < 1 || p.m > 16) return "m must be in [1, 16]";
   if (p.n < 1) return "n must be > 0";
   if (p.k % 16 != 0) return "k must be a multiple of 16";
-  if (p.normWeight != nullptr) return "normWeight is not fused with a quantized W";
-  if (p.accumulate) return "accumulate is not fused with a quantized W";
+  if ((p.normWeight != nullptr || p.accumulate) && p.outDtype != p.dtype) {
+    return "outDtype must be dtype with normWeight or accumulate";
+  }
   if (!alignedTo(p.x, 16)) return "x must be 16-byte aligned";
+  if (!alignedTo(p.normWeight, 16)) return "normWeight must be 16-byte aligned";
   if (!alignedTo(p.y, static_cast<uintptr_t>(dtype_size(p.outDtype)))) {
     return "y must be aligned to its element size";
   }

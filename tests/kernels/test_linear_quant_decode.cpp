@@ -331,8 +331,25 @@ TEST(LinearQuantDecode, Rejections) {
   rejects([](kernel::LinearParams& q) { q.quantized->scales = bytes + 1026; }, "scales");
   rejects([](kernel::LinearParams& q) { q.quantized->scales = nullptr; }, "no scales");
   rejects([](kernel::LinearParams& q) { q.quantized->group = 64; }, "fp8 group 64");
-  rejects([](kernel::LinearParams& q) { q.normWeight = bytes; }, "norm");
-  rejects([](kernel::LinearParams& q) { q.accumulate = true; }, "accumulate");
+  rejects(
+      [](kernel::LinearParams& q) {
+        q.normWeight = bytes;
+        q.outDtype = DType::kF32;
+      },
+      "norm with f32 y");
+  rejects(
+      [](kernel::LinearParams& q) {
+        q.accumulate = true;
+        q.outDtype = DType::kF32;
+      },
+      "accumulate with f32 y");
+  rejects([](kernel::LinearParams& q) { q.normWeight = bytes + 2; }, "normWeight misaligned");
+  {
+    kernel::LinearParams q = p;
+    q.normWeight = bytes;
+    q.accumulate = true;
+    EXPECT_EQ(kernel::detail::quantGemvRejection(q), nullptr) << "fused norm and residual add";
+  }
   rejects(
       [](kernel::LinearParams& q) {
         q.quantized = QuantizedWeightView{

@@ -9,7 +9,9 @@
 //    row of a 16-row call equals the 1-row call on that row, bit for bit);
 //  * the prefill path (m > 16, and kCublasLt): W dequantized to the input dtype, then cuBLASLt;
 //    its scratch inside a CUDA graph (fits: replays; larger: InvalidArgument);
-//  * rejections (kGemv outside the gemv's domain, a fused norm with a quantized W).
+//  * the fused input RMSNorm and residual add (normWeight, accumulate) of a decode layer, against
+//    their definition in linear.h, and their row invariance;
+//  * rejections (kGemv outside the gemv's domain, a fused norm where the gemv does not run).
 // y is poisoned (0xff bytes: NaN) before every launch. The reference is the double sum of x times
 // the f32 values dequantizeRow gives, plus the bias. Tolerance, per output, with mag = sum |x * w|
 // over k:
@@ -450,6 +452,115 @@ TEST(LinearQuantGpu, CapturedInAGraph) {
   ES_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// The fused input norm (normWeight: s * (W · round(x * normWeight)), s = 1 / sqrt(mean(x^2) +
+// eps) per row) and residual add (accumulate: y = round(y + round(product))), as linear.h defines
+// them for the gemv, against a double reference of that definition; then row invariance with both.
+// Tolerance: as above with mag = s * sum |round(x * nw) * w|, plus 2^-18 |product| for s (an f32
+// sum of squares and a square root), and with accumulate half an ulp of the product's rounding
+// and of the sum's.
+TEST(LinearQuantGpu, GemvFusedNormAndResidual) {
+  ES_SKIP_IF_NO_GPU();
+  kernel::LinearContext ctx;
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  const Case cases[] = {{QuantFormat::kInt4, 128, 300, 4096},
+                        {QuantFormat::kFp8E4M3, 128, 37, 2064},
+                        {QuantFormat::kGgufQ4_K, 256, 64, 12288},  // kSplit 2: a cluster
+                        {QuantFormat::kGgufQ6_K, 256, 37, 1280},
+                        {QuantFormat::kGgufQ4_1, 32, 37, 224}};
+  for (const Case& c : cases) {
+    const QuantW w(c.format, c.group, c.n, c.k, rng);
+    std::vector<bf16> nw(size_t(c.k));
+    for (auto& v : nw) v = to_bf16(1.0f + 0.5f * unit(rng));
+    const test::DeviceArray<bf16> dNw(nw);
+    const float eps = 1e-6f;
+    for (int32_t m : {1, 5, 16}) {
+      const Inputs<bf16> in(m, c.n, c.k, rng);
+      std::vector<bf16> y0(size_t(m) * c.n);
+      for (auto& v : y0) v = to_bf16(4.0f * unit(rng));
+      for (bool acc : {false, true}) {
+        for (bool withBias : {false, true}) {
+          SCOPED_TRACE(::testing::Message()
+                       << quantFormatName(c.format) << " m " << m << " n " << c.n << " k " << c.k
+                       << " accumulate " << acc << " bias " << withBias);
+          test::DeviceArray<bf16> dY(size_t(m) * c.n);
+          poisonNaN(dY);
+          if (acc) dY.upload(y0);
+          LinearParams p = paramsFor(w, in.dX.get(), withBias ? in.dB.get() : nullptr, dY.get(), m,
+                                     DType::kBF16, DType::kBF16, LinearAlgo::kAuto);
+          p.normWeight = dNw.get();
+          p.normEps = eps;
+          p.accumulate = acc;
+          kernel::launchLinear(p, ctx, nullptr);
+          const std::vector<bf16> got = dY.download();
+          size_t bad = 0;
+          for (int32_t i = 0; i < m; ++i) {
+            const bf16* xr = in.x.data() + size_t(i) * c.k;
+            double ss = 0;
+            std::vector<double> xn(size_t(c.k));
+            for (int32_t kk = 0; kk < c.k; ++kk) {
+              const float xv = to_float(xr[kk]);
+              ss += double(xv) * xv;
+              xn[size_t(kk)] = to_float(to_bf16(xv * to_float(nw[size_t(kk)])));
+            }
+            const double scale = 1.0 / std::sqrt(ss / c.k + eps);
+            for (int32_t j = 0; j < c.n; ++j) {
+              const float* wr = w.values.data() + size_t(j) * c.k;
+              double sum = 0, mag = 0;
+              for (int32_t kk = 0; kk < c.k; ++kk) {
+                sum += xn[size_t(kk)] * wr[kk];
+                mag += std::abs(xn[size_t(kk)] * wr[kk]);
+              }
+              sum *= scale;
+              mag *= scale;
+              if (withBias) sum += to_float(in.bias[size_t(j)]);
+              const double before = acc ? to_float(y0[size_t(i) * c.n + j]) : 0.0;
+              const double want = before + sum;
+              const double half = std::ldexp(1.0, -8);
+              const double allowed = 2 * std::ldexp(mag, -18) + std::ldexp(std::abs(sum), -18) +
+                                     half * std::abs(want) + (acc ? half * std::abs(sum) : 0.0) +
+                                     1e-30;
+              const double g = to_float(got[size_t(i) * c.n + j]);
+              if (!(std::abs(g - want) <= allowed) && ++bad <= 5) {
+                ADD_FAILURE() << "y[" << i << "," << j << "] got " << g << " want " << want
+                              << " (allowed " << allowed << ")";
+              }
+            }
+          }
+          EXPECT_EQ(bad, 0u);
+        }
+      }
+    }
+    // Row invariance with the fused norm and residual add: the rows of a 16-row call equal 1-row
+    // calls bit for bit.
+    const Inputs<bf16> full(16, c.n, c.k, rng);
+    std::vector<bf16> y0(size_t(16) * c.n);
+    for (auto& v : y0) v = to_bf16(4.0f * unit(rng));
+    test::DeviceArray<bf16> y16(y0);
+    LinearParams p = paramsFor(w, full.dX.get(), full.dB.get(), y16.get(), 16, DType::kBF16,
+                               DType::kBF16, LinearAlgo::kAuto);
+    p.normWeight = dNw.get();
+    p.accumulate = true;
+    kernel::launchLinear(p, ctx, nullptr);
+    const std::vector<bf16> all = y16.download();
+    size_t bad = 0;
+    for (int32_t r = 0; r < 16; ++r) {
+      const std::vector<bf16> before(y0.begin() + size_t(r) * c.n,
+                                     y0.begin() + size_t(r + 1) * c.n);
+      test::DeviceArray<bf16> y1(before);
+      LinearParams one = p;
+      one.x = full.dX.get() + size_t(r) * c.k;
+      one.y = y1.get();
+      one.m = 1;
+      kernel::launchLinear(one, ctx, nullptr);
+      const std::vector<bf16> row = y1.download();
+      for (int32_t j = 0; j < c.n; ++j) bad += row[size_t(j)].bits != all[size_t(r) * c.n + j].bits;
+    }
+    EXPECT_EQ(bad, 0u) << quantFormatName(c.format)
+                       << ": fused rows differing from the 16-row call";
+  }
+}
+
 TEST(LinearQuantGpu, Rejections) {
   ES_SKIP_IF_NO_GPU();
   kernel::LinearContext ctx;
@@ -465,11 +576,17 @@ TEST(LinearQuantGpu, Rejections) {
   p.algo = LinearAlgo::kAuto;  // ... which kAuto sends to the prefill path instead
   EXPECT_NO_THROW(kernel::launchLinear(p, ctx, nullptr));
   ES_CUDA_CHECK(cudaDeviceSynchronize());
-  LinearParams norm =
-      paramsFor(w, xb.dX.get(), nullptr, y.get(), 2, DType::kBF16, DType::kBF16, LinearAlgo::kAuto);
+  // A fused norm where the gemv does not run (m > 16; kCublasLt).
+  const Inputs<bf16> x20(20, w.n, w.k, rng);
+  test::DeviceArray<bf16> y20(size_t(20) * w.n);
+  LinearParams norm = paramsFor(w, x20.dX.get(), nullptr, y20.get(), 20, DType::kBF16, DType::kBF16,
+                                LinearAlgo::kAuto);
   const std::vector<bf16> ones(size_t(w.k), to_bf16(1.0f));
   const test::DeviceArray<bf16> normW(ones);
   norm.normWeight = normW.get();
+  EXPECT_THROW(kernel::launchLinear(norm, ctx, nullptr), InvalidArgument);
+  norm.m = 2;
+  norm.algo = LinearAlgo::kCublasLt;
   EXPECT_THROW(kernel::launchLinear(norm, ctx, nullptr), InvalidArgument);
   LinearParams many = norm;
   many.normWeight = nullptr;
