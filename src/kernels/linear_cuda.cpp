@@ -2,10 +2,11 @@
 // dispatch rule picks it, otherwise cuBLASLt as below.
 //
 // A quantized W (LinearParams::quantized) takes the quantized gemv (linear_quant_gemv.cu, which
-// fuses normWeight and accumulate as the dense gemv does) for m <= 16 (kAuto where
-// quantGemvRejection accepts p, kGemv always); otherwise (prefill, kCublasLt,
-// ES_LINEAR_ALGO=cublaslt, or parameters the gemv rejects) W is dequantized into a dense scratch
-// of the input dtype owned by the context (kernels/quant_dequant.h) and cuBLASLt runs on that.
+// fuses normWeight, accumulate and, for launchGateUpSwiglu, SwiGLU as the dense gemv does) for
+// m <= 16 (kAuto where quantGemvRejection accepts p, kGemv always); otherwise (prefill,
+// kCublasLt, ES_LINEAR_ALGO=cublaslt, or parameters the gemv rejects) W is dequantized into a
+// dense scratch of the input dtype owned by the context (kernels/quant_dequant.h) and cuBLASLt
+// runs on that.
 // That is the first prefill path: it rounds each W element to the input dtype and reads W twice;
 // a tensor-core GEMM straight from the packed bytes is later work. The scratch grows at eager
 // calls only: a larger one needed while the stream is being captured into a CUDA graph is an
@@ -209,6 +210,14 @@ void checkWeightDtype(const LinearParams& p, const char* where) {
                ") on the GPU: mixed W and x dtypes are the CPU reference's");
 }
 
+// launchLinear's dispatch for a quantized W: the quantized gemv for kGemv (which throws where
+// unsupported) and for kAuto inside its domain, else the prefill path.
+bool takesQuantGemv(const LinearParams& p) {
+  if (p.algo == LinearAlgo::kGemv) return true;
+  return p.algo == LinearAlgo::kAuto && !debug::linearAutoTakesCublasLt() &&
+         p.m <= kGemvAutoMaxRows && detail::quantGemvRejection(p) == nullptr;
+}
+
 // launchLinear for a quantized W (see the top): the quantized gemv, or dequantization into the
 // context's scratch and cuBLASLt.
 void launchQuantizedLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
@@ -221,10 +230,7 @@ void launchQuantizedLinear(const LinearParams& p, LinearContext& context, cudaSt
                  "needs the quantized gemv, which does not take this call (",
                  quantFormatName(q.format), "): ", why != nullptr ? why : "");
   }
-  const bool gemv = p.algo == LinearAlgo::kGemv ||
-                    (p.algo == LinearAlgo::kAuto && !debug::linearAutoTakesCublasLt() &&
-                     p.m <= kGemvAutoMaxRows && why == nullptr);
-  if (gemv) {
+  if (takesQuantGemv(p)) {
     detail::launchLinearQuantGemv(p, detail::chooseQuantGemvConfig(q.format, p.n, p.k, s.numSms),
                                   stream);
     return;
@@ -333,6 +339,15 @@ void launchGateUpSwiglu(const GateUpSwigluParams& p, LinearContext& context, cud
     // The configuration of the plain [m, n] gemv: every gate and up output is summed as there.
     const detail::GemvConfig cfg = detail::chooseGemvConfig(l.n, l.k, context.state().numSms);
     detail::launchLinearGemv(fused, cfg, stream, detail::GemvEpilogue::kSwiglu);
+    return;
+  }
+  if (p.layout == GateUpLayout::kInterleaved8 && l.quantized && takesQuantGemv(l)) {
+    LinearParams fused = l;
+    fused.y = p.out;  // [m, n / 2]: the epilogue's output
+    // The configuration of the plain [m, n] call: every gate and up output is summed as there.
+    const detail::QuantGemvConfig cfg =
+        detail::chooseQuantGemvConfig(l.quantized->format, l.n, l.k, context.state().numSms);
+    detail::launchLinearQuantGemv(fused, cfg, stream, detail::GemvEpilogue::kSwiglu);
     return;
   }
   launchLinear(l, context, stream);

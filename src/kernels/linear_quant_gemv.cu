@@ -180,6 +180,10 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // t4, in the warp that takes its span), which adds its square, and the squares meet in shared
 // memory (and across the cluster) in the same fixed order as the products.
 // accumulate (Y = T): y = round(y + round(sum)), the residual add (read after the PDL wait).
+// swiglu (Y = T, GemvEpilogue::kSwiglu): W holds gate/up rows in GateUpLayout::kInterleaved8 (n %
+// 16 == 0), so rows 16t + i and 16t + 8 + i (i < 8) of a CTA's tile are the gate and up rows of
+// feature 8t + i: y [m, n / 2] gets silu(gate) * up with gate and up first rounded to T as the
+// plain kernel stores them, bit for bit the plain kernel followed by launchSwiglu.
 template <QuantFormat F, typename T, typename Y, int NT, bool NORM>
 __global__ void __launch_bounds__(kThreads, 2)
     linearQuantGemvKernel(const T* __restrict__ x, const uint8_t* __restrict__ w,
@@ -187,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                           const T* __restrict__ bias, Y* __restrict__ y, int32_t m, int32_t n,
                           int32_t k, int32_t group, int64_t rowBytes, int64_t scaleRowElems,
                           int64_t zeroRowBytes, const T* __restrict__ normW, float normEps,
-                          bool accumulate) {
+                          bool accumulate, bool swiglu) {
   static_assert(!NORM || std::is_same_v<T, Y>, "the fused norm writes the input dtype");
   using Tr = quant::Traits<F>;
   constexpr int kCols = 8 * NT;
@@ -424,10 +428,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     return 1.0f / sqrtf(v / static_cast<float>(k) + normEps);
   };
-  auto finish = [&](int e, float sum) {
-    const int col = e / kRows, row = e - col * kRows;
-    const int64_t j = row0 + row;
-    if (col < m && j < n) {
+  // Output item h: without swiglu tile element h, y[col, row0 + row] = round(sum + bias) (sum
+  // scaled by the row's RMSNorm scale with NORM); with it the (gate, up) pair h of the tile's 8
+  // pairs per column.
+  auto finish = [&](int h, auto&& sumOf) {
+    if (!swiglu) {
+      const int col = h / kRows, row = h - col * kRows;
+      const int64_t j = row0 + row;
+      if (col >= m || j >= n) return;
+      float sum = sumOf(h);
       if constexpr (NORM) sum = __fmul_rn(sum, rowScale(col));
       if (bias != nullptr) sum = __fadd_rn(sum, fwd::toF(bias[j]));
       Y* out = y + int64_t{col} * n + j;
@@ -436,10 +445,28 @@ __global__ void __launch_bounds__(kThreads, 2)
       } else {
         *out = fwd::fromF<Y>(sum);
       }
+    } else {
+      const int col = h / 8, row = h - col * 8;  // the gate row; its up row is row + 8
+      const int64_t j = row0 + row;
+      if (col >= m || j >= n) return;  // n % 16 == 0: the up row j + 8 < n too
+      float g = sumOf(col * kRows + row), u = sumOf(col * kRows + row + 8);
+      if constexpr (NORM) {
+        const float scale = rowScale(col);
+        g = __fmul_rn(g, scale);
+        u = __fmul_rn(u, scale);
+      }
+      if (bias != nullptr) {
+        g = __fadd_rn(g, fwd::toF(bias[j]));
+        u = __fadd_rn(u, fwd::toF(bias[j + 8]));
+      }
+      g = fwd::toF(fwd::fromF<Y>(g));  // the plain kernel's rounding of y
+      u = fwd::toF(fwd::fromF<Y>(u));
+      y[int64_t{col} * (n / 2) + row0 / 2 + row] = fwd::fromF<Y>(fwd::siluTimes(g, u));
     }
   };
+  const int items = swiglu ? kTile / 2 : kTile;
   if (split == 1) {
-    for (int e = threadIdx.x; e < kTile; e += kThreads) finish(e, ctaSum(e));
+    for (int h = threadIdx.x; h < items; h += kThreads) finish(h, ctaSum);
     return;
   }
   for (int e = threadIdx.x; e < kTile; e += kThreads) ctaPart[e] = ctaSum(e);
@@ -447,14 +474,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (threadIdx.x < kCols) sqCta[threadIdx.x] = ctaSqSum(threadIdx.x);
   }
   cluster.sync();  // every CTA's ctaPart (and sqCta) is complete and visible to the cluster
-  for (int e = rank * kThreads + static_cast<int>(threadIdx.x); e < kTile; e += split * kThreads) {
-    finish(e, clusterSum(e));
+  for (int h = rank * kThreads + static_cast<int>(threadIdx.x); h < items; h += split * kThreads) {
+    finish(h, clusterSum);
   }
   cluster.sync();  // no CTA exits while another may still read its shared memory
 }
 
 template <QuantFormat F, typename T, typename Y, int NT, bool NORM>
-void launchTyped(const LinearParams& p, const detail::QuantGemvConfig& cfg, cudaStream_t stream) {
+void launchTyped(const LinearParams& p, const detail::QuantGemvConfig& cfg, bool swiglu,
+                 cudaStream_t stream) {
   const QuantizedWeightView& q = *p.quantized;
   const int32_t split = cfg.kSplit;
   const int64_t tiles = (int64_t{p.n} + kRows - 1) / kRows;
@@ -493,43 +521,46 @@ void launchTyped(const LinearParams& p, const detail::QuantGemvConfig& cfg, cuda
       p.m, p.n, p.k, q.group, dataRowBytes(q.format, p.k, q.group),
       scaleRowBytes(q.format, p.k, q.group) / (q.format == QuantFormat::kFp8E4M3 ? 4 : 2),
       zeroRowBytes(q.format, p.k, q.group), static_cast<const T*>(p.normWeight), p.normEps,
-      p.accumulate));
+      p.accumulate, swiglu));
 }
 
 template <QuantFormat F, typename T>
-void launchOut(const LinearParams& p, const detail::QuantGemvConfig& cfg, cudaStream_t stream) {
+void launchOut(const LinearParams& p, const detail::QuantGemvConfig& cfg, bool swiglu,
+               cudaStream_t stream) {
   const bool twoTiles = p.m > 8;
   if (p.normWeight != nullptr) {  // outDtype == dtype (quantGemvRejection)
     if (twoTiles)
-      launchTyped<F, T, T, 2, true>(p, cfg, stream);
+      launchTyped<F, T, T, 2, true>(p, cfg, swiglu, stream);
     else
-      launchTyped<F, T, T, 1, true>(p, cfg, stream);
+      launchTyped<F, T, T, 1, true>(p, cfg, swiglu, stream);
   } else if (p.outDtype == DType::kF32) {
     if (twoTiles)
-      launchTyped<F, T, float, 2, false>(p, cfg, stream);
+      launchTyped<F, T, float, 2, false>(p, cfg, swiglu, stream);
     else
-      launchTyped<F, T, float, 1, false>(p, cfg, stream);
+      launchTyped<F, T, float, 1, false>(p, cfg, swiglu, stream);
   } else {
     if (twoTiles)
-      launchTyped<F, T, T, 2, false>(p, cfg, stream);
+      launchTyped<F, T, T, 2, false>(p, cfg, swiglu, stream);
     else
-      launchTyped<F, T, T, 1, false>(p, cfg, stream);
+      launchTyped<F, T, T, 1, false>(p, cfg, swiglu, stream);
   }
 }
 
 template <QuantFormat F>
-void launchFormat(const LinearParams& p, const detail::QuantGemvConfig& cfg, cudaStream_t stream) {
+void launchFormat(const LinearParams& p, const detail::QuantGemvConfig& cfg, bool swiglu,
+                  cudaStream_t stream) {
   if (p.dtype == DType::kBF16)
-    launchOut<F, bf16>(p, cfg, stream);
+    launchOut<F, bf16>(p, cfg, swiglu, stream);
   else
-    launchOut<F, fp16>(p, cfg, stream);
+    launchOut<F, fp16>(p, cfg, swiglu, stream);
 }
 
 }  // namespace
 
 namespace detail {
 
-void launchLinearQuantGemv(const LinearParams& p, QuantGemvConfig cfg, cudaStream_t stream) {
+void launchLinearQuantGemv(const LinearParams& p, QuantGemvConfig cfg, cudaStream_t stream,
+                           GemvEpilogue epilogue) {
   constexpr const char* kWhere = "launchLinearQuantGemv";
   if (!validate(p)) return;
   const char* why = quantGemvRejection(p);
@@ -539,23 +570,32 @@ void launchLinearQuantGemv(const LinearParams& p, QuantGemvConfig cfg, cudaStrea
                "not supported by the quantized gemv: ", why == nullptr ? "" : why);
   ES_CHECK_ARG(cfg.kSplit == 1 || cfg.kSplit == 2 || cfg.kSplit == 4 || cfg.kSplit == 8, kWhere,
                "kSplit", cfg.kSplit, "must be 1, 2, 4 or 8");
+  const bool swiglu = epilogue == GemvEpilogue::kSwiglu;
+  if (swiglu) {
+    ES_CHECK_ARG(p.n % 16 == 0, kWhere, "n", p.n,
+                 "must be a multiple of 16 for the SwiGLU epilogue (8 gate + 8 up rows a group)");
+    ES_CHECK_ARG(p.outDtype == p.dtype, kWhere, "outDtype", dtype_name(p.outDtype),
+                 "must be the input dtype for the SwiGLU epilogue");
+    ES_CHECK_ARG(!p.accumulate, kWhere, "accumulate", "true",
+                 "cannot be combined with the SwiGLU epilogue");
+  }
   switch (p.quantized->format) {
     case QuantFormat::kInt4:
-      return launchFormat<QuantFormat::kInt4>(p, cfg, stream);
+      return launchFormat<QuantFormat::kInt4>(p, cfg, swiglu, stream);
     case QuantFormat::kFp8E4M3:
-      return launchFormat<QuantFormat::kFp8E4M3>(p, cfg, stream);
+      return launchFormat<QuantFormat::kFp8E4M3>(p, cfg, swiglu, stream);
     case QuantFormat::kGgufQ8_0:
-      return launchFormat<QuantFormat::kGgufQ8_0>(p, cfg, stream);
+      return launchFormat<QuantFormat::kGgufQ8_0>(p, cfg, swiglu, stream);
     case QuantFormat::kGgufQ4_0:
-      return launchFormat<QuantFormat::kGgufQ4_0>(p, cfg, stream);
+      return launchFormat<QuantFormat::kGgufQ4_0>(p, cfg, swiglu, stream);
     case QuantFormat::kGgufQ4_1:
-      return launchFormat<QuantFormat::kGgufQ4_1>(p, cfg, stream);
+      return launchFormat<QuantFormat::kGgufQ4_1>(p, cfg, swiglu, stream);
     case QuantFormat::kGgufQ4_K:
-      return launchFormat<QuantFormat::kGgufQ4_K>(p, cfg, stream);
+      return launchFormat<QuantFormat::kGgufQ4_K>(p, cfg, swiglu, stream);
     case QuantFormat::kGgufQ5_K:
-      return launchFormat<QuantFormat::kGgufQ5_K>(p, cfg, stream);
+      return launchFormat<QuantFormat::kGgufQ5_K>(p, cfg, swiglu, stream);
     case QuantFormat::kGgufQ6_K:
-      return launchFormat<QuantFormat::kGgufQ6_K>(p, cfg, stream);
+      return launchFormat<QuantFormat::kGgufQ6_K>(p, cfg, swiglu, stream);
   }
 }
 

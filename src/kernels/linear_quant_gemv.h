@@ -15,6 +15,7 @@
 #include "common/quant_format.h"
 #include "common/stream.h"
 #include "kernels/linear.h"
+#include "kernels/linear_gemv.h"
 
 namespace es::kernel::detail {
 
@@ -52,8 +53,11 @@ QuantGemvConfig chooseQuantGemvConfig(QuantFormat format, int32_t n, int32_t k, 
 const char* quantGemvRejection(const LinearParams& p);
 
 // Validates p (validate + quantGemvRejection) and cfg, then launches (linear_quant_gemv.cu, CUDA
-// builds). No allocation, no synchronisation, no host reads of device memory: capturable in a
-// CUDA graph.
-void launchLinearQuantGemv(const LinearParams& p, QuantGemvConfig cfg, cudaStream_t stream);
+// builds). epilogue: as the dense gemv's (linear_gemv.h; kSwiglu: W's gate/up rows in
+// GateUpLayout::kInterleaved8, n % 16 == 0, y [m, n / 2] in the input dtype, bit for bit kNone
+// followed by launchSwiglu). No allocation, no synchronisation, no host reads of device memory:
+// capturable in a CUDA graph.
+void launchLinearQuantGemv(const LinearParams& p, QuantGemvConfig cfg, cudaStream_t stream,
+                           GemvEpilogue epilogue = GemvEpilogue::kNone);
 
 }  // namespace es::kernel::detail

@@ -10,7 +10,8 @@
 //  * the prefill path (m > 16, and kCublasLt): W dequantized to the input dtype, then cuBLASLt;
 //    its scratch inside a CUDA graph (fits: replays; larger: InvalidArgument);
 //  * the fused input RMSNorm and residual add (normWeight, accumulate) of a decode layer, against
-//    their definition in linear.h, and their row invariance;
+//    their definition in linear.h, and their row invariance; the SwiGLU epilogue
+//    (launchGateUpSwiglu, kInterleaved8) equal to the unfused gemv + launchSwiglu bit for bit;
 //  * rejections (kGemv outside the gemv's domain, a fused norm where the gemv does not run).
 // y is poisoned (0xff bytes: NaN) before every launch. The reference is the double sum of x times
 // the f32 values dequantizeRow gives, plus the bias. Tolerance, per output, with mag = sum |x * w|
@@ -33,6 +34,7 @@
 #include "common/dtype.h"
 #include "common/quant_dequant.h"
 #include "common/quant_format.h"
+#include "kernels/gate_up_swiglu.h"
 #include "kernels/linear.h"
 #include "kernels/linear_quant_gemv.h"
 #include "support/gpu_test_util.h"
@@ -558,6 +560,64 @@ TEST(LinearQuantGpu, GemvFusedNormAndResidual) {
     }
     EXPECT_EQ(bad, 0u) << quantFormatName(c.format)
                        << ": fused rows differing from the 16-row call";
+  }
+}
+
+// launchGateUpSwiglu on a quantized gate/up W in GateUpLayout::kInterleaved8: the gemv's SwiGLU
+// epilogue (one kernel) equals the plain quantized gemv into [m, 2I] followed by launchSwiglu, bit
+// for bit, with and without the fused input norm and a bias, at cluster and single-CTA splits.
+TEST(LinearQuantGpu, GemvSwigluEpilogueEqualsUnfused) {
+  ES_SKIP_IF_NO_GPU();
+  kernel::LinearContext ctx;
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  const Case cases[] = {{QuantFormat::kInt4, 128, 512, 2048},
+                        {QuantFormat::kFp8E4M3, 128, 96, 1040},
+                        {QuantFormat::kGgufQ4_K, 256, 64, 12288},
+                        {QuantFormat::kGgufQ6_K, 256, 96, 768},
+                        {QuantFormat::kGgufQ8_0, 32, 48, 1056}};
+  for (const Case& c : cases) {
+    const QuantW w(c.format, c.group, c.n, c.k, rng);
+    std::vector<bf16> nw(size_t(c.k));
+    for (auto& v : nw) v = to_bf16(1.0f + 0.5f * unit(rng));
+    const test::DeviceArray<bf16> dNw(nw);
+    for (int32_t m : {1, 5, 16}) {
+      const Inputs<bf16> in(m, c.n, c.k, rng);
+      for (bool norm : {false, true}) {
+        for (bool withBias : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << quantFormatName(c.format) << " m " << m << " norm "
+                                            << norm << " bias " << withBias);
+          test::DeviceArray<bf16> gateUp(size_t(m) * c.n), fused(size_t(m) * c.n / 2),
+              unfused(size_t(m) * c.n / 2);
+          poisonNaN(fused);
+          poisonNaN(unfused);
+          LinearParams l = paramsFor(w, in.dX.get(), withBias ? in.dB.get() : nullptr, gateUp.get(),
+                                     m, DType::kBF16, DType::kBF16, LinearAlgo::kAuto);
+          if (norm) l.normWeight = dNw.get();
+          kernel::launchGateUpSwiglu(
+              {.linear = l, .out = fused.get(), .layout = kernel::GateUpLayout::kInterleaved8}, ctx,
+              nullptr);
+          kernel::launchLinear(l, ctx, nullptr);
+          kernel::launchSwiglu({.gateUp = gateUp.get(),
+                                .out = unfused.get(),
+                                .rows = m,
+                                .intermediateSize = c.n / 2,
+                                .dtype = DType::kBF16,
+                                .layout = kernel::GateUpLayout::kInterleaved8},
+                               nullptr);
+          const std::vector<bf16> a = fused.download(), b = unfused.download();
+          size_t bad = 0;
+          for (size_t i = 0; i < a.size(); ++i) {
+            // Both NaN would mean neither path wrote the output (the poison).
+            if ((a[i].bits != b[i].bits || std::isnan(to_float(a[i]))) && ++bad <= 5) {
+              ADD_FAILURE() << "out[" << i << "] fused " << to_float(a[i]) << " unfused "
+                            << to_float(b[i]);
+            }
+          }
+          EXPECT_EQ(bad, 0u);
+        }
+      }
+    }
   }
 }
 
