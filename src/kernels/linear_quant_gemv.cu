@@ -184,6 +184,9 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // 16 == 0), so rows 16t + i and 16t + 8 + i (i < 8) of a CTA's tile are the gate and up rows of
 // feature 8t + i: y [m, n / 2] gets silu(gate) * up with gate and up first rounded to T as the
 // plain kernel stores them, bit for bit the plain kernel followed by launchSwiglu.
+// Arguments: x [m, k] T; w [n, rowBytes] u8 (the layout's data); scales [n, scaleRowElems] f16
+// (int4) / f32 (fp8) or null; zeros [n, zeroRowBytes] u8 (int4) or null; bias [n] T or null;
+// y [m, n] Y ([m, n / 2] with swiglu); normW [k] T or null.
 template <QuantFormat F, typename T, typename Y, int NT, bool NORM>
 __global__ void __launch_bounds__(kThreads, 2)
     linearQuantGemvKernel(const T* __restrict__ x, const uint8_t* __restrict__ w,

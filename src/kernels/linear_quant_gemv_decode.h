@@ -292,11 +292,11 @@ struct Block {
 // int4 / fp8 its rows of scales (f16 / f32) and zeros (null for a row >= n: scale 0) with the
 // scale and zero point of the current group (loadGroup; the zero point as offsetPair(z)).
 struct RowSrc {
-  const uint8_t* span;
-  const void* scales;
-  const uint8_t* zeros;
-  float scale;
-  uint32_t zeroSub;
+  const uint8_t* span;   // [kSpanBytes] u8, the row's span (shared memory)
+  const void* scales;    // [groups] f16 (int4) / f32 (fp8), the row's scales, or null
+  const uint8_t* zeros;  // [groups] u8, the row's zero points (int4), or null
+  float scale;           // the current group's scale
+  uint32_t zeroSub;      // offsetPair(z) of the current group's zero point
 };
 
 // int4 / fp8: r.scale and r.zeroSub of group gi (the kernel calls it when a block enters a new
