@@ -45,12 +45,18 @@ QuantGemvConfig chooseQuantGemvConfig(QuantFormat format, int32_t n, int32_t k, 
   const int64_t tiles = (int64_t{n} + 15) / 16;
   const int64_t spans = (int64_t{k} + quantGemvSpan(format) - 1) / quantGemvSpan(format);
   // Nothing here depends on m: kSplit fixes which spans each warp and CTA sums, and in what order.
-  int32_t split = 1;
-  while (split < 8 && tiles * split < 2 * sms &&
-         spans >= int64_t{2} * kQuantGemvWarps * split * 2) {
-    split *= 2;
+  // The fraction of the last wave's CTA slots that hold work (2 CTAs an SM, every CTA the same
+  // work), 1 for a grid of whole waves.
+  auto fill = [&](int32_t split) {
+    const int64_t ctas = tiles * split, slots = 2 * sms;
+    const int64_t waves = (ctas + slots - 1) / slots;
+    return static_cast<double>(ctas) / static_cast<double>(waves * slots);
+  };
+  int32_t best = 1;
+  for (int32_t split = 2; split <= 8 && spans >= int64_t{kQuantGemvWarps} * split; split *= 2) {
+    if (fill(split) > fill(best) + 0.03) best = split;
   }
-  return {.kSplit = split};
+  return {.kSplit = best};
 }
 
 const char* quantGemvRejection(const LinearParams& p) {

@@ -13,6 +13,7 @@
 //    quantGemvRejection's checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -288,16 +289,26 @@ TEST(LinearQuantDecode, SizesAgree) {
 
 TEST(LinearQuantDecode, KSplitRule) {
   using kernel::detail::chooseQuantGemvConfig;
-  // Enough CTAs without a split (Qwen3-8B qkv, gate_up, lm_head on 132 SMs).
-  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kInt4, 6144, 4096, 132).kSplit, 1);
-  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kInt4, 151936, 4096, 132).kSplit, 1);
-  // o (256 tiles < 264 CTAs wanted) but only 16 spans: no split leaves every warp 2 spans.
+  // Qwen3-8B on 132 SMs (264 CTA slots a wave). qkv: 384 tiles fill 1.45 waves (73 %), split 2
+  // fills 2.9 (97 %).
+  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kInt4, 6144, 4096, 132).kSplit, 2);
+  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kFp8E4M3, 6144, 4096, 132).kSplit, 2);
+  // o, gate_up, down, lm_head: 97 % and more unsplit; a split fills no better.
   EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kInt4, 4096, 4096, 132).kSplit, 1);
-  // down: 48 spans allow 2.
-  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kInt4, 4096, 12288, 132).kSplit, 2);
-  // A thin W with a long K: up to 8.
+  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kInt4, 24576, 4096, 132).kSplit, 1);
+  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kInt4, 4096, 12288, 132).kSplit, 1);
+  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kGgufQ4_K, 151936, 4096, 132).kSplit, 1);
+  // A thin W: the largest split whose spans still give every warp of the cluster one.
   EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kFp8E4M3, 64, 65536, 132).kSplit, 8);
-  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kGgufQ6_K, 64, 12288, 132).kSplit, 2);
+  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kGgufQ6_K, 64, 12288, 132).kSplit, 4);
+  EXPECT_EQ(chooseQuantGemvConfig(QuantFormat::kInt4, 64, 2048, 132).kSplit, 1);  // 8 spans
+  // Never more warps a cluster than spans.
+  for (int32_t k : {256, 1024, 4096, 12288}) {
+    for (int32_t n : {16, 1000, 6144}) {
+      const int32_t split = chooseQuantGemvConfig(QuantFormat::kInt4, n, k, 132).kSplit;
+      EXPECT_LE(8 * split, std::max(8, (k + 255) / 256)) << n << " x " << k;
+    }
+  }
 }
 
 TEST(LinearQuantDecode, Rejections) {

@@ -467,7 +467,7 @@ TEST(LinearQuantGpu, GemvFusedNormAndResidual) {
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   const Case cases[] = {{QuantFormat::kInt4, 128, 300, 4096},
                         {QuantFormat::kFp8E4M3, 128, 37, 2064},
-                        {QuantFormat::kGgufQ4_K, 256, 64, 12288},  // kSplit 2: a cluster
+                        {QuantFormat::kGgufQ4_K, 256, 64, 12288},  // kSplit 4: a cluster
                         {QuantFormat::kGgufQ6_K, 256, 37, 1280},
                         {QuantFormat::kGgufQ4_1, 32, 37, 224}};
   for (const Case& c : cases) {
