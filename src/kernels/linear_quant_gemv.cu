@@ -27,9 +27,10 @@
 // block, itself an mma of x with an all-ones A, for the formats with an additive offset).
 // Integer operands come from the magic-number trick: the bits of M + u (M = 1024 in f16, 128 in
 // bf16, u < 128 a small unsigned integer OR-ed into the mantissa) minus M + offset in one packed
-// subtraction, exact. fp8 to f16 is cvt.rn.f16x2.e4m3x2; to bf16 the e4m3 bits are placed as a
-// bf16 whose value is 2^-120 times the e4m3 value (subnormals included), times 2^120 (exact).
-// Q8_0 to bf16 goes through f32 (its 8 bits do not fit the bf16 magic number).
+// subtraction, exact (the decoders: linear_quant_gemv_decode.h). fp8 to f16 is cvt.rn.f16x2.e4m3x2;
+// to bf16 the e4m3 bits are placed as a bf16 whose value is 2^-120 times the e4m3 value (subnormals
+// included), times 2^120 (exact). Q8_0 to bf16 goes through f32 (its 8 bits do not fit the bf16
+// magic number).
 //
 // Work split (linear_quant_gemv.h): the spans go round-robin to the 8 warps of the CTA and the
 // kSplit CTAs of the cluster; partial tiles are summed in shared memory in warp order, then
@@ -42,7 +43,8 @@
 // (linear.h): the input norm multiplies each x chunk by the norm weight as it is loaded, the lanes
 // add the squares of the raw x they load, and those meet beside the partial tiles, so each output
 // gets its row's s = 1 / sqrt(mean(x^2) + eps); the residual add rounds the product, adds it to y
-// and rounds again.
+// and rounds again. With GemvEpilogue::kSwiglu (a gate/up W in GateUpLayout::kInterleaved8) the
+// epilogue pairs each tile's gate row i with its up row i + 8 and writes SwiGLU of the two.
 //
 // PDL: W is never written by the kernel before this one, so the first spans are copied before
 // the PDL wait (pdl.cuh); x (and y, with accumulate) is read and y written after it.
