@@ -1,6 +1,17 @@
 // Linear layer launcher (CUDA builds only): the decode gemv (linear_gemv.cu) where linear.h's
 // dispatch rule picks it, otherwise cuBLASLt as below.
 //
+// A quantized W (LinearParams::quantized) takes the quantized gemv (linear_quant_gemv.cu, which
+// fuses normWeight, accumulate and, for launchGateUpSwiglu, SwiGLU as the dense gemv does) for
+// m <= 16 (kAuto where quantGemvRejection accepts p, kGemv always); otherwise (prefill,
+// kCublasLt, ES_LINEAR_ALGO=cublaslt, or parameters the gemv rejects) W is dequantized into a
+// dense scratch of the input dtype owned by the context (kernels/quant_dequant.h) and cuBLASLt
+// runs on that.
+// That is the first prefill path: it rounds each W element to the input dtype and reads W twice;
+// a tensor-core GEMM straight from the packed bytes is later work. The scratch grows at eager
+// calls only: a larger one needed while the stream is being captured into a CUDA graph is an
+// InvalidArgument (run the shape eagerly once first).
+//
 // Row-major y[M, N] = x[M, K] · W[N, K]^T is, seen column-major, y^T[N, M] = W^T... i.e. with
 // A = W as a column-major K x N matrix (lda = K) transposed, B = x as a column-major K x M matrix
 // (ldb = K), C = D = y as a column-major N x M matrix (ldc = N): D = op_T(A) · B, the "TN" GEMM.
@@ -17,6 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "common/cuda_check.h"
@@ -24,6 +36,8 @@
 #include "kernels/gate_up_swiglu.h"
 #include "kernels/linear.h"
 #include "kernels/linear_gemv.h"
+#include "kernels/linear_quant_gemv.h"
+#include "kernels/quant_dequant.h"
 
 namespace es::kernel {
 
@@ -71,6 +85,8 @@ struct LinearContext::State {
   size_t workspaceBytes = 0;
   float* scratch = nullptr;  // f32 product for a bias with a 16-bit output, grown on demand
   size_t scratchBytes = 0;
+  void* dequant = nullptr;  // a quantized W dequantized for cuBLASLt, grown at eager calls
+  size_t dequantBytes = 0;
   std::map<Key, Plan> plans;
 
   ~State() {
@@ -82,6 +98,7 @@ struct LinearContext::State {
     }
     if (workspace) cudaFree(workspace);
     if (scratch) cudaFree(scratch);
+    if (dequant) cudaFree(dequant);
     if (handle) cublasLtDestroy(handle);
   }
 
@@ -181,6 +198,7 @@ namespace {
 // launchLinear's dispatch: the gemv for kGemv (which throws where unsupported, naming the failed
 // condition) and for kAuto inside its domain, else cuBLASLt.
 bool takesGemv(const LinearParams& p) {
+  if (p.quantized) return false;  // launchQuantizedLinear
   if (p.algo == LinearAlgo::kGemv) return true;
   return p.algo == LinearAlgo::kAuto && !debug::linearAutoTakesCublasLt() &&
          p.m <= kGemvAutoMaxRows && gemvSupported(p);
@@ -190,6 +208,65 @@ void checkWeightDtype(const LinearParams& p, const char* where) {
   ES_CHECK_ARG(!p.weightDtype || *p.weightDtype == p.dtype, where, "weightDtype",
                dtype_name(*p.weightDtype), "must equal dtype (", dtype_name(p.dtype),
                ") on the GPU: mixed W and x dtypes are the CPU reference's");
+}
+
+// launchLinear's dispatch for a quantized W: the quantized gemv for kGemv (which throws where
+// unsupported) and for kAuto inside its domain, else the prefill path.
+bool takesQuantGemv(const LinearParams& p) {
+  if (p.algo == LinearAlgo::kGemv) return true;
+  return p.algo == LinearAlgo::kAuto && !debug::linearAutoTakesCublasLt() &&
+         p.m <= kGemvAutoMaxRows && detail::quantGemvRejection(p) == nullptr;
+}
+
+// launchLinear for a quantized W (see the top): the quantized gemv, or dequantization into the
+// context's scratch and cuBLASLt.
+void launchQuantizedLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
+  constexpr const char* kWhere = "launchLinear";
+  const QuantizedWeightView& q = *p.quantized;
+  LinearContext::State& s = context.state();
+  const char* why = detail::quantGemvRejection(p);
+  if (p.algo == LinearAlgo::kGemv) {
+    ES_CHECK_ARG(why == nullptr, kWhere, "algo", "kGemv",
+                 "needs the quantized gemv, which does not take this call (",
+                 quantFormatName(q.format), "): ", why != nullptr ? why : "");
+  }
+  if (takesQuantGemv(p)) {
+    detail::launchLinearQuantGemv(p, detail::chooseQuantGemvConfig(q.format, p.n, p.k, s.numSms),
+                                  stream);
+    return;
+  }
+  if (p.normWeight != nullptr || p.accumulate) {  // why the gemv did not take it, for the message
+    ES_CHECK_ARG(false, kWhere, p.normWeight != nullptr ? "normWeight" : "accumulate", "set",
+                 "is fused only by the quantized gemv, which does not take this call (",
+                 quantFormatName(q.format), ": ",
+                 why != nullptr ? why : "m > 16, kCublasLt or ES_LINEAR_ALGO=cublaslt",
+                 "); run launchRmsNorm instead");
+  }
+  const size_t bytes = static_cast<size_t>(p.n) * static_cast<size_t>(p.k) *
+                       static_cast<size_t>(dtype_size(p.dtype));
+  if (bytes > s.dequantBytes) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    ES_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    ES_CHECK_ARG(capture == cudaStreamCaptureStatusNone, kWhere, "quantized",
+                 quantFormatName(q.format),
+                 "needs a dequantization scratch of " + std::to_string(bytes) +
+                     " bytes (n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
+                     ") while the stream is captured into a CUDA graph, where it cannot grow "
+                     "beyond its " +
+                     std::to_string(s.dequantBytes) +
+                     " bytes: run this shape eagerly once before capturing");
+    if (s.dequant) ES_CUDA_CHECK(cudaFreeAsync(s.dequant, stream));
+    s.dequant = nullptr;
+    s.dequantBytes = 0;
+    ES_CUDA_CHECK(cudaMallocAsync(&s.dequant, bytes, stream));
+    s.dequantBytes = bytes;
+  }
+  launchDequantizeWeight(q, p.n, p.k, p.dtype, s.dequant, stream);
+  LinearParams dense = p;
+  dense.quantized.reset();
+  dense.w = s.dequant;
+  dense.algo = LinearAlgo::kCublasLt;
+  launchLinear(dense, context, stream);
 }
 
 }  // namespace
@@ -208,6 +285,10 @@ bool linearFillsSms(const LinearParams& p, LinearContext& context) {
 void launchLinear(const LinearParams& p, LinearContext& context, cudaStream_t stream) {
   if (!validate(p)) return;
   checkWeightDtype(p, "launchLinear");
+  if (p.quantized) {
+    launchQuantizedLinear(p, context, stream);
+    return;
+  }
   LinearContext::State& s = context.state();
   if (takesGemv(p)) {
     detail::launchLinearGemv(p, detail::chooseGemvConfig(p.n, p.k, s.numSms), stream);
@@ -258,6 +339,15 @@ void launchGateUpSwiglu(const GateUpSwigluParams& p, LinearContext& context, cud
     // The configuration of the plain [m, n] gemv: every gate and up output is summed as there.
     const detail::GemvConfig cfg = detail::chooseGemvConfig(l.n, l.k, context.state().numSms);
     detail::launchLinearGemv(fused, cfg, stream, detail::GemvEpilogue::kSwiglu);
+    return;
+  }
+  if (p.layout == GateUpLayout::kInterleaved8 && l.quantized && takesQuantGemv(l)) {
+    LinearParams fused = l;
+    fused.y = p.out;  // [m, n / 2]: the epilogue's output
+    // The configuration of the plain [m, n] call: every gate and up output is summed as there.
+    const detail::QuantGemvConfig cfg =
+        detail::chooseQuantGemvConfig(l.quantized->format, l.n, l.k, context.state().numSms);
+    detail::launchLinearQuantGemv(fused, cfg, stream, detail::GemvEpilogue::kSwiglu);
     return;
   }
   launchLinear(l, context, stream);
