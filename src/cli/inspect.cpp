@@ -1,6 +1,7 @@
 #include "cli/inspect.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -72,11 +73,12 @@ struct LinearEntry {
 
 LinearEntry linearEntry(const model::WeightStore& store, const std::string& tensor,
                         std::string layer, std::string name) {
-  const model::TensorInfo& t = store.info(tensor);
+  const std::array<int64_t, 2> nk = store.matrixShape(tensor);
   LinearEntry e{.layer = std::move(layer), .name = std::move(name)};
-  e.bf16Bytes = t.numel() * 2;
+  e.bf16Bytes = nk[0] * nk[1] * 2;
   const std::optional<QuantFormat> format = store.quantFormat(tensor);
   if (!format) {
+    const model::TensorInfo& t = store.info(tensor);
     e.format = dtype_name(t.dtype);
     e.bytes = static_cast<int64_t>(t.byteSize());
     return e;
@@ -85,8 +87,7 @@ LinearEntry linearEntry(const model::WeightStore& store, const std::string& tens
   e.format = quantFormatName(*format);
   const int32_t block = ggufBlockElems(*format);
   if (block > 0) {  // a GGUF block format: the stored bytes, without reading them
-    const int64_t k = t.shape.back();
-    e.bytes = t.numel() / k * dataRowBytes(*format, k, block);
+    e.bytes = nk[0] * dataRowBytes(*format, nk[1], block);
   } else {
     e.bytes = store.readQuantized(tensor).bytes();
   }
@@ -127,7 +128,7 @@ void printTensors(const std::string& path, const model::ModelConfig& config, boo
   const model::WeightStore store = model::WeightStore::open(p.filename() != "config.json" ? p
                                                             : p.has_parent_path() ? p.parent_path()
                                                                                   : ".");
-  model::checkWeights(store, config);
+  model::checkWeights(store, config, store.quantization());
   const std::vector<LinearEntry> linears = linearEntries(store, config);
   int64_t quantizedBytes = 0, denseBytes = 0, quantizedAsBf16 = 0;
   for (const LinearEntry& e : linears) {

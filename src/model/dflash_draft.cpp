@@ -174,7 +174,7 @@ void DFlashDraft::loadWeights(const std::filesystem::path& dir, const TargetMode
                " tapped target layers ", listOf(taps_), pair);
     }
   }
-  const WeightCheckReport report = checkWeights(store, c);
+  const WeightCheckReport report = checkWeights(store, c, store.quantization());
   hasMaskEmbedding_ = report.has_mask_embedding;
   maskTokenId_ = static_cast<int32_t>(c.dflash->mask_token_id);
   if (!hasMaskEmbedding_ && (c.dflash->mask_token_id < 0 || c.dflash->mask_token_id >= vocab_)) {

@@ -1,6 +1,7 @@
 #include "model/linear_weight.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "common/dtype_convert.h"
@@ -24,12 +25,12 @@ Buffer uploadBytes(ops::Backend& backend, const std::vector<uint8_t>& bytes) {
 // FormatError naming the store, the tensor and what is wrong (a reader's output is file data).
 HostQuantizedMatrix readChecked(const WeightStore& store, const std::string& name) {
   HostQuantizedMatrix m = store.readQuantized(name);
-  const TensorInfo& info = store.info(name);
+  const std::array<int64_t, 2> nk = store.matrixShape(name);
   const std::string what = store.source() + ": tensor " + quoteShort(name) + " (" +
                            std::string(quantFormatName(m.format)) + ")";
-  if (info.shape.size() != 2 || m.n != info.shape[0] || m.k != info.shape[1]) {
-    ES_THROW(FormatError, what, ": quantized as [", m.n, ", ", m.k, "] but its shape is ",
-             shapeText(info.shape));
+  if (m.n != nk[0] || m.k != nk[1]) {
+    ES_THROW(FormatError, what, ": quantized as [", m.n, ", ", m.k, "] but its shape is [", nk[0],
+             ", ", nk[1], "]");
   }
   if (const char* why = quantLayoutRejection(m.format, m.k, m.group)) {
     ES_THROW(FormatError, what, ": group ", m.group, " with k = ", m.k, ": ", why);
@@ -169,12 +170,12 @@ void runLinear(ops::Backend& backend, const LinearWeight& w, kernel::LinearParam
 LinearWeight loadLinear(ops::Backend& backend, const WeightStore& store,
                         const std::vector<std::string>& names, DType dtype, bool allowParts) {
   ES_CHECK_ARG(!names.empty(), "loadLinear", "names", "empty", "must name a tensor");
-  LinearWeight w{.k = store.info(names.front()).shape.back(), .dtype = dtype};
+  LinearWeight w{.k = store.matrixShape(names.front())[1], .dtype = dtype};
   for (const std::string& name : names) {
-    const TensorInfo& info = store.info(name);
-    ES_CHECK_ARG(info.shape.size() == 2 && info.shape[1] == w.k, "loadLinear", "name", name,
-                 "must be a matrix of ", w.k, " columns (", store.source(), ")");
-    w.n += info.shape[0];
+    const std::array<int64_t, 2> nk = store.matrixShape(name);
+    ES_CHECK_ARG(nk[1] == w.k, "loadLinear", "name", name, "must be a matrix of ", w.k,
+                 " columns (", store.source(), ")");
+    w.n += nk[0];
   }
   const std::optional<QuantFormat> format = sharedQuantFormat(store, names);
   if (allowParts && !format && names.size() > 1) {
@@ -235,7 +236,7 @@ LinearWeight loadLinear(ops::Backend& backend, const WeightStore& store,
     } else {
       uploadTensor(backend, store, name, dtype, dst);
     }
-    row += store.info(name).shape[0];
+    row += store.matrixShape(name)[0];
   }
   return w;
 }

@@ -402,6 +402,40 @@ std::optional<QuantFormat> quantizedLinearFormat(const WeightStore& store,
   return std::nullopt;
 }
 
+std::optional<std::array<int64_t, 2>> quantizedLinearShape(const WeightStore& store,
+                                                           const QuantizationConfig& config,
+                                                           std::string_view weightName) {
+  if (!quantizedLinearFormat(store, config, weightName)) return std::nullopt;
+  const std::string module = *moduleOf(weightName);
+  auto matrix = [&](const std::string& name) -> const std::vector<int64_t>* {
+    if (!store.contains(name)) return nullptr;
+    const std::vector<int64_t>& shape = store.info(name).shape;
+    return shape.size() == 2 ? &shape : nullptr;
+  };
+  switch (config.method) {
+    case QuantMethod::kAwq: {  // qweight [k, n / 8], scales [k / G, n]
+      const std::vector<int64_t>* qweight = matrix(module + ".qweight");
+      const std::vector<int64_t>* scales = matrix(module + ".scales");
+      if (!qweight || !scales) return std::nullopt;
+      return std::array<int64_t, 2>{(*scales)[1], (*qweight)[0]};
+    }
+    case QuantMethod::kGptq: {  // qweight [k / 8, n]
+      const std::vector<int64_t>* qweight = matrix(module + ".qweight");
+      if (!qweight) return std::nullopt;
+      return std::array<int64_t, 2>{(*qweight)[1], 8 * (*qweight)[0]};
+    }
+    case QuantMethod::kFp8Block:
+    case QuantMethod::kFp8Channel: {  // weight [n, k]
+      const std::vector<int64_t>* weight = matrix(std::string(weightName));
+      if (!weight) return std::nullopt;
+      return std::array<int64_t, 2>{(*weight)[0], (*weight)[1]};
+    }
+    case QuantMethod::kNone:
+      break;
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> quantizedLinearTensorNames(const WeightStore& store,
                                                     const QuantizationConfig& config,
                                                     std::string_view weightName) {

@@ -33,6 +33,7 @@
 // Errors are FormatErrors naming the file and the tensor with the expected and the found shape or
 // dtype, or the element and its value (a non-finite or negative scale, a GPTQ zero point of 16,
 // a g_idx out of order, an FP8 NaN weight).
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -54,6 +55,14 @@ inline constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 std::optional<QuantFormat> quantizedLinearFormat(const WeightStore& store,
                                                  const QuantizationConfig& config,
                                                  std::string_view weightName);
+
+// [n, k] of quantized linear `weightName` as its checkpoint tensors hold it (AWQ: qweight rows
+// and scales columns; GPTQ: 8 x qweight rows and its columns; FP8: the weight's shape); nullopt
+// when it is dense or the tensor giving a dimension is missing or not a matrix (then
+// quantizedLinearProblems names the problem).
+std::optional<std::array<int64_t, 2>> quantizedLinearShape(const WeightStore& store,
+                                                           const QuantizationConfig& config,
+                                                           std::string_view weightName);
 
 // The checkpoint tensors that hold quantized linear `weightName` (those the format needs, plus
 // the optional ones the store has: GPTQ's .g_idx). Empty when it is dense.

@@ -37,7 +37,9 @@ DType chooseMatrixDtype(const WeightStore& store, const ModelConfig& c, DType co
     const std::string p = layerPrefix(c, l);
     for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                           "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
-      if (store.info(p + m + ".weight").dtype != DType::kBF16) return compute;
+      const std::string name = p + m + ".weight";
+      if (store.quantFormat(name)) continue;  // kept quantized, or dequantized to `compute`
+      if (store.info(name).dtype != DType::kBF16) return compute;
     }
   }
   return DType::kBF16;
@@ -92,7 +94,7 @@ void TargetModel::loadWeights(const std::filesystem::path& dir,
                               const ProgressCallback& onProgress) {
   const WeightStore store = WeightStore::open(dir, dtype_);  // an HF folder or a GGUF file
   // Every name, shape and dtype against the config first: one error listing every problem.
-  checkWeights(store, config_);
+  checkWeights(store, config_, store.quantization());
   const ModelConfig& c = config_;
   auto one = [&](const std::string& name) {
     return uploadConcatenated(backend_, store, {name}, dtype_);

@@ -8,6 +8,7 @@
 #include "common/json.h"
 #include "common/logging.h"
 #include "model/gguf_weights.h"
+#include "model/quantized_checkpoint.h"
 
 namespace es::model {
 namespace {
@@ -52,6 +53,14 @@ WeightStore WeightStore::open(const fs::path& path, DType gguf_dtype) {
 }
 
 WeightStore WeightStore::openFolder(const fs::path& dir) {
+  WeightStore store = openFolderTensors(dir);
+  std::error_code ec;
+  // A folder of weights alone (a test's, a draft's shards) may come without config.json.
+  if (fs::exists(dir / "config.json", ec)) store.quantization_ = loadQuantizationConfig(dir);
+  return store;
+}
+
+WeightStore WeightStore::openFolderTensors(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     ES_THROW(InvalidArgument, "WeightStore::openFolder: argument 'dir' = ", dir.string(),
@@ -194,19 +203,34 @@ HostTensor WeightStore::read(std::string_view name) const {
 }
 
 std::optional<QuantFormat> WeightStore::quantFormat(std::string_view name) const {
-  const size_t i = indexOf(name);
-  if (!gguf_) return std::nullopt;
-  return gguf_->quantFormat(gguf_->entries()[i]);
+  if (gguf_) return gguf_->quantFormat(gguf_->entries()[indexOf(name)]);
+  if (quantization_.quantized()) return quantizedLinearFormat(*this, quantization_, name);
+  indexOf(name);  // InvalidArgument naming an unknown tensor
+  return std::nullopt;
 }
 
 HostQuantizedMatrix WeightStore::readQuantized(std::string_view name) const {
-  const size_t i = indexOf(name);
-  if (!gguf_) {
-    ES_THROW(InvalidArgument, "WeightStore::readQuantized: argument 'name' = ", name, " is a ",
-             dtype_name(files_[i].info(name).dtype), " tensor of ", source_,
-             ", not a quantized one; use read()");
+  if (gguf_) return gguf_->readQuantized(gguf_->entries()[indexOf(name)]);
+  if (quantFormat(name)) {
+    const std::array<int64_t, 2> nk = matrixShape(name);
+    return readQuantizedLinear(*this, quantization_, name, nk[0], nk[1]);
   }
-  return gguf_->readQuantized(gguf_->entries()[i]);
+  ES_THROW(InvalidArgument, "WeightStore::readQuantized: argument 'name' = ", name, " is a ",
+           dtype_name(info(name).dtype), " tensor of ", source_,
+           ", not a quantized one; use read()");
+}
+
+std::array<int64_t, 2> WeightStore::matrixShape(std::string_view name) const {
+  if (!gguf_ && quantization_.quantized()) {
+    if (std::optional<std::array<int64_t, 2>> nk =
+            quantizedLinearShape(*this, quantization_, name)) {
+      return *nk;
+    }
+  }
+  const TensorInfo& t = info(name);
+  ES_CHECK_ARG(t.shape.size() == 2, "WeightStore::matrixShape", "name", name, "must be a matrix (",
+               source_, " holds it as ", t.describe(), ")");
+  return {t.shape[0], t.shape[1]};
 }
 
 void WeightStore::readBytes(std::string_view name, uint64_t offset, void* dst,

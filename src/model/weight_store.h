@@ -15,6 +15,7 @@
 // duplicate names), every shard is a plain file name inside the folder and exists, every name in
 // the weight map is in the shard it names, no tensor is in two shards, and no shard holds a
 // tensor the map does not list. Shape/dtype checks against a config are in weight_names.h.
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -26,6 +27,7 @@
 
 #include "common/quant_format.h"
 #include "model/host_quantized_matrix.h"
+#include "model/quantization_config.h"
 #include "model/safetensors.h"
 
 namespace es::model {
@@ -82,14 +84,21 @@ class WeightStore {
   // Bytes [offset, offset + count) of a safetensors tensor copied into `dst` with pread
   // (SafetensorsFile::readBytes); InvalidArgument on a GGUF store (its tensors need read()).
   void readBytes(std::string_view name, uint64_t offset, void* dst, uint64_t count) const;
-  // The format a linear weight is stored quantized in, which a backend that runs it keeps
-  // (model/linear_weight.h); nullopt for a dense tensor. GGUF: a linear weight of a ggml type
-  // quantFormatOfGgmlType knows (GgufWeights::quantFormat). Safetensors: nullopt.
+  // The quantization_config of the folder's config.json (method kNone without one, and for a
+  // single file or a GGUF store, whose quantized tensors are ggml types).
+  const QuantizationConfig& quantization() const { return quantization_; }
+  // The format linear weight `name` (its dense name, "….q_proj.weight") is stored quantized in,
+  // which a backend that runs it keeps (model/linear_weight.h); nullopt for a dense tensor.
+  // GGUF: a linear weight of a ggml type quantFormatOfGgmlType knows (GgufWeights::quantFormat).
+  // A quantized folder: quantizedLinearFormat (model/quantized_checkpoint.h), whose AWQ / GPTQ
+  // linears have no tensor of the dense name (contains(name) is false).
   std::optional<QuantFormat> quantFormat(std::string_view name) const;
   // The quantized rows of `name` in the backend layout (common/quant_format.h); InvalidArgument
-  // naming the tensor when quantFormat(name) is nullopt. info(name) still describes the tensor as
-  // read() would give it dense.
+  // naming the tensor when quantFormat(name) is nullopt.
   HostQuantizedMatrix readQuantized(std::string_view name) const;
+  // [rows, columns] of matrix `name`: its shape, or for a quantized folder's linear the [n, k]
+  // its quantized tensors hold (the shape read() would give it dense).
+  std::array<int64_t, 2> matrixShape(std::string_view name) const;
   // For a GGUF store, where a tensor comes from ("blk.0.attn_q.weight Q4_1"); empty otherwise.
   std::string ggufOrigin(std::string_view name) const;
   const SafetensorsFile& fileOf(std::string_view name) const;  // InvalidArgument on a GGUF store
@@ -97,6 +106,7 @@ class WeightStore {
 
  private:
   WeightStore() = default;
+  static WeightStore openFolderTensors(const std::filesystem::path& dir);
   size_t indexOf(std::string_view name) const;
 
   std::string source_;
@@ -104,6 +114,7 @@ class WeightStore {
   std::shared_ptr<const GgufWeights> gguf_;  // set for a GGUF store (then files_ is empty)
   // tensor name -> index into files_ (safetensors) or into gguf_->entries() (GGUF)
   std::map<std::string, size_t, std::less<>> location_;
+  QuantizationConfig quantization_;
 };
 
 }  // namespace es::model

@@ -88,8 +88,9 @@ class CudaBackend final : public Backend {
   void linear(const kernel::LinearParams& p) override {
     kernel::launchLinear(p, *linear_, stream_);
   }
-  // No quantized kernels yet: models dequantize such matrices at upload.
-  bool runsQuantized(QuantFormat) const override { return false; }
+  // launchLinear takes every format: the quantized gemv up to 16 rows, above that W dequantized
+  // into the context's scratch for cuBLASLt (kernels/linear.h).
+  bool runsQuantized(QuantFormat) const override { return true; }
   bool fusesRowNorms(int32_t rows) const override { return kernel::linearFusesRowNorm(rows); }
   bool linearFillsSms(const kernel::LinearParams& p) override {
     return kernel::linearFillsSms(p, *linear_);

@@ -27,8 +27,10 @@
 #include "model/gguf_convert.h"
 #include "model/gguf_fixture.h"
 #include "model/linear_weight.h"
+#include "model/quantize_folder.h"
 #include "model/random_draft.h"
 #include "model/safetensors_test_writer.h"
+#include "model/safetensors_writer.h"
 #include "model/target_model.h"
 #include "model/weight_store.h"
 #include "ops/backend.h"
@@ -456,6 +458,99 @@ TEST(QuantizedModel, DraftWithAQuantizedTargetLmHead) {
   EXPECT_EQ(quantized.logits, dense.logits);
   EXPECT_EQ(quantized.tokens, dense.tokens);
 }
+
+// A quantized HF folder written by `edgespec quantize` (int4 AWQ, fp8 Qwen3-FP8 style) loads with
+// its linears kept quantized through WeightStore::quantFormat / readQuantized
+// (model/quantized_checkpoint.h), and its logits equal those of a folder holding the same values
+// dense: each quantized linear dequantized to f32 by dequantizeRow, every other tensor copied.
+// Exactly, for the reason given at the top of this file.
+class QuantizedFolder : public ::testing::TestWithParam<QuantizeTo> {};
+
+TEST_P(QuantizedFolder, KeptQuantizedLogitsEqualItsDequantizedValues) {
+  test::TempDir tmp;
+  const fs::path source = fixtureDir("qwen3");
+  QuantizeOptions options{.to = GetParam(), .group = 64};  // the fixture's k: 128 and 192
+  quantizeFolder(source, tmp / "q", options);
+
+  const WeightStore original = WeightStore::openFolder(source);
+  const WeightStore quantized = WeightStore::openFolder(tmp / "q");
+  ASSERT_TRUE(quantized.quantization().quantized());
+  std::vector<SafetensorsEntry> entries;
+  std::vector<std::vector<uint8_t>> data;
+  for (const std::string& name : original.names()) {
+    if (quantized.quantFormat(name)) {
+      const HostQuantizedMatrix m = quantized.readQuantized(name);
+      std::vector<float> values(static_cast<size_t>(m.n * m.k));
+      for (int64_t r = 0; r < m.n; ++r) {
+        dequantizeRow(m.view(), m.k, r,
+                      std::span<float>(values).subspan(static_cast<size_t>(r * m.k),
+                                                       static_cast<size_t>(m.k)));
+      }
+      // The reader's values are those quantize approximated: within each format's rounding of
+      // the original row (int4: half a step of the row's range / 15 at most; fp8: 3 mantissa
+      // bits, plus a subnormal step of the row's largest block scale), so a wrong layout fails.
+      const HostTensor h = original.read(name);
+      ASSERT_EQ(h.view.dtype, DType::kBF16) << name;
+      const auto* orig = static_cast<const bf16*>(h.view.data);
+      for (int64_t r = 0; r < m.n; ++r) {
+        float lo = 0.0f, hi = 0.0f, amax = 0.0f;
+        for (int64_t c = 0; c < m.k; ++c) {
+          const float v = to_float(orig[r * m.k + c]);
+          lo = std::min(lo, v);
+          hi = std::max(hi, v);
+          amax = std::max(amax, std::fabs(v));
+        }
+        for (int64_t c = 0; c < m.k; ++c) {
+          const float v = to_float(orig[r * m.k + c]);
+          const float bound = GetParam() == QuantizeTo::kInt4
+                                  ? (hi - lo) / 30.0f * 1.001f
+                                  : std::fabs(v) / 16.0f + amax / 448.0f * 0x1p-9f;
+          ASSERT_LE(std::fabs(values[static_cast<size_t>(r * m.k + c)] - v), bound)
+              << name << " [" << r << ", " << c << "]";
+        }
+      }
+      entries.push_back({.name = name,
+                         .dtype = "F32",
+                         .shape = {m.n, m.k},
+                         .bytes = values.size() * sizeof(float)});
+      const auto* b = reinterpret_cast<const uint8_t*>(values.data());
+      data.emplace_back(b, b + entries.back().bytes);
+    } else {
+      const TensorInfo& t = original.info(name);
+      ASSERT_EQ(t.dtype, DType::kBF16) << name;
+      entries.push_back({.name = name, .dtype = "BF16", .shape = t.shape, .bytes = t.byteSize()});
+      const HostTensor h = original.read(name);
+      const auto* b = static_cast<const uint8_t*>(h.view.data);
+      data.emplace_back(b, b + t.byteSize());
+    }
+  }
+  fs::create_directories(tmp / "ref");
+  fs::copy_file(source / "config.json", tmp / "ref" / "config.json");
+  SafetensorsWriter writer(tmp / "ref" / "model.safetensors", entries, {}, "test");
+  for (const std::vector<uint8_t>& d : data) writer.append(d);
+  writer.finish();
+
+  auto cpu = ops::makeCpuBackend();
+  const std::string format = GetParam() == QuantizeTo::kInt4 ? "int4" : "fp8-e4m3";
+  const ModelRun kept = runModel(tmp / "q", *cpu, 4, [&](const TargetModel& m) {
+    for (const auto& l : m.layers()) {
+      for (const LinearWeight* w : {&l.qkv, &l.o, &l.gateUp, &l.down}) {
+        EXPECT_EQ(w->formatName(), format);
+        EXPECT_EQ(w->dense.bytes(), 0);
+      }
+    }
+    EXPECT_FALSE(m.lmHead().quantized());  // quantize keeps the lm_head in bf16
+  });
+  const ModelRun dense = runModel(tmp / "ref", *cpu, 4);
+  ASSERT_EQ(kept.logits.size(), dense.logits.size());
+  EXPECT_EQ(kept.logits, dense.logits);
+  EXPECT_EQ(kept.tokens, dense.tokens);
+  EXPECT_LT(kept.weightBytes, dense.weightBytes);
+  for (float v : kept.logits) ASSERT_TRUE(std::isfinite(v));
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantizedFolder,
+                         ::testing::Values(QuantizeTo::kInt4, QuantizeTo::kFp8));
 
 }  // namespace
 }  // namespace es::model
