@@ -32,6 +32,12 @@ oracle    the PyTorch DFlash-draft oracle (tools/dflash_reference.py make-fixtur
 smollm2   real models against transformers: a random Qwen3-0.6B's logits (test_real_model_gpu);
           the default model ($ES_SMOLLM2_GGUF, e.g. from tools/device_parts.sh join) generated
           greedily on cuda and cpu, ES_SMOLLM2_NEW_TOKENS tokens (default 64)
+quantprep random-weight Qwen3 (ES_QUANT_PRESET, default qwen3-8b) in /dev/shm as a bf16 folder and
+          `edgespec quantize --to int4` / `--to fp8` of it, in the background while the stages
+          after it run (the call waits for it before its summary); skipped where they exist
+quant     on those folders: the read ceiling, bench_linear_quant_gpu (the quantized gemv's GB/s
+          beside the dense gemv), and edgespec bench per format: batch-1 decode with the replay
+          draft (plain_tok_s, spec_tok_s, verify_over_decode) and a 4k prefill (bf16, fp8)
 draft     the same GGUF with and without models/'s DFlash draft on held-out prompts: tau, tok/s
           (tools/draft_eval.py; ES_DRAFT_PROMPTS 10, ES_DRAFT_TOKENS 200, ES_DRAFT_TEMPERATURES 0,1)
 EOF
@@ -312,6 +318,56 @@ stage_smollm2() {
   return "$status"
 }
 
+quant_dir="/dev/shm/es_q_${ES_QUANT_PRESET:-qwen3-8b}"
+quantprep_pid=
+
+stage_quantprep() {
+  (
+    set -e
+    [ -f "$quant_dir/bf16/config.json" ] ||
+      python3 tools/torch_anchor.py --preset "${ES_QUANT_PRESET:-qwen3-8b}" \
+        --save "$quant_dir/bf16" --save-only
+    for to in int4 fp8; do
+      [ -f "$quant_dir/$to/config.json" ] ||
+        "$build_dir/edgespec" quantize --to "$to" "$quant_dir/bf16" "$quant_dir/$to" --force
+    done
+  ) >"$out/quantprep.log" 2>&1 &
+  quantprep_pid=$!
+}
+
+stage_quant() {
+  local status=0 f base
+  for f in bf16 int4 fp8; do
+    [ -f "$quant_dir/$f/config.json" ] || { row "quant" FAILED "no $quant_dir/$f (quantprep)"; return 1; }
+  done
+  row "ceilings" "" "read stream $("$build_dir/bench/bench_linear_gpu" --ceiling 2>&1 |
+    awk '/^read_ceiling_tbps/ {print $2}') TB/s"
+  checked "bench_linear_quant_gpu" "bench_linear_quant.txt" \
+    "$build_dir/bench/bench_linear_quant_gpu" >"$out/bench_linear_quant.txt" 2>&1 || status=1
+  grep -E "GB/s|MISMATCH" "$out/bench_linear_quant.txt" | head -60
+  for f in bf16 int4 fp8; do
+    base="$out/quant_${f}"
+    if "$build_dir/edgespec" bench --model "$quant_dir/$f" --replay --block-size 16 --json \
+         >"$base.json" 2>"$base.err"; then
+      row "bench $f replay" "" "$(fields "plain_tok_s plain_step spec_tok_s verify_over" "$base.json")"
+    else
+      row "bench $f replay" FAILED "$(tail -1 "$base.err")"
+      status=1
+    fi
+    [ "$f" = int4 ] && continue
+    if "$build_dir/edgespec" bench --model "$quant_dir/$f" --prompt-len 4096 --gen-len 16 \
+         --prefill-chunk 4096 --json >"${base}_prefill.json" 2>"${base}_prefill.err"; then
+      row "bench $f prefill 4k" "" "$(fields prefill_ms "${base}_prefill.json")"
+    else
+      row "bench $f prefill 4k" FAILED "$(tail -1 "${base}_prefill.err")"
+      status=1
+    fi
+  done
+  "$build_dir/edgespec" inspect --model "$quant_dir/int4" --tensors >"$out/inspect_int4.txt" 2>&1
+  row "inspect int4" "" "$(grep -iE "total|quantized" "$out/inspect_int4.txt" | tail -2 | tr '\n' ' ')"
+  return "$status"
+}
+
 stage_draft() {
   local gguf="${ES_SMOLLM2_GGUF:-}" line
   [ -f "$gguf" ] || { row "draft" FAILED "ES_SMOLLM2_GGUF = '$gguf' is not a file"; return 1; }
@@ -329,6 +385,12 @@ if build . "$build_dir"; then
   for s in "$@"; do "stage_$s" || status=1; done
 else
   status=1
+fi
+if [ -n "$quantprep_pid" ]; then
+  wait "$quantprep_pid"
+  rc=$?
+  row "quantprep" "$(okfail "$rc")" "$(tail -1 "$out/quantprep.log")"
+  [ "$rc" = 0 ] || status=1
 fi
 # One archive for all logs (a device call returns few files); the summary beside it.
 tar -czf "$final_out/logs.tgz" -C "$final_out" logs && rm -rf "$out"
