@@ -327,10 +327,13 @@ stage_quantprep() {
     [ -f "$quant_dir/bf16/config.json" ] ||
       python3 tools/torch_anchor.py --preset "${ES_QUANT_PRESET:-qwen3-8b}" \
         --save "$quant_dir/bf16" --save-only
-    for to in int4 fp8; do
-      [ -f "$quant_dir/$to/config.json" ] ||
-        "$build_dir/edgespec" quantize --to "$to" "$quant_dir/bf16" "$quant_dir/$to" --force
+    local pids=() pid to
+    for to in int4 fp8; do  # at once: each is one thread
+      [ -f "$quant_dir/$to/config.json" ] && continue
+      "$build_dir/edgespec" quantize --to "$to" "$quant_dir/bf16" "$quant_dir/$to" --force &
+      pids+=($!)
     done
+    for pid in "${pids[@]}"; do wait "$pid"; done
   ) >"$out/quantprep.log" 2>&1 &
   quantprep_pid=$!
 }
