@@ -18,6 +18,15 @@ __device__ __forceinline__ void cpAsync16(void* dst, const void* src, int bytes)
                : "memory");
 }
 
+// The same, asking the L2 to fetch the surrounding 256 bytes (for data read once in order: the
+// next copies find it there).
+__device__ __forceinline__ void cpAsync16L2(void* dst, const void* src, int bytes) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(bytes)
+               : "memory");
+}
+
 // The same with dst as a shared-memory address (__cvta_generic_to_shared), for kernels that lay out
 // their shared memory by address.
 __device__ __forceinline__ void cpAsync16Shared(uint32_t dst, const void* src, int bytes) {

@@ -57,7 +57,9 @@
 
 #include "common/cuda_check.h"
 #include "common/errors.h"
+#include "kernels/cp_async.cuh"
 #include "kernels/forward_ops_device.cuh"
+#include "kernels/gemv_device.cuh"
 #include "kernels/linear.h"
 #include "kernels/linear_quant_gemv.h"
 #include "kernels/linear_quant_gemv_decode.h"
@@ -78,46 +80,9 @@ using quant::RowSrc;
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// The 8 T values of 4 packed pairs as floats (word i holds elements 2i, 2i + 1), and back, rounded.
-template <typename T>
-__device__ __forceinline__ void unpack8(const uint4 v, float (&a)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    a[2 * i] = fwd::toF(T{static_cast<uint16_t>(w[i] & 0xffffu)});
-    a[2 * i + 1] = fwd::toF(T{static_cast<uint16_t>(w[i] >> 16)});
-  }
-}
-template <typename T>
-__device__ __forceinline__ uint4 pack8(const float (&a)[8]) {
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    w[i] =
-        uint32_t{fwd::fromF<T>(a[2 * i]).bits} | (uint32_t{fwd::fromF<T>(a[2 * i + 1]).bits} << 16);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
+// ---- global loads ------------------------------------------------------------------------------
 
-// ---- global loads and copies -------------------------------------------------------------------
-
-// 16 / 8 bytes of x: read by every CTA, so cached in L1. Zeros and no access when !pred.
-__device__ __forceinline__ uint4 loadX16(const void* ptr, bool pred) {
-  uint4 v;
-  asm volatile(
-      "{\n"
-      "  .reg .pred p;\n"
-      "  setp.ne.b32 p, %5, 0;\n"
-      "  mov.b32 %0, 0;\n"
-      "  mov.b32 %1, 0;\n"
-      "  mov.b32 %2, 0;\n"
-      "  mov.b32 %3, 0;\n"
-      "  @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      "}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(ptr), "r"(static_cast<int>(pred)));
-  return v;
-}
+// 8 bytes of x (loadX in gemv_device.cuh reads 16): cached in L1. Zeros and no access when !pred.
 __device__ __forceinline__ uint2 loadX8(const void* ptr, bool pred) {
   uint2 v;
   asm volatile(
@@ -131,44 +96,6 @@ __device__ __forceinline__ uint2 loadX8(const void* ptr, bool pred) {
       : "=r"(v.x), "=r"(v.y)
       : "l"(ptr), "r"(static_cast<int>(pred)));
   return v;
-}
-
-// cp.async of the 16 bytes at src to dst (shared), of which only the first srcBytes (0-16) are
-// read; the rest of dst is zero-filled. L2 only: W is read once; the L2 fetches the surrounding
-// 256 bytes, which the warps taking the row's next spans read next.
-__device__ __forceinline__ void copy16(void* dst, const void* src, int srcBytes) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-               "r"(srcBytes)
-               : "memory");
-}
-__device__ __forceinline__ void copyCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void copyWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// c += A · B for one m16n8k16 tile, fp32 accumulators. A: {a0, a1, a2, a3} = (row g, k pair lo),
-// (row g + 8, k pair lo), (row g, k pair hi), (row g + 8, k pair hi); B: {b0, b1} = (k pair lo,
-// column g), (k pair hi, column g); c: (row g, columns 2t, 2t+1), (row g + 8, same columns).
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
 }
 
 // ---- the kernel --------------------------------------------------------------------------------
@@ -223,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = lane; i < kRows * Tr::kSegs; i += 32) {
       const int r = i / Tr::kSegs, s = i - r * Tr::kSegs;
       const quant::Segment seg = quant::spanSegment<F>(row0 + r, n, rowBytes, u, s);
-      if (seg.bytes >= 0) copy16(dst + r * Tr::kStride + 16 * s, w + seg.src, seg.bytes);
+      if (seg.bytes >= 0) cpAsync16L2(dst + r * Tr::kStride + 16 * s, w + seg.src, seg.bytes);
     }
   };
 
@@ -231,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int s = 0; s < kStages - 1; ++s) {
     const int64_t u = first + s * stride;
     if (u < spans) issue(u, s);
-    copyCommit();
+    cpAsyncCommit();
   }
   pdl::enter();
 
@@ -277,9 +204,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int64_t u = first; u < spans; u += stride, ++it) {
     const int64_t next = u + (kStages - 1) * stride;
     if (next < spans) issue(next, (it + kStages - 1) % kStages);
-    copyCommit();
-    copyWait<kStages - 1>();  // this lane's copies of span u have landed
-    __syncwarp();             // ... and every lane's
+    cpAsyncCommit();
+    cpAsyncWait<kStages - 1>();  // this lane's copies of span u have landed
+    __syncwarp();                // ... and every lane's
     const uint8_t* sp = buf + (it % kStages) * (kRows * Tr::kStride);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -314,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           const uint2 hi = loadX8(xp[t] + c0 + 16, kin && xok[t]);
           xv[t] = make_uint4(lo.x, lo.y, hi.x, hi.y);
         } else {
-          xv[t] = loadX16(xp[t] + c0, kin && xok[t]);
+          xv[t] = loadX(xp[t] + c0, kin && xok[t]);
         }
       }
       if constexpr (NORM) {  // sq += x^2; x <- round(x * normW), normW read as x is
@@ -324,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           const uint2 hi = loadX8(normW + c0 + 16, kin);
           nwv = make_uint4(lo.x, lo.y, hi.x, hi.y);
         } else {
-          nwv = loadX16(normW + c0, kin);
+          nwv = loadX(normW + c0, kin);
         }
         float nw[8];
         unpack8<T>(nwv, nw);
@@ -378,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     __syncwarp();  // every lane is done with this stage before it is copied over
   }
-  copyWait<0>();
+  cpAsyncWait<0>();
 
   // Accumulator (row g [+8], columns 8t + 2 t4 + {0, 1}) -> warpPart[warp][col][row].
 #pragma unroll
