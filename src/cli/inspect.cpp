@@ -108,8 +108,10 @@ std::vector<LinearEntry> linearEntries(const model::WeightStore& store,
     const std::string p = model::layerPrefix(c, l);
     for (const auto& [module, name] : kLayerLinears) {
       const std::string tensor = p + module + name + ".weight";
-      if (store.contains(tensor))
+      // An AWQ / GPTQ linear has no tensor of its dense name, only its quantized parts.
+      if (store.contains(tensor) || store.quantFormat(tensor)) {
         out.push_back(linearEntry(store, tensor, std::to_string(l), name));
+      }
     }
   }
   if (store.contains("lm_head.weight")) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/gguf_fixture.h"
+#include "model/quantize_folder.h"
 #include "model/safetensors_test_writer.h"
 #include "support/cli_test_util.h"
 #include "support/test_util.h"
@@ -79,6 +80,27 @@ TEST(CliInspectQuantized, DenseFolderHasNoQuantizedLinears) {
   EXPECT_EQ(out["linear_totals"]["quantized_bytes"], 0);
   EXPECT_GT(out["linear_totals"]["dense_bytes"].get<int64_t>(), 0);
   for (const auto& e : out["linears"]) EXPECT_NE(e["format"], "q8_0");
+}
+
+// An AWQ folder (edgespec quantize --to int4 --group 64 of the qwen3 fixture) has no tensor of a
+// linear's dense name: its linears are still listed, int4 with their packed bytes (n x k / 2 of
+// nibbles, n x k / 64 f16 scales and u8 zero points), the lm_head dense bf16.
+TEST(CliInspectQuantized, AwqFolderLinears) {
+  test::TempDir tmp;
+  model::quantizeFolder(test::test_data_dir() + "/models/qwen3", tmp / "q",
+                        {.to = model::QuantizeTo::kInt4, .group = 64});
+  const nlohmann::json out =
+      test::runCliJson({"inspect", "--model", (tmp / "q").string(), "--tensors", "--json"});
+  const nlohmann::json& linears = out["linears"];
+  ASSERT_EQ(linears.size(), 2u * 7 + 1);
+  auto int4Bytes = [](int64_t n, int64_t k) { return n * k / 2 + n * (k / 64) * 3; };
+  EXPECT_EQ(linears[0]["name"], "q_proj");
+  EXPECT_EQ(linears[0]["format"], "int4");
+  EXPECT_EQ(linears[0]["bytes"], int4Bytes(256, 128));
+  EXPECT_EQ(linears[13]["name"], "down_proj");
+  EXPECT_EQ(linears[13]["bytes"], int4Bytes(128, 192));
+  EXPECT_EQ(linears[14]["format"], "bf16");
+  EXPECT_EQ(out["linear_totals"]["dense_bytes"], 384 * 128 * 2);
 }
 
 }  // namespace
