@@ -340,6 +340,11 @@ stage_quantprep() {
 
 stage_quant() {
   local status=0 f base
+  if [ -n "$quantprep_pid" ]; then  # this call's quantprep: its folders first
+    wait "$quantprep_pid"
+    row "quantprep" "$(okfail $?)" "$(tail -1 "$out/quantprep.log")"
+    quantprep_pid=
+  fi
   for f in bf16 int4 fp8; do
     [ -f "$quant_dir/$f/config.json" ] || { row "quant" FAILED "no $quant_dir/$f (quantprep)"; return 1; }
   done
