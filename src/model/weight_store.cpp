@@ -204,7 +204,9 @@ HostTensor WeightStore::read(std::string_view name) const {
 
 std::optional<QuantFormat> WeightStore::quantFormat(std::string_view name) const {
   if (gguf_) return gguf_->quantFormat(gguf_->entries()[indexOf(name)]);
-  if (quantization_.quantized()) return quantizedLinearFormat(*this, quantization_, name);
+  if (quantization_.quantized()) {
+    if (std::optional<QuantFormat> f = quantizedLinearFormat(*this, quantization_, name)) return f;
+  }
   indexOf(name);  // InvalidArgument naming an unknown tensor
   return std::nullopt;
 }
