@@ -96,7 +96,8 @@ for target in "${targets[@]}"; do
     gguf)
       source="$root/tests/fuzz/fuzz_gguf_header.cpp"
       sources=("$root/src/model/gguf.cpp" "$root/src/model/gguf_dequant.cpp"
-               "$root/src/model/gguf_tokenizer.cpp")
+               "$root/src/model/gguf_tokenizer.cpp" "$root/src/common/quant_format.cpp"
+               "$root/src/common/quant_dequant.cpp")
       corpus="$root/tests/fuzz/gguf_corpus"
       dict="$root/tests/fuzz/gguf.dict"
       target_seconds=60 ;;
