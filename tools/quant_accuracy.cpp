@@ -329,9 +329,9 @@ int run(const Options& o) {
       s.prefixLength.push_back(same);
       s.continuationLength.push_back(n);
     }
-    if (!o.json) std::fprintf(stderr, "\rprompt %zu/%zu", pi + 1, prompts.size());
+    std::fprintf(stderr, "\rprompt %zu/%zu", pi + 1, prompts.size());
   }
-  if (!o.json) std::fprintf(stderr, "\n");
+  std::fprintf(stderr, "\n");
 
   nlohmann::json out{{"reference", o.reference},
                      {"backend", backend->name()},
