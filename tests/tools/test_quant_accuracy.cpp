@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,8 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_cache_manager.h"
 #include "model/quantize_folder.h"
 #include "model/safetensors_test_writer.h"
+#include "model/target_model.h"
+#include "ops/backend.h"
+#include "support/decode_batch.h"
 #include "support/test_util.h"
 
 namespace es {
@@ -115,6 +121,93 @@ TEST(QuantAccuracy, Int4MovesTheDistributions) {
   EXPECT_LT(q["weight_bytes"].get<int64_t>(), out["models"][1]["weight_bytes"].get<int64_t>());
   // The reference in the same run is still exact: the models do not disturb each other.
   EXPECT_EQ(out["models"][1]["kl_max"].get<double>(), 0.0);
+}
+
+// The prompts of writePrompts, for the in-test reference below.
+const std::vector<std::vector<int32_t>> kPromptTokens = {
+    {5, 77, 120, 3, 250}, {300, 17, 9}, {41, 41, 200, 383, 0, 12, 99}};
+
+// One decode step at a time (a different path from the tool's one-forward teacher forcing):
+// feeds `prompt` then `feed` (or, when `feed` is empty, its own argmax) and returns the logits
+// [kTokens, V] of the rows after the prompt's last token and after each fed token.
+std::vector<float> stepLogits(const std::string& dir, const std::vector<int32_t>& prompt,
+                              const std::vector<int32_t>& feed, std::vector<int32_t>& argmaxes) {
+  auto cpu = ops::makeCpuBackend();
+  model::TargetModel m(dir, *cpu, 64);
+  const auto V = static_cast<int32_t>(m.config().vocab_size);
+  kv::KvCacheConfig kc;
+  kc.maxBatchSize = 1;
+  kc.maxSequenceLength = 64;
+  kc.dtype = cpu->computeDtype();
+  kc.baseLayers = m.kvLayerShapes();
+  kv::KvCacheManager cache(kc, MemorySpace::kHost);
+  const int32_t slot = cache.admit();
+  std::vector<float> all;
+  argmaxes.clear();
+  for (size_t i = 0; i < prompt.size() + kTokens - 1; ++i) {
+    const int32_t token = i < prompt.size() ? prompt[i]
+                          : feed.empty()    ? argmaxes.back()
+                                            : feed[i - prompt.size()];
+    model::ForwardResult r = m.forward(test::decodeBatch(cache, {slot}, {token}), cache);
+    cache.commitBase(slot, 1);
+    if (i + 1 < prompt.size()) continue;
+    all.insert(all.end(), r.logits.begin(), r.logits.end());
+    argmaxes.push_back(static_cast<int32_t>(std::max_element(r.logits.begin(), r.logits.end()) -
+                                            r.logits.begin()));
+  }
+  EXPECT_EQ(all.size(), static_cast<size_t>(kTokens) * V);
+  return all;
+}
+
+// KL(p || q) of two logit rows: softmax in f64, summed directly.
+double klOfRows(const float* p, const float* q, int64_t V) {
+  auto probs = [V](const float* x) {
+    const double mx = *std::max_element(x, x + V);
+    std::vector<double> e(static_cast<size_t>(V));
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += e[static_cast<size_t>(v)] = std::exp(x[v] - mx);
+    for (double& ev : e) ev /= sum;
+    return e;
+  };
+  const std::vector<double> pp = probs(p), qq = probs(q);
+  double kl = 0;
+  for (size_t v = 0; v < pp.size(); ++v) kl += pp[v] * std::log(pp[v] / qq[v]);
+  return kl;
+}
+
+TEST(QuantAccuracy, MatchesAStepByStepReference) {
+  test::TempDir tmp;
+  model::QuantizeOptions int4;
+  int4.group = 64;
+  model::quantizeFolder(fixture(), tmp / "int4", int4);
+  const nlohmann::json out = runJson(tmp, {(tmp / "int4").string()});
+  const nlohmann::json& q = out["models"][0];
+
+  double klSum = 0;
+  int matches = 0;
+  double prefixSum = 0;
+  for (const std::vector<int32_t>& prompt : kPromptTokens) {
+    std::vector<int32_t> refTokens, qTokens, qOwn;
+    const std::vector<float> ref = stepLogits(fixture(), prompt, {}, refTokens);
+    const std::vector<float> forced =
+        stepLogits((tmp / "int4").string(), prompt, refTokens, qTokens);
+    stepLogits((tmp / "int4").string(), prompt, {}, qOwn);
+    const int64_t V = static_cast<int64_t>(ref.size()) / kTokens;
+    for (int r = 0; r < kTokens; ++r) {
+      klSum += klOfRows(ref.data() + r * V, forced.data() + r * V, V);
+      matches += refTokens[static_cast<size_t>(r)] == qTokens[static_cast<size_t>(r)] ? 1 : 0;
+    }
+    int same = 0;
+    while (same < kTokens &&
+           qOwn[static_cast<size_t>(same)] == refTokens[static_cast<size_t>(same)]) {
+      ++same;
+    }
+    prefixSum += same;
+  }
+  const int positions = kPrompts * kTokens;
+  EXPECT_EQ(q["top1_agreement"].get<double>(), static_cast<double>(matches) / positions);
+  EXPECT_NEAR(q["kl_mean"].get<double>(), klSum / positions, 1e-6 * klSum / positions);
+  EXPECT_EQ(q["greedy_prefix_mean"].get<double>(), prefixSum / kPrompts);
 }
 
 TEST(QuantAccuracy, BadArgumentsErrorNamingThem) {
