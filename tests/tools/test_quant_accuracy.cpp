@@ -1,8 +1,10 @@
 // tools/quant_accuracy on the tiny Qwen3 fixture (random weights, no tokenizer: prompts are
 // token ids). A model against itself has KL 0, top-1 agreement 1 and the whole greedy
-// continuation in common; its int4 quantization (group 64, what the fixture's intermediate size
-// 192 allows) moves the next-token distributions (KL > 0) while agreement stays in (0, 1]; bad
-// arguments end in one error line naming the flag or file and exit code 1.
+// continuation in common; its int4 quantization (group 64: 128 does not divide the fixture's
+// intermediate size 192) moves the next-token distributions (KL > 0) while agreement stays in
+// (0, 1], and its statistics equal those of an in-test reference (one decode step at a time, KL
+// from plain f64 softmax); bad arguments end in one error line naming the flag or file and exit
+// code 1.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
