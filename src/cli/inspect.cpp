@@ -18,6 +18,7 @@
 #include "kv/kv_cache_plan.h"
 #include "kv/page_geometry.h"
 #include "model/model_config.h"
+#include "model/quantized_checkpoint.h"
 #include "model/weight_names.h"
 #include "model/weight_store.h"
 
@@ -85,12 +86,11 @@ LinearEntry linearEntry(const model::WeightStore& store, const std::string& tens
   }
   e.quantized = true;
   e.format = quantFormatName(*format);
-  const int32_t block = ggufBlockElems(*format);
-  if (block > 0) {  // a GGUF block format: the stored bytes, without reading them
-    e.bytes = nk[0] * dataRowBytes(*format, nk[1], block);
-  } else {
-    e.bytes = store.readQuantized(tensor).bytes();
-  }
+  // The backend layout's bytes, from the shape and the group alone (nothing is read).
+  const int32_t group = store.isGguf() ? ggufBlockElems(*format)
+                                       : model::quantizedLinearGroup(store.quantization(), nk[1]);
+  e.bytes = nk[0] * (dataRowBytes(*format, nk[1], group) + scaleRowBytes(*format, nk[1], group) +
+                     zeroRowBytes(*format, nk[1], group));
   return e;
 }
 

@@ -194,7 +194,7 @@ HostQuantizedMatrix readAwq(const WeightStore& store, const QuantizationConfig& 
                             const std::string& module, int64_t n, int64_t k) {
   const int64_t groups = k / config.group;
   const int64_t words = n / 8;
-  HostQuantizedMatrix m = shell(QuantFormat::kInt4, config.group, n, k);
+  HostQuantizedMatrix m = shell(QuantFormat::kInt4, quantizedLinearGroup(config, k), n, k);
 
   // qzeros [k / G, n / 8]: nibble p of word [g, j] is the zero of column 8j + kAwqOrder[p].
   const std::vector<uint8_t> qzeros = readWhole(store, module + ".qzeros");
@@ -245,7 +245,7 @@ HostQuantizedMatrix readGptq(const WeightStore& store, const QuantizationConfig&
   const int64_t group = config.group;
   const int64_t groups = k / group;
   const int64_t words = n / 8;
-  HostQuantizedMatrix m = shell(QuantFormat::kInt4, config.group, n, k);
+  HostQuantizedMatrix m = shell(QuantFormat::kInt4, quantizedLinearGroup(config, k), n, k);
 
   // g_idx maps each k to its group; without act-order it is k / G (anything else would need the
   // k permutation this layout does not have).
@@ -316,7 +316,7 @@ void readFp8Weight(const WeightStore& store, const std::string& name, int64_t n,
 
 HostQuantizedMatrix readFp8Block(const WeightStore& store, const QuantizationConfig& config,
                                  const std::string& module, int64_t n, int64_t k) {
-  HostQuantizedMatrix m = shell(QuantFormat::kFp8E4M3, config.blockK, n, k);
+  HostQuantizedMatrix m = shell(QuantFormat::kFp8E4M3, quantizedLinearGroup(config, k), n, k);
   readFp8Weight(store, module + ".weight", n, k, m.data);
 
   // weight_scale_inv [ceil(n / bn), ceil(k / bk)]: block (i, j)'s scale is repeated on each of
@@ -345,7 +345,7 @@ HostQuantizedMatrix readFp8Block(const WeightStore& store, const QuantizationCon
 
 HostQuantizedMatrix readFp8Channel(const WeightStore& store, const QuantizationConfig& config,
                                    const std::string& module, int64_t n, int64_t k) {
-  HostQuantizedMatrix m = shell(QuantFormat::kFp8E4M3, static_cast<int32_t>(k), n, k);
+  HostQuantizedMatrix m = shell(QuantFormat::kFp8E4M3, quantizedLinearGroup(config, k), n, k);
   readFp8Weight(store, module + ".weight", n, k, m.data);
 
   const std::string scaleName = module + ".weight_scale";
@@ -400,6 +400,21 @@ std::optional<QuantFormat> quantizedLinearFormat(const WeightStore& store,
       break;
   }
   return std::nullopt;
+}
+
+int32_t quantizedLinearGroup(const QuantizationConfig& config, int64_t k) {
+  switch (config.method) {
+    case QuantMethod::kAwq:
+    case QuantMethod::kGptq:
+      return config.group;
+    case QuantMethod::kFp8Block:
+      return config.blockK;
+    case QuantMethod::kFp8Channel:
+      return static_cast<int32_t>(k);
+    case QuantMethod::kNone:
+      break;
+  }
+  return 0;
 }
 
 std::optional<std::array<int64_t, 2>> quantizedLinearShape(const WeightStore& store,

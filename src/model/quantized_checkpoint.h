@@ -56,6 +56,10 @@ std::optional<QuantFormat> quantizedLinearFormat(const WeightStore& store,
                                                  const QuantizationConfig& config,
                                                  std::string_view weightName);
 
+// The group of the backend layout a linear of k columns repacks into (common/quant_format.h):
+// AWQ / GPTQ group_size, the FP8 block's k extent, or k for per-channel FP8.
+int32_t quantizedLinearGroup(const QuantizationConfig& config, int64_t k);
+
 // [n, k] of quantized linear `weightName` as its checkpoint tensors hold it (AWQ: qweight rows
 // and scales columns; GPTQ: 8 x qweight rows and its columns; FP8: the weight's shape); nullopt
 // when it is dense or the tensor giving a dimension is missing or not a matrix (then
