@@ -338,13 +338,20 @@ stage_quantprep() {
   quantprep_pid=$!
 }
 
+# Waits for this call's quantprep (if it started one) and adds its row; its exit status.
+wait_quantprep() {
+  [ -n "$quantprep_pid" ] || return 0
+  local rc
+  wait "$quantprep_pid"
+  rc=$?
+  quantprep_pid=
+  row "quantprep" "$(okfail "$rc")" "$(tail -1 "$out/quantprep.log")"
+  return "$rc"
+}
+
 stage_quant() {
   local status=0 f base
-  if [ -n "$quantprep_pid" ]; then  # this call's quantprep: its folders first
-    wait "$quantprep_pid"
-    row "quantprep" "$(okfail $?)" "$(tail -1 "$out/quantprep.log")"
-    quantprep_pid=
-  fi
+  wait_quantprep  # this call's quantprep: its folders first
   for f in bf16 int4 fp8; do
     [ -f "$quant_dir/$f/config.json" ] || { row "quant" FAILED "no $quant_dir/$f (quantprep)"; return 1; }
   done
@@ -394,12 +401,7 @@ if build . "$build_dir"; then
 else
   status=1
 fi
-if [ -n "$quantprep_pid" ]; then
-  wait "$quantprep_pid"
-  rc=$?
-  row "quantprep" "$(okfail "$rc")" "$(tail -1 "$out/quantprep.log")"
-  [ "$rc" = 0 ] || status=1
-fi
+wait_quantprep || status=1
 # One archive for all logs (a device call returns few files); the summary beside it.
 tar -czf "$final_out/logs.tgz" -C "$final_out" logs && rm -rf "$out"
 commit=$(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo '?')
