@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "model/gguf_tokenizer.h"
 #include "model/gguf_weights.h"
+#include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/weight_names.h"
 #include "model/weight_store.h"
@@ -82,7 +83,7 @@ uint64_t writeSafetensors(const GgufWeights& weights, const std::filesystem::pat
   std::vector<SafetensorsEntry> entries;
   for (const GgufWeights::Entry& e : weights.entries()) {
     entries.push_back({.name = e.info.name,
-                       .dtype = dtype == DType::kF32 ? "F32" : "BF16",
+                       .dtype = std::string(safetensorsDTypeName(dtype)),
                        .shape = e.info.shape,
                        .bytes = e.info.byteSize()});
   }

@@ -13,6 +13,7 @@
 #include "common/json.h"
 #include "common/quant_format.h"
 #include "model/gguf_weights.h"
+#include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/weight_names.h"
 #include "model/weight_store.h"
@@ -25,18 +26,11 @@ using OrderedJson = nlohmann::ordered_json;
 
 constexpr uint64_t kCopyChunkBytes = 64u << 20;  // a copied tensor streams in pieces this large
 
-std::string safetensorsDTypeName(DType t) {
-  switch (t) {
-    case DType::kBF16:
-      return "BF16";
-    case DType::kF16:
-      return "F16";
-    case DType::kF32:
-      return "F32";
-    default:
-      break;
-  }
-  ES_THROW(InvalidArgument, "quantize: dtype ", dtype_name(t), " cannot be copied");
+// The safetensors name of a copied tensor's dtype (checkWeights admits bf16, f16, f32 only).
+std::string copiedDTypeName(DType t) {
+  const bool dense = t == DType::kBF16 || t == DType::kF16 || t == DType::kF32;
+  if (!dense) ES_THROW(InvalidArgument, "quantize: dtype ", dtype_name(t), " cannot be copied");
+  return std::string(safetensorsDTypeName(t));
 }
 
 // One tensor of the input and what it becomes: a copy, or the tensors of one quantized linear.
@@ -186,7 +180,7 @@ std::vector<Unit> planUnits(const WeightStore& store, const ModelConfig& config,
     Unit u{.source = name, .quantize = quantized.count(name) != 0, .outputs = {}};
     if (!u.quantize) {
       u.outputs.push_back({.name = name,
-                           .dtype = safetensorsDTypeName(info.dtype),
+                           .dtype = copiedDTypeName(info.dtype),
                            .shape = info.shape,
                            .bytes = info.byteSize()});
       units.push_back(std::move(u));

@@ -164,6 +164,23 @@ bool safetensorsDTypeFromName(std::string_view name, DType* out) {
   return true;
 }
 
+std::string_view safetensorsDTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kF32:
+      return "F32";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kI32:
+      return "I32";
+    default:
+      return {};
+  }
+}
+
 SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> file, std::string_view source) {
   return parseSafetensorsHeader(file, file.size(), source);
 }

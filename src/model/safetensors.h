@@ -64,6 +64,8 @@ SafetensorsHeader parseSafetensorsHeader(std::span<const uint8_t> prefix, uint64
 // anything else. Which dtype a tensor may have is the loaders' business (weight_names.h,
 // quantized_checkpoint.h).
 bool safetensorsDTypeFromName(std::string_view name, DType* out);
+// The other way: the name of each of those dtypes; empty for the rest.
+std::string_view safetensorsDTypeName(DType dtype);
 
 // A read-only memory-mapped safetensors file. Move-only; unmaps on destruction. Views stay
 // valid while the object lives. The mapping is PROT_READ: writing through a view faults.
