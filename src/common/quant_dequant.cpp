@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "common/dtype.h"
 
@@ -191,15 +189,7 @@ void decodeFp8(const QuantizedWeightView& w, int64_t k, int64_t row, float* out)
 
 }  // namespace
 
-float fp8E4M3ToFloat(uint8_t q) {
-  // s eeee mmm: exponent bias 7; exponent 0 is subnormal (m / 8 * 2^-6); e = 15 with m = 7 is
-  // NaN (no infinities), so e = 15 still holds normal values up to 1.75 * 2^8 = 448.
-  const int sign = q >> 7, e = (q >> 3) & 0x0F, m = q & 0x07;
-  if (e == 15 && m == 7) return std::numeric_limits<float>::quiet_NaN();
-  const float magnitude = e == 0 ? std::ldexp(static_cast<float>(m), -9)
-                                 : std::ldexp(static_cast<float>(8 + m), e - 10);
-  return sign ? -magnitude : magnitude;
-}
+float fp8E4M3ToFloat(uint8_t q) { return to_float(fp8e4m3{q}); }
 
 void dequantizeRow(const QuantizedWeightView& w, int64_t k, int64_t row, std::span<float> out) {
   float* dst = out.data();

@@ -11,7 +11,8 @@
 
 namespace es {
 
-// The f32 value of an FP8 E4M3 byte (OCP: bias 7, subnormals, 0x7f / 0xff are NaN, max 448).
+// The f32 value of an FP8 E4M3 byte (OCP: bias 7, subnormals, 0x7f / 0xff are NaN, max 448):
+// common/dtype.h's to_float(fp8e4m3), the one decoder, for callers holding bytes.
 float fp8E4M3ToFloat(uint8_t q);
 
 // Row `row` of W [n, k] held as `w`, in f32: out.size() must be k. The layout must be valid
